@@ -1,0 +1,60 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+)
+
+func newEnqueueCmd(g *globals) *cobra.Command {
+	var in drainer.Intent
+	var payload string
+	cmd := &cobra.Command{
+		Use:   "enqueue --run R --step S --tool T [--scope B] --payload JSON",
+		Short: "Record one intent (prints its key and created or existing)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.requireDB(); err != nil {
+				return err
+			}
+			in.Payload = json.RawMessage(payload)
+			if err := in.Validate(); err != nil {
+				return usageError{err}
+			}
+			ctx := cmd.Context()
+			conn, err := pgx.Connect(ctx, g.databaseURL)
+			if err != nil {
+				return fmt.Errorf("connect: %w", err)
+			}
+			defer conn.Close(ctx)
+			var key string
+			var created bool
+			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				var err error
+				key, created, err = drainer.Producer{Schema: g.schema}.EnqueueTx(ctx, tx, in)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			word := "existing"
+			if created {
+				word = "created"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", key, word)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in.AgentRunID, "run", "", "agent_run_id")
+	f.StringVar(&in.StepID, "step", "", "step_id")
+	f.StringVar(&in.ToolName, "tool", "", "tool_name")
+	f.StringVar(&in.BusinessScope, "scope", "", "business_scope (may be empty)")
+	f.StringVar(&payload, "payload", "", "JSON payload")
+	f.StringVar(&in.Traceparent, "traceparent", "", "W3C traceparent to continue at dispatch")
+	addDBFlags(cmd, g)
+	return cmd
+}

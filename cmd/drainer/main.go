@@ -1,0 +1,13 @@
+// Command drainer drains a transactional outbox: see `drainer --help`.
+package main
+
+import (
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+}

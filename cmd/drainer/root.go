@@ -1,0 +1,159 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/drainer-io/drainer/internal/daemon"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Exit codes (CONTRACT §3).
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitUsage   = 2
+)
+
+// usageError marks a usage or config problem: exit 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// globals are the flags every database command shares.
+type globals struct {
+	databaseURL string
+	schema      string
+	logLevel    string
+	logFormat   string
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "drainer",
+		Short: "Drain a transactional outbox to providers, effectively once",
+		Long: `drainer claims due rows of a Postgres outbox (FOR UPDATE SKIP LOCKED, under a
+lease), sends each to its provider with a stable idempotency key, and records
+the outcome: success, retry with Full Jitter, or terminal failure and saga
+compensation.
+
+Every flag can also be set as DRAINER_<FLAG> (upper case, - becomes _);
+precedence: flag, environment, config file, default.
+
+Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newMigrateCmd(g),
+		newRunCmd(g),
+		newCheckCmd(),
+		newEnqueueCmd(g),
+		newVersionCmd(),
+		newDemoCmd(),
+	)
+	return root
+}
+
+// addDBFlags adds --database-url and --schema to a command.
+func addDBFlags(cmd *cobra.Command, g *globals) {
+	cmd.Flags().StringVar(&g.databaseURL, "database-url", "", "Postgres URL (env DRAINER_DATABASE_URL)")
+	cmd.Flags().StringVar(&g.schema, "schema", migrations.DefaultSchema, "schema holding the outbox")
+}
+
+// addLogFlags adds --log-level and --log-format.
+func addLogFlags(cmd *cobra.Command, g *globals) {
+	cmd.Flags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&g.logFormat, "log-format", "json", "json or text")
+}
+
+func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch g.logFormat {
+	case "json", "":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format: %q is not json or text", g.logFormat)
+}
+
+func (g *globals) requireDB() error {
+	if g.databaseURL == "" {
+		return usagef("no database URL: set --database-url or DRAINER_DATABASE_URL")
+	}
+	return migrations.ValidateSchema(g.schema)
+}
+
+// applyEnv sets every flag not given on the command line from DRAINER_<FLAG>.
+// It runs after parsing, so secrets never show as defaults in --help.
+func applyEnv(cmd *cobra.Command) error {
+	var errs []error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		env := "DRAINER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			} else {
+				f.Changed = true
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return usageError{errors.Join(errs...)}
+	}
+	return nil
+}
+
+// execute runs the CLI and maps errors to exit codes.
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "drainer:", err)
+	var ue usageError
+	var ce *daemon.ConfigError
+	switch {
+	case errors.As(err, &ue), errors.As(err, &ce), isCobraUsage(err):
+		return exitUsage
+	default:
+		return exitRuntime
+	}
+}
+
+// isCobraUsage recognises cobra's own argument errors.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "requires exactly", "flag needs an argument", "invalid argument"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}

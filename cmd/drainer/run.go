@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/drainer-io/drainer/internal/daemon"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/spf13/cobra"
+)
+
+func newRunCmd(g *globals) *cobra.Command {
+	var opts daemon.Options
+	cmd := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "Run the drain daemon",
+		Long: `Run the drain daemon. It serves /metrics, /healthz and /readyz on --metrics-addr.
+
+SIGTERM or SIGINT: stop claiming, wait for calls under way up to
+--shutdown-timeout, then cancel them. Rows not yet sent go back to pending with
+their attempt given back; cut-off calls count as an attempt (outcome_unknown on
+non_idempotent routes). SIGHUP reloads the config; a bad one is refused and the
+running one kept.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.ConfigPath == "" {
+				return usagef("--config is required")
+			}
+			if err := validateSchemaFlag(g.schema); err != nil {
+				return err
+			}
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			reload := make(chan struct{}, 1)
+			go func() {
+				for range hup {
+					select {
+					case reload <- struct{}{}:
+					default:
+					}
+				}
+			}()
+			opts.DatabaseURL, opts.Schema, opts.Logger, opts.Version, opts.Reload = g.databaseURL, g.schema, log, version, reload
+			return daemon.Run(ctx, opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.ConfigPath, "config", "", "config file (YAML)")
+	cmd.Flags().IntVar(&opts.Workers, "workers", 0, "worker slots (default: the config's workers, else 16)")
+	cmd.Flags().StringVar(&opts.MetricsAddr, "metrics-addr", ":9753", "address serving /metrics, /healthz and /readyz")
+	cmd.Flags().DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for calls under way")
+	addDBFlags(cmd, g)
+	addLogFlags(cmd, g)
+	return cmd
+}
+
+func validateSchemaFlag(schema string) error {
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return usageError{err}
+	}
+	return nil
+}

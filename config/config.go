@@ -1,0 +1,273 @@
+package config
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Defaults applied by Load to fields the file leaves unset.
+const (
+	DefaultWorkers         = 16
+	DefaultLease           = 30 * time.Second
+	DefaultUnroutedRecheck = 15 * time.Second
+	DefaultAdapterTimeout  = 10 * time.Second
+	DefaultBreakerFailures = 5
+	DefaultBreakerOpenFor  = 30 * time.Second
+	DefaultMaxAttempts     = 10
+	DefaultBackoffBase     = 1 * time.Second
+	DefaultBackoffCap      = 10 * time.Minute
+	DefaultMaxRetryAfter   = 1 * time.Hour
+	// LeaseMargin is how much the lease must exceed every adapter timeout.
+	LeaseMargin = 5 * time.Second
+)
+
+// Limits on values.
+const (
+	// MaxWorkers is the largest accepted workers value.
+	MaxWorkers = 4096
+	// KeyTTLMargin is how long before key_ttl runs out a key_idempotent row
+	// stops being sent; a key_ttl must exceed it.
+	KeyTTLMargin = time.Minute
+)
+
+// Idempotency classes of a route.
+const (
+	ClassNaturallyIdempotent = "naturally_idempotent"
+	ClassKeyIdempotent       = "key_idempotent"
+	ClassNonIdempotent       = "non_idempotent"
+)
+
+// Ordering modes of a route.
+const (
+	OrderingNone          = "none"
+	OrderingBusinessScope = "business_scope"
+)
+
+// Adapter types (the type field of an adapter).
+const (
+	TypeHTTP     = "http"
+	TypeStripe   = "stripe"
+	TypePostgres = "postgres"
+	TypeRiver    = "river"
+	TypeNATS     = "nats"
+	TypePlugin   = "plugin"
+)
+
+// Config is a loaded, expanded and validated configuration file.
+type Config struct {
+	// Path is the file the config was loaded from.
+	Path string `yaml:"-"`
+
+	// DatabaseURL is optional: the --database-url flag and DRAINER_DATABASE_URL win.
+	DatabaseURL     Secret        `yaml:"database_url"`
+	Workers         int           `yaml:"workers"`
+	Lease           time.Duration `yaml:"lease"`
+	UnroutedRecheck time.Duration `yaml:"unrouted_recheck"`
+	Alerts          Alerts        `yaml:"alerts"`
+	// Adapters by instance name.
+	Adapters map[string]*Adapter `yaml:"adapters"`
+	// Routes by tool_name.
+	Routes map[string]*Route `yaml:"routes"`
+
+	// Warnings are non-fatal findings (e.g. an unset ${env:X} in check mode),
+	// each rendered like an Error: FILE:LINE:COL: field.path: message.
+	Warnings []string `yaml:"-"`
+}
+
+// Alerts names adapters notified on events a human must act on.
+type Alerts struct {
+	// CompensationFailed is an adapter notified once per compensation_failed row.
+	CompensationFailed string `yaml:"compensation_failed"`
+}
+
+// Adapter is one adapter instance. Common fields apply to every type; the
+// type-specific fields are accepted only for their type (see adapterTypes in
+// adapter_types.go, the one table to extend when a type or field is added).
+type Adapter struct {
+	Name string `yaml:"-"`
+	// Type is one of AdapterTypes().
+	Type           string        `yaml:"type"`
+	Timeout        time.Duration `yaml:"timeout"`
+	Breaker        Breaker       `yaml:"breaker"`
+	RateLimit      *RateLimit    `yaml:"rate_limit"`
+	MaxConcurrency int           `yaml:"max_concurrency"`
+	// KeyTTL is the provider's idempotency window; 0 means the type default.
+	KeyTTL time.Duration `yaml:"key_ttl"`
+
+	// http: URL template ({tool_name} is the only variable) and headers.
+	URL     string            `yaml:"url"`
+	Headers map[string]Secret `yaml:"headers"`
+
+	// stripe: the API key, an optional API version pin (e.g. "2024-06-20"),
+	// and an optional API base URL (tests, proxies).
+	APIKey        Secret `yaml:"api_key"`
+	StripeVersion string `yaml:"stripe_version"`
+	BaseURL       string `yaml:"base_url"`
+
+	// postgres, river: connection string of the target database.
+	DSN Secret `yaml:"dsn"`
+	// postgres: the table rows are inserted into, "table" or "schema.table".
+	Table string `yaml:"table"`
+	// river: the queue (River's default when empty), the job kind, and the
+	// schema River's tables live in (the search path when empty).
+	Queue   string `yaml:"queue"`
+	JobKind string `yaml:"job_kind"`
+	Schema  string `yaml:"schema"`
+
+	// nats: server URLs, the subject published to, and the JetStream stream
+	// expected to capture it (checked at startup when set).
+	Servers []string `yaml:"servers"`
+	Subject string   `yaml:"subject"`
+	Stream  string   `yaml:"stream"`
+
+	// plugin: the executable (absolute path), its arguments, and the
+	// lower-case hex SHA-256 the executable must have, when set.
+	Command string   `yaml:"command"`
+	Args    []string `yaml:"args"`
+	SHA256  string   `yaml:"sha256"`
+
+	// File and Line locate the adapter's name in the config file, for errors
+	// found after loading (see Errorf).
+	File string `yaml:"-"`
+	Line int    `yaml:"-"`
+}
+
+// Errorf returns a config error located at the adapter's name, for problems
+// found after loading (e.g. while building the adapter). Its Field is
+// adapters.NAME; %w wraps as in fmt.Errorf.
+func (a *Adapter) Errorf(format string, args ...any) error {
+	return newLocatedError(a.File, a.Line, "adapters."+a.Name, format, args...)
+}
+
+// Breaker configures an adapter's circuit breaker.
+type Breaker struct {
+	// ConsecutiveFailures opens the breaker; 0 disables it.
+	ConsecutiveFailures *int          `yaml:"consecutive_failures"`
+	OpenFor             time.Duration `yaml:"open_for"`
+}
+
+// Disabled reports whether the breaker is turned off.
+func (b Breaker) Disabled() bool { return b.ConsecutiveFailures != nil && *b.ConsecutiveFailures == 0 }
+
+// Failures returns the consecutive-failure threshold (the default when unset).
+func (b Breaker) Failures() int {
+	if b.ConsecutiveFailures == nil {
+		return DefaultBreakerFailures
+	}
+	return *b.ConsecutiveFailures
+}
+
+// RateLimit is a token-bucket limit parsed from "N/s", "N/m" or "N/h".
+type RateLimit struct {
+	// PerSecond is the sustained rate.
+	PerSecond float64
+	// Burst is the bucket size (at least 1).
+	Burst int
+	// Text is the value as written, for messages.
+	Text string
+}
+
+// Route is the policy of one tool_name.
+type Route struct {
+	ToolName     string  `yaml:"-"`
+	Adapter      string  `yaml:"adapter"`
+	Class        string  `yaml:"class"`
+	MaxAttempts  int     `yaml:"max_attempts"`
+	Backoff      Backoff `yaml:"backoff"`
+	Compensation string  `yaml:"compensation"`
+	// Critical defaults to true.
+	Critical *bool  `yaml:"critical"`
+	Fallback string `yaml:"fallback"`
+	Ordering string `yaml:"ordering"`
+
+	// File and Line locate the route's tool_name in the config file.
+	File string `yaml:"-"`
+	Line int    `yaml:"-"`
+}
+
+// IsCritical reports the route's critical flag (default true).
+func (r *Route) IsCritical() bool { return r.Critical == nil || *r.Critical }
+
+// Errorf returns a config error located at the route's tool_name; its Field
+// is routes.TOOL_NAME.
+func (r *Route) Errorf(format string, args ...any) error {
+	return newLocatedError(r.File, r.Line, "routes."+r.ToolName, format, args...)
+}
+
+// Backoff configures Full Jitter rescheduling.
+type Backoff struct {
+	Base time.Duration `yaml:"base"`
+	Cap  time.Duration `yaml:"cap"`
+	// MaxRetryAfter caps a provider's Retry-After. An explicit 0 is kept
+	// (Retry-After is then ignored); only an unset value gets the default.
+	MaxRetryAfter time.Duration `yaml:"max_retry_after"`
+}
+
+// RouteFor returns the route of a tool_name.
+func (c *Config) RouteFor(tool string) (*Route, bool) {
+	r, ok := c.Routes[tool]
+	return r, ok
+}
+
+// AdapterNames returns the configured adapter names, sorted.
+func (c *Config) AdapterNames() []string {
+	return slices.Sorted(maps.Keys(c.Adapters))
+}
+
+// Summary describes the config in one line for a startup or reload log:
+// adapters with their types, the route count, workers and lease. It holds
+// no secret.
+func (c *Config) Summary() string {
+	parts := make([]string, 0, len(c.Adapters))
+	for _, name := range c.AdapterNames() {
+		parts = append(parts, name+" ("+c.Adapters[name].Type+")")
+	}
+	adapters := "none"
+	if len(parts) > 0 {
+		adapters = strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("adapters: %s; routes: %d; workers: %d; lease: %s",
+		adapters, len(c.Routes), c.Workers, formatDuration(c.Lease))
+}
+
+// applyDefaults fills the fields the file left unset. It runs after
+// validation, which rejects explicit zeros wherever a default exists, so a
+// zero here means unset; max_retry_after is the exception (0 is valid), so
+// its presence is looked up in src.
+func (c *Config) applyDefaults(src map[string]*source) {
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.UnroutedRecheck = cmp.Or(c.UnroutedRecheck, DefaultUnroutedRecheck)
+	if c.Adapters == nil {
+		c.Adapters = make(map[string]*Adapter)
+	}
+	if c.Routes == nil {
+		c.Routes = make(map[string]*Route)
+	}
+	for _, a := range c.Adapters {
+		a.Timeout = cmp.Or(a.Timeout, DefaultAdapterTimeout)
+		if a.Breaker.ConsecutiveFailures == nil {
+			n := DefaultBreakerFailures
+			a.Breaker.ConsecutiveFailures = &n
+		}
+		a.Breaker.OpenFor = cmp.Or(a.Breaker.OpenFor, DefaultBreakerOpenFor)
+	}
+	for name, r := range c.Routes {
+		r.Class = cmp.Or(r.Class, ClassKeyIdempotent)
+		r.Ordering = cmp.Or(r.Ordering, OrderingNone)
+		r.MaxAttempts = cmp.Or(r.MaxAttempts, DefaultMaxAttempts)
+		r.Backoff.Base = cmp.Or(r.Backoff.Base, DefaultBackoffBase)
+		r.Backoff.Cap = cmp.Or(r.Backoff.Cap, DefaultBackoffCap)
+		if src["routes."+name+".backoff.max_retry_after"] == nil {
+			r.Backoff.MaxRetryAfter = DefaultMaxRetryAfter
+		}
+		if r.Critical == nil {
+			critical := true
+			r.Critical = &critical
+		}
+	}
+}

@@ -1,0 +1,332 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// validator checks values and cross-field rules after decoding. Fields that
+// were not written are checked against their defaults where a rule involves
+// them; fields whose value was rejected while decoding (source.bad) are
+// skipped, so one mistake gives one error.
+type validator struct {
+	file        string
+	src         map[string]*source
+	cfg         *Config
+	errs, warns Errors
+}
+
+// at locates a field's value; for a field not written in the file, the key
+// of the nearest enclosing field that is.
+func (v *validator) at(path string) (line, col int) {
+	if s := v.src[path]; s != nil {
+		return s.line, s.col
+	}
+	return v.keyAt(parentPath(path))
+}
+
+// keyAt locates a field's key, or the nearest written enclosing key.
+func (v *validator) keyAt(path string) (line, col int) {
+	for ; path != ""; path = parentPath(path) {
+		if s := v.src[path]; s != nil {
+			return s.keyLine, s.keyCol
+		}
+	}
+	return 0, 0
+}
+
+func parentPath(path string) string {
+	i := strings.LastIndexByte(path, '.')
+	if i < 0 {
+		return ""
+	}
+	return path[:i]
+}
+
+// errorf reports a problem with a field's value.
+func (v *validator) errorf(path, format string, args ...any) {
+	line, col := v.at(path)
+	v.errs = append(v.errs, &Error{File: v.file, Line: line, Col: col, Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// keyErrorf reports a problem with a field's key (its name).
+func (v *validator) keyErrorf(path, format string, args ...any) {
+	line, col := v.keyAt(path)
+	v.errs = append(v.errs, &Error{File: v.file, Line: line, Col: col, Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// warnf records a warning located at a field's key.
+func (v *validator) warnf(path, format string, args ...any) {
+	line, col := v.keyAt(path)
+	v.warns = append(v.warns, &Error{File: v.file, Line: line, Col: col, Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// set reports whether a field was written in the file (null counts as not).
+func (v *validator) set(path string) bool { return v.src[path] != nil }
+
+// usable reports whether a field was written and its value can be checked.
+func (v *validator) usable(path string) bool {
+	s := v.src[path]
+	return s != nil && !s.bad
+}
+
+// quoted is the value as written, for messages.
+func (v *validator) quoted(path string) string { return v.src[path].quoted() }
+
+// show renders a duration for a message: as written when it came from a
+// reference (an expanded value never appears in a message), else formatted.
+func (v *validator) show(path string, d time.Duration) string {
+	if s := v.src[path]; s != nil && s.refs > 0 {
+		return s.quoted()
+	}
+	return formatDuration(d)
+}
+
+// require reports a missing required field; it returns whether the field
+// is usable.
+func (v *validator) require(path string) bool {
+	if !v.set(path) {
+		v.keyErrorf(path, "required field is missing")
+		return false
+	}
+	return v.usable(path)
+}
+
+// positive checks a duration that must be above zero.
+func (v *validator) positive(path string, d time.Duration) {
+	if v.usable(path) && d <= 0 {
+		v.errorf(path, "must be positive, got %s", v.quoted(path))
+	}
+}
+
+// effective returns a duration's value, its default when not written, and
+// whether it is known (false when the written value was rejected).
+func (v *validator) effective(path string, val, def time.Duration) (time.Duration, bool) {
+	if !v.set(path) {
+		return def, true
+	}
+	return val, v.usable(path)
+}
+
+// oneOf checks an enumerated string.
+func (v *validator) oneOf(path, val string, valid ...string) {
+	if v.usable(path) && !slices.Contains(valid, val) {
+		v.errorf(path, "must be one of %s, got %s", strings.Join(valid, ", "), v.quoted(path))
+	}
+}
+
+// validate runs every check.
+func (v *validator) validate() {
+	c := v.cfg
+	if v.usable("workers") && (c.Workers < 1 || c.Workers > MaxWorkers) {
+		v.errorf("workers", "must be between 1 and %d, got %s", MaxWorkers, v.quoted("workers"))
+	}
+	v.positive("lease", c.Lease)
+	v.positive("unrouted_recheck", c.UnroutedRecheck)
+	v.secrets("", reflect.ValueOf(c).Elem())
+
+	adapters := slices.Sorted(maps.Keys(c.Adapters))
+	for _, name := range adapters {
+		v.adapter(name, c.Adapters[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Routes)) {
+		v.route(name, c.Routes[name])
+	}
+	if p := "alerts.compensation_failed"; v.usable(p) && c.Adapters[c.Alerts.CompensationFailed] == nil {
+		v.errorf(p, "unknown adapter %s%s", v.quoted(p), unknownNameHint(c.Alerts.CompensationFailed, adapters, "adapter"))
+	}
+	v.unused(adapters)
+}
+
+// unused warns about a config that cannot route anything, and about
+// adapters nothing uses.
+func (v *validator) unused(adapters []string) {
+	c := v.cfg
+	if len(c.Routes) == 0 {
+		v.warnf("routes", "no routes are configured: every row stays unrouted until a config with routes is loaded")
+		return
+	}
+	used := map[string]bool{c.Alerts.CompensationFailed: true}
+	for _, r := range c.Routes {
+		used[r.Adapter], used[r.Fallback] = true, true
+	}
+	for _, name := range adapters {
+		if !used[name] {
+			v.warnf("adapters."+name, "adapter %s is not used by any route, fallback or alert", name)
+		}
+	}
+}
+
+// adapter checks one adapter: common fields, the type's own fields, and the
+// lease rule.
+func (v *validator) adapter(name string, a *Adapter) {
+	p := "adapters." + name
+	if !validAdapterName(name) {
+		v.keyErrorf(p, "adapter names are letters, digits, '_', '-' and '.', starting with a letter or digit")
+	}
+	if v.require(p + ".type") {
+		if k, ok := adapterKindOf(a.Type); ok {
+			k.validate(v, p, a)
+		} else {
+			v.errorf(p+".type", "unknown adapter type %s; valid types: %s", v.quoted(p+".type"), strings.Join(AdapterTypes(), ", "))
+		}
+	}
+	v.positive(p+".timeout", a.Timeout)
+	if f := p + ".breaker.consecutive_failures"; v.usable(f) && a.Breaker.Failures() < 0 {
+		v.errorf(f, "must be 0 (breaker disabled) or more, got %s", v.quoted(f))
+	}
+	v.positive(p+".breaker.open_for", a.Breaker.OpenFor)
+	if f := p + ".max_concurrency"; v.usable(f) && a.MaxConcurrency < 1 {
+		v.errorf(f, "must be at least 1 when set, got %s", v.quoted(f))
+	}
+	if f := p + ".key_ttl"; v.usable(f) && a.KeyTTL <= KeyTTLMargin {
+		v.errorf(f, "must exceed %s (a key_idempotent row stops being sent %s before its key expires), got %s",
+			formatDuration(KeyTTLMargin), formatDuration(KeyTTLMargin), v.quoted(f))
+	}
+	v.leaseCoversTimeout(name, a)
+}
+
+// leaseCoversTimeout checks that the lease outlives a call to the adapter,
+// so that no other replica reclaims a row while it is being sent. The error
+// is placed at the lease when it is written, else at the timeout.
+func (v *validator) leaseCoversTimeout(name string, a *Adapter) {
+	tp := "adapters." + name + ".timeout"
+	lease, ok1 := v.effective("lease", v.cfg.Lease, DefaultLease)
+	timeout, ok2 := v.effective(tp, a.Timeout, DefaultAdapterTimeout)
+	if !ok1 || !ok2 || lease <= 0 || timeout <= 0 || lease > timeout+LeaseMargin {
+		return
+	}
+	if v.set("lease") {
+		v.errorf("lease", "lease %s must exceed the timeout of adapter %s (%s) plus %s",
+			v.show("lease", lease), name, v.show(tp, timeout), formatDuration(LeaseMargin))
+		return
+	}
+	v.errorf(tp, "timeout %s plus %s must be less than the lease (%s by default); lower the timeout or set a longer lease",
+		v.show(tp, timeout), formatDuration(LeaseMargin), formatDuration(lease))
+}
+
+// validAdapterName accepts names fit for logs and metric labels.
+func validAdapterName(name string) bool {
+	if name == "" || !isAlnum(name[0]) {
+		return false
+	}
+	for i := range len(name) {
+		if c := name[i]; !isAlnum(c) && c != '_' && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// maxToolName is the longest tool_name enqueue accepts.
+const maxToolName = 1024
+
+// route checks one route and its references to adapters and routes.
+func (v *validator) route(name string, r *Route) {
+	p := "routes." + name
+	c := v.cfg
+	if name == "" || len(name) > maxToolName || !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		v.keyErrorf(p, "a tool_name is 1 to %d bytes of UTF-8 without NUL", maxToolName)
+	}
+	adapters := slices.Sorted(maps.Keys(c.Adapters))
+	if f := p + ".adapter"; v.require(f) && c.Adapters[r.Adapter] == nil {
+		v.errorf(f, "unknown adapter %s%s", v.quoted(f), unknownNameHint(r.Adapter, adapters, "adapter"))
+	}
+	v.oneOf(p+".class", r.Class, ClassNaturallyIdempotent, ClassKeyIdempotent, ClassNonIdempotent)
+	v.oneOf(p+".ordering", r.Ordering, OrderingNone, OrderingBusinessScope)
+	if f := p + ".max_attempts"; v.usable(f) && r.MaxAttempts < 1 {
+		v.errorf(f, "must be at least 1, got %s", v.quoted(f))
+	}
+	v.backoff(p+".backoff", r.Backoff)
+	if f := p + ".compensation"; v.usable(f) && c.Routes[r.Compensation] == nil {
+		v.errorf(f, "no route for tool %s%s",
+			v.quoted(f), unknownNameHint(r.Compensation, slices.Sorted(maps.Keys(c.Routes)), "route"))
+	}
+	v.fallback(p, r, adapters)
+}
+
+// backoff checks a route's retry schedule.
+func (v *validator) backoff(p string, b Backoff) {
+	v.positive(p+".base", b.Base)
+	v.positive(p+".cap", b.Cap)
+	if f := p + ".max_retry_after"; v.usable(f) && b.MaxRetryAfter < 0 {
+		v.errorf(f, "must not be negative, got %s", v.quoted(f))
+	}
+	base, ok1 := v.effective(p+".base", b.Base, DefaultBackoffBase)
+	capacity, ok2 := v.effective(p+".cap", b.Cap, DefaultBackoffCap)
+	if !ok1 || !ok2 || base <= 0 || capacity <= 0 || capacity >= base {
+		return
+	}
+	if v.set(p + ".cap") {
+		v.errorf(p+".cap", "cap %s must be at least base %s", v.show(p+".cap", capacity), v.show(p+".base", base))
+		return
+	}
+	v.errorf(p+".base", "base %s must not exceed cap (%s by default)", v.show(p+".base", base), formatDuration(capacity))
+}
+
+// fallback checks a route's fallback adapter: it must exist, differ from
+// the route's adapter, and is allowed only on non-critical routes whose
+// requests may be sent twice.
+func (v *validator) fallback(p string, r *Route, adapters []string) {
+	f := p + ".fallback"
+	if !v.usable(f) {
+		return
+	}
+	switch {
+	case v.cfg.Adapters[r.Fallback] == nil:
+		v.errorf(f, "unknown adapter %s%s", v.quoted(f), unknownNameHint(r.Fallback, adapters, "adapter"))
+	case r.Fallback == r.Adapter:
+		v.errorf(f, "must differ from the route's adapter")
+	}
+	if r.Class == ClassNonIdempotent {
+		v.errorf(f, "a fallback is not allowed on a non_idempotent route: the first adapter may have had the effect")
+	}
+	if critical := p + ".critical"; r.IsCritical() && (!v.set(critical) || v.usable(critical)) {
+		v.errorf(f, "a fallback needs critical: false (a critical route's failure aborts its run)")
+	}
+}
+
+var (
+	secretType    = reflect.TypeFor[Secret]()
+	secretMapType = reflect.TypeFor[map[string]Secret]()
+)
+
+// secrets enforces that secret values come from references, for every
+// Secret field of a struct (recursing into adapters): a connection string
+// may be inline without a password, a header only if its name is not
+// sensitive, anything else never.
+func (v *validator) secrets(path string, sv reflect.Value) {
+	t := sv.Type()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		f, p := sv.Field(i), join(path, name)
+		switch {
+		case name == "" || name == "-":
+		case f.Type() == secretType && v.set(p):
+			raw := v.src[p].raw
+			if dsnFields[name] && literalPassword(raw) || !dsnFields[name] && !hasReference(raw) {
+				v.errorf(p, errInlineSecret)
+			}
+		case f.Type() == secretMapType:
+			for _, key := range slices.Sorted(maps.Keys(f.Interface().(map[string]Secret))) {
+				kp := join(p, key)
+				if sensitiveHeader(key) && !reservedHeaders[strings.ToLower(key)] && v.set(kp) && !hasReference(v.src[kp].raw) {
+					v.errorf(kp, errInlineSecret)
+				}
+			}
+		case f.Type() == reflect.TypeFor[map[string]*Adapter]():
+			for _, key := range slices.Sorted(maps.Keys(v.cfg.Adapters)) {
+				v.secrets(join(p, key), reflect.ValueOf(v.cfg.Adapters[key]).Elem())
+			}
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/drainer-io/drainer/idemkey"
+)
+
+// Row kinds.
+const (
+	KindForward      = "forward"
+	KindCompensation = "compensation"
+)
+
+// Message is one delivery attempt of one outbox row.
+type Message struct {
+	// Key is the row's idempotency key. Adapters send it upstream as the
+	// idempotency key on every attempt; it never changes across retries.
+	Key   string
+	Tuple idemkey.Tuple
+	// Kind is KindForward or KindCompensation.
+	Kind string
+	// Payload is the row's JSON payload, sent as-is (or re-encoded by adapters
+	// whose provider wants another format). It never names where to send.
+	Payload json.RawMessage
+	// Attempt counts consumed attempts including this one (1 on the first).
+	Attempt int
+	// Seq is the row's enqueue sequence number.
+	Seq int64
+	// Traceparent is the W3C trace context recorded at enqueue, or empty.
+	Traceparent string
+}
+
+// Adapter makes one delivery attempt. Implementations must be safe for
+// concurrent use, must send m.Key upstream as the idempotency key on every
+// attempt, must honour ctx (its deadline is derived from the row's lease), and
+// must return errors that carry no secret, header value or payload.
+type Adapter interface {
+	Dispatch(ctx context.Context, m *Message) Result
+}
+
+// AdapterFunc adapts a function to the Adapter interface.
+type AdapterFunc func(ctx context.Context, m *Message) Result
+
+// Dispatch calls f(ctx, m).
+func (f AdapterFunc) Dispatch(ctx context.Context, m *Message) Result { return f(ctx, m) }
+
+// Outcome classifies one attempt.
+type Outcome uint8
+
+const (
+	// OutcomeUnknownZero is the zero value: an adapter that returns it has a
+	// bug; the engine treats it as Ambiguous.
+	OutcomeUnknownZero Outcome = iota
+	// Success: the provider confirmed the effect.
+	Success
+	// Replay: the provider answered from its idempotency cache: the effect
+	// happened on an earlier attempt. Still a success.
+	Replay
+	// Retry: the provider answered with a transient failure, or the request
+	// was never sent. Try again with the same key, not before RetryAfter.
+	Retry
+	// Terminal: the request can never succeed; never retry.
+	Terminal
+	// Ambiguous: no answer after the request may have reached the provider
+	// (timeout, connection reset). Retried with the same key on routes whose
+	// provider honours keys; parked as outcome_unknown on non_idempotent routes.
+	Ambiguous
+	// Auth: the provider refused the credentials (401, 403, 407). The adapter
+	// is broken, not the row: no attempt is consumed.
+	Auth
+)
+
+var outcomeNames = [...]string{"invalid", "success", "replay", "retry", "terminal", "ambiguous", "auth"}
+
+// String returns the outcome's metric label.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "invalid"
+}
+
+// Result is the classified answer of one attempt.
+type Result struct {
+	Outcome Outcome
+	// RetryAfter is a floor under the next delay (from Retry-After or a
+	// provider hint); 0 means none.
+	RetryAfter time.Duration
+	// NotSent is true when the adapter knows the request never left this
+	// process or was refused before the provider could act on it (for example
+	// a connection that could not be opened). Such a retry is safe even on
+	// non_idempotent routes. The zero value assumes it may have been sent.
+	NotSent bool
+	// Status is the provider's status code (HTTP status, or 0).
+	Status int
+	// Response is the provider's answer for the agent to read: a JSON body,
+	// or {"body": "<text, truncated>"}. Set on Success and Replay.
+	Response json.RawMessage
+	// Problem holds RFC 9457 problem details when the provider sent them.
+	Problem *Problem
+	// Reason is a short fixed-vocabulary cause, e.g. "http_503", "timeout".
+	Reason string
+	// Err is the redacted cause; nil on success.
+	Err error
+}
+
+// Succeeded reports whether the outcome confirms the effect.
+func (r Result) Succeeded() bool { return r.Outcome == Success || r.Outcome == Replay }
+
+// Problem is an RFC 9457 problem details object.
+type Problem struct {
+	Type     string `json:"type,omitempty"`
+	Title    string `json:"title,omitempty"`
+	Status   int    `json:"status,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+}
+
+// KeyTTLer is implemented by adapters whose provider's idempotency window is
+// read from the provider itself (a NATS stream's duplicate window, River's
+// completed-job retention). It is consulted when the config leaves key_ttl
+// unset.
+type KeyTTLer interface {
+	KeyTTL(ctx context.Context) (time.Duration, error)
+}

@@ -1,0 +1,109 @@
+// Package builtin is the one place that turns configured adapters into
+// dispatch adapters: run, demo, bench and the integration tests all wire
+// adapters through Build, so they behave the same.
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/webhook"
+)
+
+// Options carries what adapters need beyond their config.
+type Options struct {
+	Logger *slog.Logger
+	// Version goes into User-Agent headers.
+	Version string
+}
+
+// DefaultKeyTTL is the provider idempotency window assumed per adapter type
+// when the config leaves key_ttl unset (0: unlimited).
+var DefaultKeyTTL = map[string]time.Duration{
+	"http":     24 * time.Hour,
+	"stripe":   24 * time.Hour,
+	"postgres": 0,
+}
+
+// Build builds every configured adapter. Errors are joined, each naming the
+// adapter and its line in the config file.
+func Build(ctx context.Context, cfg *config.Config, opts Options) (*dispatch.Registry, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	names := make([]string, 0, len(cfg.Adapters))
+	for name := range cfg.Adapters {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var entries []*dispatch.Entry
+	var errs []error
+	for _, name := range names {
+		a := cfg.Adapters[name]
+		entry, err := build(ctx, name, a, opts, log.With("adapter", name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s:%d: adapters.%s: %w", cfg.Path, a.Line, name, err))
+			continue
+		}
+		entries = append(entries, entry)
+	}
+	if len(errs) > 0 {
+		for _, e := range entries {
+			closeAdapter(e.Adapter)
+		}
+		return nil, errors.Join(errs...)
+	}
+	return dispatch.NewRegistry(entries...)
+}
+
+func build(ctx context.Context, name string, a *config.Adapter, opts Options, log *slog.Logger) (*dispatch.Entry, error) {
+	timeout := a.Timeout
+	if timeout == 0 {
+		timeout = config.DefaultAdapterTimeout
+	}
+	entry := &dispatch.Entry{Name: name, Type: a.Type, Timeout: timeout, KeyTTL: a.KeyTTL}
+	switch a.Type {
+	case "http":
+		headers := make(map[string]string, len(a.Headers))
+		for k, v := range a.Headers {
+			headers[k] = v.Reveal()
+		}
+		ad, err := webhook.New(webhook.Config{
+			URL:       a.URL,
+			Headers:   headers,
+			Timeout:   timeout,
+			UserAgent: "drainer/" + opts.Version,
+		})
+		if err != nil {
+			return nil, err
+		}
+		entry.Adapter = ad
+	default:
+		return nil, fmt.Errorf("adapter type %q is not available in this build", a.Type)
+	}
+	if entry.KeyTTL == 0 {
+		entry.KeyTTL = DefaultKeyTTL[a.Type]
+		if t, ok := entry.Adapter.(dispatch.KeyTTLer); ok {
+			ttl, err := t.KeyTTL(ctx)
+			if err != nil {
+				closeAdapter(entry.Adapter)
+				return nil, fmt.Errorf("read key_ttl from the provider: %w", err)
+			}
+			entry.KeyTTL = ttl
+		}
+	}
+	log.Debug("adapter built", "type", a.Type, "timeout", timeout, "key_ttl", entry.KeyTTL)
+	return entry, nil
+}
+
+func closeAdapter(a dispatch.Adapter) {
+	r, _ := dispatch.NewRegistry(&dispatch.Entry{Name: "x", Adapter: a})
+	_ = r.Close(context.Background())
+}

@@ -1,0 +1,86 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+)
+
+// Entry is one configured adapter instance.
+type Entry struct {
+	Name    string
+	Type    string
+	Adapter Adapter
+	// Timeout bounds one attempt.
+	Timeout time.Duration
+	// KeyTTL is the provider's idempotency window; 0 means unlimited.
+	KeyTTL time.Duration
+}
+
+// Registry maps configured adapter names to adapters. It is immutable once
+// built and safe for concurrent use.
+type Registry struct {
+	entries map[string]*Entry
+}
+
+// NewRegistry builds a registry from entries; names must be unique.
+func NewRegistry(entries ...*Entry) (*Registry, error) {
+	r := &Registry{entries: make(map[string]*Entry, len(entries))}
+	for _, e := range entries {
+		if e.Adapter == nil {
+			return nil, fmt.Errorf("adapter %q: nil adapter", e.Name)
+		}
+		if _, dup := r.entries[e.Name]; dup {
+			return nil, fmt.Errorf("adapter %q registered twice", e.Name)
+		}
+		r.entries[e.Name] = e
+	}
+	return r, nil
+}
+
+// Get returns the entry named name.
+func (r *Registry) Get(name string) (*Entry, bool) {
+	if r == nil {
+		return nil, false
+	}
+	e, ok := r.entries[name]
+	return e, ok
+}
+
+// Names returns the adapter names in sorted order.
+func (r *Registry) Names() []string {
+	if r == nil {
+		return nil
+	}
+	names := make([]string, 0, len(r.entries))
+	for n := range r.entries {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Close closes every adapter that implements io.Closer or a
+// Close(context.Context) error method.
+func (r *Registry) Close(ctx context.Context) error {
+	if r == nil {
+		return nil
+	}
+	var errs []error
+	for _, n := range r.Names() {
+		switch c := r.entries[n].Adapter.(type) {
+		case interface{ Close(context.Context) error }:
+			if err := c.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("close adapter %q: %w", n, err))
+			}
+		case io.Closer:
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close adapter %q: %w", n, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

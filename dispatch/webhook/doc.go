@@ -1,0 +1,11 @@
+// Package webhook is the "http" adapter: it delivers each outbox row as a POST
+// of the row's payload to a configured URL, with the row's idempotency key in
+// the Idempotency-Key header, and classifies the answer as CONTRACT §5 says
+// (dispatch.ClassifyHTTP).
+//
+// The URL, method and headers come only from the configuration, never from
+// the payload; {tool_name} is the one template variable of the URL. Redirects
+// are never followed. Errors returned in Result.Err name the provider's answer
+// (status, problem details, a short excerpt of its body) but never a header
+// value, the URL's query or the payload.
+package webhook

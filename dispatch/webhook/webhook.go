@@ -1,0 +1,176 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+)
+
+// maxIdleConnsPerHost keeps a warm connection for each of up to 64 workers
+// with headroom; Go's default of 2 would redial on almost every request.
+const maxIdleConnsPerHost = 128
+
+// reasonInvalidRequest marks a request that could not be built; with a
+// validated URL template this does not happen.
+const reasonInvalidRequest = "invalid_request"
+
+// Adapter delivers rows by HTTP POST. It is safe for concurrent use.
+type Adapter struct {
+	cfg Config
+	// urlParts is cfg.URL split around {tool_name}.
+	urlParts []string
+	// header holds the configured headers and the User-Agent; each request
+	// gets a clone completed with the per-row headers.
+	header http.Header
+	client *http.Client
+}
+
+var _ dispatch.Adapter = (*Adapter)(nil)
+
+// New validates cfg (after WithDefaults) and builds an adapter with its own
+// connection pool. Errors are those of Config.Validate.
+func New(cfg Config) (*Adapter, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	header := http.Header{}
+	header.Set("User-Agent", cfg.UserAgent)
+	for name, value := range cfg.Headers {
+		header.Set(name, value)
+	}
+	transport := cfg.Transport
+	if transport == nil {
+		transport = newTransport(cfg.Timeout)
+	}
+	return &Adapter{
+		cfg:      cfg,
+		urlParts: strings.Split(cfg.URL, toolNameVar),
+		header:   header,
+		client: &http.Client{
+			Transport: transport,
+			// A redirect is a terminal answer (CONTRACT §5): following it would
+			// resend the payload and key to a place nobody configured.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+func newTransport(timeout time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:                  http.ProxyFromEnvironment,
+		DialContext:            (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           2 * maxIdleConnsPerHost,
+		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    min(timeout, 10*time.Second),
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+}
+
+// Close closes the adapter's idle connections. Dispatch may still be called
+// afterwards; it opens new ones.
+func (a *Adapter) Close() error {
+	a.client.CloseIdleConnections()
+	return nil
+}
+
+// Dispatch POSTs m.Payload to the configured URL and classifies the answer.
+// One attempt is bounded by Config.Timeout and by ctx.
+//
+// A 2xx whose body cannot be read to the end (connection lost, timeout,
+// cancellation) is Ambiguous, not Success: the effect happened but its answer
+// was lost; on a key-idempotent route the retry is answered as a replay with
+// the full response, and a non_idempotent route parks the row for a human.
+// Any other answer is classified by its status; its body is best effort.
+func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	var sent dispatch.SendTracker
+	req, err := a.newRequest(sent.Trace(ctx), m)
+	if err != nil {
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: reasonInvalidRequest, Err: err}
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return dispatch.ClassifyTransportError(ctx, err, sent.MaybeSent())
+	}
+	defer resp.Body.Close()
+	// Never more than limit+1 bytes: closing the rest drops the connection,
+	// which is cheaper than reading a huge answer.
+	body, _, readErr := dispatch.ReadBody(resp.Body, a.cfg.ResponseLimit)
+	return a.result(ctx, resp, body, readErr)
+}
+
+func (a *Adapter) newRequest(ctx context.Context, m *dispatch.Message) (*http.Request, error) {
+	target := strings.Join(a.urlParts, url.PathEscape(m.Tuple.ToolName))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(m.Payload))
+	if err != nil {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err // url.Error quotes the URL and its query
+		}
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	req.Header = a.header.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", m.Key)
+	req.Header.Set("X-Agent-Idempotency-Tuple", m.Tuple.Encoded())
+	if validTraceparent(m.Traceparent) {
+		req.Header.Set("Traceparent", m.Traceparent)
+	}
+	return req, nil
+}
+
+func (a *Adapter) result(ctx context.Context, resp *http.Response, body []byte, readErr error) dispatch.Result {
+	outcome, reason := dispatch.ClassifyHTTP(resp.StatusCode, resp.Header)
+	r := dispatch.Result{Outcome: outcome, Reason: reason, Status: resp.StatusCode}
+	contentType := resp.Header.Get("Content-Type")
+	switch outcome {
+	case dispatch.Success, dispatch.Replay:
+		if readErr != nil {
+			lost := dispatch.ClassifyTransportError(ctx, readErr, true)
+			lost.Status = resp.StatusCode
+			lost.Err = fmt.Errorf("http %d answer cut off: %w", resp.StatusCode, lost.Err)
+			return lost
+		}
+		r.Response = dispatch.ResponseJSON(contentType, body, a.cfg.ResponseLimit)
+		return r
+	case dispatch.Retry:
+		r.RetryAfter, _ = dispatch.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	r.Problem = dispatch.ParseProblem(contentType, body)
+	r.Err = dispatch.NewHTTPError(resp.StatusCode, body, r.Problem)
+	return r
+}
+
+// validTraceparent reports whether s is a W3C traceparent header
+// (version-traceid-parentid-flags in lower-case hex, later versions may append
+// fields). An invalid one is dropped rather than failing the request.
+func validTraceparent(s string) bool {
+	if len(s) < 55 || len(s) > 512 || (len(s) > 55 && s[55] != '-') || !validHeaderValue(s) {
+		return false
+	}
+	for i := range 55 {
+		c := s[i]
+		switch i {
+		case 2, 35, 52:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return s[:2] != "ff"
+}

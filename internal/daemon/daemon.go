@@ -1,0 +1,333 @@
+// Package daemon wires a drain engine for `drainer run` (and `drainer demo`):
+// config, adapters, database pool, metrics and health server, reload on
+// SIGHUP, and the ordered shutdown of CONTRACT §3.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch/builtin"
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options configure Run. Flags and environment have already been merged.
+type Options struct {
+	ConfigPath string
+	// Config, when set, is used instead of loading ConfigPath (demo).
+	Config *config.Config
+	// DatabaseURL wins over the config file's database_url.
+	DatabaseURL string
+	Schema      string
+	// Workers wins over the config file when > 0.
+	Workers         int
+	MetricsAddr     string
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+	Version         string
+	// Reload receives a value per SIGHUP.
+	Reload <-chan struct{}
+	// Started, when set, is called once the engine runs.
+	Started func(*drainer.Engine)
+	// Engine tunes the engine (zero: defaults).
+	Engine drainer.Config
+}
+
+// ConfigError is a configuration problem: the CLI exits 2.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Run runs the daemon until ctx is cancelled, then shuts down in order.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg := opts.Config
+	if cfg == nil {
+		var err error
+		if cfg, err = config.Load(opts.ConfigPath, config.LoadOptions{}); err != nil {
+			return &ConfigError{err}
+		}
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("config warning", "warning", w)
+	}
+	dbURL := opts.DatabaseURL
+	if dbURL == "" {
+		dbURL = cfg.DatabaseURL.Reveal()
+	}
+	if dbURL == "" {
+		return &ConfigError{errors.New("no database URL: set --database-url, DRAINER_DATABASE_URL or database_url in the config file")}
+	}
+	schema := opts.Schema
+	if schema == "" {
+		schema = migrations.DefaultSchema
+	}
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return &ConfigError{err}
+	}
+	workers := cfg.Workers
+	if opts.Workers > 0 {
+		workers = opts.Workers
+	}
+	if workers == 0 {
+		workers = config.DefaultWorkers
+	}
+	lease := cfg.Lease
+	if lease == 0 {
+		lease = config.DefaultLease
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := drainer.NewMetrics(reg, opts.Version)
+
+	registry, err := builtin.Build(ctx, cfg, builtin.Options{Logger: log, Version: opts.Version})
+	if err != nil {
+		return &ConfigError{err}
+	}
+	routing := drainer.NewRouting(cfg, registry)
+
+	// Health and metrics first, so /readyz answers "not ready" while the
+	// database is unreachable.
+	var ready atomic.Bool
+	var pool atomic.Pointer[pgxpool.Pool]
+	srv, err := serveHTTP(opts.MetricsAddr, reg, &ready, &pool, log)
+	if err != nil {
+		_ = registry.Close(context.Background())
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	p, err := connect(ctx, dbURL, workers, log)
+	if err != nil {
+		_ = registry.Close(context.Background())
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer p.Close()
+	pool.Store(p)
+
+	if err := waitForSchema(ctx, p, schema, log); err != nil {
+		_ = registry.Close(context.Background())
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	engCfg := opts.Engine
+	engCfg.Schema, engCfg.Workers, engCfg.Lease, engCfg.Logger, engCfg.Metrics = schema, workers, lease, log, metrics
+	eng, err := drainer.New(p, routing, engCfg)
+	if err != nil {
+		_ = registry.Close(context.Background())
+		return err
+	}
+	if err := eng.Start(ctx); err != nil {
+		_ = registry.Close(context.Background())
+		return err
+	}
+	ready.Store(true)
+	log.Info("drainer started", "version", opts.Version, "schema", schema, "workers", workers,
+		"lease", lease, "adapters", adapterSummary(cfg), "routes", len(cfg.Routes), "metrics_addr", srv.Addr)
+	if opts.Started != nil {
+		opts.Started(eng)
+	}
+
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-opts.Reload:
+			reload(ctx, eng, opts, log)
+		}
+	}
+
+	ready.Store(false)
+	grace := opts.ShutdownTimeout
+	if grace <= 0 {
+		grace = 30 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return eng.Stop(sctx)
+}
+
+// reload loads the config again; a bad one is refused and the old one kept.
+func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Logger) {
+	if opts.ConfigPath == "" {
+		log.Warn("reload ignored: no config file")
+		return
+	}
+	cfg, err := config.Load(opts.ConfigPath, config.LoadOptions{})
+	if err != nil {
+		log.Error("config reload refused; keeping the running config", "err", err)
+		return
+	}
+	lease := cmpOr(cfg.Lease, config.DefaultLease)
+	if lease != eng.Config().Lease {
+		log.Warn("lease changes take effect on restart", "running", eng.Config().Lease, "file", lease)
+	}
+	registry, err := builtin.Build(ctx, cfg, builtin.Options{Logger: log, Version: opts.Version})
+	if err != nil {
+		log.Error("config reload refused; keeping the running config", "err", err)
+		return
+	}
+	eng.Reload(drainer.NewRouting(cfg, registry))
+	log.Info("config reloaded", "adapters", adapterSummary(cfg), "routes", len(cfg.Routes))
+}
+
+// connect opens the pool, retrying with backoff while the database is
+// unreachable, until ctx is cancelled.
+func connect(ctx context.Context, url string, workers int, log *slog.Logger) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("database URL: %s", redactDSNError(err))}
+	}
+	pc.MaxConns = int32(min(workers/4+8, 64))
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = "drainer"
+	}
+	delay := 500 * time.Millisecond
+	for {
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = pool.Ping(pctx)
+			cancel()
+			if err == nil {
+				return pool, nil
+			}
+			pool.Close()
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		log.Error("database unreachable; retrying", "host", pc.ConnConfig.Host, "port", pc.ConnConfig.Port,
+			"database", pc.ConnConfig.Database, "err", redactDSNError(err), "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+// waitForSchema waits until the schema is migrated; a schema that needs a
+// newer daemon is refused at once.
+func waitForSchema(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
+	delay := time.Second
+	for {
+		_, err := migrations.Check(ctx, pool, schema)
+		if err == nil {
+			return nil
+		}
+		if strings.Contains(err.Error(), "upgrade drainer") {
+			return err
+		}
+		log.Error("schema not ready; waiting", "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, pool *atomic.Pointer[pgxpool.Pool], log *slog.Logger) (*http.Server, error) {
+	if addr == "" {
+		addr = ":9753"
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready: starting or stopping", http.StatusServiceUnavailable)
+			return
+		}
+		p := pool.Load()
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := p.Ping(ctx); err != nil {
+			http.Error(w, "not ready: database unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, Addr: ln.Addr().String(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return srv, nil
+}
+
+func adapterSummary(cfg *config.Config) string {
+	parts := make([]string, 0, len(cfg.Adapters))
+	for name, a := range cfg.Adapters {
+		parts = append(parts, name+"("+a.Type+")")
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// redactDSNError keeps a connection error but drops anything that looks like
+// a password from it.
+func redactDSNError(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "password="); i >= 0 {
+		msg = msg[:i] + "password=<redacted>"
+	}
+	return msg
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

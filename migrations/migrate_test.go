@@ -1,0 +1,130 @@
+package migrations_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// TestConcurrentMigrate runs migrate from several connections at once, as N
+// replicas starting together do, then again: every run succeeds and the
+// schema ends at the latest version exactly once.
+func TestConcurrentMigrate(t *testing.T) {
+	url := dbtest.NewDatabase(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := pgx.Connect(context.Background(), url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close(context.Background())
+			_, err = migrations.Migrate(context.Background(), conn, "drainer", nil)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent migrate: %v", err)
+		}
+	}
+	conn := connect(t, url)
+	n, err := migrations.Migrate(context.Background(), conn, "drainer", nil)
+	if err != nil || n != 0 {
+		t.Fatalf("second migrate applied %d (err %v), want 0", n, err)
+	}
+	v, err := migrations.Check(context.Background(), conn, "drainer")
+	if err != nil || v != migrations.Latest() {
+		t.Fatalf("check: version %d err %v, want %d", v, err, migrations.Latest())
+	}
+}
+
+func TestCheckUnmigratedAndTooNew(t *testing.T) {
+	url := dbtest.NewDatabase(t)
+	conn := connect(t, url)
+	ctx := context.Background()
+	_, err := migrations.Check(ctx, conn, "drainer")
+	if err == nil || !strings.Contains(err.Error(), "drainer migrate") {
+		t.Fatalf("unmigrated schema: %v", err)
+	}
+	if _, err := migrations.Migrate(ctx, conn, "other_schema", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE other_schema.schema_meta SET value = '999' WHERE name = 'min_daemon_schema_version'"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = migrations.Check(ctx, conn, "other_schema")
+	if err == nil || !strings.Contains(err.Error(), "upgrade drainer") || !strings.Contains(err.Error(), "999") {
+		t.Fatalf("schema needing a newer daemon: %v", err)
+	}
+	if err := migrations.ValidateSchema("Bad-Name"); err == nil {
+		t.Fatal("invalid schema name accepted")
+	}
+}
+
+// TestSQLKeyVectors checks the SQL key function against every shared vector.
+func TestSQLKeyVectors(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "idemkey", "testdata", "key-vectors.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Vectors []struct {
+			AgentRunID    string `json:"agent_run_id"`
+			StepID        string `json:"step_id"`
+			ToolName      string `json:"tool_name"`
+			BusinessScope string `json:"business_scope"`
+			Canonical     string `json:"canonical"`
+			Key           string `json:"key"`
+		}
+	}
+	if err := json.Unmarshal(raw, &f); err != nil || len(f.Vectors) == 0 {
+		t.Fatalf("vectors: %v", err)
+	}
+	url := dbtest.NewDatabase(t)
+	conn := connect(t, url)
+	ctx := context.Background()
+	if _, err := migrations.Migrate(ctx, conn, "drainer", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range f.Vectors {
+		var canonical, key string
+		err := conn.QueryRow(ctx, "SELECT drainer.canonical_tuple($1,$2,$3,$4), drainer.idempotency_key($1,$2,$3,$4)",
+			v.AgentRunID, v.StepID, v.ToolName, v.BusinessScope).Scan(&canonical, &key)
+		if err != nil {
+			t.Fatalf("vector %q: %v", v.AgentRunID, err)
+		}
+		if canonical != v.Canonical {
+			t.Errorf("SQL canonical(%q):\n got %s\nwant %s", v.AgentRunID, canonical, v.Canonical)
+		}
+		if key != v.Key {
+			t.Errorf("SQL key(%q) = %s, want %s", v.AgentRunID, key, v.Key)
+		}
+	}
+}
