@@ -125,6 +125,9 @@ func (d *decoder) decodeFile(data []byte, cfg *Config) {
 		d.anchors = append(d.anchors, anchor{name: a.Name.GetToken().Value, offset: a.Start.Position.Offset, value: a.Value})
 	}
 	root := d.resolve(body, "")
+	if _, ok := root.(*ast.NullNode); ok {
+		return // "~" or "null": as empty
+	}
 	m, ok := root.(*ast.MappingNode)
 	if !ok {
 		d.failed = true
@@ -270,7 +273,7 @@ func (d *decoder) mergeEntries(value ast.Node, field string, depth int) []entry 
 		}
 		if depth >= 8 || d.budget < len(m.Values) {
 			line, col := position(s)
-			d.errorAt(line, col, field, "merge keys nest too deep")
+			d.errorAt(line, col, field, "merge keys nest too deep (does a mapping merge itself?)")
 			d.failed = true
 			return nil
 		}

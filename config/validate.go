@@ -87,6 +87,16 @@ func (v *validator) show(path string, d time.Duration) string {
 	return formatDuration(d)
 }
 
+// hint completes an "unknown name" message. A name that came from a
+// reference gets no "did you mean": the suggestion would reveal what the
+// expanded value resembles.
+func (v *validator) hint(path, name string, known []string, what string) string {
+	if v.src[path].refs > 0 {
+		name = ""
+	}
+	return unknownNameHint(name, known, what)
+}
+
 // require reports a missing required field; it returns whether the field
 // is usable.
 func (v *validator) require(path string) bool {
@@ -138,7 +148,7 @@ func (v *validator) validate() {
 		v.route(name, c.Routes[name])
 	}
 	if p := "alerts.compensation_failed"; v.usable(p) && c.Adapters[c.Alerts.CompensationFailed] == nil {
-		v.errorf(p, "unknown adapter %s%s", v.quoted(p), unknownNameHint(c.Alerts.CompensationFailed, adapters, "adapter"))
+		v.errorf(p, "unknown adapter %s%s", v.quoted(p), v.hint(p, c.Alerts.CompensationFailed, adapters, "adapter"))
 	}
 	v.unused(adapters)
 }
@@ -239,7 +249,7 @@ func (v *validator) route(name string, r *Route) {
 	}
 	adapters := slices.Sorted(maps.Keys(c.Adapters))
 	if f := p + ".adapter"; v.require(f) && c.Adapters[r.Adapter] == nil {
-		v.errorf(f, "unknown adapter %s%s", v.quoted(f), unknownNameHint(r.Adapter, adapters, "adapter"))
+		v.errorf(f, "unknown adapter %s%s", v.quoted(f), v.hint(f, r.Adapter, adapters, "adapter"))
 	}
 	v.oneOf(p+".class", r.Class, ClassNaturallyIdempotent, ClassKeyIdempotent, ClassNonIdempotent)
 	v.oneOf(p+".ordering", r.Ordering, OrderingNone, OrderingBusinessScope)
@@ -249,7 +259,7 @@ func (v *validator) route(name string, r *Route) {
 	v.backoff(p+".backoff", r.Backoff)
 	if f := p + ".compensation"; v.usable(f) && c.Routes[r.Compensation] == nil {
 		v.errorf(f, "no route for tool %s%s",
-			v.quoted(f), unknownNameHint(r.Compensation, slices.Sorted(maps.Keys(c.Routes)), "route"))
+			v.quoted(f), v.hint(f, r.Compensation, slices.Sorted(maps.Keys(c.Routes)), "route"))
 	}
 	v.fallback(p, r, adapters)
 }
@@ -283,7 +293,7 @@ func (v *validator) fallback(p string, r *Route, adapters []string) {
 	}
 	switch {
 	case v.cfg.Adapters[r.Fallback] == nil:
-		v.errorf(f, "unknown adapter %s%s", v.quoted(f), unknownNameHint(r.Fallback, adapters, "adapter"))
+		v.errorf(f, "unknown adapter %s%s", v.quoted(f), v.hint(f, r.Fallback, adapters, "adapter"))
 	case r.Fallback == r.Adapter:
 		v.errorf(f, "must differ from the route's adapter")
 	}

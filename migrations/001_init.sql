@@ -45,7 +45,7 @@ CREATE TABLE {{.schema}}.outbox (
 
 -- The claim scans this partial index in next_attempt_at order: it holds only
 -- pending rows, so it stays small however large the table grows.
-CREATE INDEX outbox_due_idx ON {{.schema}}.outbox (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX outbox_due_idx ON {{.schema}}.outbox (next_attempt_at, seq) WHERE status = 'pending';
 -- Expired-lease reclaim.
 CREATE INDEX outbox_lease_idx ON {{.schema}}.outbox (lease_expires_at) WHERE status = 'in_flight';
 -- Saga and run queries.

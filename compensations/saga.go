@@ -1,0 +1,127 @@
+package compensations
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Saga states (runs.saga_state).
+const (
+	StateWaiting      = "waiting"      // attempted forward rows are still running
+	StateCompensating = "compensating" // a compensation row is under way
+	StateHalted       = "halted"       // a compensation ended compensation_failed: a human must act
+	StateDone         = "done"         // nothing left to compensate
+)
+
+// AlertTool is the tool_name of the alert row queued for each
+// compensation_failed row; AlertRun is the run those rows belong to.
+const (
+	AlertTool = "drainer.compensation_failed"
+	AlertRun  = "drainer:alerts"
+)
+
+// Map says which tool compensates which: Comps[i] undoes Tools[i].
+type Map struct {
+	Tools []string
+	Comps []string
+}
+
+// NewMap builds a Map from tool → compensation tool.
+func NewMap(comp map[string]string) Map {
+	tools := make([]string, 0, len(comp))
+	for t, c := range comp {
+		if c != "" {
+			tools = append(tools, t)
+		}
+	}
+	sort.Strings(tools)
+	m := Map{Tools: tools, Comps: make([]string, len(tools))}
+	for i, t := range tools {
+		m.Comps[i] = comp[t]
+	}
+	return m
+}
+
+// DB is what the package needs of a pool, connection or transaction.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Advance moves one run's saga forward by at most one compensation and
+// returns its state ("none" when the run is not aborted, "busy" when another
+// replica is advancing it).
+func Advance(ctx context.Context, db DB, schema, run string, m Map) (string, error) {
+	var state string
+	err := db.QueryRow(ctx, fmt.Sprintf("SELECT %s.advance_saga($1, $2, $3)", schema), run, nonNil(m.Tools), nonNil(m.Comps)).Scan(&state)
+	if err != nil {
+		return "", fmt.Errorf("advance saga of run %q: %w", run, err)
+	}
+	return state, nil
+}
+
+// Sweep advances up to limit open sagas, least recently touched first, and
+// returns how many it looked at. Runs another replica is advancing are skipped.
+func Sweep(ctx context.Context, db DB, schema string, m Map, limit int) (int, error) {
+	rows, err := db.Query(ctx, fmt.Sprintf(`
+	    SELECT r.agent_run_id, %[1]s.advance_saga(r.agent_run_id, $1, $2)
+	      FROM (SELECT agent_run_id FROM %[1]s.runs WHERE saga_state <> 'done'
+	             ORDER BY saga_updated_at LIMIT $3) r`, schema),
+		nonNil(m.Tools), nonNil(m.Comps), limit)
+	if err != nil {
+		return 0, fmt.Errorf("saga sweep: %w", err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("saga sweep: %w", err)
+	}
+	return n, nil
+}
+
+// QueueAlerts queues one alert row per compensation_failed row that has none
+// yet (keyed by the compensation row's key, so each is alerted exactly once),
+// and returns how many it queued.
+func QueueAlerts(ctx context.Context, db DB, schema string) (int, error) {
+	rows, err := db.Query(ctx, fmt.Sprintf(`
+	    WITH failed AS (
+	        SELECT c.key, c.agent_run_id, c.step_id, c.tool_name, c.forward_key, c.attempts, c.last_error,
+	               %[1]s.idempotency_key($1, c.key, $2, c.agent_run_id) AS alert_key
+	          FROM %[1]s.outbox c
+	         WHERE c.status = 'compensation_failed' AND c.kind = 'compensation'
+	    ), payloads AS (
+	        SELECT f.*, jsonb_build_object(
+	                   'event', 'compensation_failed',
+	                   'key', f.key, 'agent_run_id', f.agent_run_id, 'step_id', f.step_id,
+	                   'tool_name', f.tool_name, 'forward_key', f.forward_key,
+	                   'attempts', f.attempts, 'last_error', f.last_error) AS payload
+	          FROM failed f
+	         WHERE NOT EXISTS (SELECT 1 FROM %[1]s.outbox a WHERE a.key = f.alert_key)
+	           AND NOT EXISTS (SELECT 1 FROM %[1]s.tombstones t WHERE t.key = f.alert_key)
+	    )
+	    INSERT INTO %[1]s.outbox (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
+	    SELECT p.alert_key, $1, p.key, $2, p.agent_run_id, 'forward', p.payload, %[1]s.payload_hash(p.payload)
+	      FROM payloads p
+	    ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
+	    RETURNING key`, schema), AlertRun, AlertTool)
+	if err != nil {
+		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
+	}
+	return len(keys), nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
