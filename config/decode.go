@@ -58,12 +58,6 @@ type decoder struct {
 	budget  int
 }
 
-type anchor struct {
-	name   string
-	offset int
-	value  ast.Node
-}
-
 func newDecoder(file string, opts LoadOptions) *decoder {
 	return &decoder{
 		file:   file,
@@ -117,13 +111,7 @@ func (d *decoder) decodeFile(data []byte, cfg *Config) {
 	if body == nil {
 		return // empty, or only comments: every setting keeps its default
 	}
-	for _, n := range ast.Filter(ast.AnchorType, body) {
-		a := n.(*ast.AnchorNode)
-		if a.Name == nil || a.Start == nil || a.Start.Position == nil {
-			continue
-		}
-		d.anchors = append(d.anchors, anchor{name: a.Name.GetToken().Value, offset: a.Start.Position.Offset, value: a.Value})
-	}
+	d.collectAnchors(body)
 	root := d.resolve(body, "")
 	if _, ok := root.(*ast.NullNode); ok {
 		return // "~" or "null": as empty
@@ -157,132 +145,6 @@ func parseYAML(data []byte) (f *ast.File, err error) {
 	return parser.ParseBytes(data, 0)
 }
 
-// resolve follows anchors, aliases and standard (!!) tags to the node that
-// holds the value. It returns nil after reporting an error.
-func (d *decoder) resolve(n ast.Node, field string) ast.Node {
-	for range 32 {
-		switch v := n.(type) {
-		case *ast.AnchorNode:
-			n = v.Value
-		case *ast.AliasNode:
-			target := d.anchorFor(v)
-			if target == nil {
-				line, col := position(v)
-				d.errorAt(line, col, field, "unknown alias %s", v.String())
-				return nil
-			}
-			n = target
-		case *ast.TagNode:
-			if v.Start == nil || !strings.HasPrefix(v.Start.Value, "!!") {
-				line, col := position(v)
-				d.errorAt(line, col, field, "unsupported YAML tag %s", v.Start.Value)
-				return nil
-			}
-			n = v.Value
-		default:
-			return n
-		}
-	}
-	line, col := position(n)
-	d.errorAt(line, col, field, "aliases nest too deep")
-	return nil
-}
-
-// anchorFor finds the anchor an alias refers to: the last one of that name
-// defined before the alias.
-func (d *decoder) anchorFor(a *ast.AliasNode) ast.Node {
-	if a.Value == nil || a.Start == nil || a.Start.Position == nil {
-		return nil
-	}
-	name, at := a.Value.GetToken().Value, a.Start.Position.Offset
-	var found ast.Node
-	for _, an := range d.anchors {
-		if an.name == name && an.offset < at {
-			found = an.value
-		}
-	}
-	return found
-}
-
-// entry is one key/value pair of a mapping, after merge keys are applied.
-type entry struct {
-	key     string
-	keyNode ast.Node
-	value   ast.Node
-}
-
-// entries lists a mapping's pairs. Merge keys (<<: *anchor) contribute the
-// pairs of the merged mappings; a key written in the mapping itself wins,
-// then earlier merged mappings win over later ones.
-func (d *decoder) entries(m *ast.MappingNode, field string, depth int) []entry {
-	var own, merged []entry
-	for _, mv := range m.Values {
-		if mv == nil {
-			continue
-		}
-		if _, ok := mv.Key.(*ast.MergeKeyNode); ok {
-			merged = append(merged, d.mergeEntries(mv.Value, field, depth)...)
-			continue
-		}
-		var key ast.Node = mv.Key
-		if k, ok := key.(*ast.MappingKeyNode); ok {
-			key = k.Value
-		}
-		key = d.resolve(key, field)
-		if key == nil {
-			continue
-		}
-		text, _, ok := scalarText(key)
-		if !ok {
-			line, col := position(key)
-			d.errorAt(line, col, field, "keys must be strings, got %s", kindOf(key))
-			continue
-		}
-		own = append(own, entry{key: text, keyNode: key, value: mv.Value})
-	}
-	seen := make(map[string]bool, len(own))
-	for _, e := range own {
-		seen[e.key] = true
-	}
-	for _, e := range merged {
-		if !seen[e.key] {
-			seen[e.key] = true
-			own = append(own, e)
-		}
-	}
-	return own
-}
-
-// mergeEntries returns the pairs a merge key's value contributes.
-func (d *decoder) mergeEntries(value ast.Node, field string, depth int) []entry {
-	n := d.resolve(value, field)
-	if n == nil {
-		return nil
-	}
-	sources := []ast.Node{n}
-	if seq, ok := n.(*ast.SequenceNode); ok {
-		sources = seq.Values
-	}
-	var out []entry
-	for _, s := range sources {
-		m, ok := d.resolve(s, field).(*ast.MappingNode)
-		if !ok {
-			line, col := position(s)
-			d.errorAt(line, col, field, "<< must merge a mapping or a list of mappings")
-			continue
-		}
-		if depth >= 8 || d.budget < len(m.Values) {
-			line, col := position(s)
-			d.errorAt(line, col, field, "merge keys nest too deep (does a mapping merge itself?)")
-			d.failed = true
-			return nil
-		}
-		d.budget -= len(m.Values)
-		out = append(out, d.entries(m, field, depth+1)...)
-	}
-	return out
-}
-
 // join appends a key to a field path.
 func join(path, key string) string {
 	if path == "" {
@@ -291,7 +153,7 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-var adapterType = reflect.TypeFor[Adapter]()
+var adapterStruct = reflect.TypeFor[Adapter]()
 
 // structure decodes a mapping into a struct, field by field through the
 // yaml tags, reporting unknown keys.
@@ -302,7 +164,7 @@ func (d *decoder) structure(m *ast.MappingNode, path string, v reflect.Value) {
 	// An adapter's type decides which type-specific fields it accepts, so
 	// it is decoded first.
 	var rule func(name string) string
-	if v.Type() == adapterType {
+	if v.Type() == adapterStruct {
 		for _, e := range ents {
 			if e.key == "type" {
 				d.field(e, join(path, e.key), v.FieldByName("Type"))
@@ -314,13 +176,13 @@ func (d *decoder) structure(m *ast.MappingNode, path string, v reflect.Value) {
 	}
 	for _, e := range ents {
 		p := join(path, e.key)
-		if v.Type() == adapterType && e.key == "type" {
+		if v.Type() == adapterStruct && e.key == "type" {
 			continue
 		}
 		i, ok := fields[e.key]
 		if !ok {
 			line, col := position(e.keyNode)
-			d.errorAt(line, col, p, "%s", unknownFieldMessage(e.key, d.validNames(fields, rule)))
+			d.errorAt(line, col, p, "%s", unknownFieldMessage(e.key, validNames(fields, rule)))
 			continue
 		}
 		if rule != nil {
@@ -335,7 +197,7 @@ func (d *decoder) structure(m *ast.MappingNode, path string, v reflect.Value) {
 }
 
 // validNames lists the keys a struct accepts under rule.
-func (d *decoder) validNames(fields map[string]int, rule func(string) string) []string {
+func validNames(fields map[string]int, rule func(string) string) []string {
 	var names []string
 	for name := range fields {
 		if rule == nil || rule(name) == "" {
@@ -373,6 +235,10 @@ func (d *decoder) field(e entry, path string, fv reflect.Value) {
 	s.keyLine, s.keyCol = position(e.keyNode)
 	s.line, s.col = position(e.value)
 	d.src[path] = s
+	if e.value == nil {
+		delete(d.src, path)
+		return
+	}
 	n := d.resolve(e.value, path)
 	if n == nil {
 		s.bad = true
@@ -519,7 +385,12 @@ func (d *decoder) list(n ast.Node, path string, fv reflect.Value, s *source) {
 		elem := reflect.New(fv.Type().Elem()).Elem()
 		p := fmt.Sprintf("%s[%d]", path, i)
 		d.field(entry{key: strconv.Itoa(i), keyNode: item, value: item}, p, elem)
-		if es := d.src[p]; es != nil && es.bad {
+		switch es := d.src[p]; {
+		case es == nil: // null
+			line, col := position(item)
+			d.errorAt(line, col, p, "must be a string, got null")
+			s.bad = true
+		case es.bad:
 			s.bad = true
 		}
 		out = reflect.Append(out, elem)

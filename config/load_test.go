@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -159,7 +160,7 @@ func TestLoadExample(t *testing.T) {
 
 	refund, _ := cfg.RouteFor("refund_card")
 	want := Route{ToolName: "refund_card", Adapter: "payments", Class: ClassKeyIdempotent, MaxAttempts: DefaultMaxAttempts,
-		Backoff: Backoff{Base: DefaultBackoffBase, Cap: DefaultBackoffCap, MaxRetryAfter: DefaultMaxRetryAfter},
+		Backoff:  Backoff{Base: DefaultBackoffBase, Cap: DefaultBackoffCap, MaxRetryAfter: DefaultMaxRetryAfter},
 		Ordering: OrderingNone, File: "testdata/example.yaml", Line: 41}
 	if !refund.IsCritical() || refund.Critical == nil {
 		t.Errorf("refund_card should be critical, explicitly")
@@ -390,5 +391,23 @@ routes:
 	}
 	if got, want := cfg.Summary(), "adapters: p (http); routes: 1; workers: 8; lease: 2m"; got != want {
 		t.Errorf("Summary = %q, want %q", got, want)
+	}
+}
+
+func TestAliasExpansionIsBounded(t *testing.T) {
+	// Each level merges the previous one ten times: 10^8 keys unbounded.
+	var b strings.Builder
+	b.WriteString("adapters:\n  l0: &l0 {k0: 1, k1: 1, k2: 1, k3: 1, k4: 1, k5: 1, k6: 1, k7: 1, k8: 1, k9: 1}\n")
+	for i := 1; i <= 8; i++ {
+		prev := fmt.Sprintf("*l%d", i-1)
+		b.WriteString(fmt.Sprintf("  l%d: &l%d {<<: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(prev+", ", 10), ", ")))
+	}
+	start := time.Now()
+	_, err := parse(t, b.String(), false)
+	if err == nil || !strings.Contains(err.Error(), "through aliases") {
+		t.Errorf("err = %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
 	}
 }

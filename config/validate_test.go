@@ -501,6 +501,19 @@ routes:
 			},
 		},
 		{
+			name: "null in a list",
+			yaml: `
+adapters:
+  n:
+    type: nats
+    servers: [nats://a:4222, ~]
+    subject: s
+routes:
+  t: {adapter: n}
+`,
+			want: []string{`c.yaml:4:30: adapters.n.servers[1]: must be a string, got null`},
+		},
+		{
 			name: "YAML syntax error",
 			yaml: `
 workers: 16

@@ -2,6 +2,7 @@ package config
 
 import (
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -20,11 +21,14 @@ func parseDuration(text string) (time.Duration, string) {
 		return v, ""
 	case isNumber(t):
 		return 0, `must be a duration with a unit, like "10s", got %s`
-	case strings.HasSuffix(t, "d") || strings.HasSuffix(t, "w") || strings.HasSuffix(t, "y"):
+	case dayUnit.MatchString(t):
 		return 0, `invalid duration %s: units are ns, us, ms, s, m and h (write days as hours, e.g. "24h")`
 	}
 	return 0, `invalid duration %s: write a duration like "30s", "10m" or "1h30m"`
 }
+
+// dayUnit spots a day, week or year unit ("1d", "2w", "1d12h").
+var dayUnit = regexp.MustCompile(`\d[dwy]`)
 
 func isNumber(s string) bool {
 	_, err := strconv.ParseFloat(s, 64)
@@ -39,7 +43,7 @@ const maxRate = 1e9
 func parseRateLimit(text string) (*RateLimit, string) {
 	t := strings.TrimSpace(text)
 	num, unit, ok := strings.Cut(t, "/")
-	per := map[string]float64{"s": 1, "m": 60, "h": 3600}[unit]
+	per := map[string]float64{"s": 1, "m": 60, "h": 3600}[strings.TrimSpace(unit)]
 	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
 	switch {
 	case !ok || per == 0 || err != nil || math.IsNaN(n) || math.IsInf(n, 0):

@@ -1,7 +1,25 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/drainer-io/drainer/internal/demo"
+	"github.com/spf13/cobra"
+)
 
 func newDemoCmd() *cobra.Command {
-	return &cobra.Command{Use: "demo", Short: "Drain sample intents against a throwaway Postgres and a mock provider"}
+	opts := demo.Options{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Drain sample intents against a throwaway Postgres and a built-in mock provider",
+		Long: `Start a throwaway Postgres (local binaries, else Docker) and a mock provider that
+fails transiently and refuses some tools, enqueue sample intents (some failing,
+one saga), drain them with the daemon, print a summary, and leave nothing running.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Out, opts.Err, opts.Version = cmd.OutOrStdout(), cmd.ErrOrStderr(), version
+			return demo.Run(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().IntVar(&opts.Runs, "runs", 100, "ordinary two-step runs to enqueue")
+	cmd.Flags().IntVar(&opts.Workers, "workers", 16, "worker slots")
+	return cmd
 }

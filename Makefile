@@ -1,0 +1,52 @@
+# drainer: `make demo` runs the daemon against a throwaway Postgres and a mock
+# provider; `make test` runs every test. Both install what they need.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+BIN := bin/drainer
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
+export PATH := $(GOBIN_DIR):$(PATH)
+
+STRIPE_MOCK_VERSION := v0.203.0
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all build demo test lint tools stripe-mock promtool bench clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/drainer
+
+## demo: drain sample intents (throwaway Postgres + built-in mock provider)
+demo: build
+	./$(BIN) demo
+
+## test: vet, unit, integration and end-to-end tests, alert-rule tests
+test: tools
+	$(GO) vet -tags integration ./...
+	$(GO) test -race -count=1 -timeout 25m -tags integration ./...
+	@if ls dashboards/*_test.yaml >/dev/null 2>&1; then \
+		promtool check rules dashboards/*rules*.yaml && promtool test rules dashboards/*_test.yaml; fi
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet -tags integration ./...
+
+tools: stripe-mock promtool
+
+# stripe-mock: the Stripe API double the stripe adapter's tests run against.
+stripe-mock:
+	@command -v stripe-mock >/dev/null || $(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+
+# promtool: Prometheus rule checks and unit tests (Debian's prometheus package).
+promtool:
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+## bench: throughput and latency figures (drainer bench --quick)
+bench: build
+	./$(BIN) bench --quick
+
+clean:
+	rm -rf bin

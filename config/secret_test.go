@@ -1,0 +1,163 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestSecretNeverPrints(t *testing.T) {
+	const value = "hunter2"
+	s := Secret(value)
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "secret", s)
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("x", "secret", s)
+	js, err := json.Marshal(map[string]Secret{"k": s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{
+		fmt.Sprint(s), fmt.Sprintf("%s %v %q %+v %#v", s, s, s, s, s),
+		fmt.Sprintf("%+v", struct{ S Secret }{s}), fmt.Sprintf("%#v", struct{ S Secret }{s}),
+		fmt.Sprintf("%v", map[string]Secret{"Authorization": s}),
+		string(js), logs.String(),
+	} {
+		if strings.Contains(out, value) {
+			t.Errorf("secret printed: %s", out)
+		}
+	}
+	if s.Reveal() != value {
+		t.Errorf("Reveal = %q", s.Reveal())
+	}
+}
+
+func TestSensitiveHeader(t *testing.T) {
+	for name, want := range map[string]bool{
+		"Authorization": true, "proxy-authorization": true, "X-Api-Key": true, "X-Auth-Token": true,
+		"Cookie": true, "Set-Cookie": true, "X-Client-Secret": true, "X-Password": true,
+		"X-Tenant": false, "Accept": false, "User-Agent": false, "X-Request-Source": false,
+	} {
+		if got := sensitiveHeader(name); got != want {
+			t.Errorf("sensitiveHeader(%q) = %v", name, got)
+		}
+	}
+}
+
+func TestLiteralPassword(t *testing.T) {
+	for raw, want := range map[string]bool{
+		"postgres://app:hunter2@db/x":                         true,
+		"postgres://app:${env:PW}@db/x":                       false,
+		"postgres://app:${file:/run/secrets/pw}@db/x":         false,
+		"postgres://app:pre${env:PW}@db/x":                    true,
+		"postgres://app@db/x":                                 false,
+		"postgres:///drainer?host=/var/run/postgresql":        false,
+		"postgres://db/x?user=app&password=hunter2":           true,
+		"postgres://db/x?user=app&password=${env:PW}":         false,
+		"${env:DATABASE_URL}":                                 false,
+		"host=db user=app password=hunter2":                   true,
+		"host=db user=app password = 'hunter 2'":              true,
+		"host=db user=app password=${env:PW}":                 false,
+		"host=db user=app password='${env:PW}'":               false,
+		"host=db user=app":                                    false,
+		"nats://user:pw@nats:4222":                            true,
+		"https://hooks.example.com/services/${env:HOOK_PATH}": false,
+	} {
+		if got := literalPassword(raw); got != want {
+			t.Errorf("literalPassword(%q) = %v", raw, got)
+		}
+	}
+}
+
+// TestNoSecretInMessages loads configs where expanded values are wrong in
+// every way a message could quote them, and checks that no error or
+// warning reveals one.
+func TestNoSecretInMessages(t *testing.T) {
+	const marker = "SECRET-7f3a"
+	env := map[string]string{
+		"S":        marker,
+		"S_URL":    "http://" + marker + "/{bad}",
+		"S_URL2":   "ftp://" + marker,
+		"S_HEADER": marker + "\r\nX-Injected: 1",
+		"S_TIME":   "41s",
+	}
+	opts := LoadOptions{
+		LookupEnv: func(name string) (string, bool) { v, ok := env[name]; return v, ok },
+		ReadFile:  func(string) ([]byte, error) { return []byte(marker + "\n"), nil },
+	}
+	const yaml = `
+database_url: ${env:S}
+workers: ${env:S}
+lease: ${file:/s}
+unrouted_recheck: ${env:S}
+alerts: {compensation_failed: "${env:S}"}
+adapters:
+  h:
+    type: http
+    url: ${env:S_URL}
+    timeout: ${env:S_TIME}
+    rate_limit: ${env:S}
+    max_concurrency: ${env:S}
+    key_ttl: ${env:S}
+    breaker: {consecutive_failures: "${env:S}", open_for: "${env:S}"}
+    headers: {Authorization: "${env:S_HEADER}", X-Tenant: "${env:S}"}
+  h2: {type: http, url: "${env:S_URL2}"}
+  t: {type: "${env:S}"}
+  s: {type: stripe, api_key: "${env:S}", stripe_version: "${env:S}", base_url: "${env:S}"}
+  p: {type: postgres, dsn: "${env:S}", table: "${env:S}"}
+  r: {type: river, dsn: "${env:S}", job_kind: "${env:S}", queue: "${env:S}", schema: "${env:S}"}
+  n: {type: nats, servers: ["${env:S}"], subject: "${env:S} x", stream: "${env:S}.x"}
+  x: {type: plugin, command: "${env:S}", sha256: "${env:S}"}
+routes:
+  a:
+    adapter: ${env:S}
+    class: ${env:S}
+    ordering: ${env:S}
+    max_attempts: ${env:S}
+    critical: ${env:S}
+    compensation: ${env:S}
+    fallback: ${env:S}
+    backoff: {base: "${env:S}", cap: "${env:S}", max_retry_after: "${env:S}"}
+`
+	for _, check := range []bool{false, true} {
+		opts.Check = check
+		_, err := Parse("c.yaml", []byte(yaml), opts)
+		if err == nil {
+			t.Fatal("Parse succeeded")
+		}
+		msgs := err.Error()
+		if strings.Contains(msgs, marker) || strings.Contains(msgs, "41s") || strings.Contains(msgs, "Injected") {
+			t.Errorf("a message reveals an expanded value:\n%s", msgs)
+		}
+		if n := strings.Count(msgs, "\n") + 1; n < 30 {
+			t.Errorf("only %d errors; the test should exercise every message:\n%s", n, msgs)
+		}
+	}
+
+	// Cross-field rules quote durations as written.
+	opts.Check = false
+	_, err := Parse("c.yaml", []byte(`
+adapters:
+  h: {type: http, url: "http://h/{tool_name}", timeout: "${env:S_TIME}"}
+routes:
+  a: {adapter: h, backoff: {base: "${env:S_TIME}", cap: 1s}}
+`), opts)
+	want := `c.yaml:3:57: adapters.h.timeout: timeout "${env:S_TIME}" (after expansion) plus 5s must be less than the lease (30s by default); lower the timeout or set a longer lease
+c.yaml:5:57: routes.a.backoff.cap: cap 1s must be at least base "${env:S_TIME}" (after expansion)`
+	if err == nil || err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
+
+	// Warnings, and the summary of a valid config.
+	opts.Check = true
+	var cfg *Config
+	cfg, err = Parse("c.yaml", []byte("adapters:\n  h: {type: http, url: \"http://h/{tool_name}\", headers: {X-Token: \"${env:S} ${env:UNSET}\"}}\n"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := strings.Join(cfg.Warnings, "\n") + cfg.Summary(); strings.Contains(all, marker) {
+		t.Errorf("a warning reveals an expanded value: %s", all)
+	}
+}

@@ -1,0 +1,282 @@
+// Package demo runs `drainer demo`: a throwaway Postgres, a built-in mock
+// provider with injected faults, sample intents (most succeed after retries,
+// a few fail terminally, one saga is compensated), drained by the same daemon
+// code as `drainer run`, with progress and a summary. It leaves nothing running.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/internal/daemon"
+	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// Options configure the demo.
+type Options struct {
+	Out, Err io.Writer
+	// Runs is the number of ordinary two-step runs (default 100).
+	Runs int
+	// Workers for the daemon (default 16).
+	Workers int
+	// Logger receives the daemon's logs (default: discarded).
+	Logger *slog.Logger
+	// Version is reported by the daemon.
+	Version string
+}
+
+const configTemplate = `# The demo's config: one HTTP adapter (the mock provider) and its routes.
+workers: %d
+lease: 10s
+unrouted_recheck: 1s
+adapters:
+  provider:
+    type: http
+    url: %s/{tool_name}
+    timeout: 2s
+    breaker: {consecutive_failures: 0}
+routes:
+  charge_card:
+    adapter: provider
+    max_attempts: 12
+    backoff: {base: 50ms, cap: 1s}
+    compensation: refund_card
+  send_receipt:
+    adapter: provider
+    max_attempts: 12
+    backoff: {base: 50ms, cap: 1s}
+  reserve_stock:
+    adapter: provider
+    max_attempts: 12
+    backoff: {base: 50ms, cap: 1s}
+    compensation: release_stock
+  ship_order:
+    adapter: provider
+    max_attempts: 12
+    backoff: {base: 50ms, cap: 1s}
+  sync_legacy_crm:
+    adapter: provider
+    max_attempts: 12
+    backoff: {base: 50ms, cap: 1s}
+  refund_card:
+    adapter: provider
+    max_attempts: 12
+    backoff: {base: 50ms, cap: 1s}
+  release_stock:
+    adapter: provider
+    max_attempts: 12
+    backoff: {base: 50ms, cap: 1s}
+`
+
+// Run runs the demo until every row is settled.
+func Run(ctx context.Context, opts Options) error {
+	opts.Runs = max(opts.Runs, 1)
+	if opts.Workers == 0 {
+		opts.Workers = 16
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	out := opts.Out
+	fmt.Fprintln(out, "drainer demo: starting a throwaway Postgres and a mock provider (15% transient failures, ship_order and sync_legacy_crm refused)")
+
+	pg, err := startPostgres(ctx, opts.Logger)
+	if err != nil {
+		return err
+	}
+	defer pg.stop()
+
+	provider := mockprovider.New(mockprovider.Config{
+		Seed: time.Now().UnixNano(), Fail503: 0.08, Fail429: 0.05, RetryAfterSeconds: 1, Fail529: 0.02,
+		TerminalTools: map[string]int{"ship_order": 422, "sync_legacy_crm": 400},
+	})
+	providerURL, err := provider.Start("127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("start mock provider: %w", err)
+	}
+	defer provider.Close()
+
+	dbURL := pg.url
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
+		conn.Close(ctx)
+		return err
+	}
+	conn.Close(ctx)
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	total, err := enqueueSamples(ctx, pool, opts.Runs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "enqueued %d intents: %d two-step runs, 3 runs calling a refusing CRM, 1 three-step order whose shipping is refused (a saga)\n",
+		total, opts.Runs)
+
+	cfg, err := config.Parse("demo.yaml", fmt.Appendf(nil, configTemplate, opts.Workers, providerURL), config.LoadOptions{})
+	if err != nil {
+		return fmt.Errorf("demo config: %w", err)
+	}
+	runCtx, stopDaemon := context.WithCancel(ctx)
+	defer stopDaemon()
+	daemonErr := make(chan error, 1)
+	go func() {
+		daemonErr <- daemon.Run(runCtx, daemon.Options{
+			Config: cfg, DatabaseURL: dbURL, Schema: migrations.DefaultSchema, MetricsAddr: "127.0.0.1:0",
+			ShutdownTimeout: 5 * time.Second, Logger: opts.Logger, Version: opts.Version,
+			Engine: drainer.Config{PollInterval: 100 * time.Millisecond, SagaInterval: 200 * time.Millisecond},
+		})
+	}()
+
+	start := time.Now()
+	settled, err := watch(ctx, pool, opts.Err, daemonErr)
+	elapsed := time.Since(start)
+	stopDaemon()
+	if derr := <-daemonErr; derr != nil && err == nil {
+		err = fmt.Errorf("daemon: %w", derr)
+	}
+	if err != nil {
+		return err
+	}
+	return summary(ctx, out, pool, provider, settled, elapsed)
+}
+
+// watch shows progress until every row is settled and every saga is done.
+func watch(ctx context.Context, pool *pgxpool.Pool, w io.Writer, daemonErr <-chan error) (int, error) {
+	// A progress bar on a terminal; a line a second otherwise (CI logs).
+	f, isFile := w.(*os.File)
+	tty := isFile && term.IsTerminal(int(f.Fd()))
+	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("draining"),
+		progressbar.OptionShowCount(), progressbar.OptionSetWidth(30), progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(), progressbar.OptionSetVisibility(tty))
+	lastLine := time.Time{}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var total, settled, openSagas int
+		err := pool.QueryRow(ctx, `SELECT count(*),
+		        count(*) FILTER (WHERE status NOT IN ('pending', 'in_flight')),
+		        (SELECT count(*) FROM drainer.runs WHERE saga_state <> 'done')
+		   FROM drainer.outbox`).Scan(&total, &settled, &openSagas)
+		if err != nil {
+			return 0, fmt.Errorf("progress: %w", err)
+		}
+		bar.ChangeMax(total)
+		_ = bar.Set(settled)
+		if !tty && time.Since(lastLine) >= time.Second {
+			fmt.Fprintf(w, "draining: %d of %d rows settled, %d sagas open\n", settled, total, openSagas)
+			lastLine = time.Now()
+		}
+		if settled == total && openSagas == 0 {
+			_ = bar.Finish()
+			fmt.Fprintf(w, "draining: all %d rows settled\n", total)
+			return settled, nil
+		}
+		if time.Now().After(deadline) {
+			return settled, fmt.Errorf("demo did not settle within 3 minutes (%d of %d rows settled)", settled, total)
+		}
+		select {
+		case <-ctx.Done():
+			return settled, ctx.Err()
+		case err := <-daemonErr:
+			if err == nil {
+				err = errors.New("daemon stopped early")
+			}
+			return settled, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// enqueueSamples writes the demo's intents as an agent would.
+func enqueueSamples(ctx context.Context, pool *pgxpool.Pool, runs int) (int, error) {
+	var ins []drainer.Intent
+	add := func(run, step, tool, scope, payload string) {
+		ins = append(ins, drainer.Intent{Tuple: idemkey.Tuple{AgentRunID: run, StepID: step, ToolName: tool, BusinessScope: scope}, Payload: []byte(payload)})
+	}
+	for i := range runs {
+		run := fmt.Sprintf("run-%03d", i)
+		add(run, "charge", "charge_card", fmt.Sprintf("invoice:inv_%03d", i), fmt.Sprintf(`{"amount": %d, "currency": "eur"}`, 1000+i))
+		add(run, "receipt", "send_receipt", fmt.Sprintf("customer:cus_%03d", i), `{"template": "receipt"}`)
+	}
+	for i := range 3 {
+		add(fmt.Sprintf("crm-%d", i), "sync", "sync_legacy_crm", "account:acme", `{"fields": ["email"]}`)
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := drainer.EnqueueBatchTx(ctx, tx, ins); err != nil {
+			return err
+		}
+		// The saga: an order whose steps the agent records one after another.
+		saga := []drainer.Intent{
+			{Tuple: idemkey.Tuple{AgentRunID: "order-42", StepID: "1-charge", ToolName: "charge_card", BusinessScope: "order:42"}, Payload: []byte(`{"amount": 4200, "currency": "eur"}`)},
+			{Tuple: idemkey.Tuple{AgentRunID: "order-42", StepID: "2-reserve", ToolName: "reserve_stock", BusinessScope: "order:42"}, Payload: []byte(`{"sku": "BOOK-1", "qty": 1}`)},
+			{Tuple: idemkey.Tuple{AgentRunID: "order-42", StepID: "3-ship", ToolName: "ship_order", BusinessScope: "order:42"}, Payload: []byte(`{"address": "nowhere"}`)},
+		}
+		if _, err := drainer.EnqueueBatchTx(ctx, tx, saga); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE drainer.outbox SET next_attempt_at = now() + (left(step_id, 1)::int - 1) * interval '1500 milliseconds'
+		                          WHERE agent_run_id = 'order-42'`)
+		return err
+	})
+	return len(ins) + 3, err
+}
+
+func summary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, p *mockprovider.Provider, settled int, elapsed time.Duration) error {
+	rows, err := pool.Query(ctx, `SELECT status, kind, count(*), sum(attempts) FROM drainer.outbox
+	                               WHERE agent_run_id <> 'drainer:alerts' GROUP BY status, kind ORDER BY kind DESC, count(*) DESC`)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "STATUS\tKIND\tROWS\tATTEMPTS\n")
+	for rows.Next() {
+		var status, kind string
+		var n, attempts int
+		if err := rows.Scan(&status, &kind, &n, &attempts); err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", status, kind, n, attempts)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	_ = tw.Flush()
+
+	var saga string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(format('%s %s %s', step_id, tool_name, status), ', ' ORDER BY seq)
+	                              FROM drainer.outbox WHERE agent_run_id = 'order-42'`).Scan(&saga); err != nil {
+		return err
+	}
+	st := p.Snapshot()
+	fmt.Fprintf(out, "\nsaga order-42: %s\n", saga)
+	fmt.Fprintf(out, "provider: %d requests, %d effects, %d replays, %d injected transient failures (503/429/529), %d refused\n",
+		st.Requests, st.Effects, st.Replays, st.Unavailable+st.RateLimited+st.Overloaded, st.Terminal)
+	dups := p.DuplicateEffects()
+	fmt.Fprintf(out, "duplicate effects at the provider: %d; tuples sent under two keys: %d\n", len(dups), len(p.MultiKeyTuples()))
+	fmt.Fprintf(out, "settled %d rows in %s\n", settled, elapsed.Round(10*time.Millisecond))
+	if len(dups) > 0 || len(p.MultiKeyTuples()) > 0 {
+		return fmt.Errorf("the provider saw a duplicate effect: %s", strings.Join(dups, ", "))
+	}
+	return nil
+}
