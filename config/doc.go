@@ -1,8 +1,48 @@
 // Package config loads and validates the drainer configuration file (YAML).
 //
-// Errors name the file, the line of the offending key or value, and the field
-// path (FILE:LINE[:COL]: field.path: message); every error is reported at once.
-// ${env:X} and ${file:/path} expand inside string values; secret-bearing
-// values (headers, database URLs, API keys) must come from such a reference,
-// never from the config text.
+// Load (or Parse, for bytes already read) returns a *Config with defaults
+// applied, or an Errors listing every problem at once, sorted by line. Each
+// Error renders as
+//
+//	FILE:LINE:COL: field.path: message
+//
+// where LINE is the line of the offending key or value and field.path is
+// dotted: adapters.payments.timeout, routes.charge_card.backoff.cap,
+// adapters.payments.headers.Authorization, adapters.events.servers[0]. A
+// YAML syntax error has no field path; a file that cannot be read has no
+// line. Unknown fields are errors anywhere, with a "did you mean" when a
+// valid key is close; type-specific adapter fields are accepted only for
+// their type (see adapterKinds).
+//
+// # References
+//
+// ${env:NAME} and ${file:/absolute/path} expand inside YAML strings, as the
+// whole value or part of it ("Bearer ${env:TOKEN}"); a file's content loses
+// one trailing newline; $${ writes a literal ${. Expansion is one pass. An
+// unset variable or unreadable file is an error, or in check mode
+// (LoadOptions.Check, for `drainer check`) a warning in Config.Warnings with
+// the value left empty and unchecked. Messages quote references as written
+// and never an expanded value.
+//
+// # Secrets
+//
+// Secret values never sit in the config text: header values whose name is
+// Authorization, Proxy-Authorization or contains token, key, secret,
+// password or cookie; every Secret field (api_key); and the password of a
+// connection string or URL (database_url, dsn, a nats server, an http url)
+// must come from a reference. Secret fields have the type Secret, which
+// prints as <redacted>.
+//
+// # Defaults
+//
+// Fields left unset (or null) get the Default* constants after validation:
+// workers 16, lease 30s, unrouted_recheck 15s, adapter timeout 10s, breaker
+// 5 failures / 30s, max_attempts 10, backoff 1s / 10m / max_retry_after 1h,
+// class key_idempotent, ordering none, critical true. An explicit zero where
+// a default exists is an error, except max_retry_after: 0s, which is kept
+// (Retry-After then adds no floor). key_ttl stays 0 when unset: the adapter
+// type's default applies (see dispatch.KeyTTLer).
+//
+// YAML anchors, aliases and merge keys (<<: *base) work; errors in merged
+// fields point at the anchored text.
 package config

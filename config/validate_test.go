@@ -110,6 +110,30 @@ adapters:
 			want: []string{`c.yaml:3:11: adapters.payments.type: must be a string, got a mapping`},
 		},
 		{
+			name: "type errors",
+			yaml: `
+workers: 99999999999999999999999
+lease: [30s]
+adapters:
+  p:
+    type: http
+    url: http://p/{tool_name}
+    max_concurrency: 1.5
+    headers: "Authorization: x"
+    breaker: 5
+routes:
+  t: {adapter: p, critical: 1}
+`,
+			want: []string{
+				`c.yaml:1:10: workers: integer "99999999999999999999999" is out of range`,
+				`c.yaml:2:8: lease: must be a duration, got a list`,
+				`c.yaml:7:22: adapters.p.max_concurrency: must be an integer, got "1.5"`,
+				`c.yaml:8:14: adapters.p.headers: must be a mapping of names to values, got a string`,
+				`c.yaml:9:14: adapters.p.breaker: must be a mapping, got a number`,
+				`c.yaml:11:29: routes.t.critical: must be true or false, got "1"`,
+			},
+		},
+		{
 			name: "bad durations",
 			yaml: `
 lease: 1d

@@ -442,12 +442,19 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 			results <- cliResult{stdout: stdout.String(), stderr: stderr.String(), code: code}
 		}()
 	}
+	// Each migration is applied by exactly one of them. (Their stdout's
+	// "(N applied)" is not checked: every process reports the count it saw
+	// pending before waiting for the lock.)
+	applying := 0
 	for range 3 {
-		if res := <-results; res.code != 0 {
+		res := <-results
+		if res.code != 0 {
 			t.Errorf("concurrent drainer migrate: %s", res)
-		} else {
-			t.Logf("DEBUG %s", res)
 		}
+		applying += strings.Count(res.stderr, "applying migration")
+	}
+	if latest := schemaVersion(t); applying != latest {
+		t.Errorf("the three processes applied %d migrations in all, want each of the %d exactly once", applying, latest)
 	}
 	res := runCLI(t, nil, "migrate", "--database-url", dbURL)
 	if res.code != 0 || !strings.Contains(res.stdout, "(0 applied)") {
@@ -478,4 +485,19 @@ func TestRunWaitsForSchema(t *testing.T) {
 	if code := d.exitCode(15 * time.Second); code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)
 	}
+}
+
+// schemaVersion returns the schema version `drainer version` reports.
+func schemaVersion(t *testing.T) int {
+	t.Helper()
+	res := runCLI(t, nil, "version")
+	_, after, ok := strings.Cut(res.stdout, "schema version ")
+	if !ok {
+		t.Fatalf("drainer version: %s", res)
+	}
+	var n int
+	if _, err := fmt.Sscanf(after, "%d", &n); err != nil {
+		t.Fatalf("drainer version: %s: %v", res, err)
+	}
+	return n
 }

@@ -87,7 +87,9 @@ routes:
 		t.Fatalf("%s exited cleanly before the SIGKILL reached it", victim.name)
 	}
 	killedAt := time.Since(start)
-	stranded := inFlightOf(t, pool, victim.pid())
+	// A statement the victim sent just before dying (a completion batch)
+	// still runs to its end in Postgres: count its leases once that settled.
+	stranded := settledInFlightOf(t, pool, victim.pid())
 	atKill := statusCounts(t, pool)
 	t.Logf("SIGKILLed %s (pid %d) at %s with %d rows in_flight under its lease; counts %v (%.0f rows/s so far)",
 		victim.name, victim.pid(), killedAt.Round(time.Millisecond), stranded, atKill, float64(atKill["succeeded"])/killedAt.Seconds())
@@ -252,6 +254,23 @@ func inFlightOf(t *testing.T, pool *pgxpool.Pool, pid int) int {
 		`SELECT count(*) FROM drainer.outbox WHERE status = 'in_flight' AND leased_by LIKE '%:' || $1::text`, strconv.Itoa(pid)).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return n
+}
+
+// settledInFlightOf is inFlightOf once it stayed the same for half a second
+// (at most a few seconds: far less than the lease, so no reclaim interferes).
+func settledInFlightOf(t *testing.T, pool *pgxpool.Pool, pid int) int {
+	t.Helper()
+	n := inFlightOf(t, pool, pid)
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+		m := inFlightOf(t, pool, pid)
+		if m == n {
+			return n
+		}
+		t.Logf("rows in_flight under the killed replica's lease went from %d to %d after its death", n, m)
+		n = m
 	}
 	return n
 }

@@ -38,17 +38,17 @@ var Handshake = plugin.HandshakeConfig{
 }
 
 // GRPCPlugin is the go-plugin glue of the adapter service. The plugin side
-// sets Server; the host leaves it nil and dispenses a *Client.
+// sets Impl; the host leaves it nil and dispenses a *Client.
 type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	Server pluginpb.AdapterServer
+	Impl pluginpb.AdapterServer
 }
 
 var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
 
 // GRPCServer registers the adapter service (plugin side).
 func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	pluginpb.RegisterAdapterServer(s, p.Server)
+	pluginpb.RegisterAdapterServer(s, p.Impl)
 	return nil
 }
 

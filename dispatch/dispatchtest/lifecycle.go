@@ -1,0 +1,58 @@
+package dispatchtest
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/drainer-io/drainer/dispatch"
+)
+
+// closeTimeout bounds an adapter's Close(ctx).
+const closeTimeout = 10 * time.Second
+
+// setup starts a check: it snapshots the running goroutines, builds the
+// adapter with f and arranges, with t.Cleanup, for the adapter to be closed
+// and then, once the factory's own cleanups have released the upstream, for
+// any goroutine started since the snapshot to fail t.
+func setup(t *testing.T, f Factory) (dispatch.Adapter, Upstream, string) {
+	t.Helper()
+	// Cleanups run last-in first-out: registered before the factory's, the
+	// leak check runs after the upstream is gone.
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		// goleak.Find retries for about a second: transports and pools
+		// close their goroutines asynchronously.
+		if err := goleak.Find(ignore); err != nil {
+			t.Errorf("goroutines left running after the adapter was closed: %v", err)
+		}
+	})
+	a, up, secret := f(t)
+	if a == nil || up == nil {
+		t.Fatal("factory returned a nil adapter or upstream")
+	}
+	t.Cleanup(func() { closeAdapter(t, a) })
+	return a, up, secret
+}
+
+// closeAdapter closes a if it has a Close method of a known shape.
+func closeAdapter(t *testing.T, a dispatch.Adapter) {
+	t.Helper()
+	var err error
+	switch c := a.(type) {
+	case interface{ Close(context.Context) error }:
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		err = c.Close(ctx)
+	case io.Closer:
+		err = c.Close()
+	case interface{ Close() }:
+		c.Close()
+	}
+	if err != nil {
+		t.Errorf("close adapter: %v", err)
+	}
+}

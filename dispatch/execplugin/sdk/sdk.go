@@ -1,0 +1,242 @@
+// Package sdk is the Go SDK for drainer adapter plugins: executables that
+// drainer starts for adapters of type "plugin" and sends outbox rows to, one
+// Dispatch call per delivery attempt.
+//
+// A plugin implements Adapter with drainer's own vocabulary (dispatch.Message
+// in, a classified dispatch.Result out) and hands it to Serve from main:
+//
+//	package main
+//
+//	import (
+//		"context"
+//
+//		"github.com/drainer-io/drainer/dispatch"
+//		"github.com/drainer-io/drainer/dispatch/execplugin/sdk"
+//	)
+//
+//	type sender struct{}
+//
+//	func (sender) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
+//		// Deliver m.Payload, sending m.Key upstream as the idempotency key.
+//		if err := deliver(ctx, m.Key, m.Payload); err != nil {
+//			return dispatch.Result{Outcome: dispatch.Retry, Reason: "upstream_down", Err: err}
+//		}
+//		return dispatch.Result{Outcome: dispatch.Success, Response: []byte(`{"ok":true}`)}
+//	}
+//
+//	func main() {
+//		sdk.Serve(sender{}, sdk.Info{Name: "my-plugin", Version: "1.0.0"})
+//	}
+//
+// The contract is that of dispatch.Adapter: Dispatch must be safe for
+// concurrent use, must send m.Key upstream on every attempt, must honour ctx
+// (its deadline is the attempt's), and Result.Err must carry neither a secret
+// nor the payload. Result.Reason is a metric label: keep it to a small fixed
+// set of lower-case words (letters, digits, underscores; at most 40 bytes).
+// An adapter that also implements dispatch.KeyTTLer reports its provider's
+// idempotency window (0 = unlimited), used when the config sets no key_ttl.
+//
+// A panic in Dispatch is recovered and answered as dispatch.Ambiguous: the
+// effect may have happened. Anything else that ends the process during a call
+// (os.Exit, a crash) is seen by drainer as ambiguous too, and drainer starts
+// the plugin again for the next attempt.
+//
+// The plugin's standard output and standard error are forwarded to drainer's
+// log at debug and info level; Logger returns a structured logger whose lines
+// drainer logs at their own level. Configuration comes from the command line
+// (the adapter's args) or from DRAINER_PLUGIN_* environment variables: drainer
+// passes no other variable of its own environment but a few harmless ones
+// (PATH, HOME, TMPDIR, TZ, locale, proxy and CA settings).
+//
+// Plugins written in other languages implement the gRPC service of
+// dispatch/execplugin/proto/adapter.proto behind go-plugin's handshake.
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/execplugin/internal/wire"
+	pluginpb "github.com/drainer-io/drainer/dispatch/execplugin/proto"
+	"github.com/drainer-io/drainer/idemkey"
+)
+
+// Adapter makes one delivery attempt; see the package documentation.
+type Adapter interface {
+	Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result
+}
+
+// Info describes the plugin in drainer's logs.
+type Info struct {
+	Name    string
+	Version string
+}
+
+// Serve serves a to drainer and returns only when drainer stops the plugin.
+// It must be called from main; run outside drainer (without the handshake in
+// its environment), it prints an explanation and exits with status 1.
+func Serve(a Adapter, info Info) {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: wire.Handshake,
+		Plugins: plugin.PluginSet{
+			wire.PluginName: &wire.GRPCPlugin{Impl: &server{impl: a, info: info}},
+		},
+		GRPCServer: plugin.DefaultGRPCServer,
+	})
+}
+
+// stderr is the process's standard error as it was before Serve redirected
+// os.Stderr to drainer's stdio stream: drainer reads it line by line and logs
+// the JSON lines Logger writes at their level.
+var stderr = os.Stderr
+
+// Logger returns a logger for the plugin: JSON lines on standard error, in
+// the format drainer's plugin host (hashicorp/go-plugin) understands, so each
+// line lands in drainer's log at its own level with its attributes. Never log
+// a payload or a secret.
+func Logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{
+		Level: slog.LevelDebug - 4,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) > 0 {
+				return a
+			}
+			switch a.Key {
+			case slog.LevelKey:
+				return slog.String("@level", hclogLevel(a.Value.Any().(slog.Level)))
+			case slog.MessageKey:
+				return slog.String("@message", a.Value.String())
+			case slog.TimeKey:
+				return slog.String("@timestamp", a.Value.Time().Format("2006-01-02T15:04:05.000000Z07:00"))
+			}
+			return a
+		},
+	}))
+}
+
+func hclogLevel(l slog.Level) string {
+	switch {
+	case l < slog.LevelDebug:
+		return "trace"
+	case l < slog.LevelInfo:
+		return "debug"
+	case l < slog.LevelWarn:
+		return "info"
+	case l < slog.LevelError:
+		return "warn"
+	default:
+		return "error"
+	}
+}
+
+// server adapts an Adapter to the gRPC service.
+type server struct {
+	pluginpb.UnimplementedAdapterServer
+	impl Adapter
+	info Info
+}
+
+func (s *server) Info(context.Context, *pluginpb.InfoRequest) (*pluginpb.InfoResponse, error) {
+	return &pluginpb.InfoResponse{
+		Name:            utf8Text(s.info.Name),
+		Version:         utf8Text(s.info.Version),
+		ProtocolVersion: wire.ProtocolVersion,
+	}, nil
+}
+
+func (s *server) Dispatch(ctx context.Context, req *pluginpb.DispatchRequest) (resp *pluginpb.DispatchResponse, _ error) {
+	defer func() {
+		if v := recover(); v != nil {
+			Logger().Error("panic in Dispatch", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			resp = &pluginpb.DispatchResponse{
+				Outcome: pluginpb.Outcome_OUTCOME_AMBIGUOUS,
+				Reason:  "plugin_panic",
+				Error:   "the plugin panicked during the attempt",
+			}
+		}
+	}()
+	return response(s.impl.Dispatch(ctx, message(req))), nil
+}
+
+func (s *server) KeyTTL(ctx context.Context, _ *pluginpb.KeyTTLRequest) (*pluginpb.KeyTTLResponse, error) {
+	k, ok := s.impl.(dispatch.KeyTTLer)
+	if !ok {
+		return &pluginpb.KeyTTLResponse{}, nil
+	}
+	ttl, err := k.KeyTTL(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ttl < 0 {
+		return nil, errors.New("negative key_ttl")
+	}
+	ms := ceilMillis(ttl)
+	return &pluginpb.KeyTTLResponse{TtlMs: &ms}, nil
+}
+
+// message converts a request to the Message the Adapter sees.
+func message(req *pluginpb.DispatchRequest) *dispatch.Message {
+	return &dispatch.Message{
+		Key: req.GetKey(),
+		Tuple: idemkey.Tuple{
+			AgentRunID:    req.GetAgentRunId(),
+			StepID:        req.GetStepId(),
+			ToolName:      req.GetToolName(),
+			BusinessScope: req.GetBusinessScope(),
+		},
+		Kind:        req.GetKind(),
+		Payload:     req.GetPayload(),
+		Attempt:     int(req.GetAttempt()),
+		Seq:         req.GetSeq(),
+		Traceparent: req.GetTraceparent(),
+	}
+}
+
+// response converts the Adapter's Result to the wire. A zero Outcome stays
+// OUTCOME_UNSPECIFIED, which drainer treats as ambiguous.
+func response(r dispatch.Result) *pluginpb.DispatchResponse {
+	resp := &pluginpb.DispatchResponse{
+		Outcome:      pluginpb.Outcome(r.Outcome),
+		RetryAfterMs: ceilMillis(max(r.RetryAfter, 0)),
+		NotSent:      r.NotSent,
+		Status:       int32(r.Status),
+		Response:     r.Response,
+		Reason:       utf8Text(r.Reason),
+	}
+	if r.Err != nil {
+		resp.Error = utf8Text(r.Err.Error())
+	}
+	if p := r.Problem; p != nil {
+		resp.Problem = &pluginpb.Problem{
+			Type:     utf8Text(p.Type),
+			Title:    utf8Text(p.Title),
+			Status:   int32(p.Status),
+			Detail:   utf8Text(p.Detail),
+			Instance: utf8Text(p.Instance),
+		}
+	}
+	return resp
+}
+
+// utf8Text makes s valid UTF-8, which protobuf requires of strings (a
+// provider's error text may not be).
+func utf8Text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
+// ceilMillis rounds d >= 0 up to whole milliseconds, so that a floor of
+// 0.5 ms is not lost.
+func ceilMillis(d time.Duration) int64 {
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return int64(ms)
+}

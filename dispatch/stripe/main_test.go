@@ -1,0 +1,13 @@
+package stripe
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a test leaves a goroutine behind: a server,
+// a stripe-mock process watcher or a pooled connection that was not closed.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
