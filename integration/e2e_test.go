@@ -75,24 +75,25 @@ routes:
 
 	// SIGKILL one replica once about a third of the rows succeeded.
 	victim := replicas[0]
+	var beforeKill int
 	waitFor(t, 2*time.Minute, "a third of the rows to succeed", func() (bool, string) {
 		for _, r := range replicas {
 			r.requireRunning()
 		}
 		c := statusCounts(t, pool)
-		return c["succeeded"] >= e2eRows/3, fmt.Sprint(c)
+		beforeKill = c["succeeded"]
+		return beforeKill >= e2eRows/3, fmt.Sprint(c)
 	})
 	victim.signal(syscall.SIGKILL)
+	killedAt := time.Since(start)
 	if err := victim.wait(10 * time.Second); err == nil {
 		t.Fatalf("%s exited cleanly before the SIGKILL reached it", victim.name)
 	}
-	killedAt := time.Since(start)
 	// A statement the victim sent just before dying (a completion batch)
 	// still runs to its end in Postgres: count its leases once that settled.
 	stranded := settledInFlightOf(t, pool, victim.pid())
-	atKill := statusCounts(t, pool)
-	t.Logf("SIGKILLed %s (pid %d) at %s with %d rows in_flight under its lease; counts %v (%.0f rows/s so far)",
-		victim.name, victim.pid(), killedAt.Round(time.Millisecond), stranded, atKill, float64(atKill["succeeded"])/killedAt.Seconds())
+	t.Logf("SIGKILLed %s (pid %d) at %s, %d rows succeeded (%.0f rows/s until then); %d rows stranded in_flight under its lease; now %v",
+		victim.name, victim.pid(), killedAt.Round(time.Millisecond), beforeKill, float64(beforeKill)/killedAt.Seconds(), stranded, statusCounts(t, pool))
 	if stranded == 0 {
 		t.Errorf("the killed replica held no in_flight row: the test did not exercise lease reclaim")
 	}

@@ -228,6 +228,9 @@ func (a *Adapter) startError(p *process, err error) error {
 // Dispatch sends m to the plugin and returns its answer; see the package
 // documentation for the classification of failures.
 func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
+	if ctx.Err() != nil { // shutdown: do not even start a plugin
+		return notRunning(ctx, 0, context.Cause(ctx))
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	req, err := request(ctx, m)

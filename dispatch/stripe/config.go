@@ -92,7 +92,7 @@ func (c Config) Validate() error {
 		case name == "" || len(name) > maxToolName || !utf8.ValidString(name) || strings.ContainsRune(name, 0):
 			errs = append(errs, fmt.Errorf("tools: %q is not a valid tool name", name))
 		case !apiPath.MatchString(path):
-			errs = append(errs, fmt.Errorf(`tools: %s: path must look like "/v1/customers" (lower-case segments, no ids), got %q`, name, path))
+			errs = append(errs, fmt.Errorf(`tools: %s: path must look like "/v1/customers" (lower-case segments), got %q`, name, path))
 		}
 	}
 	if strings.ContainsFunc(c.UserAgent, func(r rune) bool { return r < ' ' || r == 0x7f }) {

@@ -6,15 +6,18 @@
 //
 // Usage (started by drainer, never by hand):
 //
-//	plugin-echo --out /var/lib/drainer/echo.jsonl [--faults FILE] [--started FILE]
+//	plugin-echo --out /var/lib/drainer/echo.jsonl [--tag TEXT] [--key-ttl DURATION]
+//	            [--faults FILE] [--started FILE]
 //
-// --out defaults to $DRAINER_PLUGIN_ECHO_OUT. For testing drainer, payloads
+// --out defaults to $DRAINER_PLUGIN_ECHO_OUT; --tag is stored in every
+// record (an environment name, say). For testing drainer, payloads
 // {"fail":"transient"}, {"fail":"terminal"}, {"fail":"hang"} and
 // {"fail":"crash"} answer retry, answer terminal, wait until the attempt's
 // deadline, and exit the process with status 3. --faults names a file of
 // fault names (transient, terminal, hang, crash), one per line: each dispatch
 // consumes the first line and fails that way, whatever its payload. --started
-// names a file the plugin appends its pid to when it starts.
+// names a file the plugin appends its pid to when it starts. --key-ttl makes
+// the plugin report that idempotency window to drainer.
 package main
 
 import (
@@ -31,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/execplugin/sdk"
@@ -46,6 +50,7 @@ type record struct {
 	Kind     string          `json:"kind"`
 	Seq      int64           `json:"seq"`
 	Attempt  int             `json:"attempt"`
+	Tag      string          `json:"tag,omitempty"`
 	Payload  json.RawMessage `json:"payload"`
 }
 
@@ -56,7 +61,7 @@ type delivered struct {
 }
 
 type echo struct {
-	out, faults string
+	out, faults, tag string
 
 	mu   sync.Mutex
 	seen map[string]delivered
@@ -66,7 +71,9 @@ type echo struct {
 func main() {
 	log := sdk.Logger()
 	out := flag.String("out", os.Getenv("DRAINER_PLUGIN_ECHO_OUT"), "the `file` deliveries are appended to (JSON lines)")
+	tag := flag.String("tag", "", "a `text` stored in every record")
 	faults := flag.String("faults", "", "a `file` of faults to inject, one per line, consumed one per dispatch")
+	keyTTL := flag.Duration("key-ttl", -1, "the idempotency `window` to report to drainer (0: unlimited); none when unset")
 	started := flag.String("started", "", "a `file` the plugin appends its pid to when it starts")
 	flag.Parse()
 	if *started != "" {
@@ -84,9 +91,14 @@ func main() {
 		log.Error("cannot read the output file", "err", err)
 		os.Exit(1)
 	}
-	e.faults = *faults
+	e.faults, e.tag = *faults, *tag
 	log.Info("plugin-echo ready", "out", *out, "keys", len(e.seen))
-	sdk.Serve(e, sdk.Info{Name: "plugin-echo", Version: version})
+	info := sdk.Info{Name: "plugin-echo", Version: version}
+	if *keyTTL >= 0 {
+		sdk.Serve(withKeyTTL{e, *keyTTL}, info)
+	} else {
+		sdk.Serve(e, info)
+	}
 }
 
 // load reads the keys already delivered to out.
@@ -161,7 +173,7 @@ func (e *echo) deliver(m *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Replay, Status: 200, Reason: "replay", Response: response(d.line)}
 	}
 	line, err := json.Marshal(record{Key: m.Key, ToolName: m.Tuple.ToolName, Kind: m.Kind, Seq: m.Seq,
-		Attempt: m.Attempt, Payload: m.Payload})
+		Attempt: m.Attempt, Tag: e.tag, Payload: m.Payload})
 	if err != nil { // the payload is not valid JSON
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: "invalid_payload",
 			Err: errors.New("payload is not valid JSON")}
@@ -174,6 +186,15 @@ func (e *echo) deliver(m *dispatch.Message) dispatch.Result {
 	e.seen[m.Key] = delivered{line: e.n, sum: sum}
 	return dispatch.Result{Outcome: dispatch.Success, Status: 200, Reason: "delivered", Response: response(e.n)}
 }
+
+// withKeyTTL reports a key TTL: the sdk finds dispatch.KeyTTLer by type
+// assertion.
+type withKeyTTL struct {
+	*echo
+	ttl time.Duration
+}
+
+func (w withKeyTTL) KeyTTL(context.Context) (time.Duration, error) { return w.ttl, nil }
 
 func response(line int) json.RawMessage {
 	return json.RawMessage(`{"delivered":true,"line":` + strconv.Itoa(line) + `}`)

@@ -1,0 +1,26 @@
+// Package riverjob is the "river" adapter: it hands each outbox row to River
+// (github.com/riverqueue/river) as a job inserted into the target database,
+// for River workers elsewhere to run.
+//
+// The job's args are the row's tuple, key and payload:
+//
+//	{"key": "idem_v1_…", "agent_run_id": "…", "step_id": "…", "tool_name": "…",
+//	 "business_scope": "…", "payload": <the row's payload>}
+//
+// Uniqueness is River's own: the job is unique by its "key" argument alone
+// (UniqueOpts ByArgs with only key marked river:"unique", ExcludeKind) in
+// every job state, completed, cancelled and discarded included. A second
+// dispatch of the same row, whether the first job is waiting, running or
+// already done, therefore inserts nothing and is reported as a Replay with
+// the existing job's id; a second dispatch with another payload is Terminal
+// (payload_mismatch). The guarantee lasts as long as the job row does: River's
+// job cleaner deletes completed and cancelled jobs after 24 hours by default,
+// and a dispatch after that would insert a new job. KeyTTL reports that
+// window (see Adapter.KeyTTL).
+//
+// Each attempt runs in its own transaction, so everything but the outcome of
+// COMMIT itself is known: failures before COMMIT leave no job and are
+// reported with NotSent; only a COMMIT cut off without an answer is
+// Ambiguous. Errors carry SQLSTATE codes, never the connection string's
+// password or the payload.
+package riverjob
