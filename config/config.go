@@ -183,6 +183,9 @@ type Route struct {
 	Critical *bool  `yaml:"critical"`
 	Fallback string `yaml:"fallback"`
 	Ordering string `yaml:"ordering"`
+	// Detect asks the provider whether an ambiguous attempt of a
+	// non_idempotent route had its effect, instead of parking the row.
+	Detect Detect `yaml:"detect"`
 
 	// File and Line locate the route's tool_name in the config file.
 	File string `yaml:"-"`
@@ -197,6 +200,22 @@ func (r *Route) IsCritical() bool { return r.Critical == nil || *r.Critical }
 func (r *Route) Errorf(format string, args ...any) error {
 	return newLocatedError(r.File, r.Line, "routes."+r.ToolName, format, args...)
 }
+
+// Detect is a probe: GET URL (with {key} and {tool_name} substituted,
+// path-escaped). 2xx: the effect happened (the row succeeds with the probe's
+// answer); 404 or 410: it did not (the row is retried with the same key);
+// anything else: the outcome stays unknown.
+type Detect struct {
+	URL     string            `yaml:"url"`
+	Headers map[string]Secret `yaml:"headers"`
+	Timeout time.Duration     `yaml:"timeout"`
+}
+
+// Enabled reports whether a probe is configured.
+func (d Detect) Enabled() bool { return d.URL != "" }
+
+// DefaultDetectTimeout bounds one probe.
+const DefaultDetectTimeout = 5 * time.Second
 
 // Backoff configures Full Jitter rescheduling.
 type Backoff struct {
@@ -268,6 +287,9 @@ func (c *Config) applyDefaults(src map[string]*source) {
 		if r.Critical == nil {
 			critical := true
 			r.Critical = &critical
+		}
+		if r.Detect.Enabled() {
+			r.Detect.Timeout = cmp.Or(r.Detect.Timeout, DefaultDetectTimeout)
 		}
 	}
 }

@@ -262,6 +262,52 @@ func (v *validator) route(name string, r *Route) {
 			v.quoted(f), v.hint(f, r.Compensation, slices.Sorted(maps.Keys(c.Routes)), "route"))
 	}
 	v.fallback(p, r, adapters)
+	v.detect(p, r)
+}
+
+// detect checks a route's probe: non_idempotent routes only, an absolute URL
+// whose variables are {key} and {tool_name}.
+func (v *validator) detect(p string, r *Route) {
+	f := p + ".detect"
+	if !v.set(f) {
+		return
+	}
+	if r.Class != ClassNonIdempotent {
+		v.errorf(f, "detect is for non_idempotent routes (class is %q): other classes retry with the same key", cmpOrString(r.Class, ClassKeyIdempotent))
+	}
+	u := f + ".url"
+	if !v.require(u) {
+		return
+	}
+	segs, _ := splitReferences(v.src[u].raw)
+	for _, s := range segs {
+		if s.scheme != "" {
+			continue
+		}
+		for _, m := range urlVariable.FindAllString(s.text, -1) {
+			if m != "{key}" && m != "{tool_name}" {
+				v.errorf(u, "unknown URL variable %s; {key} and {tool_name} are the only ones", m)
+				return
+			}
+		}
+	}
+	val := strings.NewReplacer("{key}", "key", "{tool_name}", "tool").Replace(r.Detect.URL)
+	if strings.ContainsAny(val, "{}") {
+		v.errorf(u, "unbalanced { or } in the URL")
+		return
+	}
+	v.absoluteURL(u, val)
+	v.positive(f+".timeout", r.Detect.Timeout)
+	if name := f + ".headers"; v.set(name) {
+		v.secrets(f, reflect.ValueOf(&r.Detect).Elem())
+	}
+}
+
+func cmpOrString(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // backoff checks a route's retry schedule.

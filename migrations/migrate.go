@@ -72,7 +72,10 @@ func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logge
 		log.Info("schema is newer than this release", "schema", schema, "version", before, "known", len(m.Migrations))
 		return 0, nil
 	}
+	// Count what this process applies: another may apply some while this
+	// one waits for tern's lock.
 	m.OnStart = func(seq int32, name, _, _ string) {
+		applied++
 		log.Info("applying migration", "schema", schema, "version", seq, "name", name)
 	}
 	if err := m.Migrate(ctx); err != nil {
@@ -82,11 +85,7 @@ func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logge
 		}
 		return 0, fmt.Errorf("migrate: %w", err)
 	}
-	after, err := m.GetCurrentVersion(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	return int(after - before), nil
+	return applied, nil
 }
 
 // ErrSchemaNotReady is returned by Check when the schema must be migrated or

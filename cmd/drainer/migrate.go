@@ -35,7 +35,6 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		},
 	}
 	addDBFlags(cmd, g)
-	addLogFlags(cmd, g)
-	g.logFormat = "text"
+	addLogFlags(cmd, g, "text")
 	return cmd
 }

@@ -38,7 +38,6 @@ type globals struct {
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{}
 	root := &cobra.Command{
 		Use:   "drainer",
 		Short: "Drain a transactional outbox to providers, effectively once",
@@ -61,10 +60,11 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
-		newMigrateCmd(g),
-		newRunCmd(g),
+		// Each command has its own flag values (and defaults).
+		newMigrateCmd(&globals{}),
+		newRunCmd(&globals{}),
 		newCheckCmd(),
-		newEnqueueCmd(g),
+		newEnqueueCmd(&globals{}),
 		newVersionCmd(),
 		newDemoCmd(),
 	)
@@ -77,10 +77,10 @@ func addDBFlags(cmd *cobra.Command, g *globals) {
 	cmd.Flags().StringVar(&g.schema, "schema", migrations.DefaultSchema, "schema holding the outbox")
 }
 
-// addLogFlags adds --log-level and --log-format.
-func addLogFlags(cmd *cobra.Command, g *globals) {
+// addLogFlags adds --log-level and --log-format (default format: format).
+func addLogFlags(cmd *cobra.Command, g *globals, format string) {
 	cmd.Flags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
-	cmd.Flags().StringVar(&g.logFormat, "log-format", "json", "json or text")
+	cmd.Flags().StringVar(&g.logFormat, "log-format", format, "json or text")
 }
 
 func (g *globals) logger(w io.Writer) (*slog.Logger, error) {

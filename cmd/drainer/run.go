@@ -59,7 +59,7 @@ running one kept.`,
 	cmd.Flags().StringVar(&opts.MetricsAddr, "metrics-addr", ":9753", "address serving /metrics, /healthz and /readyz")
 	cmd.Flags().DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for calls under way")
 	addDBFlags(cmd, g)
-	addLogFlags(cmd, g)
+	addLogFlags(cmd, g, "json")
 	return cmd
 }
 

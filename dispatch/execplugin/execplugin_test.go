@@ -348,14 +348,14 @@ func TestNotAPluginScripts(t *testing.T) {
 		want         string
 	}{
 		{"garbage on stdout", "echo hello; exit 0", "did not complete drainer's plugin handshake"},
-		{"net/rpc protocol", "echo '1|1|unix|/nonexistent|netrpc|'; sleep 5", "Unsupported plugin protocol"},
+		{"net/rpc protocol", "echo '1|1|unix|/nonexistent|netrpc|'; sleep 5", "unsupported plugin protocol"},
 		// go-plugin asserts these fields to be strings: without
 		// stderrFilter, this line would panic the test binary.
 		{"hostile log line", `echo '{"@message":1,"@level":{},"@timestamp":null}' >&2; exit 1`, "did not complete"},
 		{"silent", "sleep 30", "timeout while waiting for plugin to start"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bin := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			bin := filepath.Join(dir, strings.NewReplacer(" ", "-", "/", "-").Replace(tc.name))
 			if err := os.WriteFile(bin, []byte("#!/bin/sh\n"+tc.script+"\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}

@@ -69,6 +69,7 @@ func (a *Adapter) newRunner(cmd *exec.Cmd) (*cmdRunner, error) {
 	// go-plugin's variables come last so that they win over inherited ones.
 	cmd.Env = append(pluginEnv(), cmd.Env...)
 	cmd.Stdin = nil
+	isolate(cmd)
 	if err := a.verify(); err != nil {
 		return nil, err
 	}
@@ -161,10 +162,7 @@ func (r *cmdRunner) Kill(context.Context) error {
 	if r.cmd.Process == nil {
 		return nil
 	}
-	if err := r.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
-	}
-	return nil
+	return kill(r.cmd)
 }
 
 func (r *cmdRunner) Diagnose(context.Context) string {

@@ -1,0 +1,183 @@
+package riverjob
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivershared/riversharedmaintenance"
+
+	"github.com/drainer-io/drainer/dispatch"
+)
+
+// Adapter inserts one River job per outbox row. It is safe for concurrent
+// use.
+type Adapter struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	client *river.Client[pgx.Tx]
+	opts   *river.InsertOpts
+}
+
+var (
+	_ dispatch.Adapter  = (*Adapter)(nil)
+	_ dispatch.KeyTTLer = (*Adapter)(nil)
+)
+
+// New validates cfg (after WithDefaults), opens a connection pool to the
+// database and checks that River's migrations are applied in cfg.Schema.
+// The River client it builds only inserts: it has no queues and no workers.
+// Errors never quote the DSN.
+func New(ctx context.Context, cfg Config) (*Adapter, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	poolCfg, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		// pgx quotes the connection string, redacting the password on a
+		// best-effort basis only: say nothing about it.
+		return nil, errors.New("dsn: not a valid PostgreSQL connection string (URL or key=value)")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", redactConnectError(err))
+	}
+	a, err := newAdapter(ctx, cfg, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func newAdapter(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Adapter, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	if err := pool.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("connect to the database: %w", redactConnectError(err))
+	}
+	driver := riverpgxv5.New(pool)
+	if err := checkMigrated(ctx, driver, cfg); err != nil {
+		return nil, err
+	}
+	client, err := river.NewClient(driver, &river.Config{Schema: cfg.Schema, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	return &Adapter{
+		cfg:    cfg,
+		pool:   pool,
+		client: client,
+		opts:   &river.InsertOpts{Queue: cfg.Queue, UniqueOpts: uniqueOpts()},
+	}, nil
+}
+
+// checkMigrated fails unless every River migration this build knows is
+// applied in cfg.Schema: inserting needs the current river_job table and its
+// unique index.
+func checkMigrated(ctx context.Context, driver *riverpgxv5.Driver, cfg Config) error {
+	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: cfg.Schema, Logger: cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("river migrator: %w", err)
+	}
+	res, err := migrator.Validate(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("check River's migrations in %s: %w", schemaDesc(cfg.Schema), redactConnectError(err))
+	}
+	if !res.OK {
+		return fmt.Errorf("River's tables are missing or out of date in %s (%s): run rivermigrate, or `river migrate-up --database-url … --schema …`, with River %s or later",
+			schemaDesc(cfg.Schema), strings.Join(res.Messages, "; "), riverVersion)
+	}
+	return nil
+}
+
+// riverVersion is the River release this adapter is built with.
+const riverVersion = "v0.51.1"
+
+func schemaDesc(schema string) string {
+	if schema == "" {
+		return "the search path"
+	}
+	return fmt.Sprintf("schema %q", schema)
+}
+
+// Close closes the connection pool, waiting for connections in use to be
+// returned. Dispatch must not be called afterwards.
+func (a *Adapter) Close() error {
+	a.pool.Close()
+	return nil
+}
+
+// KeyTTL returns how long River keeps a row's job, and so how long a second
+// dispatch is recognised as a duplicate: River's default retention of
+// completed and cancelled jobs (24 hours; discarded jobs are kept 7 days).
+// The retention is a setting of the River client that runs the workers,
+// which the drainer cannot see: users whose workers keep jobs for less (or
+// more) set key_ttl on the adapter.
+func (a *Adapter) KeyTTL(context.Context) (time.Duration, error) {
+	return min(riversharedmaintenance.CompletedJobRetentionPeriodDefault,
+		riversharedmaintenance.CancelledJobRetentionPeriodDefault), nil
+}
+
+// Dispatch inserts the row's job in its own transaction and classifies the
+// outcome: Success with {"job_id", "queue", "kind"} for a new job, Replay
+// with the existing job's when one already holds the key, Terminal if that
+// job carries another payload.
+func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
+	if !json.Valid(m.Payload) {
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonInvalidArgs,
+			Err: errors.New("payload is not valid JSON")}
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return classify(ctx, phaseBegin, err)
+	}
+	tx, err := a.pool.Begin(ctx)
+	if err != nil {
+		return classify(ctx, phaseBegin, err)
+	}
+	defer func() {
+		// After a commit this is a no-op; after a failure it ends the
+		// transaction (or the connection, if it is broken).
+		rbCtx, rbCancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer rbCancel()
+		_ = tx.Rollback(rbCtx)
+	}()
+	res, err := a.client.InsertTx(ctx, tx, newJobArgs(a.cfg.JobKind, m), a.opts)
+	if err != nil {
+		return classify(ctx, phaseInsert, err)
+	}
+	if res.UniqueSkippedAsDuplicate && !samePayload(res.Job.EncodedArgs, m.Payload) {
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonPayloadMismatch,
+			Err: fmt.Errorf("river job %d already holds this key with another payload", res.Job.ID)}
+	}
+	if !res.UniqueSkippedAsDuplicate {
+		if err := tx.Commit(ctx); err != nil {
+			return classify(ctx, phaseCommit, err)
+		}
+	}
+	r := dispatch.Result{Outcome: dispatch.Success, Reason: ReasonInserted, Response: jobResponse(res.Job.ID, res.Job.Queue, res.Job.Kind)}
+	if res.UniqueSkippedAsDuplicate {
+		r.Outcome, r.Reason = dispatch.Replay, dispatch.ReasonReplay
+	}
+	return r
+}
+
+func jobResponse(id int64, queue, kind string) json.RawMessage {
+	b, _ := json.Marshal(struct {
+		JobID int64  `json:"job_id"`
+		Queue string `json:"queue"`
+		Kind  string `json:"kind"`
+	}{id, queue, kind}) // cannot fail
+	return b
+}
