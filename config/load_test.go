@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -166,7 +167,7 @@ func TestLoadExample(t *testing.T) {
 		t.Errorf("refund_card should be critical, explicitly")
 	}
 	refund.Critical = nil
-	if *refund != want {
+	if !reflect.DeepEqual(*refund, want) {
 		t.Errorf("refund_card =\n%+v\nwant\n%+v", *refund, want)
 	}
 	if _, ok := cfg.RouteFor("nope"); ok {

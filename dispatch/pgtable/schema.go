@@ -24,11 +24,15 @@ const RecipientTableDDL = `CREATE TABLE %s (
     received_at    timestamptz NOT NULL DEFAULT now()
 )`
 
-// columns are the columns the adapter writes, with the types it accepts.
-var columns = []struct {
+// wantColumn is a column the adapter writes, with the types it accepts as
+// format_type prints them.
+type wantColumn struct {
 	name  string
-	types []string // as format_type prints them
-}{
+	types []string
+}
+
+// columns are the columns the adapter writes.
+var columns = []wantColumn{
 	{"key", []string{"text", "character varying"}},
 	{"agent_run_id", []string{"text", "character varying"}},
 	{"step_id", []string{"text", "character varying"}},
@@ -81,15 +85,15 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
 	if err != nil {
 		return fmt.Errorf("read the columns of %s: %w", table, err)
 	}
-	type column struct {
+	type found struct {
 		typ              string
 		notNull, hasDflt bool
 	}
-	have := map[string]column{}
+	have := map[string]found{}
 	var order []string
 	for rows.Next() {
 		var name string
-		var c column
+		var c found
 		if err := rows.Scan(&name, &c.typ, &c.notNull, &c.hasDflt); err != nil {
 			rows.Close()
 			return fmt.Errorf("read the columns of %s: %w", table, err)
@@ -114,12 +118,7 @@ func checkTable(ctx context.Context, pool *pgxpool.Pool, table string) error {
 		problems = append(problems, "missing columns "+strings.Join(missing, ", "))
 	}
 	for _, name := range order {
-		written := slices.ContainsFunc(columns, func(w struct {
-			name  string
-			types []string
-		}) bool {
-			return w.name == name
-		})
+		written := slices.ContainsFunc(columns, func(w wantColumn) bool { return w.name == name })
 		if c := have[name]; !written && c.notNull && !c.hasDflt {
 			problems = append(problems, fmt.Sprintf("column %s is NOT NULL without a default, and the adapter does not fill it", name))
 		}

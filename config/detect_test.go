@@ -1,0 +1,38 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDetectValidation(t *testing.T) {
+	cases := []struct {
+		name, route string
+		want        string // "" = valid
+	}{
+		{"valid", `{adapter: p, class: non_idempotent, detect: {url: "http://p/effects/{key}?tool={tool_name}", timeout: 2s}}`, ""},
+		{"only non_idempotent", `{adapter: p, detect: {url: "http://p/effects/{key}"}}`, `c.yaml:4:30: routes.wire.detect: detect is for non_idempotent routes`},
+		{"unknown variable", `{adapter: p, class: non_idempotent, detect: {url: "http://p/{step_id}"}}`, `routes.wire.detect.url: unknown URL variable {step_id}`},
+		{"relative url", `{adapter: p, class: non_idempotent, detect: {url: "/effects/{key}"}}`, `routes.wire.detect.url: must be an absolute http:// or https:// URL`},
+		{"no url", `{adapter: p, class: non_idempotent, detect: {timeout: 2s}}`, `routes.wire.detect.url`},
+		{"inline secret header", `{adapter: p, class: non_idempotent, detect: {url: "http://p/{key}", headers: {Authorization: "Bearer abc"}}}`, `secret values must come from`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			yaml := "adapters:\n  p: {type: http, url: \"http://p/{tool_name}\"}\nroutes:\n  wire: " + c.route + "\n"
+			cfg, err := Parse("c.yaml", []byte(yaml), LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("valid detect rejected: %v", err)
+				}
+				if r := cfg.Routes["wire"]; !r.Detect.Enabled() || r.Detect.Timeout.String() != "2s" {
+					t.Fatalf("detect not loaded: %+v", r.Detect)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
