@@ -345,6 +345,8 @@ func (a *Adapter) retireLocked(p *process, cause error) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		// No graceful stop: the process is dead or unreachable.
+		_ = p.runner.Kill(context.Background())
 		p.client.Kill()
 	}()
 }

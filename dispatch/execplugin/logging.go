@@ -143,7 +143,7 @@ func (w *lineLogger) Write(p []byte) (int, error) {
 	for {
 		i := bytes.IndexByte(w.buf, '\n')
 		if i < 0 {
-			if len(w.buf) < maxLogLine {
+			if len(w.buf) <= maxLogLine {
 				break
 			}
 			i = maxLogLine

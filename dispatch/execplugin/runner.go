@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,20 +41,11 @@ func pluginEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, envPrefix) || containsString(passedEnv, name) {
+		if strings.HasPrefix(name, envPrefix) || slices.Contains(passedEnv, name) {
 			env = append(env, kv)
 		}
 	}
 	return env
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // newRunner is the adapter's go-plugin RunnerFunc: it completes the command
@@ -62,7 +54,8 @@ func containsString(list []string, s string) bool {
 //
 // drainer runs plugins with its own runner rather than go-plugin's so that
 // it can filter the plugin's standard error (see stderrFilter), give the
-// plugin no stdin, and know its exit status.
+// plugin no stdin, run it in a process group of its own (see isolate), and
+// know its exit status.
 func (a *Adapter) newRunner(cmd *exec.Cmd) (*cmdRunner, error) {
 	cmd.Path = a.cfg.Command
 	cmd.Args = append([]string{a.cfg.Command}, a.cfg.Args...)
@@ -158,8 +151,13 @@ func (r *cmdRunner) exitStatus() string {
 	return r.waitErr.Error()
 }
 
+// Kill kills the plugin and the helpers it started. Once the plugin has been
+// reaped nothing is sent: its pid, and so its process group id, may belong to
+// another process by then.
 func (r *cmdRunner) Kill(context.Context) error {
-	if r.cmd.Process == nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd.Process == nil || r.waited {
 		return nil
 	}
 	return kill(r.cmd)

@@ -48,7 +48,9 @@ func TestConfigValidate(t *testing.T) {
 		{"base url unparsable", func(c *Config) { c.BaseURL = "https://x/%zz" + secret }, []string{"base_url: not a valid URL"}},
 		{"timeout", func(c *Config) { c.Timeout = -time.Second }, []string{"timeout: must be positive, got -1s"}},
 		{"response limit", func(c *Config) { c.ResponseLimit = -1 }, []string{"response_limit: must not be negative, got -1"}},
-		{"tool path with id", func(c *Config) { c.Tools = map[string]string{"capture": "/v1/payment_intents/pi_3MtwBwLkdIwHu7ix28a3tqPa/capture"} },
+		{"tool path with id", func(c *Config) {
+			c.Tools = map[string]string{"capture": "/v1/payment_intents/pi_3MtwBwLkdIwHu7ix28a3tqPa/capture"}
+		},
 			[]string{`tools: capture: path must look like "/v1/customers"`}},
 		{"tool path absolute url", func(c *Config) { c.Tools = map[string]string{"x": "https://evil/v1/charges"} }, []string{"tools: x: path must"}},
 		{"tool path dot segments", func(c *Config) { c.Tools = map[string]string{"x": "/v1/../admin"} }, []string{"tools: x: path must"}},

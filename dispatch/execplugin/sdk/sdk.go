@@ -56,6 +56,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -97,7 +98,7 @@ func Serve(a Adapter, info Info) {
 // stderr is the process's standard error as it was before Serve redirected
 // os.Stderr to drainer's stdio stream: drainer reads it line by line and logs
 // the JSON lines Logger writes at their level.
-var stderr = os.Stderr
+var stderr io.Writer = os.Stderr
 
 // Logger returns a logger for the plugin: JSON lines on standard error, in
 // the format drainer's plugin host (hashicorp/go-plugin) understands, so each

@@ -1,0 +1,37 @@
+// Package natsjs is the "nats" adapter: it publishes each outbox row to a
+// NATS JetStream subject and waits for the stream's acknowledgement.
+//
+// The message data is the row's payload; its headers are Nats-Msg-Id and
+// Idempotency-Key (both the row key) and X-Agent-Idempotency-Tuple (the
+// base64url canonical tuple, CONTRACT §5). JetStream drops a message whose
+// Nats-Msg-Id it has stored within the stream's duplicate window and answers
+// with "duplicate": such an attempt is a Replay. The window is the adapter's
+// key TTL: KeyTTL reads it from the server.
+//
+// The subject may contain {tool_name} as one whole token
+// ("agents.{tool_name}.intents"); a row whose tool name is not a valid
+// subject token (it holds '.', whitespace, or is a lone '*' or '>') is
+// Terminal. When Config.Stream is set, New checks that this stream captures
+// the subject, and every publish carries Nats-Expected-Stream, so that a
+// subject captured by some other stream is refused rather than stored there.
+//
+// Outcomes, beyond Success and Replay:
+//
+//   - no stream captures the subject (no responders), the expected stream
+//     differs, the stream is sealed, JetStream is disabled: Retry with
+//     NotSent. These are configuration problems: rows wait for a fix instead
+//     of failing, and the breaker and the dispatch metrics show them.
+//   - not connected, reconnecting, or closed: Retry with NotSent. The
+//     connection never buffers publishes while reconnecting, so a publish
+//     that failed this way cannot be sent later behind the caller's back.
+//   - payload or headers above the server's max_payload or the stream's
+//     max_msg_size: Terminal.
+//   - a 5xx answer from JetStream (storage failure, no leader): Retry with
+//     NotSent: the stream refused to store the message.
+//   - no acknowledgement before the deadline: Ambiguous (the message may be
+//     stored; a retry with the same key inside the window is a Replay).
+//
+// A duplicate acknowledgement for a message whose stored data differs from
+// the payload (read back from the stream when it still holds it) is Terminal
+// with reason payload_mismatch.
+package natsjs

@@ -1,0 +1,164 @@
+package pgtable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/drainer-io/drainer/dispatch"
+)
+
+// cancelGrace is how long a statement whose context ended may take to
+// confirm the cancel request before its connection is cut (and the outcome
+// becomes Ambiguous).
+const cancelGrace = time.Second
+
+// Statements; %s is the quoted table name.
+const (
+	insertSQL = `INSERT INTO %s (key, agent_run_id, step_id, tool_name, business_scope, payload)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING RETURNING true`
+	// compareSQL runs after a conflict: jsonb equality ignores key order and
+	// white space, so a re-encoded but equal payload is still a replay.
+	compareSQL = `SELECT payload = $2::jsonb FROM %s WHERE key = $1`
+)
+
+// Adapter inserts rows into a recipient table. It is safe for concurrent use.
+type Adapter struct {
+	cfg        Config
+	pool       *pgxpool.Pool
+	insertSQL  string
+	compareSQL string
+	// response is the stored answer of a success or a replay.
+	response json.RawMessage
+}
+
+var _ dispatch.Adapter = (*Adapter)(nil)
+
+// New validates cfg (after WithDefaults), opens a pool on cfg.DSN and checks
+// that the table can receive rows (see the package documentation); the
+// errors name what is missing. Close the adapter to close the pool.
+func New(ctx context.Context, cfg Config) (*Adapter, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("dsn: %w", redactParseError(err))
+	}
+	switch {
+	case cfg.MaxConns > 0:
+		pc.MaxConns = cfg.MaxConns
+	case !strings.Contains(cfg.DSN, "pool_max_conns"):
+		pc.MaxConns = DefaultMaxConns
+	}
+	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = "drainer"
+	}
+	// On a deadline, ask the server to cancel the statement instead of only
+	// closing the socket: a statement that is cancelled and says so has not
+	// happened (Retry), where a cut connection leaves it running (Ambiguous).
+	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", redactParseError(err))
+	}
+	a := newAdapter(pool, cfg)
+	checkCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	if err := checkTable(checkCtx, pool, a.quotedTable()); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// newAdapter builds the adapter on an open pool; cfg is valid.
+func newAdapter(pool *pgxpool.Pool, cfg Config) *Adapter {
+	a := &Adapter{cfg: cfg, pool: pool}
+	table := a.quotedTable()
+	a.insertSQL = fmt.Sprintf(insertSQL, table)
+	a.compareSQL = fmt.Sprintf(compareSQL, table)
+	a.response, _ = json.Marshal(struct {
+		Inserted bool   `json:"inserted"`
+		Table    string `json:"table"`
+	}{true, cfg.Table})
+	return a
+}
+
+func (a *Adapter) quotedTable() string {
+	ident, _ := parseTable(a.cfg.Table) // validated
+	return ident.Sanitize()
+}
+
+// Close closes the pool, waiting for connections in use to be released.
+func (a *Adapter) Close() error {
+	a.pool.Close()
+	return nil
+}
+
+// Dispatch inserts the row (key, tuple fields, payload). A new key is
+// Success; a key already present with an equal payload (jsonb equality) is
+// Replay; with another payload, Terminal (payload_mismatch). Both answers
+// carry the response {"inserted": true, "table": "<table>"}. Errors are
+// classified by classifyError.
+func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
+	if ctx.Err() != nil {
+		return notSent(ctx, context.Cause(ctx))
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	conn, err := a.pool.Acquire(ctx)
+	if err != nil {
+		return notSent(ctx, err)
+	}
+	defer conn.Release()
+	t := m.Tuple
+	var inserted bool
+	err = conn.QueryRow(ctx, a.insertSQL, m.Key, t.AgentRunID, t.StepID, t.ToolName, t.BusinessScope, string(m.Payload)).Scan(&inserted)
+	switch {
+	case err == nil:
+		return dispatch.Result{Outcome: dispatch.Success, Reason: ReasonInserted, Response: a.response}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return classifyError(ctx, "insert", err)
+	}
+	var same bool
+	err = conn.QueryRow(ctx, a.compareSQL, m.Key, string(m.Payload)).Scan(&same)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: ReasonConflictGone,
+			Err: errors.New("postgres: the key's row was deleted between the insert and the comparison")}
+	case err != nil:
+		return classifyError(ctx, "compare", err)
+	case !same:
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonPayloadMismatch,
+			Err: fmt.Errorf("postgres: table %s already holds the key with another payload", a.cfg.Table)}
+	}
+	return dispatch.Result{Outcome: dispatch.Replay, Reason: dispatch.ReasonReplay, Response: a.response}
+}
+
+// redactParseError drops the connection string that pgconn quotes in parse
+// errors (with the password masked, but with the user and the host),
+// keeping what is wrong with it.
+func redactParseError(err error) error {
+	pe, ok := errors.AsType[*pgconn.ParseConfigError](err)
+	if !ok {
+		return err
+	}
+	const generic = "cannot parse the connection string"
+	rest, ok := strings.CutPrefix(pe.Error(), "cannot parse `")
+	if i := strings.LastIndex(rest, "`: "); ok && i >= 0 {
+		return errors.New(generic + ": " + rest[i+len("`: "):])
+	}
+	return errors.New(generic)
+}
