@@ -122,7 +122,15 @@ func (v *validator) stripeAdapter(p string, a *Adapter) {
 	if f := p + ".base_url"; v.usable(f) {
 		v.absoluteURL(f, a.BaseURL)
 	}
+	for tool, path := range a.Tools {
+		if !stripePath.MatchString(path) {
+			v.errorf(p+".tools."+tool, "must be a Stripe API path like /v1/charges, got %q", path)
+		}
+	}
 }
+
+// stripePath is a Stripe create endpoint: no object ids, no query.
+var stripePath = regexp.MustCompile(`^/v1(/[a-z0-9_]+)+$`)
 
 // sqlName is a plain Postgres identifier (quoted identifiers are not
 // accepted: they are rarely meant and easy to get wrong in YAML).

@@ -19,7 +19,7 @@ type adapterKind struct {
 
 var adapterKinds = []adapterKind{
 	{TypeHTTP, []string{"url", "headers"}, (*validator).httpAdapter},
-	{TypeStripe, []string{"api_key", "stripe_version", "base_url"}, (*validator).stripeAdapter},
+	{TypeStripe, []string{"api_key", "stripe_version", "base_url", "tools"}, (*validator).stripeAdapter},
 	{TypePostgres, []string{"dsn", "table"}, (*validator).postgresAdapter},
 	{TypeRiver, []string{"dsn", "queue", "job_kind", "schema"}, (*validator).riverAdapter},
 	{TypeNATS, []string{"servers", "subject", "stream"}, (*validator).natsAdapter},

@@ -72,11 +72,49 @@ type Config struct {
 	Adapters map[string]*Adapter `yaml:"adapters"`
 	// Routes by tool_name.
 	Routes map[string]*Route `yaml:"routes"`
+	// Retention prunes terminal rows and old audit entries.
+	Retention Retention `yaml:"retention"`
 
 	// Warnings are non-fatal findings (e.g. an unset ${env:X} in check mode),
 	// each rendered like an Error: FILE:LINE:COL: field.path: message.
 	Warnings []string `yaml:"-"`
 }
+
+// Retention defaults.
+const (
+	DefaultRetentionInterval    = time.Minute
+	DefaultRetentionBatch       = 500
+	DefaultRetainSucceeded      = 7 * 24 * time.Hour
+	DefaultRetainCancelled      = 7 * 24 * time.Hour
+	DefaultRetainFailed         = 30 * 24 * time.Hour
+	DefaultRetainCompensated    = 30 * 24 * time.Hour
+	DefaultRetainAudit          = 90 * 24 * time.Hour
+	DefaultTombstoneMinimum     = 48 * time.Hour
+)
+
+// Retention says how long terminal rows and audit entries are kept. Parked
+// rows (outcome_unknown, compensation_failed) and rows of a run whose saga
+// is open are never pruned automatically.
+type Retention struct {
+	// Enabled defaults to true.
+	Enabled   *bool         `yaml:"enabled"`
+	Interval  time.Duration `yaml:"interval"`
+	BatchSize int           `yaml:"batch_size"`
+	// Per terminal status: rows last changed longer ago are pruned,
+	// leaving a tombstone.
+	Succeeded   time.Duration `yaml:"succeeded"`
+	Failed      time.Duration `yaml:"failed"`
+	Compensated time.Duration `yaml:"compensated"`
+	Cancelled   time.Duration `yaml:"cancelled"`
+	// Audit entries older than this are pruned (chains stay verifiable).
+	Audit time.Duration `yaml:"audit"`
+	// Tombstones are kept at least this long (default: the longest
+	// adapter key_ttl plus 24h, at least 48h).
+	Tombstones time.Duration `yaml:"tombstones"`
+}
+
+// IsEnabled reports whether pruning runs (default true).
+func (r Retention) IsEnabled() bool { return r.Enabled == nil || *r.Enabled }
 
 // Alerts names adapters notified on events a human must act on.
 type Alerts struct {
@@ -107,6 +145,9 @@ type Adapter struct {
 	APIKey        Secret `yaml:"api_key"`
 	StripeVersion string `yaml:"stripe_version"`
 	BaseURL       string `yaml:"base_url"`
+	// Tools maps tool names to Stripe API paths (e.g. charge_card:
+	// /v1/charges), adding to the adapter's built-in table.
+	Tools map[string]string `yaml:"tools"`
 
 	// postgres, river: connection string of the target database.
 	DSN Secret `yaml:"dsn"`
@@ -267,6 +308,14 @@ func (c *Config) applyDefaults(src map[string]*source) {
 	if c.Routes == nil {
 		c.Routes = make(map[string]*Route)
 	}
+	r := &c.Retention
+	r.Interval = cmp.Or(r.Interval, DefaultRetentionInterval)
+	r.BatchSize = cmp.Or(r.BatchSize, DefaultRetentionBatch)
+	r.Succeeded = cmp.Or(r.Succeeded, DefaultRetainSucceeded)
+	r.Failed = cmp.Or(r.Failed, DefaultRetainFailed)
+	r.Compensated = cmp.Or(r.Compensated, DefaultRetainCompensated)
+	r.Cancelled = cmp.Or(r.Cancelled, DefaultRetainCancelled)
+	r.Audit = cmp.Or(r.Audit, DefaultRetainAudit)
 	for _, a := range c.Adapters {
 		a.Timeout = cmp.Or(a.Timeout, DefaultAdapterTimeout)
 		if a.Breaker.ConsecutiveFailures == nil {

@@ -36,3 +36,20 @@ func TestDetectValidation(t *testing.T) {
 		})
 	}
 }
+
+func TestRetentionConfig(t *testing.T) {
+	base := "adapters:\n  p: {type: http, url: \"http://p/{tool_name}\", key_ttl: 72h}\nroutes:\n  t: {adapter: p}\n"
+	cfg, err := Parse("c.yaml", []byte(base), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Retention; !r.IsEnabled() || r.Succeeded != DefaultRetainSucceeded || r.Audit != DefaultRetainAudit || r.BatchSize != DefaultRetentionBatch {
+		t.Fatalf("defaults not applied: %+v", r)
+	}
+	_, err = Parse("c.yaml", []byte(base+"retention:\n  succeeded: -1h\n  tombstones: 24h\n  batch_size: 0\n"), LoadOptions{})
+	for _, want := range []string{"c.yaml:6:14: retention.succeeded", "c.yaml:7:15: retention.tombstones: tombstones (24h) must be kept at least as long as the longest key_ttl (72h)", "c.yaml:8:15: retention.batch_size"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+}

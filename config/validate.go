@@ -150,7 +150,31 @@ func (v *validator) validate() {
 	if p := "alerts.compensation_failed"; v.usable(p) && c.Adapters[c.Alerts.CompensationFailed] == nil {
 		v.errorf(p, "unknown adapter %s%s", v.quoted(p), v.hint(p, c.Alerts.CompensationFailed, adapters, "adapter"))
 	}
+	v.retention()
 	v.unused(adapters)
+}
+
+// retention checks the pruning schedule.
+func (v *validator) retention() {
+	r := v.cfg.Retention
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"interval", r.Interval}, {"succeeded", r.Succeeded}, {"failed", r.Failed}, {"compensated", r.Compensated},
+		{"cancelled", r.Cancelled}, {"audit", r.Audit}, {"tombstones", r.Tombstones}} {
+		v.positive("retention."+f.name, f.d)
+	}
+	if f := "retention.batch_size"; v.usable(f) && (r.BatchSize < 1 || r.BatchSize > 100000) {
+		v.errorf(f, "must be between 1 and 100000, got %s", v.quoted(f))
+	}
+	longest := time.Duration(0)
+	for _, a := range v.cfg.Adapters {
+		longest = max(longest, a.KeyTTL)
+	}
+	if f := "retention.tombstones"; v.usable(f) && longest > 0 && r.Tombstones < longest {
+		v.errorf(f, "tombstones (%s) must be kept at least as long as the longest key_ttl (%s), or a late re-enqueue could be sent twice",
+			formatDuration(r.Tombstones), formatDuration(longest))
+	}
 }
 
 // unused warns about a config that cannot route anything, and about

@@ -25,7 +25,7 @@ lease: 30s
 			yaml: `
 colour: blue
 `,
-			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, database_url, lease, routes, unrouted_recheck, workers`},
+			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, database_url, lease, retention, routes, unrouted_recheck, workers`},
 		},
 		{
 			name: "unknown field in an adapter",

@@ -42,6 +42,14 @@ RETURNS bytea LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         coalesce(encode($11, 'hex'), '')), 'UTF8'))
 $$;
 
+-- audit_head is the hash a key's next entry links to: its latest entry, or
+-- the anchor left when retention pruned the chain's older entries.
+CREATE FUNCTION {{.schema}}.audit_head(p_key text)
+RETURNS bytea LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = p_key ORDER BY a.id DESC LIMIT 1),
+                    (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = p_key))
+$$;
+
 -- audit_actor and audit_reason come from transaction-local settings that
 -- operator commands set (drainer.actor, drainer.reason, drainer.action);
 -- the daemon's own changes are by "drainer".
@@ -82,8 +90,7 @@ BEGIN
          CROSS JOIN LATERAL (SELECT clock_timestamp() AS at) t
          CROSS JOIN LATERAL (SELECT {{.schema}}.audit_event(NULL, n.status) AS event) e
          CROSS JOIN LATERAL (SELECT n.payload_hash AS detail) d
-          LEFT JOIN LATERAL (SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = n.key
-                              ORDER BY a.id DESC LIMIT 1) p ON true
+          LEFT JOIN LATERAL (SELECT {{.schema}}.audit_head(n.key) AS hash) p ON true
          ORDER BY n.seq;
     ELSE
         INSERT INTO {{.schema}}.audit (key, at, event, from_status, to_status, attempts, response_status,
@@ -98,8 +105,7 @@ BEGIN
          CROSS JOIN LATERAL (SELECT {{.schema}}.audit_event(o.status, n.status) AS event) e
          CROSS JOIN LATERAL (SELECT CASE WHEN n.last_error IS DISTINCT FROM o.last_error AND n.last_error IS NOT NULL
                                          THEN sha256(convert_to(n.last_error, 'UTF8')) END AS detail) d
-          LEFT JOIN LATERAL (SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = n.key
-                              ORDER BY a.id DESC LIMIT 1) p ON true
+          LEFT JOIN LATERAL (SELECT {{.schema}}.audit_head(n.key) AS hash) p ON true
          WHERE o.status IS DISTINCT FROM n.status OR o.attempts IS DISTINCT FROM n.attempts
          ORDER BY n.seq;
     END IF;
@@ -130,7 +136,7 @@ DECLARE
     v_hash  bytea;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('drainer.audit.' || p_key, 0));
-    SELECT a.hash INTO v_prev FROM {{.schema}}.audit a WHERE a.key = p_key ORDER BY a.id DESC LIMIT 1;
+    v_prev := {{.schema}}.audit_head(p_key);
     v_hash := {{.schema}}.audit_hash(v_prev, p_key, v_at, p_event, NULL, NULL, NULL, NULL, v_actor, p_reason, NULL);
     INSERT INTO {{.schema}}.audit (key, at, event, actor, reason, prev_hash, hash)
     VALUES (p_key, v_at, p_event, v_actor, p_reason, v_prev, v_hash);

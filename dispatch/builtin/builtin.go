@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
@@ -49,7 +50,10 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*dispatch.Reg
 		a := cfg.Adapters[name]
 		entry, err := build(ctx, name, a, opts, log.With("adapter", name))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s:%d: adapters.%s: %w", cfg.Path, a.Line, name, err))
+			// One line per problem, each located at the adapter.
+			for _, e := range unjoin(err) {
+				errs = append(errs, fmt.Errorf("%s:%d: adapters.%s: %w", cfg.Path, a.Line, name, e))
+			}
 			continue
 		}
 		entries = append(entries, entry)
@@ -69,24 +73,26 @@ func build(ctx context.Context, name string, a *config.Adapter, opts Options, lo
 		timeout = config.DefaultAdapterTimeout
 	}
 	entry := &dispatch.Entry{Name: name, Type: a.Type, Timeout: timeout, KeyTTL: a.KeyTTL}
+	opts.Logger = log
+	var err error
 	switch a.Type {
-	case "http":
-		headers := make(map[string]string, len(a.Headers))
-		for k, v := range a.Headers {
-			headers[k] = v.Reveal()
-		}
-		ad, err := webhook.New(webhook.Config{
-			URL:       a.URL,
-			Headers:   headers,
-			Timeout:   timeout,
-			UserAgent: "drainer/" + opts.Version,
-		})
-		if err != nil {
-			return nil, err
-		}
-		entry.Adapter = ad
+	case config.TypeHTTP:
+		entry.Adapter, err = buildHTTP(a, timeout, opts)
+	case config.TypeStripe:
+		entry.Adapter, err = buildStripe(ctx, name, a, opts)
+	case config.TypePostgres:
+		entry.Adapter, err = buildPostgres(ctx, name, a, opts)
+	case config.TypeRiver:
+		entry.Adapter, err = buildRiver(ctx, name, a, opts)
+	case config.TypeNATS:
+		entry.Adapter, err = buildNATS(ctx, name, a, opts)
+	case config.TypePlugin:
+		entry.Adapter, err = buildPlugin(ctx, name, a, opts)
 	default:
-		return nil, fmt.Errorf("adapter type %q is not available in this build", a.Type)
+		return nil, fmt.Errorf("unknown adapter type %q (valid: %s)", a.Type, strings.Join(config.AdapterTypes(), ", "))
+	}
+	if err != nil {
+		return nil, err
 	}
 	if entry.KeyTTL == 0 {
 		entry.KeyTTL = DefaultKeyTTL[a.Type]
@@ -101,6 +107,26 @@ func build(ctx context.Context, name string, a *config.Adapter, opts Options, lo
 	}
 	log.Debug("adapter built", "type", a.Type, "timeout", timeout, "key_ttl", entry.KeyTTL)
 	return entry, nil
+}
+
+func buildHTTP(a *config.Adapter, timeout time.Duration, opts Options) (dispatch.Adapter, error) {
+	headers := make(map[string]string, len(a.Headers))
+	for k, v := range a.Headers {
+		headers[k] = v.Reveal()
+	}
+	cfg := webhook.Config{URL: a.URL, Headers: headers, Timeout: timeout}
+	if opts.Version != "" {
+		cfg.UserAgent = "drainer/" + opts.Version
+	}
+	return webhook.New(cfg)
+}
+
+// unjoin splits an errors.Join result into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func closeAdapter(a dispatch.Adapter) {

@@ -17,6 +17,7 @@ func buildStripe(_ context.Context, _ string, a *config.Adapter, opts Options) (
 		APIKey:        a.APIKey.Reveal(),
 		StripeVersion: a.StripeVersion,
 		BaseURL:       a.BaseURL,
+		Tools:         a.Tools,
 		Timeout:       cmp.Or(a.Timeout, config.DefaultAdapterTimeout),
 	}
 	if opts.Version != "" {

@@ -14,6 +14,10 @@ import (
 // closeTimeout bounds an adapter's Close(ctx).
 const closeTimeout = 10 * time.Second
 
+// leakGrace is how long goroutines may take to exit once the adapter and the
+// upstream are closed: transports and pools stop theirs asynchronously.
+const leakGrace = 3 * time.Second
+
 // setup starts a check: it snapshots the running goroutines, builds the
 // adapter with f and arranges, with t.Cleanup, for the adapter to be closed
 // and then, once the factory's own cleanups have released the upstream, for
@@ -24,10 +28,17 @@ func setup(t *testing.T, f Factory) (dispatch.Adapter, Upstream, string) {
 	// leak check runs after the upstream is gone.
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() {
-		// goleak.Find retries for about a second: transports and pools
-		// close their goroutines asynchronously.
-		if err := goleak.Find(ignore); err != nil {
-			t.Errorf("goroutines left running after the adapter was closed: %v", err)
+		deadline := time.Now().Add(leakGrace)
+		for {
+			err := goleak.Find(ignore) // itself retries for a few hundred ms
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("goroutines left running after the adapter was closed: %v", err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 	a, up, secret := f(t)

@@ -97,13 +97,14 @@ func classifyError(ctx context.Context, op string, err error) dispatch.Result {
 	return r
 }
 
-// notSent classifies a failure to get a connection: nothing was sent.
+// notSent classifies an attempt given up before a statement was sent: a
+// context already done, or no connection to be had.
 func notSent(ctx context.Context, err error) dispatch.Result {
 	r := dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonConnect}
 	if ctx.Err() != nil {
 		r.Reason = ctxReason(ctx)
 	}
-	r.Err = fmt.Errorf("postgres: no connection: %w", err)
+	r.Err = fmt.Errorf("postgres: not sent: %w", err)
 	return r
 }
 

@@ -88,11 +88,11 @@ func classifySQLState(code string) dispatch.Result {
 	class := code[:min(2, len(code))]
 	switch {
 	case code == "40001", code == "40P01", // serialization failure, deadlock
-		code == "55P03",  // lock not available (lock_timeout)
-		code == "57014",  // query cancelled (statement_timeout)
-		class == "53",    // insufficient resources (disk, memory, connections)
-		class == "58",    // system error (I/O)
-		class == "XX":    // internal error
+		code == "55P03", // lock not available (lock_timeout)
+		code == "57014", // query cancelled (statement_timeout)
+		class == "53",   // insufficient resources (disk, memory, connections)
+		class == "58",   // system error (I/O)
+		class == "XX":   // internal error
 		return dispatch.Result{Outcome: dispatch.Retry, Reason: ReasonDBTransient}
 	case class == "08", // connection exception
 		strings.HasPrefix(code, "57P"), // admin, crash shutdown, cannot connect now

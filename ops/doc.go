@@ -1,0 +1,47 @@
+// Package ops implements drainer's operator actions as library code: list,
+// inspect, requeue, cancel, resolve, abort, pause, resume and audit verify.
+// The `drainer` CLI commands are thin wrappers around it.
+//
+// Every action runs in one transaction that first sets the transaction-local
+// settings drainer.actor, drainer.reason and drainer.action
+// ("operator:<verb>"), so the audit triggers record who changed each row and
+// why; an action that changes no row's status appends its own entry with
+// audit_append. Every change is conditional on the status that was read
+// (UPDATE … WHERE key = $1 AND status = $2): a row the daemon changed in the
+// meantime is reported as a refused transition naming its new status, never
+// overwritten.
+//
+// # Rules
+//
+// requeue makes a row pending and due now, keeping its key:
+//   - failed: attempts reset to 0 (a fresh retry budget, e.g. after an
+//     outage); first_attempt_at is kept, so the key-TTL guard still stops a
+//     key the provider may have forgotten.
+//   - pending: due now; attempts unchanged.
+//   - cancelled: pending again, attempts unchanged, unless its run is aborted.
+//   - refused: succeeded, compensated (the effect happened or was undone),
+//     in_flight (a worker holds the lease), outcome_unknown and
+//     compensation_failed (use resolve).
+//
+// A failed forward row aborted its run (CONTRACT §6). Requeueing it revives
+// the run (deletes its runs row and makes the never-attempted rows the abort
+// cancelled pending again) only when that is safe: the abort was caused by a
+// row failure (aborted_by "drainer", no operator abort recorded), the saga
+// has not started (no compensation row, no compensated row), and every failed
+// forward row of the run is requeued in the same transaction. Otherwise the
+// row is refused: re-running a step of an aborted run would fight its saga.
+// Cancelled rows of an aborted run are refused too; requeueing the failed
+// row revives them.
+//
+// cancel turns pending forward rows into cancelled, with last_error naming
+// the actor and reason. A pending row with attempts > 0 is cancelled with a
+// warning: a request was sent, its effect may exist, and cancelling does not
+// undo it. Pending compensation rows are refused (cancelling one would mark
+// its forward row compensated without undoing anything).
+//
+// resolve settles a parked row: outcome_unknown becomes succeeded or failed
+// (--outcome; a failed forward row aborts its run through the trigger, a
+// failed compensation row becomes compensation_failed), compensation_failed
+// becomes cancelled with the note kept, its forward row compensated, and the
+// saga continues.
+package ops
