@@ -9,7 +9,9 @@ import (
 )
 
 // buildNATS builds a "nats" adapter: it connects, and checks the expected
-// stream when the config names one.
+// stream when the config names one. The connection is named
+// "drainer/<adapter>" in the server's monitoring; opts.Logger, already
+// scoped to the adapter by build, gets connection events.
 func buildNATS(ctx context.Context, name string, a *config.Adapter, opts Options) (dispatch.Adapter, error) {
 	return natsjs.New(ctx, natsjs.Config{
 		Servers: a.Servers,
@@ -17,6 +19,6 @@ func buildNATS(ctx context.Context, name string, a *config.Adapter, opts Options
 		Stream:  a.Stream,
 		Timeout: a.Timeout,
 		Name:    "drainer/" + name,
-		Logger:  adapterClientLogger(opts, name),
+		Logger:  opts.Logger,
 	})
 }

@@ -23,4 +23,9 @@
 // reported with NotSent; only a COMMIT cut off without an answer is
 // Ambiguous. Errors carry SQLSTATE codes, never the connection string's
 // password or the payload.
+//
+// The adapter's connection pool has pgx's default size (4 or the number of
+// CPUs, whichever is larger); pool_max_conns in the DSN changes it. An
+// attempt waiting for a free connection past its deadline is Retry with
+// NotSent.
 package riverjob

@@ -15,7 +15,6 @@ import (
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
 )
 
-
 // TestFaults checks each database failure's outcome, reason and redaction.
 func TestFaults(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,303 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Bulk defaults.
+const (
+	DefaultBatchSize = 1000 // rows per transaction
+	DefaultShow      = 50   // rows and refusals listed in a Result
+)
+
+// BulkOptions tune requeue and cancel by filter.
+type BulkOptions struct {
+	// DryRun computes what would change and changes nothing.
+	DryRun bool
+	// Limit acts on at most this many matching rows (0: all). Requeue keeps
+	// the failed rows of one aborted run together, so a revival may add a few.
+	Limit int
+	// Show lists at most this many changes and refusals in the Result
+	// (0: DefaultShow; negative: all). Counts always cover every row.
+	Show int
+	// BatchSize is the number of rows per transaction (0: DefaultBatchSize).
+	BatchSize int
+}
+
+// Change is one row an action changed (or, in a dry run, would change).
+type Change struct {
+	Key          string `json:"key"`
+	Seq          int64  `json:"seq"`
+	AgentRunID   string `json:"agent_run_id"`
+	StepID       string `json:"step_id"`
+	ToolName     string `json:"tool_name"`
+	Kind         string `json:"kind"`
+	FromStatus   string `json:"from_status"`
+	Status       string `json:"status"`
+	FromAttempts int    `json:"from_attempts"`
+	Attempts     int    `json:"attempts"`
+	Warning      string `json:"warning,omitempty"`
+}
+
+// Revival is an aborted run brought back to life by requeueing the failed
+// rows that aborted it.
+type Revival struct {
+	AgentRunID  string `json:"agent_run_id"`
+	AbortReason string `json:"abort_reason"`
+	// Restored are the never-attempted rows the abort had cancelled, now
+	// pending again.
+	Restored []string `json:"restored"`
+}
+
+// Result is the outcome of requeue or cancel.
+type Result struct {
+	Action string `json:"action"`
+	DryRun bool   `json:"dry_run"`
+	// Count is the number of rows changed (or that would change), the rows
+	// restored by revivals not included.
+	Count int      `json:"count"`
+	Rows  []Change `json:"rows"`
+	// RefusedCount is the number of matching rows left alone.
+	RefusedCount int                `json:"refused_count"`
+	Refused      []*TransitionError `json:"refused"`
+	Revived      []Revival          `json:"revived_runs"`
+	// Warnings counts the changes with a warning.
+	Warnings int `json:"warnings"`
+	// Batches is the number of transactions used.
+	Batches int `json:"batches"`
+}
+
+func newResult(action string, dry bool) *Result {
+	return &Result{Action: action, DryRun: dry, Rows: []Change{}, Refused: []*TransitionError{}, Revived: []Revival{}}
+}
+
+func (r *Result) add(p *plan, show int) {
+	r.Count += len(p.changes)
+	r.RefusedCount += len(p.refused)
+	for _, ch := range p.changes {
+		if ch.Warning != "" {
+			r.Warnings++
+		}
+		if show < 0 || len(r.Rows) < show {
+			r.Rows = append(r.Rows, ch)
+		}
+	}
+	for _, e := range p.refused {
+		if show < 0 || len(r.Refused) < show {
+			r.Refused = append(r.Refused, e)
+		}
+	}
+	for _, rv := range p.revive {
+		r.Revived = append(r.Revived, rv.Revival)
+	}
+	r.Batches++
+}
+
+// candidate is a row read for an action.
+type candidate struct {
+	Key            string     `db:"key"`
+	Seq            int64      `db:"seq"`
+	AgentRunID     string     `db:"agent_run_id"`
+	StepID         string     `db:"step_id"`
+	ToolName       string     `db:"tool_name"`
+	Kind           string     `db:"kind"`
+	Status         string     `db:"status"`
+	Attempts       int        `db:"attempts"`
+	LeaseExpiresAt *time.Time `db:"lease_expires_at"`
+}
+
+const candidateColumns = `o.key, o.seq, o.agent_run_id, o.step_id, o.tool_name, o.kind, o.status, o.attempts, o.lease_expires_at`
+
+func (r candidate) change(to string, attempts int) Change {
+	return Change{Key: r.Key, Seq: r.Seq, AgentRunID: r.AgentRunID, StepID: r.StepID, ToolName: r.ToolName,
+		Kind: r.Kind, FromStatus: r.Status, Status: to, FromAttempts: r.Attempts, Attempts: attempts}
+}
+
+func (r candidate) refusal(action, why string) *TransitionError {
+	return &TransitionError{Key: r.Key, Status: r.Status, Action: action, Why: why}
+}
+
+// leaseWhy explains why an in_flight row is left alone.
+func (r candidate) leaseWhy() string {
+	if r.LeaseExpiresAt == nil {
+		return "a worker holds its lease; the request may be under way"
+	}
+	return "a worker holds its lease until " + r.LeaseExpiresAt.UTC().Format(time.RFC3339) + "; the request may be under way"
+}
+
+// plan is what one batch of an action changes and refuses.
+type plan struct {
+	changes []Change
+	refused []*TransitionError
+	revive  []revivePlan
+}
+
+// extender fetches, for requeue, the rows of runs beyond the current batch
+// that the batch must handle together with it.
+type extender func(ctx context.Context, tx pgx.Tx, runs []string) ([]candidate, error)
+
+// action is requeue or cancel, split into a read-only plan and its apply.
+type action interface {
+	verb() string
+	// plan decides about cands; with dry false it may lock what apply needs.
+	plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext extender, dry bool) (*plan, error)
+	// apply performs p with conditional updates, moving rows that changed
+	// meanwhile from p.changes to p.refused.
+	apply(ctx context.Context, tx pgx.Tx, p *plan) error
+}
+
+// runKey performs a on one row. A refusal is returned as a *TransitionError.
+func (c *Client) runKey(ctx context.Context, a action, who Who, key string, dry bool) (*Result, error) {
+	res := newResult(a.verb(), dry)
+	err := c.actionTx(ctx, a.verb(), who, dry, func(tx pgx.Tx) error {
+		cands, err := collect[candidate](ctx, tx, c.sql(`SELECT `+candidateColumns+` FROM {s}.outbox o WHERE o.key = $1`), key)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", a.verb(), key, err)
+		}
+		if len(cands) == 0 {
+			return c.missing(ctx, tx, a.verb(), key)
+		}
+		p, err := a.plan(ctx, tx, cands, nil, dry)
+		if err != nil {
+			return err
+		}
+		if !dry && len(p.refused) == 0 {
+			if err := a.apply(ctx, tx, p); err != nil {
+				return err
+			}
+		}
+		if len(p.refused) > 0 {
+			return p.refused[0]
+		}
+		res.add(p, -1)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// missing explains a key with no row: pruned (its tombstone's final status)
+// or unknown.
+func (c *Client) missing(ctx context.Context, q querier, verb, key string) error {
+	var final string
+	err := q.QueryRow(ctx, c.sql(`SELECT final_status FROM {s}.tombstones WHERE key = $1`), key).Scan(&final)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return &NotFoundError{What: "row with key " + key}
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", verb, key, err)
+	}
+	return &TransitionError{Key: key, Status: final, Action: verb, Why: "its row was pruned; only its tombstone is left"}
+}
+
+// runBulk performs a on every row matching f, in batches of one
+// transaction each, in seq order.
+func (c *Client) runBulk(ctx context.Context, a action, who Who, f Filter, o BulkOptions) (*Result, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	if err := who.validate(); err != nil {
+		return nil, err
+	}
+	batch := o.BatchSize
+	if batch <= 0 {
+		batch = DefaultBatchSize
+	}
+	show := o.Show
+	if show == 0 {
+		show = DefaultShow
+	}
+	res := newResult(a.verb(), o.DryRun)
+	cursor := f.AfterSeq
+	seen := map[string]bool{} // rows handled ahead of their batch
+	matched := 0
+	for o.Limit <= 0 || matched < o.Limit {
+		n := batch
+		if o.Limit > 0 {
+			n = min(n, o.Limit-matched)
+		}
+		var p *plan
+		var last int64
+		var got int
+		err := c.actionTx(ctx, a.verb(), who, o.DryRun, func(tx pgx.Tx) error {
+			p, last, got = nil, 0, 0
+			args := []any{cursor, n}
+			cands, err := collect[candidate](ctx, tx, c.sql(`SELECT `+candidateColumns+` FROM {s}.outbox o
+			    WHERE o.seq > $1 AND `+f.where(&args)+` ORDER BY o.seq LIMIT $2`), args...)
+			if err != nil {
+				return fmt.Errorf("%s: select rows: %w", a.verb(), err)
+			}
+			if len(cands) == 0 {
+				return nil
+			}
+			last = cands[len(cands)-1].Seq
+			fresh := cands[:0]
+			for _, r := range cands {
+				if !seen[r.Key] {
+					fresh = append(fresh, r)
+				}
+			}
+			ext := func(ctx context.Context, tx pgx.Tx, runs []string) ([]candidate, error) {
+				args := []any{last, runs}
+				more, err := collect[candidate](ctx, tx, c.sql(`SELECT `+candidateColumns+` FROM {s}.outbox o
+				    WHERE o.seq > $1 AND o.agent_run_id = ANY($2) AND o.kind = 'forward' AND o.status = 'failed'
+				      AND `+f.where(&args)+` ORDER BY o.seq`), args...)
+				if err != nil {
+					return nil, fmt.Errorf("%s: select rows of runs: %w", a.verb(), err)
+				}
+				out := more[:0]
+				for _, r := range more {
+					if !seen[r.Key] {
+						out = append(out, r)
+					}
+				}
+				return out, nil
+			}
+			got = len(fresh)
+			if p, err = a.plan(ctx, tx, fresh, ext, o.DryRun); err != nil {
+				return err
+			}
+			if !o.DryRun {
+				return a.apply(ctx, tx, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+		if last == 0 {
+			break
+		}
+		cursor = last
+		matched += got
+		for _, ch := range p.changes {
+			if ch.Seq > last {
+				seen[ch.Key] = true
+			}
+		}
+		for _, e := range p.refused {
+			seen[e.Key] = true // a row refused ahead of its batch must not be counted twice
+		}
+		res.add(p, show)
+	}
+	return res, nil
+}
+
+// actionTx runs fn in an action's transaction, or, for a dry run, in a
+// read-only one.
+func (c *Client) actionTx(ctx context.Context, verb string, who Who, dry bool, fn func(pgx.Tx) error) error {
+	if dry {
+		if err := who.validate(); err != nil {
+			return err
+		}
+		return c.readOnly(ctx, fn)
+	}
+	return c.begin(ctx, verb, who, fn)
+}

@@ -1,0 +1,107 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drainer-io/drainer/drainer"
+)
+
+// Filter selects outbox rows. Zero fields match everything.
+type Filter struct {
+	Status string
+	Run    string // agent_run_id
+	Tool   string // tool_name
+	// OlderThan matches rows whose updated_at (the last change of the row:
+	// enqueue, claim, attempt, operator action) is more than this long ago,
+	// by the database clock.
+	OlderThan time.Duration
+	// AfterSeq matches rows with seq > AfterSeq (pagination).
+	AfterSeq int64
+}
+
+// ValidateStatus reports whether s is one of the eight statuses.
+func ValidateStatus(s string) error {
+	if !slices.Contains(drainer.Statuses, s) {
+		return fmt.Errorf("unknown status %q: use one of %s", s, strings.Join(drainer.Statuses, ", "))
+	}
+	return nil
+}
+
+// Validate checks a filter's fields.
+func (f Filter) Validate() error {
+	var errs []error
+	if f.Status != "" {
+		if err := ValidateStatus(f.Status); err != nil {
+			errs = append(errs, fmt.Errorf("--status: %w", err))
+		}
+	}
+	if f.OlderThan < 0 {
+		errs = append(errs, fmt.Errorf("--older-than: must not be negative, got %s", f.OlderThan))
+	}
+	if f.AfterSeq < 0 {
+		errs = append(errs, fmt.Errorf("--after-seq: must not be negative, got %d", f.AfterSeq))
+	}
+	return errors.Join(errs...)
+}
+
+// where renders the filter (except AfterSeq) as SQL conditions on outbox o,
+// appending its arguments to args.
+func (f Filter) where(args *[]any) string {
+	conds := []string{"true"}
+	add := func(cond string, v any) {
+		*args = append(*args, v)
+		conds = append(conds, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(*args))))
+	}
+	if f.Status != "" {
+		add("o.status = $?", f.Status)
+	}
+	if f.Run != "" {
+		add("o.agent_run_id = $?", f.Run)
+	}
+	if f.Tool != "" {
+		add("o.tool_name = $?", f.Tool)
+	}
+	if f.OlderThan > 0 {
+		add("o.updated_at < now() - $?::bigint * interval '1 microsecond'", f.OlderThan.Microseconds())
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// Page is one page of List.
+type Page struct {
+	Rows []Row
+	// NextAfterSeq is the --after-seq of the next page, 0 when this is the last.
+	NextAfterSeq int64
+}
+
+// DefaultListLimit is List's page size unless told otherwise.
+const DefaultListLimit = 50
+
+// List returns up to limit rows matching f in seq order, starting after
+// f.AfterSeq.
+func (c *Client) List(ctx context.Context, f Filter, limit int) (Page, error) {
+	if err := f.Validate(); err != nil {
+		return Page{}, err
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	args := []any{f.AfterSeq, limit + 1}
+	out, err := collect[Row](ctx, c.db, c.sql(`SELECT `+rowColumns+` FROM {s}.outbox o
+	    WHERE o.seq > $1 AND `+f.where(&args)+` ORDER BY o.seq LIMIT $2`), args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("list: %w", err)
+	}
+	p := Page{Rows: out}
+	if len(out) > limit {
+		p.Rows = out[:limit]
+		p.NextAfterSeq = out[limit-1].Seq
+	}
+	return p, nil
+}

@@ -1,0 +1,244 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/jackc/pgx/v5"
+)
+
+// Requeue makes the row of key pending and due now (see the package rules).
+// A refusal is a *TransitionError; an unknown key a *NotFoundError.
+func (c *Client) Requeue(ctx context.Context, key string, who Who, dryRun bool) (*Result, error) {
+	return c.runKey(ctx, requeuer{c: c, who: who}, who, key, dryRun)
+}
+
+// RequeueWhere requeues every row matching f, which must name a status
+// (failed, pending or cancelled), in batches. Rows it may not requeue are
+// listed in Result.Refused; the others are requeued regardless.
+func (c *Client) RequeueWhere(ctx context.Context, f Filter, who Who, o BulkOptions) (*Result, error) {
+	if err := RequeueStatus(f.Status); err != nil {
+		return nil, err
+	}
+	return c.runBulk(ctx, requeuer{c: c, who: who}, who, f, o)
+}
+
+// RequeueStatus reports whether rows of status may be requeued in bulk.
+func RequeueStatus(status string) error {
+	if err := ValidateStatus(status); err != nil {
+		return err
+	}
+	switch status {
+	case drainer.StatusFailed, drainer.StatusPending, drainer.StatusCancelled:
+		return nil
+	}
+	return fmt.Errorf("%s rows cannot be requeued (%s); requeue takes failed, pending or cancelled rows",
+		status, requeueWhy(candidate{Status: status}))
+}
+
+// requeueWhy is why a row of its status cannot be requeued, "" if it can.
+func requeueWhy(r candidate) string {
+	switch r.Status {
+	case drainer.StatusSucceeded:
+		return "the effect happened; requeueing would repeat it"
+	case drainer.StatusCompensated:
+		return "its effect was undone by the saga; requeueing would redo it"
+	case drainer.StatusInFlight:
+		return r.leaseWhy()
+	case drainer.StatusOutcomeUnknown:
+		return "the request may have had its effect; settle it with drainer resolve KEY --outcome"
+	case drainer.StatusCompensationFailed:
+		return "its compensation cannot succeed; undo the effect by hand, then drainer resolve KEY --note"
+	case drainer.StatusCancelled:
+		if r.Kind == "compensation" {
+			return "a cancelled compensation row was resolved by a human; requeueing it would undo the effect twice"
+		}
+	}
+	return ""
+}
+
+type requeuer struct {
+	c   *Client
+	who Who
+}
+
+func (requeuer) verb() string { return "requeue" }
+
+func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext extender, dry bool) (*plan, error) {
+	p := &plan{}
+	var ok []candidate
+	for _, r := range cands {
+		if why := requeueWhy(r); why != "" {
+			p.refused = append(p.refused, r.refusal("requeue", why))
+		} else {
+			ok = append(ok, r)
+		}
+	}
+	// Failed and cancelled rows may belong to an aborted run.
+	var runIDs []string
+	seenRun := map[string]bool{}
+	for _, r := range ok {
+		if r.Status != drainer.StatusPending && !seenRun[r.AgentRunID] {
+			seenRun[r.AgentRunID] = true
+			runIDs = append(runIDs, r.AgentRunID)
+		}
+	}
+	runs, err := q.c.abortedRuns(ctx, tx, runIDs, !dry)
+	if err != nil {
+		return nil, err
+	}
+	if ext != nil && len(runs) > 0 {
+		// The failed rows of an aborted run are requeued together or not at all.
+		var withFailed []string
+		for _, r := range ok {
+			if _, aborted := runs[r.AgentRunID]; aborted && r.Status == drainer.StatusFailed && !contains(withFailed, r.AgentRunID) {
+				withFailed = append(withFailed, r.AgentRunID)
+			}
+		}
+		if len(withFailed) > 0 {
+			more, err := ext(ctx, tx, withFailed)
+			if err != nil {
+				return nil, err
+			}
+			ok = append(ok, more...)
+		}
+	}
+	requeued := map[string]bool{}
+	for _, r := range ok {
+		if r.Status == drainer.StatusFailed {
+			requeued[r.Key] = true
+		}
+	}
+	reviving := map[string]bool{}
+	for _, r := range ok {
+		run, aborted := runs[r.AgentRunID]
+		switch {
+		case !aborted || r.Status == drainer.StatusPending:
+			p.changes = append(p.changes, requeueChange(r))
+		case r.Status == drainer.StatusCancelled:
+			p.refused = append(p.refused, r.refusal("requeue", run.cancelledWhy()))
+		default: // failed, in an aborted run
+			if why := run.reviveWhy(requeued); why != "" {
+				p.refused = append(p.refused, r.refusal("requeue", why))
+				continue
+			}
+			p.changes = append(p.changes, requeueChange(r))
+			if !reviving[run.ID] {
+				reviving[run.ID] = true
+				p.revive = append(p.revive, revivePlan{Revival: Revival{AgentRunID: run.ID, AbortReason: run.Reason}})
+			}
+		}
+	}
+	if dry {
+		for i := range p.revive {
+			keys, err := q.c.restorable(ctx, tx, p.revive[i].AgentRunID)
+			if err != nil {
+				return nil, err
+			}
+			p.revive[i].Restored = keys
+		}
+	}
+	return p, nil
+}
+
+func requeueChange(r candidate) Change {
+	attempts := r.Attempts
+	if r.Status == drainer.StatusFailed {
+		attempts = 0 // a fresh budget, same key
+	}
+	return r.change(drainer.StatusPending, attempts)
+}
+
+func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
+	if len(p.changes) == 0 {
+		return nil
+	}
+	keys, from := make([]string, len(p.changes)), make([]string, len(p.changes))
+	for i, ch := range p.changes {
+		keys[i], from[i] = ch.Key, ch.FromStatus
+	}
+	rows, err := tx.Query(ctx, q.c.sql(`UPDATE {s}.outbox o
+	       SET status = 'pending',
+	           attempts = CASE WHEN o.status = 'failed' THEN 0 ELSE o.attempts END,
+	           next_attempt_at = now(),
+	           updated_at = now()
+	      FROM unnest($1::text[], $2::text[]) AS c(key, status)
+	     WHERE o.key = c.key AND o.status = c.status
+	 RETURNING o.key`), keys, from)
+	if err != nil {
+		return fmt.Errorf("requeue: %w", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("requeue: %w", err)
+	}
+	if err := q.c.settleRaces(ctx, tx, p, done, "requeue"); err != nil {
+		return err
+	}
+	// A pending row that stays pending with its attempts changes no status:
+	// record the action on its chain explicitly.
+	var quiet []string
+	for _, ch := range p.changes {
+		if ch.FromStatus == ch.Status && ch.FromAttempts == ch.Attempts {
+			quiet = append(quiet, ch.Key)
+		}
+	}
+	if len(quiet) > 0 {
+		if _, err := tx.Exec(ctx, q.c.sql(`SELECT {s}.audit_append(k, 'operator:requeue', $2) FROM unnest($1::text[]) AS k`),
+			quiet, nullIfEmpty(q.who.Reason)); err != nil {
+			return fmt.Errorf("requeue: audit: %w", err)
+		}
+	}
+	for i := range p.revive {
+		if err := q.c.revive(ctx, tx, &p.revive[i], q.who); err != nil {
+			return err
+		}
+	}
+	return q.c.notify(ctx, tx)
+}
+
+// settleRaces moves the planned changes whose conditional update matched no
+// row (done lists the keys that did change) to the refusals, with the
+// row's new status.
+func (c *Client) settleRaces(ctx context.Context, tx pgx.Tx, p *plan, done []string, verb string) error {
+	if len(done) == len(p.changes) {
+		return nil
+	}
+	ok := make(map[string]bool, len(done))
+	for _, k := range done {
+		ok[k] = true
+	}
+	kept := p.changes[:0]
+	for _, ch := range p.changes {
+		if ok[ch.Key] {
+			kept = append(kept, ch)
+			continue
+		}
+		var now string
+		err := tx.QueryRow(ctx, c.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), ch.Key).Scan(&now)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%s %s: %w", verb, ch.Key, err)
+		}
+		p.refused = append(p.refused, raced(ch.Key, verb, now))
+	}
+	p.changes = kept
+	return nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -1,0 +1,177 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/jackc/pgx/v5"
+)
+
+// Resolution is what a human found out about a parked row.
+type Resolution struct {
+	// Note says what was checked or done; it is kept in the row's note and
+	// recorded as the audit reason.
+	Note string
+	// Outcome is succeeded or failed, for an outcome_unknown row only.
+	Outcome string
+}
+
+// Resolved is the result of Resolve.
+type Resolved struct {
+	Key        string `json:"key"`
+	AgentRunID string `json:"agent_run_id"`
+	Kind       string `json:"kind"`
+	FromStatus string `json:"from_status"`
+	Status     string `json:"status"`
+	Note       string `json:"note"`
+	// ForwardKey and ForwardStatus: the forward row of a resolved
+	// compensation row, and its status afterwards.
+	ForwardKey    string `json:"forward_key,omitempty"`
+	ForwardStatus string `json:"forward_status,omitempty"`
+	// RunAborted: the row's run is aborted (by this resolution, for a
+	// forward row resolved failed); SagaState is then its saga's state.
+	RunAborted bool   `json:"run_aborted"`
+	SagaState  string `json:"saga_state,omitempty"`
+	// Cancelled counts the never-attempted rows of the run cancelled by an
+	// abort this resolution caused.
+	Cancelled int `json:"cancelled"`
+}
+
+// Resolve settles an outcome_unknown or compensation_failed row (see the
+// package rules). Other statuses are a *TransitionError.
+func (c *Client) Resolve(ctx context.Context, key string, r Resolution, who Who) (*Resolved, error) {
+	if strings.TrimSpace(r.Note) == "" {
+		return nil, errors.New("resolve needs a note saying what was checked or done")
+	}
+	if r.Outcome != "" && r.Outcome != drainer.StatusSucceeded && r.Outcome != drainer.StatusFailed {
+		return nil, fmt.Errorf("outcome %q is not succeeded or failed", r.Outcome)
+	}
+	who.Reason = r.Note
+	var out *Resolved
+	err := c.begin(ctx, "resolve", who, func(tx pgx.Tx) error {
+		row, err := c.row(ctx, tx, key)
+		var nf *NotFoundError
+		if errors.As(err, &nf) {
+			return c.missing(ctx, tx, "resolve", key)
+		}
+		if err != nil {
+			return err
+		}
+		out = &Resolved{Key: key, AgentRunID: row.AgentRunID, Kind: row.Kind, FromStatus: row.Status, Note: r.Note}
+		switch row.Status {
+		case drainer.StatusOutcomeUnknown:
+			err = c.resolveUnknown(ctx, tx, row, r, who, out)
+		case drainer.StatusCompensationFailed:
+			err = c.resolveCompensation(ctx, tx, row, r, who, out)
+		default:
+			return &TransitionError{Key: key, Status: row.Status, Action: "resolve",
+				Why: "resolve settles outcome_unknown and compensation_failed rows only"}
+		}
+		if err != nil {
+			return err
+		}
+		return c.continueSaga(ctx, tx, out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *Client) resolveUnknown(ctx context.Context, tx pgx.Tx, row *Row, r Resolution, who Who, out *Resolved) error {
+	if r.Outcome == "" {
+		return ErrOutcomeRequired
+	}
+	to := r.Outcome
+	if to == drainer.StatusFailed && row.Kind == "compensation" {
+		to = drainer.StatusCompensationFailed // a compensation that cannot succeed halts its saga
+	}
+	lastError := row.LastError
+	if to != drainer.StatusSucceeded {
+		msg := fmt.Sprintf("resolved as failed by %s: %s", who.Actor, r.Note)
+		lastError = &msg
+	}
+	// The count of rows cancelled by an abort the failure triggers.
+	var before int
+	if err := tx.QueryRow(ctx, c.sql(`SELECT count(*) FROM {s}.outbox WHERE agent_run_id = $1 AND status = 'cancelled'`),
+		row.AgentRunID).Scan(&before); err != nil {
+		return fmt.Errorf("resolve %s: %w", row.Key, err)
+	}
+	if err := c.settle(ctx, tx, row.Key, row.Status, to, lastError, r.Note); err != nil {
+		return err
+	}
+	out.Status = to
+	if row.Kind == "compensation" && row.ForwardKey != nil {
+		out.ForwardKey = *row.ForwardKey
+		if err := tx.QueryRow(ctx, c.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), out.ForwardKey).
+			Scan(&out.ForwardStatus); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("resolve %s: forward row: %w", row.Key, err)
+		}
+	}
+	var after int
+	if err := tx.QueryRow(ctx, c.sql(`SELECT count(*) FROM {s}.outbox WHERE agent_run_id = $1 AND status = 'cancelled'`),
+		row.AgentRunID).Scan(&after); err != nil {
+		return fmt.Errorf("resolve %s: %w", row.Key, err)
+	}
+	out.Cancelled = after - before
+	return nil
+}
+
+func (c *Client) resolveCompensation(ctx context.Context, tx pgx.Tx, row *Row, r Resolution, who Who, out *Resolved) error {
+	if r.Outcome != "" {
+		return ErrOutcomeNotAllowed
+	}
+	msg := fmt.Sprintf("resolved by %s: %s", who.Actor, r.Note)
+	if err := c.settle(ctx, tx, row.Key, row.Status, drainer.StatusCancelled, &msg, r.Note); err != nil {
+		return err
+	}
+	out.Status = drainer.StatusCancelled
+	if row.ForwardKey == nil {
+		return nil
+	}
+	out.ForwardKey = *row.ForwardKey
+	err := tx.QueryRow(ctx, c.sql(`WITH u AS (
+	        UPDATE {s}.outbox SET status = 'compensated', updated_at = now()
+	         WHERE key = $1 AND status = 'succeeded' RETURNING status)
+	    SELECT coalesce((SELECT status FROM u), (SELECT status FROM {s}.outbox WHERE key = $1), '')`), out.ForwardKey).
+		Scan(&out.ForwardStatus)
+	if err != nil {
+		return fmt.Errorf("resolve %s: mark forward row %s compensated: %w", row.Key, out.ForwardKey, err)
+	}
+	return nil
+}
+
+// settle changes key from → to, conditionally, keeping the note.
+func (c *Client) settle(ctx context.Context, tx pgx.Tx, key, from, to string, lastError *string, note string) error {
+	tag, err := tx.Exec(ctx, c.sql(`UPDATE {s}.outbox SET status = $3, last_error = $4, note = $5, updated_at = now()
+	    WHERE key = $1 AND status = $2`), key, from, to, lastError, note)
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		var now string
+		err := tx.QueryRow(ctx, c.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), key).Scan(&now)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("resolve %s: %w", key, err)
+		}
+		return raced(key, "resolve", now)
+	}
+	return nil
+}
+
+// continueSaga lets the saga of an aborted run move on: its state goes
+// back to waiting, so the daemons' sweep advances it, and they are woken.
+func (c *Client) continueSaga(ctx context.Context, tx pgx.Tx, out *Resolved) error {
+	err := tx.QueryRow(ctx, c.sql(`WITH u AS (
+	        UPDATE {s}.runs SET saga_state = 'waiting', saga_updated_at = now()
+	         WHERE agent_run_id = $1 RETURNING saga_state)
+	    SELECT coalesce((SELECT saga_state FROM u), '')`), out.AgentRunID).Scan(&out.SagaState)
+	if err != nil {
+		return fmt.Errorf("resolve %s: saga: %w", out.Key, err)
+	}
+	out.RunAborted = out.SagaState != ""
+	return c.notify(ctx, tx)
+}
