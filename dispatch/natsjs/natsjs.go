@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -130,8 +131,11 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	if err := ctx.Err(); err != nil {
-		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonCancelled,
-			Err: fmt.Errorf("not sent: %w", err)}
+		reason := dispatch.ReasonCancelled
+		if errors.Is(err, context.DeadlineExceeded) {
+			reason = dispatch.ReasonTimeout
+		}
+		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason, Err: fmt.Errorf("not sent: %w", err)}
 	}
 	if !a.nc.IsConnected() {
 		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonConnect,

@@ -139,8 +139,21 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	tracer, stopTracing, err := newTracer(ctx, opts.Version, log)
+	if err != nil {
+		_ = registry.Close(context.Background())
+		return &ConfigError{fmt.Errorf("tracing: %w", err)}
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stopTracing(sctx)
+	}()
 	engCfg := opts.Engine
 	engCfg.Schema, engCfg.Workers, engCfg.Lease, engCfg.Logger, engCfg.Metrics = schema, workers, lease, log, metrics
+	if tracer != nil {
+		engCfg.Tracer = tracer
+	}
 	eng, err := drainer.New(p, routing, engCfg)
 	if err != nil {
 		_ = registry.Close(context.Background())

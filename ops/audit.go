@@ -1,0 +1,49 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BrokenLink is an audit entry that does not verify.
+type BrokenLink struct {
+	ID      int64  `json:"id" db:"id"`
+	Key     string `json:"key" db:"key"`
+	Problem string `json:"problem" db:"problem"`
+}
+
+// Verification is the result of VerifyAudit.
+type Verification struct {
+	OK      bool         `json:"ok"`
+	Entries int64        `json:"entries"`
+	Chains  int64        `json:"chains"`
+	Broken  []BrokenLink `json:"broken"`
+}
+
+// DefaultVerifyLimit bounds the broken links VerifyAudit reports.
+const DefaultVerifyLimit = 100
+
+// VerifyAudit checks every hash chain of the audit trail (audit_verify)
+// and returns the first broken links, at most limit of them.
+func (c *Client) VerifyAudit(ctx context.Context, limit int) (*Verification, error) {
+	if limit <= 0 {
+		limit = DefaultVerifyLimit
+	}
+	out := &Verification{}
+	err := c.readOnly(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, c.sql(`SELECT count(*), count(DISTINCT key) FROM {s}.audit`)).
+			Scan(&out.Entries, &out.Chains); err != nil {
+			return err
+		}
+		var err error
+		out.Broken, err = collect[BrokenLink](ctx, tx, c.sql(`SELECT id, key, problem FROM {s}.audit_verify($1)`), limit)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify audit: %w", err)
+	}
+	out.OK = len(out.Broken) == 0
+	return out, nil
+}
