@@ -157,3 +157,5 @@ func wantRefused(t testing.TB, err error, key, status string) *TransitionError {
 	}
 	return te
 }
+
+type pgxTx = pgx.Tx
