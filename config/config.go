@@ -82,14 +82,14 @@ type Config struct {
 
 // Retention defaults.
 const (
-	DefaultRetentionInterval    = time.Minute
-	DefaultRetentionBatch       = 500
-	DefaultRetainSucceeded      = 7 * 24 * time.Hour
-	DefaultRetainCancelled      = 7 * 24 * time.Hour
-	DefaultRetainFailed         = 30 * 24 * time.Hour
-	DefaultRetainCompensated    = 30 * 24 * time.Hour
-	DefaultRetainAudit          = 90 * 24 * time.Hour
-	DefaultTombstoneMinimum     = 48 * time.Hour
+	DefaultRetentionInterval = time.Minute
+	DefaultRetentionBatch    = 500
+	DefaultRetainSucceeded   = 7 * 24 * time.Hour
+	DefaultRetainCancelled   = 7 * 24 * time.Hour
+	DefaultRetainFailed      = 30 * 24 * time.Hour
+	DefaultRetainCompensated = 30 * 24 * time.Hour
+	DefaultRetainAudit       = 90 * 24 * time.Hour
+	DefaultTombstoneMinimum  = 48 * time.Hour
 )
 
 // Retention says how long terminal rows and audit entries are kept. Parked
