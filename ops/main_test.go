@@ -157,5 +157,3 @@ func wantRefused(t testing.TB, err error, key, status string) *TransitionError {
 	}
 	return te
 }
-
-type pgxTx = pgx.Tx

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drainer-io/drainer/compensations"
+	"github.com/jackc/pgx/v5"
 )
 
 func TestRequeueRefusals(t *testing.T) {
@@ -268,7 +269,7 @@ func TestRequeueRaceIsRefused(t *testing.T) {
 	r := candidate{Key: k[0], AgentRunID: "r1", Status: "failed", Kind: "forward", Attempts: 3}
 	p := &plan{changes: []Change{requeueChange(r)}}
 	e.set(k[0], "succeeded", 3)
-	err := e.c.begin(t.Context(), "requeue", alice, func(tx pgxTx) error {
+	err := e.c.begin(t.Context(), "requeue", alice, func(tx pgx.Tx) error {
 		return requeuer{c: e.c, who: alice}.apply(t.Context(), tx, p)
 	})
 	if err != nil {

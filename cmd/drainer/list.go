@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/drainer-io/drainer/ops"
+	"github.com/spf13/cobra"
+)
+
+// maxListLimit bounds --limit of list.
+const maxListLimit = 10000
+
+func newListCmd() *cobra.Command {
+	var o opFlags
+	var f ops.Filter
+	var olderThan string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list [--status S] [--run R] [--tool T] [--older-than D] [--limit N] [--after-seq N]",
+		Short: "List outbox rows in seq order, a page at a time",
+		Long: `List outbox rows in seq (enqueue) order, at most --limit per page. When more
+rows match, a hint names the --after-seq of the next page (on stdout after
+the table; on stderr with --output json, whose stdout is one JSON array).
+
+--older-than D matches rows whose updated_at (their last change: enqueue,
+claim, attempt or operator action) is more than D ago by the database clock;
+D is a Go duration (90m, 36h) or whole days (7d).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.Status != "" {
+				if err := ops.ValidateStatus(f.Status); err != nil {
+					return usagef("--status: %w", err)
+				}
+			}
+			if limit < 1 || limit > maxListLimit {
+				return usagef("--limit: must be between 1 and %d, got %d", maxListLimit, limit)
+			}
+			if f.AfterSeq < 0 {
+				return usagef("--after-seq: must not be negative, got %d", f.AfterSeq)
+			}
+			var err error
+			if f.OlderThan, err = parseAge(olderThan); err != nil {
+				return err
+			}
+			c, done, err := o.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			page, err := c.List(cmd.Context(), f, limit)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			hint := ""
+			if page.NextAfterSeq > 0 {
+				hint = "more rows: add --after-seq " + strconv.FormatInt(page.NextAfterSeq, 10)
+			}
+			if o.json() {
+				if hint != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), hint)
+				}
+				return writeJSON(out, page.Rows)
+			}
+			if len(page.Rows) == 0 {
+				fmt.Fprintln(out, "no rows match")
+				return nil
+			}
+			printRows(out, page.Rows)
+			if hint != "" {
+				fmt.Fprintln(out, hint)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Status, "status", "", "only rows in this status")
+	fl.StringVar(&f.Run, "run", "", "only rows of this agent_run_id")
+	fl.StringVar(&f.Tool, "tool", "", "only rows of this tool_name")
+	fl.StringVar(&olderThan, "older-than", "", "only rows not updated for this long (90m, 36h, 7d)")
+	fl.IntVar(&limit, "limit", ops.DefaultListLimit, "rows per page")
+	fl.Int64Var(&f.AfterSeq, "after-seq", 0, "start after this seq (the hint of the previous page)")
+	addOpFlags(cmd, &o)
+	return cmd
+}
+
+// printRows prints rows as a table, long fields truncated.
+func printRows(w interface{ Write([]byte) (int, error) }, rows []ops.Row) {
+	t := newTable(w, "SEQ", "KEY", "RUN", "STEP", "TOOL", "KIND", "STATUS", "ATTEMPTS", "NEXT_ATTEMPT_AT", "UPDATED_AT", "LAST_ERROR")
+	for _, r := range rows {
+		t.row(strconv.FormatInt(r.Seq, 10), r.Key, trunc(r.AgentRunID, 24), trunc(r.StepID, 20), trunc(r.ToolName, 24),
+			r.Kind, r.Status, strconv.Itoa(r.Attempts), fmtTime(r.NextAttemptAt), fmtTime(r.UpdatedAt),
+			trunc(ops.Str(r.LastError), 60))
+	}
+	_ = t.flush()
+}

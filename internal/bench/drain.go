@@ -1,0 +1,237 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/builtin"
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// benchConfig is the config file the engines run: one adapter and one
+// route, every other value the shipped default the config package applies.
+// The adapter's URL is never called: the registry holds the no-op adapter
+// under its name.
+const benchConfig = `# drainer bench: shipped defaults, one no-op adapter.
+adapters:
+  noop:
+    type: http
+    url: http://127.0.0.1:9/{tool_name}
+routes:
+  ` + benchTool + `:
+    adapter: noop
+`
+
+// probe is the no-op adapter's bookkeeping: it counts calls, notes the
+// first and the target-th, and optionally when each key was first called.
+type probe struct {
+	target  int64
+	calls   atomic.Int64
+	firstNs atomic.Int64
+	lastNs  atomic.Int64
+	reached chan struct{}
+	keys    *sync.Map // key → time.Time of its first dispatch; nil: not recorded
+}
+
+func newProbe(target int, recordKeys bool) *probe {
+	p := &probe{target: int64(target), reached: make(chan struct{})}
+	if recordKeys {
+		p.keys = &sync.Map{}
+	}
+	return p
+}
+
+// adapter returns the no-op adapter: it answers Success at once.
+func (p *probe) adapter() dispatch.Adapter {
+	return dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		now := time.Now()
+		if p.keys != nil {
+			p.keys.LoadOrStore(m.Key, now)
+		}
+		n := p.calls.Add(1)
+		if n == 1 {
+			p.firstNs.Store(now.UnixNano())
+		}
+		if n == p.target {
+			p.lastNs.Store(now.UnixNano())
+			close(p.reached)
+		}
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+}
+
+// routing builds the engines' routing from benchConfig around adapter.
+func routing(adapter dispatch.Adapter) (*drainer.Routing, *config.Config, error) {
+	cfg, err := config.Parse("bench.yaml", []byte(benchConfig), config.LoadOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench config: %w", err)
+	}
+	a := cfg.Adapters["noop"]
+	reg, err := dispatch.NewRegistry(&dispatch.Entry{
+		Name: "noop", Type: "noop", Adapter: adapter, Timeout: a.Timeout, KeyTTL: builtin.DefaultKeyTTL[a.Type],
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return drainer.NewRouting(cfg, reg), cfg, nil
+}
+
+// engines are the replicas of one phase.
+type engines []*drainer.Engine
+
+// startEngines starts one engine per replica pool, each configured as
+// `drainer run` configures it from the shipped defaults.
+func (r *runner) startEngines(ctx context.Context, adapter dispatch.Adapter) (engines, error) {
+	var es engines
+	for i, pool := range r.pools {
+		rt, cfg, err := routing(adapter)
+		if err != nil {
+			return nil, errors.Join(err, es.stop())
+		}
+		e, err := drainer.New(pool, rt, drainer.Config{
+			Schema:    r.schema,
+			ReplicaID: fmt.Sprintf("bench-%d", i+1),
+			Workers:   r.opts.Workers,
+			Lease:     cfg.Lease,
+			Metrics:   drainer.NewMetrics(prometheus.NewRegistry(), r.opts.Version),
+		})
+		if err == nil {
+			err = e.Start(ctx)
+		}
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("start engine: %w", err), es.stop())
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
+
+// stop stops every engine, waiting up to a minute for attempts under way.
+func (es engines) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs []error
+	for _, e := range es {
+		if err := e.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop engine: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// warmup drains a small backlog once, unmeasured: connections, caches,
+// prepared statements and the Go runtime are warm when measuring starts.
+func (r *runner) warmup(ctx context.Context) error {
+	r.logf("warm-up: draining %d rows (not measured)", r.sizes.WarmupRows)
+	_, err := r.drainAll(ctx, r.sizes.WarmupRows)
+	return err
+}
+
+// drain measures one drain of Rows rows: from engine start until every row
+// is succeeded in the database.
+func (r *runner) drain(ctx context.Context, run int) (float64, error) {
+	elapsed, err := r.drainAll(ctx, r.sizes.Rows)
+	if err != nil {
+		return 0, err
+	}
+	rate := float64(r.sizes.Rows) / elapsed.Seconds()
+	r.logf("drain %d/%d: %d rows in %s = %.0f rows/s (%d replicas × %d workers, no-op adapter)",
+		run, r.sizes.DrainRuns, r.sizes.Rows, elapsed.Round(time.Millisecond), rate, r.opts.Replicas, r.opts.Workers)
+	return rate, nil
+}
+
+// drainAll fills n rows and returns how long the engines took from start
+// until all n are succeeded.
+func (r *runner) drainAll(ctx context.Context, n int) (time.Duration, error) {
+	if err := r.fill(ctx, n); err != nil {
+		return 0, err
+	}
+	p := newProbe(n, false)
+	begin := time.Now()
+	es, err := r.startEngines(ctx, p.adapter())
+	if err != nil {
+		return 0, err
+	}
+	err = r.awaitSucceeded(ctx, p, n)
+	elapsed := time.Since(begin)
+	if serr := es.stop(); err == nil {
+		err = serr
+	}
+	return elapsed, err
+}
+
+// awaitSucceeded waits until the adapter has seen n calls (without touching
+// the database), then until no row is left pending or in flight.
+func (r *runner) awaitSucceeded(ctx context.Context, p *probe, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, r.phaseTimeout(n))
+	defer cancel()
+	select {
+	case <-p.reached:
+	case <-ctx.Done():
+		return fmt.Errorf("drain: %d of %d rows dispatched before giving up: %w", p.calls.Load(), n, ctx.Err())
+	}
+	var left int
+	err := waitFor(ctx, 2*time.Millisecond, func() (bool, error) {
+		err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.schema+".outbox WHERE status IN ('pending', 'in_flight')").Scan(&left)
+		return left == 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("drain: %d rows not yet succeeded: %w", left, err)
+	}
+	var succeeded int
+	if err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.schema+".outbox WHERE status = 'succeeded'").Scan(&succeeded); err != nil {
+		return fmt.Errorf("drain: count succeeded: %w", err)
+	}
+	if succeeded != n {
+		return fmt.Errorf("drain: %d of %d rows succeeded; the no-op adapter answers only success", succeeded, n)
+	}
+	return nil
+}
+
+// phaseTimeout bounds a phase of n rows generously (100 rows/s), so a
+// stuck run fails instead of hanging.
+func (r *runner) phaseTimeout(n int) time.Duration {
+	return time.Minute + time.Duration(n)*10*time.Millisecond
+}
+
+// backlog fills a backlog of n rows and returns the dispatch rate over its
+// first BacklogMeasured rows, from the first dispatch to the last.
+func (r *runner) backlog(ctx context.Context, n int) (float64, error) {
+	measured := r.sizes.BacklogMeasured
+	r.logf("backlog: filling %d rows", n)
+	if err := r.fill(ctx, n); err != nil {
+		return 0, err
+	}
+	p := newProbe(measured, false)
+	es, err := r.startEngines(ctx, p.adapter())
+	if err != nil {
+		return 0, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, r.phaseTimeout(measured))
+	defer cancel()
+	select {
+	case <-p.reached:
+	case <-tctx.Done():
+		err = fmt.Errorf("backlog of %d: %d of %d rows dispatched before giving up: %w", n, p.calls.Load(), measured, tctx.Err())
+	}
+	if serr := es.stop(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return 0, err
+	}
+	span := time.Duration(p.lastNs.Load() - p.firstNs.Load())
+	if span <= 0 {
+		return 0, fmt.Errorf("backlog of %d: %d rows dispatched in no measurable time", n, measured)
+	}
+	rate := float64(measured-1) / span.Seconds()
+	r.logf("backlog of %d: first %d rows dispatched at %.0f rows/s", n, measured, rate)
+	return rate, nil
+}
