@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,7 +24,8 @@ type BulkOptions struct {
 	// the failed rows of one aborted run together, so a revival may add a few.
 	Limit int
 	// Show lists at most this many changes and refusals in the Result
-	// (0: DefaultShow; negative: all). Counts always cover every row.
+	// (0: DefaultShow; negative: none; math.MaxInt: all). Counts always
+	// cover every row.
 	Show int
 	// BatchSize is the number of rows per transaction (0: DefaultBatchSize).
 	BatchSize int
@@ -83,12 +85,12 @@ func (r *Result) add(p *plan, show int) {
 		if ch.Warning != "" {
 			r.Warnings++
 		}
-		if show < 0 || len(r.Rows) < show {
+		if len(r.Rows) < show {
 			r.Rows = append(r.Rows, ch)
 		}
 	}
 	for _, e := range p.refused {
-		if show < 0 || len(r.Refused) < show {
+		if len(r.Refused) < show {
 			r.Refused = append(r.Refused, e)
 		}
 	}
@@ -174,7 +176,7 @@ func (c *Client) runKey(ctx context.Context, a action, who Who, key string, dry 
 		if len(p.refused) > 0 {
 			return p.refused[0]
 		}
-		res.add(p, -1)
+		res.add(p, math.MaxInt)
 		return nil
 	})
 	if err != nil {
@@ -211,8 +213,11 @@ func (c *Client) runBulk(ctx context.Context, a action, who Who, f Filter, o Bul
 		batch = DefaultBatchSize
 	}
 	show := o.Show
-	if show == 0 {
+	switch {
+	case show == 0:
 		show = DefaultShow
+	case show < 0:
+		show = 0
 	}
 	res := newResult(a.verb(), o.DryRun)
 	cursor := f.AfterSeq

@@ -67,6 +67,16 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 		newEnqueueCmd(&globals{}),
 		newVersionCmd(),
 		newDemoCmd(),
+		newBenchCmd(),
+		newListCmd(),
+		newInspectCmd(),
+		newRequeueCmd(),
+		newCancelCmd(),
+		newResolveCmd(),
+		newAbortCmd(),
+		newPauseCmd(),
+		newResumeCmd(),
+		newAuditCmd(),
 	)
 	return root
 }

@@ -128,13 +128,13 @@ func ceilingLoop(ctx context.Context, pool *pgxpool.Pool, claimSQL, completeSQL 
 				return err
 			}
 			var (
-				seq                                        int64
-				key, run, step, tool, scope, kind          string
-				payload                                    []byte
-				attempts                                   int
-				token                                      pgtype.UUID
-				firstAt, now                               time.Time
-				trace, forward                             *string
+				seq                               int64
+				key, run, step, tool, scope, kind string
+				payload                           []byte
+				attempts                          int
+				token                             pgtype.UUID
+				firstAt, now                      time.Time
+				trace, forward                    *string
 			)
 			_, err = pgx.ForEachRow(rows, []any{&seq, &key, &run, &step, &tool, &scope, &kind, &payload, &attempts, &token, &firstAt, &now, &trace, &forward}, func() error {
 				seqs, tokens = append(seqs, seq), append(tokens, token)

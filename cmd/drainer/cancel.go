@@ -1,0 +1,61 @@
+package main
+
+import (
+	"github.com/drainer-io/drainer/ops"
+	"github.com/spf13/cobra"
+)
+
+func newCancelCmd() *cobra.Command {
+	var o opFlags
+	var b bulkFlags
+	cmd := &cobra.Command{
+		Use:   "cancel KEY | --run R [--status pending] [--tool T] [--dry-run] [--reason TEXT]",
+		Short: "Cancel pending rows so they are never sent",
+		Long: `Turn a pending forward row (KEY) or the pending rows of a run (--run R)
+into cancelled; last_error records the actor and --reason.
+
+A row already attempted (attempts > 0) is cancelled with a warning: a
+request was sent and its effect may exist; cancelling stops retries, it
+undoes nothing. Refused: in_flight rows (a worker holds the lease),
+outcome_unknown and compensation_failed rows (use drainer resolve), rows in
+a final status, and pending compensation rows (cancelling one would mark its
+forward row compensated without undoing it).
+
+By run, --status may only be pending (the default); refused rows are listed
+and make the exit code 1. --dry-run prints what would change and changes
+nothing.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := b.validate(cmd, len(args) == 1); err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				if b.f.Run == "" {
+					return usagef("give a KEY, or --run R to cancel the pending rows of a run")
+				}
+				if b.f.Status != "" {
+					if err := ops.CancelStatus(b.f.Status); err != nil {
+						return usagef("--status: %w", err)
+					}
+				}
+			}
+			c, done, err := o.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			who := o.who(b.reason)
+			var res *ops.Result
+			if len(args) == 1 {
+				res, err = c.Cancel(cmd.Context(), args[0], who, b.opts.DryRun)
+			} else {
+				res, err = c.CancelWhere(cmd.Context(), b.f, who, b.opts)
+			}
+			return reportResult(cmd, &o, res, err, len(args) == 1)
+		},
+	}
+	addBulkFlags(cmd, &b)
+	addActorFlag(cmd, &o)
+	addOpFlags(cmd, &o)
+	return cmd
+}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/drainer-io/drainer/ops"
+	"github.com/spf13/cobra"
+)
+
+// bulkFlags are the flags of requeue and cancel by filter.
+type bulkFlags struct {
+	f         ops.Filter
+	olderThan string
+	opts      ops.BulkOptions
+	reason    string
+}
+
+func addBulkFlags(cmd *cobra.Command, b *bulkFlags) {
+	fl := cmd.Flags()
+	fl.StringVar(&b.f.Status, "status", "", "act on the rows in this status")
+	fl.StringVar(&b.f.Run, "run", "", "only rows of this agent_run_id")
+	fl.StringVar(&b.f.Tool, "tool", "", "only rows of this tool_name")
+	fl.StringVar(&b.olderThan, "older-than", "", "only rows not updated for this long (90m, 36h, 7d)")
+	fl.BoolVar(&b.opts.DryRun, "dry-run", false, "print what would change and change nothing")
+	fl.IntVar(&b.opts.Limit, "limit", 0, "act on at most N matching rows (default: all)")
+	fl.IntVar(&b.opts.Show, "show", ops.DefaultShow, "list at most N changed and N refused rows (the counts cover all; 0: none, -1: all)")
+	fl.IntVar(&b.opts.BatchSize, "batch-size", ops.DefaultBatchSize, "rows per transaction")
+	fl.StringVar(&b.reason, "reason", "", "why, recorded in the audit trail")
+}
+
+// validate checks the bulk flags; withKey says a KEY argument was given,
+// which excludes the filter flags.
+func (b *bulkFlags) validate(cmd *cobra.Command, withKey bool) error {
+	if withKey {
+		for _, name := range []string{"status", "run", "tool", "older-than", "limit", "batch-size"} {
+			if cmd.Flags().Changed(name) {
+				return usagef("--%s selects rows by filter: give either KEY or filter flags, not both", name)
+			}
+		}
+		return nil
+	}
+	if b.opts.Limit < 0 {
+		return usagef("--limit: must not be negative, got %d", b.opts.Limit)
+	}
+	if b.opts.BatchSize < 1 {
+		return usagef("--batch-size: must be positive, got %d", b.opts.BatchSize)
+	}
+	switch {
+	case b.opts.Show == 0:
+		b.opts.Show = -1 // ops: none
+	case b.opts.Show < 0:
+		b.opts.Show = math.MaxInt // ops: all
+	}
+	var err error
+	b.f.OlderThan, err = parseAge(b.olderThan)
+	return err
+}
+
+func newRequeueCmd() *cobra.Command {
+	var o opFlags
+	var b bulkFlags
+	cmd := &cobra.Command{
+		Use:   "requeue KEY | --status S [--run R] [--tool T] [--older-than D] [--dry-run] [--limit N]",
+		Short: "Make rows pending and due now (same key), e.g. failed rows after an outage",
+		Long: `Make a row (KEY) or every row matching the filter (--status required)
+pending and due now. The key never changes.
+
+  failed     attempts reset to 0: a fresh retry budget (first_attempt_at is
+             kept, so the key-TTL guard still protects a key the provider
+             may have forgotten)
+  pending    due now; attempts unchanged
+  cancelled  pending again; attempts unchanged
+  refused    succeeded, compensated (the effect happened or was undone),
+             in_flight (a worker holds the lease), outcome_unknown and
+             compensation_failed (use drainer resolve)
+
+A failed forward row aborted its run. Requeueing it revives the run (the
+abort is undone and the never-attempted rows it cancelled are pending again)
+only if the abort came from a row failure (not drainer abort nor the agent),
+the saga has not started compensating, and all the run's failed rows are
+requeued together; otherwise the row is refused, since re-running a step of
+an aborted run would fight its saga. Cancelled rows of an aborted run are
+refused: requeue the failed row that aborted it.
+
+By filter, rows are changed in batches (--batch-size per transaction); rows
+that cannot be requeued are listed and left alone, and the exit code is 1
+if there were any. --dry-run prints the count and the first --show rows
+that would change, and changes nothing.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := b.validate(cmd, len(args) == 1); err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				if b.f.Status == "" {
+					return usagef("give a KEY, or --status failed|pending|cancelled to requeue by filter")
+				}
+				if err := ops.RequeueStatus(b.f.Status); err != nil {
+					return usagef("--status: %w", err)
+				}
+			}
+			c, done, err := o.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			who := o.who(b.reason)
+			var res *ops.Result
+			if len(args) == 1 {
+				res, err = c.Requeue(cmd.Context(), args[0], who, b.opts.DryRun)
+			} else {
+				res, err = c.RequeueWhere(cmd.Context(), b.f, who, b.opts)
+			}
+			return reportResult(cmd, &o, res, err, len(args) == 1)
+		},
+	}
+	addBulkFlags(cmd, &b)
+	addActorFlag(cmd, &o)
+	addOpFlags(cmd, &o)
+	return cmd
+}
+
+// reportResult prints the result of requeue or cancel; err is the action's
+// error. By filter, refused rows make the command fail after the output.
+func reportResult(cmd *cobra.Command, o *opFlags, res *ops.Result, err error, single bool) error {
+	if res == nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if o.json() {
+		if jerr := writeJSON(w, res); jerr != nil {
+			return jerr
+		}
+	} else if single {
+		printSingle(w, res)
+	} else {
+		printBulk(w, res)
+	}
+	if err != nil {
+		return err
+	}
+	if res.RefusedCount > 0 && !res.DryRun {
+		return fmt.Errorf("%s: %d matching row(s) refused and left alone (listed above)", res.Action, res.RefusedCount)
+	}
+	return nil
+}
+
+// past is the past tense of an action.
+func past(action string) string {
+	if action == "cancel" {
+		return "cancelled"
+	}
+	return action + "d"
+}
+
+func printSingle(w io.Writer, res *ops.Result) {
+	prefix := ""
+	if res.DryRun {
+		prefix = "dry run: would have "
+	}
+	for _, ch := range res.Rows {
+		fmt.Fprintf(w, "%s%s %s: %s → %s (attempts %d → %d", prefix, past(res.Action), ch.Key, ch.FromStatus, ch.Status, ch.FromAttempts, ch.Attempts)
+		if ch.Status == "pending" {
+			fmt.Fprint(w, ", due now")
+		}
+		fmt.Fprintln(w, ")")
+		if ch.Warning != "" {
+			fmt.Fprintf(w, "warning: %s: %s\n", ch.Key, ch.Warning)
+		}
+	}
+	printRevived(w, res)
+}
+
+func printRevived(w io.Writer, res *ops.Result) {
+	verb := "revived"
+	if res.DryRun {
+		verb = "would revive"
+	}
+	for _, rv := range res.Revived {
+		fmt.Fprintf(w, "%s run %s (aborted: %s): %d row(s) its abort cancelled pending again", verb, rv.AgentRunID, rv.AbortReason, len(rv.Restored))
+		for i, k := range rv.Restored {
+			if i == 0 {
+				fmt.Fprint(w, ":")
+			}
+			fmt.Fprint(w, " ", k)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func printBulk(w io.Writer, res *ops.Result) {
+	if res.DryRun {
+		fmt.Fprintf(w, "dry run: would %s %d row(s); nothing was changed\n", res.Action, res.Count)
+	} else {
+		fmt.Fprintf(w, "%s %d row(s) in %d batch(es)\n", past(res.Action), res.Count, res.Batches)
+	}
+	if res.Warnings > 0 {
+		fmt.Fprintf(w, "warning: %d of them had been attempted: their effect may exist\n", res.Warnings)
+	}
+	if len(res.Rows) > 0 {
+		t := newTable(w, "SEQ", "KEY", "RUN", "STEP", "TOOL", "FROM", "STATUS", "ATTEMPTS", "WARNING")
+		for _, ch := range res.Rows {
+			t.row(i64(ch.Seq), ch.Key, trunc(ch.AgentRunID, 24), trunc(ch.StepID, 20), trunc(ch.ToolName, 24),
+				ch.FromStatus, ch.Status, strconv.Itoa(ch.FromAttempts)+" → "+strconv.Itoa(ch.Attempts), trunc(ch.Warning, 40))
+		}
+		_ = t.flush()
+		if more := res.Count - len(res.Rows); more > 0 {
+			fmt.Fprintf(w, "… and %d more\n", more)
+		}
+	}
+	if len(res.Revived) > 0 {
+		restored := 0
+		for _, rv := range res.Revived {
+			restored += len(rv.Restored)
+		}
+		verb := "revived"
+		if res.DryRun {
+			verb = "would revive"
+		}
+		fmt.Fprintf(w, "%s %d aborted run(s); %d row(s) their aborts cancelled pending again\n", verb, len(res.Revived), restored)
+	}
+	if res.RefusedCount > 0 {
+		fmt.Fprintf(w, "refused %d row(s):\n", res.RefusedCount)
+		t := newTable(w, "KEY", "STATUS", "WHY")
+		for _, e := range res.Refused {
+			t.row(e.Key, e.Status, trunc(e.Why, 120))
+		}
+		_ = t.flush()
+		if more := res.RefusedCount - len(res.Refused); more > 0 {
+			fmt.Fprintf(w, "… and %d more\n", more)
+		}
+	}
+}
