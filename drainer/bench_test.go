@@ -1,0 +1,49 @@
+package drainer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+)
+
+// BenchmarkDrain measures the whole drain path (claim, no-op dispatch,
+// batched completion, audit) on a real Postgres: b.N rows per run.
+func BenchmarkDrain(b *testing.B) {
+	for _, audit := range []bool{true, false} {
+		name := "audit=on"
+		if !audit {
+			name = "audit=off"
+		}
+		b.Run(name, func(b *testing.B) {
+			pool := newPool(b)
+			if !audit {
+				if _, err := pool.Exec(context.Background(), "ALTER TABLE drainer.outbox DISABLE TRIGGER outbox_audit_update, DISABLE TRIGGER outbox_audit_insert"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			n := max(b.N, 1000)
+			for i := 0; i < n; i += 5000 {
+				enqueueN(b, pool, "bench-"+itoa(i), "noop", min(5000, n-i))
+			}
+			noop := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+				return dispatch.Result{Outcome: dispatch.Success}
+			})
+			b.ResetTimer()
+			start := time.Now()
+			startEngine(b, pool, testRouting(b, map[string]dispatch.Adapter{"noop": noop}, &Route{Tool: "noop"}), Config{Workers: 64, BatchSize: 64})
+			for {
+				var left int
+				if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM drainer.outbox WHERE status <> 'succeeded'").Scan(&left); err != nil {
+					b.Fatal(err)
+				}
+				if left == 0 {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "rows/s")
+		})
+	}
+}

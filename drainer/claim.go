@@ -1,0 +1,121 @@
+package drainer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// claimedRow is one row leased to this replica.
+type claimedRow struct {
+	Seq            int64
+	Key            string
+	AgentRunID     string
+	StepID         string
+	ToolName       string
+	BusinessScope  string
+	Kind           string
+	Payload        json.RawMessage
+	Attempts       int // including the attempt this claim consumes
+	LeaseToken     pgtype.UUID
+	FirstAttemptAt time.Time
+	DBNow          time.Time
+	Traceparent    *string
+	ForwardKey     *string
+}
+
+// claimSQL leases up to $1 due rows in one short statement. The locking
+// subquery is MATERIALIZED so it runs once, whatever plan the UPDATE gets.
+// The attempt is counted here, before dispatch, so a worker that dies mid-call
+// has consumed it; outcomes that consume none give it back.
+const claimSQL = `
+WITH due AS MATERIALIZED (
+    SELECT seq FROM %[1]s.outbox o
+     WHERE status = 'pending' AND next_attempt_at <= now()%[2]s
+     ORDER BY next_attempt_at, seq
+     LIMIT $1
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]s.outbox o
+   SET status = 'in_flight',
+       attempts = o.attempts + 1,
+       lease_token = gen_random_uuid(),
+       lease_expires_at = now() + $2 * interval '1 millisecond',
+       leased_by = $3,
+       first_attempt_at = coalesce(o.first_attempt_at, now()),
+       updated_at = now()
+  FROM due
+ WHERE o.seq = due.seq
+RETURNING o.seq, o.key, o.agent_run_id, o.step_id, o.tool_name, o.business_scope, o.kind,
+          o.payload, o.attempts, o.lease_token, o.first_attempt_at, now(), o.traceparent, o.forward_key`
+
+// queryer is the part of pgx shared by pools, connections and transactions.
+type queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// orderedClause keeps rows of tools with ordering: business_scope behind any
+// earlier row of their scope that is still pending or in flight.
+const orderedClause = `
+       AND (o.tool_name <> ALL($4::text[]) OR NOT EXISTS (
+            SELECT 1 FROM %[1]s.outbox p
+             WHERE p.tool_name = o.tool_name AND p.business_scope = o.business_scope
+               AND p.seq < o.seq AND p.status IN ('pending', 'in_flight')))`
+
+// claimPlanSettings pin the claim to the ordered scan of outbox_due_idx,
+// whatever the statistics say. Planned from stale statistics (a backlog that
+// grew faster than autovacuum analyzes, or a statement prepared while the
+// table was empty) the claim would otherwise bitmap-scan and sort every due
+// row to return a handful: at a 10^6 backlog, seconds per claim exactly when
+// the drain is busiest. They are transaction-local.
+const claimPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('plan_cache_mode', 'force_custom_plan', true)`
+
+// batcher sends a pipeline of statements in one round trip.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// claimRows leases up to n due rows for lease, in one round trip: BEGIN, the
+// plan settings, the claim, COMMIT.
+// Rows of the tools in ordered dispatch one at a time per business_scope.
+func claimRows(ctx context.Context, db batcher, schema string, n int, lease time.Duration, replica string, ordered []string) ([]claimedRow, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(claimPlanSettings)
+	if len(ordered) > 0 {
+		b.Queue(fmt.Sprintf(claimSQL, schema, fmt.Sprintf(orderedClause, schema)), n, lease.Milliseconds(), replica, ordered)
+	} else {
+		b.Queue(fmt.Sprintf(claimSQL, schema, ""), n, lease.Milliseconds(), replica)
+	}
+	b.Queue("COMMIT")
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimedRow, error) {
+		var c claimedRow
+		err := r.Scan(&c.Seq, &c.Key, &c.AgentRunID, &c.StepID, &c.ToolName, &c.BusinessScope, &c.Kind,
+			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("claim commit: %w", err)
+	}
+	return out, br.Close()
+}

@@ -1,0 +1,63 @@
+package drainer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// tuplesRead returns how many outbox tuples this connection's session has
+// read (sequential scans) and fetched (index scans), flushing its pending
+// statistics first (PostgreSQL 15+).
+func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	err := conn.QueryRow(ctx, `SELECT pg_stat_get_tuples_returned('drainer.outbox'::regclass)
+	        + pg_stat_get_tuples_fetched('drainer.outbox'::regclass)`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestClaimStaysCheapAfterEmptyTablePlan guards the plan pitfall: a claim
+// planned from stale statistics (the table was empty when last analyzed, or
+// when the statement was first prepared) must not, once rows arrive, scan or
+// sort every due row. The same connection claims from the empty table many
+// times, then 20,000 due rows arrive without an ANALYZE, and a claim of 10
+// must read only a handful of tuples.
+func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
+	pool := newPool(t)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for range 12 {
+		if rows, err := claimRows(ctx, conn, "drainer", 10, time.Minute, "r", nil); err != nil || len(rows) != 0 {
+			t.Fatalf("claim on empty table: %d %v", len(rows), err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, payload, payload_hash)
+	      SELECT 'k' || g, 'run', 's' || g, 't', '{}', '\x00' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	before := tuplesRead(t, conn)
+	rows, err := claimRows(ctx, conn, "drainer", 10, time.Minute, "r", nil)
+	if err != nil || len(rows) != 10 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	if read := tuplesRead(t, conn) - before; read > 200 {
+		t.Fatalf("claiming 10 rows read %d of 20,000 tuples: the claim plan scans the backlog", read)
+	}
+}

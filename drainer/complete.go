@@ -1,0 +1,98 @@
+package drainer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// completeSQL writes a batch of completions in one statement. Every row is
+// fenced by its lease token: a worker whose lease expired and was reclaimed
+// cannot overwrite the new owner's result.
+const completeSQL = `
+UPDATE %[1]s.outbox o
+   SET status = u.status,
+       attempts = o.attempts - u.give_back,
+       first_attempt_at = CASE WHEN o.attempts - u.give_back = 0 THEN NULL ELSE o.first_attempt_at END,
+       next_attempt_at = CASE WHEN u.delay_ms < 0 THEN o.next_attempt_at
+                              ELSE now() + u.delay_ms * interval '1 millisecond' END,
+       last_error = CASE WHEN u.status = 'succeeded' THEN NULL ELSE coalesce(u.last_error, o.last_error) END,
+       last_problem = CASE WHEN u.status = 'succeeded' THEN NULL
+                           WHEN u.last_error IS NULL THEN o.last_problem
+                           ELSE u.problem::jsonb END,
+       response = CASE WHEN u.status = 'succeeded' THEN u.response::jsonb ELSE o.response END,
+       response_status = coalesce(u.response_status, o.response_status),
+       lease_token = NULL,
+       lease_expires_at = NULL,
+       leased_by = NULL,
+       updated_at = now()
+  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[])
+       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status)
+ WHERE o.seq = u.seq AND o.lease_token = u.token
+RETURNING o.seq`
+
+// writeCompletions applies cs in one statement and returns the sequence
+// numbers whose lease was lost (no row updated).
+func writeCompletions(ctx context.Context, q queryer, schema string, cs []completion) (lost []int64, err error) {
+	// A stable lock order keeps concurrent batches from deadlocking.
+	slices.SortFunc(cs, func(a, b completion) int { return int(a.Seq - b.Seq) })
+	n := len(cs)
+	seqs := make([]int64, n)
+	tokens := make([]pgtype.UUID, n)
+	statuses := make([]string, n)
+	giveBack := make([]int32, n)
+	delays := make([]int64, n)
+	errs := make([]*string, n)
+	problems := make([]*string, n)
+	responses := make([]*string, n)
+	codes := make([]*int32, n)
+	for i, c := range cs {
+		seqs[i], tokens[i], statuses[i], errs[i] = c.Seq, c.Token, c.Status, c.LastError
+		if c.GiveBack {
+			giveBack[i] = 1
+		}
+		delays[i] = -1
+		if !c.KeepNext {
+			delays[i] = c.Delay.Milliseconds()
+		}
+		if c.Problem != nil {
+			if b, err := json.Marshal(c.Problem); err == nil {
+				s := string(b)
+				problems[i] = &s
+			}
+		}
+		if c.Response != nil {
+			s := string(c.Response)
+			responses[i] = &s
+		}
+		if c.ResponseStatus > 0 {
+			code := int32(c.ResponseStatus)
+			codes[i] = &code
+		}
+	}
+	rows, err := q.Query(ctx, fmt.Sprintf(completeSQL, schema), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes)
+	if err != nil {
+		return nil, fmt.Errorf("complete batch: %w", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("complete batch: %w", err)
+	}
+	if len(done) == n {
+		return nil, nil
+	}
+	written := make(map[int64]bool, len(done))
+	for _, s := range done {
+		written[s] = true
+	}
+	for _, s := range seqs {
+		if !written[s] {
+			lost = append(lost, s)
+		}
+	}
+	return lost, nil
+}

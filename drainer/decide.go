@@ -1,0 +1,162 @@
+package drainer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Metric outcome labels beyond dispatch.Outcome's own.
+const (
+	outcomeBreakerOpen = "breaker_open"
+	outcomeUnrouted    = "unrouted"
+	outcomeAmbiguous   = "ambiguous"
+)
+
+// completion is the next state of one leased row, written back by the
+// completer only while the row's lease token still matches (fencing).
+type completion struct {
+	Seq   int64
+	Token pgtype.UUID
+	// Status is the new status.
+	Status string
+	// GiveBack returns the attempt counted at claim: the request never
+	// reached the provider.
+	GiveBack bool
+	// Delay schedules next_attempt_at = now() + Delay (database clock);
+	// KeepNext leaves next_attempt_at as it was.
+	Delay    time.Duration
+	KeepNext bool
+	// LastError replaces last_error; nil keeps it (cleared on success).
+	LastError *string
+	Problem   *dispatch.Problem
+	// Response and ResponseStatus record the provider's answer.
+	Response       json.RawMessage
+	ResponseStatus int
+
+	// For metrics and logs only.
+	adapter string
+	outcome string
+	row     *claimedRow
+}
+
+// decision inputs that do not come from the row or result.
+type decideEnv struct {
+	rand *rand.Rand
+	now  time.Time // database clock at claim
+}
+
+func strPtr(s string) *string { return &s }
+
+// failStatus is the terminal failure status of a row: compensation rows that
+// cannot succeed halt their saga as compensation_failed.
+func failStatus(row *claimedRow) string {
+	if row.Kind == "compensation" {
+		return StatusCompensationFailed
+	}
+	return StatusFailed
+}
+
+// decide maps one attempt's classified result to the row's next state
+// (CONTRACT §2 attempts table, §4 Full Jitter, §5 classes).
+func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res dispatch.Result) completion {
+	c := completion{Seq: row.Seq, Token: row.LeaseToken, adapter: adapter, row: row, ResponseStatus: res.Status}
+	errText := func(prefix string) *string {
+		msg := prefix
+		if res.Err != nil {
+			msg = prefix + ": " + res.Err.Error()
+		} else if res.Reason != "" {
+			msg = prefix + ": " + res.Reason
+		}
+		return &msg
+	}
+	c.Problem = res.Problem
+	outcome := res.Outcome
+	if outcome == dispatch.OutcomeUnknownZero {
+		outcome = dispatch.Ambiguous
+		if res.Err == nil {
+			res.Err = errors.New("adapter returned no outcome")
+		}
+	}
+	c.outcome = outcome.String()
+
+	switch outcome {
+	case dispatch.Success, dispatch.Replay:
+		c.Status = StatusSucceeded
+		c.Response = res.Response
+		if len(c.Response) == 0 {
+			c.Response = json.RawMessage("null")
+		}
+		c.KeepNext = true
+		return c
+
+	case dispatch.Terminal:
+		c.Status = failStatus(row)
+		c.LastError = errText("terminal")
+		c.KeepNext = true
+		return c
+
+	case dispatch.Auth:
+		// A broken credential is the adapter's fault, not the row's.
+		c.Status = StatusPending
+		c.GiveBack = true
+		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
+		c.LastError = errText("authentication refused by the provider (no attempt consumed)")
+		return c
+	}
+
+	// Retry or Ambiguous.
+	maybeSent := !res.NotSent
+	if maybeSent && route.NonIdempotent() {
+		c.Status = StatusOutcomeUnknown
+		c.outcome = outcomeAmbiguous
+		c.LastError = errText("outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")
+		c.KeepNext = true
+		return c
+	}
+	if outcome == dispatch.Ambiguous {
+		c.outcome = outcomeAmbiguous
+	}
+	if !maybeSent {
+		c.Status = StatusPending
+		c.GiveBack = true
+		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
+		c.LastError = errText("not sent")
+		return c
+	}
+	if row.Attempts >= route.MaxAttempts {
+		c.Status = failStatus(row)
+		c.LastError = errText(fmt.Sprintf("attempts exhausted (%d of %d)", row.Attempts, route.MaxAttempts))
+		c.KeepNext = true
+		return c
+	}
+	c.Status = StatusPending
+	if errors.Is(res.Err, errCutOff) {
+		c.Delay = 0 // shutdown cut the call off: the next replica may retry at once
+	} else {
+		c.Delay = route.Backoff.Delay(env.rand, row.Attempts, res.RetryAfter)
+	}
+	c.LastError = errText(fmt.Sprintf("attempt %d of %d", row.Attempts, route.MaxAttempts))
+	return c
+}
+
+// errCutOff marks a call cancelled by shutdown after it may have been sent.
+var errCutOff = errors.New("call cut off by shutdown")
+
+// release gives a claimed row back without a consumed attempt.
+func release(row *claimedRow, delay time.Duration, keepNext bool, msg *string, outcome string) completion {
+	return completion{Seq: row.Seq, Token: row.LeaseToken, Status: StatusPending, GiveBack: true,
+		Delay: delay, KeepNext: keepNext, LastError: msg, outcome: outcome, row: row}
+}
+
+// failNow ends a claimed row without dispatching it; the attempt counted at
+// claim is given back since nothing was sent.
+func failNow(row *claimedRow, msg string) completion {
+	return completion{Seq: row.Seq, Token: row.LeaseToken, Status: failStatus(row), GiveBack: true,
+		KeepNext: true, LastError: &msg, outcome: "terminal", row: row}
+}

@@ -1,0 +1,333 @@
+package drainer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Config configures an Engine. Zero values take the defaults of WithDefaults.
+type Config struct {
+	// Schema holds the outbox (default "drainer").
+	Schema string
+	// ReplicaID names this process in leases (default host:pid).
+	ReplicaID string
+	// Workers bounds rows leased and dispatched at once (default 16).
+	Workers int
+	// BatchSize bounds rows per claim (default min(Workers, 64)).
+	BatchSize int
+	// Lease is how long a claimed row belongs to this replica (default 30s).
+	// A dispatch's deadline is the lease minus LeaseMargin.
+	Lease time.Duration
+	// PollInterval is the claim poll when no notification arrives (default 1s).
+	PollInterval time.Duration
+	// FetchCooldown lets freed slots accumulate before the next claim under
+	// load (default 2ms).
+	FetchCooldown time.Duration
+	// ReclaimInterval is how often expired leases are looked for (default 2s).
+	ReclaimInterval time.Duration
+	// SnapshotInterval is how often the backlog snapshot is refreshed (default 10s).
+	SnapshotInterval time.Duration
+	// SagaInterval is how often open sagas are advanced (default 1s); a
+	// completion that concerns a saga advances it at once.
+	SagaInterval time.Duration
+	// CompleteBatch bounds completions per write (default 256).
+	CompleteBatch int
+	// Logger receives the engine's logs (default: discard).
+	Logger *slog.Logger
+	// Metrics receives the engine's metrics (required: NewMetrics).
+	Metrics *Metrics
+	// Seed seeds the jitter source; 0 seeds randomly.
+	Seed uint64
+	// LeaseMargin is kept between a dispatch's deadline and its lease expiry
+	// (default 5s).
+	LeaseMargin time.Duration
+	// Tracer records a span per attempt, continuing the agent's trace
+	// (default: no-op; traceparent is still passed through).
+	Tracer trace.Tracer
+}
+
+// DefaultLeaseMargin is kept between a dispatch's deadline and its lease expiry.
+const DefaultLeaseMargin = 5 * time.Second
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Schema = cmp.Or(c.Schema, migrations.DefaultSchema)
+	if c.ReplicaID == "" {
+		host, _ := os.Hostname()
+		c.ReplicaID = fmt.Sprintf("%s:%d", cmp.Or(host, "drainer"), os.Getpid())
+	}
+	c.Workers = cmp.Or(c.Workers, 16)
+	c.BatchSize = cmp.Or(c.BatchSize, min(c.Workers, 64))
+	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	c.FetchCooldown = cmp.Or(c.FetchCooldown, 2*time.Millisecond)
+	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, 2*time.Second)
+	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, 10*time.Second)
+	c.CompleteBatch = cmp.Or(c.CompleteBatch, 256)
+	c.SagaInterval = cmp.Or(c.SagaInterval, time.Second)
+	c.LeaseMargin = cmp.Or(c.LeaseMargin, DefaultLeaseMargin)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if err := migrations.ValidateSchema(c.Schema); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Workers < 1 || c.Workers > 4096 {
+		errs = append(errs, fmt.Errorf("workers (%d) must be between 1 and 4096", c.Workers))
+	}
+	if c.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("batch size (%d) must be positive", c.BatchSize))
+	}
+	if c.Lease <= c.LeaseMargin {
+		errs = append(errs, fmt.Errorf("lease (%s) must exceed the lease margin (%s)", c.Lease, c.LeaseMargin))
+	}
+	if c.Metrics == nil {
+		errs = append(errs, errors.New("metrics must be set (NewMetrics)"))
+	}
+	return errors.Join(errs...)
+}
+
+// Engine drains one outbox schema. Start it once; Stop it once (Stop before
+// Start, or twice, is harmless).
+type Engine struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	metrics *Metrics
+	routing atomic.Pointer[Routing]
+
+	active   atomic.Int64
+	wake     chan struct{}
+	sagaWake chan struct{}
+
+	fetchCtx    context.Context // cancelled first on Stop: no new claims
+	fetchCancel context.CancelFunc
+	workCtx     context.Context // cancelled when the shutdown grace runs out
+	workCancel  context.CancelFunc
+
+	claimDone chan struct{}  // closed when the claim loop has exited
+	workers   sync.WaitGroup // one per leased row
+	loops     sync.WaitGroup // claimer, listener, reclaimer, snapshot, completer
+	completer *completer
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	gatesMu    sync.Mutex
+	gates      map[string]*gate
+	gatePolicy map[string]GatePolicy
+	pauses     atomic.Pointer[pauseSet]
+
+	started, stopped atomic.Bool
+	unrouted         unroutedLog
+	hooks            []func(ctx context.Context, done []completion)
+	tracer           trace.Tracer
+}
+
+// New builds an engine on pool for the given routing.
+func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine config: %w", err)
+	}
+	if routing == nil {
+		return nil, errors.New("engine: routing must not be nil")
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	e := &Engine{
+		cfg:       cfg,
+		pool:      pool,
+		log:       cfg.Logger,
+		metrics:   cfg.Metrics,
+		wake:      make(chan struct{}, 1),
+		sagaWake:  make(chan struct{}, 1),
+		claimDone: make(chan struct{}),
+		tracer:    cfg.Tracer,
+		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	}
+	if e.tracer == nil {
+		e.tracer = defaultTracer()
+	}
+	e.gatePolicy = map[string]GatePolicy{}
+	e.pauses.Store(&pauseSet{})
+	e.attachGates(routing)
+	e.routing.Store(routing)
+	e.metrics.InitAdapters(routing.Registry.Names())
+	e.metrics.Workers.Set(float64(cfg.Workers))
+	e.fetchCtx, e.fetchCancel = context.WithCancel(context.Background())
+	e.workCtx, e.workCancel = context.WithCancel(context.Background())
+	e.completer = newCompleter(e)
+	return e, nil
+}
+
+// Config returns the engine's effective configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Routing returns the routing in force.
+func (e *Engine) Routing() *Routing { return e.routing.Load() }
+
+// AfterComplete registers a hook called with every written batch of
+// completions (before Start).
+func (e *Engine) AfterComplete(h func(ctx context.Context, done []completion)) {
+	e.hooks = append(e.hooks, h)
+}
+
+// Start checks the schema and starts the engine's loops. It returns once they run.
+func (e *Engine) Start(ctx context.Context) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("engine already started")
+	}
+	if _, err := migrations.Check(ctx, e.pool, e.cfg.Schema); err != nil {
+		e.started.Store(false)
+		return err
+	}
+	set, err := loadPauses(ctx, e.pool, e.cfg.Schema)
+	if err != nil {
+		e.started.Store(false)
+		return err
+	}
+	e.pauses.Store(set)
+	e.loops.Add(8)
+	go e.retentionLoop()
+	go e.pauseLoop()
+	go e.sagaLoop()
+	go e.completer.run()
+	go e.claimLoop()
+	go e.listenLoop()
+	go e.reclaimLoop()
+	go e.snapshotLoop()
+	e.log.Info("engine started", "schema", e.cfg.Schema, "replica", e.cfg.ReplicaID,
+		"workers", e.cfg.Workers, "lease", e.cfg.Lease)
+	return nil
+}
+
+// Reload swaps in a new routing. Rows leased before keep the old one until
+// they complete; the old adapters are closed once no attempt can use them.
+func (e *Engine) Reload(rt *Routing) {
+	e.attachGates(rt)
+	old := e.routing.Swap(rt)
+	e.metrics.InitAdapters(rt.Registry.Names())
+	e.wakeNewlyRouted(old, rt)
+	e.signal()
+	if old == nil || old.Registry == rt.Registry {
+		return
+	}
+	e.loops.Add(1)
+	go func() {
+		defer e.loops.Done()
+		t := time.NewTimer(e.cfg.Lease)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-e.fetchCtx.Done():
+			// Stop closes it after the workers are done.
+			e.workers.Wait()
+		}
+		_ = old.Registry.Close(context.Background())
+	}()
+}
+
+// Stop stops claiming, waits for attempts under way until ctx is done, then
+// cancels them; rows not yet sent go back to pending with their attempt
+// given back, cut-off calls are recorded as such. It returns once every
+// completion is written, or an error naming how many could not be.
+func (e *Engine) Stop(ctx context.Context) error {
+	if !e.started.Load() || !e.stopped.CompareAndSwap(false, true) {
+		return nil
+	}
+	e.log.Info("engine stopping: no new claims", "in_flight", e.active.Load())
+	e.fetchCancel()
+	// The claimer may be finishing a claim: its rows get workers (which
+	// release them unsent) before the workers are waited for.
+	<-e.claimDone
+	waited := make(chan struct{})
+	go func() { e.workers.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		e.log.Warn("shutdown grace over: cancelling calls under way", "in_flight", e.active.Load())
+		e.workCancel()
+		<-waited
+	}
+	e.workCancel()
+	e.completer.close()
+	e.loops.Wait()
+	if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
+		e.log.Warn("closing adapters", "err", err)
+	}
+	if n := e.completer.unwritten.Load(); n > 0 {
+		return fmt.Errorf("%d completions could not be written: their rows stay in_flight until the lease expires and are then retried with the same key", n)
+	}
+	e.log.Info("engine stopped")
+	return nil
+}
+
+// wakeNewlyRouted makes rows that were waiting for a route due now, so a
+// reload that adds their route drains them at once rather than at their next
+// unrouted recheck.
+func (e *Engine) wakeNewlyRouted(old, rt *Routing) {
+	var tools []string
+	for tool := range rt.Routes {
+		if old == nil || old.Routes[tool] == nil {
+			tools = append(tools, tool)
+		}
+	}
+	if len(tools) == 0 || !e.started.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := e.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.outbox SET next_attempt_at = now()
+	      WHERE status = 'pending' AND attempts = 0 AND tool_name = ANY($1) AND next_attempt_at > now()`, e.cfg.Schema), tools)
+	if err != nil {
+		e.log.Warn("could not wake rows of newly routed tools; they drain at their next recheck", "err", err)
+	}
+}
+
+// signal wakes the claim loop without blocking.
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) jitterRand() *rand.Rand { return e.rng }
+
+// sleep waits for d or until ctx is done; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// isShutdown reports whether err is the expected result of stopping.
+func isShutdown(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}

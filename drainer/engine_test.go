@@ -1,0 +1,448 @@
+package drainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// testRouting routes each tool to an adapter of the same name.
+func testRouting(t testing.TB, adapters map[string]dispatch.Adapter, routes ...*Route) *Routing {
+	t.Helper()
+	var entries []*dispatch.Entry
+	for name, a := range adapters {
+		entries = append(entries, &dispatch.Entry{Name: name, Type: "test", Adapter: a, Timeout: time.Second})
+	}
+	reg, err := dispatch.NewRegistry(entries...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &Routing{Routes: map[string]*Route{}, Registry: reg, UnroutedRecheck: 200 * time.Millisecond}
+	for _, r := range routes {
+		r.Class = cmpOr(r.Class, "key_idempotent")
+		r.MaxAttempts = cmpOr(r.MaxAttempts, 5)
+		r.Backoff = Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, MaxRetryAfter: time.Second}
+		r.Adapter = cmpOr(r.Adapter, r.Tool)
+		rt.Routes[r.Tool] = r
+	}
+	comp := map[string]string{}
+	for tool, r := range rt.Routes {
+		comp[tool] = r.Compensation
+	}
+	rt.Compensations = compensations.NewMap(comp)
+	return rt
+}
+
+// startEngine starts an engine with fast test timings and stops it at cleanup.
+func startEngine(t testing.TB, pool *pgxpool.Pool, rt *Routing, cfg Config) *Engine {
+	t.Helper()
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(prometheus.NewRegistry(), "test")
+	}
+	cfg.Lease = cmpOr(cfg.Lease, 10*time.Second)
+	cfg.LeaseMargin = cmpOr(cfg.LeaseMargin, 500*time.Millisecond)
+	cfg.PollInterval = cmpOr(cfg.PollInterval, 50*time.Millisecond)
+	cfg.ReclaimInterval = cmpOr(cfg.ReclaimInterval, 100*time.Millisecond)
+	cfg.SnapshotInterval = cmpOr(cfg.SnapshotInterval, 200*time.Millisecond)
+	e, err := New(pool, rt, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return e
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestEngineDrainsAndRecordsResponses(t *testing.T) {
+	pool := newPool(t)
+	var calls atomic.Int64
+	ok := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		calls.Add(1)
+		resp, _ := json.Marshal(map[string]any{"key": m.Key, "attempt": m.Attempt})
+		return dispatch.Result{Outcome: dispatch.Success, Status: 201, Response: resp}
+	})
+	keys := enqueueN(t, pool, "run-1", "ok", 200)
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"ok": ok}, &Route{Tool: "ok"}), Config{Workers: 8, Metrics: metrics})
+	waitFor(t, "all rows succeeded", 20*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 200 })
+	if calls.Load() != 200 {
+		t.Fatalf("adapter called %d times for 200 rows", calls.Load())
+	}
+	r := getRow(t, pool, keys[7])
+	if r.Attempts != 1 || r.ResponseStatus == nil || *r.ResponseStatus != 201 || !strings.Contains(string(r.Response), keys[7]) {
+		t.Fatalf("row state %+v, response %s", r, r.Response)
+	}
+	var status string
+	var resp []byte
+	if err := pool.QueryRow(t.Context(), "SELECT status, response FROM drainer.result($1)", keys[7]).Scan(&status, &resp); err != nil || status != "succeeded" {
+		t.Fatalf("drainer.result: %s %v", status, err)
+	}
+	if got := testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("ok", "success")); got != 200 {
+		t.Fatalf("drainer_dispatch_total{ok,success} = %v, want 200", got)
+	}
+}
+
+func TestEngineRetriesWithSameKey(t *testing.T) {
+	pool := newPool(t)
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	flaky := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		seen[m.Key] = append(seen[m.Key], m.Attempt)
+		n := len(seen[m.Key])
+		mu.Unlock()
+		if n < 3 {
+			return dispatch.Result{Outcome: dispatch.Retry, Status: 503, Reason: "http_5xx", Err: errors.New("503")}
+		}
+		return dispatch.Result{Outcome: dispatch.Success, Status: 200}
+	})
+	keys := enqueueN(t, pool, "run-2", "flaky", 20)
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"flaky": flaky}, &Route{Tool: "flaky"}), Config{Workers: 4})
+	waitFor(t, "all rows succeeded", 20*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 20 })
+	for _, k := range keys {
+		if got := seen[k]; len(got) != 3 || got[0] != 1 || got[1] != 2 || got[2] != 3 {
+			t.Fatalf("key %s attempts %v, want [1 2 3]", k, got)
+		}
+		if r := getRow(t, pool, k); r.Attempts != 3 || r.LastError != nil {
+			t.Fatalf("row %s: %+v", k, r)
+		}
+	}
+}
+
+func TestEngineMaxAttemptsFails(t *testing.T) {
+	pool := newPool(t)
+	down := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: errors.New("503 service unavailable")}
+	})
+	keys := enqueueN(t, pool, "run-3", "down", 3)
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"down": down}, &Route{Tool: "down", MaxAttempts: 3}), Config{Workers: 4})
+	waitFor(t, "rows failed", 20*time.Second, func() bool { return countByStatus(t, pool)["failed"] == 3 })
+	r := getRow(t, pool, keys[0])
+	if r.Attempts != 3 || r.LastError == nil || !strings.Contains(*r.LastError, "attempts exhausted (3 of 3)") {
+		t.Fatalf("row: %+v %s", r, deref(r.LastError))
+	}
+}
+
+func TestEngineUnroutedWaitsThenDrainsAfterReload(t *testing.T) {
+	pool := newPool(t)
+	keys := enqueueN(t, pool, "run-4", "newtool", 2)
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"other": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})}, &Route{Tool: "other"}), Config{Workers: 2, Metrics: metrics})
+	waitFor(t, "unrouted rows looked at twice", 10*time.Second, func() bool {
+		return testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("", "unrouted")) >= 4
+	})
+	r := getRow(t, pool, keys[0])
+	if r.Status != StatusPending && r.Status != StatusInFlight || r.Attempts > 1 {
+		t.Fatalf("unrouted row: %+v", r)
+	}
+	var attempts int
+	if err := pool.QueryRow(t.Context(), "SELECT max(attempts) FROM drainer.outbox WHERE status = 'pending'").Scan(&attempts); err != nil || attempts != 0 {
+		t.Fatalf("unrouted rows consumed attempts: %d %v", attempts, err)
+	}
+	var got atomic.Int64
+	e.Reload(testRouting(t, map[string]dispatch.Adapter{"newtool": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		got.Add(1)
+		return dispatch.Result{Outcome: dispatch.Success}
+	})}, &Route{Tool: "newtool"}))
+	waitFor(t, "rows drained after reload", 10*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 2 })
+	if got.Load() != 2 {
+		t.Fatalf("dispatched %d times", got.Load())
+	}
+}
+
+// TestNoConcurrentDispatchAcrossEngines runs three engines on one table: no
+// row is ever dispatched by two of them at once, and each exactly once.
+func TestNoConcurrentDispatchAcrossEngines(t *testing.T) {
+	pool := newPool(t)
+	const n = 600
+	enqueueN(t, pool, "run-5", "t", n)
+	var inFlight sync.Map
+	var mu sync.Mutex
+	count := map[string]int{}
+	var overlap atomic.Int64
+	adapter := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		if _, busy := inFlight.LoadOrStore(m.Key, true); busy {
+			overlap.Add(1)
+		}
+		time.Sleep(time.Millisecond)
+		inFlight.Delete(m.Key)
+		mu.Lock()
+		count[m.Key]++
+		mu.Unlock()
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	for i := range 3 {
+		startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"}),
+			Config{Workers: 8, BatchSize: 4, ReplicaID: "replica-" + itoa(i)})
+	}
+	waitFor(t, "all rows succeeded", 30*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == n })
+	if overlap.Load() != 0 {
+		t.Fatalf("%d dispatches overlapped another of the same row", overlap.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(count) != n {
+		t.Fatalf("dispatched %d distinct rows, want %d", len(count), n)
+	}
+	for k, c := range count {
+		if c != 1 {
+			t.Fatalf("row %s dispatched %d times", k, c)
+		}
+	}
+}
+
+// TestReclaimAfterLeaseExpiry simulates a worker that claimed rows and died:
+// once the lease expires another engine dispatches them with the same key,
+// the lost attempt counted.
+func TestReclaimAfterLeaseExpiry(t *testing.T) {
+	pool := newPool(t)
+	keys := enqueueN(t, pool, "run-6", "t", 5)
+	dead, err := claimRows(t.Context(), pool, "drainer", 10, 300*time.Millisecond, "dead-replica", nil)
+	if err != nil || len(dead) != 5 {
+		t.Fatalf("claim: %d rows, %v", len(dead), err)
+	}
+	var mu sync.Mutex
+	got := map[string]int{}
+	adapter := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		got[m.Key] = m.Attempt
+		mu.Unlock()
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"}), Config{Workers: 4, Metrics: metrics})
+	waitFor(t, "reclaimed rows succeeded", 10*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 5 })
+	for _, k := range keys {
+		if got[k] != 2 {
+			t.Fatalf("key %s dispatched as attempt %d, want 2 (the lost attempt counts)", k, got[k])
+		}
+	}
+	if v := testutil.ToFloat64(metrics.LeasesExpired); v != 5 {
+		t.Fatalf("drainer_leases_expired_total = %v, want 5", v)
+	}
+}
+
+// TestFencingRejectsLateCompletion: a worker whose lease expired and was
+// reclaimed cannot overwrite the new owner's result.
+func TestFencingRejectsLateCompletion(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	keys := enqueueN(t, pool, "run-7", "t", 1)
+	first, err := claimRows(ctx, pool, "drainer", 1, 10*time.Millisecond, "a", nil)
+	if err != nil || len(first) != 1 {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n, err := reclaimExpired(ctx, pool, "drainer", nil); err != nil || n != 1 {
+		t.Fatalf("reclaim: %d %v", n, err)
+	}
+	second, err := claimRows(ctx, pool, "drainer", 1, time.Minute, "b", nil)
+	if err != nil || len(second) != 1 {
+		t.Fatal(err)
+	}
+	late := completion{Seq: first[0].Seq, Token: first[0].LeaseToken, Status: StatusFailed, LastError: strPtr("late"), KeepNext: true}
+	lost, err := writeCompletions(ctx, pool, "drainer", []completion{late})
+	if err != nil || len(lost) != 1 || lost[0] != first[0].Seq {
+		t.Fatalf("late completion: lost %v err %v; want it rejected", lost, err)
+	}
+	if r := getRow(t, pool, keys[0]); r.Status != StatusInFlight || r.Attempts != 2 {
+		t.Fatalf("row after late completion: %+v", r)
+	}
+	owner := completion{Seq: second[0].Seq, Token: second[0].LeaseToken, Status: StatusSucceeded, Response: []byte(`{}`), KeepNext: true}
+	if lost, err := writeCompletions(ctx, pool, "drainer", []completion{owner}); err != nil || len(lost) != 0 {
+		t.Fatalf("owner completion: lost %v err %v", lost, err)
+	}
+	if r := getRow(t, pool, keys[0]); r.Status != StatusSucceeded {
+		t.Fatalf("row: %+v", r)
+	}
+}
+
+// TestShutdownCutsOffCalls: calls still running when the grace ends are
+// cancelled; key_idempotent rows go back to pending with the attempt
+// consumed, non_idempotent rows to outcome_unknown; no row stays in_flight.
+func TestShutdownCutsOffCalls(t *testing.T) {
+	pool := newPool(t)
+	started := make(chan struct{}, 10)
+	hang := dispatch.AdapterFunc(func(ctx context.Context, _ *dispatch.Message) dispatch.Result {
+		started <- struct{}{}
+		<-ctx.Done()
+		return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: "cancelled", Err: ctx.Err()}
+	})
+	keyKeys := enqueueN(t, pool, "run-8", "keyed", 1)
+	nonKeys := enqueueN(t, pool, "run-9", "nonidem", 1)
+	rt := testRouting(t, map[string]dispatch.Adapter{"keyed": hang, "nonidem": hang},
+		&Route{Tool: "keyed"}, &Route{Tool: "nonidem", Class: "non_idempotent"})
+	cfg := Config{Workers: 4, Metrics: NewMetrics(prometheus.NewRegistry(), "test"), Lease: 10 * time.Second,
+		LeaseMargin: time.Second, PollInterval: 50 * time.Millisecond}
+	e, err := New(pool, rt, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := e.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	k := getRow(t, pool, keyKeys[0])
+	if k.Status != StatusPending || k.Attempts != 1 || k.DueInMs > 100 || !strings.Contains(deref(k.LastError), "cut off") {
+		t.Fatalf("key_idempotent row after cut-off: %+v %s", k, deref(k.LastError))
+	}
+	n := getRow(t, pool, nonKeys[0])
+	if n.Status != StatusOutcomeUnknown || n.Attempts != 1 {
+		t.Fatalf("non_idempotent row after cut-off: %+v", n)
+	}
+	if c := countByStatus(t, pool)["in_flight"]; c != 0 {
+		t.Fatalf("%d rows left in_flight", c)
+	}
+}
+
+func TestNotifyWakesClaimer(t *testing.T) {
+	pool := newPool(t)
+	done := make(chan string, 1)
+	adapter := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		done <- m.Key
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	// Polling is effectively off: only LISTEN/NOTIFY can wake the claimer.
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"}),
+		Config{Workers: 2, PollInterval: time.Hour})
+	time.Sleep(300 * time.Millisecond) // let the listener connect
+	keys := enqueueN(t, pool, "run-10", "t", 1)
+	select {
+	case k := <-done:
+		if k != keys[0] {
+			t.Fatalf("dispatched %s, want %s", k, keys[0])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a notification did not wake the claimer")
+	}
+}
+
+func TestSnapshotMatchesDatabase(t *testing.T) {
+	pool := newPool(t)
+	enqueueN(t, pool, "run-11", "ok", 30)
+	for i := range 5 {
+		enqueueN(t, pool, "run-bad-"+itoa(i), "bad", 1)
+	}
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{
+		"ok": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+			return dispatch.Result{Outcome: dispatch.Success}
+		}),
+		"bad": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+			return dispatch.Result{Outcome: dispatch.Terminal, Err: errors.New("no")}
+		}),
+	}, &Route{Tool: "ok"}, &Route{Tool: "bad"}), Config{Workers: 4, Metrics: metrics})
+	waitFor(t, "snapshot reflects the drain", 15*time.Second, func() bool {
+		return testutil.ToFloat64(metrics.OutboxRows.WithLabelValues("succeeded")) == 30 &&
+			testutil.ToFloat64(metrics.OutboxRows.WithLabelValues("failed")) == 5
+	})
+	if v := testutil.ToFloat64(metrics.OutboxRows.WithLabelValues("pending")); v != 0 {
+		t.Fatalf("pending gauge %v", v)
+	}
+}
+
+// TestTerminalFailureCancelsUnattemptedRowsOfRun: a forward row that fails
+// aborts its run in the same transaction; the run's never-attempted rows are
+// cancelled and never dispatched.
+func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	first := enqueueN(t, pool, "run-x", "bad", 1)
+	var calls atomic.Int64
+	rt := testRouting(t, map[string]dispatch.Adapter{
+		"bad": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+			calls.Add(1)
+			return dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: errors.New("http 422")}
+		}),
+		"later": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+			calls.Add(100)
+			return dispatch.Result{Outcome: dispatch.Success}
+		}),
+	}, &Route{Tool: "bad"}, &Route{Tool: "later"})
+	// The later step is due only after the first has failed.
+	if _, err := pool.Exec(ctx, `SELECT drainer.enqueue('run-x', 'step-later', 'later', '', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET next_attempt_at = now() + interval '2 seconds' WHERE step_id = 'step-later'`); err != nil {
+		t.Fatal(err)
+	}
+	startEngine(t, pool, rt, Config{Workers: 2})
+	waitFor(t, "first row failed", 10*time.Second, func() bool { return getRow(t, pool, first[0]).Status == StatusFailed })
+	var status, lastErr string
+	if err := pool.QueryRow(ctx, "SELECT status, last_error FROM drainer.outbox WHERE step_id = 'step-later'").Scan(&status, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if status != StatusCancelled || !strings.Contains(lastErr, "run aborted") {
+		t.Fatalf("later step: %s %q, want cancelled naming the abort", status, lastErr)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if calls.Load() != 1 {
+		t.Fatalf("adapter calls %d: the cancelled row was dispatched", calls.Load())
+	}
+	// Enqueues into the aborted run are created cancelled.
+	var created bool
+	if err := pool.QueryRow(ctx, `SELECT created FROM drainer.enqueue('run-x', 'step-3', 'later', '', '{}')`).Scan(&created); err != nil || !created {
+		t.Fatalf("enqueue into aborted run: created %v err %v", created, err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT status FROM drainer.outbox WHERE step_id = 'step-3'").Scan(&status); err != nil || status != StatusCancelled {
+		t.Fatalf("enqueue into aborted run: status %s err %v", status, err)
+	}
+}
+
+func TestStartFailsOnUnmigratedSchemaAndStopReturns(t *testing.T) {
+	pool := newPool(t)
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})}, &Route{Tool: "t"})
+	e, err := New(pool, rt, Config{Schema: "not_migrated", Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "drainer migrate") {
+		t.Fatalf("start on an unmigrated schema: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := e.Stop(ctx); err != nil {
+		t.Fatalf("stop after a failed start: %v", err)
+	}
+}

@@ -1,0 +1,219 @@
+package drainer
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/time/rate"
+)
+
+// gate protects one adapter: a circuit breaker, a rate limit and a
+// concurrency cap. Rows that a gate turns away go back to pending without
+// consuming an attempt.
+type gate struct {
+	name    string
+	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
+	openFor time.Duration
+	openAt  atomic.Int64 // unix nanos of the last transition to open
+	limiter *rate.Limiter
+	slots   chan struct{} // nil: no cap
+}
+
+// Breaker outcomes reported through done.
+var (
+	errBreakerFailure = errors.New("provider unavailable")
+	errBreakerNeutral = errors.New("neither success nor failure")
+)
+
+// GatePolicy is the protective policy of one adapter.
+type GatePolicy struct {
+	// BreakerFailures opens the breaker after this many consecutive
+	// failures (529/503/502/504, auth, connection); 0 disables it.
+	BreakerFailures int
+	BreakerOpenFor  time.Duration
+	// RatePerSecond and Burst limit dispatches; 0 means unlimited.
+	RatePerSecond float64
+	Burst         int
+	// MaxConcurrency caps calls under way; 0 means no cap.
+	MaxConcurrency int
+}
+
+// gatePolicies derives each adapter's policy from the config.
+func gatePolicies(cfg *config.Config, _ int) map[string]GatePolicy {
+	out := make(map[string]GatePolicy, len(cfg.Adapters))
+	for name, a := range cfg.Adapters {
+		p := GatePolicy{
+			BreakerFailures: a.Breaker.Failures(),
+			BreakerOpenFor:  cmpOr(a.Breaker.OpenFor, config.DefaultBreakerOpenFor),
+			MaxConcurrency:  a.MaxConcurrency,
+		}
+		if a.RateLimit != nil {
+			p.RatePerSecond, p.Burst = a.RateLimit.PerSecond, max(a.RateLimit.Burst, 1)
+		}
+		out[name] = p
+	}
+	return out
+}
+
+func newGate(name string, p GatePolicy, m *Metrics) *gate {
+	g := &gate{name: name, openFor: p.BreakerOpenFor}
+	if p.BreakerFailures > 0 {
+		failures := uint32(p.BreakerFailures)
+		g.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+			Name:        name,
+			MaxRequests: 1, // one probe while half-open
+			Timeout:     p.BreakerOpenFor,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+			IsExcluded:  func(err error) bool { return errors.Is(err, errBreakerNeutral) },
+			OnStateChange: func(_ string, _, to gobreaker.State) {
+				if to == gobreaker.StateOpen {
+					g.openAt.Store(time.Now().UnixNano())
+				}
+				if m != nil {
+					m.CircuitBreakerState.WithLabelValues(name).Set(breakerGauge(to))
+				}
+			},
+		})
+	}
+	if p.RatePerSecond > 0 {
+		g.limiter = rate.NewLimiter(rate.Limit(p.RatePerSecond), max(p.Burst, 1))
+	}
+	if p.MaxConcurrency > 0 {
+		g.slots = make(chan struct{}, p.MaxConcurrency)
+	}
+	if m != nil {
+		m.CircuitBreakerState.WithLabelValues(name).Set(0)
+	}
+	return g
+}
+
+func breakerGauge(s gobreaker.State) float64 {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return 1
+	case gobreaker.StateOpen:
+		return 2
+	}
+	return 0
+}
+
+// refusal says why a gate turned a row away and when to look at it again.
+type refusal struct {
+	reason string // "breaker_open", "saturated", "rate_limited"
+	delay  time.Duration
+}
+
+// admit reserves a slot, a rate token and a breaker permit. On success the
+// caller must call the returned done with the attempt's result.
+func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
+	if g.slots != nil {
+		select {
+		case g.slots <- struct{}{}:
+		default:
+			return nil, &refusal{reason: "saturated", delay: jitterAround(r, 500*time.Millisecond)}
+		}
+	}
+	release := func() {
+		if g.slots != nil {
+			<-g.slots
+		}
+	}
+	if g.limiter != nil {
+		res := g.limiter.Reserve()
+		if d := res.Delay(); d > 0 {
+			res.Cancel()
+			release()
+			return nil, &refusal{reason: "rate_limited", delay: d + jitterAround(r, 20*time.Millisecond)}
+		}
+	}
+	var breakerDone func(error)
+	if g.breaker != nil {
+		var err error
+		breakerDone, err = g.breaker.Allow()
+		if err != nil {
+			release()
+			return nil, &refusal{reason: "breaker_open", delay: g.remainingOpen(r)}
+		}
+	}
+	var once sync.Once
+	return func(res dispatch.Result) {
+		once.Do(func() {
+			if breakerDone != nil {
+				breakerDone(breakerVerdict(res))
+			}
+			release()
+		})
+	}, nil
+}
+
+// remainingOpen is how long the breaker stays open, jittered so the rows it
+// turned away do not all return at the same instant.
+func (g *gate) remainingOpen(r *rand.Rand) time.Duration {
+	left := g.openFor - time.Since(time.Unix(0, g.openAt.Load()))
+	if left < 100*time.Millisecond || left > g.openFor {
+		left = 100 * time.Millisecond // half-open: another row is probing
+	}
+	return left + jitterAround(r, left/4+10*time.Millisecond)
+}
+
+// breakerVerdict: provider-down signals are failures; answers that show the
+// provider is up (success, replay, terminal 4xx) are successes; the rest is
+// neutral.
+func breakerVerdict(res dispatch.Result) error {
+	switch res.Outcome {
+	case dispatch.Success, dispatch.Replay, dispatch.Terminal:
+		return nil
+	case dispatch.Auth:
+		return errBreakerFailure
+	case dispatch.Retry, dispatch.Ambiguous:
+		switch res.Status {
+		case 502, 503, 504, 529:
+			return errBreakerFailure
+		case 0:
+			if res.Reason == "cancelled" {
+				return errBreakerNeutral
+			}
+			return errBreakerFailure // connection refused, reset, timeout
+		}
+	}
+	return errBreakerNeutral
+}
+
+// jitterAround returns a duration uniform in [d/2, 3d/2).
+func jitterAround(r *rand.Rand, d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + time.Duration(r.Int64N(int64(d)))
+}
+
+// attachGates gives rt a gate per adapter, keeping the running gate (and its
+// breaker state) of an adapter whose policy did not change. An adapter
+// without max_concurrency, when several adapters share the workers, may use
+// at most three quarters of them, so one slow provider cannot starve the others.
+func (e *Engine) attachGates(rt *Routing) {
+	e.gatesMu.Lock()
+	defer e.gatesMu.Unlock()
+	names := rt.Registry.Names()
+	gates := make(map[string]*gate, len(names))
+	for _, name := range names {
+		p := rt.Policies[name]
+		if p.MaxConcurrency == 0 && len(names) > 1 && e.cfg.Workers > 1 {
+			p.MaxConcurrency = max(1, e.cfg.Workers*3/4)
+		}
+		if old, ok := e.gates[name]; ok && e.gatePolicy[name] == p {
+			gates[name] = old
+			continue
+		}
+		gates[name] = newGate(name, p, e.metrics)
+		e.gatePolicy[name] = p
+	}
+	e.gates = gates
+	rt.gates = gates
+}

@@ -1,0 +1,44 @@
+package drainer
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// listenLoop holds a dedicated connection LISTENing on the outbox channel and
+// wakes the claimer on each notification. The poll in claimLoop covers any
+// gap while it reconnects.
+func (e *Engine) listenLoop() {
+	defer e.loops.Done()
+	channel := e.cfg.Schema + ".outbox"
+	delay := 100 * time.Millisecond
+	for e.fetchCtx.Err() == nil {
+		conn, err := pgx.ConnectConfig(e.fetchCtx, e.pool.Config().ConnConfig.Copy())
+		if err == nil {
+			_, err = conn.Exec(e.fetchCtx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+			if err == nil {
+				delay = 100 * time.Millisecond
+				e.signal() // anything enqueued while not listening
+				for {
+					if _, err = conn.WaitForNotification(e.fetchCtx); err != nil {
+						break
+					}
+					e.signal()
+				}
+			}
+			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = conn.Close(closeCtx)
+			cancel()
+		}
+		if isShutdown(e.fetchCtx, err) {
+			return
+		}
+		e.log.Warn("listen connection lost; polling until it is back", "err", err, "retry_in", delay)
+		if !sleep(e.fetchCtx, delay) {
+			return
+		}
+		delay = min(delay*2, 10*time.Second)
+	}
+}

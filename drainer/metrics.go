@@ -1,0 +1,167 @@
+package drainer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// DispatchOutcomes are the values of drainer_dispatch_total's outcome label.
+var DispatchOutcomes = []string{"success", "replay", "retry", "terminal", "ambiguous", "auth", "breaker_open", "unrouted"}
+
+// CompensationOutcomes are the values of drainer_compensations_total's outcome label.
+var CompensationOutcomes = []string{"succeeded", "retry", "failed"}
+
+// Metrics holds every collector of the engine (CONTRACT §7). Build it once per
+// process with NewMetrics on an injected registerer.
+type Metrics struct {
+	OutboxRows              *prometheus.GaugeVec
+	OldestPendingAge        prometheus.Gauge
+	OldestInFlightAge       prometheus.Gauge
+	SnapshotAge             prometheus.Gauge
+	DispatchTotal           *prometheus.CounterVec
+	DispatchDuration        *prometheus.HistogramVec
+	ClaimBatchSize          prometheus.Histogram
+	LeasesExpired           prometheus.Counter
+	LeasesLost              prometheus.Counter
+	CompensationsTotal      *prometheus.CounterVec
+	CompensationFailedTotal prometheus.Counter
+	CircuitBreakerState     *prometheus.GaugeVec
+	BuildInfo               *prometheus.GaugeVec
+	WorkersBusy             prometheus.Gauge
+	Workers                 prometheus.Gauge
+	SnapshotCost            prometheus.Gauge
+	LiveTuples              prometheus.Gauge
+	DeadTuples              prometheus.Gauge
+	LastVacuumAge           prometheus.Gauge
+	XminHorizonAge          prometheus.Gauge
+	UnroutedRows            *prometheus.GaugeVec
+	UnroutedOldestAge       *prometheus.GaugeVec
+	PrunedRows              *prometheus.CounterVec
+}
+
+// NewMetrics registers every collector on reg and pre-initialises the label
+// values known at startup, so dashboards show 0 rather than no data.
+func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
+	f := promauto.With(reg)
+	m := &Metrics{
+		OutboxRows: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "drainer_outbox_rows",
+			Help: "Outbox rows by status, from the latest periodic snapshot (use max across replicas).",
+		}, []string{"status"}),
+		OldestPendingAge: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_outbox_oldest_pending_age_seconds",
+			Help: "now() - min(next_attempt_at) over due pending rows; 0 when none (how late the drain is).",
+		}),
+		OldestInFlightAge: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_outbox_oldest_in_flight_age_seconds",
+			Help: "Age of the oldest in-flight lease; 0 when none.",
+		}),
+		SnapshotAge: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_outbox_snapshot_age_seconds",
+			Help: "Age of the backlog snapshot the outbox gauges come from.",
+		}),
+		DispatchTotal: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "drainer_dispatch_total",
+			Help: "Dispatch attempts and decisions by adapter and outcome.",
+		}, []string{"adapter", "outcome"}),
+		DispatchDuration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "drainer_dispatch_duration_seconds",
+			Help:    "Time of one provider request.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"adapter"}),
+		ClaimBatchSize: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "drainer_claim_batch_size",
+			Help:    "Rows leased per claim.",
+			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+		}),
+		LeasesExpired: f.NewCounter(prometheus.CounterOpts{
+			Name: "drainer_leases_expired_total",
+			Help: "Rows reclaimed after their lease expired.",
+		}),
+		LeasesLost: f.NewCounter(prometheus.CounterOpts{
+			Name: "drainer_leases_lost_total",
+			Help: "Completions rejected because another replica owned the row (fencing).",
+		}),
+		CompensationsTotal: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "drainer_compensations_total",
+			Help: "Compensation attempts by outcome.",
+		}, []string{"outcome"}),
+		CompensationFailedTotal: f.NewCounter(prometheus.CounterOpts{
+			Name: "drainer_compensation_failed_total",
+			Help: "Compensation rows that ended compensation_failed.",
+		}),
+		CircuitBreakerState: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "drainer_circuit_breaker_state",
+			Help: "Circuit breaker state by adapter: 0 closed, 1 half-open, 2 open.",
+		}, []string{"adapter"}),
+		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "drainer_build_info",
+			Help: "Build information; always 1.",
+		}, []string{"version"}),
+		WorkersBusy: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_workers_busy",
+			Help: "Worker slots holding a leased row.",
+		}),
+		Workers: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_workers",
+			Help: "Configured worker slots.",
+		}),
+		SnapshotCost: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_outbox_snapshot_cost_seconds",
+			Help: "Database time the latest backlog snapshot took.",
+		}),
+		LiveTuples: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_outbox_live_tuples",
+			Help: "Live tuples of the outbox table (pg_stat_user_tables).",
+		}),
+		DeadTuples: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_outbox_dead_tuples",
+			Help: "Dead tuples of the outbox table awaiting vacuum (pg_stat_user_tables).",
+		}),
+		LastVacuumAge: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_outbox_last_autovacuum_age_seconds",
+			Help: "Seconds since the outbox was last vacuumed; -1 if never.",
+		}),
+		XminHorizonAge: f.NewGauge(prometheus.GaugeOpts{
+			Name: "drainer_db_xmin_horizon_age_seconds",
+			Help: "Age of the oldest transaction holding back the xmin horizon (no dead row can be vacuumed while it runs).",
+		}),
+		UnroutedRows: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "drainer_unrouted_rows",
+			Help: "Pending rows whose tool_name has no route, by tool (the 20 largest).",
+		}, []string{"tool"}),
+		UnroutedOldestAge: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "drainer_unrouted_oldest_age_seconds",
+			Help: "Age of the oldest unrouted row, by tool.",
+		}, []string{"tool"}),
+		PrunedRows: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "drainer_pruned_rows_total",
+			Help: "Rows pruned by retention, by final status (audit for audit entries, tombstone for expired tombstones).",
+		}, []string{"status"}),
+	}
+	m.BuildInfo.WithLabelValues(version).Set(1)
+	for _, s := range []string{StatusSucceeded, StatusFailed, StatusCompensated, StatusCancelled, "audit", "tombstone"} {
+		m.PrunedRows.WithLabelValues(s)
+	}
+	for _, s := range Statuses {
+		m.OutboxRows.WithLabelValues(s)
+	}
+	for _, o := range CompensationOutcomes {
+		m.CompensationsTotal.WithLabelValues(o)
+	}
+	m.DispatchTotal.WithLabelValues("", "unrouted")
+	return m
+}
+
+// InitAdapters pre-initialises the per-adapter series.
+func (m *Metrics) InitAdapters(names []string) {
+	for _, a := range names {
+		for _, o := range DispatchOutcomes {
+			if o != "unrouted" {
+				m.DispatchTotal.WithLabelValues(a, o)
+			}
+		}
+		m.DispatchDuration.WithLabelValues(a)
+		m.CircuitBreakerState.WithLabelValues(a)
+	}
+}

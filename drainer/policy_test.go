@@ -1,0 +1,333 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func unavailable(calls *atomic.Int64) dispatch.Adapter {
+	return dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		calls.Add(1)
+		return dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: errors.New("http 503")}
+	})
+}
+
+// TestBreakerFailsFastWithoutConsumingAttempts: after 3 consecutive 503s the
+// breaker opens; rows then go back to pending without a call and without
+// consuming attempts; the state is exported.
+func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
+	pool := newPool(t)
+	var calls atomic.Int64
+	keys := enqueueN(t, pool, "run", "t", 10)
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": unavailable(&calls)}, &Route{Tool: "t", MaxAttempts: 100})
+	rt.Policies = map[string]GatePolicy{"t": {BreakerFailures: 3, BreakerOpenFor: time.Hour}}
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	startEngine(t, pool, rt, Config{Workers: 1, Metrics: metrics})
+	waitFor(t, "breaker open and rows turned away", 10*time.Second, func() bool {
+		return testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("t", "breaker_open")) >= 10
+	})
+	if got := testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")); got != 2 {
+		t.Fatalf("drainer_circuit_breaker_state = %v, want 2 (open)", got)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("provider called %d times; an open breaker must fail fast after 3", n)
+	}
+	var attempts int
+	// An in-flight row holds the attempt counted at claim until it is turned away.
+	if err := pool.QueryRow(t.Context(), "SELECT sum(attempts) - count(*) FILTER (WHERE status = 'in_flight') FROM drainer.outbox").Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 3 {
+		t.Fatalf("rows consumed %d attempts in all; only the 3 real calls may count", attempts)
+	}
+	if r := getRow(t, pool, keys[9]); r.LastError == nil || r.Status != StatusPending {
+		t.Fatalf("turned-away row: %+v", r)
+	}
+}
+
+// TestBreakerHalfOpenProbeCloses: once open_for passes, one probe goes
+// through; its success closes the breaker and the backlog drains.
+func TestBreakerHalfOpenProbeCloses(t *testing.T) {
+	pool := newPool(t)
+	var down atomic.Bool
+	down.Store(true)
+	var calls atomic.Int64
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		calls.Add(1)
+		if down.Load() {
+			return dispatch.Result{Outcome: dispatch.Retry, Status: 529, Err: errors.New("http 529")}
+		}
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	enqueueN(t, pool, "run", "t", 20)
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t", MaxAttempts: 100})
+	rt.Policies = map[string]GatePolicy{"t": {BreakerFailures: 2, BreakerOpenFor: 300 * time.Millisecond}}
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	startEngine(t, pool, rt, Config{Workers: 2, Metrics: metrics})
+	waitFor(t, "breaker open", 10*time.Second, func() bool {
+		return testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")) == 2
+	})
+	down.Store(false)
+	waitFor(t, "backlog drained after the probe", 20*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 20 })
+	if got := testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")); got != 0 {
+		t.Fatalf("breaker state %v after recovery, want 0", got)
+	}
+}
+
+// TestFallbackWhileBreakerOpen: a non-critical route goes to its fallback
+// adapter while the primary's breaker is open, with the same key.
+func TestFallbackWhileBreakerOpen(t *testing.T) {
+	pool := newPool(t)
+	var primary atomic.Int64
+	var mu sync.Mutex
+	backupKeys := map[string]bool{}
+	backup := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		backupKeys[m.Key] = true
+		mu.Unlock()
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	keys := enqueueN(t, pool, "run", "summarize", 10)
+	rt := testRouting(t, map[string]dispatch.Adapter{"big": unavailable(&primary), "small": backup},
+		&Route{Tool: "summarize", Adapter: "big", Critical: false, Fallback: "small", MaxAttempts: 100})
+	rt.Policies = map[string]GatePolicy{"big": {BreakerFailures: 2, BreakerOpenFor: time.Hour}}
+	startEngine(t, pool, rt, Config{Workers: 2})
+	waitFor(t, "rows succeeded through the fallback", 10*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 10 })
+	if primary.Load() > 3 {
+		t.Fatalf("primary called %d times after its breaker opened", primary.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys[2:] {
+		if !backupKeys[k] && primary.Load() == 2 {
+			t.Fatalf("row %s did not reach the fallback with its key", k)
+		}
+	}
+}
+
+// TestPoisonProviderDoesNotStallOtherRoutes: a provider that hangs until
+// timeout, capped by max_concurrency, leaves the other routes' workers free.
+func TestPoisonProviderDoesNotStallOtherRoutes(t *testing.T) {
+	pool := newPool(t)
+	var hanging, maxHanging atomic.Int64
+	poison := dispatch.AdapterFunc(func(ctx context.Context, _ *dispatch.Message) dispatch.Result {
+		n := hanging.Add(1)
+		for {
+			m := maxHanging.Load()
+			if n <= m || maxHanging.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		defer hanging.Add(-1)
+		<-ctx.Done()
+		return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: "timeout", Err: ctx.Err()}
+	})
+	var fast atomic.Int64
+	healthy := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		fast.Add(1)
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	enqueueN(t, pool, "poison-run", "slow_tool", 30)
+	enqueueN(t, pool, "healthy-run", "fast_tool", 60)
+	rt := testRouting(t, map[string]dispatch.Adapter{"slow_tool": poison, "fast_tool": healthy},
+		&Route{Tool: "slow_tool"}, &Route{Tool: "fast_tool"})
+	rt.Policies = map[string]GatePolicy{"slow_tool": {MaxConcurrency: 2}}
+	startEngine(t, pool, rt, Config{Workers: 4, Lease: 30 * time.Second, LeaseMargin: time.Second})
+	waitFor(t, "healthy route drained while the poison one hangs", 15*time.Second, func() bool { return fast.Load() == 60 })
+	if m := maxHanging.Load(); m > 2 {
+		t.Fatalf("%d calls hung on the poison provider at once, want at most max_concurrency 2", m)
+	}
+}
+
+// TestRateLimitSpacesCalls: rate_limit 20/s (burst 1) spreads 15 calls over
+// at least 0.7 s, and turned-away rows consume no attempts.
+func TestRateLimitSpacesCalls(t *testing.T) {
+	pool := newPool(t)
+	var mu sync.Mutex
+	var times []time.Time
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	enqueueN(t, pool, "run", "t", 15)
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
+	rt.Policies = map[string]GatePolicy{"t": {RatePerSecond: 20, Burst: 1}}
+	startEngine(t, pool, rt, Config{Workers: 8})
+	waitFor(t, "rows drained", 15*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 15 })
+	mu.Lock()
+	defer mu.Unlock()
+	if span := times[len(times)-1].Sub(times[0]); span < 700*time.Millisecond {
+		t.Fatalf("15 calls at 20/s took %v, want at least 0.7s", span)
+	}
+	var attempts int
+	if err := pool.QueryRow(t.Context(), "SELECT max(attempts) FROM drainer.outbox").Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("max attempts %d (%v): rate-limited rows must not consume attempts", attempts, err)
+	}
+}
+
+// TestOrderingPerBusinessScope: rows of one scope dispatch one at a time in
+// enqueue order, while scopes proceed in parallel.
+func TestOrderingPerBusinessScope(t *testing.T) {
+	pool := newPool(t)
+	var mu sync.Mutex
+	inScope := map[string]int{}
+	seqs := map[string][]int64{}
+	var overlap atomic.Int64
+	var parallel, maxParallel atomic.Int64
+	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		scope := m.Tuple.BusinessScope
+		mu.Lock()
+		inScope[scope]++
+		if inScope[scope] > 1 {
+			overlap.Add(1)
+		}
+		seqs[scope] = append(seqs[scope], m.Seq)
+		mu.Unlock()
+		n := parallel.Add(1)
+		if n > maxParallel.Load() {
+			maxParallel.Store(n)
+		}
+		time.Sleep(5 * time.Millisecond)
+		parallel.Add(-1)
+		mu.Lock()
+		inScope[scope]--
+		mu.Unlock()
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	ctx := t.Context()
+	for i := range 10 {
+		for _, scope := range []string{"acct:a", "acct:b", "acct:c"} {
+			if _, err := pool.Exec(ctx, "SELECT drainer.enqueue($1, $2, 'ledger_post', $3, '{}')", "run-"+scope, "s"+itoa(i), scope); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"ledger_post": a}, &Route{Tool: "ledger_post", Ordering: "business_scope"}), Config{Workers: 8})
+	waitFor(t, "rows drained", 15*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 30 })
+	if overlap.Load() > 0 {
+		t.Fatalf("%d dispatches overlapped another of the same scope", overlap.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for scope, s := range seqs {
+		for i := 1; i < len(s); i++ {
+			if s[i] < s[i-1] {
+				t.Fatalf("scope %s dispatched out of enqueue order: %v", scope, s)
+			}
+		}
+	}
+	if maxParallel.Load() < 2 {
+		t.Fatalf("scopes never ran in parallel (max %d at once)", maxParallel.Load())
+	}
+}
+
+// TestPauseRoute: rows of a paused route wait without consuming attempts and
+// drain once it is resumed.
+func TestPauseRoute(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, "INSERT INTO drainer.pauses (target, name, paused_by, reason) VALUES ('route', 't', 'test', 'maintenance')"); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		calls.Add(1)
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	keys := enqueueN(t, pool, "run", "t", 5)
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 2})
+	time.Sleep(1500 * time.Millisecond)
+	if calls.Load() != 0 {
+		t.Fatalf("paused route dispatched %d rows", calls.Load())
+	}
+	if r := getRow(t, pool, keys[0]); r.Attempts != 0 {
+		t.Fatalf("paused row consumed attempts: %+v", r)
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM drainer.pauses"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "rows drained after resume", 15*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 5 })
+}
+
+// TestDetectProbe: on a non_idempotent route an ambiguous attempt is not
+// parked when the detect probe can tell: an existing effect makes the row
+// succeed (no second call); a missing one makes it retry with the same key.
+// Without a probe the row is parked as outcome_unknown.
+func TestDetectProbe(t *testing.T) {
+	pool := newPool(t)
+	var mu sync.Mutex
+	effects := map[string]bool{}
+	calls := map[string]int{}
+	probe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimPrefix(r.URL.Path, "/effects/")
+		mu.Lock()
+		defer mu.Unlock()
+		if effects[key] {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"found":"` + key + `"}`))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer probe.Close()
+	// The first call of "had_effect" rows applies the effect and then times
+	// out; the first call of "no_effect" rows times out before any effect.
+	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		calls[m.Key]++
+		if calls[m.Key] == 1 {
+			if m.Tuple.StepID == "had_effect" {
+				effects[m.Key] = true
+			}
+			return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: "timeout", Err: errors.New("timeout")}
+		}
+		effects[m.Key] = true
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	ctx := t.Context()
+	var kHad, kNo, kPark string
+	for step, key := range map[string]*string{"had_effect": &kHad, "no_effect": &kNo} {
+		if err := pool.QueryRow(ctx, "SELECT key FROM drainer.enqueue('run-'||$1, $1, 'wire', '', '{}')", step).Scan(key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pool.QueryRow(ctx, "SELECT key FROM drainer.enqueue('run-park', 'had_effect', 'wire_blind', '', '{}')").Scan(&kPark); err != nil {
+		t.Fatal(err)
+	}
+	wire := &Route{Tool: "wire", Class: "non_idempotent", Detect: NewDetector(config.Detect{URL: probe.URL + "/effects/{key}"})}
+	blind := &Route{Tool: "wire_blind", Adapter: "wire", Class: "non_idempotent"}
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"wire": a}, wire, blind), Config{Workers: 2})
+	waitFor(t, "rows settled", 10*time.Second, func() bool {
+		return getRow(t, pool, kHad).Status == StatusSucceeded && getRow(t, pool, kNo).Status == StatusSucceeded &&
+			getRow(t, pool, kPark).Status == StatusOutcomeUnknown
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if calls[kHad] != 1 {
+		t.Fatalf("row whose effect the probe found was called %d times, want 1", calls[kHad])
+	}
+	if r := getRow(t, pool, kHad); !strings.Contains(string(r.Response), "found") {
+		t.Fatalf("probe answer not recorded: %s", r.Response)
+	}
+	if calls[kNo] != 2 || getRow(t, pool, kNo).Attempts != 2 {
+		t.Fatalf("row without effect: %d calls, %d attempts; want a retry with the attempt counted", calls[kNo], getRow(t, pool, kNo).Attempts)
+	}
+	if calls[kPark] != 1 {
+		t.Fatalf("row on a route without probe retried blindly: %d calls", calls[kPark])
+	}
+}

@@ -1,0 +1,242 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+func pruneNow() RetentionPolicy {
+	return RetentionPolicy{Enabled: true, BatchSize: 50, Tombstones: time.Hour, Audit: 1000 * time.Hour,
+		ByStatus: map[string]time.Duration{StatusSucceeded: time.Millisecond, StatusFailed: time.Millisecond,
+			StatusCompensated: time.Millisecond, StatusCancelled: time.Millisecond}}
+}
+
+// TestPruneDuringDrainLosesNothing prunes succeeded rows as fast as possible
+// while three engines drain: every intent ends either as a succeeded row or
+// as a succeeded tombstone; nothing pending or in flight is ever pruned.
+func TestPruneDuringDrainLosesNothing(t *testing.T) {
+	pool := newPool(t)
+	const n = 1500
+	keys := enqueueN(t, pool, "run", "t", n)
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		time.Sleep(time.Millisecond)
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	for i := range 2 {
+		startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 8, ReplicaID: "r" + itoa(i)})
+	}
+	pruned := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := prunePass(t.Context(), pool, "drainer", pruneNow(), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pruned += got[StatusSucceeded]
+		var left int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.outbox").Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows left after 30s", left)
+		}
+	}
+	var tombs, other int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*), count(*) FILTER (WHERE final_status <> 'succeeded') FROM drainer.tombstones WHERE key = ANY($1)", keys).Scan(&tombs, &other); err != nil {
+		t.Fatal(err)
+	}
+	if tombs != n || other != 0 || pruned != n {
+		t.Fatalf("tombstones %d (non-succeeded %d), pruned %d; want %d succeeded tombstones", tombs, other, pruned, n)
+	}
+}
+
+// TestTombstoneAnswersLateEnqueue: after its row is pruned, a re-enqueue of
+// the same tuple is answered created = false and nothing is dispatched again;
+// a different payload is still refused; drainer.result reports the final status.
+func TestTombstoneAnswersLateEnqueue(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	var key string
+	if err := pool.QueryRow(ctx, `SELECT key FROM drainer.enqueue('r', 's', 't', 'b', '{"a": 1}')`).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() - interval '1 day'"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := prunePass(ctx, pool, "drainer", pruneNow(), time.Second); err != nil || got[StatusSucceeded] != 1 {
+		t.Fatalf("prune: %v %v", got, err)
+	}
+	var created bool
+	var again string
+	if err := pool.QueryRow(ctx, `SELECT key, created FROM drainer.enqueue('r', 's', 't', 'b', '{"a": 1}')`).Scan(&again, &created); err != nil || created || again != key {
+		t.Fatalf("late re-enqueue: key %s created %v err %v", again, created, err)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.outbox").Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("late re-enqueue created %d rows", rows)
+	}
+	_, err := pool.Exec(ctx, `SELECT drainer.enqueue('r', 's', 't', 'b', '{"a": 2}')`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || !strings.Contains(pgErr.Message, key) {
+		t.Fatalf("different payload after prune: %v", err)
+	}
+	var status string
+	if err := pool.QueryRow(ctx, "SELECT status FROM drainer.result($1)", key).Scan(&status); err != nil || status != "succeeded" {
+		t.Fatalf("result after prune: %s %v", status, err)
+	}
+}
+
+// TestPruneSkipsOpenSagasAndParkedRows: rows of a run whose saga is open,
+// and parked rows, are never pruned.
+func TestPruneSkipsOpenSagasAndParkedRows(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	for _, q := range []string{
+		`SELECT drainer.enqueue('saga-run', 's1', 't', '', '{}')`,
+		`SELECT drainer.enqueue('other', 's1', 't', '', '{}')`,
+		`SELECT drainer.enqueue('other', 's2', 't', '', '{}')`,
+		`UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() - interval '1 day' WHERE agent_run_id = 'saga-run' OR step_id = 's1'`,
+		`UPDATE drainer.outbox SET status = 'outcome_unknown', updated_at = now() - interval '1 day' WHERE agent_run_id = 'other' AND step_id = 's2'`,
+		`INSERT INTO drainer.runs (agent_run_id, abort_reason, aborted_by, saga_state) VALUES ('saga-run', 'x', 'test', 'compensating')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := prunePass(ctx, pool, "drainer", pruneNow(), time.Second)
+	if err != nil || got[StatusSucceeded] != 1 {
+		t.Fatalf("prune: %v %v; want only the row of the run without an open saga", got, err)
+	}
+	left := countByStatus(t, pool)
+	if left["succeeded"] != 1 || left["outcome_unknown"] != 1 {
+		t.Fatalf("rows left %v", left)
+	}
+}
+
+// TestAuditPruneKeepsChainsVerifiable: pruning the older entries of a chain
+// leaves an anchor; the chain, extended afterwards, still verifies.
+func TestAuditPruneKeepsChainsVerifiable(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	keys := enqueueN(t, pool, "run", "t", 3)
+	for _, st := range []string{"in_flight", "pending", "in_flight", "pending"} {
+		if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = $1, lease_token = CASE WHEN $1 = 'in_flight' THEN gen_random_uuid() END, attempts = attempts + 1", st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var entries int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.audit").Scan(&entries); err != nil || entries != 15 {
+		t.Fatalf("audit entries %d (%v), want 15", entries, err)
+	}
+	// Prune the 7 oldest entries: part of the chains.
+	if _, err := pool.Exec(ctx, "SELECT drainer.prune_audit(now(), 7)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = 'cancelled' WHERE key = $1", keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	var broken int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.audit_verify(100)").Scan(&broken); err != nil || broken != 0 {
+		t.Fatalf("audit_verify after pruning: %d broken links (%v)", broken, err)
+	}
+	// Prune everything of a chain; new entries still link to its anchor.
+	if _, err := pool.Exec(ctx, "SELECT drainer.prune_audit(now(), 1000)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = 'cancelled' WHERE key = $1", keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.audit_verify(100)").Scan(&broken); err != nil || broken != 0 {
+		t.Fatalf("audit_verify after pruning whole chains: %d broken links (%v)", broken, err)
+	}
+	// And tampering is still caught.
+	if _, err := pool.Exec(ctx, "UPDATE drainer.audit SET actor = 'mallory' WHERE id = (SELECT max(id) FROM drainer.audit)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.audit_verify(100)").Scan(&broken); err != nil || broken != 1 {
+		t.Fatalf("edited entry: %d broken links (%v), want 1", broken, err)
+	}
+}
+
+// TestSnapshotEstimatesAtScale uses the planner's statistics for terminal
+// statuses once the table is "large", and still counts work exactly.
+func TestSnapshotEstimatesAtScale(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	old := exactCountLimit
+	exactCountLimit = 100
+	t.Cleanup(func() { exactCountLimit = old })
+	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, payload, payload_hash, status)
+	      SELECT 'k' || g, 'run', 's' || g, 't', '{}', '\x00', CASE WHEN g % 4 = 0 THEN 'pending' ELSE 'succeeded' END
+	        FROM generate_series(1, 4000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE drainer.outbox"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := RefreshSnapshot(ctx, pool, "drainer", time.Hour, []string{"t"}); err != nil || !ok {
+		t.Fatalf("refresh: %v %v", ok, err)
+	}
+	s, ok, err := ReadSnapshot(ctx, pool, "drainer")
+	if err != nil || !ok {
+		t.Fatal(err)
+	}
+	if s.RowsByStatus["pending"] != 1000 {
+		t.Fatalf("pending counted %d, want exactly 1000", s.RowsByStatus["pending"])
+	}
+	if est := s.RowsByStatus["succeeded"]; est < 2700 || est > 3300 || len(s.Stats.Estimated) == 0 {
+		t.Fatalf("succeeded estimated as %d (estimated %v), want about 3000", est, s.Stats.Estimated)
+	}
+	if s.Stats.LiveTuples == 0 {
+		t.Fatalf("table stats missing: %+v", s.Stats)
+	}
+}
+
+// TestSnapshotUnroutedAndScrapeNeverBlocks: unrouted tools show by tool, and
+// a metrics scrape answers at once even while the snapshot's query is stuck
+// behind a lock.
+func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	enqueueN(t, pool, "run", "mystery_tool", 3)
+	reg := prometheus.NewRegistry()
+	metrics := NewMetrics(reg, "test")
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})}, &Route{Tool: "t"}), Config{Workers: 2, Metrics: metrics})
+	waitFor(t, "unrouted tool in the snapshot", 10*time.Second, func() bool {
+		s, ok, err := ReadSnapshot(ctx, pool, "drainer")
+		return err == nil && ok && len(s.Stats.Unrouted) == 1 && s.Stats.Unrouted[0].Tool == "mystery_tool" && s.Stats.Unrouted[0].Rows == 3
+	})
+	// Block every query on the outbox, then scrape.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "LOCK TABLE drainer.outbox IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the snapshot loop is now stuck on the lock
+	var done atomic.Bool
+	go func() {
+		rec := httptest.NewRecorder()
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		done.Store(rec.Code == 200 && strings.Contains(rec.Body.String(), `drainer_unrouted_rows{tool="mystery_tool"} 3`))
+	}()
+	waitFor(t, "scrape answered while the table is locked", 2*time.Second, done.Load)
+}

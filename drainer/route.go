@@ -1,0 +1,133 @@
+package drainer
+
+import (
+	"time"
+
+	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
+)
+
+// Route is the resolved policy of one tool_name.
+type Route struct {
+	Tool         string
+	Adapter      string
+	Class        string
+	MaxAttempts  int
+	Backoff      Backoff
+	Compensation string
+	Critical     bool
+	Fallback     string
+	Ordering     string
+	// Detect, on non_idempotent routes, asks the provider whether an
+	// ambiguous attempt had its effect (nil: park as outcome_unknown).
+	Detect *Detector
+}
+
+// NonIdempotent reports whether a retry of an ambiguous attempt could repeat
+// the effect.
+func (r *Route) NonIdempotent() bool { return r.Class == config.ClassNonIdempotent }
+
+// Routing is one immutable generation of routes and adapters. A config reload
+// swaps in a new Routing; attempts already under way finish on the old one.
+type Routing struct {
+	Routes          map[string]*Route
+	Registry        *dispatch.Registry
+	UnroutedRecheck time.Duration
+	// CompensationFailedAlert names the adapter notified of compensation_failed rows.
+	CompensationFailedAlert string
+	// Compensations maps each tool to the tool that undoes it.
+	Compensations compensations.Map
+	// Policies protect each adapter (breaker, rate limit, concurrency).
+	Policies map[string]GatePolicy
+	// Retention prunes terminal rows, tombstones and audit entries.
+	Retention RetentionPolicy
+
+	gates map[string]*gate // attached by the engine
+}
+
+// RoutedTools lists the tools that have a route.
+func (rt *Routing) RoutedTools() []string {
+	tools := make([]string, 0, len(rt.Routes))
+	for tool := range rt.Routes {
+		tools = append(tools, tool)
+	}
+	return tools
+}
+
+// OrderedTools lists the tools whose rows dispatch one at a time per scope.
+func (rt *Routing) OrderedTools() []string {
+	var tools []string
+	for tool, r := range rt.Routes {
+		if r.Ordering == config.OrderingBusinessScope {
+			tools = append(tools, tool)
+		}
+	}
+	return tools
+}
+
+// NewRouting resolves a validated config against a built registry.
+func NewRouting(cfg *config.Config, reg *dispatch.Registry) *Routing {
+	rt := &Routing{
+		Routes:                  make(map[string]*Route, len(cfg.Routes)),
+		Registry:                reg,
+		UnroutedRecheck:         cmpOr(cfg.UnroutedRecheck, config.DefaultUnroutedRecheck),
+		CompensationFailedAlert: cfg.Alerts.CompensationFailed,
+	}
+	for tool, r := range cfg.Routes {
+		rt.Routes[tool] = &Route{
+			Tool:         tool,
+			Adapter:      r.Adapter,
+			Class:        cmpOr(r.Class, config.ClassKeyIdempotent),
+			MaxAttempts:  cmpOr(r.MaxAttempts, config.DefaultMaxAttempts),
+			Compensation: r.Compensation,
+			Critical:     r.IsCritical(),
+			Fallback:     r.Fallback,
+			Ordering:     cmpOr(r.Ordering, config.OrderingNone),
+			Detect:       NewDetector(r.Detect),
+			Backoff: Backoff{
+				Base: cmpOr(r.Backoff.Base, config.DefaultBackoffBase),
+				Cap:  cmpOr(r.Backoff.Cap, config.DefaultBackoffCap),
+				// Loaded configs carry the default; an explicit 0 means no floor.
+				MaxRetryAfter: r.Backoff.MaxRetryAfter,
+			},
+		}
+	}
+	rt.Policies = gatePolicies(cfg, 0)
+	rt.Retention = retentionPolicy(cfg)
+	comp := make(map[string]string, len(rt.Routes))
+	for tool, r := range rt.Routes {
+		comp[tool] = r.Compensation
+	}
+	rt.Compensations = compensations.NewMap(comp)
+	if a := cfg.Alerts.CompensationFailed; a != "" {
+		// Each compensation_failed row queues one alert row, delivered like
+		// any other: keyed, retried, bounded.
+		rt.Routes[compensations.AlertTool] = &Route{
+			Tool: compensations.AlertTool, Adapter: a, Class: config.ClassKeyIdempotent,
+			MaxAttempts: config.DefaultMaxAttempts, Critical: true, Ordering: config.OrderingNone,
+			Backoff: Backoff{Base: config.DefaultBackoffBase, Cap: config.DefaultBackoffCap, MaxRetryAfter: config.DefaultMaxRetryAfter},
+		}
+	}
+	return rt
+}
+
+// NonIdempotentTools lists the tools whose rows park as outcome_unknown when
+// a lease expires mid-call.
+func (rt *Routing) NonIdempotentTools() []string {
+	var tools []string
+	for tool, r := range rt.Routes {
+		if r.NonIdempotent() {
+			tools = append(tools, tool)
+		}
+	}
+	return tools
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,297 @@
+package drainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// recorder is a provider double that records every call in order.
+type recorder struct {
+	mu    sync.Mutex
+	calls []dispatch.Message
+	fn    func(m *dispatch.Message) dispatch.Result
+}
+
+func (r *recorder) Dispatch(_ context.Context, m *dispatch.Message) dispatch.Result {
+	r.mu.Lock()
+	r.calls = append(r.calls, *m)
+	r.mu.Unlock()
+	if r.fn != nil {
+		return r.fn(m)
+	}
+	return dispatch.Result{Outcome: dispatch.Success, Response: json.RawMessage(`{"ok":true}`)}
+}
+
+func (r *recorder) tools() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, c := range r.calls {
+		out = append(out, c.Tuple.AgentRunID+"/"+c.Tuple.StepID+"/"+c.Tuple.ToolName)
+	}
+	return out
+}
+
+func (r *recorder) count(tool string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.calls {
+		if c.Tuple.ToolName == tool {
+			n++
+		}
+	}
+	return n
+}
+
+func sagaRoutes() []*Route {
+	return []*Route{
+		{Tool: "charge_card", Adapter: "p", Compensation: "refund_card"},
+		{Tool: "reserve_stock", Adapter: "p", Compensation: "release_stock"},
+		{Tool: "send_email", Adapter: "p"},
+		{Tool: "ship_order", Adapter: "p", Compensation: "cancel_shipment"},
+		{Tool: "refund_card", Adapter: "p", MaxAttempts: 3},
+		{Tool: "release_stock", Adapter: "p", MaxAttempts: 3},
+		{Tool: "cancel_shipment", Adapter: "p", MaxAttempts: 3},
+	}
+}
+
+func enqueueStep(t testing.TB, pool *pgxpool.Pool, run, step, tool string) string {
+	t.Helper()
+	var key string
+	err := pool.QueryRow(context.Background(), `SELECT key FROM drainer.enqueue($1, $2, $3, 'order:1', $4::jsonb)`,
+		run, step, tool, fmt.Sprintf(`{"step":%q}`, step)).Scan(&key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func sagaState(t testing.TB, pool *pgxpool.Pool, run string) string {
+	t.Helper()
+	var s string
+	err := pool.QueryRow(context.Background(), "SELECT saga_state FROM drainer.sagas WHERE agent_run_id = $1", run).Scan(&s)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "" // not aborted (yet)
+	}
+	if err != nil {
+		t.Fatalf("saga of %s: %v", run, err)
+	}
+	return s
+}
+
+// TestSagaAfterTerminalFailure: a 3-step run whose third step fails
+// terminally has its first two steps compensated once each, in reverse order.
+func TestSagaAfterTerminalFailure(t *testing.T) {
+	pool := newPool(t)
+	p := &recorder{fn: func(m *dispatch.Message) dispatch.Result {
+		if m.Tuple.ToolName == "ship_order" && m.Tuple.AgentRunID == "bad" {
+			return dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: errors.New("http 422: address refused")}
+		}
+		return dispatch.Result{Outcome: dispatch.Success, Response: json.RawMessage(`{"id":"` + m.Key + `"}`)}
+	}}
+	keys := map[string]string{}
+	for _, run := range []string{"good", "bad"} {
+		keys[run+"1"] = enqueueStep(t, pool, run, "s1", "charge_card")
+		keys[run+"2"] = enqueueStep(t, pool, run, "s2", "reserve_stock")
+		keys[run+"3"] = enqueueStep(t, pool, run, "s3", "ship_order")
+	}
+	// Steps run in order: each becomes due after the previous one.
+	if _, err := pool.Exec(t.Context(), `UPDATE drainer.outbox SET next_attempt_at = now() + (substr(step_id, 2)::int - 1) * interval '300 milliseconds'`); err != nil {
+		t.Fatal(err)
+	}
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
+	waitFor(t, "saga done", 15*time.Second, func() bool { return sagaState(t, pool, "bad") == compensations.StateDone })
+
+	for k, want := range map[string]string{"bad1": StatusCompensated, "bad2": StatusCompensated, "bad3": StatusFailed,
+		"good1": StatusSucceeded, "good2": StatusSucceeded, "good3": StatusSucceeded} {
+		if got := getRow(t, pool, keys[k]).Status; got != want {
+			t.Errorf("%s: status %s, want %s", k, got, want)
+		}
+	}
+	var comps []string
+	for _, c := range p.tools() {
+		if c == "bad/s2/release_stock" || c == "bad/s1/refund_card" {
+			comps = append(comps, c)
+		}
+	}
+	if fmt.Sprint(comps) != "[bad/s2/release_stock bad/s1/refund_card]" {
+		t.Fatalf("compensations %v, want release_stock then refund_card, once each", comps)
+	}
+	if p.count("cancel_shipment") != 0 {
+		t.Fatal("the failed step itself must not be compensated")
+	}
+	// The compensation carries the forward payload and response.
+	var payload []byte
+	if err := pool.QueryRow(t.Context(), "SELECT payload FROM drainer.outbox WHERE kind = 'compensation' AND tool_name = 'refund_card'").Scan(&payload); err != nil {
+		t.Fatal(err)
+	}
+	var cp struct {
+		ForwardKey      string          `json:"forward_key"`
+		ForwardPayload  json.RawMessage `json:"forward_payload"`
+		ForwardResponse json.RawMessage `json:"forward_response"`
+	}
+	if err := json.Unmarshal(payload, &cp); err != nil || cp.ForwardKey != keys["bad1"] || string(cp.ForwardPayload) != `{"step": "s1"}` ||
+		string(cp.ForwardResponse) != `{"id": "`+keys["bad1"]+`"}` {
+		t.Fatalf("compensation payload %s (%v)", payload, err)
+	}
+	if v := testutil.ToFloat64(metrics.CompensationsTotal.WithLabelValues("succeeded")); v != 2 {
+		t.Fatalf("drainer_compensations_total{succeeded} = %v", v)
+	}
+}
+
+// TestAbortRun: the agent aborts a run with two succeeded steps and one
+// never-attempted step: the latter is cancelled and never dispatched; the
+// succeeded steps are compensated in reverse order.
+func TestAbortRun(t *testing.T) {
+	pool := newPool(t)
+	p := &recorder{}
+	k1 := enqueueStep(t, pool, "run", "s1", "charge_card")
+	k2 := enqueueStep(t, pool, "run", "s2", "reserve_stock")
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 2, SagaInterval: 100 * time.Millisecond})
+	waitFor(t, "steps succeeded", 10*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 2 })
+	// Step 3 is enqueued not yet due, in one transaction, so no claim sees it due.
+	var k3 string
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(t.Context(), `SELECT key FROM drainer.enqueue('run', 's3', 'ship_order', 'order:1', '{}')`).Scan(&k3); err != nil {
+			return err
+		}
+		_, err := tx.Exec(t.Context(), "UPDATE drainer.outbox SET next_attempt_at = now() + interval '1 hour' WHERE key = $1", k3)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cancelled int
+	if err := pool.QueryRow(t.Context(), "SELECT drainer.abort_run('run', 'tool returned a wrong result')").Scan(&cancelled); err != nil || cancelled != 1 {
+		t.Fatalf("abort_run: cancelled %d, %v", cancelled, err)
+	}
+	waitFor(t, "saga done", 10*time.Second, func() bool { return sagaState(t, pool, "run") == compensations.StateDone })
+	if s := getRow(t, pool, k3); s.Status != StatusCancelled || s.Attempts != 0 {
+		t.Fatalf("never-attempted step: %+v", s)
+	}
+	if getRow(t, pool, k1).Status != StatusCompensated || getRow(t, pool, k2).Status != StatusCompensated {
+		t.Fatal("succeeded steps not compensated")
+	}
+	calls := p.tools()
+	if len(calls) != 4 || fmt.Sprint(calls[2:]) != "[run/s2/release_stock run/s1/refund_card]" {
+		t.Fatalf("calls %v: want the two forward steps, then release_stock, then refund_card, and no ship_order", calls)
+	}
+}
+
+// TestCompensationFailedHaltsAndAlertsOnce: a compensation that always fails
+// ends compensation_failed, halts the saga (the earlier step is not
+// compensated out of order), counts, and notifies the alert adapter exactly once.
+func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
+	pool := newPool(t)
+	p := &recorder{fn: func(m *dispatch.Message) dispatch.Result {
+		switch m.Tuple.ToolName {
+		case "release_stock":
+			return dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: errors.New("http 503")}
+		case "ship_order":
+			return dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: errors.New("http 422")}
+		}
+		return dispatch.Result{Outcome: dispatch.Success}
+	}}
+	pager := &recorder{}
+	k1 := enqueueStep(t, pool, "run", "s1", "charge_card")
+	k2 := enqueueStep(t, pool, "run", "s2", "reserve_stock")
+	enqueueStep(t, pool, "run", "s3", "ship_order")
+	if _, err := pool.Exec(t.Context(), `UPDATE drainer.outbox SET next_attempt_at = now() + (substr(step_id, 2)::int - 1) * interval '300 milliseconds'`); err != nil {
+		t.Fatal(err)
+	}
+	rt := testRouting(t, map[string]dispatch.Adapter{"p": p, "pager": pager}, sagaRoutes()...)
+	rt.CompensationFailedAlert = "pager"
+	rt.Routes[compensations.AlertTool] = &Route{Tool: compensations.AlertTool, Adapter: "pager", Class: "key_idempotent", MaxAttempts: 5,
+		Backoff: Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond}}
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	startEngine(t, pool, rt, Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
+	waitFor(t, "saga halted", 15*time.Second, func() bool { return sagaState(t, pool, "run") == compensations.StateHalted })
+	waitFor(t, "alert sent", 10*time.Second, func() bool { return pager.count(compensations.AlertTool) >= 1 })
+	time.Sleep(500 * time.Millisecond) // several more sweeps: no second alert, no further compensation
+	if n := pager.count(compensations.AlertTool); n != 1 {
+		t.Fatalf("alert sent %d times, want exactly once", n)
+	}
+	if n := p.count("release_stock"); n != 3 {
+		t.Fatalf("failing compensation tried %d times, want max_attempts 3 (never a loop)", n)
+	}
+	if p.count("refund_card") != 0 || getRow(t, pool, k1).Status != StatusSucceeded {
+		t.Fatal("the saga must halt: step 1 compensated out of order")
+	}
+	if getRow(t, pool, k2).Status != StatusSucceeded {
+		t.Fatal("the forward row of a failed compensation stays succeeded")
+	}
+	if v := testutil.ToFloat64(metrics.CompensationFailedTotal); v != 1 {
+		t.Fatalf("drainer_compensation_failed_total = %v", v)
+	}
+	var alert []byte
+	if err := pool.QueryRow(t.Context(), "SELECT payload FROM drainer.outbox WHERE tool_name = $1", compensations.AlertTool).Scan(&alert); err != nil {
+		t.Fatal(err)
+	}
+	var a map[string]any
+	if err := json.Unmarshal(alert, &a); err != nil || a["event"] != "compensation_failed" || a["agent_run_id"] != "run" || a["tool_name"] != "release_stock" {
+		t.Fatalf("alert payload %s", alert)
+	}
+}
+
+// TestTwoReplicasManyFailingRuns: two engines, 200 runs failing at once: every
+// compensation happens exactly once, none missing.
+func TestTwoReplicasManyFailingRuns(t *testing.T) {
+	pool := newPool(t)
+	p := &recorder{fn: func(m *dispatch.Message) dispatch.Result {
+		if m.Tuple.ToolName == "ship_order" {
+			return dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: errors.New("http 422")}
+		}
+		return dispatch.Result{Outcome: dispatch.Success}
+	}}
+	const runs = 200
+	for i := range runs {
+		run := "run-" + itoa(i)
+		enqueueStep(t, pool, run, "s1", "charge_card")
+		enqueueStep(t, pool, run, "s2", "reserve_stock")
+	}
+	waitDrained := func() bool { return countByStatus(t, pool)["succeeded"] == 2*runs }
+	e1 := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 8, ReplicaID: "a", SagaInterval: 50 * time.Millisecond})
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 8, ReplicaID: "b", SagaInterval: 50 * time.Millisecond})
+	_ = e1
+	waitFor(t, "forward steps succeeded", 20*time.Second, waitDrained)
+	for i := range runs {
+		enqueueStep(t, pool, "run-"+itoa(i), "s3", "ship_order")
+	}
+	waitFor(t, "all sagas done", 60*time.Second, func() bool {
+		var open int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.runs WHERE saga_state <> 'done'").Scan(&open); err != nil {
+			t.Fatal(err)
+		}
+		return open == 0 && countByStatus(t, pool)["compensated"] == 2*runs
+	})
+	seen := map[string]int{}
+	p.mu.Lock()
+	for _, c := range p.calls {
+		if c.Kind == "compensation" {
+			seen[c.Key]++
+		}
+	}
+	p.mu.Unlock()
+	if len(seen) != 2*runs {
+		t.Fatalf("%d distinct compensations, want %d", len(seen), 2*runs)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("compensation %s dispatched %d times", k, n)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package drainer
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+)
+
+// maxErrorBytes bounds last_error.
+const maxErrorBytes = 2048
+
+// cleanText makes s storable in a text column: valid UTF-8, no NUL, bounded.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > maxErrorBytes {
+		cut := maxErrorBytes
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// cleanJSON makes raw storable in a jsonb column: jsonb rejects \u0000 and
+// invalid JSON, so such answers are kept as {"body": "<text>"} instead.
+func cleanJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	if json.Valid(raw) && !bytes.Contains(raw, []byte(`\u0000`)) {
+		return raw
+	}
+	text := strings.ReplaceAll(string(raw), `\u0000`, "")
+	b, _ := json.Marshal(map[string]string{"body": cleanText(text)})
+	return b
+}
+
+// sanitize applies cleanText and cleanJSON to a completion.
+func (c *completion) sanitize() {
+	if c.LastError != nil {
+		s := cleanText(*c.LastError)
+		c.LastError = &s
+	}
+	c.Response = cleanJSON(c.Response)
+	if c.Status == StatusSucceeded && c.Response == nil {
+		c.Response = json.RawMessage("null")
+	}
+	if c.Problem != nil {
+		p := *c.Problem
+		p.Type, p.Title, p.Detail, p.Instance = cleanText(p.Type), cleanText(p.Title), cleanText(p.Detail), cleanText(p.Instance)
+		c.Problem = &p
+	}
+}

@@ -1,0 +1,48 @@
+package drainer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// TestDispatchContinuesAgentTrace: a row enqueued with a traceparent is
+// dispatched inside a child span of the agent's trace, and the provider gets
+// the child's traceparent (same trace id, new parent span id).
+func TestDispatchContinuesAgentTrace(t *testing.T) {
+	pool := newPool(t)
+	const agentTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	const agentSpan = "00f067aa0ba902b7"
+	if _, err := pool.Exec(t.Context(), "SELECT drainer.enqueue('r', 's', 't', '', '{}', $1)", "00-"+agentTrace+"-"+agentSpan+"-01"); err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan string, 1)
+	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		sent <- m.Traceparent
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 1, Tracer: tp.Tracer("test")})
+	var tp2 string
+	select {
+	case tp2 = <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not dispatched")
+	}
+	parts := strings.Split(tp2, "-")
+	if len(parts) != 4 || parts[1] != agentTrace || parts[2] == agentSpan {
+		t.Fatalf("provider got traceparent %q: want trace %s with a new parent span", tp2, agentTrace)
+	}
+	waitFor(t, "span ended", 5*time.Second, func() bool { return len(rec.Ended()) == 1 })
+	span := rec.Ended()[0]
+	if span.Parent().TraceID().String() != agentTrace || span.Parent().SpanID().String() != agentSpan || span.SpanContext().SpanID().String() != parts[2] {
+		t.Fatalf("span %s parent %s: not a child of the agent's span", span.SpanContext().SpanID(), span.Parent().SpanID())
+	}
+}

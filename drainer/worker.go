@@ -1,0 +1,307 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/idemkey"
+)
+
+// claimLoop leases due rows whenever worker slots are free: on a
+// notification, when a slot frees, and at least every PollInterval.
+func (e *Engine) claimLoop() {
+	defer e.loops.Done()
+	defer close(e.claimDone)
+	poll := time.NewTicker(e.cfg.PollInterval)
+	defer poll.Stop()
+	errDelay := 100 * time.Millisecond
+	for {
+		if err := e.claimWhileFree(); err != nil {
+			if isShutdown(e.fetchCtx, err) {
+				return
+			}
+			e.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
+			if !sleep(e.fetchCtx, errDelay) {
+				return
+			}
+			errDelay = min(errDelay*2, 5*time.Second)
+			continue
+		}
+		errDelay = 100 * time.Millisecond
+		select {
+		case <-e.fetchCtx.Done():
+			return
+		case <-poll.C:
+		case <-e.wake:
+			// Under load slots free one by one; let a few accumulate so a
+			// claim leases a batch rather than a single row.
+			if free := e.cfg.Workers - int(e.active.Load()); free < e.cfg.BatchSize/2 {
+				sleep(e.fetchCtx, e.cfg.FetchCooldown)
+			}
+		}
+	}
+}
+
+// claimWhileFree claims until no slot is free or no row is due. It never
+// leases more rows than free slots: a row waiting in memory would let its
+// lease lapse and another replica send it again.
+func (e *Engine) claimWhileFree() error {
+	for e.fetchCtx.Err() == nil {
+		free := e.cfg.Workers - int(e.active.Load())
+		if free <= 0 {
+			return nil // a finishing worker signals
+		}
+		n := min(free, e.cfg.BatchSize)
+		claimedAt := time.Now()
+		// The claim itself is not cancelled by Stop: a statement cut off after
+		// committing would strand its rows until their lease expires.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
+		rows, err := claimRows(ctx, e.pool, e.cfg.Schema, n, e.cfg.Lease, e.cfg.ReplicaID, e.routing.Load().OrderedTools())
+		cancel()
+		if err != nil {
+			return err
+		}
+		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
+		rt := e.routing.Load()
+		for i := range rows {
+			e.active.Add(1)
+			e.workers.Add(1)
+			go e.work(&rows[i], rt, claimedAt)
+		}
+		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
+		if len(rows) < n {
+			return nil
+		}
+	}
+	return nil
+}
+
+// work takes one leased row through dispatch to its completion.
+func (e *Engine) work(row *claimedRow, rt *Routing, claimedAt time.Time) {
+	defer func() {
+		e.active.Add(-1)
+		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
+		e.workers.Done()
+		e.signal()
+	}()
+	c := e.process(row, rt, claimedAt)
+	c.sanitize()
+	e.observe(&c)
+	e.completer.add(c)
+}
+
+// process decides what happens to one leased row.
+func (e *Engine) process(row *claimedRow, rt *Routing, claimedAt time.Time) completion {
+	route, ok := rt.Routes[row.ToolName]
+	if !ok {
+		e.unrouted.note(e.log, row.ToolName)
+		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
+		return release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
+	}
+	entry, ok := rt.Registry.Get(route.Adapter)
+	if !ok {
+		msg := fmt.Sprintf("route %q names adapter %q, which is not loaded", route.Tool, route.Adapter)
+		return release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
+	}
+	if row.Attempts > route.MaxAttempts {
+		return failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts))
+	}
+	if route.Class == config.ClassKeyIdempotent && entry.KeyTTL > 0 && row.Attempts > 1 &&
+		row.DBNow.Sub(row.FirstAttemptAt) > entry.KeyTTL-time.Minute {
+		return failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
+			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), entry.KeyTTL))
+	}
+	if e.fetchCtx.Err() != nil {
+		// Shutting down and this row was not sent yet: give it back untouched.
+		return release(row, 0, true, nil, "")
+	}
+	if e.pauses.Load().paused(route, entry.Name) {
+		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)
+		return release(row, e.jitter(pauseInterval), false, &msg, "")
+	}
+	entry, done, ref := e.admit(rt, route, entry)
+	if ref != nil {
+		msg := fmt.Sprintf("adapter %q %s; no attempt consumed", entry.Name, refusalText[ref.reason])
+		outcome := ""
+		if ref.reason == "breaker_open" {
+			outcome = outcomeBreakerOpen
+		}
+		c := release(row, ref.delay, false, &msg, outcome)
+		c.adapter = entry.Name
+		return c
+	}
+
+	ctx, cancel := context.WithDeadline(e.workCtx, claimedAt.Add(e.cfg.Lease-e.cfg.LeaseMargin))
+	defer cancel()
+	msg := &dispatch.Message{
+		Key:     row.Key,
+		Tuple:   idemkey.Tuple{AgentRunID: row.AgentRunID, StepID: row.StepID, ToolName: row.ToolName, BusinessScope: row.BusinessScope},
+		Kind:    row.Kind,
+		Payload: row.Payload,
+		Attempt: row.Attempts,
+		Seq:     row.Seq,
+	}
+	if row.Traceparent != nil {
+		msg.Traceparent = *row.Traceparent
+	}
+	ctx, span := e.startDispatchSpan(ctx, msg, entry.Name)
+	start := time.Now()
+	res := e.safeDispatch(ctx, entry, msg)
+	e.metrics.DispatchDuration.WithLabelValues(entry.Name).Observe(time.Since(start).Seconds())
+	done(res)
+	endDispatchSpan(span, res)
+
+	if e.workCtx.Err() != nil && !res.Succeeded() && res.Outcome != dispatch.Terminal && res.Outcome != dispatch.Auth {
+		if res.NotSent {
+			return release(row, 0, true, nil, "")
+		}
+		res.Outcome = dispatch.Ambiguous
+		res.Err = fmt.Errorf("%w: %v", errCutOff, res.Err)
+	}
+	if route.NonIdempotent() && route.Detect != nil && mayHaveHappened(res) && e.workCtx.Err() == nil {
+		route, res = e.detect(ctx, route, msg, res)
+	}
+	e.rngMu.Lock()
+	c := decide(decideEnv{rand: e.rng, now: row.DBNow}, row, route, entry.Name, res)
+	e.rngMu.Unlock()
+	return c
+}
+
+// mayHaveHappened reports whether a failed attempt may still have had its effect.
+func mayHaveHappened(res dispatch.Result) bool {
+	return (res.Outcome == dispatch.Retry || res.Outcome == dispatch.Ambiguous || res.Outcome == dispatch.OutcomeUnknownZero) && !res.NotSent
+}
+
+// detect asks the route's probe about an ambiguous attempt of a
+// non_idempotent route, within what is left of the lease. The effect exists:
+// success. It does not: a retry with the same key, the attempt counted. No
+// answer: the row stays outcome_unknown.
+func (e *Engine) detect(ctx context.Context, route *Route, m *dispatch.Message, res dispatch.Result) (*Route, dispatch.Result) {
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) < 500*time.Millisecond {
+		res.Err = fmt.Errorf("%v (no lease time left to run the detect probe)", res.Err)
+		return route, res
+	}
+	verdict, probe := route.Detect.Probe(ctx, m)
+	switch verdict {
+	case probeHappened:
+		return route, probe
+	case probeAbsent:
+		// Safe to send again: decide as for a route whose provider honours keys.
+		retry := *route
+		retry.Class = config.ClassKeyIdempotent
+		res.Err = fmt.Errorf("%v; detect probe: no effect (http %d), retrying", res.Err, probe.Status)
+		return &retry, res
+	}
+	res.Err = fmt.Errorf("%v; %v", res.Err, probe.Err)
+	return route, res
+}
+
+var refusalText = map[string]string{
+	"breaker_open": "circuit breaker is open (the provider looks down)",
+	"saturated":    "is at max_concurrency",
+	"rate_limited": "is at its rate_limit",
+}
+
+// admit passes a row through its adapter's gate. While the primary's breaker
+// is open, a route marked critical: false with a fallback goes to the
+// fallback adapter instead (same key).
+func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry) (*dispatch.Entry, func(dispatch.Result), *refusal) {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	done, ref := rt.gates[entry.Name].admit(e.rng)
+	if ref == nil || ref.reason != "breaker_open" || route.Critical || route.Fallback == "" {
+		return entry, done, ref
+	}
+	fb, ok := rt.Registry.Get(route.Fallback)
+	if !ok {
+		return entry, nil, ref
+	}
+	fdone, fref := rt.gates[fb.Name].admit(e.rng)
+	if fref != nil {
+		// The fallback is busy for now: come back when it may have room,
+		// not when the primary's breaker closes.
+		return fb, nil, fref
+	}
+	return fb, fdone, nil
+}
+
+// jitter returns d jittered by ±50%.
+func (e *Engine) jitter(d time.Duration) time.Duration {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	return jitterAround(e.rng, d)
+}
+
+// safeDispatch calls the adapter, turning a panic into an ambiguous result.
+func (e *Engine) safeDispatch(ctx context.Context, entry *dispatch.Entry, m *dispatch.Message) (res dispatch.Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("adapter panicked", "adapter", entry.Name, "key", m.Key, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			res = dispatch.Result{Outcome: dispatch.Ambiguous, Reason: "panic", Err: errors.New("adapter panicked")}
+		}
+	}()
+	return entry.Adapter.Dispatch(ctx, m)
+}
+
+// observe counts and logs one decision.
+func (e *Engine) observe(c *completion) {
+	if c.outcome == "" {
+		return // released at shutdown: not a dispatch
+	}
+	e.metrics.DispatchTotal.WithLabelValues(c.adapter, c.outcome).Inc()
+	if c.row.Kind == "compensation" {
+		switch c.Status {
+		case StatusSucceeded:
+			e.metrics.CompensationsTotal.WithLabelValues("succeeded").Inc()
+		case StatusCompensationFailed:
+			e.metrics.CompensationsTotal.WithLabelValues("failed").Inc()
+			e.metrics.CompensationFailedTotal.Inc()
+		case StatusPending:
+			e.metrics.CompensationsTotal.WithLabelValues("retry").Inc()
+		}
+	}
+	attrs := []any{"key", c.row.Key, "outbox_seq", c.Seq, "tool", c.row.ToolName, "adapter", c.adapter,
+		"attempt", c.row.Attempts, "outcome", c.outcome, "status", c.Status}
+	switch {
+	case c.outcome == "auth":
+		e.log.Error("provider refused the adapter's credentials; no attempt consumed", append(attrs, "err", deref(c.LastError))...)
+	case c.Status == StatusFailed || c.Status == StatusCompensationFailed || c.Status == StatusOutcomeUnknown:
+		e.log.Warn("row parked or failed", append(attrs, "err", deref(c.LastError))...)
+	case c.Status == StatusPending && c.outcome != outcomeUnrouted:
+		e.log.Debug("attempt failed; rescheduled", append(attrs, "next_attempt_in", c.Delay, "err", deref(c.LastError))...)
+	default:
+		e.log.Debug("dispatched", attrs...)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// unroutedLog logs each unrouted tool at most once a minute.
+type unroutedLog struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (u *unroutedLog) note(log interface{ Warn(string, ...any) }, tool string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.seen == nil {
+		u.seen = make(map[string]time.Time)
+	}
+	if last, ok := u.seen[tool]; ok && time.Since(last) < time.Minute {
+		return
+	}
+	u.seen[tool] = time.Now()
+	log.Warn("rows wait for a route: no route for their tool_name; they drain once a config with one is loaded", "tool", tool)
+}
