@@ -95,7 +95,7 @@ func (r *Result) add(p *plan, show int) {
 		}
 	}
 	for _, rv := range p.revive {
-		r.Revived = append(r.Revived, rv.Revival)
+		r.Revived = append(r.Revived, rv)
 	}
 	r.Batches++
 }
@@ -136,7 +136,7 @@ func (r candidate) leaseWhy() string {
 type plan struct {
 	changes []Change
 	refused []*TransitionError
-	revive  []revivePlan
+	revive  []Revival
 }
 
 // extender fetches, for requeue, the rows of runs beyond the current batch

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/jackc/pgx/v5"
@@ -93,7 +94,7 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 		// The failed rows of an aborted run are requeued together or not at all.
 		var withFailed []string
 		for _, r := range ok {
-			if _, aborted := runs[r.AgentRunID]; aborted && r.Status == drainer.StatusFailed && !contains(withFailed, r.AgentRunID) {
+			if _, aborted := runs[r.AgentRunID]; aborted && r.Status == drainer.StatusFailed && !slices.Contains(withFailed, r.AgentRunID) {
 				withFailed = append(withFailed, r.AgentRunID)
 			}
 		}
@@ -127,7 +128,7 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 			p.changes = append(p.changes, requeueChange(r))
 			if !reviving[run.ID] {
 				reviving[run.ID] = true
-				p.revive = append(p.revive, revivePlan{Revival: Revival{AgentRunID: run.ID, AbortReason: run.Reason}})
+				p.revive = append(p.revive, Revival{AgentRunID: run.ID, AbortReason: run.Reason})
 			}
 		}
 	}
@@ -225,15 +226,6 @@ func (c *Client) settleRaces(ctx context.Context, tx pgx.Tx, p *plan, done []str
 	}
 	p.changes = kept
 	return nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func nullIfEmpty(s string) *string {

@@ -39,12 +39,20 @@ func TestRequeueRefusals(t *testing.T) {
 		}
 	}
 
-	_, err := e.c.Requeue(t.Context(), "idem_v1_unknown", alice, false)
+	// A pruned key answers its final status.
+	e.exec(`INSERT INTO drainer.tombstones (key, payload_hash, final_status) SELECT key, payload_hash, 'succeeded' FROM drainer.outbox WHERE key = $1`, k[0])
+	e.exec(`DELETE FROM drainer.outbox WHERE key = $1`, k[0])
+	_, err := e.c.Requeue(t.Context(), k[0], alice, false)
+	if te := wantRefused(t, err, k[0], "succeeded"); !strings.Contains(te.Why, "pruned") {
+		t.Errorf("pruned: why = %q", te.Why)
+	}
+
+	_, err = e.c.Requeue(t.Context(), "idem_v1_unknown", alice, false)
 	var nf *NotFoundError
 	if !errors.As(err, &nf) {
 		t.Fatalf("unknown key: err = %v", err)
 	}
-	if _, err := e.c.Requeue(t.Context(), k[0], Who{}, false); !errors.Is(err, ErrNoActor) {
+	if _, err := e.c.Requeue(t.Context(), k[4], Who{}, false); !errors.Is(err, ErrNoActor) {
 		t.Fatalf("no actor: err = %v", err)
 	}
 	if _, err := e.c.RequeueWhere(t.Context(), Filter{Status: "succeeded"}, alice, BulkOptions{}); err == nil ||

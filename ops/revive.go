@@ -86,11 +86,6 @@ func (r *abortedRun) cancelledWhy() string {
 	return fmt.Sprintf("its run %s is aborted (%s by %s); re-running a step of an aborted run would fight its saga", r.ID, r.Reason, r.By)
 }
 
-// revivePlan is a run requeue will revive.
-type revivePlan struct {
-	Revival
-}
-
 // restoredWhere matches the never-attempted forward rows that an abort
 // caused by a row failure cancelled (or that were enqueued after it).
 const restoredWhere = `o.agent_run_id = $1 AND o.kind = 'forward' AND o.status = 'cancelled' AND o.attempts = 0
@@ -115,7 +110,7 @@ func (c *Client) restorable(ctx context.Context, q querier, run string) ([]strin
 // revive undoes the abort of a run whose failed rows were just requeued:
 // it deletes the runs row, makes the rows the abort cancelled pending again
 // and records the revival on the run's audit chain.
-func (c *Client) revive(ctx context.Context, tx pgx.Tx, rv *revivePlan, who Who) error {
+func (c *Client) revive(ctx context.Context, tx pgx.Tx, rv *Revival, who Who) error {
 	run := rv.AgentRunID
 	var still *string
 	err := tx.QueryRow(ctx, c.sql(`SELECT min(key) FROM {s}.outbox

@@ -116,7 +116,7 @@ func transition(from, to *string) string {
 	if from == nil && to == nil {
 		return ""
 	}
-	return ops.Str(from) + " → " + ops.Str(to)
+	return cell(ops.Str(from)) + " → " + cell(ops.Str(to))
 }
 
 func i64(n int64) string { return strconv.FormatInt(n, 10) }

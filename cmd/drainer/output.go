@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/ops"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -82,6 +83,10 @@ func (o *opFlags) client(ctx context.Context) (c *ops.Client, close func(), err 
 	conn, err := pgx.Connect(ctx, o.g.databaseURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	if _, err := migrations.Check(ctx, conn, o.g.schema); err != nil {
+		conn.Close(ctx)
+		return nil, nil, err
 	}
 	c, err = ops.New(conn, o.g.schema)
 	if err != nil {

@@ -162,7 +162,11 @@ func printSingle(w io.Writer, res *ops.Result) {
 		prefix = "dry run: would have "
 	}
 	for _, ch := range res.Rows {
-		fmt.Fprintf(w, "%s%s %s: %s → %s (attempts %d → %d", prefix, past(res.Action), ch.Key, ch.FromStatus, ch.Status, ch.FromAttempts, ch.Attempts)
+		fmt.Fprintf(w, "%s%s %s: %s → %s (attempts ", prefix, past(res.Action), ch.Key, ch.FromStatus, ch.Status)
+		if ch.FromAttempts != ch.Attempts {
+			fmt.Fprintf(w, "%d → ", ch.FromAttempts)
+		}
+		fmt.Fprint(w, ch.Attempts)
 		if ch.Status == "pending" {
 			fmt.Fprint(w, ", due now")
 		}

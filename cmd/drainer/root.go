@@ -78,6 +78,7 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 		newResumeCmd(),
 		newAuditCmd(),
 	)
+	wrapArgs(root)
 	return root
 }
 
@@ -157,13 +158,23 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// isCobraUsage recognises cobra's own argument errors.
+// isCobraUsage recognises cobra's own error for an unknown subcommand
+// (argument and flag errors are wrapped as usageError where they arise).
 func isCobraUsage(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires at least", "requires exactly", "flag needs an argument", "invalid argument"} {
-		if strings.Contains(msg, p) {
-			return true
+	return strings.HasPrefix(err.Error(), "unknown command ")
+}
+
+// wrapArgs makes every command's argument validation a usage error (exit 2).
+func wrapArgs(c *cobra.Command) {
+	if orig := c.Args; orig != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := orig(cmd, args); err != nil {
+				return usageError{err}
+			}
+			return nil
 		}
 	}
-	return false
+	for _, sub := range c.Commands() {
+		wrapArgs(sub)
+	}
 }

@@ -65,9 +65,17 @@ type Sizes struct {
 	LatencyDuration, LatencyWarmup time.Duration
 	// RiverSettings are the River fetch settings tried; the best counts.
 	RiverSettings []RiverSetting
-	// CeilingLoops are the numbers of bare claim/complete loops per replica
-	// tried; the best counts.
-	CeilingLoops []int
+	// CeilingSettings are the bare-loop configurations tried; the best counts.
+	CeilingSettings []CeilingSetting
+}
+
+// CeilingSetting is one configuration of the bare claim/complete loops.
+type CeilingSetting struct {
+	// LoopsPerReplica is how many loops run per replica.
+	LoopsPerReplica int
+	// Batch is the rows per claim (and so per completion); 0 means the
+	// engine's claim batch.
+	Batch int
 }
 
 // RiverSetting is one River fetch configuration.
@@ -85,8 +93,8 @@ func QuickSizes() Sizes {
 		WarmupRows: 2_000, Rows: 20_000, DrainRuns: 2,
 		BacklogSmall: 10_000, BacklogLarge: 100_000, BacklogMeasured: 10_000,
 		LatencyDuration: 10 * time.Second, LatencyWarmup: 2 * time.Second,
-		RiverSettings: []RiverSetting{riverbenchSetting, {FetchCooldown: time.Millisecond, FetchPollInterval: 10 * time.Millisecond}},
-		CeilingLoops:  []int{1, 2},
+		RiverSettings:   []RiverSetting{riverbenchSetting, {FetchCooldown: time.Millisecond, FetchPollInterval: 10 * time.Millisecond}},
+		CeilingSettings: []CeilingSetting{{LoopsPerReplica: 2}, {LoopsPerReplica: 2, Batch: ceilingLargeBatch}},
 	}
 }
 
@@ -102,7 +110,10 @@ func FullSizes() Sizes {
 			{FetchCooldown: time.Millisecond, FetchPollInterval: 10 * time.Millisecond},
 			{FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond},
 		},
-		CeilingLoops: []int{1, 2, 4},
+		CeilingSettings: []CeilingSetting{
+			{LoopsPerReplica: 1}, {LoopsPerReplica: 2},
+			{LoopsPerReplica: 1, Batch: ceilingLargeBatch}, {LoopsPerReplica: 2, Batch: ceilingLargeBatch},
+		},
 	}
 }
 
@@ -119,8 +130,8 @@ func (s Sizes) withDefaults(d Sizes) Sizes {
 	if len(s.RiverSettings) == 0 {
 		s.RiverSettings = d.RiverSettings
 	}
-	if len(s.CeilingLoops) == 0 {
-		s.CeilingLoops = d.CeilingLoops
+	if len(s.CeilingSettings) == 0 {
+		s.CeilingSettings = d.CeilingSettings
 	}
 	return s
 }
@@ -137,11 +148,15 @@ func (s Sizes) validate() error {
 			errs = append(errs, fmt.Errorf("%s (%d) must be positive", v.name, v.n))
 		}
 	}
+	if s.BacklogMeasured < 2 {
+		errs = append(errs, fmt.Errorf("measured backlog rows (%d) must be at least 2: the rate is taken between the first and the last", s.BacklogMeasured))
+	}
 	if s.BacklogMeasured > s.BacklogSmall {
 		errs = append(errs, fmt.Errorf("measured backlog rows (%d) must not exceed the small backlog (%d)", s.BacklogMeasured, s.BacklogSmall))
 	}
-	if s.BacklogLarge < s.BacklogSmall {
-		errs = append(errs, fmt.Errorf("large backlog (%d) must not be smaller than the small one (%d)", s.BacklogLarge, s.BacklogSmall))
+	if s.BacklogLarge < s.BacklogSmall+s.BacklogMeasured {
+		errs = append(errs, fmt.Errorf("large backlog (%d) must hold the small one (%d) plus the measured rows (%d): it is measured twice in a row",
+			s.BacklogLarge, s.BacklogSmall, s.BacklogMeasured))
 	}
 	if s.LatencyWarmup < 0 || s.LatencyDuration <= s.LatencyWarmup {
 		errs = append(errs, fmt.Errorf("latency duration (%s) must exceed its warm-up (%s)", s.LatencyDuration, s.LatencyWarmup))
@@ -151,9 +166,9 @@ func (s Sizes) validate() error {
 			errs = append(errs, fmt.Errorf("river fetch cooldown and poll interval (%s, %s) must be at least 1ms", r.FetchCooldown, r.FetchPollInterval))
 		}
 	}
-	for _, n := range s.CeilingLoops {
-		if n < 1 {
-			errs = append(errs, fmt.Errorf("ceiling loops per replica (%d) must be positive", n))
+	for _, c := range s.CeilingSettings {
+		if c.LoopsPerReplica < 1 || c.Batch < 0 {
+			errs = append(errs, fmt.Errorf("ceiling loops per replica (%d) must be positive and its batch (%d) not negative", c.LoopsPerReplica, c.Batch))
 		}
 	}
 	return errors.Join(errs...)
@@ -219,6 +234,7 @@ type Result struct {
 
 	CeilingRowsPerS float64      `json:"ceiling_rows_per_s"`
 	CeilingLoops    int          `json:"ceiling_loops"`
+	CeilingBatch    int          `json:"ceiling_batch"`
 	CeilingRuns     []CeilingRun `json:"ceiling_runs"`
 	RatioVsCeiling  float64      `json:"ratio_vs_ceiling"`
 
@@ -250,6 +266,7 @@ type RiverRun struct {
 // CeilingRun is one bare-loop measurement.
 type CeilingRun struct {
 	Loops    int     `json:"loops"`
+	Batch    int     `json:"batch"`
 	RowsPerS float64 `json:"rows_per_s"`
 }
 
@@ -265,7 +282,7 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 	res = &Result{Quick: opts.Quick, Rows: opts.Sizes.Rows, Workers: opts.Workers, Replicas: opts.Replicas}
 
 	url := opts.DatabaseURL
-	res.Server = "external (--database-url)"
+	res.Server = "server given by --database-url"
 	if url == "" {
 		r.logf("starting a throwaway durable Postgres cluster (fsync on)")
 		c, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true})
@@ -278,7 +295,7 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 			}
 		}()
 		url = c.URL("postgres")
-		res.Server = "throwaway pgtemp cluster (durable: fsync on)"
+		res.Server = "throwaway pgtemp cluster, durable (fsync on)"
 	}
 	if err := r.setup(ctx, url); err != nil {
 		r.close(ctx)
@@ -319,14 +336,16 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 	}
 	res.PeakRSSBytes = rss
 
-	for _, loops := range r.sizes.CeilingLoops {
-		rate, err := r.ceiling(ctx, loops*r.opts.Replicas)
+	for _, c := range r.sizes.CeilingSettings {
+		run := CeilingRun{Loops: c.LoopsPerReplica * r.opts.Replicas, Batch: cmp.Or(c.Batch, r.batchSize)}
+		rate, err := r.ceiling(ctx, run.Loops, run.Batch)
 		if err != nil {
 			return err
 		}
-		res.CeilingRuns = append(res.CeilingRuns, CeilingRun{Loops: loops * r.opts.Replicas, RowsPerS: round(rate, 1)})
-		if round(rate, 1) > res.CeilingRowsPerS {
-			res.CeilingRowsPerS, res.CeilingLoops = round(rate, 1), loops*r.opts.Replicas
+		run.RowsPerS = round(rate, 1)
+		res.CeilingRuns = append(res.CeilingRuns, run)
+		if run.RowsPerS > res.CeilingRowsPerS {
+			res.CeilingRowsPerS, res.CeilingLoops, res.CeilingBatch = run.RowsPerS, run.Loops, run.Batch
 		}
 	}
 
@@ -343,11 +362,11 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 	}
 
 	res.BacklogRows, res.BacklogSmallRows, res.BacklogMeasuredRows = r.sizes.BacklogLarge, r.sizes.BacklogSmall, r.sizes.BacklogMeasured
-	small, err := r.backlog(ctx, r.sizes.BacklogSmall)
+	small, err := r.backlog(ctx, r.sizes.BacklogSmall, true)
 	if err != nil {
 		return err
 	}
-	large, err := r.backlog(ctx, r.sizes.BacklogLarge)
+	large, err := r.backlog(ctx, r.sizes.BacklogLarge, false)
 	if err != nil {
 		return err
 	}

@@ -57,8 +57,13 @@ UPDATE %[1]s.outbox o
   FROM unnest($1::bigint[], $2::uuid[]) AS u(seq, token)
  WHERE o.seq = u.seq AND o.lease_token = u.token`
 
-// ceiling measures loops bare claim/complete loops draining Rows rows.
-func (r *runner) ceiling(ctx context.Context, loops int) (float64, error) {
+// ceilingLargeBatch is the large claim batch the ceiling tries: the
+// engine's completion batch, so a claim costs one commit per this many rows.
+const ceilingLargeBatch = 256
+
+// ceiling measures loops bare claim/complete loops, each claiming batch
+// rows at a time, draining Rows rows.
+func (r *runner) ceiling(ctx context.Context, loops, batch int) (float64, error) {
 	if err := r.fill(ctx, r.sizes.Rows); err != nil {
 		return 0, err
 	}
@@ -78,7 +83,7 @@ func (r *runner) ceiling(ctx context.Context, loops int) (float64, error) {
 	begin := time.Now()
 	for i := range loops {
 		wg.Go(func() {
-			n, err := ceilingLoop(ctx, pool, claimSQL, completeSQL, r.batchSize, fmt.Sprintf("ceiling-%d", i))
+			n, err := ceilingLoop(ctx, pool, claimSQL, completeSQL, batch, fmt.Sprintf("ceiling-%d", i))
 			mu.Lock()
 			defer mu.Unlock()
 			done += n
@@ -96,8 +101,8 @@ func (r *runner) ceiling(ctx context.Context, loops int) (float64, error) {
 		return 0, fmt.Errorf("ceiling: %d of %d rows completed", done, r.sizes.Rows)
 	}
 	rate := float64(done) / elapsed.Seconds()
-	r.logf("ceiling with %d loops: %d rows in %s = %.0f rows/s (bare claim of %d + batch complete)",
-		loops, done, elapsed.Round(time.Millisecond), rate, r.batchSize)
+	r.logf("ceiling with %d loops claiming %d: %d rows in %s = %.0f rows/s (bare claim + batch complete)",
+		loops, batch, done, elapsed.Round(time.Millisecond), rate)
 	return rate, nil
 }
 

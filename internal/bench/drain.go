@@ -201,14 +201,36 @@ func (r *runner) phaseTimeout(n int) time.Duration {
 	return time.Minute + time.Duration(n)*10*time.Millisecond
 }
 
-// backlog fills a backlog of n rows and returns the dispatch rate over its
-// first BacklogMeasured rows, from the first dispatch to the last.
-func (r *runner) backlog(ctx context.Context, n int) (float64, error) {
-	measured := r.sizes.BacklogMeasured
-	r.logf("backlog: filling %d rows", n)
-	if err := r.fill(ctx, n); err != nil {
-		return 0, err
+// backlogRuns is how often each backlog is measured; the best run counts.
+const backlogRuns = 2
+
+// backlog returns the best dispatch rate over the first BacklogMeasured rows
+// of a backlog of n rows. The small backlog is refilled for each run; the
+// large one is filled once and measured twice in a row (the second time
+// with n-BacklogMeasured rows pending, the same order of magnitude).
+func (r *runner) backlog(ctx context.Context, n int, refill bool) (float64, error) {
+	best := 0.0
+	for i := range backlogRuns {
+		if i == 0 || refill {
+			r.logf("backlog: filling %d rows", n)
+			if err := r.fill(ctx, n); err != nil {
+				return 0, err
+			}
+		}
+		rate, err := r.backlogRun(ctx, n)
+		if err != nil {
+			return 0, err
+		}
+		r.logf("backlog of %d (run %d/%d): first %d rows dispatched at %.0f rows/s", n, i+1, backlogRuns, r.sizes.BacklogMeasured, rate)
+		best = max(best, rate)
 	}
+	return best, nil
+}
+
+// backlogRun starts the engines on a filled backlog and returns the
+// dispatch rate from the first dispatch to the BacklogMeasured-th.
+func (r *runner) backlogRun(ctx context.Context, n int) (float64, error) {
+	measured := r.sizes.BacklogMeasured
 	p := newProbe(measured, false)
 	es, err := r.startEngines(ctx, p.adapter())
 	if err != nil {
@@ -231,7 +253,5 @@ func (r *runner) backlog(ctx context.Context, n int) (float64, error) {
 	if span <= 0 {
 		return 0, fmt.Errorf("backlog of %d: %d rows dispatched in no measurable time", n, measured)
 	}
-	rate := float64(measured-1) / span.Seconds()
-	r.logf("backlog of %d: first %d rows dispatched at %.0f rows/s", n, measured, rate)
-	return rate, nil
+	return float64(measured-1) / span.Seconds(), nil
 }

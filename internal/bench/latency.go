@@ -70,10 +70,10 @@ func (r *runner) latency(ctx context.Context, rate float64) (latencyResult, erro
 	return res, nil
 }
 
-// produce enqueues total rows on schedule (row i at i/rate seconds) with
-// latencyProducers concurrent producers and returns their commits. A
-// producer that falls behind delays the rows after it: the achieved rate
-// says so.
+// produce enqueues up to total rows on schedule (row i at i/rate seconds)
+// with latencyProducers concurrent producers for LatencyDuration and returns
+// their commits. Producers that fall behind delay the rows after them and
+// leave the rest unsent: the achieved rate says so.
 func (r *runner) produce(ctx context.Context, pool *pgxpool.Pool, run string, rate float64, total int) ([]commit, error) {
 	jobs := make(chan int, latencyProducers)
 	var (
@@ -101,12 +101,15 @@ func (r *runner) produce(ctx context.Context, pool *pgxpool.Pool, run string, ra
 			}
 		})
 	}
+	// Rows are offered on schedule until the duration is over, whether or
+	// not the producers kept up: the phase never outlasts its duration.
 	begin := time.Now()
+	deadline := begin.Add(r.sizes.LatencyDuration)
 	tick := time.NewTicker(time.Millisecond)
 	sent := 0
-	for sent < total && ctx.Err() == nil {
+	for sent < total && ctx.Err() == nil && time.Now().Before(deadline) {
 		due := min(total, int(time.Since(begin).Seconds()*rate)+1)
-		for ; sent < due; sent++ {
+		for ; sent < due && time.Now().Before(deadline); sent++ {
 			jobs <- sent
 		}
 		<-tick.C

@@ -26,7 +26,7 @@ func WriteTable(w io.Writer, res *Result) error {
 	if res.Audit {
 		audit = "on"
 	}
-	fmt.Fprintf(w, "drainer bench (%s, %.0fs): PostgreSQL %s on a %s\n", mode, res.DurationS, res.PostgresVersion, res.Server)
+	fmt.Fprintf(w, "drainer bench (%s, %.0fs): PostgreSQL %s, %s\n", mode, res.DurationS, res.PostgresVersion, res.Server)
 	fmt.Fprintf(w, "%d replicas × %d workers (claim batch %d), shipped default config, no-op adapter, audit triggers %s\n\n",
 		res.Replicas, res.Workers, res.BatchSize, audit)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -43,10 +43,10 @@ func WriteTable(w io.Writer, res *Result) error {
 	row("drain ÷ river", fmt.Sprintf("%.3f", res.RatioVsRiver), "ratio_vs_river", "")
 	ceiling := make([]string, 0, len(res.CeilingRuns))
 	for _, c := range res.CeilingRuns {
-		ceiling = append(ceiling, fmt.Sprintf("%.0f@%d", c.RowsPerS, c.Loops))
+		ceiling = append(ceiling, fmt.Sprintf("%.0f@%d×%d", c.RowsPerS, c.Loops, c.Batch))
 	}
 	row("ceiling", rate(res.CeilingRowsPerS, "rows/s"), "ceiling_rows_per_s",
-		fmt.Sprintf("bare claim + complete, same schema and triggers, best of rows/s@loops: %s", strings.Join(ceiling, ", ")))
+		fmt.Sprintf("bare claim + complete, same schema and triggers, best of rows/s@loops×batch: %s", strings.Join(ceiling, ", ")))
 	row("drain ÷ ceiling", fmt.Sprintf("%.3f", res.RatioVsCeiling), "ratio_vs_ceiling", "")
 	row("backlog ratio", fmt.Sprintf("%.3f", res.BacklogRatio), "backlog_ratio",
 		fmt.Sprintf("first %d rows: %.0f rows/s from %d pending ÷ %.0f rows/s from %d pending",

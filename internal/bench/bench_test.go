@@ -1,0 +1,231 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/jackc/pgx/v5"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// tinySizes run every phase in a few seconds; the figures mean nothing.
+func tinySizes() Sizes {
+	return Sizes{
+		WarmupRows: 50, Rows: 300, DrainRuns: 1,
+		BacklogSmall: 200, BacklogLarge: 500, BacklogMeasured: 100,
+		LatencyDuration: 1500 * time.Millisecond, LatencyWarmup: 200 * time.Millisecond,
+		RiverSettings:   []RiverSetting{riverbenchSetting},
+		CeilingSettings: []CeilingSetting{{LoopsPerReplica: 1}},
+	}
+}
+
+// contractFields are the JSON fields of CONTRACT §8 and the brief; the
+// numeric ones must be positive and finite.
+var (
+	numericFields = []string{
+		"drain_rows_per_s", "river_jobs_per_s", "ratio_vs_river", "ceiling_rows_per_s", "ratio_vs_ceiling",
+		"backlog_ratio", "backlog_rows", "latency_p50_ms", "latency_p99_ms", "peak_rss_bytes",
+		"rows", "workers", "replicas", "duration_s",
+	}
+	otherFields = []string{"postgres_version", "quick", "audit"}
+	// tableFields are the figures the table shows, by JSON name.
+	tableFields = []string{
+		"drain_rows_per_s", "river_jobs_per_s", "ratio_vs_river", "ceiling_rows_per_s", "ratio_vs_ceiling",
+		"backlog_ratio", "latency_p50_ms", "latency_p99_ms", "peak_rss_bytes",
+	}
+)
+
+func TestRunReportsEveryField(t *testing.T) {
+	url := dbtest.NewDatabase(t)
+	var progress bytes.Buffer
+	res, err := Run(t.Context(), Options{DatabaseURL: url, Workers: 4, Replicas: 2, Quick: true, Sizes: tinySizes(), Progress: &progress})
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s", err, progress.String())
+	}
+
+	var out bytes.Buffer
+	if err := WriteJSON(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
+	var got map[string]any
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("decode %s: %v", out.String(), err)
+	}
+	if dec.More() {
+		t.Fatalf("more than one JSON value: %s", out.String())
+	}
+	for _, f := range numericFields {
+		v, ok := got[f].(float64)
+		if !ok || v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			t.Errorf("%s = %v (%T), want a positive finite number", f, got[f], got[f])
+		}
+	}
+	for _, f := range otherFields {
+		if _, ok := got[f]; !ok {
+			t.Errorf("field %s missing from %s", f, out.String())
+		}
+	}
+	if v, _ := got["postgres_version"].(string); v == "" {
+		t.Errorf("postgres_version = %q", v)
+	}
+	if got["quick"] != true || got["audit"] != true {
+		t.Errorf("quick = %v, audit = %v; want true, true (triggers on as shipped)", got["quick"], got["audit"])
+	}
+	if res.Rows != 300 || res.Workers != 4 || res.Replicas != 2 || res.BacklogRows != 500 {
+		t.Errorf("rows, workers, replicas, backlog_rows = %d, %d, %d, %d; want 300, 4, 2, 500", res.Rows, res.Workers, res.Replicas, res.BacklogRows)
+	}
+
+	// Ratios agree with their parts (both rounded as reported).
+	for _, c := range []struct {
+		name        string
+		ratio, a, b float64
+	}{
+		{"ratio_vs_river", res.RatioVsRiver, res.DrainRowsPerS, res.RiverJobsPerS},
+		{"ratio_vs_ceiling", res.RatioVsCeiling, res.DrainRowsPerS, res.CeilingRowsPerS},
+		{"backlog_ratio", res.BacklogRatio, res.BacklogLargeRowsPerS, res.BacklogSmallRowsPerS},
+	} {
+		if math.Abs(c.ratio-c.a/c.b) > 0.0005+1e-9 {
+			t.Errorf("%s = %v, want %v / %v = %v", c.name, c.ratio, c.a, c.b, c.a/c.b)
+		}
+	}
+	// The best runs are the ones reported.
+	if len(res.DrainRuns) != 1 || res.DrainRuns[0] != res.DrainRowsPerS {
+		t.Errorf("drain runs %v, reported %v", res.DrainRuns, res.DrainRowsPerS)
+	}
+	if len(res.RiverRuns) != 1 || res.RiverRuns[0].JobsPerS != res.RiverJobsPerS || res.RiverFetchCooldownMs != 2 {
+		t.Errorf("river runs %+v, reported %v at %vms", res.RiverRuns, res.RiverJobsPerS, res.RiverFetchCooldownMs)
+	}
+	if len(res.CeilingRuns) != 1 || res.CeilingRuns[0].RowsPerS != res.CeilingRowsPerS || res.CeilingLoops != 2 || res.CeilingBatch != 4 {
+		t.Errorf("ceiling runs %+v, reported %v with %d loops × %d", res.CeilingRuns, res.CeilingRowsPerS, res.CeilingLoops, res.CeilingBatch)
+	}
+	if !(res.LatencyP50Ms <= res.LatencyP90Ms && res.LatencyP90Ms <= res.LatencyP99Ms) {
+		t.Errorf("latency percentiles out of order: %v %v %v", res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms)
+	}
+	if res.LatencySamples < 1 || res.LatencyOfferedRowsPerS != round(res.DrainRowsPerS/2, 1) {
+		t.Errorf("latency: %d samples at %v rows/s offered; want half of %v", res.LatencySamples, res.LatencyOfferedRowsPerS, res.DrainRowsPerS)
+	}
+	if res.ProcessPeakRSSBytes < res.PeakRSSBytes {
+		t.Errorf("process peak RSS %d below the drain's %d: maxrss only grows", res.ProcessPeakRSSBytes, res.PeakRSSBytes)
+	}
+
+	// The table names every figure.
+	var table bytes.Buffer
+	if err := WriteTable(&table, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tableFields {
+		if !strings.Contains(table.String(), f) {
+			t.Errorf("table lacks %s:\n%s", f, table.String())
+		}
+	}
+
+	// Nothing is left behind on the server.
+	conn := connect(t, url)
+	var left int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_namespace WHERE nspname IN ($1, $2)",
+		DefaultSchema, DefaultSchema+RiverSchemaSuffix).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d bench schemas left on the server", left)
+	}
+}
+
+func TestRunRefusesSchemaItDidNotCreate(t *testing.T) {
+	url := dbtest.NewDatabase(t)
+	conn := connect(t, url)
+	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA mine; CREATE TABLE mine.precious (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(t.Context(), Options{DatabaseURL: url, Schema: "mine", Sizes: tinySizes()})
+	if err == nil || !strings.Contains(err.Error(), "schema mine exists and was not created by drainer bench") {
+		t.Fatalf("run on a foreign schema: err = %v", err)
+	}
+	var n int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM mine.precious").Scan(&n); err != nil {
+		t.Fatalf("foreign schema damaged: %v", err)
+	}
+}
+
+func TestFillWritesEnqueueKeysAndHashes(t *testing.T) {
+	url := dbtest.NewDatabase(t)
+	opts := Options{DatabaseURL: url, Replicas: 1, Sizes: tinySizes()}.withDefaults()
+	r := &runner{opts: opts, sizes: opts.Sizes, progress: opts.Progress}
+	t.Cleanup(func() {
+		if err := r.close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := r.setup(t.Context(), url); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.fill(t.Context(), 250); err != nil {
+		t.Fatal(err)
+	}
+	var total, wrong, audited int
+	err := r.admin.QueryRow(t.Context(), `SELECT count(*),
+	        count(*) FILTER (WHERE key <> drainer_bench.idempotency_key(agent_run_id, step_id, tool_name, business_scope)
+	                            OR payload_hash <> drainer_bench.payload_hash(payload) OR status <> 'pending'),
+	        (SELECT count(*) FROM drainer_bench.audit WHERE event = 'enqueued')
+	   FROM drainer_bench.outbox`).Scan(&total, &wrong, &audited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 250 || wrong != 0 || audited != 250 {
+		t.Fatalf("fill: %d rows, %d with a key or hash drainer.enqueue would not give, %d audited; want 250, 0, 250", total, wrong, audited)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"workers", Options{Workers: -1}, "workers (-1)"},
+		{"replicas", Options{Replicas: 65}, "replicas (65)"},
+		{"schema", Options{Schema: "Bad-Name"}, "invalid schema name"},
+		{"river schema room", Options{Schema: strings.Repeat("s", 60)}, "no room for River's schema"},
+		{"backlog", Options{Sizes: Sizes{BacklogSmall: 10, BacklogLarge: 15, BacklogMeasured: 10}}, "large backlog (15)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.opts.Validate()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+	if err := (Options{Quick: true}).Validate(); err != nil {
+		t.Fatalf("quick defaults: %v", err)
+	}
+	if err := (Options{}).Validate(); err != nil {
+		t.Fatalf("full defaults: %v", err)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	vs := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for p, want := range map[float64]float64{50: 5, 90: 9, 99: 10, 1: 1} {
+		if got := percentile(vs, p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
