@@ -52,9 +52,12 @@ $$;
 
 -- audit_actor and audit_reason come from transaction-local settings that
 -- operator commands set (drainer.actor, drainer.reason, drainer.action);
--- the daemon's own changes are by "drainer".
+-- the daemon's own changes (its connections are application_name=drainer)
+-- are by "drainer", anything else by "db:<role>" (an agent's enqueue, say).
 CREATE FUNCTION {{.schema}}.audit_actor() RETURNS text LANGUAGE sql STABLE AS $$
-    SELECT coalesce(nullif(current_setting('drainer.actor', true), ''), 'drainer')
+    SELECT coalesce(nullif(current_setting('drainer.actor', true), ''),
+                    CASE WHEN current_setting('application_name', true) = 'drainer' THEN 'drainer'
+                         ELSE 'db:' || current_user END)
 $$;
 
 -- audit_event names a status change.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,7 +15,8 @@ import (
 // benchOpts are the flags of `drainer bench`.
 type benchOpts struct {
 	bench.Options
-	json bool
+	json       bool
+	cpuProfile string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -45,6 +47,10 @@ On a --database-url server bench works in schemas of its own (--schema and
 --schema + "_river"), refuses a schema it did not create, and drops them after.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Zero would mean "default" to the library; on the command line it is a mistake.
+			if o.Workers < 1 || o.Replicas < 1 {
+				return usagef("--workers (%d) and --replicas (%d) must be at least 1", o.Workers, o.Replicas)
+			}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -60,11 +66,20 @@ On a --database-url server bench works in schemas of its own (--schema and
 	f.StringVar(&o.Schema, "schema", bench.DefaultSchema, "scratch schema bench creates and drops (River's: SCHEMA_river)")
 	f.IntVar(&o.Workers, "workers", config.DefaultWorkers, "workers per replica (and River MaxWorkers per client)")
 	f.IntVar(&o.Replicas, "replicas", bench.DefaultReplicas, "engines in this process, each its own pool (and River clients)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the drain runs to this file (go tool pprof -top FILE)")
 	return cmd
 }
 
 func runBench(ctx context.Context, cmd *cobra.Command, o benchOpts) error {
 	o.Progress, o.Version = cmd.ErrOrStderr(), version
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		o.DrainCPUProfile = f
+	}
 	res, err := bench.Run(ctx, o.Options)
 	if err != nil {
 		return err

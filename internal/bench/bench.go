@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime/pprof"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
@@ -47,6 +48,9 @@ type Options struct {
 	Progress io.Writer
 	// Version is exported by the engines' build info metric.
 	Version string
+	// DrainCPUProfile, when set, receives a CPU profile (pprof format) of
+	// this process during the drain runs: where the engine spends its time.
+	DrainCPUProfile io.Writer
 }
 
 // Sizes say how much each phase measures.
@@ -322,13 +326,8 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 	if err := r.warmup(ctx); err != nil {
 		return err
 	}
-	for i := range r.sizes.DrainRuns {
-		rate, err := r.drain(ctx, i+1)
-		if err != nil {
-			return err
-		}
-		res.DrainRuns = append(res.DrainRuns, round(rate, 1))
-		res.DrainRowsPerS = max(res.DrainRowsPerS, round(rate, 1))
+	if err := r.drains(ctx, res); err != nil {
+		return err
 	}
 	rss, err := peakRSS()
 	if err != nil {
@@ -391,6 +390,25 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 	res.RatioVsCeiling, errs = ratio(res.DrainRowsPerS, res.CeilingRowsPerS, "ceiling_rows_per_s", errs)
 	res.BacklogRatio, errs = ratio(res.BacklogLargeRowsPerS, res.BacklogSmallRowsPerS, "backlog_small_rows_per_s", errs)
 	return errors.Join(errs...)
+}
+
+// drains measures the drain DrainRuns times, under the CPU profiler if asked.
+func (r *runner) drains(ctx context.Context, res *Result) error {
+	if w := r.opts.DrainCPUProfile; w != nil {
+		if err := pprof.StartCPUProfile(w); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	for i := range r.sizes.DrainRuns {
+		rate, err := r.drain(ctx, i+1)
+		if err != nil {
+			return err
+		}
+		res.DrainRuns = append(res.DrainRuns, round(rate, 1))
+		res.DrainRowsPerS = max(res.DrainRowsPerS, round(rate, 1))
+	}
+	return nil
 }
 
 // ratio returns a/b rounded to three decimals, or records why it cannot.

@@ -28,15 +28,19 @@
 //     (one pipelined round trip: BEGIN, the plan settings, the FOR UPDATE
 //     SKIP LOCKED claim to in_flight, COMMIT) and one batch completion to
 //     succeeded per claimed batch, no dispatch, against the same schema with
-//     the same triggers (audit on): what the table shape allows. The claim
-//     batch is the engine's; the best of a few loop counts.
+//     the same triggers (audit on): what the table shape allows. The best
+//     of a few loop counts, claiming the engine's claim batch and the
+//     engine's completion batch (256) at a time.
 //   - backlog_ratio: the dispatch rate over the first BacklogMeasured rows of
 //     a BacklogLarge backlog divided by the same over a BacklogSmall backlog
-//     (from the first dispatch to the BacklogMeasured-th).
+//     (from the first dispatch to the BacklogMeasured-th), each the best of
+//     two runs.
 //   - latency_p50_ms, latency_p90_ms, latency_p99_ms: from an enqueue's
 //     commit (drainer.EnqueueTx in a single-row transaction, as an agent
-//     would) to the start of its dispatch, while producers offer half of the
-//     measured drain rate; rows committed during the warm-up are left out.
+//     would) to the start of its dispatch, while 32 producers offer half of
+//     the measured drain rate; rows committed during the warm-up are left
+//     out. latency_achieved_rows_per_s says what the producers reached: on a
+//     durable server single-row enqueues can fall short of the offer.
 //   - peak_rss_bytes: getrusage(RUSAGE_SELF) ru_maxrss right after the drain
 //     runs, when the process has hosted nothing but the replicas (and the
 //     COPY that filled their backlog). The replicas share the process, so
