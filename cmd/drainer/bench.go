@@ -70,14 +70,18 @@ On a --database-url server bench works in schemas of its own (--schema and
 	return cmd
 }
 
-func runBench(ctx context.Context, cmd *cobra.Command, o benchOpts) error {
+func runBench(ctx context.Context, cmd *cobra.Command, o benchOpts) (err error) {
 	o.Progress, o.Version = cmd.ErrOrStderr(), version
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
-		defer f.Close()
+		defer func() {
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("cpu profile: %w", cerr)
+			}
+		}()
 		o.DrainCPUProfile = f
 	}
 	res, err := bench.Run(ctx, o.Options)

@@ -14,6 +14,7 @@ import (
 	"github.com/drainer-io/drainer/internal/pgtemp"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultSchema is the drainer schema bench creates (and drops) on a
@@ -229,6 +230,8 @@ type Result struct {
 
 	DrainRowsPerS float64   `json:"drain_rows_per_s"`
 	DrainRuns     []float64 `json:"drain_runs_rows_per_s"`
+	// DrainClaimBatchAvg is the mean rows per claim over the drain runs.
+	DrainClaimBatchAvg float64 `json:"drain_claim_batch_avg"`
 
 	RiverJobsPerS            float64    `json:"river_jobs_per_s"`
 	RiverFetchCooldownMs     float64    `json:"river_fetch_cooldown_ms"`
@@ -400,6 +403,8 @@ func (r *runner) drains(ctx context.Context, res *Result) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	r.registries = nil
+	defer func() { r.registries = nil }()
 	for i := range r.sizes.DrainRuns {
 		rate, err := r.drain(ctx, i+1)
 		if err != nil {
@@ -408,6 +413,11 @@ func (r *runner) drains(ctx context.Context, res *Result) error {
 		res.DrainRuns = append(res.DrainRuns, round(rate, 1))
 		res.DrainRowsPerS = max(res.DrainRowsPerS, round(rate, 1))
 	}
+	avg, err := r.claimBatchAvg()
+	if err != nil {
+		return err
+	}
+	res.DrainClaimBatchAvg = round(avg, 1)
 	return nil
 }
 
@@ -444,6 +454,9 @@ type runner struct {
 	pgVersion   string
 	audit       bool
 	runSeq      int // distinguishes the tuples of successive fills
+	// registries hold the metrics of the engines started since the last
+	// clear, for the claim batch sizes they observed.
+	registries []*prometheus.Registry
 }
 
 func (r *runner) logf(format string, args ...any) {

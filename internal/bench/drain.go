@@ -95,12 +95,13 @@ func (r *runner) startEngines(ctx context.Context, adapter dispatch.Adapter) (en
 		if err != nil {
 			return nil, errors.Join(err, es.stop())
 		}
+		reg := prometheus.NewRegistry()
 		e, err := drainer.New(pool, rt, drainer.Config{
 			Schema:    r.schema,
 			ReplicaID: fmt.Sprintf("bench-%d", i+1),
 			Workers:   r.opts.Workers,
 			Lease:     cfg.Lease,
-			Metrics:   drainer.NewMetrics(prometheus.NewRegistry(), r.opts.Version),
+			Metrics:   drainer.NewMetrics(reg, r.opts.Version),
 		})
 		if err == nil {
 			err = e.Start(ctx)
@@ -109,8 +110,35 @@ func (r *runner) startEngines(ctx context.Context, adapter dispatch.Adapter) (en
 			return nil, errors.Join(fmt.Errorf("start engine: %w", err), es.stop())
 		}
 		es = append(es, e)
+		r.registries = append(r.registries, reg)
 	}
 	return es, nil
+}
+
+// claimBatchAvg returns the mean rows per claim of the engines started
+// since the registries were last cleared, from drainer_claim_batch_size.
+func (r *runner) claimBatchAvg() (float64, error) {
+	var sum float64
+	var count uint64
+	for _, reg := range r.registries {
+		mfs, err := reg.Gather()
+		if err != nil {
+			return 0, fmt.Errorf("gather engine metrics: %w", err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "drainer_claim_batch_size" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				sum += m.GetHistogram().GetSampleSum()
+				count += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if count == 0 {
+		return 0, nil
+	}
+	return sum / float64(count), nil
 }
 
 // stop stops every engine, waiting up to a minute for attempts under way.

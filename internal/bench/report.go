@@ -33,7 +33,7 @@ func WriteTable(w io.Writer, res *Result) error {
 	fmt.Fprintln(tw, "FIGURE\tVALUE\tFIELD\tHOW")
 	row := func(name, value, field, how string) { fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, value, field, how) }
 	row("drain", rate(res.DrainRowsPerS, "rows/s"), "drain_rows_per_s",
-		fmt.Sprintf("%d rows, engine start → all succeeded, best of %s", res.Rows, floats(res.DrainRuns)))
+		fmt.Sprintf("%d rows, engine start → all succeeded, best of %s; %.1f rows per claim", res.Rows, floats(res.DrainRuns), res.DrainClaimBatchAvg))
 	river := make([]string, 0, len(res.RiverRuns))
 	for _, r := range res.RiverRuns {
 		river = append(river, fmt.Sprintf("%.0f@%g/%gms", r.JobsPerS, r.FetchCooldownMs, r.FetchPollIntervalMs))
