@@ -305,8 +305,7 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 		res.Server = "throwaway pgtemp cluster, durable (fsync on)"
 	}
 	if err := r.setup(ctx, url); err != nil {
-		r.close(ctx)
-		return nil, err
+		return nil, errors.Join(err, r.close(ctx))
 	}
 	defer func() {
 		if cerr := r.close(ctx); cerr != nil && err == nil {
@@ -443,17 +442,18 @@ type runner struct {
 	sizes    Sizes
 	progress io.Writer
 
-	url         string
-	admin       *pgxpool.Pool   // setup, fills, polls
-	pools       []*pgxpool.Pool // one per replica, sized as `drainer run` sizes its pool
-	schema      string
-	riverSchema string
-	created     []string // schemas to drop at close
-	external    bool
-	batchSize   int
-	pgVersion   string
-	audit       bool
-	runSeq      int // distinguishes the tuples of successive fills
+	url          string
+	admin        *pgxpool.Pool   // setup, fills, polls
+	pools        []*pgxpool.Pool // one per replica, sized as `drainer run` sizes its pool
+	schema       string
+	riverSchema  string
+	created      []string // schemas to drop at close
+	external     bool
+	batchSize    int
+	pgVersion    string
+	audit        bool
+	runSeq       int  // distinguishes the tuples of successive fills
+	noCheckpoint bool // CHECKPOINT was refused once; not tried again
 	// registries hold the metrics of the engines started since the last
 	// clear, for the claim batch sizes they observed.
 	registries []*prometheus.Registry
