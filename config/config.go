@@ -11,7 +11,7 @@ import (
 
 // Defaults applied by Load to fields the file leaves unset.
 const (
-	DefaultWorkers         = 16
+	DefaultWorkers         = 64
 	DefaultLease           = 30 * time.Second
 	DefaultUnroutedRecheck = 15 * time.Second
 	DefaultAdapterTimeout  = 10 * time.Second

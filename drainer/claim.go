@@ -72,9 +72,16 @@ const orderedClause = `
 // table was empty) the claim would otherwise bitmap-scan and sort every due
 // row to return a handful: at a 10^6 backlog, seconds per claim exactly when
 // the drain is busiest. They are transaction-local.
+//
+// synchronous_commit is off ($1) unless the claim must be durable: a claim
+// lost in a database crash puts its rows back to pending, and they are sent
+// again with the same key. Providers that honour the key answer with a
+// replay; a non_idempotent route could repeat the effect, so while the
+// routing has one, claims wait for their commit to reach disk.
 const claimPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
        set_config('enable_bitmapscan', 'off', true),
-       set_config('plan_cache_mode', 'force_custom_plan', true)`
+       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('synchronous_commit', $1, true)`
 
 // batcher sends a pipeline of statements in one round trip.
 type batcher interface {
@@ -84,10 +91,14 @@ type batcher interface {
 // claimRows leases up to n due rows for lease, in one round trip: BEGIN, the
 // plan settings, the claim, COMMIT.
 // Rows of the tools in ordered dispatch one at a time per business_scope.
-func claimRows(ctx context.Context, db batcher, schema string, n int, lease time.Duration, replica string, ordered []string) ([]claimedRow, error) {
+func claimRows(ctx context.Context, db batcher, schema string, n int, lease time.Duration, replica string, ordered []string, durable bool) ([]claimedRow, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(claimPlanSettings)
+	syncCommit := "off"
+	if durable {
+		syncCommit = "on"
+	}
+	b.Queue(claimPlanSettings, syncCommit)
 	if len(ordered) > 0 {
 		b.Queue(fmt.Sprintf(claimSQL, schema, fmt.Sprintf(orderedClause, schema)), n, lease.Milliseconds(), replica, ordered)
 	} else {

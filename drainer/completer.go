@@ -41,6 +41,7 @@ func (c *completer) run() {
 			return
 		}
 		batch = append(batch[:0], first)
+		linger := time.NewTimer(c.e.cfg.CompleteLinger)
 	collect:
 		for len(batch) < c.e.cfg.CompleteBatch {
 			select {
@@ -49,10 +50,11 @@ func (c *completer) run() {
 					break collect
 				}
 				batch = append(batch, x)
-			default:
+			case <-linger.C:
 				break collect
 			}
 		}
+		linger.Stop()
 		c.flush(batch)
 	}
 }

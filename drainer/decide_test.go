@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 )
 
@@ -94,5 +95,19 @@ func TestSanitize(t *testing.T) {
 	c.sanitize()
 	if string(c.Response) != `{"body":"not json"}` {
 		t.Fatalf("non-JSON response: %s", c.Response)
+	}
+}
+
+// TestClaimsDurableOnlyWithNonIdempotentRoutes: claims commit without
+// waiting for disk unless a route could repeat an effect on a lost claim.
+func TestClaimsDurableOnlyWithNonIdempotentRoutes(t *testing.T) {
+	cfg := &config.Config{Adapters: map[string]*config.Adapter{"a": {Type: "http"}},
+		Routes: map[string]*config.Route{"t": {Adapter: "a", Class: config.ClassKeyIdempotent}}}
+	if NewRouting(cfg, nil).durableClaims {
+		t.Fatal("key_idempotent routes only: claims need not wait for disk")
+	}
+	cfg.Routes["wire"] = &config.Route{Adapter: "a", Class: config.ClassNonIdempotent}
+	if !NewRouting(cfg, nil).durableClaims {
+		t.Fatal("a non_idempotent route makes claims durable")
 	}
 }

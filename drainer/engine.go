@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -23,7 +24,7 @@ type Config struct {
 	Schema string
 	// ReplicaID names this process in leases (default host:pid).
 	ReplicaID string
-	// Workers bounds rows leased and dispatched at once (default 16).
+	// Workers bounds rows leased and dispatched at once (default 64).
 	Workers int
 	// BatchSize bounds rows per claim (default min(Workers, 64)).
 	BatchSize int
@@ -44,6 +45,10 @@ type Config struct {
 	SagaInterval time.Duration
 	// CompleteBatch bounds completions per write (default 256).
 	CompleteBatch int
+	// CompleteLinger lets completions accumulate before a write, so one
+	// commit records many rows (default 5ms). A completion's row is not
+	// held: its worker slot is already free.
+	CompleteLinger time.Duration
 	// Logger receives the engine's logs (default: discard).
 	Logger *slog.Logger
 	// Metrics receives the engine's metrics (required: NewMetrics).
@@ -68,7 +73,7 @@ func (c Config) WithDefaults() Config {
 		host, _ := os.Hostname()
 		c.ReplicaID = fmt.Sprintf("%s:%d", cmp.Or(host, "drainer"), os.Getpid())
 	}
-	c.Workers = cmp.Or(c.Workers, 16)
+	c.Workers = cmp.Or(c.Workers, config.DefaultWorkers)
 	c.BatchSize = cmp.Or(c.BatchSize, min(c.Workers, 64))
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
@@ -76,6 +81,7 @@ func (c Config) WithDefaults() Config {
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, 2*time.Second)
 	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, 10*time.Second)
 	c.CompleteBatch = cmp.Or(c.CompleteBatch, 256)
+	c.CompleteLinger = cmp.Or(c.CompleteLinger, 5*time.Millisecond)
 	c.SagaInterval = cmp.Or(c.SagaInterval, time.Second)
 	c.LeaseMargin = cmp.Or(c.LeaseMargin, DefaultLeaseMargin)
 	if c.Logger == nil {
@@ -117,6 +123,8 @@ type Engine struct {
 	active   atomic.Int64
 	wake     chan struct{}
 	sagaWake chan struct{}
+	// batchFree is signalled when a full claim batch of slots is free.
+	batchFree chan struct{}
 
 	fetchCtx    context.Context // cancelled first on Stop: no new claims
 	fetchCancel context.CancelFunc
@@ -162,6 +170,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 		metrics:   cfg.Metrics,
 		wake:      make(chan struct{}, 1),
 		sagaWake:  make(chan struct{}, 1),
+		batchFree: make(chan struct{}, 1),
 		claimDone: make(chan struct{}),
 		tracer:    cfg.Tracer,
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),

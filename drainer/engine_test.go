@@ -230,7 +230,7 @@ func TestNoConcurrentDispatchAcrossEngines(t *testing.T) {
 func TestReclaimAfterLeaseExpiry(t *testing.T) {
 	pool := newPool(t)
 	keys := enqueueN(t, pool, "run-6", "t", 5)
-	dead, err := claimRows(t.Context(), pool, "drainer", 10, 300*time.Millisecond, "dead-replica", nil)
+	dead, err := claimRows(t.Context(), pool, "drainer", 10, 300*time.Millisecond, "dead-replica", nil, true)
 	if err != nil || len(dead) != 5 {
 		t.Fatalf("claim: %d rows, %v", len(dead), err)
 	}
@@ -261,7 +261,7 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
 	keys := enqueueN(t, pool, "run-7", "t", 1)
-	first, err := claimRows(ctx, pool, "drainer", 1, 10*time.Millisecond, "a", nil)
+	first, err := claimRows(ctx, pool, "drainer", 1, 10*time.Millisecond, "a", nil, true)
 	if err != nil || len(first) != 1 {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 	if n, err := reclaimExpired(ctx, pool, "drainer", nil); err != nil || n != 1 {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}
-	second, err := claimRows(ctx, pool, "drainer", 1, time.Minute, "b", nil)
+	second, err := claimRows(ctx, pool, "drainer", 1, time.Minute, "b", nil, true)
 	if err != nil || len(second) != 1 {
 		t.Fatal(err)
 	}
@@ -444,5 +444,47 @@ func TestStartFailsOnUnmigratedSchemaAndStopReturns(t *testing.T) {
 	defer cancel()
 	if err := e.Stop(ctx); err != nil {
 		t.Fatalf("stop after a failed start: %v", err)
+	}
+}
+
+// TestNotifyOptOut: a producer that sets drainer.notify = off sends no
+// notification; its rows still drain through the poll.
+func TestNotifyOptOut(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	listener, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, `LISTEN "drainer.outbox"`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SET drainer.notify = off"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT drainer.enqueue('r', 's1', 't', '', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if n, err := listener.Conn().WaitForNotification(wctx); err == nil {
+		t.Fatalf("notification sent despite drainer.notify = off: %+v", n)
+	}
+	cancel()
+	if _, err := conn.Exec(ctx, "RESET drainer.notify"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT drainer.enqueue('r', 's2', 't', '', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := listener.Conn().WaitForNotification(wctx); err != nil {
+		t.Fatalf("no notification by default: %v", err)
 	}
 }

@@ -44,6 +44,8 @@ type Routing struct {
 	Retention RetentionPolicy
 
 	gates map[string]*gate // attached by the engine
+	// durableClaims: some route is non_idempotent, so claims wait for disk.
+	durableClaims bool
 }
 
 // RoutedTools lists the tools that have a route.
@@ -94,6 +96,7 @@ func NewRouting(cfg *config.Config, reg *dispatch.Registry) *Routing {
 		}
 	}
 	rt.Policies = gatePolicies(cfg, 0)
+	rt.durableClaims = len(rt.NonIdempotentTools()) > 0
 	rt.Retention = retentionPolicy(cfg)
 	comp := make(map[string]string, len(rt.Routes))
 	for tool, r := range rt.Routes {

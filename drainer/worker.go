@@ -39,10 +39,17 @@ func (e *Engine) claimLoop() {
 			return
 		case <-poll.C:
 		case <-e.wake:
-			// Under load slots free one by one; let a few accumulate so a
-			// claim leases a batch rather than a single row.
-			if free := e.cfg.Workers - int(e.active.Load()); free < e.cfg.BatchSize/2 {
-				sleep(e.fetchCtx, e.cfg.FetchCooldown)
+			// Under load slots free one by one; let them accumulate for a
+			// moment so a claim (one durable commit) leases a full batch
+			// rather than a row or two.
+			if free := e.cfg.Workers - int(e.active.Load()); free < e.cfg.BatchSize {
+				t := time.NewTimer(e.cfg.FetchCooldown)
+				select {
+				case <-e.batchFree:
+				case <-t.C:
+				case <-e.fetchCtx.Done():
+				}
+				t.Stop()
 			}
 		}
 	}
@@ -62,20 +69,22 @@ func (e *Engine) claimWhileFree() error {
 		// The claim itself is not cancelled by Stop: a statement cut off after
 		// committing would strand its rows until their lease expires.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
-		rows, err := claimRows(ctx, e.pool, e.cfg.Schema, n, e.cfg.Lease, e.cfg.ReplicaID, e.routing.Load().OrderedTools())
+		rt := e.routing.Load()
+		rows, err := claimRows(ctx, e.pool, e.cfg.Schema, n, e.cfg.Lease, e.cfg.ReplicaID, rt.OrderedTools(), rt.durableClaims)
 		cancel()
 		if err != nil {
 			return err
 		}
 		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
-		rt := e.routing.Load()
 		for i := range rows {
 			e.active.Add(1)
 			e.workers.Add(1)
 			go e.work(&rows[i], rt, claimedAt)
 		}
 		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
-		if len(rows) < n {
+		if len(rows) < n || e.cfg.Workers-int(e.active.Load()) < e.cfg.BatchSize {
+			// Nothing more is due, or too few slots are free to be worth a
+			// commit: a finishing worker (or the poll) brings us back.
 			return nil
 		}
 	}
@@ -85,10 +94,16 @@ func (e *Engine) claimWhileFree() error {
 // work takes one leased row through dispatch to its completion.
 func (e *Engine) work(row *claimedRow, rt *Routing, claimedAt time.Time) {
 	defer func() {
-		e.active.Add(-1)
-		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
+		busy := e.active.Add(-1)
+		e.metrics.WorkersBusy.Set(float64(busy))
 		e.workers.Done()
 		e.signal()
+		if e.cfg.Workers-int(busy) >= e.cfg.BatchSize {
+			select {
+			case e.batchFree <- struct{}{}:
+			default:
+			}
+		}
 	}()
 	c := e.process(row, rt, claimedAt)
 	c.sanitize()

@@ -171,11 +171,15 @@ CREATE TRIGGER outbox_forward_failed
     EXECUTE FUNCTION {{.schema}}.on_forward_failed();
 
 -- One notification per inserting statement; identical notifications of one
--- transaction fold into one, so producers' commits stay cheap.
+-- transaction fold into one. A notifying commit takes a server-wide lock
+-- until it is on disk, so a high-rate producer may SET drainer.notify = off
+-- (session or transaction): the daemon's poll (1s) then finds its rows.
 CREATE FUNCTION {{.schema}}.notify_outbox()
 RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('{{.schema}}.outbox', '');
+    IF current_setting('drainer.notify', true) IS DISTINCT FROM 'off' THEN
+        PERFORM pg_notify('{{.schema}}.outbox', '');
+    END IF;
     RETURN NULL;
 END
 $$;
