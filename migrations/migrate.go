@@ -133,4 +133,3 @@ func lockKey(schema string) int64 {
 	h.Write([]byte("drainer.migrate." + schema))
 	return int64(h.Sum64())
 }
-
