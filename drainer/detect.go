@@ -33,7 +33,7 @@ func NewDetector(d config.Detect) *Detector {
 	}
 	return &Detector{
 		url: d.URL, headers: h, timeout: cmpOr(d.Timeout, config.DefaultDetectTimeout),
-		client: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		client: dispatch.NewHTTPClient(cmpOr(d.Timeout, config.DefaultDetectTimeout), nil),
 	}
 }
 

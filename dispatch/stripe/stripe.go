@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -14,10 +13,6 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 )
-
-// maxIdleConnsPerHost keeps a warm connection per worker; Go's default of 2
-// would redial on almost every request.
-const maxIdleConnsPerHost = 128
 
 // Adapter creates Stripe objects, one POST per attempt. It is safe for
 // concurrent use.
@@ -54,36 +49,14 @@ func New(cfg Config) (*Adapter, error) {
 	if cfg.StripeVersion != "" {
 		header.Set("Stripe-Version", cfg.StripeVersion)
 	}
-	transport := cfg.Transport
-	if transport == nil {
-		transport = newTransport(cfg.Timeout)
-	}
 	return &Adapter{
 		cfg:       cfg,
 		base:      strings.TrimRight(cfg.BaseURL, "/"),
 		endpoints: eps,
 		supported: strings.Join(slices.Sorted(maps.Keys(eps)), ", "),
 		header:    header,
-		client: &http.Client{
-			Transport: transport,
-			// Stripe does not redirect API calls; following one would resend
-			// the key and the parameters to a place nobody configured.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		client:    dispatch.NewHTTPClient(cfg.Timeout, cfg.Transport),
 	}, nil
-}
-
-func newTransport(timeout time.Duration) *http.Transport {
-	return &http.Transport{
-		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           2 * maxIdleConnsPerHost,
-		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
-		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    min(timeout, 10*time.Second),
-		MaxResponseHeaderBytes: 1 << 20,
-	}
 }
 
 // Close closes the adapter's idle connections. Dispatch may still be called

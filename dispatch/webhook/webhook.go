@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,10 +12,6 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 )
-
-// maxIdleConnsPerHost keeps a warm connection for each of up to 64 workers
-// with headroom; Go's default of 2 would redial on almost every request.
-const maxIdleConnsPerHost = 128
 
 // reasonInvalidRequest marks a request that could not be built; with a
 // validated URL template this does not happen.
@@ -47,34 +42,12 @@ func New(cfg Config) (*Adapter, error) {
 	for name, value := range cfg.Headers {
 		header.Set(name, value)
 	}
-	transport := cfg.Transport
-	if transport == nil {
-		transport = newTransport(cfg.Timeout)
-	}
 	return &Adapter{
 		cfg:      cfg,
 		urlParts: strings.Split(cfg.URL, toolNameVar),
 		header:   header,
-		client: &http.Client{
-			Transport: transport,
-			// A redirect is a terminal answer (CONTRACT §5): following it would
-			// resend the payload and key to a place nobody configured.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		client:   dispatch.NewHTTPClient(cfg.Timeout, cfg.Transport),
 	}, nil
-}
-
-func newTransport(timeout time.Duration) *http.Transport {
-	return &http.Transport{
-		Proxy:                  http.ProxyFromEnvironment,
-		DialContext:            (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           2 * maxIdleConnsPerHost,
-		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
-		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    min(timeout, 10*time.Second),
-		MaxResponseHeaderBytes: 1 << 20,
-	}
 }
 
 // Close closes the adapter's idle connections. Dispatch may still be called
