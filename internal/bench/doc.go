@@ -12,7 +12,7 @@
 //     adapter (a [dispatch.AdapterFunc] answering Success at once). The
 //     configuration is the shipped default: the defaults the config package
 //     applies to a file that sets nothing but one adapter and one route
-//     (workers 16, lease 30s, breaker 5 failures / 30s, max_attempts 10, …),
+//     (workers 64, lease 30s, breaker 5 failures / 30s, max_attempts 10, …),
 //     the engine defaults of drainer.Config (batch min(workers, 64), fetch
 //     cooldown 2ms, poll 1s, completion batches of 256) and the pool size of
 //     `drainer run` (min(workers/4+8, 64) connections). Measured from engine
