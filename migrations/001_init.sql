@@ -33,6 +33,8 @@ CREATE TABLE {{.schema}}.outbox (
     forward_key      text,
     traceparent      text,
     note             text,
+    -- Why a row was cancelled: 'run_aborted' (by its run's abort) or 'operator'.
+    cancel_cause     text,
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT outbox_key_unique UNIQUE (key),
@@ -129,6 +131,7 @@ BEGIN
 
     UPDATE {{.schema}}.outbox o
        SET status = 'cancelled',
+           cancel_cause = 'run_aborted',
            last_error = 'run aborted: ' || p_reason,
            updated_at = now()
      WHERE o.agent_run_id = p_run
@@ -235,9 +238,10 @@ BEGIN
 
     INSERT INTO {{.schema}}.outbox AS o
         (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash,
-         status, last_error, traceparent)
+         status, cancel_cause, last_error, traceparent)
     VALUES (v_key, agent_run_id, step_id, tool_name, business_scope, 'forward', payload, v_hash,
             CASE WHEN v_aborted THEN 'cancelled' ELSE 'pending' END,
+            CASE WHEN v_aborted THEN 'run_aborted' END,
             CASE WHEN v_aborted THEN 'run aborted before this intent was enqueued' END,
             traceparent)
     ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING

@@ -102,7 +102,7 @@ func (x canceller) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 		keys[i] = ch.Key
 	}
 	rows, err := tx.Query(ctx, x.c.sql(`UPDATE {s}.outbox o
-	       SET status = 'cancelled', last_error = $2, updated_at = now()
+	       SET status = 'cancelled', cancel_cause = 'operator', last_error = $2, updated_at = now()
 	     WHERE o.key = ANY($1) AND o.status = 'pending' AND o.kind = 'forward'
 	 RETURNING o.key`), keys, x.message())
 	if err != nil {

@@ -162,6 +162,7 @@ func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 	}
 	rows, err := tx.Query(ctx, q.c.sql(`UPDATE {s}.outbox o
 	       SET status = 'pending',
+	           cancel_cause = NULL,
 	           attempts = CASE WHEN o.status = 'failed' THEN 0 ELSE o.attempts END,
 	           next_attempt_at = now(),
 	           updated_at = now()

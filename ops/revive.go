@@ -89,7 +89,7 @@ func (r *abortedRun) cancelledWhy() string {
 // restoredWhere matches the never-attempted forward rows that an abort
 // caused by a row failure cancelled (or that were enqueued after it).
 const restoredWhere = `o.agent_run_id = $1 AND o.kind = 'forward' AND o.status = 'cancelled' AND o.attempts = 0
-	AND (o.last_error LIKE 'run aborted: step % failed' OR o.last_error = 'run aborted before this intent was enqueued')`
+	AND o.cancel_cause = 'run_aborted'`
 
 // restorable lists the rows a revival of run would restore.
 func (c *Client) restorable(ctx context.Context, q querier, run string) ([]string, error) {
@@ -125,7 +125,7 @@ func (c *Client) revive(ctx context.Context, tx pgx.Tx, rv *Revival, who Who) er
 		return fmt.Errorf("revive run %s: %w", run, err)
 	}
 	rows, err := tx.Query(ctx, c.sql(`UPDATE {s}.outbox o
-	       SET status = 'pending', last_error = NULL, next_attempt_at = now(), updated_at = now()
+	       SET status = 'pending', cancel_cause = NULL, last_error = NULL, next_attempt_at = now(), updated_at = now()
 	     WHERE `+restoredWhere+` RETURNING o.key`), run)
 	if err != nil {
 		return fmt.Errorf("revive run %s: %w", run, err)
