@@ -143,6 +143,7 @@ type Engine struct {
 	gates      map[string]*gate
 	gatePolicy map[string]GatePolicy
 	pauses     atomic.Pointer[pauseSet]
+	deferred   deferrals
 
 	started, stopped atomic.Bool
 	unrouted         unroutedLog
@@ -235,6 +236,7 @@ func (e *Engine) Start(ctx context.Context) error {
 // they complete; the old adapters are closed once no attempt can use them.
 func (e *Engine) Reload(rt *Routing) {
 	e.attachGates(rt)
+	e.forgetDeferrals()
 	old := e.routing.Swap(rt)
 	e.metrics.InitAdapters(rt.Registry.Names())
 	e.wakeNewlyRouted(old, rt)

@@ -21,6 +21,10 @@ func (p *pauseSet) paused(route *Route, adapter string) bool {
 // pauseInterval is how often every replica reads the pauses table.
 const pauseInterval = 2 * time.Second
 
+// pausedRecheck is how long rows of a paused target wait between looks; a
+// resume wakes them at once.
+const pausedRecheck = time.Minute
+
 func loadPauses(ctx context.Context, q queryer, schema string) (*pauseSet, error) {
 	rows, err := q.Query(ctx, fmt.Sprintf("SELECT target, name FROM %s.pauses", schema))
 	if err != nil {
@@ -55,9 +59,7 @@ func (e *Engine) pauseLoop() {
 		switch {
 		case err == nil:
 			old := e.pauses.Swap(set)
-			if len(old.routes)+len(old.adapters) > 0 && len(set.routes)+len(set.adapters) == 0 {
-				e.signal() // resumed: look for work now
-			}
+			e.wakeTools(e.resumedTools(old, set))
 		case !isShutdown(e.fetchCtx, err):
 			e.log.Warn("reading pauses failed; keeping the last known set", "err", err)
 		}
@@ -67,4 +69,21 @@ func (e *Engine) pauseLoop() {
 		case <-t.C:
 		}
 	}
+}
+
+// resumedTools lists the tools a change from old to set resumed: routes no
+// longer paused, and the routes of adapters no longer paused.
+func (e *Engine) resumedTools(old, set *pauseSet) []string {
+	var tools []string
+	for tool := range old.routes {
+		if !set.routes[tool] {
+			tools = append(tools, tool)
+		}
+	}
+	for _, r := range e.routing.Load().Routes {
+		if old.adapters[r.Adapter] && !set.adapters[r.Adapter] {
+			tools = append(tools, r.Tool)
+		}
+	}
+	return tools
 }

@@ -35,8 +35,14 @@ func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
 	rt.Policies = map[string]GatePolicy{"t": {BreakerFailures: 3, BreakerOpenFor: time.Hour}}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, rt, Config{Workers: 1, Metrics: metrics})
-	waitFor(t, "breaker open and rows turned away", 10*time.Second, func() bool {
-		return testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("t", "breaker_open")) >= 10
+	// Once open, the first row turned away defers every due row of the tool
+	// until the breaker may close: none is claimed again meanwhile.
+	waitFor(t, "breaker open and every row deferred", 10*time.Second, func() bool {
+		var waiting int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.outbox WHERE status = 'pending' AND next_attempt_at > now() + interval '10 minutes'").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("t", "breaker_open")) >= 1 && waiting == 10
 	})
 	if got := testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")); got != 2 {
 		t.Fatalf("drainer_circuit_breaker_state = %v, want 2 (open)", got)
@@ -52,8 +58,8 @@ func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
 	if attempts != 3 {
 		t.Fatalf("rows consumed %d attempts in all; only the 3 real calls may count", attempts)
 	}
-	if r := getRow(t, pool, keys[9]); r.LastError == nil || r.Status != StatusPending {
-		t.Fatalf("turned-away row: %+v", r)
+	if r := getRow(t, pool, keys[9]); r.Status != StatusPending || r.Attempts != 0 || r.DueInMs < 10*60*1000 {
+		t.Fatalf("deferred row: %+v; want pending, no attempt, due when the breaker may close", r)
 	}
 }
 
@@ -329,5 +335,39 @@ func TestDetectProbe(t *testing.T) {
 	}
 	if calls[kPark] != 1 {
 		t.Fatalf("row on a route without probe retried blindly: %d calls", calls[kPark])
+	}
+}
+
+// TestRefusedBacklogIsDeferredInBulk: 3,000 unrouted rows queued ahead of a
+// routed tool's rows neither starve them nor churn: the first look defers
+// the whole unrouted backlog in one statement, so few of its rows are ever
+// claimed and few audit entries are written for them.
+func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `SELECT drainer.enqueue('run-u' || g, 's', 'not_routed_yet', '', '{}') FROM generate_series(1, 3000) g`); err != nil {
+		t.Fatal(err)
+	}
+	keys := enqueueN(t, pool, "run-r", "t", 50)
+	metrics := NewMetrics(prometheus.NewRegistry(), "test")
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})}, &Route{Tool: "t"})
+	rt.UnroutedRecheck = time.Minute
+	startEngine(t, pool, rt, Config{Workers: 8, Metrics: metrics})
+	waitFor(t, "routed rows drained", 15*time.Second, func() bool { return getRow(t, pool, keys[49]).Status == StatusSucceeded })
+	time.Sleep(500 * time.Millisecond)
+	looks := testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("", "unrouted"))
+	var entries int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.audit a JOIN drainer.outbox o ON o.key = a.key
+	        WHERE o.tool_name = 'not_routed_yet' AND a.event <> 'enqueued'`).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if looks > 100 || entries > 200 {
+		t.Fatalf("the unrouted backlog churned: %v rows looked at one by one, %d audit entries", looks, entries)
+	}
+	var due int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.outbox WHERE tool_name = 'not_routed_yet' AND next_attempt_at <= now()").Scan(&due); err != nil || due != 0 {
+		t.Fatalf("%d unrouted rows still due (%v): they should wait for their recheck", due, err)
 	}
 }

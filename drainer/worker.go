@@ -116,6 +116,7 @@ func (e *Engine) process(row *claimedRow, rt *Routing, claimedAt time.Time) comp
 	route, ok := rt.Routes[row.ToolName]
 	if !ok {
 		e.unrouted.note(e.log, row.ToolName)
+		e.deferTool(row.ToolName, outcomeUnrouted, rt.UnroutedRecheck)
 		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
 		return release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
 	}
@@ -137,8 +138,10 @@ func (e *Engine) process(row *claimedRow, rt *Routing, claimedAt time.Time) comp
 		return release(row, 0, true, nil, "")
 	}
 	if e.pauses.Load().paused(route, entry.Name) {
+		// Resuming wakes them; until then they are looked at once a minute.
+		e.deferTool(route.Tool, "paused", pausedRecheck)
 		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)
-		return release(row, e.jitter(pauseInterval), false, &msg, "")
+		return release(row, e.jitter(pausedRecheck), false, &msg, "")
 	}
 	entry, done, ref := e.admit(rt, route, entry)
 	if ref != nil {
@@ -146,6 +149,9 @@ func (e *Engine) process(row *claimedRow, rt *Routing, claimedAt time.Time) comp
 		outcome := ""
 		if ref.reason == "breaker_open" {
 			outcome = outcomeBreakerOpen
+		}
+		if ref.reason == "breaker_open" {
+			e.deferTool(route.Tool, outcomeBreakerOpen, ref.delay)
 		}
 		c := release(row, ref.delay, false, &msg, outcome)
 		c.adapter = entry.Name
