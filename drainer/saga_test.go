@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -293,5 +294,26 @@ func TestTwoReplicasManyFailingRuns(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("compensation %s dispatched %d times", k, n)
 		}
+	}
+}
+
+// TestSagaCancelsRowsThatRacedTheAbort: a never-attempted row left pending in
+// an aborted run (its enqueue raced the abort) is cancelled by the saga.
+func TestSagaCancelsRowsThatRacedTheAbort(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	k := enqueueStep(t, pool, "raced", "s1", "charge_card")
+	// The state a race leaves: the run aborted, the row still pending.
+	if _, err := pool.Exec(ctx, "INSERT INTO drainer.runs (agent_run_id, abort_reason, aborted_by) VALUES ('raced', 'agent gave up', 'agent:app')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET next_attempt_at = now() + interval '1 hour' WHERE key = $1", k); err != nil {
+		t.Fatal(err)
+	}
+	if state, err := compensations.Advance(ctx, pool, "drainer", "raced", compensations.Map{}); err != nil || state != compensations.StateDone {
+		t.Fatalf("advance: %s %v", state, err)
+	}
+	if r := getRow(t, pool, k); r.Status != StatusCancelled || !strings.Contains(deref(r.LastError), "agent gave up") {
+		t.Fatalf("raced row: %+v %s", r, deref(r.LastError))
 	}
 }

@@ -60,6 +60,13 @@ BEGIN
         RETURN 'none';
     END IF;
 
+    -- A row enqueued concurrently with the abort (neither saw the other)
+    -- is cancelled here, as the abort would have done.
+    UPDATE {{.schema}}.outbox o
+       SET status = 'cancelled', cancel_cause = 'run_aborted', updated_at = now(),
+           last_error = 'run aborted: ' || (SELECT r.abort_reason FROM {{.schema}}.runs r WHERE r.agent_run_id = p_run)
+     WHERE o.agent_run_id = p_run AND o.kind = 'forward' AND o.status = 'pending' AND o.attempts = 0;
+
     LOOP
         -- Attempted forward rows finish first: their effect may exist.
         IF EXISTS (SELECT 1 FROM {{.schema}}.outbox o
