@@ -19,11 +19,21 @@ type deferrals struct {
 	last map[string]time.Time // tool -> last bulk deferral
 }
 
+// deferSQL defers one batch; each batch is a short transaction of its own.
 const deferSQL = `
-UPDATE %s.outbox
+WITH batch AS (
+    SELECT seq FROM %[1]s.outbox
+     WHERE status = 'pending' AND tool_name = $1
+       AND next_attempt_at < now() + $2 * interval '1 millisecond' * 0.5
+     LIMIT $3
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]s.outbox o
    SET next_attempt_at = now() + $2 * interval '1 millisecond' * (0.75 + random() / 2)
- WHERE status = 'pending' AND tool_name = $1
-   AND next_attempt_at < now() + $2 * interval '1 millisecond' * 0.5`
+  FROM batch WHERE o.seq = batch.seq`
+
+// deferBatch bounds one deferral statement.
+const deferBatch = 5000
 
 // deferTool pushes tool's due pending rows to about now()+delay, at most
 // once per half delay per tool. Errors are logged: the rows are then simply
@@ -45,13 +55,20 @@ func (e *Engine) deferTool(tool, reason string, delay time.Duration) {
 	d.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
 	defer cancel()
-	tag, err := e.pool.Exec(ctx, fmt.Sprintf(deferSQL, e.cfg.Schema), tool, delay.Milliseconds())
-	if err != nil {
-		e.log.Warn("deferring rows failed; they are looked at one by one", "tool", tool, "reason", reason, "err", err)
-		return
+	var total int64
+	for ctx.Err() == nil {
+		tag, err := e.pool.Exec(ctx, fmt.Sprintf(deferSQL, e.cfg.Schema), tool, delay.Milliseconds(), deferBatch)
+		if err != nil {
+			e.log.Warn("deferring rows failed; they are looked at one by one", "tool", tool, "reason", reason, "err", err)
+			return
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < deferBatch {
+			break
+		}
 	}
-	if n := tag.RowsAffected(); n > 0 {
-		e.log.Debug("rows deferred", "tool", tool, "reason", reason, "rows", n, "for", delay)
+	if total > 0 {
+		e.log.Debug("rows deferred", "tool", tool, "reason", reason, "rows", total, "for", delay)
 	}
 }
 
