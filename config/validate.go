@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"reflect"
@@ -297,7 +298,7 @@ func (v *validator) detect(p string, r *Route) {
 		return
 	}
 	if r.Class != ClassNonIdempotent {
-		v.errorf(f, "detect is for non_idempotent routes (class is %q): other classes retry with the same key", cmpOrString(r.Class, ClassKeyIdempotent))
+		v.errorf(f, "detect is for non_idempotent routes (class is %q): other classes retry with the same key", cmp.Or(r.Class, ClassKeyIdempotent))
 	}
 	u := f + ".url"
 	if !v.require(u) {
@@ -325,13 +326,6 @@ func (v *validator) detect(p string, r *Route) {
 	if name := f + ".headers"; v.set(name) {
 		v.secrets(f, reflect.ValueOf(&r.Detect).Elem())
 	}
-}
-
-func cmpOrString(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // backoff checks a route's retry schedule.

@@ -103,11 +103,16 @@ func TestSanitize(t *testing.T) {
 func TestClaimsDurableOnlyWithNonIdempotentRoutes(t *testing.T) {
 	cfg := &config.Config{Adapters: map[string]*config.Adapter{"a": {Type: "http"}},
 		Routes: map[string]*config.Route{"t": {Adapter: "a", Class: config.ClassKeyIdempotent}}}
-	if NewRouting(cfg, nil).durableClaims {
+	e := &Engine{cfg: Config{Workers: 4}.WithDefaults(), gatePolicy: map[string]GatePolicy{}}
+	rt := NewRouting(cfg, &dispatch.Registry{})
+	e.attachGates(rt)
+	if rt.durableClaims {
 		t.Fatal("key_idempotent routes only: claims need not wait for disk")
 	}
 	cfg.Routes["wire"] = &config.Route{Adapter: "a", Class: config.ClassNonIdempotent}
-	if !NewRouting(cfg, nil).durableClaims {
+	rt = NewRouting(cfg, &dispatch.Registry{})
+	e.attachGates(rt)
+	if !rt.durableClaims {
 		t.Fatal("a non_idempotent route makes claims durable")
 	}
 }

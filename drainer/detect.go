@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,8 +33,8 @@ func NewDetector(d config.Detect) *Detector {
 		h[k] = v.Reveal()
 	}
 	return &Detector{
-		url: d.URL, headers: h, timeout: cmpOr(d.Timeout, config.DefaultDetectTimeout),
-		client: dispatch.NewHTTPClient(cmpOr(d.Timeout, config.DefaultDetectTimeout), nil),
+		url: d.URL, headers: h, timeout: cmp.Or(d.Timeout, config.DefaultDetectTimeout),
+		client: dispatch.NewHTTPClient(cmp.Or(d.Timeout, config.DefaultDetectTimeout), nil),
 	}
 }
 

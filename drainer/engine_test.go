@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,10 +31,10 @@ func testRouting(t testing.TB, adapters map[string]dispatch.Adapter, routes ...*
 	}
 	rt := &Routing{Routes: map[string]*Route{}, Registry: reg, UnroutedRecheck: 200 * time.Millisecond}
 	for _, r := range routes {
-		r.Class = cmpOr(r.Class, "key_idempotent")
-		r.MaxAttempts = cmpOr(r.MaxAttempts, 5)
+		r.Class = cmp.Or(r.Class, "key_idempotent")
+		r.MaxAttempts = cmp.Or(r.MaxAttempts, 5)
 		r.Backoff = Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, MaxRetryAfter: time.Second}
-		r.Adapter = cmpOr(r.Adapter, r.Tool)
+		r.Adapter = cmp.Or(r.Adapter, r.Tool)
 		rt.Routes[r.Tool] = r
 	}
 	comp := map[string]string{}
@@ -50,11 +51,11 @@ func startEngine(t testing.TB, pool *pgxpool.Pool, rt *Routing, cfg Config) *Eng
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry(), "test")
 	}
-	cfg.Lease = cmpOr(cfg.Lease, 10*time.Second)
-	cfg.LeaseMargin = cmpOr(cfg.LeaseMargin, 500*time.Millisecond)
-	cfg.PollInterval = cmpOr(cfg.PollInterval, 50*time.Millisecond)
-	cfg.ReclaimInterval = cmpOr(cfg.ReclaimInterval, 100*time.Millisecond)
-	cfg.SnapshotInterval = cmpOr(cfg.SnapshotInterval, 200*time.Millisecond)
+	cfg.Lease = cmp.Or(cfg.Lease, 10*time.Second)
+	cfg.LeaseMargin = cmp.Or(cfg.LeaseMargin, 500*time.Millisecond)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
+	cfg.ReclaimInterval = cmp.Or(cfg.ReclaimInterval, 100*time.Millisecond)
+	cfg.SnapshotInterval = cmp.Or(cfg.SnapshotInterval, 200*time.Millisecond)
 	e, err := New(pool, rt, cfg)
 	if err != nil {
 		t.Fatal(err)

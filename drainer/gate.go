@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"cmp"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -50,7 +51,7 @@ func gatePolicies(cfg *config.Config, _ int) map[string]GatePolicy {
 	for name, a := range cfg.Adapters {
 		p := GatePolicy{
 			BreakerFailures: a.Breaker.Failures(),
-			BreakerOpenFor:  cmpOr(a.Breaker.OpenFor, config.DefaultBreakerOpenFor),
+			BreakerOpenFor:  cmp.Or(a.Breaker.OpenFor, config.DefaultBreakerOpenFor),
 			MaxConcurrency:  a.MaxConcurrency,
 		}
 		if a.RateLimit != nil {
@@ -193,11 +194,13 @@ func jitterAround(r *rand.Rand, d time.Duration) time.Duration {
 	return d/2 + time.Duration(r.Int64N(int64(d)))
 }
 
-// attachGates gives rt a gate per adapter, keeping the running gate (and its
+// attachGates derives what the claim reads of rt and gives it a gate per adapter, keeping the running gate (and its
 // breaker state) of an adapter whose policy did not change. An adapter
 // without max_concurrency, when several adapters share the workers, may use
 // at most three quarters of them, so one slow provider cannot starve the others.
 func (e *Engine) attachGates(rt *Routing) {
+	rt.durableClaims = len(rt.NonIdempotentTools()) > 0
+	rt.orderedTools = rt.OrderedTools()
 	e.gatesMu.Lock()
 	defer e.gatesMu.Unlock()
 	names := rt.Registry.Names()

@@ -1,8 +1,10 @@
 package drainer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
@@ -25,15 +27,15 @@ func retentionPolicy(cfg *config.Config) RetentionPolicy {
 	r := cfg.Retention
 	p := RetentionPolicy{
 		Enabled:   r.IsEnabled(),
-		Interval:  cmpOr(r.Interval, config.DefaultRetentionInterval),
-		BatchSize: cmpOr(r.BatchSize, config.DefaultRetentionBatch),
+		Interval:  cmp.Or(r.Interval, config.DefaultRetentionInterval),
+		BatchSize: cmp.Or(r.BatchSize, config.DefaultRetentionBatch),
 		ByStatus: map[string]time.Duration{
-			StatusSucceeded:   cmpOr(r.Succeeded, config.DefaultRetainSucceeded),
-			StatusFailed:      cmpOr(r.Failed, config.DefaultRetainFailed),
-			StatusCompensated: cmpOr(r.Compensated, config.DefaultRetainCompensated),
-			StatusCancelled:   cmpOr(r.Cancelled, config.DefaultRetainCancelled),
+			StatusSucceeded:   cmp.Or(r.Succeeded, config.DefaultRetainSucceeded),
+			StatusFailed:      cmp.Or(r.Failed, config.DefaultRetainFailed),
+			StatusCompensated: cmp.Or(r.Compensated, config.DefaultRetainCompensated),
+			StatusCancelled:   cmp.Or(r.Cancelled, config.DefaultRetainCancelled),
 		},
-		Audit:      cmpOr(r.Audit, config.DefaultRetainAudit),
+		Audit:      cmp.Or(r.Audit, config.DefaultRetainAudit),
 		Tombstones: r.Tombstones,
 	}
 	if p.Tombstones == 0 {
@@ -51,7 +53,7 @@ func retentionPolicy(cfg *config.Config) RetentionPolicy {
 // transaction of its own, so pruning never holds locks for long and never
 // blocks the drain (SKIP LOCKED). It returns the rows pruned by kind.
 func prunePass(ctx context.Context, db interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgxRow
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, schema string, p RetentionPolicy, budget time.Duration) (map[string]int, error) {
 	deadline := time.Now().Add(budget)
 	out := map[string]int{}
@@ -106,7 +108,7 @@ func (e *Engine) retentionLoop() {
 	defer e.loops.Done()
 	for {
 		p := e.routing.Load().Retention
-		if !sleep(e.fetchCtx, cmpOr(p.Interval, time.Minute)) {
+		if !sleep(e.fetchCtx, cmp.Or(p.Interval, time.Minute)) {
 			return
 		}
 		if !p.Enabled {
@@ -130,7 +132,7 @@ func (e *Engine) pruneOnce(p RetentionPolicy) {
 		return
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key) //nolint:errcheck // released with the session anyway
-	pruned, err := prunePass(ctx, connRow{conn}, e.cfg.Schema, p, time.Minute)
+	pruned, err := prunePass(ctx, conn, e.cfg.Schema, p, time.Minute)
 	for kind, n := range pruned {
 		if kind != "run" && n > 0 {
 			e.metrics.PrunedRows.WithLabelValues(kind).Add(float64(n))

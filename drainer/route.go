@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/drainer-io/drainer/compensations"
@@ -43,9 +44,12 @@ type Routing struct {
 	// Retention prunes terminal rows, tombstones and audit entries.
 	Retention RetentionPolicy
 
-	gates map[string]*gate // attached by the engine
+	// Derived by the engine when it adopts the routing (attachGates), since the
+	// claim reads them every time.
+	gates map[string]*gate
 	// durableClaims: some route is non_idempotent, so claims wait for disk.
 	durableClaims bool
+	orderedTools  []string
 }
 
 // RoutedTools lists the tools that have a route.
@@ -73,30 +77,29 @@ func NewRouting(cfg *config.Config, reg *dispatch.Registry) *Routing {
 	rt := &Routing{
 		Routes:                  make(map[string]*Route, len(cfg.Routes)),
 		Registry:                reg,
-		UnroutedRecheck:         cmpOr(cfg.UnroutedRecheck, config.DefaultUnroutedRecheck),
+		UnroutedRecheck:         cmp.Or(cfg.UnroutedRecheck, config.DefaultUnroutedRecheck),
 		CompensationFailedAlert: cfg.Alerts.CompensationFailed,
 	}
 	for tool, r := range cfg.Routes {
 		rt.Routes[tool] = &Route{
 			Tool:         tool,
 			Adapter:      r.Adapter,
-			Class:        cmpOr(r.Class, config.ClassKeyIdempotent),
-			MaxAttempts:  cmpOr(r.MaxAttempts, config.DefaultMaxAttempts),
+			Class:        cmp.Or(r.Class, config.ClassKeyIdempotent),
+			MaxAttempts:  cmp.Or(r.MaxAttempts, config.DefaultMaxAttempts),
 			Compensation: r.Compensation,
 			Critical:     r.IsCritical(),
 			Fallback:     r.Fallback,
-			Ordering:     cmpOr(r.Ordering, config.OrderingNone),
+			Ordering:     cmp.Or(r.Ordering, config.OrderingNone),
 			Detect:       NewDetector(r.Detect),
 			Backoff: Backoff{
-				Base: cmpOr(r.Backoff.Base, config.DefaultBackoffBase),
-				Cap:  cmpOr(r.Backoff.Cap, config.DefaultBackoffCap),
+				Base: cmp.Or(r.Backoff.Base, config.DefaultBackoffBase),
+				Cap:  cmp.Or(r.Backoff.Cap, config.DefaultBackoffCap),
 				// Loaded configs carry the default; an explicit 0 means no floor.
 				MaxRetryAfter: r.Backoff.MaxRetryAfter,
 			},
 		}
 	}
 	rt.Policies = gatePolicies(cfg, 0)
-	rt.durableClaims = len(rt.NonIdempotentTools()) > 0
 	rt.Retention = retentionPolicy(cfg)
 	comp := make(map[string]string, len(rt.Routes))
 	for tool, r := range rt.Routes {
@@ -125,12 +128,4 @@ func (rt *Routing) NonIdempotentTools() []string {
 		}
 	}
 	return tools
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }

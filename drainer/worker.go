@@ -70,7 +70,7 @@ func (e *Engine) claimWhileFree() error {
 		// committing would strand its rows until their lease expires.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
 		rt := e.routing.Load()
-		rows, err := claimRows(ctx, e.pool, e.cfg.Schema, n, e.cfg.Lease, e.cfg.ReplicaID, rt.OrderedTools(), rt.durableClaims)
+		rows, err := claimRows(ctx, e.pool, e.cfg.Schema, n, e.cfg.Lease, e.cfg.ReplicaID, rt.orderedTools, rt.durableClaims)
 		cancel()
 		if err != nil {
 			return err

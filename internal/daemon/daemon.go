@@ -4,6 +4,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -200,7 +201,7 @@ func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Lo
 		log.Error("config reload refused; keeping the running config", "err", err)
 		return
 	}
-	lease := cmpOr(cfg.Lease, config.DefaultLease)
+	lease := cmp.Or(cfg.Lease, config.DefaultLease)
 	if lease != eng.Config().Lease {
 		log.Warn("lease changes take effect on restart", "running", eng.Config().Lease, "file", lease)
 	}
@@ -335,12 +336,4 @@ func redactDSNError(err error) string {
 		msg = msg[:i] + "password=<redacted>"
 	}
 	return msg
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
