@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"bytes"
+	"context"
 	"net"
 	"net/http"
 	"time"
@@ -32,4 +34,32 @@ func NewHTTPClient(dialTimeout time.Duration, rt http.RoundTripper) *http.Client
 		Transport:     rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// NewRequest builds a request that no transport sends twice. Go's
+// http.Transport re-sends a request on its own after a connection error on a
+// reused keep-alive connection when it thinks the request is replayable: a
+// request with a rewindable body (GetBody) and an Idempotency-Key header
+// counts as one, and so does any GET. A provider that committed the effect
+// and then dropped the connection would then see the request twice, and the
+// engine would never learn of the ambiguous first attempt. So every attempt
+// on the wire must be one the engine decided and counted: a request with a
+// body loses its GetBody (the transport then never rewinds it), and a
+// request without one goes out on a fresh connection (the transport only
+// re-sends on reused ones).
+func NewRequest(ctx context.Context, method, url string, body []byte) (*http.Request, error) {
+	if body == nil {
+		req, err := http.NewRequestWithContext(ctx, method, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Close = true
+		return req, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.GetBody = nil
+	return req, nil
 }

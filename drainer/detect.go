@@ -52,7 +52,7 @@ func (d *Detector) Probe(ctx context.Context, m *dispatch.Message) (probeVerdict
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	u := strings.NewReplacer("{key}", url.PathEscape(m.Key), "{tool_name}", url.PathEscape(m.Tuple.ToolName)).Replace(d.url)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := dispatch.NewRequest(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return probeUnknown, dispatch.Result{Err: errors.New("detect probe: bad URL")}
 	}

@@ -88,7 +88,7 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	var sent dispatch.SendTracker
-	req, err := http.NewRequestWithContext(sent.Trace(ctx), http.MethodPost, a.base+path, strings.NewReader(form))
+	req, err := dispatch.NewRequest(sent.Trace(ctx), http.MethodPost, a.base+path, []byte(form))
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err

@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,7 +85,7 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 
 func (a *Adapter) newRequest(ctx context.Context, m *dispatch.Message) (*http.Request, error) {
 	target := strings.Join(a.urlParts, url.PathEscape(m.Tuple.ToolName))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(m.Payload))
+	req, err := dispatch.NewRequest(ctx, http.MethodPost, target, m.Payload)
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err // url.Error quotes the URL and its query
