@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -63,37 +64,67 @@ func Advance(ctx context.Context, db DB, schema, run string, m Map) (string, err
 	return state, nil
 }
 
-// Sweep advances up to limit open sagas, least recently touched first, and
-// returns how many it looked at. Runs another replica is advancing are skipped.
-func Sweep(ctx context.Context, db DB, schema string, m Map, limit int) (int, error) {
-	rows, err := db.Query(ctx, fmt.Sprintf(`
-	    SELECT r.agent_run_id, %[1]s.advance_saga(r.agent_run_id, $1, $2)
-	      FROM (SELECT agent_run_id FROM %[1]s.runs WHERE saga_state <> 'done'
-	             ORDER BY saga_updated_at LIMIT $3) r`, schema),
-		nonNil(m.Tools), nonNil(m.Comps), limit)
+// Swept is what one sweep did.
+type Swept struct {
+	// Last is the run id to continue after ("" once the end was reached).
+	Last string
+	// Runs counts the sagas looked at.
+	Runs int
+	// Busy lists runs another replica was advancing.
+	Busy []string
+	// Failed maps runs whose step failed to the error (noted on the run).
+	Failed map[string]string
+	// Halted lists runs whose saga halted in this sweep or before.
+	Halted []string
+}
+
+// Sweep advances up to limit active sagas (waiting or compensating) whose run
+// id sorts after after, each in a subtransaction of its own, so one failing
+// saga step never rolls back another run's progress. Halted sagas are left
+// to `drainer resolve`; done ones are finished. Calling it again with
+// Swept.Last visits every active saga in turn, however many there are.
+func Sweep(ctx context.Context, db DB, schema string, m Map, after string, limit int) (Swept, error) {
+	out := Swept{Failed: map[string]string{}}
+	rows, err := db.Query(ctx, fmt.Sprintf("SELECT agent_run_id, state FROM %s.sweep_sagas($1, $2, $3, $4)", schema),
+		after, limit, nonNil(m.Tools), nonNil(m.Comps))
 	if err != nil {
-		return 0, fmt.Errorf("saga sweep: %w", err)
+		return out, fmt.Errorf("saga sweep: %w", err)
 	}
-	n := 0
-	for rows.Next() {
-		n++
+	var run, state string
+	_, err = pgx.ForEachRow(rows, []any{&run, &state}, func() error {
+		out.Runs++
+		out.Last = run
+		switch {
+		case state == "busy":
+			out.Busy = append(out.Busy, run)
+		case state == StateHalted:
+			out.Halted = append(out.Halted, run)
+		case strings.HasPrefix(state, "error: "):
+			out.Failed[run] = strings.TrimPrefix(state, "error: ")
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("saga sweep: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return n, fmt.Errorf("saga sweep: %w", err)
+	if out.Runs < limit {
+		out.Last = ""
 	}
-	return n, nil
+	return out, nil
 }
 
 // QueueAlerts queues one alert row per compensation_failed row that has none
 // yet (keyed by the compensation row's key, so each is alerted exactly once),
-// and returns how many it queued.
-func QueueAlerts(ctx context.Context, db DB, schema string) (int, error) {
+// and returns how many it queued. With runs, only those runs' rows are
+// looked at; nil looks at every compensation_failed row.
+func QueueAlerts(ctx context.Context, db DB, schema string, runs []string) (int, error) {
 	rows, err := db.Query(ctx, fmt.Sprintf(`
 	    WITH failed AS (
 	        SELECT c.key, c.agent_run_id, c.step_id, c.tool_name, c.forward_key, c.attempts, c.last_error,
 	               %[1]s.idempotency_key($1, c.key, $2, c.agent_run_id) AS alert_key
 	          FROM %[1]s.outbox c
 	         WHERE c.status = 'compensation_failed' AND c.kind = 'compensation'
+	           AND ($3::text[] IS NULL OR c.agent_run_id = ANY($3::text[]))
 	    ), payloads AS (
 	        SELECT f.*, jsonb_build_object(
 	                   'event', 'compensation_failed',
@@ -108,7 +139,7 @@ func QueueAlerts(ctx context.Context, db DB, schema string) (int, error) {
 	    SELECT p.alert_key, $1, p.key, $2, p.agent_run_id, 'forward', p.payload, %[1]s.payload_hash(p.payload)
 	      FROM payloads p
 	    ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
-	    RETURNING key`, schema), AlertRun, AlertTool)
+	    RETURNING key`, schema), AlertRun, AlertTool, runs)
 	if err != nil {
 		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
 	}

@@ -61,7 +61,7 @@ type queryer interface {
 // orderedClause keeps rows of tools with ordering: business_scope behind any
 // earlier row of their scope that is still pending or in flight.
 const orderedClause = `
-       AND (o.tool_name <> ALL($4::text[]) OR NOT EXISTS (
+       AND (o.tool_name <> ALL($%[2]d::text[]) OR NOT EXISTS (
             SELECT 1 FROM %[1]s.outbox p
              WHERE p.tool_name = o.tool_name AND p.business_scope = o.business_scope
                AND p.seq < o.seq AND p.status IN ('pending', 'in_flight')))`
@@ -90,8 +90,9 @@ type batcher interface {
 
 // claimRows leases up to n due rows for lease, in one round trip: BEGIN, the
 // plan settings, the claim, COMMIT.
-// Rows of the tools in ordered dispatch one at a time per business_scope.
-func claimRows(ctx context.Context, db batcher, schema string, n int, lease time.Duration, replica string, ordered []string, durable bool) ([]claimedRow, error) {
+// Rows of the tools in ordered dispatch one at a time per business_scope;
+// rows of the tools in excluded are left alone (their deferral is under way).
+func claimRows(ctx context.Context, db batcher, schema string, n int, lease time.Duration, replica string, ordered, excluded []string, durable bool) ([]claimedRow, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	syncCommit := "off"
@@ -99,11 +100,17 @@ func claimRows(ctx context.Context, db batcher, schema string, n int, lease time
 		syncCommit = "on"
 	}
 	b.Queue(claimPlanSettings, syncCommit)
+	args := []any{n, lease.Milliseconds(), replica}
+	var extra string
 	if len(ordered) > 0 {
-		b.Queue(fmt.Sprintf(claimSQL, schema, fmt.Sprintf(orderedClause, schema)), n, lease.Milliseconds(), replica, ordered)
-	} else {
-		b.Queue(fmt.Sprintf(claimSQL, schema, ""), n, lease.Milliseconds(), replica)
+		args = append(args, ordered)
+		extra += fmt.Sprintf(orderedClause, schema, len(args))
 	}
+	if len(excluded) > 0 {
+		args = append(args, excluded)
+		extra += fmt.Sprintf("\n       AND o.tool_name <> ALL($%d::text[])", len(args))
+	}
+	b.Queue(fmt.Sprintf(claimSQL, schema, extra), args...)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
 	defer br.Close()

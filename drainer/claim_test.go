@@ -44,7 +44,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 	}
 	defer conn.Release()
 	for range 12 {
-		if rows, err := claimRows(ctx, conn, "drainer", 10, time.Minute, "r", nil, true); err != nil || len(rows) != 0 {
+		if rows, err := claimRows(ctx, conn, "drainer", 10, time.Minute, "r", nil, nil, true); err != nil || len(rows) != 0 {
 			t.Fatalf("claim on empty table: %d %v", len(rows), err)
 		}
 	}
@@ -53,7 +53,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := tuplesRead(t, conn)
-	rows, err := claimRows(ctx, conn, "drainer", 10, time.Minute, "r", nil, true)
+	rows, err := claimRows(ctx, conn, "drainer", 10, time.Minute, "r", nil, nil, true)
 	if err != nil || len(rows) != 10 {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}

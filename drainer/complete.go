@@ -20,6 +20,8 @@ UPDATE %[1]s.outbox o
        first_attempt_at = CASE WHEN o.attempts - u.give_back = 0 THEN NULL ELSE o.first_attempt_at END,
        next_attempt_at = CASE WHEN u.delay_ms < 0 THEN o.next_attempt_at
                               ELSE now() + u.delay_ms * interval '1 millisecond' END,
+       not_before = CASE WHEN u.floor THEN now() + u.delay_ms * interval '1 millisecond'
+                         ELSE o.not_before END,
        last_error = CASE WHEN u.status = 'succeeded' THEN NULL ELSE coalesce(u.last_error, o.last_error) END,
        last_problem = CASE WHEN u.status = 'succeeded' THEN NULL
                            WHEN u.last_error IS NULL THEN o.last_problem
@@ -30,14 +32,22 @@ UPDATE %[1]s.outbox o
        lease_expires_at = NULL,
        leased_by = NULL,
        updated_at = now()
-  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[])
-       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status)
+  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[])
+       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor)
  WHERE o.seq = u.seq AND o.lease_token = u.token
-RETURNING o.seq`
+RETURNING o.seq,
+       -- The run whose saga this completion may move: a row that failed
+       -- (its trigger aborted the run), a compensation row that ended, or a
+       -- row of an aborted run that finished.
+       CASE WHEN u.status <> 'pending'
+             AND (o.kind = 'compensation' OR u.status = 'failed'
+                  OR EXISTS (SELECT 1 FROM %[1]s.runs r WHERE r.agent_run_id = o.agent_run_id))
+            THEN o.agent_run_id END`
 
 // writeCompletions applies cs in one statement and returns the sequence
-// numbers whose lease was lost (no row updated).
-func writeCompletions(ctx context.Context, q batcher, schema string, cs []completion) (lost []int64, err error) {
+// numbers whose lease was lost (no row updated) and the runs whose saga the
+// batch may move.
+func writeCompletions(ctx context.Context, q batcher, schema string, cs []completion) (lost []int64, runs []string, err error) {
 	// A stable lock order keeps concurrent batches from deadlocking.
 	slices.SortFunc(cs, func(a, b completion) int { return int(a.Seq - b.Seq) })
 	n := len(cs)
@@ -50,8 +60,10 @@ func writeCompletions(ctx context.Context, q batcher, schema string, cs []comple
 	problems := make([]*string, n)
 	responses := make([]*string, n)
 	codes := make([]*int32, n)
+	floors := make([]bool, n)
 	for i, c := range cs {
 		seqs[i], tokens[i], statuses[i], errs[i] = c.Seq, c.Token, c.Status, c.LastError
+		floors[i] = c.Floor && !c.KeepNext
 		if c.GiveBack {
 			giveBack[i] = 1
 		}
@@ -82,37 +94,41 @@ func writeCompletions(ctx context.Context, q batcher, schema string, cs []comple
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL synchronous_commit = off")
-	b.Queue(fmt.Sprintf(completeSQL, schema), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes)
+	b.Queue(fmt.Sprintf(completeSQL, schema), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
 	b.Queue("COMMIT")
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("complete batch: %w", err)
+			return nil, nil, fmt.Errorf("complete batch: %w", err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("complete batch: %w", err)
+		return nil, nil, fmt.Errorf("complete batch: %w", err)
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("complete batch: %w", err)
+	written := make(map[int64]bool, n)
+	var seq int64
+	var run *string
+	if _, err := pgx.ForEachRow(rows, []any{&seq, &run}, func() error {
+		written[seq] = true
+		if run != nil && !slices.Contains(runs, *run) {
+			runs = append(runs, *run)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("complete batch: %w", err)
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("complete batch commit: %w", err)
+		return nil, nil, fmt.Errorf("complete batch commit: %w", err)
 	}
-	if len(done) == n {
-		return nil, nil
-	}
-	written := make(map[int64]bool, len(done))
-	for _, s := range done {
-		written[s] = true
+	if len(written) == n {
+		return nil, runs, nil
 	}
 	for _, s := range seqs {
 		if !written[s] {
 			lost = append(lost, s)
 		}
 	}
-	return lost, nil
+	return lost, runs, nil
 }

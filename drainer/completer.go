@@ -62,39 +62,32 @@ func (c *completer) run() {
 // flush writes batch, retrying while the database is unreachable. While
 // stopping it gives up after a bounded time: the rows then stay in_flight
 // until their lease expires and are retried with the same key.
+//
+// A batch the database refuses for its data (SQLSTATE class 22 or 23) is
+// written row by row, so one bad row never holds back the others, and the
+// bad row itself is never retried as it is: see flushOne.
 func (c *completer) flush(batch []completion) {
 	e := c.e
 	delay := 50 * time.Millisecond
 	deadline := time.Now().Add(e.cfg.Lease)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		lost, err := writeCompletions(ctx, e.pool, e.cfg.Schema, batch)
+		lost, runs, err := writeCompletions(ctx, e.pool, e.cfg.Schema, batch)
 		cancel()
 		if err == nil {
-			c.done(batch, lost)
+			c.done(lost, runs)
 			return
 		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
-			if len(batch) > 1 {
-				// One row's data is unstorable: write the rows one by one so
-				// the others are not held back by it.
-				e.log.Warn("completion batch rejected; writing rows one by one", "err", err, "rows", len(batch))
-				for i := range batch {
-					c.flush(batch[i : i+1])
-				}
+		if isDataError(err) {
+			if len(batch) == 1 {
+				c.flushOne(batch[0], err)
 				return
 			}
-			if x := &batch[0]; x.Response != nil || x.Problem != nil {
-				// The provider's answer is what the database refuses (jsonb
-				// limits): keep the outcome, drop the answer.
-				e.log.Warn("provider answer not storable; recording the outcome without it", "outbox_seq", x.Seq, "err", err)
-				if x.Response != nil {
-					x.Response = []byte(`{"body":"(the provider's answer could not be stored)","truncated":true}`)
-				}
-				x.Problem = nil
-				continue
+			e.log.Warn("completion batch refused for its data; writing rows one by one", "err", err, "rows", len(batch))
+			for i := range batch {
+				c.flush(batch[i : i+1])
 			}
+			return
 		}
 		if time.Now().After(deadline) || (e.stopped.Load() && time.Now().Add(delay).After(deadline)) {
 			c.unwritten.Add(int64(len(batch)))
@@ -107,18 +100,69 @@ func (c *completer) flush(batch []completion) {
 	}
 }
 
-func (c *completer) done(batch []completion, lost []int64) {
+// flushOne writes one completion the database refused for its data, each
+// time with less of what it carries: first without the provider's answer
+// (jsonb limits), then with a plain last_error. If even that is refused, the
+// row is left in_flight (its lease expires and it is looked at again, with
+// the same key) and the refusal is counted and logged: one bad row is
+// isolated, never retried in a loop that would stall every worker behind it.
+func (c *completer) flushOne(x completion, cause error) {
+	e := c.e
+	for step := 0; ; step++ {
+		switch step {
+		case 0:
+			if x.Response == nil && x.Problem == nil {
+				continue
+			}
+			e.log.Warn("provider answer not storable; recording the outcome without it", "outbox_seq", x.Seq, "err", cause)
+			if x.Response != nil {
+				x.Response = []byte(`{"body":"(the provider's answer could not be stored)","truncated":true}`)
+			}
+			x.Problem = nil
+		case 1:
+			msg := "the outcome's details could not be stored (" + sqlState(cause) + ")"
+			x.LastError = &msg
+		default:
+			e.metrics.CompletionsRefused.Inc()
+			e.log.Error("completion refused by the database; the row stays in_flight until its lease expires",
+				"outbox_seq", x.Seq, "status", x.Status, "err", cause)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		lost, runs, err := writeCompletions(ctx, e.pool, e.cfg.Schema, []completion{x})
+		cancel()
+		switch {
+		case err == nil:
+			c.done(lost, runs)
+			return
+		case !isDataError(err):
+			c.flush([]completion{x}) // the database went away: retry as usual
+			return
+		}
+		cause = err
+	}
+}
+
+// isDataError reports whether the database refused a statement for the data
+// it carries (SQLSTATE class 22, data exception, or 23, integrity).
+func isDataError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
+}
+
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return "SQLSTATE " + pgErr.Code
+	}
+	return "unknown error"
+}
+
+func (c *completer) done(lost []int64, runs []string) {
 	e := c.e
 	if len(lost) > 0 {
 		e.metrics.LeasesLost.Add(float64(len(lost)))
 		e.log.Warn("lease lost before completion: another replica owns these rows; result not written", "outbox_seqs", lost)
 	}
-	e.afterComplete(batch)
-	if len(e.hooks) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		for _, h := range e.hooks {
-			h(ctx, batch)
-		}
-	}
+	e.sagas.notify(runs...)
 }

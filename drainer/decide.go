@@ -32,6 +32,10 @@ type completion struct {
 	// KeepNext leaves next_attempt_at as it was.
 	Delay    time.Duration
 	KeepNext bool
+	// Floor makes now() + Delay the row's not_before as well: the earliest
+	// moment the provider allows the next attempt (its Retry-After, or the
+	// backoff), which no deferral, wake or reclaim may move it before.
+	Floor bool
 	// LastError replaces last_error; nil keeps it (cleared on success).
 	LastError *string
 	Problem   *dispatch.Problem
@@ -49,6 +53,9 @@ type completion struct {
 type decideEnv struct {
 	rand *rand.Rand
 	now  time.Time // database clock at claim
+	// authHold is how long the adapter is held back after refusing its
+	// credentials: an auth answer waits at least that long.
+	authHold time.Duration
 }
 
 func strPtr(s string) *string { return &s }
@@ -105,7 +112,8 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		// A broken credential is the adapter's fault, not the row's.
 		c.Status = StatusPending
 		c.GiveBack = true
-		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
+		c.Delay = max(route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter), env.authHold)
+		c.Floor = true
 		c.LastError = errText("authentication refused by the provider (no attempt consumed)")
 		return c
 	}
@@ -126,6 +134,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		c.Status = StatusPending
 		c.GiveBack = true
 		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
+		c.Floor = true
 		c.LastError = errText("not sent")
 		return c
 	}
@@ -140,6 +149,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		c.Delay = 0 // shutdown cut the call off: the next replica may retry at once
 	} else {
 		c.Delay = route.Backoff.Delay(env.rand, row.Attempts, res.RetryAfter)
+		c.Floor = true
 	}
 	c.LastError = errText(fmt.Sprintf("attempt %d of %d", row.Attempts, route.MaxAttempts))
 	return c

@@ -7,16 +7,40 @@ import (
 	"time"
 )
 
-// deferrals pushes back, in bulk, the due rows of a tool that cannot be
-// dispatched for a while (no route, paused, breaker open), so the claimer
-// does not lease and give them back one by one: that would churn through a
-// large backlog, write two audit entries per look, and delay other tools'
-// rows queued behind them. One statement per tool and period, through the
-// (tool_name, business_scope, seq) index of open rows; it changes no status,
-// so it writes no audit entry.
-type deferrals struct {
-	mu   sync.Mutex
-	last map[string]time.Time // tool -> last bulk deferral
+// deferrer pushes back, in bulk, the due rows of a tool that cannot be
+// dispatched for a while (no route, paused, breaker open, credentials
+// refused), so the claimer does not lease and give them back one by one:
+// that would churn through a large backlog, write two audit entries per
+// look, and delay other tools' rows queued behind them. It also makes rows
+// due again when their tool can go out (a resume, a newly loaded route).
+//
+// One goroutine of the engine does this work, never a worker: a worker hands
+// its row back at once and its lease is never held by a deferral. From the
+// moment a refusal is reported until the deferral is written, the tool is
+// excluded from claims, so at most one claim batch of its rows is ever
+// looked at per deferral period. Deferrals and wakes are applied in the
+// order they were requested, so a wake is never undone by an older deferral.
+//
+// Neither changes a row's status, so neither writes an audit entry, and
+// neither can move a row before its not_before floor (a trigger of the
+// schema holds it).
+type deferrer struct {
+	e *Engine
+
+	mu       sync.Mutex
+	queue    []deferral
+	excluded map[string]int       // tool -> deferrals queued or running
+	last     map[string]time.Time // tool -> last bulk deferral
+	kick     chan struct{}
+}
+
+// deferral is one request: push tool's rows to about now()+delay, or (wake)
+// make the rows of tools due now.
+type deferral struct {
+	tool   string
+	reason string
+	delay  time.Duration
+	wake   []string
 }
 
 // deferSQL defers one batch; each batch is a short transaction of its own.
@@ -32,34 +56,124 @@ UPDATE %[1]s.outbox o
    SET next_attempt_at = now() + $2 * interval '1 millisecond' * (0.75 + random() / 2)
   FROM batch WHERE o.seq = batch.seq`
 
+// wakeSQL makes the deferred rows of some tools due now; the not_before
+// floor of each row still holds (schema trigger).
+const wakeSQL = `UPDATE %s.outbox SET next_attempt_at = now()
+      WHERE status = 'pending' AND tool_name = ANY($1) AND next_attempt_at > now()`
+
 // deferBatch bounds one deferral statement.
 const deferBatch = 5000
 
-// deferTool pushes tool's due pending rows to about now()+delay, at most
-// once per half delay per tool. Errors are logged: the rows are then simply
-// looked at one by one as before.
-func (e *Engine) deferTool(tool, reason string, delay time.Duration) {
-	if delay < time.Second {
-		return // short refusals (saturation, rate limits) pass on their own
-	}
-	d := &e.deferred
-	d.mu.Lock()
-	if d.last == nil {
-		d.last = map[string]time.Time{}
-	}
-	if time.Since(d.last[tool]) < delay/2 {
-		d.mu.Unlock()
+// minDeferral: shorter refusals (saturation, rate limits) pass on their own.
+const minDeferral = time.Second
+
+func newDeferrer(e *Engine) *deferrer {
+	return &deferrer{e: e, excluded: map[string]int{}, last: map[string]time.Time{}, kick: make(chan struct{}, 1)}
+}
+
+// refuse reports that rows of tool cannot go out for about delay. It never
+// blocks and never touches the database.
+func (d *deferrer) refuse(tool, reason string, delay time.Duration) {
+	if delay < minDeferral {
 		return
 	}
+	d.mu.Lock()
+	if time.Since(d.last[tool]) < delay/2 {
+		d.mu.Unlock()
+		return // deferred recently: the rows claimed since are few
+	}
 	d.last[tool] = time.Now()
+	d.excluded[tool]++
+	d.queue = append(d.queue, deferral{tool: tool, reason: reason, delay: delay})
 	d.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
+	d.signal()
+}
+
+// wake asks for the rows of tools to be made due now, and forgets past
+// deferrals so the next refusal defers at once.
+func (d *deferrer) wake(tools []string) {
+	d.mu.Lock()
+	d.last = map[string]time.Time{}
+	if len(tools) > 0 {
+		d.queue = append(d.queue, deferral{wake: tools})
+	}
+	d.mu.Unlock()
+	d.signal()
+}
+
+// forget lets the next refusal of any tool defer its rows again at once.
+func (d *deferrer) forget() { d.wake(nil) }
+
+// excludedTools lists the tools the claim must skip right now.
+func (d *deferrer) excludedTools() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.excluded) == 0 {
+		return nil
+	}
+	tools := make([]string, 0, len(d.excluded))
+	for t := range d.excluded {
+		tools = append(tools, t)
+	}
+	return tools
+}
+
+func (d *deferrer) signal() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run applies requests in order until the engine stops claiming.
+func (d *deferrer) run() {
+	defer d.e.loops.Done()
+	for {
+		select {
+		case <-d.e.fetchCtx.Done():
+			return
+		case <-d.kick:
+		}
+		for {
+			d.mu.Lock()
+			if len(d.queue) == 0 {
+				d.mu.Unlock()
+				break
+			}
+			req := d.queue[0]
+			d.queue = d.queue[1:]
+			d.mu.Unlock()
+			d.apply(req)
+		}
+	}
+}
+
+func (d *deferrer) apply(req deferral) {
+	e := d.e
+	ctx, cancel := context.WithTimeout(e.fetchCtx, 30*time.Second)
 	defer cancel()
+	if req.wake != nil {
+		if _, err := e.pool.Exec(ctx, fmt.Sprintf(wakeSQL, e.cfg.Schema), req.wake); err != nil && !isShutdown(e.fetchCtx, err) {
+			e.log.Warn("could not wake rows; they drain at their next look", "tools", req.wake, "err", err)
+		}
+		e.signal()
+		return
+	}
+	defer func() {
+		d.mu.Lock()
+		if d.excluded[req.tool]--; d.excluded[req.tool] <= 0 {
+			delete(d.excluded, req.tool)
+		}
+		d.mu.Unlock()
+		e.signal()
+	}()
 	var total int64
 	for ctx.Err() == nil {
-		tag, err := e.pool.Exec(ctx, fmt.Sprintf(deferSQL, e.cfg.Schema), tool, delay.Milliseconds(), deferBatch)
+		tag, err := e.pool.Exec(ctx, fmt.Sprintf(deferSQL, e.cfg.Schema), req.tool, req.delay.Milliseconds(), deferBatch)
 		if err != nil {
-			e.log.Warn("deferring rows failed; they are looked at one by one", "tool", tool, "reason", reason, "err", err)
+			if !isShutdown(e.fetchCtx, err) {
+				e.log.Warn("deferring rows failed; they are looked at one by one", "tool", req.tool, "reason", req.reason, "err", err)
+			}
 			return
 		}
 		total += tag.RowsAffected()
@@ -68,30 +182,6 @@ func (e *Engine) deferTool(tool, reason string, delay time.Duration) {
 		}
 	}
 	if total > 0 {
-		e.log.Debug("rows deferred", "tool", tool, "reason", reason, "rows", total, "for", delay)
+		e.log.Debug("rows deferred", "tool", req.tool, "reason", req.reason, "rows", total, "for", req.delay)
 	}
-}
-
-// forgetDeferrals lets the next refusal of tool defer its rows again at once
-// (after a resume or a reload).
-func (e *Engine) forgetDeferrals() {
-	e.deferred.mu.Lock()
-	e.deferred.last = nil
-	e.deferred.mu.Unlock()
-}
-
-// wakeTools makes the deferred rows of tools due now (a resume).
-func (e *Engine) wakeTools(tools []string) {
-	if len(tools) == 0 {
-		return
-	}
-	e.forgetDeferrals()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
-	defer cancel()
-	_, err := e.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.outbox SET next_attempt_at = now()
-	      WHERE status = 'pending' AND tool_name = ANY($1) AND next_attempt_at > now()`, e.cfg.Schema), tools)
-	if err != nil {
-		e.log.Warn("could not wake resumed rows; they drain at their next look", "err", err)
-	}
-	e.signal()
 }

@@ -143,11 +143,11 @@ type Engine struct {
 	gates      map[string]*gate
 	gatePolicy map[string]GatePolicy
 	pauses     atomic.Pointer[pauseSet]
-	deferred   deferrals
+	deferrer   *deferrer
+	sagas      *sagaRunner
 
 	started, stopped atomic.Bool
 	unrouted         unroutedLog
-	hooks            []func(ctx context.Context, done []completion)
 	tracer           trace.Tracer
 }
 
@@ -188,6 +188,8 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.fetchCtx, e.fetchCancel = context.WithCancel(context.Background())
 	e.workCtx, e.workCancel = context.WithCancel(context.Background())
 	e.completer = newCompleter(e)
+	e.deferrer = newDeferrer(e)
+	e.sagas = newSagaRunner(e)
 	return e, nil
 }
 
@@ -196,12 +198,6 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // Routing returns the routing in force.
 func (e *Engine) Routing() *Routing { return e.routing.Load() }
-
-// AfterComplete registers a hook called with every written batch of
-// completions (before Start).
-func (e *Engine) AfterComplete(h func(ctx context.Context, done []completion)) {
-	e.hooks = append(e.hooks, h)
-}
 
 // Start checks the schema and starts the engine's loops. It returns once they run.
 func (e *Engine) Start(ctx context.Context) error {
@@ -218,10 +214,11 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.pauses.Store(set)
-	e.loops.Add(8)
+	e.loops.Add(9)
+	go e.deferrer.run()
 	go e.retentionLoop()
 	go e.pauseLoop()
-	go e.sagaLoop()
+	go e.sagas.run()
 	go e.completer.run()
 	go e.claimLoop()
 	go e.listenLoop()
@@ -233,10 +230,10 @@ func (e *Engine) Start(ctx context.Context) error {
 }
 
 // Reload swaps in a new routing. Rows leased before keep the old one until
-// they complete; the old adapters are closed once no attempt can use them.
+// they complete; the old adapters are closed once no claim or attempt uses
+// them.
 func (e *Engine) Reload(rt *Routing) {
 	e.attachGates(rt)
-	e.forgetDeferrals()
 	old := e.routing.Swap(rt)
 	e.metrics.InitAdapters(rt.Registry.Names())
 	e.wakeNewlyRouted(old, rt)
@@ -244,19 +241,21 @@ func (e *Engine) Reload(rt *Routing) {
 	if old == nil || old.Registry == rt.Registry {
 		return
 	}
-	e.loops.Add(1)
-	go func() {
-		defer e.loops.Done()
-		t := time.NewTimer(e.cfg.Lease)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-e.fetchCtx.Done():
-			// Stop closes it after the workers are done.
-			e.workers.Wait()
+	old.retire(func() {
+		if err := old.Registry.Close(context.Background()); err != nil {
+			e.log.Warn("closing replaced adapters", "err", err)
 		}
-		_ = old.Registry.Close(context.Background())
-	}()
+	})
+}
+
+// useRouting returns the routing in force, recorded as used until done.
+func (e *Engine) useRouting() *Routing {
+	for {
+		rt := e.routing.Load()
+		if rt.use() {
+			return rt
+		}
+	}
 }
 
 // Stop stops claiming, waits for attempts under way until ctx is done, then
@@ -294,9 +293,10 @@ func (e *Engine) Stop(ctx context.Context) error {
 	return nil
 }
 
-// wakeNewlyRouted makes rows that were waiting for a route due now, so a
-// reload that adds their route drains them at once rather than at their next
-// unrouted recheck.
+// wakeNewlyRouted makes rows that were waiting for a route due now (their
+// not_before floor still holds), so a reload that adds their route drains
+// them at once rather than at their next unrouted recheck: rows never
+// attempted, and rows attempted before their route was removed.
 func (e *Engine) wakeNewlyRouted(old, rt *Routing) {
 	var tools []string
 	for tool := range rt.Routes {
@@ -304,16 +304,7 @@ func (e *Engine) wakeNewlyRouted(old, rt *Routing) {
 			tools = append(tools, tool)
 		}
 	}
-	if len(tools) == 0 || !e.started.Load() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := e.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s.outbox SET next_attempt_at = now()
-	      WHERE status = 'pending' AND attempts = 0 AND tool_name = ANY($1) AND next_attempt_at > now()`, e.cfg.Schema), tools)
-	if err != nil {
-		e.log.Warn("could not wake rows of newly routed tools; they drain at their next recheck", "err", err)
-	}
+	e.deferrer.wake(tools)
 }
 
 // signal wakes the claim loop without blocking.

@@ -231,7 +231,7 @@ func TestNoConcurrentDispatchAcrossEngines(t *testing.T) {
 func TestReclaimAfterLeaseExpiry(t *testing.T) {
 	pool := newPool(t)
 	keys := enqueueN(t, pool, "run-6", "t", 5)
-	dead, err := claimRows(t.Context(), pool, "drainer", 10, 300*time.Millisecond, "dead-replica", nil, true)
+	dead, err := claimRows(t.Context(), pool, "drainer", 10, 300*time.Millisecond, "dead-replica", nil, nil, true)
 	if err != nil || len(dead) != 5 {
 		t.Fatalf("claim: %d rows, %v", len(dead), err)
 	}
@@ -262,7 +262,7 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
 	keys := enqueueN(t, pool, "run-7", "t", 1)
-	first, err := claimRows(ctx, pool, "drainer", 1, 10*time.Millisecond, "a", nil, true)
+	first, err := claimRows(ctx, pool, "drainer", 1, 10*time.Millisecond, "a", nil, nil, true)
 	if err != nil || len(first) != 1 {
 		t.Fatal(err)
 	}
@@ -270,12 +270,12 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 	if n, err := reclaimExpired(ctx, pool, "drainer", nil); err != nil || n != 1 {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}
-	second, err := claimRows(ctx, pool, "drainer", 1, time.Minute, "b", nil, true)
+	second, err := claimRows(ctx, pool, "drainer", 1, time.Minute, "b", nil, nil, true)
 	if err != nil || len(second) != 1 {
 		t.Fatal(err)
 	}
 	late := completion{Seq: first[0].Seq, Token: first[0].LeaseToken, Status: StatusFailed, LastError: strPtr("late"), KeepNext: true}
-	lost, err := writeCompletions(ctx, pool, "drainer", []completion{late})
+	lost, _, err := writeCompletions(ctx, pool, "drainer", []completion{late})
 	if err != nil || len(lost) != 1 || lost[0] != first[0].Seq {
 		t.Fatalf("late completion: lost %v err %v; want it rejected", lost, err)
 	}
@@ -283,7 +283,7 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 		t.Fatalf("row after late completion: %+v", r)
 	}
 	owner := completion{Seq: second[0].Seq, Token: second[0].LeaseToken, Status: StatusSucceeded, Response: []byte(`{}`), KeepNext: true}
-	if lost, err := writeCompletions(ctx, pool, "drainer", []completion{owner}); err != nil || len(lost) != 0 {
+	if lost, _, err := writeCompletions(ctx, pool, "drainer", []completion{owner}); err != nil || len(lost) != 0 {
 		t.Fatalf("owner completion: lost %v err %v", lost, err)
 	}
 	if r := getRow(t, pool, keys[0]); r.Status != StatusSucceeded {

@@ -24,6 +24,10 @@ type gate struct {
 	openAt  atomic.Int64 // unix nanos of the last transition to open
 	limiter *rate.Limiter
 	slots   chan struct{} // nil: no cap
+
+	authMu    sync.Mutex
+	authCount int       // consecutive holds
+	authUntil time.Time // no dispatch before
 }
 
 // Breaker outcomes reported through done.
@@ -106,18 +110,40 @@ func breakerGauge(s gobreaker.State) float64 {
 
 // refusal says why a gate turned a row away and when to look at it again.
 type refusal struct {
-	reason string // "breaker_open", "saturated", "rate_limited"
+	reason string // one of the refused* reasons
 	delay  time.Duration
 }
+
+// Why a gate turns a row away.
+const (
+	refusedBreakerOpen = "breaker_open"
+	refusedSaturated   = "saturated"
+	refusedRateLimited = "rate_limited"
+	refusedAuthHold    = "auth_hold"
+)
+
+// Auth holds: after the provider refuses the adapter's credentials, the
+// adapter sends nothing for authHoldBase, doubling with each refusal that
+// follows a hold, up to authHoldCap; any other answer ends it. Rows wait
+// without consuming attempts (a broken credential is not the rows' fault),
+// and whether or not a breaker is configured they no longer cycle once a
+// second writing audit entries.
+const (
+	authHoldBase = time.Second
+	authHoldCap  = 5 * time.Minute
+)
 
 // admit reserves a slot, a rate token and a breaker permit. On success the
 // caller must call the returned done with the attempt's result.
 func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
+	if left := g.authHoldLeft(); left > 0 {
+		return nil, &refusal{reason: refusedAuthHold, delay: left + jitterAround(r, left/4+10*time.Millisecond)}
+	}
 	if g.slots != nil {
 		select {
 		case g.slots <- struct{}{}:
 		default:
-			return nil, &refusal{reason: "saturated", delay: jitterAround(r, 500*time.Millisecond)}
+			return nil, &refusal{reason: refusedSaturated, delay: jitterAround(r, 500*time.Millisecond)}
 		}
 	}
 	release := func() {
@@ -130,7 +156,7 @@ func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
 		if d := res.Delay(); d > 0 {
 			res.Cancel()
 			release()
-			return nil, &refusal{reason: "rate_limited", delay: d + jitterAround(r, 20*time.Millisecond)}
+			return nil, &refusal{reason: refusedRateLimited, delay: d + jitterAround(r, 20*time.Millisecond)}
 		}
 	}
 	var breakerDone func(error)
@@ -139,7 +165,7 @@ func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
 		breakerDone, err = g.breaker.Allow()
 		if err != nil {
 			release()
-			return nil, &refusal{reason: "breaker_open", delay: g.remainingOpen(r)}
+			return nil, &refusal{reason: refusedBreakerOpen, delay: g.remainingOpen(r)}
 		}
 	}
 	var once sync.Once
@@ -148,9 +174,43 @@ func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
 			if breakerDone != nil {
 				breakerDone(breakerVerdict(res))
 			}
+			g.noteAuth(res)
 			release()
 		})
 	}, nil
+}
+
+// noteAuth starts or lengthens the auth hold on a refusal of the
+// credentials, and ends it on any answer that shows they work.
+func (g *gate) noteAuth(res dispatch.Result) {
+	g.authMu.Lock()
+	defer g.authMu.Unlock()
+	now := time.Now()
+	switch {
+	case res.Outcome == dispatch.Auth:
+		if now.Before(g.authUntil) {
+			return // attempts sent before the hold began: one hold per round
+		}
+		hold := authHoldCap
+		if g.authCount < 20 {
+			hold = min(authHoldCap, authHoldBase<<g.authCount)
+		}
+		g.authCount++
+		g.authUntil = now.Add(hold)
+	case res.Succeeded() || res.Outcome == dispatch.Terminal || res.Status > 0:
+		g.authCount = 0
+		g.authUntil = time.Time{}
+	}
+}
+
+// authHoldLeft is how long the adapter is still held back, 0 if it is not.
+func (g *gate) authHoldLeft() time.Duration {
+	if g == nil {
+		return 0
+	}
+	g.authMu.Lock()
+	defer g.authMu.Unlock()
+	return max(0, time.Until(g.authUntil))
 }
 
 // remainingOpen is how long the breaker stays open, jittered so the rows it

@@ -7,23 +7,31 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// listenLoop holds a dedicated connection LISTENing on the outbox channel and
-// wakes the claimer on each notification. The poll in claimLoop covers any
+// listenLoop holds a dedicated connection LISTENing on the outbox channel
+// (wakes the claimer) and the saga channel (an abort: advances that run's
+// saga at once). The poll in claimLoop covers any
 // gap while it reconnects.
 func (e *Engine) listenLoop() {
 	defer e.loops.Done()
 	channel := e.cfg.Schema + ".outbox"
+	sagaChannel := e.cfg.Schema + ".saga"
 	delay := 100 * time.Millisecond
 	for e.fetchCtx.Err() == nil {
 		conn, err := pgx.ConnectConfig(e.fetchCtx, e.pool.Config().ConnConfig.Copy())
 		if err == nil {
-			_, err = conn.Exec(e.fetchCtx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+			_, err = conn.Exec(e.fetchCtx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize())
 			if err == nil {
 				delay = 100 * time.Millisecond
 				e.signal() // anything enqueued while not listening
 				for {
-					if _, err = conn.WaitForNotification(e.fetchCtx); err != nil {
+					n, werr := conn.WaitForNotification(e.fetchCtx)
+					if werr != nil {
+						err = werr
 						break
+					}
+					if n.Channel == sagaChannel {
+						e.sagas.notify(n.Payload)
+						continue
 					}
 					e.signal()
 				}

@@ -23,6 +23,7 @@ type Metrics struct {
 	ClaimBatchSize          prometheus.Histogram
 	LeasesExpired           prometheus.Counter
 	LeasesLost              prometheus.Counter
+	CompletionsRefused      prometheus.Counter
 	CompensationsTotal      *prometheus.CounterVec
 	CompensationFailedTotal prometheus.Counter
 	CircuitBreakerState     *prometheus.GaugeVec
@@ -81,6 +82,10 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 		LeasesLost: f.NewCounter(prometheus.CounterOpts{
 			Name: "drainer_leases_lost_total",
 			Help: "Completions rejected because another replica owned the row (fencing).",
+		}),
+		CompletionsRefused: f.NewCounter(prometheus.CounterOpts{
+			Name: "drainer_completions_refused_total",
+			Help: "Completions the database refused even stripped of their details; the row stays in_flight until its lease expires.",
 		}),
 		CompensationsTotal: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "drainer_compensations_total",

@@ -59,7 +59,9 @@ func (e *Engine) pauseLoop() {
 		switch {
 		case err == nil:
 			old := e.pauses.Swap(set)
-			e.wakeTools(e.resumedTools(old, set))
+			if tools := e.resumedTools(old, set); len(tools) > 0 {
+				e.deferrer.wake(tools)
+			}
 		case !isShutdown(e.fetchCtx, err):
 			e.log.Warn("reading pauses failed; keeping the last known set", "err", err)
 		}

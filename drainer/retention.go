@@ -125,13 +125,25 @@ func (e *Engine) pruneOnce(p RetentionPolicy) {
 	if err != nil {
 		return
 	}
-	defer conn.Release()
 	key := lockKey("drainer.retention." + e.cfg.Schema)
 	var leader bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&leader); err != nil || !leader {
+		conn.Release()
 		return
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key) //nolint:errcheck // released with the session anyway
+	// The lock belongs to this session: it must not go back to the pool
+	// still held. If the unlock cannot be confirmed, the connection is
+	// closed instead, which ends the session and its lock.
+	defer func() {
+		var unlocked bool
+		uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ucancel()
+		if err := conn.QueryRow(uctx, "SELECT pg_advisory_unlock($1)", key).Scan(&unlocked); err != nil || !unlocked {
+			_ = conn.Hijack().Close(uctx)
+			return
+		}
+		conn.Release()
+	}()
 	pruned, err := prunePass(ctx, conn, e.cfg.Schema, p, time.Minute)
 	for kind, n := range pruned {
 		if kind != "run" && n > 0 {

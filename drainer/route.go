@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"cmp"
+	"sync"
 	"time"
 
 	"github.com/drainer-io/drainer/compensations"
@@ -20,6 +21,8 @@ type Route struct {
 	Critical     bool
 	Fallback     string
 	Ordering     string
+	// KeyTTL overrides the adapter's key_ttl for this tool (0: the adapter's).
+	KeyTTL time.Duration
 	// Detect, on non_idempotent routes, asks the provider whether an
 	// ambiguous attempt had its effect (nil: park as outcome_unknown).
 	Detect *Detector
@@ -50,6 +53,48 @@ type Routing struct {
 	// durableClaims: some route is non_idempotent, so claims wait for disk.
 	durableClaims bool
 	orderedTools  []string
+
+	// users counts the claims and attempts using this routing; once it is
+	// retired (a reload swapped in another) and unused, onIdle runs (it
+	// closes the adapters the new routing does not share).
+	mu      sync.Mutex
+	users   int
+	retired bool
+	onIdle  func()
+}
+
+// use records one more user; it reports false once the routing is retired.
+func (rt *Routing) use() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.retired {
+		return false
+	}
+	rt.users++
+	return true
+}
+
+// done ends one use.
+func (rt *Routing) done() {
+	rt.mu.Lock()
+	rt.users--
+	idle := rt.retired && rt.users == 0
+	fn := rt.onIdle
+	rt.mu.Unlock()
+	if idle && fn != nil {
+		fn()
+	}
+}
+
+// retire marks the routing replaced; onIdle runs once nothing uses it.
+func (rt *Routing) retire(onIdle func()) {
+	rt.mu.Lock()
+	rt.retired, rt.onIdle = true, onIdle
+	idle := rt.users == 0
+	rt.mu.Unlock()
+	if idle && onIdle != nil {
+		onIdle()
+	}
 }
 
 // RoutedTools lists the tools that have a route.

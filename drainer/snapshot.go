@@ -111,7 +111,7 @@ func computeSnapshot(ctx context.Context, tx pgx.Tx, schema string, routed []str
 		return nil, st, err
 	}
 	rows, err = tx.Query(ctx, fmt.Sprintf(`SELECT tool_name, count(*), extract(epoch FROM now() - min(created_at))::float8
-	      FROM %s.outbox WHERE status = 'pending' AND attempts = 0 AND NOT (tool_name = ANY($1))
+	      FROM %s.outbox WHERE status = 'pending' AND NOT (tool_name = ANY($1))
 	     GROUP BY tool_name ORDER BY count(*) DESC LIMIT $2`, schema), routed, maxUnroutedTools)
 	if err != nil {
 		return nil, st, err

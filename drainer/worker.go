@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,21 +67,31 @@ func (e *Engine) claimWhileFree() error {
 		}
 		n := min(free, e.cfg.BatchSize)
 		claimedAt := time.Now()
+		rt := e.useRouting()
 		// The claim itself is not cancelled by Stop: a statement cut off after
 		// committing would strand its rows until their lease expires.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
-		rt := e.routing.Load()
-		rows, err := claimRows(ctx, e.pool, e.cfg.Schema, n, e.cfg.Lease, e.cfg.ReplicaID, rt.orderedTools, rt.durableClaims)
+		rows, err := claimRows(ctx, e.pool, e.cfg.Schema, n, e.cfg.Lease, e.cfg.ReplicaID,
+			rt.orderedTools, e.deferrer.excludedTools(), rt.durableClaims)
 		cancel()
 		if err != nil {
+			rt.done()
 			return err
 		}
 		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
 		for i := range rows {
+			row := &rows[i]
+			route, entry, c := e.preflight(row, rt)
+			if c != nil {
+				e.finish(c)
+				continue
+			}
 			e.active.Add(1)
 			e.workers.Add(1)
-			go e.work(&rows[i], rt, claimedAt)
+			rt.use()
+			go e.work(row, rt, route, entry, claimedAt)
 		}
+		rt.done()
 		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
 		if len(rows) < n || e.cfg.Workers-int(e.active.Load()) < e.cfg.BatchSize {
 			// Nothing more is due, or too few slots are free to be worth a
@@ -91,9 +102,63 @@ func (e *Engine) claimWhileFree() error {
 	return nil
 }
 
+// preflight decides, before any worker is involved, what happens to a
+// claimed row that cannot be dispatched now: no route, no adapter, out of
+// attempts or past its key's window, shutting down, or paused. It returns
+// the row's route and adapter, or the completion that settles it. A refused
+// tool's other due rows are deferred in bulk (deferrer), so the next claims
+// do not pick them up one by one.
+func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entry, *completion) {
+	route, ok := rt.Routes[row.ToolName]
+	if !ok {
+		e.unrouted.note(e.log, row.ToolName)
+		e.deferrer.refuse(row.ToolName, outcomeUnrouted, rt.UnroutedRecheck)
+		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
+		c := release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
+		return nil, nil, &c
+	}
+	entry, ok := rt.Registry.Get(route.Adapter)
+	if !ok {
+		msg := fmt.Sprintf("route %q names adapter %q, which is not loaded", route.Tool, route.Adapter)
+		c := release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
+		return nil, nil, &c
+	}
+	if row.Attempts > route.MaxAttempts {
+		c := failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts))
+		return nil, nil, &c
+	}
+	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == config.ClassKeyIdempotent && ttl > 0 && row.Attempts > 1 &&
+		row.DBNow.Sub(row.FirstAttemptAt) > ttl-time.Minute {
+		c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
+			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl))
+		return nil, nil, &c
+	}
+	if e.fetchCtx.Err() != nil {
+		// Shutting down and this row was not sent yet: give it back untouched.
+		c := release(row, 0, true, nil, "")
+		return nil, nil, &c
+	}
+	if e.pauses.Load().paused(route, entry.Name) {
+		// Resuming wakes them; until then they are looked at once a minute.
+		e.deferrer.refuse(route.Tool, "paused", pausedRecheck)
+		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)
+		c := release(row, e.jitter(pausedRecheck), false, &msg, "")
+		return nil, nil, &c
+	}
+	return route, entry, nil
+}
+
+// finish records a row's completion: counted, logged, queued for writing.
+func (e *Engine) finish(c *completion) {
+	c.sanitize()
+	e.observe(c)
+	e.completer.add(*c)
+}
+
 // work takes one leased row through dispatch to its completion.
-func (e *Engine) work(row *claimedRow, rt *Routing, claimedAt time.Time) {
+func (e *Engine) work(row *claimedRow, rt *Routing, route *Route, entry *dispatch.Entry, claimedAt time.Time) {
 	defer func() {
+		rt.done()
 		busy := e.active.Add(-1)
 		e.metrics.WorkersBusy.Set(float64(busy))
 		e.workers.Done()
@@ -105,53 +170,23 @@ func (e *Engine) work(row *claimedRow, rt *Routing, claimedAt time.Time) {
 			}
 		}
 	}()
-	c := e.process(row, rt, claimedAt)
-	c.sanitize()
-	e.observe(&c)
-	e.completer.add(c)
+	c := e.process(row, rt, route, entry, claimedAt)
+	e.finish(&c)
 }
 
-// process decides what happens to one leased row.
-func (e *Engine) process(row *claimedRow, rt *Routing, claimedAt time.Time) completion {
-	route, ok := rt.Routes[row.ToolName]
-	if !ok {
-		e.unrouted.note(e.log, row.ToolName)
-		e.deferTool(row.ToolName, outcomeUnrouted, rt.UnroutedRecheck)
-		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
-		return release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
-	}
-	entry, ok := rt.Registry.Get(route.Adapter)
-	if !ok {
-		msg := fmt.Sprintf("route %q names adapter %q, which is not loaded", route.Tool, route.Adapter)
-		return release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
-	}
-	if row.Attempts > route.MaxAttempts {
-		return failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts))
-	}
-	if route.Class == config.ClassKeyIdempotent && entry.KeyTTL > 0 && row.Attempts > 1 &&
-		row.DBNow.Sub(row.FirstAttemptAt) > entry.KeyTTL-time.Minute {
-		return failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
-			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), entry.KeyTTL))
-	}
-	if e.fetchCtx.Err() != nil {
-		// Shutting down and this row was not sent yet: give it back untouched.
-		return release(row, 0, true, nil, "")
-	}
-	if e.pauses.Load().paused(route, entry.Name) {
-		// Resuming wakes them; until then they are looked at once a minute.
-		e.deferTool(route.Tool, "paused", pausedRecheck)
-		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)
-		return release(row, e.jitter(pausedRecheck), false, &msg, "")
-	}
-	entry, done, ref := e.admit(rt, route, entry)
+// process dispatches one leased row that passed preflight and decides its
+// next state.
+func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *dispatch.Entry, claimedAt time.Time) completion {
+	entry, g, done, ref := e.admit(rt, route, entry)
 	if ref != nil {
 		msg := fmt.Sprintf("adapter %q %s; no attempt consumed", entry.Name, refusalText[ref.reason])
 		outcome := ""
-		if ref.reason == "breaker_open" {
+		switch ref.reason {
+		case refusedBreakerOpen:
 			outcome = outcomeBreakerOpen
-		}
-		if ref.reason == "breaker_open" {
-			e.deferTool(route.Tool, outcomeBreakerOpen, ref.delay)
+			e.deferrer.refuse(route.Tool, outcomeBreakerOpen, ref.delay)
+		case refusedAuthHold:
+			e.deferrer.refuse(route.Tool, "auth", ref.delay)
 		}
 		c := release(row, ref.delay, false, &msg, outcome)
 		c.adapter = entry.Name
@@ -188,8 +223,17 @@ func (e *Engine) process(row *claimedRow, rt *Routing, claimedAt time.Time) comp
 	if route.NonIdempotent() && route.Detect != nil && mayHaveHappened(res) && e.workCtx.Err() == nil {
 		route, res = e.detect(ctx, route, msg, res)
 	}
+	env := decideEnv{now: row.DBNow}
+	if res.Outcome == dispatch.Auth {
+		// Credentials refused: the adapter is held back, longer each time,
+		// and the row waits at least as long (it consumed no attempt, so
+		// its own backoff would not grow).
+		env.authHold = g.authHoldLeft()
+		e.deferrer.refuse(route.Tool, "auth", env.authHold)
+	}
 	e.rngMu.Lock()
-	c := decide(decideEnv{rand: e.rng, now: row.DBNow}, row, route, entry.Name, res)
+	env.rand = e.rng
+	c := decide(env, row, route, entry.Name, res)
 	e.rngMu.Unlock()
 	return c
 }
@@ -224,32 +268,35 @@ func (e *Engine) detect(ctx context.Context, route *Route, m *dispatch.Message, 
 }
 
 var refusalText = map[string]string{
-	"breaker_open": "circuit breaker is open (the provider looks down)",
-	"saturated":    "is at max_concurrency",
-	"rate_limited": "is at its rate_limit",
+	refusedBreakerOpen: "circuit breaker is open (the provider looks down)",
+	refusedSaturated:   "is at max_concurrency",
+	refusedRateLimited: "is at its rate_limit",
+	refusedAuthHold:    "is held back: the provider refused its credentials",
 }
 
 // admit passes a row through its adapter's gate. While the primary's breaker
 // is open, a route marked critical: false with a fallback goes to the
 // fallback adapter instead (same key).
-func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry) (*dispatch.Entry, func(dispatch.Result), *refusal) {
+func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry) (*dispatch.Entry, *gate, func(dispatch.Result), *refusal) {
 	e.rngMu.Lock()
 	defer e.rngMu.Unlock()
-	done, ref := rt.gates[entry.Name].admit(e.rng)
-	if ref == nil || ref.reason != "breaker_open" || route.Critical || route.Fallback == "" {
-		return entry, done, ref
+	g := rt.gates[entry.Name]
+	done, ref := g.admit(e.rng)
+	if ref == nil || ref.reason != refusedBreakerOpen || route.Critical || route.Fallback == "" {
+		return entry, g, done, ref
 	}
 	fb, ok := rt.Registry.Get(route.Fallback)
 	if !ok {
-		return entry, nil, ref
+		return entry, g, nil, ref
 	}
-	fdone, fref := rt.gates[fb.Name].admit(e.rng)
+	fg := rt.gates[fb.Name]
+	fdone, fref := fg.admit(e.rng)
 	if fref != nil {
 		// The fallback is busy for now: come back when it may have room,
 		// not when the primary's breaker closes.
-		return fb, nil, fref
+		return fb, fg, nil, fref
 	}
-	return fb, fdone, nil
+	return fb, fg, fdone, nil
 }
 
 // jitter returns d jittered by ±50%.

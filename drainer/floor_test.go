@@ -1,0 +1,183 @@
+package drainer
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// floorOf returns how far in the future a row's next attempt and its
+// not_before floor are, by the database clock.
+func floorOf(t testing.TB, pool *pgxpool.Pool, key string) (next, floor time.Duration) {
+	t.Helper()
+	var n, f *float64
+	err := pool.QueryRow(t.Context(), `SELECT extract(epoch FROM next_attempt_at - now())::float8,
+	        extract(epoch FROM not_before - now())::float8 FROM drainer.outbox WHERE key = $1`, key).Scan(&n, &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f == nil {
+		return time.Duration(*n * float64(time.Second)), 0
+	}
+	return time.Duration(*n * float64(time.Second)), time.Duration(*f * float64(time.Second))
+}
+
+// retryAfterHour answers every call 429 with Retry-After: 1h.
+func retryAfterHour(calls *atomic.Int64) dispatch.Adapter {
+	return dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		calls.Add(1)
+		return dispatch.Result{Outcome: dispatch.Retry, Status: 429, RetryAfter: time.Hour, Reason: dispatch.ReasonHTTP429,
+			Err: fmt.Errorf("http 429")}
+	})
+}
+
+// TestRetryAfterFloorSurvivesResume: rows that a provider told to come back
+// in an hour stay an hour away through a pause and a resume of their
+// adapter, while the resume does wake the rows the pause held back.
+func TestRetryAfterFloorSurvivesResume(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	var limited, ok atomic.Int64
+	okAdapter := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		ok.Add(1)
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	rt := testRouting(t, map[string]dispatch.Adapter{"a": retryAfterHour(&limited), "b": okAdapter},
+		&Route{Tool: "limited", Adapter: "a"}, &Route{Tool: "held", Adapter: "b"})
+	rt.Routes["limited"].Backoff.MaxRetryAfter = 2 * time.Hour
+	floored := enqueueN(t, pool, "run-l", "limited", 10)
+	startEngine(t, pool, rt, Config{Workers: 4})
+	waitFor(t, "every limited row answered 429", 30*time.Second, func() bool {
+		for _, k := range floored {
+			if r := getRow(t, pool, k); r.Attempts != 1 || r.Status != StatusPending {
+				return false
+			}
+		}
+		return true
+	})
+	for _, k := range floored {
+		if next, floor := floorOf(t, pool, k); floor < 50*time.Minute || next < floor-time.Second {
+			t.Fatalf("row %s after its 429: next attempt in %s, floor in %s; want both about an hour", k, next, floor)
+		}
+	}
+
+	// Pause adapter b, let its rows be deferred, then resume both adapters.
+	if _, err := pool.Exec(ctx, "INSERT INTO drainer.pauses (target, name, paused_by) VALUES ('adapter', 'a', 'test'), ('adapter', 'b', 'test')"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2*pauseInterval + 500*time.Millisecond) // every replica has read the pause
+	held := enqueueN(t, pool, "run-h", "held", 3)
+	waitFor(t, "paused rows deferred", 30*time.Second, func() bool {
+		next, _ := floorOf(t, pool, held[0])
+		return next > 10*time.Second
+	})
+	if _, err := pool.Exec(ctx, "DELETE FROM drainer.pauses"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "resumed rows drained", 30*time.Second, func() bool {
+		for _, k := range held {
+			if getRow(t, pool, k).Status != StatusSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	for _, k := range floored {
+		if next, _ := floorOf(t, pool, k); next < 50*time.Minute {
+			t.Fatalf("resume moved row %s to %s from now, before the provider's Retry-After", k, next)
+		}
+	}
+	if n := limited.Load(); n != int64(len(floored)) {
+		t.Fatalf("the rate-limited provider was called %d times; want %d (once per row)", n, len(floored))
+	}
+}
+
+// TestEveryWriterKeepsTheFloor: each statement that moves next_attempt_at
+// outside a provider's answer (a wake, a deferral, a reclaim) leaves a row
+// at or after its not_before floor.
+func TestEveryWriterKeepsTheFloor(t *testing.T) {
+	pool := newPool(t)
+	ctx := t.Context()
+	keys := enqueueN(t, pool, "run", "t", 3)
+	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET not_before = now() + interval '1 hour', next_attempt_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		for _, k := range keys {
+			if next, _ := floorOf(t, pool, k); next < 59*time.Minute {
+				t.Fatalf("%s moved row %s to %s from now, before its floor", what, k, next)
+			}
+		}
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(wakeSQL, "drainer"), []string{"t"}); err != nil {
+		t.Fatal(err)
+	}
+	check("a wake")
+	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET next_attempt_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	check("a plain update")
+	if _, err := pool.Exec(ctx, fmt.Sprintf(deferSQL, "drainer"), "t", int64(time.Second/time.Millisecond), deferBatch); err != nil {
+		t.Fatal(err)
+	}
+	check("a deferral")
+	// A lease that expires goes back to pending at its floor, not now.
+	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET status = 'in_flight', lease_token = gen_random_uuid(),
+	        lease_expires_at = now() - interval '1 second', leased_by = 'gone', attempts = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := reclaimExpired(ctx, pool, "drainer", nil); err != nil || n != len(keys) {
+		t.Fatalf("reclaim: %d %v", n, err)
+	}
+	check("a reclaim")
+	// Clearing the floor (an operator's explicit override) lets it move.
+	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET not_before = NULL, next_attempt_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := floorOf(t, pool, keys[0]); next > time.Second {
+		t.Fatalf("with its floor cleared the row is still %s away", next)
+	}
+}
+
+// TestRouteRemovedThenRestoredDrainsAtOnce: a row attempted before its route
+// was removed drains as soon as a reload brings the route back, not at its
+// next unrouted recheck.
+func TestRouteRemovedThenRestoredDrainsAtOnce(t *testing.T) {
+	pool := newPool(t)
+	var calls atomic.Int64
+	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		if calls.Add(1) == 1 {
+			return dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: fmt.Errorf("http 503")}
+		}
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
+	rt.Routes["t"].Backoff = Backoff{Base: 2 * time.Second, Cap: 2 * time.Second}
+	keys := enqueueN(t, pool, "run", "t", 1)
+	eng := startEngine(t, pool, rt, Config{Workers: 2})
+	waitFor(t, "first attempt answered", 30*time.Second, func() bool {
+		r := getRow(t, pool, keys[0])
+		return r.Attempts == 1 && r.Status == StatusPending
+	})
+
+	// The route disappears: the row is now unrouted, rechecked once an hour.
+	gone := testRouting(t, map[string]dispatch.Adapter{"t": a})
+	gone.UnroutedRecheck = time.Hour
+	eng.Reload(gone)
+	waitFor(t, "the unrouted row is deferred", 30*time.Second, func() bool {
+		next, _ := floorOf(t, pool, keys[0])
+		return next > 10*time.Minute
+	})
+	back := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
+	back.UnroutedRecheck = time.Hour
+	eng.Reload(back)
+	waitFor(t, "the row drains once its route is back", 30*time.Second, func() bool {
+		return getRow(t, pool, keys[0]).Status == StatusSucceeded
+	})
+}
