@@ -74,6 +74,14 @@ func (rt *Routing) use() bool {
 	return true
 }
 
+// share records one more user on behalf of a caller that already holds a
+// use (a claim handing its rows to workers), retired or not.
+func (rt *Routing) share() {
+	rt.mu.Lock()
+	rt.users++
+	rt.mu.Unlock()
+}
+
 // done ends one use.
 func (rt *Routing) done() {
 	rt.mu.Lock()

@@ -88,7 +88,7 @@ func (e *Engine) claimWhileFree() error {
 			}
 			e.active.Add(1)
 			e.workers.Add(1)
-			rt.use()
+			rt.share()
 			go e.work(row, rt, route, entry, claimedAt)
 		}
 		rt.done()
