@@ -14,7 +14,7 @@ func mixedHistory(t *testing.T, e *env) []string {
 	if _, err := e.c.Resolve(t.Context(), k[1], Resolution{Note: "checked", Outcome: "failed"}, alice); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.Requeue(t.Context(), k[1], alice, false); err != nil {
+	if _, err := e.c.Requeue(t.Context(), k[1], alice, BulkOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.c.Cancel(t.Context(), k[2], alice, false); err != nil {

@@ -29,6 +29,11 @@ type BulkOptions struct {
 	Show int
 	// BatchSize is the number of rows per transaction (0: DefaultBatchSize).
 	BatchSize int
+	// IgnoreRetryAfter (requeue only) clears each row's not_before floor,
+	// the wait a provider asked for (Retry-After) or its backoff put there,
+	// so the row is due now. Without it a requeued row is due at its floor
+	// and the change says so.
+	IgnoreRetryAfter bool
 }
 
 // Change is one row an action changed (or, in a dry run, would change).
@@ -43,7 +48,10 @@ type Change struct {
 	Status       string `json:"status"`
 	FromAttempts int    `json:"from_attempts"`
 	Attempts     int    `json:"attempts"`
-	Warning      string `json:"warning,omitempty"`
+	// NotBefore is the row's floor when it lies in the future: the moment a
+	// provider's Retry-After (or its backoff) allows the next attempt.
+	NotBefore *time.Time `json:"not_before,omitempty"`
+	Warning   string     `json:"warning,omitempty"`
 }
 
 // Revival is an aborted run brought back to life by requeueing the failed
@@ -111,9 +119,11 @@ type candidate struct {
 	Status         string     `db:"status"`
 	Attempts       int        `db:"attempts"`
 	LeaseExpiresAt *time.Time `db:"lease_expires_at"`
+	NotBefore      *time.Time `db:"not_before"`
 }
 
-const candidateColumns = `o.key, o.seq, o.agent_run_id, o.step_id, o.tool_name, o.kind, o.status, o.attempts, o.lease_expires_at`
+const candidateColumns = `o.key, o.seq, o.agent_run_id, o.step_id, o.tool_name, o.kind, o.status, o.attempts, o.lease_expires_at,
+	CASE WHEN o.not_before > now() THEN o.not_before END AS not_before`
 
 func (r candidate) change(to string, attempts int) Change {
 	return Change{Key: r.Key, Seq: r.Seq, AgentRunID: r.AgentRunID, StepID: r.StepID, ToolName: r.ToolName,

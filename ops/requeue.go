@@ -5,15 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/jackc/pgx/v5"
 )
 
-// Requeue makes the row of key pending and due now (see the package rules).
-// A refusal is a *TransitionError; an unknown key a *NotFoundError.
-func (c *Client) Requeue(ctx context.Context, key string, who Who, dryRun bool) (*Result, error) {
-	return c.runKey(ctx, requeuer{c: c, who: who}, who, key, dryRun)
+// Requeue makes the row of key pending and due now, or at its not_before
+// floor unless o.IgnoreRetryAfter (see the package rules); o.DryRun changes
+// nothing. A refusal is a *TransitionError; an unknown key a *NotFoundError.
+func (c *Client) Requeue(ctx context.Context, key string, who Who, o BulkOptions) (*Result, error) {
+	return c.runKey(ctx, requeuer{c: c, who: who, ignoreFloor: o.IgnoreRetryAfter}, who, key, o.DryRun)
 }
 
 // RequeueWhere requeues every row matching f, which must name a status
@@ -23,7 +25,7 @@ func (c *Client) RequeueWhere(ctx context.Context, f Filter, who Who, o BulkOpti
 	if err := RequeueStatus(f.Status); err != nil {
 		return nil, err
 	}
-	return c.runBulk(ctx, requeuer{c: c, who: who}, who, f, o)
+	return c.runBulk(ctx, requeuer{c: c, who: who, ignoreFloor: o.IgnoreRetryAfter}, who, f, o)
 }
 
 // RequeueStatus reports whether rows of status may be requeued in bulk.
@@ -61,8 +63,9 @@ func requeueWhy(r candidate) string {
 }
 
 type requeuer struct {
-	c   *Client
-	who Who
+	c           *Client
+	who         Who
+	ignoreFloor bool
 }
 
 func (requeuer) verb() string { return "requeue" }
@@ -117,7 +120,7 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 		run, aborted := runs[r.AgentRunID]
 		switch {
 		case !aborted || r.Status == drainer.StatusPending:
-			p.changes = append(p.changes, requeueChange(r))
+			p.changes = append(p.changes, q.change(r))
 		case r.Status == drainer.StatusCancelled:
 			p.refused = append(p.refused, r.refusal("requeue", run.cancelledWhy()))
 		default: // failed, in an aborted run
@@ -125,7 +128,7 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 				p.refused = append(p.refused, r.refusal("requeue", why))
 				continue
 			}
-			p.changes = append(p.changes, requeueChange(r))
+			p.changes = append(p.changes, q.change(r))
 			if !reviving[run.ID] {
 				reviving[run.ID] = true
 				p.revive = append(p.revive, Revival{AgentRunID: run.ID, AbortReason: run.Reason})
@@ -144,12 +147,22 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 	return p, nil
 }
 
-func requeueChange(r candidate) Change {
+func (q requeuer) change(r candidate) Change {
 	attempts := r.Attempts
 	if r.Status == drainer.StatusFailed {
 		attempts = 0 // a fresh budget, same key
 	}
-	return r.change(drainer.StatusPending, attempts)
+	ch := r.change(drainer.StatusPending, attempts)
+	if r.NotBefore != nil {
+		at := r.NotBefore.UTC().Format(time.RFC3339)
+		if q.ignoreFloor {
+			ch.Warning = "due now: overrides the provider's Retry-After (or backoff) that asked to wait until " + at
+		} else {
+			ch.NotBefore = r.NotBefore
+			ch.Warning = "due at " + at + ", when the provider's Retry-After (or backoff) allows; --ignore-retry-after sends it now"
+		}
+	}
+	return ch
 }
 
 func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
@@ -160,15 +173,18 @@ func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 	for i, ch := range p.changes {
 		keys[i], from[i] = ch.Key, ch.FromStatus
 	}
+	// next_attempt_at = now() stops at the row's not_before floor (a schema
+	// trigger), unless the operator asked to ignore it.
 	rows, err := tx.Query(ctx, q.c.sql(`UPDATE {s}.outbox o
 	       SET status = 'pending',
 	           cancel_cause = NULL,
 	           attempts = CASE WHEN o.status = 'failed' THEN 0 ELSE o.attempts END,
+	           not_before = CASE WHEN $3 THEN NULL ELSE o.not_before END,
 	           next_attempt_at = now(),
 	           updated_at = now()
 	      FROM unnest($1::text[], $2::text[]) AS c(key, status)
 	     WHERE o.key = c.key AND o.status = c.status
-	 RETURNING o.key`), keys, from)
+	 RETURNING o.key`), keys, from, q.ignoreFloor)
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}

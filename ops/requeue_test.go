@@ -26,7 +26,7 @@ func TestRequeueRefusals(t *testing.T) {
 		key := k[i]
 		i++
 		e.set(key, status, 1)
-		_, err := e.c.Requeue(t.Context(), key, alice, false)
+		_, err := e.c.Requeue(t.Context(), key, alice, BulkOptions{})
 		te := wantRefused(t, err, key, status)
 		if !strings.Contains(te.Why, why) {
 			t.Errorf("%s: why = %q, want it to mention %q", status, te.Why, why)
@@ -42,17 +42,17 @@ func TestRequeueRefusals(t *testing.T) {
 	// A pruned key answers its final status.
 	e.exec(`INSERT INTO drainer.tombstones (key, payload_hash, final_status) SELECT key, payload_hash, 'succeeded' FROM drainer.outbox WHERE key = $1`, k[0])
 	e.exec(`DELETE FROM drainer.outbox WHERE key = $1`, k[0])
-	_, err := e.c.Requeue(t.Context(), k[0], alice, false)
+	_, err := e.c.Requeue(t.Context(), k[0], alice, BulkOptions{})
 	if te := wantRefused(t, err, k[0], "succeeded"); !strings.Contains(te.Why, "pruned") {
 		t.Errorf("pruned: why = %q", te.Why)
 	}
 
-	_, err = e.c.Requeue(t.Context(), "idem_v1_unknown", alice, false)
+	_, err = e.c.Requeue(t.Context(), "idem_v1_unknown", alice, BulkOptions{})
 	var nf *NotFoundError
 	if !errors.As(err, &nf) {
 		t.Fatalf("unknown key: err = %v", err)
 	}
-	if _, err := e.c.Requeue(t.Context(), k[4], Who{}, false); !errors.Is(err, ErrNoActor) {
+	if _, err := e.c.Requeue(t.Context(), k[4], Who{}, BulkOptions{}); !errors.Is(err, ErrNoActor) {
 		t.Fatalf("no actor: err = %v", err)
 	}
 	if _, err := e.c.RequeueWhere(t.Context(), Filter{Status: "succeeded"}, alice, BulkOptions{}); err == nil ||
@@ -67,7 +67,7 @@ func TestRequeuePendingAndCancelled(t *testing.T) {
 	k := e.enqueue("r1", "charge", 2)
 	e.exec(`UPDATE drainer.outbox SET attempts = 2, next_attempt_at = now() + interval '1 hour' WHERE key = $1`, k[0])
 
-	res, err := e.c.Requeue(t.Context(), k[0], alice, false)
+	res, err := e.c.Requeue(t.Context(), k[0], alice, BulkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestRequeuePendingAndCancelled(t *testing.T) {
 	if _, err := e.c.Cancel(t.Context(), k[1], alice, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.Requeue(t.Context(), k[1], alice, false); err != nil {
+	if _, err := e.c.Requeue(t.Context(), k[1], alice, BulkOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.status(k[1]); got != "pending" {
@@ -106,13 +106,13 @@ func TestRequeueFailedRevivesRun(t *testing.T) {
 	}
 
 	// The cancelled sibling cannot come back on its own.
-	_, err := e.c.Requeue(t.Context(), k[3], alice, false)
+	_, err := e.c.Requeue(t.Context(), k[3], alice, BulkOptions{})
 	if te := wantRefused(t, err, k[3], "cancelled"); !strings.Contains(te.Why, k[2]) {
 		t.Fatalf("why = %q, want it to name the failed row", te.Why)
 	}
 
 	// A dry run says what would happen and does nothing.
-	res, err := e.c.Requeue(t.Context(), k[2], alice, true)
+	res, err := e.c.Requeue(t.Context(), k[2], alice, BulkOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestRequeueFailedRevivesRun(t *testing.T) {
 		t.Fatal("dry run changed something")
 	}
 
-	res, err = e.c.Requeue(t.Context(), k[2], alice, false)
+	res, err = e.c.Requeue(t.Context(), k[2], alice, BulkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestRequeueFailedRefusedInAbortedRun(t *testing.T) {
 	if st, err := compensations.Advance(t.Context(), e.pool, "drainer", "saga", m); err != nil || st != "compensating" {
 		t.Fatalf("advance = %q, %v", st, err)
 	}
-	_, err := e.c.Requeue(t.Context(), k[1], alice, false)
+	_, err := e.c.Requeue(t.Context(), k[1], alice, BulkOptions{})
 	if te := wantRefused(t, err, k[1], "failed"); !strings.Contains(te.Why, "saga has started") {
 		t.Fatalf("why = %q", te.Why)
 	}
@@ -173,7 +173,7 @@ func TestRequeueFailedRefusedInAbortedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.set(o[0], "failed", 1)
-	_, err = e.c.Requeue(t.Context(), o[0], alice, false)
+	_, err = e.c.Requeue(t.Context(), o[0], alice, BulkOptions{})
 	if te := wantRefused(t, err, o[0], "failed"); !strings.Contains(te.Why, "aborted by bob") {
 		t.Fatalf("why = %q", te.Why)
 	}
@@ -182,7 +182,7 @@ func TestRequeueFailedRefusedInAbortedRun(t *testing.T) {
 	two := e.enqueue("two", "charge", 2)
 	e.set(two[0], "failed", 1)
 	e.set(two[1], "failed", 1)
-	_, err = e.c.Requeue(t.Context(), two[0], alice, false)
+	_, err = e.c.Requeue(t.Context(), two[0], alice, BulkOptions{})
 	if te := wantRefused(t, err, two[0], "failed"); !strings.Contains(te.Why, two[1]) {
 		t.Fatalf("why = %q", te.Why)
 	}
@@ -275,7 +275,7 @@ func TestRequeueRaceIsRefused(t *testing.T) {
 	e.exec(`DELETE FROM drainer.runs`)
 	// The plan read "failed"; the row changed before the update.
 	r := candidate{Key: k[0], AgentRunID: "r1", Status: "failed", Kind: "forward", Attempts: 3}
-	p := &plan{changes: []Change{requeueChange(r)}}
+	p := &plan{changes: []Change{requeuer{c: e.c, who: alice}.change(r)}}
 	e.set(k[0], "succeeded", 3)
 	err := e.c.begin(t.Context(), "requeue", alice, func(tx pgx.Tx) error {
 		return requeuer{c: e.c, who: alice}.apply(t.Context(), tx, p)
@@ -288,5 +288,38 @@ func TestRequeueRaceIsRefused(t *testing.T) {
 	}
 	if !strings.Contains(p.refused[0].Error(), "changed while this command ran") || e.status(k[0]) != "succeeded" {
 		t.Fatalf("refusal = %v, status %s", p.refused[0], e.status(k[0]))
+	}
+}
+
+// TestRequeueKeepsRetryAfterFloor: a requeued row waits for the moment its
+// provider's Retry-After allowed, and says so; --ignore-retry-after makes it
+// due now and says which floor it overrode.
+func TestRequeueKeepsRetryAfterFloor(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.enqueue("r1", "charge", 2)
+	e.exec(`UPDATE drainer.outbox SET not_before = now() + interval '1 hour', next_attempt_at = now() + interval '1 hour'`)
+	due := func(key string) int {
+		return e.count(`SELECT (extract(epoch FROM next_attempt_at - now()) / 60)::int FROM drainer.outbox WHERE key = $1`, key)
+	}
+	res, err := e.c.Requeue(t.Context(), k[0], alice, BulkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := res.Rows[0]; ch.NotBefore == nil || !strings.Contains(ch.Warning, "--ignore-retry-after") {
+		t.Fatalf("change = %+v; want the floor named", ch)
+	}
+	if m := due(k[0]); m < 59 {
+		t.Fatalf("requeue moved the row to %d minutes from now, before its Retry-After floor", m)
+	}
+	res, err = e.c.Requeue(t.Context(), k[1], alice, BulkOptions{IgnoreRetryAfter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := res.Rows[0]; ch.NotBefore != nil || !strings.Contains(ch.Warning, "overrides") {
+		t.Fatalf("change = %+v; want the override said", ch)
+	}
+	if m := due(k[1]); m > 0 {
+		t.Fatalf("with --ignore-retry-after the row is still %d minutes away", m)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/drainer-io/drainer/ops"
 	"github.com/spf13/cobra"
@@ -85,6 +86,11 @@ requeued together; otherwise the row is refused, since re-running a step of
 an aborted run would fight its saga. Cancelled rows of an aborted run are
 refused: requeue the failed row that aborted it.
 
+A row keeps its not_before floor: the moment a provider's Retry-After (or
+the backoff after its last answer) allows the next attempt. It is then due
+at that moment, not now, and the output says so; --ignore-retry-after
+clears the floor and the output names each floor it overrode.
+
 By filter, rows are changed in batches (--batch-size per transaction); rows
 that cannot be requeued are listed and left alone, and the exit code is 1
 if there were any. --dry-run prints the count and the first --show rows
@@ -110,7 +116,7 @@ that would change, and changes nothing.`,
 			who := o.who(b.reason)
 			var res *ops.Result
 			if len(args) == 1 {
-				res, err = c.Requeue(cmd.Context(), args[0], who, b.opts.DryRun)
+				res, err = c.Requeue(cmd.Context(), args[0], who, b.opts)
 			} else {
 				res, err = c.RequeueWhere(cmd.Context(), b.f, who, b.opts)
 			}
@@ -118,6 +124,8 @@ that would change, and changes nothing.`,
 		},
 	}
 	addBulkFlags(cmd, &b)
+	cmd.Flags().BoolVar(&b.opts.IgnoreRetryAfter, "ignore-retry-after", false,
+		"make the rows due now even where a provider's Retry-After (or the backoff) asked to wait; the output names each overridden floor")
 	addActorFlag(cmd, &o)
 	addOpFlags(cmd, &o)
 	return cmd
@@ -167,7 +175,10 @@ func printSingle(w io.Writer, res *ops.Result) {
 			fmt.Fprintf(w, "%d → ", ch.FromAttempts)
 		}
 		fmt.Fprint(w, ch.Attempts)
-		if ch.Status == "pending" {
+		switch {
+		case ch.Status == "pending" && ch.NotBefore != nil:
+			fmt.Fprintf(w, ", due at %s", ch.NotBefore.UTC().Format(time.RFC3339))
+		case ch.Status == "pending":
 			fmt.Fprint(w, ", due now")
 		}
 		fmt.Fprintln(w, ")")
@@ -202,7 +213,11 @@ func printBulk(w io.Writer, res *ops.Result) {
 		fmt.Fprintf(w, "%s %d row(s) in %d batch(es)\n", past(res.Action), res.Count, res.Batches)
 	}
 	if res.Warnings > 0 {
-		fmt.Fprintf(w, "warning: %d of them had been attempted: their effect may exist\n", res.Warnings)
+		if res.Action == "cancel" {
+			fmt.Fprintf(w, "warning: %d of them had been attempted: their effect may exist\n", res.Warnings)
+		} else {
+			fmt.Fprintf(w, "note: %d of them have a Retry-After (or backoff) floor: see WARNING\n", res.Warnings)
+		}
 	}
 	if len(res.Rows) > 0 {
 		t := newTable(w, "SEQ", "KEY", "RUN", "STEP", "TOOL", "FROM", "STATUS", "ATTEMPTS", "WARNING")
