@@ -244,12 +244,19 @@ func (r *Route) Errorf(format string, args ...any) error {
 
 // Detect is a probe: GET URL (with {key} and {tool_name} substituted,
 // path-escaped). 2xx: the effect happened (the row succeeds with the probe's
-// answer); 404 or 410: it did not (the row is retried with the same key);
-// anything else: the outcome stays unknown.
+// answer); 404 or 410: it did not (the row is retried with the same key),
+// but only once the probe has proven itself (it answered 2xx for a key of
+// the route known to have succeeded, within the last 15 minutes) and a
+// second probe Settle later confirms the absence; anything else: the
+// outcome stays unknown.
 type Detect struct {
 	URL     string            `yaml:"url"`
 	Headers map[string]Secret `yaml:"headers"`
 	Timeout time.Duration     `yaml:"timeout"`
+	// Settle is waited before the first probe and between the two probes
+	// that must both find no effect (default 1s): a provider may be slow to
+	// show an effect.
+	Settle time.Duration `yaml:"settle"`
 }
 
 // Enabled reports whether a probe is configured.
@@ -257,6 +264,9 @@ func (d Detect) Enabled() bool { return d.URL != "" }
 
 // DefaultDetectTimeout bounds one probe.
 const DefaultDetectTimeout = 5 * time.Second
+
+// DefaultDetectSettle is the default Detect.Settle.
+const DefaultDetectSettle = time.Second
 
 // Backoff configures Full Jitter rescheduling.
 type Backoff struct {
@@ -339,6 +349,7 @@ func (c *Config) applyDefaults(src map[string]*source) {
 		}
 		if r.Detect.Enabled() {
 			r.Detect.Timeout = cmp.Or(r.Detect.Timeout, DefaultDetectTimeout)
+			r.Detect.Settle = cmp.Or(r.Detect.Settle, DefaultDetectSettle)
 		}
 	}
 }

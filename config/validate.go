@@ -323,6 +323,10 @@ func (v *validator) detect(p string, r *Route) {
 	}
 	v.absoluteURL(u, val)
 	v.positive(f+".timeout", r.Detect.Timeout)
+	v.positive(f+".settle", r.Detect.Settle)
+	if v.usable(f+".settle") && r.Detect.Settle > time.Minute {
+		v.errorf(f+".settle", "must be at most 1m (it is waited twice within the row's lease), got %s", v.quoted(f+".settle"))
+	}
 	if name := f + ".headers"; v.set(name) {
 		v.secrets(f, reflect.ValueOf(&r.Detect).Elem())
 	}

@@ -419,3 +419,25 @@ func TestSendTracker(t *testing.T) {
 		t.Errorf("refused connection classified %+v", r)
 	}
 }
+
+// TestRetryAfterUsesProviderClock: an HTTP-date Retry-After is measured
+// against the provider's Date header, so a skewed local clock changes
+// nothing; without a Date header it falls back to the (skewed) local clock.
+func TestRetryAfterUsesProviderClock(t *testing.T) {
+	t.Cleanup(func() { SetClockSkew(0) })
+	provider := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	h := http.Header{}
+	h.Set("Date", provider.Format(http.TimeFormat))
+	h.Set("Retry-After", provider.Add(25*time.Second).Format(http.TimeFormat))
+	for _, skew := range []time.Duration{-time.Hour, 0, 90 * time.Second} {
+		SetClockSkew(skew)
+		if got := RetryAfter(h); got != 25*time.Second {
+			t.Fatalf("skew %s: Retry-After %s; want 25s whatever the local clock", skew, got)
+		}
+	}
+	h.Del("Date")
+	h.Set("Retry-After", Now().Add(time.Hour).Format(http.TimeFormat))
+	if got := RetryAfter(h); got < 59*time.Minute || got > time.Hour {
+		t.Fatalf("without Date: %s; want about an hour", got)
+	}
+}

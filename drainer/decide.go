@@ -43,10 +43,11 @@ type completion struct {
 	Response       json.RawMessage
 	ResponseStatus int
 
-	// For metrics and logs only.
+	// For metrics, logs and the detect probe's witness only.
 	adapter string
 	outcome string
 	row     *claimedRow
+	route   *Route
 }
 
 // decision inputs that do not come from the row or result.

@@ -122,7 +122,7 @@ type Engine struct {
 
 	active   atomic.Int64
 	wake     chan struct{}
-	sagaWake chan struct{}
+	reloaded chan struct{} // a reload swapped the routing
 	// batchFree is signalled when a full claim batch of slots is free.
 	batchFree chan struct{}
 
@@ -170,7 +170,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 		log:       cfg.Logger,
 		metrics:   cfg.Metrics,
 		wake:      make(chan struct{}, 1),
-		sagaWake:  make(chan struct{}, 1),
+		reloaded:  make(chan struct{}, 1),
 		batchFree: make(chan struct{}, 1),
 		claimDone: make(chan struct{}),
 		tracer:    cfg.Tracer,
@@ -182,6 +182,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.gatePolicy = map[string]GatePolicy{}
 	e.pauses.Store(&pauseSet{})
 	e.attachGates(routing)
+	e.attachDetectors(routing)
 	e.routing.Store(routing)
 	e.metrics.InitAdapters(routing.Registry.Names())
 	e.metrics.Workers.Set(float64(cfg.Workers))
@@ -214,7 +215,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.pauses.Store(set)
-	e.loops.Add(9)
+	e.loops.Add(10)
+	go e.calibrateLoop()
 	go e.deferrer.run()
 	go e.retentionLoop()
 	go e.pauseLoop()
@@ -234,7 +236,12 @@ func (e *Engine) Start(ctx context.Context) error {
 // them.
 func (e *Engine) Reload(rt *Routing) {
 	e.attachGates(rt)
+	e.attachDetectors(rt)
 	old := e.routing.Swap(rt)
+	select {
+	case e.reloaded <- struct{}{}:
+	default:
+	}
 	e.metrics.InitAdapters(rt.Registry.Names())
 	e.wakeNewlyRouted(old, rt)
 	e.signal()

@@ -3,15 +3,11 @@ package drainer
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -267,75 +263,6 @@ func TestPauseRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "rows drained after resume", 15*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 5 })
-}
-
-// TestDetectProbe: on a non_idempotent route an ambiguous attempt is not
-// parked when the detect probe can tell: an existing effect makes the row
-// succeed (no second call); a missing one makes it retry with the same key.
-// Without a probe the row is parked as outcome_unknown.
-func TestDetectProbe(t *testing.T) {
-	pool := newPool(t)
-	var mu sync.Mutex
-	effects := map[string]bool{}
-	calls := map[string]int{}
-	probe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := strings.TrimPrefix(r.URL.Path, "/effects/")
-		mu.Lock()
-		defer mu.Unlock()
-		if effects[key] {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"found":"` + key + `"}`))
-			return
-		}
-		http.NotFound(w, r)
-	}))
-	defer probe.Close()
-	// The first call of "had_effect" rows applies the effect and then times
-	// out; the first call of "no_effect" rows times out before any effect.
-	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
-		mu.Lock()
-		defer mu.Unlock()
-		calls[m.Key]++
-		if calls[m.Key] == 1 {
-			if m.Tuple.StepID == "had_effect" {
-				effects[m.Key] = true
-			}
-			return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: "timeout", Err: errors.New("timeout")}
-		}
-		effects[m.Key] = true
-		return dispatch.Result{Outcome: dispatch.Success}
-	})
-	ctx := t.Context()
-	var kHad, kNo, kPark string
-	for step, key := range map[string]*string{"had_effect": &kHad, "no_effect": &kNo} {
-		if err := pool.QueryRow(ctx, "SELECT key FROM drainer.enqueue('run-'||$1, $1, 'wire', '', '{}')", step).Scan(key); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pool.QueryRow(ctx, "SELECT key FROM drainer.enqueue('run-park', 'had_effect', 'wire_blind', '', '{}')").Scan(&kPark); err != nil {
-		t.Fatal(err)
-	}
-	wire := &Route{Tool: "wire", Class: "non_idempotent", Detect: NewDetector(config.Detect{URL: probe.URL + "/effects/{key}"})}
-	blind := &Route{Tool: "wire_blind", Adapter: "wire", Class: "non_idempotent"}
-	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"wire": a}, wire, blind), Config{Workers: 2})
-	waitFor(t, "rows settled", 10*time.Second, func() bool {
-		return getRow(t, pool, kHad).Status == StatusSucceeded && getRow(t, pool, kNo).Status == StatusSucceeded &&
-			getRow(t, pool, kPark).Status == StatusOutcomeUnknown
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if calls[kHad] != 1 {
-		t.Fatalf("row whose effect the probe found was called %d times, want 1", calls[kHad])
-	}
-	if r := getRow(t, pool, kHad); !strings.Contains(string(r.Response), "found") {
-		t.Fatalf("probe answer not recorded: %s", r.Response)
-	}
-	if calls[kNo] != 2 || getRow(t, pool, kNo).Attempts != 2 {
-		t.Fatalf("row without effect: %d calls, %d attempts; want a retry with the attempt counted", calls[kNo], getRow(t, pool, kNo).Attempts)
-	}
-	if calls[kPark] != 1 {
-		t.Fatalf("row on a route without probe retried blindly: %d calls", calls[kPark])
-	}
 }
 
 // TestRefusedBacklogIsDeferredInBulk: 3,000 unrouted rows queued ahead of a

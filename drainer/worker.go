@@ -150,6 +150,10 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 
 // finish records a row's completion: counted, logged, queued for writing.
 func (e *Engine) finish(c *completion) {
+	if c.Status == StatusSucceeded && c.route != nil && c.route.Detect != nil && c.row.Kind == "forward" {
+		c.route.Detect.sawSuccess(c.row.Key, idemkey.Tuple{AgentRunID: c.row.AgentRunID, StepID: c.row.StepID,
+			ToolName: c.row.ToolName, BusinessScope: c.row.BusinessScope})
+	}
 	c.sanitize()
 	e.observe(c)
 	e.completer.add(*c)
@@ -235,6 +239,7 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	env.rand = e.rng
 	c := decide(env, row, route, entry.Name, res)
 	e.rngMu.Unlock()
+	c.route = route
 	return c
 }
 

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/internal/daemon"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/spf13/cobra"
@@ -50,12 +53,22 @@ running one kept.`,
 					}
 				}
 			}()
+			if v := os.Getenv("DRAINER_TEST_CLOCK_SKEW"); v != "" {
+				// Test-only: play a replica whose wall clock is wrong (the
+				// database clock rules scheduling; see dispatch.SetClockSkew).
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return usagef("DRAINER_TEST_CLOCK_SKEW: %v", err)
+				}
+				dispatch.SetClockSkew(d)
+				log.Warn("test clock skew in force", "skew", d)
+			}
 			opts.DatabaseURL, opts.Schema, opts.Logger, opts.Version, opts.Reload = g.databaseURL, g.schema, log, version, reload
 			return daemon.Run(ctx, opts)
 		},
 	}
 	cmd.Flags().StringVar(&opts.ConfigPath, "config", "", "config file (YAML)")
-	cmd.Flags().IntVar(&opts.Workers, "workers", 0, "worker slots (default: the config's workers, else 16)")
+	cmd.Flags().IntVar(&opts.Workers, "workers", 0, fmt.Sprintf("worker slots (default: the config's workers, else %d)", config.DefaultWorkers))
 	cmd.Flags().StringVar(&opts.MetricsAddr, "metrics-addr", ":9753", "address serving /metrics, /healthz and /readyz")
 	cmd.Flags().DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for calls under way")
 	addDBFlags(cmd, g)

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
 )
@@ -123,7 +122,7 @@ func (a *Adapter) result(ctx context.Context, m *dispatch.Message, resp *http.Re
 		r.Response = dispatch.ResponseJSON(resp.Header.Get("Content-Type"), body, a.cfg.ResponseLimit)
 		return r
 	case dispatch.Retry:
-		r.RetryAfter, _ = dispatch.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		r.RetryAfter = dispatch.RetryAfter(resp.Header)
 	}
 	if apiErr != nil {
 		r.Err = apiErr

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
 )
@@ -117,7 +116,7 @@ func (a *Adapter) result(ctx context.Context, resp *http.Response, body []byte, 
 		r.Response = dispatch.ResponseJSON(contentType, body, a.cfg.ResponseLimit)
 		return r
 	case dispatch.Retry:
-		r.RetryAfter, _ = dispatch.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		r.RetryAfter = dispatch.RetryAfter(resp.Header)
 	}
 	r.Problem = dispatch.ParseProblem(contentType, body)
 	r.Err = dispatch.NewHTTPError(resp.StatusCode, body, r.Problem)

@@ -1,0 +1,146 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
+)
+
+// effectProvider is a non-idempotent provider double with a probe endpoint.
+// The first call of a row whose step starts with "had" applies the effect
+// and then times out; the first call of other rows times out before any
+// effect; a row whose step is "warm" succeeds at once. An effect shows on the
+// probe lag after it was applied.
+type effectProvider struct {
+	lag time.Duration
+
+	mu      sync.Mutex
+	applied map[string]time.Time
+	calls   map[string]int
+	probes  int
+}
+
+func newEffectProvider(lag time.Duration) *effectProvider {
+	return &effectProvider{lag: lag, applied: map[string]time.Time{}, calls: map[string]int{}}
+}
+
+func (p *effectProvider) Dispatch(_ context.Context, m *dispatch.Message) dispatch.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls[m.Key]++
+	if p.calls[m.Key] == 1 && m.Tuple.StepID != "warm" {
+		if strings.HasPrefix(m.Tuple.StepID, "had") {
+			p.applied[m.Key] = time.Now()
+		}
+		return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: "timeout", Err: errors.New("timeout")}
+	}
+	p.applied[m.Key] = time.Now()
+	return dispatch.Result{Outcome: dispatch.Success}
+}
+
+func (p *effectProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+	p.mu.Lock()
+	at, ok := p.applied[key]
+	p.probes++
+	p.mu.Unlock()
+	if strings.HasPrefix(r.URL.Path, "/effects/") && ok && time.Since(at) >= p.lag {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"found":"` + key + `"}`))
+		return
+	}
+	http.NotFound(w, r)
+}
+
+func (p *effectProvider) callsOf(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[key]
+}
+
+// detectEnv runs an engine with route "wire" probed at path (on the
+// provider's server) and route "wire_blind" without probe; a first row of
+// "wire" succeeds before it returns, so a probe aimed right can prove itself.
+func detectEnv(t *testing.T, p *effectProvider, path string, settle time.Duration) func(step, tool string) string {
+	t.Helper()
+	pool := newPool(t)
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	wire := &Route{Tool: "wire", Class: "non_idempotent", Detect: NewDetector(config.Detect{URL: srv.URL + path, Settle: settle})}
+	blind := &Route{Tool: "wire_blind", Adapter: "wire", Class: "non_idempotent"}
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"wire": p}, wire, blind), Config{Workers: 4})
+	enqueue := func(step, tool string) string {
+		var key string
+		if err := pool.QueryRow(t.Context(), "SELECT key FROM drainer.enqueue('run-'||$1, $1, $2, '', '{}')", step, tool).Scan(&key); err != nil {
+			t.Fatal(err)
+		}
+		return key
+	}
+	warm := enqueue("warm", "wire")
+	waitFor(t, "first row succeeded", 30*time.Second, func() bool { return getRow(t, pool, warm).Status == StatusSucceeded })
+	return func(step, tool string) string {
+		k := enqueue(step, tool)
+		waitFor(t, step+" settled", 30*time.Second, func() bool {
+			s := getRow(t, pool, k).Status
+			return s == StatusSucceeded || s == StatusOutcomeUnknown || s == StatusFailed
+		})
+		if r := getRow(t, pool, k); r.LastError != nil {
+			t.Logf("%s: %s: %s", step, r.Status, *r.LastError)
+		}
+		return k
+	}
+}
+
+// TestDetectProbe: on a non_idempotent route an ambiguous attempt is not
+// parked when a trusted probe can tell: an existing effect makes the row
+// succeed (no second call); a confirmed absence makes it retry with the same
+// key. Without a probe the row is parked as outcome_unknown.
+func TestDetectProbe(t *testing.T) {
+	p := newEffectProvider(0)
+	settle := detectEnv(t, p, "/effects/{key}", 50*time.Millisecond)
+	had := settle("had_effect", "wire")
+	no := settle("no_effect", "wire")
+	park := settle("had_blind", "wire_blind")
+	if n := p.callsOf(had); n != 1 {
+		t.Fatalf("row whose effect the probe found was called %d times, want 1", n)
+	}
+	if n := p.callsOf(no); n != 2 {
+		t.Fatalf("row without effect: %d calls; want a retry after the confirmed absence ", n)
+	}
+	if n := p.callsOf(park); n != 1 {
+		t.Fatalf("row on a route without probe retried blindly: %d calls", n)
+	}
+}
+
+// TestDetectProbeMustProveItself: a probe aimed at the wrong place answers
+// 404 for every key, including keys known to have succeeded. Its 404s are
+// not believed: the ambiguous row parks as outcome_unknown and is never sent
+// again.
+func TestDetectProbeMustProveItself(t *testing.T) {
+	p := newEffectProvider(0)
+	settle := detectEnv(t, p, "/wrong/{key}", 50*time.Millisecond)
+	had := settle("had_effect", "wire")
+	if n := p.callsOf(had); n != 1 {
+		t.Fatalf("an untrusted probe's 404 sent the row again: %d calls", n)
+	}
+}
+
+// TestDetectProbeWaitsForSlowEffects: a provider that shows an effect only a
+// while after applying it is probed twice, settle apart, before an absence
+// counts: the row succeeds on the second probe instead of being sent again.
+func TestDetectProbeWaitsForSlowEffects(t *testing.T) {
+	p := newEffectProvider(300 * time.Millisecond)
+	settle := detectEnv(t, p, "/effects/{key}", 200*time.Millisecond)
+	had := settle("had_effect", "wire")
+	if n := p.callsOf(had); n != 1 {
+		t.Fatalf("a slow-to-show effect was duplicated: %d calls", n)
+	}
+}
