@@ -215,6 +215,12 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.pauses.Store(set)
+	// Before anything is scraped from this engine, so the counters never
+	// go from 0 to the database's total (a false increase).
+	if err := e.readEnqueueCounters(ctx); err != nil {
+		e.started.Store(false)
+		return err
+	}
 	e.loops.Add(10)
 	go e.calibrateLoop()
 	go e.deferrer.run()

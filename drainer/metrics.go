@@ -1,6 +1,8 @@
 package drainer
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -38,6 +40,12 @@ type Metrics struct {
 	UnroutedRows            *prometheus.GaugeVec
 	UnroutedOldestAge       *prometheus.GaugeVec
 	PrunedRows              *prometheus.CounterVec
+	EnqueueDuplicates       prometheus.CounterFunc
+	EnqueueMismatches       prometheus.CounterFunc
+
+	// enqueueDuplicates and enqueueMismatches hold the database's counts
+	// (sequences bumped by drainer.enqueue), read with the periodic gauges.
+	enqueueDuplicates, enqueueMismatches atomic.Uint64
 }
 
 // NewMetrics registers every collector on reg and pre-initialises the label
@@ -144,6 +152,14 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Rows pruned by retention, by final status (audit for audit entries, tombstone for expired tombstones).",
 		}, []string{"status"}),
 	}
+	m.EnqueueDuplicates = f.NewCounterFunc(prometheus.CounterOpts{
+		Name: "drainer_enqueue_duplicates_total",
+		Help: "drainer.enqueue calls answered created = false (the agents' retry tax), counted in the database even when the caller's transaction rolled back; every replica exports the same total (use max).",
+	}, func() float64 { return float64(m.enqueueDuplicates.Load()) })
+	m.EnqueueMismatches = f.NewCounterFunc(prometheus.CounterOpts{
+		Name: "drainer_enqueue_mismatches_total",
+		Help: "drainer.enqueue calls refused with 23505: same tuple, different payload (an agent bug or a key-normalisation bug); every replica exports the same total (use max).",
+	}, func() float64 { return float64(m.enqueueMismatches.Load()) })
 	m.BuildInfo.WithLabelValues(version).Set(1)
 	for _, s := range []string{StatusSucceeded, StatusFailed, StatusCompensated, StatusCancelled, "audit", "tombstone"} {
 		m.PrunedRows.WithLabelValues(s)

@@ -230,6 +230,20 @@ func (m *Metrics) apply(s Snapshot) {
 	}
 }
 
+// readEnqueueCounters reads the retry-tax counters of drainer.enqueue.
+func (e *Engine) readEnqueueCounters(ctx context.Context) error {
+	var dup, mis int64
+	err := e.pool.QueryRow(ctx, fmt.Sprintf(`SELECT
+	        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM %[1]s.enqueue_duplicates),
+	        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM %[1]s.enqueue_mismatches)`, e.cfg.Schema)).Scan(&dup, &mis)
+	if err != nil {
+		return fmt.Errorf("read enqueue counters: %w", err)
+	}
+	e.metrics.enqueueDuplicates.Store(uint64(max(dup, 0)))
+	e.metrics.enqueueMismatches.Store(uint64(max(mis, 0)))
+	return nil
+}
+
 // snapshotLoop keeps the backlog gauges fresh: one replica computes, every
 // replica exports the latest snapshot. Scrapes never run a query.
 func (e *Engine) snapshotLoop() {
@@ -243,6 +257,9 @@ func (e *Engine) snapshotLoop() {
 		}
 		if s, ok, err := ReadSnapshot(ctx, e.pool, e.cfg.Schema); err == nil && ok {
 			e.metrics.apply(s)
+		}
+		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(e.fetchCtx, err) {
+			e.log.Warn("reading the enqueue counters failed", "err", err)
 		}
 		cancel()
 		select {
