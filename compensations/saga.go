@@ -6,22 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
-)
-
-// Saga states (runs.saga_state).
-const (
-	StateWaiting      = "waiting"      // attempted forward rows are still running
-	StateCompensating = "compensating" // a compensation row is under way
-	StateHalted       = "halted"       // a compensation ended compensation_failed: a human must act
-	StateDone         = "done"         // nothing left to compensate
-)
-
-// AlertTool is the tool_name of the alert row queued for each
-// compensation_failed row; AlertRun is the run those rows belong to.
-const (
-	AlertTool = "drainer.compensation_failed"
-	AlertRun  = "drainer:alerts"
 )
 
 // Map says which tool compensates which: Comps[i] undoes Tools[i].
@@ -97,7 +83,7 @@ func Sweep(ctx context.Context, db DB, schema string, m Map, after string, limit
 		switch {
 		case state == "busy":
 			out.Busy = append(out.Busy, run)
-		case state == StateHalted:
+		case state == outbox.SagaHalted:
 			out.Halted = append(out.Halted, run)
 		case strings.HasPrefix(state, "error: "):
 			out.Failed[run] = strings.TrimPrefix(state, "error: ")
@@ -139,7 +125,7 @@ func QueueAlerts(ctx context.Context, db DB, schema string, runs []string) (int,
 	    SELECT p.alert_key, $1, p.key, $2, p.agent_run_id, 'forward', p.payload, %[1]s.payload_hash(p.payload)
 	      FROM payloads p
 	    ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
-	    RETURNING key`, schema), AlertRun, AlertTool, runs)
+	    RETURNING key`, schema), outbox.AlertRun, outbox.AlertTool, runs)
 	if err != nil {
 		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
 	}

@@ -8,19 +8,13 @@ import (
 	"github.com/drainer-io/drainer/idemkey"
 )
 
-// Row kinds.
-const (
-	KindForward      = "forward"
-	KindCompensation = "compensation"
-)
-
 // Message is one delivery attempt of one outbox row.
 type Message struct {
 	// Key is the row's idempotency key. Adapters send it upstream as the
 	// idempotency key on every attempt; it never changes across retries.
 	Key   string
 	Tuple idemkey.Tuple
-	// Kind is KindForward or KindCompensation.
+	// Kind is outbox.KindForward or outbox.KindCompensation.
 	Kind string
 	// Payload is the row's JSON payload, sent as-is (or re-encoded by adapters
 	// whose provider wants another format). It never names where to send.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -64,10 +65,10 @@ func strPtr(s string) *string { return &s }
 // failStatus is the terminal failure status of a row: compensation rows that
 // cannot succeed halt their saga as compensation_failed.
 func failStatus(row *claimedRow) string {
-	if row.Kind == "compensation" {
-		return StatusCompensationFailed
+	if row.Kind == outbox.KindCompensation {
+		return outbox.StatusCompensationFailed
 	}
-	return StatusFailed
+	return outbox.StatusFailed
 }
 
 // decide maps one attempt's classified result to the row's next state
@@ -95,7 +96,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 
 	switch outcome {
 	case dispatch.Success, dispatch.Replay:
-		c.Status = StatusSucceeded
+		c.Status = outbox.StatusSucceeded
 		c.Response = res.Response
 		if len(c.Response) == 0 {
 			c.Response = json.RawMessage("null")
@@ -111,7 +112,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 
 	case dispatch.Auth:
 		// A broken credential is the adapter's fault, not the row's.
-		c.Status = StatusPending
+		c.Status = outbox.StatusPending
 		c.GiveBack = true
 		c.Delay = max(route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter), env.authHold)
 		c.Floor = true
@@ -122,7 +123,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 	// Retry or Ambiguous.
 	maybeSent := !res.NotSent
 	if maybeSent && route.NonIdempotent() {
-		c.Status = StatusOutcomeUnknown
+		c.Status = outbox.StatusOutcomeUnknown
 		c.outcome = outcomeAmbiguous
 		c.LastError = errText("outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")
 		c.KeepNext = true
@@ -132,7 +133,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		c.outcome = outcomeAmbiguous
 	}
 	if !maybeSent {
-		c.Status = StatusPending
+		c.Status = outbox.StatusPending
 		c.GiveBack = true
 		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
 		c.Floor = true
@@ -145,7 +146,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		c.KeepNext = true
 		return c
 	}
-	c.Status = StatusPending
+	c.Status = outbox.StatusPending
 	if errors.Is(res.Err, errCutOff) {
 		c.Delay = 0 // shutdown cut the call off: the next replica may retry at once
 	} else {
@@ -161,7 +162,7 @@ var errCutOff = errors.New("call cut off by shutdown")
 
 // release gives a claimed row back without a consumed attempt.
 func release(row *claimedRow, delay time.Duration, keepNext bool, msg *string, outcome string) completion {
-	return completion{Seq: row.Seq, Token: row.LeaseToken, Status: StatusPending, GiveBack: true,
+	return completion{Seq: row.Seq, Token: row.LeaseToken, Status: outbox.StatusPending, GiveBack: true,
 		Delay: delay, KeepNext: keepNext, LastError: msg, outcome: outcome, row: row}
 }
 

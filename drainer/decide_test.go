@@ -8,6 +8,7 @@ import (
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // TestDecideAttemptsTable walks CONTRACT §2's attempt rules and §5's classes
@@ -29,24 +30,24 @@ func TestDecideAttemptsTable(t *testing.T) {
 		outcome  string
 		minDelay time.Duration
 	}{
-		{"2xx success", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"id":1}`)}, StatusSucceeded, false, "success", 0},
-		{"replay is success", keyRoute, "forward", 2, dispatch.Result{Outcome: dispatch.Replay, Status: 200}, StatusSucceeded, false, "replay", 0},
-		{"retryable answer consumes", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, StatusPending, false, "retry", 0},
-		{"retry-after is a floor", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Status: 429, RetryAfter: 30 * time.Second, Err: boom}, StatusPending, false, "retry", 30 * time.Second},
-		{"retry on last attempt fails", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, StatusFailed, false, "retry", 0},
-		{"not sent gives back", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: boom}, StatusPending, true, "retry", 0},
-		{"not sent on last attempt still gives back", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: boom}, StatusPending, true, "retry", 0},
-		{"auth gives back", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Auth, Status: 401, Err: boom}, StatusPending, true, "auth", 0},
-		{"terminal fails", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: boom}, StatusFailed, false, "terminal", 0},
-		{"terminal compensation", keyRoute, "compensation", 1, dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: boom}, StatusCompensationFailed, false, "terminal", 0},
-		{"exhausted compensation", keyRoute, "compensation", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, StatusCompensationFailed, false, "retry", 0},
-		{"ambiguous key route retries", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Err: boom}, StatusPending, false, "ambiguous", 0},
-		{"ambiguous natural route retries", natRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Err: boom}, StatusPending, false, "ambiguous", 0},
-		{"ambiguous non_idempotent parks", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Err: boom}, StatusOutcomeUnknown, false, "ambiguous", 0},
-		{"5xx on non_idempotent parks", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, StatusOutcomeUnknown, false, "ambiguous", 0},
-		{"not sent on non_idempotent retries", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: boom}, StatusPending, true, "retry", 0},
-		{"zero outcome is ambiguous", keyRoute, "forward", 1, dispatch.Result{}, StatusPending, false, "ambiguous", 0},
-		{"zero outcome parks non_idempotent", nonRoute, "forward", 1, dispatch.Result{}, StatusOutcomeUnknown, false, "ambiguous", 0},
+		{"2xx success", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"id":1}`)}, outbox.StatusSucceeded, false, "success", 0},
+		{"replay is success", keyRoute, "forward", 2, dispatch.Result{Outcome: dispatch.Replay, Status: 200}, outbox.StatusSucceeded, false, "replay", 0},
+		{"retryable answer consumes", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, outbox.StatusPending, false, "retry", 0},
+		{"retry-after is a floor", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Status: 429, RetryAfter: 30 * time.Second, Err: boom}, outbox.StatusPending, false, "retry", 30 * time.Second},
+		{"retry on last attempt fails", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, outbox.StatusFailed, false, "retry", 0},
+		{"not sent gives back", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: boom}, outbox.StatusPending, true, "retry", 0},
+		{"not sent on last attempt still gives back", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: boom}, outbox.StatusPending, true, "retry", 0},
+		{"auth gives back", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Auth, Status: 401, Err: boom}, outbox.StatusPending, true, "auth", 0},
+		{"terminal fails", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: boom}, outbox.StatusFailed, false, "terminal", 0},
+		{"terminal compensation", keyRoute, "compensation", 1, dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: boom}, outbox.StatusCompensationFailed, false, "terminal", 0},
+		{"exhausted compensation", keyRoute, "compensation", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, outbox.StatusCompensationFailed, false, "retry", 0},
+		{"ambiguous key route retries", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Err: boom}, outbox.StatusPending, false, "ambiguous", 0},
+		{"ambiguous natural route retries", natRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Err: boom}, outbox.StatusPending, false, "ambiguous", 0},
+		{"ambiguous non_idempotent parks", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Err: boom}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
+		{"5xx on non_idempotent parks", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
+		{"not sent on non_idempotent retries", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: boom}, outbox.StatusPending, true, "retry", 0},
+		{"zero outcome is ambiguous", keyRoute, "forward", 1, dispatch.Result{}, outbox.StatusPending, false, "ambiguous", 0},
+		{"zero outcome parks non_idempotent", nonRoute, "forward", 1, dispatch.Result{}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,13 +59,13 @@ func TestDecideAttemptsTable(t *testing.T) {
 			if got.Delay < c.minDelay {
 				t.Fatalf("delay %v below floor %v", got.Delay, c.minDelay)
 			}
-			if got.Status != StatusSucceeded && got.LastError == nil {
+			if got.Status != outbox.StatusSucceeded && got.LastError == nil {
 				t.Fatal("a non-success must record last_error")
 			}
-			if got.Status == StatusSucceeded && len(got.Response) == 0 {
+			if got.Status == outbox.StatusSucceeded && len(got.Response) == 0 {
 				t.Fatal("a success must record a response (null at least)")
 			}
-			if got.Status == StatusPending && got.KeepNext {
+			if got.Status == outbox.StatusPending && got.KeepNext {
 				t.Fatal("a rescheduled row must get a new next_attempt_at")
 			}
 		})
@@ -76,14 +77,14 @@ func TestDecideCutOffRetriesAtOnce(t *testing.T) {
 	row := &claimedRow{Kind: "forward", Attempts: 2}
 	c := decide(decideEnv{rand: rand.New(rand.NewPCG(2, 2))}, row, route, "a",
 		dispatch.Result{Outcome: dispatch.Ambiguous, Err: errCutOff})
-	if c.Status != StatusPending || c.GiveBack || c.Delay != 0 {
+	if c.Status != outbox.StatusPending || c.GiveBack || c.Delay != 0 {
 		t.Fatalf("cut-off call: status %s giveBack %v delay %v; want pending, consumed, due now", c.Status, c.GiveBack, c.Delay)
 	}
 }
 
 func TestSanitize(t *testing.T) {
 	msg := "bad\x00text\xff"
-	c := completion{Status: StatusSucceeded, LastError: &msg, Response: []byte(`{"a":"\u0000"}`)}
+	c := completion{Status: outbox.StatusSucceeded, LastError: &msg, Response: []byte(`{"a":"\u0000"}`)}
 	c.sanitize()
 	if *c.LastError != "badtext\uFFFD" {
 		t.Fatalf("last_error not cleaned: %q", *c.LastError)
@@ -91,7 +92,7 @@ func TestSanitize(t *testing.T) {
 	if string(c.Response) == `{"a":"\u0000"}` {
 		t.Fatal("a response with \\u0000 must be rewrapped: jsonb refuses it")
 	}
-	c = completion{Status: StatusSucceeded, Response: []byte("not json")}
+	c = completion{Status: outbox.StatusSucceeded, Response: []byte("not json")}
 	c.sanitize()
 	if string(c.Response) != `{"body":"not json"}` {
 		t.Fatalf("non-JSON response: %s", c.Response)

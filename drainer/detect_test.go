@@ -12,6 +12,7 @@ import (
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // effectProvider is a non-idempotent provider double with a probe endpoint.
@@ -85,12 +86,12 @@ func detectEnv(t *testing.T, p *effectProvider, path string, settle time.Duratio
 		return key
 	}
 	warm := enqueue("warm", "wire")
-	waitFor(t, "first row succeeded", 30*time.Second, func() bool { return getRow(t, pool, warm).Status == StatusSucceeded })
+	waitFor(t, "first row succeeded", 30*time.Second, func() bool { return getRow(t, pool, warm).Status == outbox.StatusSucceeded })
 	return func(step, tool string) string {
 		k := enqueue(step, tool)
 		waitFor(t, step+" settled", 30*time.Second, func() bool {
 			s := getRow(t, pool, k).Status
-			return s == StatusSucceeded || s == StatusOutcomeUnknown || s == StatusFailed
+			return s == outbox.StatusSucceeded || s == outbox.StatusOutcomeUnknown || s == outbox.StatusFailed
 		})
 		if r := getRow(t, pool, k); r.LastError != nil {
 			t.Logf("%s: %s: %s", step, r.Status, *r.LastError)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -166,7 +167,7 @@ func TestEngineUnroutedWaitsThenDrainsAfterReload(t *testing.T) {
 		return testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("", "unrouted")) >= 4
 	})
 	r := getRow(t, pool, keys[0])
-	if r.Status != StatusPending && r.Status != StatusInFlight || r.Attempts > 1 {
+	if r.Status != outbox.StatusPending && r.Status != outbox.StatusInFlight || r.Attempts > 1 {
 		t.Fatalf("unrouted row: %+v", r)
 	}
 	var attempts int
@@ -274,19 +275,19 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 	if err != nil || len(second) != 1 {
 		t.Fatal(err)
 	}
-	late := completion{Seq: first[0].Seq, Token: first[0].LeaseToken, Status: StatusFailed, LastError: strPtr("late"), KeepNext: true}
+	late := completion{Seq: first[0].Seq, Token: first[0].LeaseToken, Status: outbox.StatusFailed, LastError: strPtr("late"), KeepNext: true}
 	lost, _, err := writeCompletions(ctx, pool, "drainer", []completion{late})
 	if err != nil || len(lost) != 1 || lost[0] != first[0].Seq {
 		t.Fatalf("late completion: lost %v err %v; want it rejected", lost, err)
 	}
-	if r := getRow(t, pool, keys[0]); r.Status != StatusInFlight || r.Attempts != 2 {
+	if r := getRow(t, pool, keys[0]); r.Status != outbox.StatusInFlight || r.Attempts != 2 {
 		t.Fatalf("row after late completion: %+v", r)
 	}
-	owner := completion{Seq: second[0].Seq, Token: second[0].LeaseToken, Status: StatusSucceeded, Response: []byte(`{}`), KeepNext: true}
+	owner := completion{Seq: second[0].Seq, Token: second[0].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{}`), KeepNext: true}
 	if lost, _, err := writeCompletions(ctx, pool, "drainer", []completion{owner}); err != nil || len(lost) != 0 {
 		t.Fatalf("owner completion: lost %v err %v", lost, err)
 	}
-	if r := getRow(t, pool, keys[0]); r.Status != StatusSucceeded {
+	if r := getRow(t, pool, keys[0]); r.Status != outbox.StatusSucceeded {
 		t.Fatalf("row: %+v", r)
 	}
 }
@@ -323,11 +324,11 @@ func TestShutdownCutsOffCalls(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 	k := getRow(t, pool, keyKeys[0])
-	if k.Status != StatusPending || k.Attempts != 1 || k.DueInMs > 100 || !strings.Contains(deref(k.LastError), "cut off") {
+	if k.Status != outbox.StatusPending || k.Attempts != 1 || k.DueInMs > 100 || !strings.Contains(deref(k.LastError), "cut off") {
 		t.Fatalf("key_idempotent row after cut-off: %+v %s", k, deref(k.LastError))
 	}
 	n := getRow(t, pool, nonKeys[0])
-	if n.Status != StatusOutcomeUnknown || n.Attempts != 1 {
+	if n.Status != outbox.StatusOutcomeUnknown || n.Attempts != 1 {
 		t.Fatalf("non_idempotent row after cut-off: %+v", n)
 	}
 	if c := countByStatus(t, pool)["in_flight"]; c != 0 {
@@ -407,12 +408,12 @@ func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	startEngine(t, pool, rt, Config{Workers: 2})
-	waitFor(t, "first row failed", 10*time.Second, func() bool { return getRow(t, pool, first[0]).Status == StatusFailed })
+	waitFor(t, "first row failed", 10*time.Second, func() bool { return getRow(t, pool, first[0]).Status == outbox.StatusFailed })
 	var status, lastErr string
 	if err := pool.QueryRow(ctx, "SELECT status, last_error FROM drainer.outbox WHERE step_id = 'step-later'").Scan(&status, &lastErr); err != nil {
 		t.Fatal(err)
 	}
-	if status != StatusCancelled || !strings.Contains(lastErr, "run aborted") {
+	if status != outbox.StatusCancelled || !strings.Contains(lastErr, "run aborted") {
 		t.Fatalf("later step: %s %q, want cancelled naming the abort", status, lastErr)
 	}
 	time.Sleep(2500 * time.Millisecond)
@@ -424,7 +425,7 @@ func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT created FROM drainer.enqueue('run-x', 'step-3', 'later', '', '{}')`).Scan(&created); err != nil || !created {
 		t.Fatalf("enqueue into aborted run: created %v err %v", created, err)
 	}
-	if err := pool.QueryRow(ctx, "SELECT status FROM drainer.outbox WHERE step_id = 'step-3'").Scan(&status); err != nil || status != StatusCancelled {
+	if err := pool.QueryRow(ctx, "SELECT status FROM drainer.outbox WHERE step_id = 'step-3'").Scan(&status); err != nil || status != outbox.StatusCancelled {
 		t.Fatalf("enqueue into aborted run: status %s err %v", status, err)
 	}
 }

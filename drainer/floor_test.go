@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -54,7 +55,7 @@ func TestRetryAfterFloorSurvivesResume(t *testing.T) {
 	startEngine(t, pool, rt, Config{Workers: 4})
 	waitFor(t, "every limited row answered 429", 30*time.Second, func() bool {
 		for _, k := range floored {
-			if r := getRow(t, pool, k); r.Attempts != 1 || r.Status != StatusPending {
+			if r := getRow(t, pool, k); r.Attempts != 1 || r.Status != outbox.StatusPending {
 				return false
 			}
 		}
@@ -81,7 +82,7 @@ func TestRetryAfterFloorSurvivesResume(t *testing.T) {
 	}
 	waitFor(t, "resumed rows drained", 30*time.Second, func() bool {
 		for _, k := range held {
-			if getRow(t, pool, k).Status != StatusSucceeded {
+			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
 				return false
 			}
 		}
@@ -163,7 +164,7 @@ func TestRouteRemovedThenRestoredDrainsAtOnce(t *testing.T) {
 	eng := startEngine(t, pool, rt, Config{Workers: 2})
 	waitFor(t, "first attempt answered", 30*time.Second, func() bool {
 		r := getRow(t, pool, keys[0])
-		return r.Attempts == 1 && r.Status == StatusPending
+		return r.Attempts == 1 && r.Status == outbox.StatusPending
 	})
 
 	// The route disappears: the row is now unrouted, rechecked once an hour.
@@ -178,6 +179,6 @@ func TestRouteRemovedThenRestoredDrainsAtOnce(t *testing.T) {
 	back.UnroutedRecheck = time.Hour
 	eng.Reload(back)
 	waitFor(t, "the row drains once its route is back", 30*time.Second, func() bool {
-		return getRow(t, pool, keys[0]).Status == StatusSucceeded
+		return getRow(t, pool, keys[0]).Status == outbox.StatusSucceeded
 	})
 }

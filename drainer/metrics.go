@@ -3,15 +3,10 @@ package drainer
 import (
 	"sync/atomic"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
-
-// DispatchOutcomes are the values of drainer_dispatch_total's outcome label.
-var DispatchOutcomes = []string{"success", "replay", "retry", "terminal", "ambiguous", "auth", "breaker_open", "unrouted"}
-
-// CompensationOutcomes are the values of drainer_compensations_total's outcome label.
-var CompensationOutcomes = []string{"succeeded", "retry", "failed"}
 
 // Metrics holds every collector of the engine (CONTRACT §7). Build it once per
 // process with NewMetrics on an injected registerer.
@@ -161,13 +156,13 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 		Help: "drainer.enqueue calls refused with 23505: same tuple, different payload (an agent bug or a key-normalisation bug); every replica exports the same total (use max).",
 	}, func() float64 { return float64(m.enqueueMismatches.Load()) })
 	m.BuildInfo.WithLabelValues(version).Set(1)
-	for _, s := range []string{StatusSucceeded, StatusFailed, StatusCompensated, StatusCancelled, "audit", "tombstone"} {
+	for _, s := range []string{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled, "audit", "tombstone"} {
 		m.PrunedRows.WithLabelValues(s)
 	}
-	for _, s := range Statuses {
+	for _, s := range outbox.Statuses {
 		m.OutboxRows.WithLabelValues(s)
 	}
-	for _, o := range CompensationOutcomes {
+	for _, o := range outbox.CompensationOutcomes {
 		m.CompensationsTotal.WithLabelValues(o)
 	}
 	m.DispatchTotal.WithLabelValues("", "unrouted")
@@ -177,7 +172,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 // InitAdapters pre-initialises the per-adapter series.
 func (m *Metrics) InitAdapters(names []string) {
 	for _, a := range names {
-		for _, o := range DispatchOutcomes {
+		for _, o := range outbox.DispatchOutcomes {
 			if o != "unrouted" {
 				m.DispatchTotal.WithLabelValues(a, o)
 			}

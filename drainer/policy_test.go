@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -54,7 +55,7 @@ func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
 	if attempts != 3 {
 		t.Fatalf("rows consumed %d attempts in all; only the 3 real calls may count", attempts)
 	}
-	if r := getRow(t, pool, keys[9]); r.Status != StatusPending || r.Attempts != 0 || r.DueInMs < 10*60*1000 {
+	if r := getRow(t, pool, keys[9]); r.Status != outbox.StatusPending || r.Attempts != 0 || r.DueInMs < 10*60*1000 {
 		t.Fatalf("deferred row: %+v; want pending, no attempt, due when the breaker may close", r)
 	}
 }
@@ -285,7 +286,7 @@ func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
 	eng := startEngine(t, pool, rt, Config{Workers: 8, Metrics: metrics})
 	waitFor(t, "routed rows drained", 30*time.Second, func() bool {
 		for _, k := range keys {
-			if getRow(t, pool, k).Status != StatusSucceeded {
+			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
 				return false
 			}
 		}

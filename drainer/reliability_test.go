@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -43,7 +44,7 @@ func TestAuthHoldBacksOff(t *testing.T) {
 			t.Fatalf("call %d came %s after the previous one; the auth hold should keep it at least %s away", i+1, gap, want)
 		}
 	}
-	waitFor(t, "the row back to pending", 30*time.Second, func() bool { return getRow(t, pool, keys[0]).Status == StatusPending })
+	waitFor(t, "the row back to pending", 30*time.Second, func() bool { return getRow(t, pool, keys[0]).Status == outbox.StatusPending })
 	if r := getRow(t, pool, keys[0]); r.Attempts != 0 {
 		t.Fatalf("auth refusals consumed attempts: %+v", r)
 	}
@@ -70,18 +71,18 @@ func TestUnstorableCompletionIsIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := completion{Seq: bySeq[keys[0]].Seq, Token: bySeq[keys[0]].LeaseToken, Status: StatusSucceeded, Response: []byte(`{"ok":1}`), KeepNext: true}
-	huge := completion{Seq: bySeq[keys[1]].Seq, Token: bySeq[keys[1]].LeaseToken, Status: StatusSucceeded, Response: []byte(`{"n":1e1000000}`), KeepNext: true}
+	ok := completion{Seq: bySeq[keys[0]].Seq, Token: bySeq[keys[0]].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{"ok":1}`), KeepNext: true}
+	huge := completion{Seq: bySeq[keys[1]].Seq, Token: bySeq[keys[1]].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{"n":1e1000000}`), KeepNext: true}
 	bogus := completion{Seq: bySeq[keys[2]].Seq, Token: bySeq[keys[2]].LeaseToken, Status: "no_such_status", KeepNext: true}
 	e.completer.flush([]completion{ok, huge, bogus})
 
-	if r := getRow(t, pool, keys[0]); r.Status != StatusSucceeded || string(r.Response) != `{"ok": 1}` {
+	if r := getRow(t, pool, keys[0]); r.Status != outbox.StatusSucceeded || string(r.Response) != `{"ok": 1}` {
 		t.Fatalf("the good row was held back: %+v", r)
 	}
-	if r := getRow(t, pool, keys[1]); r.Status != StatusSucceeded {
+	if r := getRow(t, pool, keys[1]); r.Status != outbox.StatusSucceeded {
 		t.Fatalf("the row with an unstorable answer: %+v; want succeeded without the answer", r)
 	}
-	if r := getRow(t, pool, keys[2]); r.Status != StatusInFlight {
+	if r := getRow(t, pool, keys[2]); r.Status != outbox.StatusInFlight {
 		t.Fatalf("the refused completion's row: %+v; want it left in_flight for its lease", r)
 	}
 	if n := testutil.ToFloat64(metrics.CompletionsRefused); n != 1 {
@@ -135,7 +136,7 @@ func TestReloadClosesAdaptersOnlyWhenUnused(t *testing.T) {
 		eng.Reload(next)
 		time.Sleep(20 * time.Millisecond)
 	}
-	waitFor(t, "drained", 60*time.Second, func() bool { return countByStatus(t, pool)[StatusSucceeded] == 2000 })
+	waitFor(t, "drained", 60*time.Second, func() bool { return countByStatus(t, pool)[outbox.StatusSucceeded] == 2000 })
 	waitFor(t, "every replaced registry closed", 30*time.Second, func() bool {
 		for _, a := range adapters[:len(adapters)-1] {
 			if !a.closed.Load() {

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // RetentionPolicy says what retention prunes and when.
@@ -30,10 +32,10 @@ func retentionPolicy(cfg *config.Config) RetentionPolicy {
 		Interval:  cmp.Or(r.Interval, config.DefaultRetentionInterval),
 		BatchSize: cmp.Or(r.BatchSize, config.DefaultRetentionBatch),
 		ByStatus: map[string]time.Duration{
-			StatusSucceeded:   cmp.Or(r.Succeeded, config.DefaultRetainSucceeded),
-			StatusFailed:      cmp.Or(r.Failed, config.DefaultRetainFailed),
-			StatusCompensated: cmp.Or(r.Compensated, config.DefaultRetainCompensated),
-			StatusCancelled:   cmp.Or(r.Cancelled, config.DefaultRetainCancelled),
+			outbox.StatusSucceeded:   cmp.Or(r.Succeeded, config.DefaultRetainSucceeded),
+			outbox.StatusFailed:      cmp.Or(r.Failed, config.DefaultRetainFailed),
+			outbox.StatusCompensated: cmp.Or(r.Compensated, config.DefaultRetainCompensated),
+			outbox.StatusCancelled:   cmp.Or(r.Cancelled, config.DefaultRetainCancelled),
 		},
 		Audit:      cmp.Or(r.Audit, config.DefaultRetainAudit),
 		Tombstones: r.Tombstones,
@@ -70,7 +72,7 @@ func prunePass(ctx context.Context, db interface {
 		}
 		return nil
 	}
-	for _, status := range []string{StatusSucceeded, StatusCancelled, StatusCompensated, StatusFailed} {
+	for _, status := range []string{outbox.StatusSucceeded, outbox.StatusCancelled, outbox.StatusCompensated, outbox.StatusFailed} {
 		err := loop(status, fmt.Sprintf("SELECT %s.prune_rows($1, now() - $2 * interval '1 millisecond', $3)", schema),
 			status, p.ByStatus[status].Milliseconds(), p.BatchSize)
 		if err != nil {

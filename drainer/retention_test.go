@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,8 +19,8 @@ import (
 
 func pruneNow() RetentionPolicy {
 	return RetentionPolicy{Enabled: true, BatchSize: 50, Tombstones: time.Hour, Audit: 1000 * time.Hour,
-		ByStatus: map[string]time.Duration{StatusSucceeded: time.Millisecond, StatusFailed: time.Millisecond,
-			StatusCompensated: time.Millisecond, StatusCancelled: time.Millisecond}}
+		ByStatus: map[string]time.Duration{outbox.StatusSucceeded: time.Millisecond, outbox.StatusFailed: time.Millisecond,
+			outbox.StatusCompensated: time.Millisecond, outbox.StatusCancelled: time.Millisecond}}
 }
 
 // TestPruneDuringDrainLosesNothing prunes succeeded rows as fast as possible
@@ -43,7 +44,7 @@ func TestPruneDuringDrainLosesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pruned += got[StatusSucceeded]
+		pruned += got[outbox.StatusSucceeded]
 		var left int
 		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.outbox").Scan(&left); err != nil {
 			t.Fatal(err)
@@ -77,7 +78,7 @@ func TestTombstoneAnswersLateEnqueue(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() - interval '1 day'"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := prunePass(ctx, pool, "drainer", pruneNow(), time.Second); err != nil || got[StatusSucceeded] != 1 {
+	if got, err := prunePass(ctx, pool, "drainer", pruneNow(), time.Second); err != nil || got[outbox.StatusSucceeded] != 1 {
 		t.Fatalf("prune: %v %v", got, err)
 	}
 	var created bool
@@ -118,7 +119,7 @@ func TestPruneSkipsOpenSagasAndParkedRows(t *testing.T) {
 		}
 	}
 	got, err := prunePass(ctx, pool, "drainer", pruneNow(), time.Second)
-	if err != nil || got[StatusSucceeded] != 1 {
+	if err != nil || got[outbox.StatusSucceeded] != 1 {
 		t.Fatalf("prune: %v %v; want only the row of the run without an open saga", got, err)
 	}
 	left := countByStatus(t, pool)

@@ -8,6 +8,7 @@ import (
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Route is the resolved policy of one tool_name.
@@ -162,8 +163,8 @@ func NewRouting(cfg *config.Config, reg *dispatch.Registry) *Routing {
 	if a := cfg.Alerts.CompensationFailed; a != "" {
 		// Each compensation_failed row queues one alert row, delivered like
 		// any other: keyed, retried, bounded.
-		rt.Routes[compensations.AlertTool] = &Route{
-			Tool: compensations.AlertTool, Adapter: a, Class: config.ClassKeyIdempotent,
+		rt.Routes[outbox.AlertTool] = &Route{
+			Tool: outbox.AlertTool, Adapter: a, Class: config.ClassKeyIdempotent,
 			MaxAttempts: config.DefaultMaxAttempts, Critical: true, Ordering: config.OrderingNone,
 			Backoff: Backoff{Base: config.DefaultBackoffBase, Cap: config.DefaultBackoffCap, MaxRetryAfter: config.DefaultMaxRetryAfter},
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // sagaRunner moves sagas forward. It is driven by the events that move
@@ -110,7 +111,7 @@ func (s *sagaRunner) advance(runs []string) {
 			e.log.Warn("saga step failed; the sweep tries again", "agent_run_id", run, "err", err)
 		case state == "busy":
 			busy = append(busy, run)
-		case state == compensations.StateHalted:
+		case state == outbox.SagaHalted:
 			halted = append(halted, run)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -89,7 +90,7 @@ func TestSagaNotStarvedAtScale(t *testing.T) {
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...),
 		Config{Workers: 4, SagaInterval: time.Hour})
 	first := enqueueStep(t, pool, "fresh", "s1", "charge_card")
-	waitFor(t, "first step succeeded", 30*time.Second, func() bool { return getRow(t, pool, first).Status == StatusSucceeded })
+	waitFor(t, "first step succeeded", 30*time.Second, func() bool { return getRow(t, pool, first).Status == outbox.StatusSucceeded })
 	enqueueStep(t, pool, "fresh", "s2", "ship_order")
 	waitFor(t, "the fresh run's compensation started", 30*time.Second, func() bool {
 		return compensationOf(t, pool, "fresh") != ""
@@ -101,7 +102,7 @@ func TestSagaNotStarvedAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("first compensation of a new failed run started %.3fs after its failure, beside 10,000 open sagas", lag)
-	waitFor(t, "the fresh run's saga done", 30*time.Second, func() bool { return sagaState(t, pool, "fresh") == compensations.StateDone })
+	waitFor(t, "the fresh run's saga done", 30*time.Second, func() bool { return sagaState(t, pool, "fresh") == outbox.SagaDone })
 	if n := p.count("refund_card"); n != 1 {
 		t.Fatalf("refund_card called %d times; want 1 (the planted compensations wait an hour or are halted)", n)
 	}
@@ -125,7 +126,7 @@ func TestSagaSweepIsFair(t *testing.T) {
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...),
 		Config{Workers: 4, SagaInterval: 20 * time.Millisecond})
 	waitFor(t, "the lost saga compensated", 60*time.Second, func() bool {
-		return compensationOf(t, pool, "zz-lost-1") == StatusSucceeded
+		return compensationOf(t, pool, "zz-lost-1") == outbox.StatusSucceeded
 	})
 }
 
@@ -157,7 +158,7 @@ func TestSagaStepFailureIsIsolated(t *testing.T) {
 		t.Fatalf("failed sagas %v; want poison-1 only", res.Failed)
 	}
 	for _, run := range []string{"ok-1", "ok-2", "ok-3"} {
-		if got := compensationOf(t, pool, run); got != StatusPending {
+		if got := compensationOf(t, pool, run); got != outbox.StatusPending {
 			t.Errorf("%s: compensation %q; want a pending compensation row", run, got)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,10 +116,10 @@ func TestSagaAfterTerminalFailure(t *testing.T) {
 	}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
-	waitFor(t, "saga done", 15*time.Second, func() bool { return sagaState(t, pool, "bad") == compensations.StateDone })
+	waitFor(t, "saga done", 15*time.Second, func() bool { return sagaState(t, pool, "bad") == outbox.SagaDone })
 
-	for k, want := range map[string]string{"bad1": StatusCompensated, "bad2": StatusCompensated, "bad3": StatusFailed,
-		"good1": StatusSucceeded, "good2": StatusSucceeded, "good3": StatusSucceeded} {
+	for k, want := range map[string]string{"bad1": outbox.StatusCompensated, "bad2": outbox.StatusCompensated, "bad3": outbox.StatusFailed,
+		"good1": outbox.StatusSucceeded, "good2": outbox.StatusSucceeded, "good3": outbox.StatusSucceeded} {
 		if got := getRow(t, pool, keys[k]).Status; got != want {
 			t.Errorf("%s: status %s, want %s", k, got, want)
 		}
@@ -180,11 +181,11 @@ func TestAbortRun(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), "SELECT drainer.abort_run('run', 'tool returned a wrong result')").Scan(&cancelled); err != nil || cancelled != 1 {
 		t.Fatalf("abort_run: cancelled %d, %v", cancelled, err)
 	}
-	waitFor(t, "saga done", 10*time.Second, func() bool { return sagaState(t, pool, "run") == compensations.StateDone })
-	if s := getRow(t, pool, k3); s.Status != StatusCancelled || s.Attempts != 0 {
+	waitFor(t, "saga done", 10*time.Second, func() bool { return sagaState(t, pool, "run") == outbox.SagaDone })
+	if s := getRow(t, pool, k3); s.Status != outbox.StatusCancelled || s.Attempts != 0 {
 		t.Fatalf("never-attempted step: %+v", s)
 	}
-	if getRow(t, pool, k1).Status != StatusCompensated || getRow(t, pool, k2).Status != StatusCompensated {
+	if getRow(t, pool, k1).Status != outbox.StatusCompensated || getRow(t, pool, k2).Status != outbox.StatusCompensated {
 		t.Fatal("succeeded steps not compensated")
 	}
 	calls := p.tools()
@@ -216,30 +217,30 @@ func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
 	}
 	rt := testRouting(t, map[string]dispatch.Adapter{"p": p, "pager": pager}, sagaRoutes()...)
 	rt.CompensationFailedAlert = "pager"
-	rt.Routes[compensations.AlertTool] = &Route{Tool: compensations.AlertTool, Adapter: "pager", Class: "key_idempotent", MaxAttempts: 5,
+	rt.Routes[outbox.AlertTool] = &Route{Tool: outbox.AlertTool, Adapter: "pager", Class: "key_idempotent", MaxAttempts: 5,
 		Backoff: Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond}}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, rt, Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
-	waitFor(t, "saga halted", 15*time.Second, func() bool { return sagaState(t, pool, "run") == compensations.StateHalted })
-	waitFor(t, "alert sent", 10*time.Second, func() bool { return pager.count(compensations.AlertTool) >= 1 })
+	waitFor(t, "saga halted", 15*time.Second, func() bool { return sagaState(t, pool, "run") == outbox.SagaHalted })
+	waitFor(t, "alert sent", 10*time.Second, func() bool { return pager.count(outbox.AlertTool) >= 1 })
 	time.Sleep(500 * time.Millisecond) // several more sweeps: no second alert, no further compensation
-	if n := pager.count(compensations.AlertTool); n != 1 {
+	if n := pager.count(outbox.AlertTool); n != 1 {
 		t.Fatalf("alert sent %d times, want exactly once", n)
 	}
 	if n := p.count("release_stock"); n != 3 {
 		t.Fatalf("failing compensation tried %d times, want max_attempts 3 (never a loop)", n)
 	}
-	if p.count("refund_card") != 0 || getRow(t, pool, k1).Status != StatusSucceeded {
+	if p.count("refund_card") != 0 || getRow(t, pool, k1).Status != outbox.StatusSucceeded {
 		t.Fatal("the saga must halt: step 1 compensated out of order")
 	}
-	if getRow(t, pool, k2).Status != StatusSucceeded {
+	if getRow(t, pool, k2).Status != outbox.StatusSucceeded {
 		t.Fatal("the forward row of a failed compensation stays succeeded")
 	}
 	if v := testutil.ToFloat64(metrics.CompensationFailedTotal); v != 1 {
 		t.Fatalf("drainer_compensation_failed_total = %v", v)
 	}
 	var alert []byte
-	if err := pool.QueryRow(t.Context(), "SELECT payload FROM drainer.outbox WHERE tool_name = $1", compensations.AlertTool).Scan(&alert); err != nil {
+	if err := pool.QueryRow(t.Context(), "SELECT payload FROM drainer.outbox WHERE tool_name = $1", outbox.AlertTool).Scan(&alert); err != nil {
 		t.Fatal(err)
 	}
 	var a map[string]any
@@ -310,10 +311,10 @@ func TestSagaCancelsRowsThatRacedTheAbort(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET next_attempt_at = now() + interval '1 hour' WHERE key = $1", k); err != nil {
 		t.Fatal(err)
 	}
-	if state, err := compensations.Advance(ctx, pool, "drainer", "raced", compensations.Map{}); err != nil || state != compensations.StateDone {
+	if state, err := compensations.Advance(ctx, pool, "drainer", "raced", compensations.Map{}); err != nil || state != outbox.SagaDone {
 		t.Fatalf("advance: %s %v", state, err)
 	}
-	if r := getRow(t, pool, k); r.Status != StatusCancelled || !strings.Contains(deref(r.LastError), "agent gave up") {
+	if r := getRow(t, pool, k); r.Status != outbox.StatusCancelled || !strings.Contains(deref(r.LastError), "agent gave up") {
 		t.Fatalf("raced row: %+v %s", r, deref(r.LastError))
 	}
 }

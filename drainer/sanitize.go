@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // maxErrorBytes bounds last_error.
@@ -45,7 +47,7 @@ func (c *completion) sanitize() {
 		c.LastError = &s
 	}
 	c.Response = cleanJSON(c.Response)
-	if c.Status == StatusSucceeded && c.Response == nil {
+	if c.Status == outbox.StatusSucceeded && c.Response == nil {
 		c.Response = json.RawMessage("null")
 	}
 	if c.Problem != nil {

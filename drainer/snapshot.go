@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -52,7 +53,7 @@ var exactCountLimit = 1_000_000.0
 // maxUnroutedTools bounds the unrouted-tool series.
 const maxUnroutedTools = 20
 
-// computeSnapshot measures the backlog. Statuses that hold work (pending,
+// computeSnapshot measures the backlog. outbox.Statuses that hold work (pending,
 // in_flight, outcome_unknown, compensation_failed) are counted exactly
 // through their indexes; terminal statuses are counted exactly while the
 // table is small, and estimated from the planner's statistics (reltuples ×
@@ -65,8 +66,8 @@ func computeSnapshot(ctx context.Context, tx pgx.Tx, schema string, routed []str
 	if err := tx.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", schema+".outbox").Scan(&reltuples); err != nil {
 		return nil, st, err
 	}
-	terminal := []string{StatusSucceeded, StatusFailed, StatusCompensated, StatusCancelled}
-	exact := []string{StatusPending, StatusInFlight, StatusOutcomeUnknown, StatusCompensationFailed}
+	terminal := []string{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled}
+	exact := []string{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed}
 	estimate := reltuples >= exactCountLimit
 	if !estimate {
 		exact = append(exact, terminal...)
@@ -211,7 +212,7 @@ func ReadSnapshot(ctx context.Context, q interface {
 
 // apply exports s on the metrics.
 func (m *Metrics) apply(s Snapshot) {
-	for _, st := range Statuses {
+	for _, st := range outbox.Statuses {
 		m.OutboxRows.WithLabelValues(st).Set(float64(s.RowsByStatus[st]))
 	}
 	m.OldestPendingAge.Set(s.OldestPendingAge)

@@ -12,6 +12,7 @@ import (
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // claimLoop leases due rows whenever worker slots are free: on a
@@ -150,7 +151,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 
 // finish records a row's completion: counted, logged, queued for writing.
 func (e *Engine) finish(c *completion) {
-	if c.Status == StatusSucceeded && c.route != nil && c.route.Detect != nil && c.row.Kind == "forward" {
+	if c.Status == outbox.StatusSucceeded && c.route != nil && c.route.Detect != nil && c.row.Kind == outbox.KindForward {
 		c.route.Detect.sawSuccess(c.row.Key, idemkey.Tuple{AgentRunID: c.row.AgentRunID, StepID: c.row.StepID,
 			ToolName: c.row.ToolName, BusinessScope: c.row.BusinessScope})
 	}
@@ -328,14 +329,14 @@ func (e *Engine) observe(c *completion) {
 		return // released at shutdown: not a dispatch
 	}
 	e.metrics.DispatchTotal.WithLabelValues(c.adapter, c.outcome).Inc()
-	if c.row.Kind == "compensation" {
+	if c.row.Kind == outbox.KindCompensation {
 		switch c.Status {
-		case StatusSucceeded:
+		case outbox.StatusSucceeded:
 			e.metrics.CompensationsTotal.WithLabelValues("succeeded").Inc()
-		case StatusCompensationFailed:
+		case outbox.StatusCompensationFailed:
 			e.metrics.CompensationsTotal.WithLabelValues("failed").Inc()
 			e.metrics.CompensationFailedTotal.Inc()
-		case StatusPending:
+		case outbox.StatusPending:
 			e.metrics.CompensationsTotal.WithLabelValues("retry").Inc()
 		}
 	}
@@ -344,9 +345,9 @@ func (e *Engine) observe(c *completion) {
 	switch {
 	case c.outcome == "auth":
 		e.log.Error("provider refused the adapter's credentials; no attempt consumed", append(attrs, "err", deref(c.LastError))...)
-	case c.Status == StatusFailed || c.Status == StatusCompensationFailed || c.Status == StatusOutcomeUnknown:
+	case c.Status == outbox.StatusFailed || c.Status == outbox.StatusCompensationFailed || c.Status == outbox.StatusOutcomeUnknown:
 		e.log.Warn("row parked or failed", append(attrs, "err", deref(c.LastError))...)
-	case c.Status == StatusPending && c.outcome != outcomeUnrouted:
+	case c.Status == outbox.StatusPending && c.outcome != outcomeUnrouted:
 		e.log.Debug("attempt failed; rescheduled", append(attrs, "next_attempt_in", c.Delay, "err", deref(c.LastError))...)
 	default:
 		e.log.Debug("dispatched", attrs...)

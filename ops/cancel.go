@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -22,7 +22,7 @@ func (c *Client) CancelWhere(ctx context.Context, f Filter, who Who, o BulkOptio
 		return nil, fmt.Errorf("cancel by filter needs a run (--run)")
 	}
 	if f.Status == "" {
-		f.Status = drainer.StatusPending
+		f.Status = outbox.StatusPending
 	}
 	if err := CancelStatus(f.Status); err != nil {
 		return nil, err
@@ -35,8 +35,8 @@ func CancelStatus(status string) error {
 	if err := ValidateStatus(status); err != nil {
 		return err
 	}
-	if status != drainer.StatusPending {
-		return fmt.Errorf("%s rows cannot be cancelled (%s); cancel takes pending rows", status, cancelWhy(candidate{Status: status, Kind: "forward"}))
+	if status != outbox.StatusPending {
+		return fmt.Errorf("%s rows cannot be cancelled (%s); cancel takes pending rows", status, cancelWhy(candidate{Status: status, Kind: outbox.KindForward}))
 	}
 	return nil
 }
@@ -44,18 +44,18 @@ func CancelStatus(status string) error {
 // cancelWhy is why a row cannot be cancelled, "" if it can.
 func cancelWhy(r candidate) string {
 	switch r.Status {
-	case drainer.StatusPending:
-		if r.Kind == "compensation" {
+	case outbox.StatusPending:
+		if r.Kind == outbox.KindCompensation {
 			return "it is a compensation row: cancelling it would mark its forward row compensated without undoing the effect"
 		}
 		return ""
-	case drainer.StatusInFlight:
+	case outbox.StatusInFlight:
 		return r.leaseWhy()
-	case drainer.StatusOutcomeUnknown:
+	case outbox.StatusOutcomeUnknown:
 		return "the request may have had its effect; settle it with drainer resolve KEY --outcome"
-	case drainer.StatusCompensationFailed:
+	case outbox.StatusCompensationFailed:
 		return "its compensation cannot succeed; undo the effect by hand, then drainer resolve KEY --note"
-	case drainer.StatusSucceeded:
+	case outbox.StatusSucceeded:
 		return "final already: the effect happened; to undo it, abort its run"
 	}
 	return "final already"
@@ -75,7 +75,7 @@ func (canceller) plan(_ context.Context, _ pgx.Tx, cands []candidate, _ extender
 			p.refused = append(p.refused, r.refusal("cancel", why))
 			continue
 		}
-		ch := r.change(drainer.StatusCancelled, r.Attempts)
+		ch := r.change(outbox.StatusCancelled, r.Attempts)
 		if r.Attempts > 0 {
 			ch.Warning = fmt.Sprintf("attempted %d time(s): the request may have had its effect; cancelling stops retries, it undoes nothing", r.Attempts)
 		}

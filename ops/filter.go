@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Filter selects outbox rows. Zero fields match everything.
@@ -27,8 +27,8 @@ type Filter struct {
 
 // ValidateStatus reports whether s is one of the eight statuses.
 func ValidateStatus(s string) error {
-	if !slices.Contains(drainer.Statuses, s) {
-		return fmt.Errorf("unknown status %q: use one of %s", s, strings.Join(drainer.Statuses, ", "))
+	if !slices.Contains(outbox.Statuses, s) {
+		return fmt.Errorf("unknown status %q: use one of %s", s, strings.Join(outbox.Statuses, ", "))
 	}
 	return nil
 }

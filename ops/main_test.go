@@ -10,6 +10,7 @@ import (
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -82,7 +83,7 @@ func (e *env) exec(sql string, args ...any) {
 // set moves a row to status with attempts, as the daemon's completion does.
 func (e *env) set(key, status string, attempts int) {
 	e.t.Helper()
-	if status == drainer.StatusInFlight {
+	if status == outbox.StatusInFlight {
 		e.exec(`UPDATE drainer.outbox SET status = 'in_flight', attempts = $2, lease_token = gen_random_uuid(),
 		        lease_expires_at = now() + interval '30 seconds', leased_by = 'replica-1' WHERE key = $1`, key, attempts)
 		return

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -34,7 +34,7 @@ func RequeueStatus(status string) error {
 		return err
 	}
 	switch status {
-	case drainer.StatusFailed, drainer.StatusPending, drainer.StatusCancelled:
+	case outbox.StatusFailed, outbox.StatusPending, outbox.StatusCancelled:
 		return nil
 	}
 	return fmt.Errorf("%s rows cannot be requeued (%s); requeue takes failed, pending or cancelled rows",
@@ -44,18 +44,18 @@ func RequeueStatus(status string) error {
 // requeueWhy is why a row of its status cannot be requeued, "" if it can.
 func requeueWhy(r candidate) string {
 	switch r.Status {
-	case drainer.StatusSucceeded:
+	case outbox.StatusSucceeded:
 		return "the effect happened; requeueing would repeat it"
-	case drainer.StatusCompensated:
+	case outbox.StatusCompensated:
 		return "its effect was undone by the saga; requeueing would redo it"
-	case drainer.StatusInFlight:
+	case outbox.StatusInFlight:
 		return r.leaseWhy()
-	case drainer.StatusOutcomeUnknown:
+	case outbox.StatusOutcomeUnknown:
 		return "the request may have had its effect; settle it with drainer resolve KEY --outcome"
-	case drainer.StatusCompensationFailed:
+	case outbox.StatusCompensationFailed:
 		return "its compensation cannot succeed; undo the effect by hand, then drainer resolve KEY --note"
-	case drainer.StatusCancelled:
-		if r.Kind == "compensation" {
+	case outbox.StatusCancelled:
+		if r.Kind == outbox.KindCompensation {
 			return "a cancelled compensation row was resolved by a human; requeueing it would undo the effect twice"
 		}
 	}
@@ -84,7 +84,7 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 	var runIDs []string
 	seenRun := map[string]bool{}
 	for _, r := range ok {
-		if r.Status != drainer.StatusPending && !seenRun[r.AgentRunID] {
+		if r.Status != outbox.StatusPending && !seenRun[r.AgentRunID] {
 			seenRun[r.AgentRunID] = true
 			runIDs = append(runIDs, r.AgentRunID)
 		}
@@ -97,7 +97,7 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 		// The failed rows of an aborted run are requeued together or not at all.
 		var withFailed []string
 		for _, r := range ok {
-			if _, aborted := runs[r.AgentRunID]; aborted && r.Status == drainer.StatusFailed && !slices.Contains(withFailed, r.AgentRunID) {
+			if _, aborted := runs[r.AgentRunID]; aborted && r.Status == outbox.StatusFailed && !slices.Contains(withFailed, r.AgentRunID) {
 				withFailed = append(withFailed, r.AgentRunID)
 			}
 		}
@@ -111,7 +111,7 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 	}
 	requeued := map[string]bool{}
 	for _, r := range ok {
-		if r.Status == drainer.StatusFailed {
+		if r.Status == outbox.StatusFailed {
 			requeued[r.Key] = true
 		}
 	}
@@ -119,9 +119,9 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 	for _, r := range ok {
 		run, aborted := runs[r.AgentRunID]
 		switch {
-		case !aborted || r.Status == drainer.StatusPending:
+		case !aborted || r.Status == outbox.StatusPending:
 			p.changes = append(p.changes, q.change(r))
-		case r.Status == drainer.StatusCancelled:
+		case r.Status == outbox.StatusCancelled:
 			p.refused = append(p.refused, r.refusal("requeue", run.cancelledWhy()))
 		default: // failed, in an aborted run
 			if why := run.reviveWhy(requeued); why != "" {
@@ -149,10 +149,10 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 
 func (q requeuer) change(r candidate) Change {
 	attempts := r.Attempts
-	if r.Status == drainer.StatusFailed {
+	if r.Status == outbox.StatusFailed {
 		attempts = 0 // a fresh budget, same key
 	}
-	ch := r.change(drainer.StatusPending, attempts)
+	ch := r.change(outbox.StatusPending, attempts)
 	if r.NotBefore != nil {
 		at := r.NotBefore.UTC().Format(time.RFC3339)
 		if q.ignoreFloor {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -46,7 +46,7 @@ func (c *Client) Resolve(ctx context.Context, key string, r Resolution, who Who)
 	if strings.TrimSpace(r.Note) == "" {
 		return nil, errors.New("resolve needs a note saying what was checked or done")
 	}
-	if r.Outcome != "" && r.Outcome != drainer.StatusSucceeded && r.Outcome != drainer.StatusFailed {
+	if r.Outcome != "" && r.Outcome != outbox.StatusSucceeded && r.Outcome != outbox.StatusFailed {
 		return nil, fmt.Errorf("outcome %q is not succeeded or failed", r.Outcome)
 	}
 	who.Reason = r.Note
@@ -62,9 +62,9 @@ func (c *Client) Resolve(ctx context.Context, key string, r Resolution, who Who)
 		}
 		out = &Resolved{Key: key, AgentRunID: row.AgentRunID, Kind: row.Kind, FromStatus: row.Status, Note: r.Note}
 		switch row.Status {
-		case drainer.StatusOutcomeUnknown:
+		case outbox.StatusOutcomeUnknown:
 			err = c.resolveUnknown(ctx, tx, row, r, who, out)
-		case drainer.StatusCompensationFailed:
+		case outbox.StatusCompensationFailed:
 			err = c.resolveCompensation(ctx, tx, row, r, who, out)
 		default:
 			return &TransitionError{Key: key, Status: row.Status, Action: "resolve",
@@ -86,11 +86,11 @@ func (c *Client) resolveUnknown(ctx context.Context, tx pgx.Tx, row *Row, r Reso
 		return ErrOutcomeRequired
 	}
 	to := r.Outcome
-	if to == drainer.StatusFailed && row.Kind == "compensation" {
-		to = drainer.StatusCompensationFailed // a compensation that cannot succeed halts its saga
+	if to == outbox.StatusFailed && row.Kind == outbox.KindCompensation {
+		to = outbox.StatusCompensationFailed // a compensation that cannot succeed halts its saga
 	}
 	lastError := row.LastError
-	if to != drainer.StatusSucceeded {
+	if to != outbox.StatusSucceeded {
 		msg := fmt.Sprintf("resolved as failed by %s: %s", who.Actor, r.Note)
 		lastError = &msg
 	}
@@ -104,7 +104,7 @@ func (c *Client) resolveUnknown(ctx context.Context, tx pgx.Tx, row *Row, r Reso
 		return err
 	}
 	out.Status = to
-	if row.Kind == "compensation" && row.ForwardKey != nil {
+	if row.Kind == outbox.KindCompensation && row.ForwardKey != nil {
 		out.ForwardKey = *row.ForwardKey
 		if err := tx.QueryRow(ctx, c.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), out.ForwardKey).
 			Scan(&out.ForwardStatus); err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -125,10 +125,10 @@ func (c *Client) resolveCompensation(ctx context.Context, tx pgx.Tx, row *Row, r
 		return ErrOutcomeNotAllowed
 	}
 	msg := fmt.Sprintf("resolved by %s: %s", who.Actor, r.Note)
-	if err := c.settle(ctx, tx, row.Key, row.Status, drainer.StatusCancelled, &msg, r.Note); err != nil {
+	if err := c.settle(ctx, tx, row.Key, row.Status, outbox.StatusCancelled, &msg, r.Note); err != nil {
 		return err
 	}
-	out.Status = drainer.StatusCancelled
+	out.Status = outbox.StatusCancelled
 	if row.ForwardKey == nil {
 		return nil
 	}

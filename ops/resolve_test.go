@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 func TestResolveOutcomeUnknown(t *testing.T) {
@@ -69,7 +70,7 @@ func TestResolveCompensationFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.set(comp, "compensation_failed", 8)
-	if st, err := compensations.Advance(t.Context(), e.pool, "drainer", "r1", m); err != nil || st != compensations.StateHalted {
+	if st, err := compensations.Advance(t.Context(), e.pool, "drainer", "r1", m); err != nil || st != outbox.SagaHalted {
 		t.Fatalf("advance = %q, %v; want halted", st, err)
 	}
 
@@ -93,7 +94,7 @@ func TestResolveCompensationFailed(t *testing.T) {
 		t.Fatalf("forward audit = %+v", a)
 	}
 	// The saga continues with the next compensation (of k[0]).
-	if st, err := compensations.Advance(t.Context(), e.pool, "drainer", "r1", m); err != nil || st != compensations.StateCompensating {
+	if st, err := compensations.Advance(t.Context(), e.pool, "drainer", "r1", m); err != nil || st != outbox.SagaCompensating {
 		t.Fatalf("advance after resolve = %q, %v", st, err)
 	}
 }

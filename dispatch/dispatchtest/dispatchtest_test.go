@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 func TestMain(m *testing.M) {
@@ -91,7 +92,7 @@ func TestNewMessage(t *testing.T) {
 		if err := m.Tuple.Validate(); err != nil {
 			t.Errorf("invalid tuple: %v", err)
 		}
-		if m.Key != m.Tuple.Key() || m.Attempt != 1 || m.Kind != dispatch.KindForward || string(m.Payload) != `{"x":1}` {
+		if m.Key != m.Tuple.Key() || m.Attempt != 1 || m.Kind != outbox.KindForward || string(m.Payload) != `{"x":1}` {
 			t.Errorf("message: %+v", m)
 		}
 	}

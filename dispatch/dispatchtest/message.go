@@ -9,6 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Tool is the tool_name of the messages Run dispatches. Adapters that map
@@ -51,7 +52,7 @@ func NewMessage(tool string, payload string) *dispatch.Message {
 	return &dispatch.Message{
 		Key:     tuple.Key(),
 		Tuple:   tuple,
-		Kind:    dispatch.KindForward,
+		Kind:    outbox.KindForward,
 		Payload: json.RawMessage(payload),
 		Attempt: 1,
 		Seq:     n,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 const payloadSecret = "s3cr3t-payload-9d2e"
@@ -94,7 +95,7 @@ func wantResult(t *testing.T, r dispatch.Result, outcome dispatch.Outcome, reaso
 func TestDispatch(t *testing.T) {
 	b := setup(t, Config{})
 	m := dispatchtest.NewMessage("charge_card", testPayload)
-	m.Kind, m.Attempt, m.Traceparent = dispatch.KindCompensation, 3, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	m.Kind, m.Attempt, m.Traceparent = outbox.KindCompensation, 3, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 	r := dispatchMsg(t, b.a, m)
 	wantResult(t, r, dispatch.Success, "delivered")
@@ -106,7 +107,7 @@ func TestDispatch(t *testing.T) {
 		t.Fatalf("%d records, want 1", len(recs))
 	}
 	got := recs[0]
-	if got.Key != m.Key || got.ToolName != "charge_card" || got.Kind != dispatch.KindCompensation ||
+	if got.Key != m.Key || got.ToolName != "charge_card" || got.Kind != outbox.KindCompensation ||
 		got.Seq != m.Seq || got.Attempt != 3 || string(got.Payload) != testPayload {
 		t.Errorf("plugin received %+v, want the message's fields", got)
 	}

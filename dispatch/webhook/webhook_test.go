@@ -18,6 +18,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Values that must never appear in Result.Err.
@@ -32,7 +33,7 @@ var testPayload = `{"amount":500,"currency":"eur","note":"` + payloadSecret + `"
 func testMessage(payload string) *dispatch.Message {
 	tuple := idemkey.Tuple{AgentRunID: "run-1", StepID: "step-1", ToolName: "charge_card", BusinessScope: "acct-9"}
 	return &dispatch.Message{
-		Key: tuple.Key(), Tuple: tuple, Kind: dispatch.KindForward,
+		Key: tuple.Key(), Tuple: tuple, Kind: outbox.KindForward,
 		Payload: json.RawMessage(payload), Attempt: 1, Seq: 1,
 	}
 }

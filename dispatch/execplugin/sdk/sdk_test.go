@@ -16,6 +16,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/execplugin/internal/wire"
 	pluginpb "github.com/drainer-io/drainer/dispatch/execplugin/proto"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 func TestMain(m *testing.M) {
@@ -39,7 +40,7 @@ func (w withTTL) KeyTTL(context.Context) (time.Duration, error) { return w.ttl, 
 func TestDispatchRoundTrip(t *testing.T) {
 	req := &pluginpb.DispatchRequest{
 		Key: "k1", AgentRunId: "run", StepId: "step", ToolName: "tool", BusinessScope: "scope",
-		Kind: dispatch.KindForward, Payload: []byte(`{"a":1}`), Attempt: 2, Seq: 9, Traceparent: "tp",
+		Kind: outbox.KindForward, Payload: []byte(`{"a":1}`), Attempt: 2, Seq: 9, Traceparent: "tp",
 	}
 	var got *dispatch.Message
 	s := &server{impl: adapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
@@ -54,7 +55,7 @@ func TestDispatchRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Key != "k1" || got.Tuple.AgentRunID != "run" || got.Tuple.StepID != "step" || got.Tuple.ToolName != "tool" ||
-		got.Tuple.BusinessScope != "scope" || got.Kind != dispatch.KindForward || string(got.Payload) != `{"a":1}` ||
+		got.Tuple.BusinessScope != "scope" || got.Kind != outbox.KindForward || string(got.Payload) != `{"a":1}` ||
 		got.Attempt != 2 || got.Seq != 9 || got.Traceparent != "tp" {
 		t.Errorf("message %+v", got)
 	}
