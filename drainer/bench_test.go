@@ -69,10 +69,10 @@ func BenchmarkSnapshot(b *testing.B) {
 	b.ResetTimer()
 	var cost float64
 	for range b.N {
-		if _, err := RefreshSnapshot(ctx, pool, "drainer", 0, []string{"t"}); err != nil {
+		if _, err := testStore.RefreshSnapshot(ctx, pool, 0, []string{"t"}); err != nil {
 			b.Fatal(err)
 		}
-		s, _, err := ReadSnapshot(ctx, pool, "drainer")
+		s, _, err := testStore.ReadSnapshot(ctx, pool)
 		if err != nil {
 			b.Fatal(err)
 		}

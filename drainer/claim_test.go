@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -44,7 +45,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 	}
 	defer conn.Release()
 	for range 12 {
-		if rows, err := claimRows(ctx, conn, "drainer", 10, time.Minute, "r", nil, nil, true); err != nil || len(rows) != 0 {
+		if rows, err := testStore.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", Durable: true}); err != nil || len(rows) != 0 {
 			t.Fatalf("claim on empty table: %d %v", len(rows), err)
 		}
 	}
@@ -53,7 +54,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := tuplesRead(t, conn)
-	rows, err := claimRows(ctx, conn, "drainer", 10, time.Minute, "r", nil, nil, true)
+	rows, err := testStore.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", Durable: true})
 	if err != nil || len(rows) != 10 {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}

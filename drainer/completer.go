@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -72,10 +73,10 @@ func (c *completer) flush(batch []completion) {
 	deadline := time.Now().Add(e.cfg.Lease)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		lost, runs, err := writeCompletions(ctx, e.pool, e.cfg.Schema, batch)
+		done, err := e.st.Complete(ctx, e.pool, rows(batch))
 		cancel()
 		if err == nil {
-			c.done(lost, runs)
+			c.done(done)
 			return
 		}
 		if isDataError(err) {
@@ -129,11 +130,11 @@ func (c *completer) flushOne(x completion, cause error) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		lost, runs, err := writeCompletions(ctx, e.pool, e.cfg.Schema, []completion{x})
+		done, err := e.st.Complete(ctx, e.pool, rows([]completion{x}))
 		cancel()
 		switch {
 		case err == nil:
-			c.done(lost, runs)
+			c.done(done)
 			return
 		case !isDataError(err):
 			c.flush([]completion{x}) // the database went away: retry as usual
@@ -158,11 +159,20 @@ func sqlState(err error) string {
 	return "unknown error"
 }
 
-func (c *completer) done(lost []int64, runs []string) {
+func (c *completer) done(d store.Completed) {
 	e := c.e
-	if len(lost) > 0 {
-		e.metrics.LeasesLost.Add(float64(len(lost)))
-		e.log.Warn("lease lost before completion: another replica owns these rows; result not written", "outbox_seqs", lost)
+	if len(d.Lost) > 0 {
+		e.metrics.LeasesLost.Add(float64(len(d.Lost)))
+		e.log.Warn("lease lost before completion: another replica owns these rows; result not written", "outbox_seqs", d.Lost)
 	}
-	e.sagas.notify(runs...)
+	e.sagas.Notify(d.Runs...)
+}
+
+// rows returns what the store writes of cs.
+func rows(cs []completion) []store.Completion {
+	out := make([]store.Completion, len(cs))
+	for i := range cs {
+		out[i] = cs[i].Completion
+	}
+	return out
 }

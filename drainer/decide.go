@@ -9,7 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/drainer-io/drainer/store"
 )
 
 // Metric outcome labels beyond dispatch.Outcome's own.
@@ -19,36 +19,26 @@ const (
 	outcomeAmbiguous   = "ambiguous"
 )
 
+// claimedRow is one row leased to this replica.
+type claimedRow = store.ClaimedRow
+
 // completion is the next state of one leased row, written back by the
 // completer only while the row's lease token still matches (fencing).
 type completion struct {
-	Seq   int64
-	Token pgtype.UUID
-	// Status is the new status.
-	Status string
-	// GiveBack returns the attempt counted at claim: the request never
-	// reached the provider.
-	GiveBack bool
-	// Delay schedules next_attempt_at = now() + Delay (database clock);
-	// KeepNext leaves next_attempt_at as it was.
-	Delay    time.Duration
-	KeepNext bool
-	// Floor makes now() + Delay the row's not_before as well: the earliest
-	// moment the provider allows the next attempt (its Retry-After, or the
-	// backoff), which no deferral, wake or reclaim may move it before.
-	Floor bool
-	// LastError replaces last_error; nil keeps it (cleared on success).
-	LastError *string
-	Problem   *dispatch.Problem
-	// Response and ResponseStatus record the provider's answer.
-	Response       json.RawMessage
-	ResponseStatus int
+	store.Completion
+	// problem is the answer's RFC 9457 problem (stored as JSON by sanitize).
+	problem *dispatch.Problem
 
 	// For metrics, logs and the detect probe's witness only.
 	adapter string
 	outcome string
 	row     *claimedRow
 	route   *Route
+}
+
+// newCompletion starts the completion of row.
+func newCompletion(row *claimedRow, status string) completion {
+	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Status: status}, row: row}
 }
 
 // decision inputs that do not come from the row or result.
@@ -74,7 +64,8 @@ func failStatus(row *claimedRow) string {
 // decide maps one attempt's classified result to the row's next state
 // (CONTRACT §2 attempts table, §4 Full Jitter, §5 classes).
 func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res dispatch.Result) completion {
-	c := completion{Seq: row.Seq, Token: row.LeaseToken, adapter: adapter, row: row, ResponseStatus: res.Status}
+	c := newCompletion(row, "")
+	c.adapter, c.ResponseStatus = adapter, res.Status
 	errText := func(prefix string) *string {
 		msg := prefix
 		if res.Err != nil {
@@ -84,7 +75,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		}
 		return &msg
 	}
-	c.Problem = res.Problem
+	c.problem = res.Problem
 	outcome := res.Outcome
 	if outcome == dispatch.OutcomeUnknownZero {
 		outcome = dispatch.Ambiguous
@@ -162,13 +153,15 @@ var errCutOff = errors.New("call cut off by shutdown")
 
 // release gives a claimed row back without a consumed attempt.
 func release(row *claimedRow, delay time.Duration, keepNext bool, msg *string, outcome string) completion {
-	return completion{Seq: row.Seq, Token: row.LeaseToken, Status: outbox.StatusPending, GiveBack: true,
-		Delay: delay, KeepNext: keepNext, LastError: msg, outcome: outcome, row: row}
+	c := newCompletion(row, outbox.StatusPending)
+	c.GiveBack, c.Delay, c.KeepNext, c.LastError, c.outcome = true, delay, keepNext, msg, outcome
+	return c
 }
 
 // failNow ends a claimed row without dispatching it; the attempt counted at
 // claim is given back since nothing was sent.
 func failNow(row *claimedRow, msg string) completion {
-	return completion{Seq: row.Seq, Token: row.LeaseToken, Status: failStatus(row), GiveBack: true,
-		KeepNext: true, LastError: &msg, outcome: "terminal", row: row}
+	c := newCompletion(row, failStatus(row))
+	c.GiveBack, c.KeepNext, c.LastError, c.outcome = true, true, &msg, outbox.OutcomeTerminal
+	return c
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 )
 
 // TestDecideAttemptsTable walks CONTRACT §2's attempt rules and §5's classes
@@ -84,7 +85,7 @@ func TestDecideCutOffRetriesAtOnce(t *testing.T) {
 
 func TestSanitize(t *testing.T) {
 	msg := "bad\x00text\xff"
-	c := completion{Status: outbox.StatusSucceeded, LastError: &msg, Response: []byte(`{"a":"\u0000"}`)}
+	c := completion{Completion: store.Completion{Status: outbox.StatusSucceeded, LastError: &msg, Response: []byte(`{"a":"\u0000"}`)}}
 	c.sanitize()
 	if *c.LastError != "badtext\uFFFD" {
 		t.Fatalf("last_error not cleaned: %q", *c.LastError)
@@ -92,7 +93,7 @@ func TestSanitize(t *testing.T) {
 	if string(c.Response) == `{"a":"\u0000"}` {
 		t.Fatal("a response with \\u0000 must be rewrapped: jsonb refuses it")
 	}
-	c = completion{Status: outbox.StatusSucceeded, Response: []byte("not json")}
+	c = completion{Completion: store.Completion{Status: outbox.StatusSucceeded, Response: []byte("not json")}}
 	c.sanitize()
 	if string(c.Response) != `{"body":"not json"}` {
 		t.Fatalf("non-JSON response: %s", c.Response)

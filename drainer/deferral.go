@@ -2,9 +2,10 @@ package drainer
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/drainer-io/drainer/store"
 )
 
 // deferrer pushes back, in bulk, the due rows of a tool that cannot be
@@ -42,27 +43,6 @@ type deferral struct {
 	delay  time.Duration
 	wake   []string
 }
-
-// deferSQL defers one batch; each batch is a short transaction of its own.
-const deferSQL = `
-WITH batch AS (
-    SELECT seq FROM %[1]s.outbox
-     WHERE status = 'pending' AND tool_name = $1
-       AND next_attempt_at < now() + $2 * interval '1 millisecond' * 0.5
-     LIMIT $3
-     FOR UPDATE SKIP LOCKED
-)
-UPDATE %[1]s.outbox o
-   SET next_attempt_at = now() + $2 * interval '1 millisecond' * (0.75 + random() / 2)
-  FROM batch WHERE o.seq = batch.seq`
-
-// wakeSQL makes the deferred rows of some tools due now; the not_before
-// floor of each row still holds (schema trigger).
-const wakeSQL = `UPDATE %s.outbox SET next_attempt_at = now()
-      WHERE status = 'pending' AND tool_name = ANY($1) AND next_attempt_at > now()`
-
-// deferBatch bounds one deferral statement.
-const deferBatch = 5000
 
 // minDeferral: shorter refusals (saturation, rate limits) pass on their own.
 const minDeferral = time.Second
@@ -153,7 +133,7 @@ func (d *deferrer) apply(req deferral) {
 	ctx, cancel := context.WithTimeout(e.fetchCtx, 30*time.Second)
 	defer cancel()
 	if req.wake != nil {
-		if _, err := e.pool.Exec(ctx, fmt.Sprintf(wakeSQL, e.cfg.Schema), req.wake); err != nil && !isShutdown(e.fetchCtx, err) {
+		if err := e.st.Wake(ctx, e.pool, req.wake); err != nil && !isShutdown(e.fetchCtx, err) {
 			e.log.Warn("could not wake rows; they drain at their next look", "tools", req.wake, "err", err)
 		}
 		e.signal()
@@ -169,15 +149,15 @@ func (d *deferrer) apply(req deferral) {
 	}()
 	var total int64
 	for ctx.Err() == nil {
-		tag, err := e.pool.Exec(ctx, fmt.Sprintf(deferSQL, e.cfg.Schema), req.tool, req.delay.Milliseconds(), deferBatch)
+		n, err := e.st.Defer(ctx, e.pool, req.tool, req.delay)
 		if err != nil {
 			if !isShutdown(e.fetchCtx, err) {
 				e.log.Warn("deferring rows failed; they are looked at one by one", "tool", req.tool, "reason", req.reason, "err", err)
 			}
 			return
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < deferBatch {
+		total += n
+		if n < store.DeferBatch {
 			break
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/jackc/pgx/v5"
 )
 
 // Detector asks a provider whether an ambiguous attempt of a non_idempotent
@@ -203,11 +202,6 @@ func (d *Detector) calibrate(ctx context.Context) (bool, string) {
 	return false, reason
 }
 
-// knownSucceededSQL picks a recent succeeded forward row of a tool.
-const knownSucceededSQL = `SELECT key, agent_run_id, step_id, tool_name, business_scope
-  FROM %s.outbox WHERE status = 'succeeded' AND tool_name = $1 AND kind = 'forward'
- ORDER BY updated_at DESC LIMIT 1`
-
 // attachDetectors lets the probes of rt find succeeded keys of their route.
 func (e *Engine) attachDetectors(rt *Routing) {
 	for _, r := range rt.Routes {
@@ -217,17 +211,12 @@ func (e *Engine) attachDetectors(rt *Routing) {
 		tool := r.Tool
 		r.Detect.mu.Lock()
 		r.Detect.lookup = func(ctx context.Context) (*dispatch.Message, error) {
-			var tu idemkey.Tuple
-			var key string
-			err := e.pool.QueryRow(ctx, fmt.Sprintf(knownSucceededSQL, e.cfg.Schema), tool).
-				Scan(&key, &tu.AgentRunID, &tu.StepID, &tu.ToolName, &tu.BusinessScope)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil, nil
-			}
-			if err != nil {
+			w, err := e.st.LastSucceeded(ctx, e.pool, tool)
+			if w == nil || err != nil {
 				return nil, err
 			}
-			return &dispatch.Message{Key: key, Tuple: tu}, nil
+			return &dispatch.Message{Key: w.Key, Tuple: idemkey.Tuple{AgentRunID: w.AgentRunID, StepID: w.StepID,
+				ToolName: w.ToolName, BusinessScope: w.BusinessScope}}, nil
 		}
 		r.Detect.mu.Unlock()
 	}

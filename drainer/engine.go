@@ -12,8 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -116,6 +118,7 @@ func (c Config) Validate() error {
 type Engine struct {
 	cfg     Config
 	pool    *pgxpool.Pool
+	st      *store.Store
 	log     *slog.Logger
 	metrics *Metrics
 	routing atomic.Pointer[Routing]
@@ -144,7 +147,7 @@ type Engine struct {
 	gatePolicy map[string]GatePolicy
 	pauses     atomic.Pointer[pauseSet]
 	deferrer   *deferrer
-	sagas      *sagaRunner
+	sagas      *compensations.Runner
 
 	started, stopped atomic.Bool
 	unrouted         unroutedLog
@@ -167,6 +170,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:       cfg,
 		pool:      pool,
+		st:        store.MustNew(cfg.Schema),
 		log:       cfg.Logger,
 		metrics:   cfg.Metrics,
 		wake:      make(chan struct{}, 1),
@@ -190,7 +194,13 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.workCtx, e.workCancel = context.WithCancel(context.Background())
 	e.completer = newCompleter(e)
 	e.deferrer = newDeferrer(e)
-	e.sagas = newSagaRunner(e)
+	e.sagas = compensations.NewRunner(compensations.RunnerConfig{
+		Pool: pool, Store: e.st, SweepInterval: cfg.SagaInterval, Logger: cfg.Logger, Queued: e.signal,
+		Routing: func() (compensations.Map, bool) {
+			rt := e.routing.Load()
+			return rt.Compensations, rt.CompensationFailedAlert != ""
+		},
+	})
 	return e, nil
 }
 
@@ -209,24 +219,27 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.started.Store(false)
 		return err
 	}
-	set, err := loadPauses(ctx, e.pool, e.cfg.Schema)
+	set, err := e.st.ReadPauses(ctx, e.pool)
 	if err != nil {
 		e.started.Store(false)
 		return err
 	}
-	e.pauses.Store(set)
+	e.pauses.Store(&set)
 	// Before anything is scraped from this engine, so the counters never
 	// go from 0 to the database's total (a false increase).
 	if err := e.readEnqueueCounters(ctx); err != nil {
 		e.started.Store(false)
 		return err
 	}
-	e.loops.Add(10)
+	if err := e.sagas.Start(ctx); err != nil {
+		e.started.Store(false)
+		return err
+	}
+	e.loops.Add(9)
 	go e.calibrateLoop()
 	go e.deferrer.run()
 	go e.retentionLoop()
 	go e.pauseLoop()
-	go e.sagas.run()
 	go e.completer.run()
 	go e.claimLoop()
 	go e.listenLoop()
@@ -296,6 +309,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.workCancel()
 	e.completer.close()
 	e.loops.Wait()
+	_ = e.sagas.Stop(ctx)
 	if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
 		e.log.Warn("closing adapters", "err", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -232,7 +233,7 @@ func TestNoConcurrentDispatchAcrossEngines(t *testing.T) {
 func TestReclaimAfterLeaseExpiry(t *testing.T) {
 	pool := newPool(t)
 	keys := enqueueN(t, pool, "run-6", "t", 5)
-	dead, err := claimRows(t.Context(), pool, "drainer", 10, 300*time.Millisecond, "dead-replica", nil, nil, true)
+	dead, err := testStore.Claim(t.Context(), pool, store.Claim{Limit: 10, Lease: 300 * time.Millisecond, Replica: "dead-replica", Durable: true})
 	if err != nil || len(dead) != 5 {
 		t.Fatalf("claim: %d rows, %v", len(dead), err)
 	}
@@ -263,29 +264,29 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
 	keys := enqueueN(t, pool, "run-7", "t", 1)
-	first, err := claimRows(ctx, pool, "drainer", 1, 10*time.Millisecond, "a", nil, nil, true)
+	first, err := testStore.Claim(ctx, pool, store.Claim{Limit: 1, Lease: 10 * time.Millisecond, Replica: "a", Durable: true})
 	if err != nil || len(first) != 1 {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n, err := reclaimExpired(ctx, pool, "drainer", nil); err != nil || n != 1 {
+	if n, err := testStore.Reclaim(ctx, pool, nil); err != nil || n != 1 {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}
-	second, err := claimRows(ctx, pool, "drainer", 1, time.Minute, "b", nil, nil, true)
+	second, err := testStore.Claim(ctx, pool, store.Claim{Limit: 1, Lease: time.Minute, Replica: "b", Durable: true})
 	if err != nil || len(second) != 1 {
 		t.Fatal(err)
 	}
-	late := completion{Seq: first[0].Seq, Token: first[0].LeaseToken, Status: outbox.StatusFailed, LastError: strPtr("late"), KeepNext: true}
-	lost, _, err := writeCompletions(ctx, pool, "drainer", []completion{late})
-	if err != nil || len(lost) != 1 || lost[0] != first[0].Seq {
-		t.Fatalf("late completion: lost %v err %v; want it rejected", lost, err)
+	late := completion{Completion: store.Completion{Seq: first[0].Seq, Token: first[0].LeaseToken, Status: outbox.StatusFailed, LastError: strPtr("late"), KeepNext: true}}
+	done, err := testStore.Complete(ctx, pool, []store.Completion{late.Completion})
+	if err != nil || len(done.Lost) != 1 || done.Lost[0] != first[0].Seq {
+		t.Fatalf("late completion: lost %v err %v; want it rejected", done.Lost, err)
 	}
 	if r := getRow(t, pool, keys[0]); r.Status != outbox.StatusInFlight || r.Attempts != 2 {
 		t.Fatalf("row after late completion: %+v", r)
 	}
-	owner := completion{Seq: second[0].Seq, Token: second[0].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{}`), KeepNext: true}
-	if lost, _, err := writeCompletions(ctx, pool, "drainer", []completion{owner}); err != nil || len(lost) != 0 {
-		t.Fatalf("owner completion: lost %v err %v", lost, err)
+	owner := completion{Completion: store.Completion{Seq: second[0].Seq, Token: second[0].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{}`), KeepNext: true}}
+	if done, err := testStore.Complete(ctx, pool, []store.Completion{owner.Completion}); err != nil || len(done.Lost) != 0 {
+		t.Fatalf("owner completion: lost %v err %v", done.Lost, err)
 	}
 	if r := getRow(t, pool, keys[0]); r.Status != outbox.StatusSucceeded {
 		t.Fatalf("row: %+v", r)
@@ -324,7 +325,7 @@ func TestShutdownCutsOffCalls(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 	k := getRow(t, pool, keyKeys[0])
-	if k.Status != outbox.StatusPending || k.Attempts != 1 || k.DueInMs > 100 || !strings.Contains(deref(k.LastError), "cut off") {
+	if k.Status != outbox.StatusPending || k.Attempts != 1 || k.DueIn > 100*time.Millisecond || !strings.Contains(deref(k.LastError), "cut off") {
 		t.Fatalf("key_idempotent row after cut-off: %+v %s", k, deref(k.LastError))
 	}
 	n := getRow(t, pool, nonKeys[0])

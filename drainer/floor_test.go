@@ -116,7 +116,7 @@ func TestEveryWriterKeepsTheFloor(t *testing.T) {
 			}
 		}
 	}
-	if _, err := pool.Exec(ctx, fmt.Sprintf(wakeSQL, "drainer"), []string{"t"}); err != nil {
+	if err := testStore.Wake(ctx, pool, []string{"t"}); err != nil {
 		t.Fatal(err)
 	}
 	check("a wake")
@@ -124,7 +124,7 @@ func TestEveryWriterKeepsTheFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("a plain update")
-	if _, err := pool.Exec(ctx, fmt.Sprintf(deferSQL, "drainer"), "t", int64(time.Second/time.Millisecond), deferBatch); err != nil {
+	if _, err := testStore.Defer(ctx, pool, "t", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	check("a deferral")
@@ -133,7 +133,7 @@ func TestEveryWriterKeepsTheFloor(t *testing.T) {
 	        lease_expires_at = now() - interval '1 second', leased_by = 'gone', attempts = 1`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := reclaimExpired(ctx, pool, "drainer", nil); err != nil || n != len(keys) {
+	if n, err := testStore.Reclaim(ctx, pool, nil); err != nil || n != len(keys) {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}
 	check("a reclaim")

@@ -13,8 +13,7 @@ import (
 // gap while it reconnects.
 func (e *Engine) listenLoop() {
 	defer e.loops.Done()
-	channel := e.cfg.Schema + ".outbox"
-	sagaChannel := e.cfg.Schema + ".saga"
+	channel, sagaChannel := e.st.OutboxChannel(), e.st.SagaChannel()
 	delay := 100 * time.Millisecond
 	for e.fetchCtx.Err() == nil {
 		conn, err := pgx.ConnectConfig(e.fetchCtx, e.pool.Config().ConnConfig.Copy())
@@ -30,7 +29,7 @@ func (e *Engine) listenLoop() {
 						break
 					}
 					if n.Channel == sagaChannel {
-						e.sagas.notify(n.Payload)
+						e.sagas.Notify(n.Payload)
 						continue
 					}
 					e.signal()

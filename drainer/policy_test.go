@@ -55,7 +55,7 @@ func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
 	if attempts != 3 {
 		t.Fatalf("rows consumed %d attempts in all; only the 3 real calls may count", attempts)
 	}
-	if r := getRow(t, pool, keys[9]); r.Status != outbox.StatusPending || r.Attempts != 0 || r.DueInMs < 10*60*1000 {
+	if r := getRow(t, pool, keys[9]); r.Status != outbox.StatusPending || r.Attempts != 0 || r.DueIn < 10*time.Minute {
 		t.Fatalf("deferred row: %+v; want pending, no attempt, due when the breaker may close", r)
 	}
 }

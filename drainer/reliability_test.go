@@ -10,6 +10,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -58,7 +59,7 @@ func TestUnstorableCompletionIsIsolated(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
 	keys := enqueueN(t, pool, "run", "t", 3)
-	rows, err := claimRows(ctx, pool, "drainer", 3, time.Minute, "test", nil, nil, false)
+	rows, err := testStore.Claim(ctx, pool, store.Claim{Limit: 3, Lease: time.Minute, Replica: "test", Durable: false})
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}
@@ -71,9 +72,9 @@ func TestUnstorableCompletionIsIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := completion{Seq: bySeq[keys[0]].Seq, Token: bySeq[keys[0]].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{"ok":1}`), KeepNext: true}
-	huge := completion{Seq: bySeq[keys[1]].Seq, Token: bySeq[keys[1]].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{"n":1e1000000}`), KeepNext: true}
-	bogus := completion{Seq: bySeq[keys[2]].Seq, Token: bySeq[keys[2]].LeaseToken, Status: "no_such_status", KeepNext: true}
+	ok := completion{Completion: store.Completion{Seq: bySeq[keys[0]].Seq, Token: bySeq[keys[0]].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{"ok":1}`), KeepNext: true}}
+	huge := completion{Completion: store.Completion{Seq: bySeq[keys[1]].Seq, Token: bySeq[keys[1]].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{"n":1e1000000}`), KeepNext: true}}
+	bogus := completion{Completion: store.Completion{Seq: bySeq[keys[2]].Seq, Token: bySeq[keys[2]].LeaseToken, Status: "no_such_status", KeepNext: true}}
 	e.completer.flush([]completion{ok, huge, bogus})
 
 	if r := getRow(t, pool, keys[0]); r.Status != outbox.StatusSucceeded || string(r.Response) != `{"ok": 1}` {
@@ -164,10 +165,10 @@ func TestSnapshotCountsAttemptedUnroutedRows(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET attempts = 3, first_attempt_at = now()"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := RefreshSnapshot(ctx, pool, "drainer", 0, []string{"other"}); err != nil {
+	if _, err := testStore.RefreshSnapshot(ctx, pool, 0, []string{"other"}); err != nil {
 		t.Fatal(err)
 	}
-	s, ok, err := ReadSnapshot(ctx, pool, "drainer")
+	s, ok, err := testStore.ReadSnapshot(ctx, pool)
 	if err != nil || !ok {
 		t.Fatalf("snapshot: %v %v", ok, err)
 	}

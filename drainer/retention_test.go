@@ -12,15 +12,16 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func pruneNow() RetentionPolicy {
-	return RetentionPolicy{Enabled: true, BatchSize: 50, Tombstones: time.Hour, Audit: 1000 * time.Hour,
+	return RetentionPolicy{Enabled: true, Retention: store.Retention{BatchSize: 50, Tombstones: time.Hour, Audit: 1000 * time.Hour,
 		ByStatus: map[string]time.Duration{outbox.StatusSucceeded: time.Millisecond, outbox.StatusFailed: time.Millisecond,
-			outbox.StatusCompensated: time.Millisecond, outbox.StatusCancelled: time.Millisecond}}
+			outbox.StatusCompensated: time.Millisecond, outbox.StatusCancelled: time.Millisecond}}}
 }
 
 // TestPruneDuringDrainLosesNothing prunes succeeded rows as fast as possible
@@ -40,7 +41,7 @@ func TestPruneDuringDrainLosesNothing(t *testing.T) {
 	pruned := 0
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got, err := prunePass(t.Context(), pool, "drainer", pruneNow(), time.Second)
+		got, err := testStore.Prune(t.Context(), pool, pruneNow().Retention, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +79,7 @@ func TestTombstoneAnswersLateEnqueue(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() - interval '1 day'"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := prunePass(ctx, pool, "drainer", pruneNow(), time.Second); err != nil || got[outbox.StatusSucceeded] != 1 {
+	if got, err := testStore.Prune(ctx, pool, pruneNow().Retention, time.Second); err != nil || got[outbox.StatusSucceeded] != 1 {
 		t.Fatalf("prune: %v %v", got, err)
 	}
 	var created bool
@@ -118,7 +119,7 @@ func TestPruneSkipsOpenSagasAndParkedRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := prunePass(ctx, pool, "drainer", pruneNow(), time.Second)
+	got, err := testStore.Prune(ctx, pool, pruneNow().Retention, time.Second)
 	if err != nil || got[outbox.StatusSucceeded] != 1 {
 		t.Fatalf("prune: %v %v; want only the row of the run without an open saga", got, err)
 	}
@@ -178,9 +179,9 @@ func TestAuditPruneKeepsChainsVerifiable(t *testing.T) {
 func TestSnapshotEstimatesAtScale(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
-	old := exactCountLimit
-	exactCountLimit = 100
-	t.Cleanup(func() { exactCountLimit = old })
+	old := store.ExactCountLimit
+	store.ExactCountLimit = 100
+	t.Cleanup(func() { store.ExactCountLimit = old })
 	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, payload, payload_hash, status)
 	      SELECT 'k' || g, 'run', 's' || g, 't', '{}', '\x00', CASE WHEN g % 4 = 0 THEN 'pending' ELSE 'succeeded' END
 	        FROM generate_series(1, 4000) g`); err != nil {
@@ -189,10 +190,10 @@ func TestSnapshotEstimatesAtScale(t *testing.T) {
 	if _, err := pool.Exec(ctx, "ANALYZE drainer.outbox"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := RefreshSnapshot(ctx, pool, "drainer", time.Hour, []string{"t"}); err != nil || !ok {
+	if ok, err := testStore.RefreshSnapshot(ctx, pool, time.Hour, []string{"t"}); err != nil || !ok {
 		t.Fatalf("refresh: %v %v", ok, err)
 	}
-	s, ok, err := ReadSnapshot(ctx, pool, "drainer")
+	s, ok, err := testStore.ReadSnapshot(ctx, pool)
 	if err != nil || !ok {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
 		return dispatch.Result{Outcome: dispatch.Success}
 	})}, &Route{Tool: "t"}), Config{Workers: 2, Metrics: metrics})
 	waitFor(t, "unrouted tool in the snapshot", 10*time.Second, func() bool {
-		s, ok, err := ReadSnapshot(ctx, pool, "drainer")
+		s, ok, err := testStore.ReadSnapshot(ctx, pool)
 		return err == nil && ok && len(s.Stats.Unrouted) == 1 && s.Stats.Unrouted[0].Tool == "mystery_tool" && s.Stats.Unrouted[0].Rows == 3
 	})
 	// Block every query on the outbox, then scrape.

@@ -114,8 +114,8 @@ func TestSagaNotStarvedAtScale(t *testing.T) {
 // the active ones with a cursor.
 func TestSagaSweepIsFair(t *testing.T) {
 	pool := newPool(t)
-	plantSagas(t, pool, "halted", "halted", 2*sagaSweepBatch+100)
-	plantSagas(t, pool, "active", "compensating", 2*sagaSweepBatch+100)
+	plantSagas(t, pool, "halted", "halted", 2*compensations.SweepBatch+100)
+	plantSagas(t, pool, "active", "compensating", 2*compensations.SweepBatch+100)
 	plantSagas(t, pool, "zz-lost", "waiting", 1)
 	// The newest open saga: a sweep of the least recently touched ones
 	// never reaches it while older halted ones stay open.
@@ -150,12 +150,18 @@ func TestSagaStepFailureIsIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := compensations.NewMap(map[string]string{"charge_card": "refund_card"})
-	res, err := compensations.Sweep(ctx, pool, "drainer", m, "", 100)
+	steps, err := testStore.SweepSagas(ctx, pool, "", 100, m)
 	if err != nil {
 		t.Fatalf("sweep: %v", err)
 	}
-	if _, failed := res.Failed["poison-1"]; !failed || len(res.Failed) != 1 {
-		t.Fatalf("failed sagas %v; want poison-1 only", res.Failed)
+	var failed []string
+	for _, st := range steps {
+		if st.State == "error" {
+			failed = append(failed, st.Run)
+		}
+	}
+	if len(failed) != 1 || failed[0] != "poison-1" {
+		t.Fatalf("failed sagas %v; want poison-1 only", failed)
 	}
 	for _, run := range []string{"ok-1", "ok-2", "ok-3"} {
 		if got := compensationOf(t, pool, run); got != outbox.StatusPending {

@@ -311,7 +311,7 @@ func TestSagaCancelsRowsThatRacedTheAbort(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET next_attempt_at = now() + interval '1 hour' WHERE key = $1", k); err != nil {
 		t.Fatal(err)
 	}
-	if state, err := compensations.Advance(ctx, pool, "drainer", "raced", compensations.Map{}); err != nil || state != outbox.SagaDone {
+	if state, err := testStore.AdvanceSaga(ctx, pool, "raced", compensations.Map{}); err != nil || state != outbox.SagaDone {
 		t.Fatalf("advance: %s %v", state, err)
 	}
 	if r := getRow(t, pool, k); r.Status != outbox.StatusCancelled || !strings.Contains(deref(r.LastError), "agent gave up") {

@@ -50,9 +50,9 @@ func (c *completion) sanitize() {
 	if c.Status == outbox.StatusSucceeded && c.Response == nil {
 		c.Response = json.RawMessage("null")
 	}
-	if c.Problem != nil {
-		p := *c.Problem
+	if c.problem != nil {
+		p := *c.problem
 		p.Type, p.Title, p.Detail, p.Instance = cleanText(p.Type), cleanText(p.Title), cleanText(p.Detail), cleanText(p.Instance)
-		c.Problem = &p
+		c.Problem, _ = json.Marshal(p)
 	}
 }

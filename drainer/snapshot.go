@@ -2,216 +2,14 @@ package drainer
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"hash/fnv"
 	"time"
 
 	"github.com/drainer-io/drainer/outbox"
-	"github.com/jackc/pgx/v5"
+	"github.com/drainer-io/drainer/store"
 )
 
-// Snapshot is the backlog as one replica last measured it.
-type Snapshot struct {
-	TakenAt           time.Time
-	Age               time.Duration
-	RowsByStatus      map[string]int64
-	OldestPendingAge  float64
-	OldestInFlightAge float64
-	CostSeconds       float64
-	Stats             SnapshotStats
-}
-
-// SnapshotStats is the table's health and the unrouted tools.
-type SnapshotStats struct {
-	LiveTuples int64 `json:"live_tuples"`
-	DeadTuples int64 `json:"dead_tuples"`
-	// LastVacuumAge is the age of the last (auto)vacuum of the outbox; -1
-	// when it was never vacuumed.
-	LastVacuumAge float64 `json:"last_vacuum_age_seconds"`
-	// XminHorizonAge is the age of the oldest transaction (or prepared
-	// transaction) holding back the xmin horizon: while it runs, no dead
-	// row anywhere can be vacuumed, and SKIP LOCKED scans slow down.
-	XminHorizonAge float64 `json:"xmin_horizon_age_seconds"`
-	// Estimated lists the statuses whose count is a planner estimate.
-	Estimated []string       `json:"estimated,omitempty"`
-	Unrouted  []UnroutedTool `json:"unrouted,omitempty"`
-}
-
-// UnroutedTool is a tool with pending rows and no route.
-type UnroutedTool struct {
-	Tool      string  `json:"tool"`
-	Rows      int64   `json:"rows"`
-	OldestAge float64 `json:"oldest_age_seconds"`
-}
-
-// exactCountLimit: above this many rows (by the planner's estimate),
-// terminal statuses are counted from pg_stats instead of scanned.
-var exactCountLimit = 1_000_000.0
-
-// maxUnroutedTools bounds the unrouted-tool series.
-const maxUnroutedTools = 20
-
-// computeSnapshot measures the backlog. outbox.Statuses that hold work (pending,
-// in_flight, outcome_unknown, compensation_failed) are counted exactly
-// through their indexes; terminal statuses are counted exactly while the
-// table is small, and estimated from the planner's statistics (reltuples ×
-// the status's frequency in pg_stats) past exactCountLimit rows, so one
-// snapshot stays cheap at 10^7 rows.
-func computeSnapshot(ctx context.Context, tx pgx.Tx, schema string, routed []string) (map[string]int64, SnapshotStats, error) {
-	counts := map[string]int64{}
-	var st SnapshotStats
-	var reltuples float64
-	if err := tx.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", schema+".outbox").Scan(&reltuples); err != nil {
-		return nil, st, err
-	}
-	terminal := []string{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled}
-	exact := []string{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed}
-	estimate := reltuples >= exactCountLimit
-	if !estimate {
-		exact = append(exact, terminal...)
-	}
-	rows, err := tx.Query(ctx, fmt.Sprintf("SELECT status, count(*) FROM %s.outbox WHERE status = ANY($1) GROUP BY status", schema), exact)
-	if err != nil {
-		return nil, st, err
-	}
-	var s string
-	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&s, &n}, func() error { counts[s] = n; return nil }); err != nil {
-		return nil, st, err
-	}
-	if estimate {
-		var vals []string
-		var freqs []float64
-		err := tx.QueryRow(ctx, `SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats
-		                          WHERE schemaname = $1 AND tablename = 'outbox' AND attname = 'status'`, schema).Scan(&vals, &freqs)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, st, err
-		}
-		for i, v := range vals {
-			for _, t := range terminal {
-				if v == t && i < len(freqs) {
-					counts[t] = int64(freqs[i] * reltuples)
-				}
-			}
-		}
-		st.Estimated = terminal
-	}
-	err = tx.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup,
-	        coalesce(extract(epoch FROM now() - greatest(last_autovacuum, last_vacuum)), -1)::float8
-	   FROM pg_stat_user_tables WHERE relid = $1::regclass`, schema+".outbox").Scan(&st.LiveTuples, &st.DeadTuples, &st.LastVacuumAge)
-	if err != nil {
-		return nil, st, err
-	}
-	err = tx.QueryRow(ctx, `SELECT greatest(
-	        (SELECT coalesce(extract(epoch FROM now() - min(xact_start)), 0) FROM pg_stat_activity
-	          WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND xact_start IS NOT NULL),
-	        (SELECT coalesce(extract(epoch FROM now() - min(prepared)), 0) FROM pg_prepared_xacts))::float8`).Scan(&st.XminHorizonAge)
-	if err != nil {
-		return nil, st, err
-	}
-	rows, err = tx.Query(ctx, fmt.Sprintf(`SELECT tool_name, count(*), extract(epoch FROM now() - min(created_at))::float8
-	      FROM %s.outbox WHERE status = 'pending' AND NOT (tool_name = ANY($1))
-	     GROUP BY tool_name ORDER BY count(*) DESC LIMIT $2`, schema), routed, maxUnroutedTools)
-	if err != nil {
-		return nil, st, err
-	}
-	var u UnroutedTool
-	if _, err := pgx.ForEachRow(rows, []any{&u.Tool, &u.Rows, &u.OldestAge}, func() error {
-		st.Unrouted = append(st.Unrouted, u)
-		return nil
-	}); err != nil {
-		return nil, st, err
-	}
-	return counts, st, nil
-}
-
-const snapshotStoreSQL = `
-INSERT INTO %[1]s.backlog_snapshot AS b
-       (id, taken_at, rows_by_status, oldest_pending_age_seconds, oldest_in_flight_age_seconds, cost_seconds, stats)
-SELECT true, now(), $1::jsonb,
-       (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8
-          FROM %[1]s.outbox WHERE status = 'pending' AND next_attempt_at <= now()),
-       (SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8
-          FROM %[1]s.outbox WHERE status = 'in_flight'),
-       extract(epoch FROM clock_timestamp() - now()), $2::jsonb
-ON CONFLICT (id) DO UPDATE SET
-       taken_at = excluded.taken_at,
-       rows_by_status = excluded.rows_by_status,
-       oldest_pending_age_seconds = excluded.oldest_pending_age_seconds,
-       oldest_in_flight_age_seconds = excluded.oldest_in_flight_age_seconds,
-       cost_seconds = excluded.cost_seconds,
-       stats = excluded.stats`
-
-// RefreshSnapshot recomputes the backlog snapshot unless another replica is
-// doing it or did it less than maxAge ago. It reports whether it computed
-// one. routed lists the tools that have a route.
-func RefreshSnapshot(ctx context.Context, db interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}, schema string, maxAge time.Duration, routed []string) (bool, error) {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("snapshot: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	var leader, fresh bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", lockKey("drainer.snapshot."+schema)).Scan(&leader); err != nil {
-		return false, fmt.Errorf("snapshot lock: %w", err)
-	}
-	if !leader {
-		return false, nil
-	}
-	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT taken_at > now() - $1 * interval '1 millisecond' FROM %s.backlog_snapshot", schema),
-		maxAge.Milliseconds()).Scan(&fresh)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("snapshot: %w", err)
-	}
-	if fresh {
-		return false, tx.Commit(ctx)
-	}
-	if routed == nil {
-		routed = []string{}
-	}
-	counts, stats, err := computeSnapshot(ctx, tx, schema, routed)
-	if err != nil {
-		return false, fmt.Errorf("snapshot: %w", err)
-	}
-	cj, _ := json.Marshal(counts)
-	sj, _ := json.Marshal(stats)
-	if _, err := tx.Exec(ctx, fmt.Sprintf(snapshotStoreSQL, schema), string(cj), string(sj)); err != nil {
-		return false, fmt.Errorf("snapshot: %w", err)
-	}
-	return true, tx.Commit(ctx)
-}
-
-// ReadSnapshot returns the latest snapshot, or ok=false when none was taken.
-func ReadSnapshot(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, schema string) (s Snapshot, ok bool, err error) {
-	var raw, stats []byte
-	var ageSeconds float64
-	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT taken_at, extract(epoch FROM now() - taken_at)::float8, rows_by_status,
-	        oldest_pending_age_seconds, oldest_in_flight_age_seconds, cost_seconds, stats FROM %s.backlog_snapshot`, schema)).
-		Scan(&s.TakenAt, &ageSeconds, &raw, &s.OldestPendingAge, &s.OldestInFlightAge, &s.CostSeconds, &stats)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s, false, nil
-	}
-	if err != nil {
-		return s, false, fmt.Errorf("read snapshot: %w", err)
-	}
-	s.Age = time.Duration(ageSeconds * float64(time.Second))
-	if err := json.Unmarshal(raw, &s.RowsByStatus); err != nil {
-		return s, false, fmt.Errorf("read snapshot: %w", err)
-	}
-	if err := json.Unmarshal(stats, &s.Stats); err != nil {
-		return s, false, fmt.Errorf("read snapshot: %w", err)
-	}
-	return s, true, nil
-}
-
 // apply exports s on the metrics.
-func (m *Metrics) apply(s Snapshot) {
+func (m *Metrics) apply(s store.Snapshot) {
 	for _, st := range outbox.Statuses {
 		m.OutboxRows.WithLabelValues(st).Set(float64(s.RowsByStatus[st]))
 	}
@@ -233,15 +31,12 @@ func (m *Metrics) apply(s Snapshot) {
 
 // readEnqueueCounters reads the retry-tax counters of drainer.enqueue.
 func (e *Engine) readEnqueueCounters(ctx context.Context) error {
-	var dup, mis int64
-	err := e.pool.QueryRow(ctx, fmt.Sprintf(`SELECT
-	        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM %[1]s.enqueue_duplicates),
-	        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM %[1]s.enqueue_mismatches)`, e.cfg.Schema)).Scan(&dup, &mis)
+	c, err := e.st.ReadEnqueueCounters(ctx, e.pool)
 	if err != nil {
-		return fmt.Errorf("read enqueue counters: %w", err)
+		return err
 	}
-	e.metrics.enqueueDuplicates.Store(uint64(max(dup, 0)))
-	e.metrics.enqueueMismatches.Store(uint64(max(mis, 0)))
+	e.metrics.enqueueDuplicates.Store(uint64(max(c.Duplicates, 0)))
+	e.metrics.enqueueMismatches.Store(uint64(max(c.Mismatches, 0)))
 	return nil
 }
 
@@ -253,10 +48,10 @@ func (e *Engine) snapshotLoop() {
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(e.fetchCtx, max(e.cfg.SnapshotInterval, 30*time.Second))
-		if _, err := RefreshSnapshot(ctx, e.pool, e.cfg.Schema, e.cfg.SnapshotInterval/2, e.routing.Load().RoutedTools()); err != nil && !isShutdown(e.fetchCtx, err) {
+		if _, err := e.st.RefreshSnapshot(ctx, e.pool, e.cfg.SnapshotInterval/2, e.routing.Load().RoutedTools()); err != nil && !isShutdown(e.fetchCtx, err) {
 			e.log.Warn("backlog snapshot failed", "err", err)
 		}
-		if s, ok, err := ReadSnapshot(ctx, e.pool, e.cfg.Schema); err == nil && ok {
+		if s, ok, err := e.st.ReadSnapshot(ctx, e.pool); err == nil && ok {
 			e.metrics.apply(s)
 		}
 		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(e.fetchCtx, err) {
@@ -269,11 +64,4 @@ func (e *Engine) snapshotLoop() {
 		case <-t.C:
 		}
 	}
-}
-
-// lockKey maps a name to an advisory lock key.
-func lockKey(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return int64(h.Sum64())
 }

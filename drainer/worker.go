@@ -13,6 +13,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 )
 
 // claimLoop leases due rows whenever worker slots are free: on a
@@ -72,8 +73,8 @@ func (e *Engine) claimWhileFree() error {
 		// The claim itself is not cancelled by Stop: a statement cut off after
 		// committing would strand its rows until their lease expires.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
-		rows, err := claimRows(ctx, e.pool, e.cfg.Schema, n, e.cfg.Lease, e.cfg.ReplicaID,
-			rt.orderedTools, e.deferrer.excludedTools(), rt.durableClaims)
+		rows, err := e.st.Claim(ctx, e.pool, store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
+			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims})
 		cancel()
 		if err != nil {
 			rt.done()
@@ -139,7 +140,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		c := release(row, 0, true, nil, "")
 		return nil, nil, &c
 	}
-	if e.pauses.Load().paused(route, entry.Name) {
+	if paused(e.pauses.Load(), route, entry.Name) {
 		// Resuming wakes them; until then they are looked at once a minute.
 		e.deferrer.refuse(route.Tool, "paused", pausedRecheck)
 		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)

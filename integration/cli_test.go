@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -236,7 +236,7 @@ func TestEnqueueCLI(t *testing.T) {
 		// the Go producer must refuse it before the database.
 		ctx := context.Background()
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, _, err := drainer.EnqueueTx(ctx, tx, drainer.Intent{
+			_, _, err := producer.EnqueueTx(ctx, tx, producer.Intent{
 				Tuple:   idemkey.Tuple{AgentRunID: "run-1", StepID: "s\x001", ToolName: "charge_card"},
 				Payload: []byte(`{}`),
 			})

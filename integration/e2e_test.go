@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -211,10 +211,10 @@ func enqueueCharges(t *testing.T, pool *pgxpool.Pool, n int) []string {
 	var keys []string
 	const batch = 500
 	for lo := 0; lo < n; lo += batch {
-		ins := make([]drainer.Intent, 0, batch)
+		ins := make([]producer.Intent, 0, batch)
 		for i := lo; i < min(lo+batch, n); i++ {
 			payload, _ := json.Marshal(map[string]any{"amount_cents": 100 + i, "currency": "EUR", "n": i})
-			ins = append(ins, drainer.Intent{
+			ins = append(ins, producer.Intent{
 				Tuple: idemkey.Tuple{
 					AgentRunID:    fmt.Sprintf("run-%04d", i/4),
 					StepID:        fmt.Sprintf("step-%d", i%4),
@@ -225,7 +225,7 @@ func enqueueCharges(t *testing.T, pool *pgxpool.Pool, n int) []string {
 			})
 		}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			res, err := drainer.EnqueueBatchTx(ctx, tx, ins)
+			res, err := producer.EnqueueBatchTx(ctx, tx, ins)
 			if err != nil {
 				return err
 			}

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -208,7 +208,7 @@ func enqueueOne(t *testing.T, pool *pgxpool.Pool, tuple idemkey.Tuple, payload s
 	var key string
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		key, _, err = drainer.EnqueueTx(ctx, tx, drainer.Intent{Tuple: tuple, Payload: []byte(payload)})
+		key, _, err = producer.EnqueueTx(ctx, tx, producer.Intent{Tuple: tuple, Payload: []byte(payload)})
 		return err
 	})
 	if err != nil {

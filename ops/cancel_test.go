@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/store"
 )
 
 func TestCancel(t *testing.T) {
@@ -63,7 +64,7 @@ func TestCancelRefusesCompensationRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := compensations.NewMap(map[string]string{"charge": "refund"})
-	if _, err := compensations.Advance(t.Context(), e.pool, "drainer", "r1", m); err != nil {
+	if _, err := store.MustNew("drainer").AdvanceSaga(t.Context(), e.pool, "r1", m); err != nil {
 		t.Fatal(err)
 	}
 	var comp string

@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -53,14 +53,14 @@ func newEnv(t testing.TB) *env {
 // enqueue records steps s0…s(n-1) of run for tool and returns their keys.
 func (e *env) enqueue(run, tool string, n int) []string {
 	e.t.Helper()
-	ins := make([]drainer.Intent, n)
+	ins := make([]producer.Intent, n)
 	for i := range ins {
 		ins[i].AgentRunID, ins[i].StepID, ins[i].ToolName = run, "s"+strconv.Itoa(i), tool
 		ins[i].Payload = []byte(fmt.Sprintf(`{"i":%d}`, i))
 	}
 	var keys []string
 	err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
-		res, err := drainer.EnqueueBatchTx(context.Background(), tx, ins)
+		res, err := producer.EnqueueBatchTx(context.Background(), tx, ins)
 		for _, r := range res {
 			keys = append(keys, r.Key)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -159,7 +160,7 @@ func TestRequeueFailedRefusedInAbortedRun(t *testing.T) {
 	e.set(k[0], "succeeded", 1)
 	e.set(k[1], "failed", 3)
 	m := compensations.NewMap(map[string]string{"charge": "refund"})
-	if st, err := compensations.Advance(t.Context(), e.pool, "drainer", "saga", m); err != nil || st != "compensating" {
+	if st, err := store.MustNew("drainer").AdvanceSaga(t.Context(), e.pool, "saga", m); err != nil || st != "compensating" {
 		t.Fatalf("advance = %q, %v", st, err)
 	}
 	_, err := e.c.Requeue(t.Context(), k[1], alice, BulkOptions{})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 )
 
 func TestResolveOutcomeUnknown(t *testing.T) {
@@ -62,7 +63,7 @@ func TestResolveCompensationFailed(t *testing.T) {
 	e.set(k[1], "succeeded", 1)
 	e.set(k[2], "failed", 3)
 	m := compensations.NewMap(map[string]string{"charge": "refund"})
-	if _, err := compensations.Advance(t.Context(), e.pool, "drainer", "r1", m); err != nil {
+	if _, err := store.MustNew("drainer").AdvanceSaga(t.Context(), e.pool, "r1", m); err != nil {
 		t.Fatal(err)
 	}
 	var comp string
@@ -70,7 +71,7 @@ func TestResolveCompensationFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.set(comp, "compensation_failed", 8)
-	if st, err := compensations.Advance(t.Context(), e.pool, "drainer", "r1", m); err != nil || st != outbox.SagaHalted {
+	if st, err := store.MustNew("drainer").AdvanceSaga(t.Context(), e.pool, "r1", m); err != nil || st != outbox.SagaHalted {
 		t.Fatalf("advance = %q, %v; want halted", st, err)
 	}
 
@@ -94,7 +95,7 @@ func TestResolveCompensationFailed(t *testing.T) {
 		t.Fatalf("forward audit = %+v", a)
 	}
 	// The saga continues with the next compensation (of k[0]).
-	if st, err := compensations.Advance(t.Context(), e.pool, "drainer", "r1", m); err != nil || st != outbox.SagaCompensating {
+	if st, err := store.MustNew("drainer").AdvanceSaga(t.Context(), e.pool, "r1", m); err != nil || st != outbox.SagaCompensating {
 		t.Fatalf("advance after resolve = %q, %v", st, err)
 	}
 }

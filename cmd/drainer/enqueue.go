@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 )
 
 func newEnqueueCmd(g *globals) *cobra.Command {
-	var in drainer.Intent
+	var in producer.Intent
 	var payload string
 	cmd := &cobra.Command{
 		Use:   "enqueue --run R --step S --tool T [--scope B] --payload JSON",
@@ -34,7 +34,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 			var created bool
 			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 				var err error
-				key, created, err = drainer.Producer{Schema: g.schema}.EnqueueTx(ctx, tx, in)
+				key, created, err = producer.Producer{Schema: g.schema}.EnqueueTx(ctx, tx, in)
 				return err
 			})
 			if err != nil {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -52,9 +52,9 @@ func (d *opsDB) enqueue(run, tool string, n int) []string {
 	var keys []string
 	err := pgx.BeginFunc(context.Background(), d.pool, func(tx pgx.Tx) error {
 		for i := range n {
-			in := drainer.Intent{Payload: []byte(fmt.Sprintf(`{"amount":%d}`, i))}
+			in := producer.Intent{Payload: []byte(fmt.Sprintf(`{"amount":%d}`, i))}
 			in.AgentRunID, in.StepID, in.ToolName = run, fmt.Sprintf("s%d", i), tool
-			k, _, err := drainer.EnqueueTx(context.Background(), tx, in)
+			k, _, err := producer.EnqueueTx(context.Background(), tx, in)
 			if err != nil {
 				return err
 			}

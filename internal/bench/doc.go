@@ -36,7 +36,7 @@
 //     (from the first dispatch to the BacklogMeasured-th), each the best of
 //     two runs.
 //   - latency_p50_ms, latency_p90_ms, latency_p99_ms: from an enqueue's
-//     commit (drainer.EnqueueTx in a single-row transaction, as an agent
+//     commit (producer.EnqueueTx in a single-row transaction, as an agent
 //     would) to the start of its dispatch, while 32 producers offer half of
 //     the measured drain rate; rows committed during the warm-up are left
 //     out. latency_achieved_rows_per_s says what the producers reached: on a

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -82,15 +82,15 @@ func (r *runner) produce(ctx context.Context, pool *pgxpool.Pool, run string, ra
 		errs    []error
 		wg      sync.WaitGroup
 	)
-	producer := drainer.Producer{Schema: r.schema}
+	prod := producer.Producer{Schema: r.schema}
 	for range latencyProducers {
 		wg.Go(func() {
 			for i := range jobs {
-				in := drainer.Intent{
+				in := producer.Intent{
 					Tuple:   idemkey.Tuple{AgentRunID: run + strconv.Itoa(i/rowsPerRun), StepID: "step-" + strconv.Itoa(i), ToolName: benchTool},
 					Payload: []byte(`{"n": ` + strconv.Itoa(i) + `}`),
 				}
-				key, at, err := enqueueOne(ctx, pool, producer, in)
+				key, at, err := enqueueOne(ctx, pool, prod, in)
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, err)
@@ -125,7 +125,7 @@ func (r *runner) produce(ctx context.Context, pool *pgxpool.Pool, run string, ra
 
 // enqueueOne enqueues in in its own transaction and returns its key and
 // when the commit returned.
-func enqueueOne(ctx context.Context, pool *pgxpool.Pool, p drainer.Producer, in drainer.Intent) (string, time.Time, error) {
+func enqueueOne(ctx context.Context, pool *pgxpool.Pool, p producer.Producer, in producer.Intent) (string, time.Time, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return "", time.Time{}, err

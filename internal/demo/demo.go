@@ -21,6 +21,7 @@ import (
 	"github.com/drainer-io/drainer/internal/daemon"
 	"github.com/drainer-io/drainer/internal/mockprovider"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
@@ -210,9 +211,9 @@ func watch(ctx context.Context, pool *pgxpool.Pool, w io.Writer, daemonErr <-cha
 
 // enqueueSamples writes the demo's intents as an agent would.
 func enqueueSamples(ctx context.Context, pool *pgxpool.Pool, runs int) (int, error) {
-	var ins []drainer.Intent
+	var ins []producer.Intent
 	add := func(run, step, tool, scope, payload string) {
-		ins = append(ins, drainer.Intent{Tuple: idemkey.Tuple{AgentRunID: run, StepID: step, ToolName: tool, BusinessScope: scope}, Payload: []byte(payload)})
+		ins = append(ins, producer.Intent{Tuple: idemkey.Tuple{AgentRunID: run, StepID: step, ToolName: tool, BusinessScope: scope}, Payload: []byte(payload)})
 	}
 	for i := range runs {
 		run := fmt.Sprintf("run-%03d", i)
@@ -223,16 +224,16 @@ func enqueueSamples(ctx context.Context, pool *pgxpool.Pool, runs int) (int, err
 		add(fmt.Sprintf("crm-%d", i), "sync", "sync_legacy_crm", "account:acme", `{"fields": ["email"]}`)
 	}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := drainer.EnqueueBatchTx(ctx, tx, ins); err != nil {
+		if _, err := producer.EnqueueBatchTx(ctx, tx, ins); err != nil {
 			return err
 		}
 		// The saga: an order whose steps the agent records one after another.
-		saga := []drainer.Intent{
+		saga := []producer.Intent{
 			{Tuple: idemkey.Tuple{AgentRunID: "order-42", StepID: "1-charge", ToolName: "charge_card", BusinessScope: "order:42"}, Payload: []byte(`{"amount": 4200, "currency": "eur"}`)},
 			{Tuple: idemkey.Tuple{AgentRunID: "order-42", StepID: "2-reserve", ToolName: "reserve_stock", BusinessScope: "order:42"}, Payload: []byte(`{"sku": "BOOK-1", "qty": 1}`)},
 			{Tuple: idemkey.Tuple{AgentRunID: "order-42", StepID: "3-ship", ToolName: "ship_order", BusinessScope: "order:42"}, Payload: []byte(`{"address": "nowhere"}`)},
 		}
-		if _, err := drainer.EnqueueBatchTx(ctx, tx, saga); err != nil {
+		if _, err := producer.EnqueueBatchTx(ctx, tx, saga); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `UPDATE drainer.outbox SET next_attempt_at = now() + (left(step_id, 1)::int - 1) * interval '1500 milliseconds'

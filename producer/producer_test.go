@@ -1,18 +1,18 @@
-package drainer
+package producer
 
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestEnqueueIdempotent(t *testing.T) {
@@ -171,30 +171,64 @@ func TestResultFunction(t *testing.T) {
 	}
 }
 
-// TestRetryTaxCounters: a retried enqueue (created = false) and a refused
-// one (same tuple, other payload) are counted, even though the caller's
-// transaction rolled back; a first enqueue is not.
-func TestRetryTaxCounters(t *testing.T) {
-	pool := newPool(t)
-	ctx := t.Context()
-	metrics := NewMetrics(prometheus.NewRegistry(), "test")
-	if _, err := pool.Exec(ctx, `SELECT drainer.enqueue('r', 's', 'unrouted_tool', '', '{"a":1}')`); err != nil {
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// newPool returns a pool on a fresh, migrated database.
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	url := dbtest.NewDatabase(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, payload := range []string{`{"a":1}`, `{"a":2}`} {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = tx.Exec(ctx, `SELECT drainer.enqueue('r', 's', 'unrouted_tool', '', $1::jsonb)`, payload)
-		if payload == `{"a":2}` && err == nil {
-			t.Fatal("a different payload for the same tuple was accepted")
-		}
-		_ = tx.Rollback(ctx)
+	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
+		t.Fatal(err)
 	}
-	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{}), Config{Metrics: metrics, SnapshotInterval: 50 * time.Millisecond})
-	waitFor(t, "counters exported", 30*time.Second, func() bool {
-		return testutil.ToFloat64(metrics.EnqueueDuplicates) == 1 &&
-			testutil.ToFloat64(metrics.EnqueueMismatches) == 1
+	conn.Close(ctx)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// enqueueN enqueues n intents for tool in one transaction.
+func enqueueN(t testing.TB, pool *pgxpool.Pool, run, tool string, n int) []string {
+	t.Helper()
+	ins := make([]Intent, n)
+	for i := range ins {
+		ins[i] = Intent{Payload: []byte(`{"i":` + itoa(i) + `}`)}
+		ins[i].AgentRunID, ins[i].StepID, ins[i].ToolName = run, "step-"+itoa(i), tool
+	}
+	var keys []string
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		res, err := EnqueueBatchTx(context.Background(), tx, ins)
+		for _, r := range res {
+			keys = append(keys, r.Key)
+		}
+		return err
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func countByStatus(t testing.TB, pool *pgxpool.Pool) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT status, count(*) FROM drainer.outbox GROUP BY status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	var s string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&s, &n}, func() error { out[s] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

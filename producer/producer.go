@@ -1,4 +1,19 @@
-package drainer
+// Package producer is the Go producer API: an agent records "call this
+// tool" intents in its own transaction, so they commit (or roll back) with
+// its state, and drainer dispatches them. It depends on pgx and drainer's
+// leaf packages only, not on the engine.
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, "UPDATE invoices SET state = 'charging' WHERE id = $1", inv); err != nil {
+//			return err
+//		}
+//		key, created, err := producer.EnqueueTx(ctx, tx, producer.Intent{
+//			Tuple:   idemkey.Tuple{AgentRunID: run, StepID: "charge", ToolName: "charge_card", BusinessScope: "invoice:" + inv},
+//			Payload: []byte(`{"amount": 500}`),
+//		})
+//		...
+//	})
+package producer
 
 import (
 	"context"
@@ -7,7 +22,7 @@ import (
 	"fmt"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -47,18 +62,20 @@ func (in Intent) Validate() error {
 	return errors.Join(errs...)
 }
 
+func (in Intent) row() store.Intent {
+	r := store.Intent{AgentRunID: in.AgentRunID, StepID: in.StepID, ToolName: in.ToolName,
+		BusinessScope: in.BusinessScope, Payload: in.Payload}
+	if in.Traceparent != "" {
+		tp := in.Traceparent
+		r.Traceparent = &tp
+	}
+	return r
+}
+
 // Producer enqueues intents into one schema.
 type Producer struct {
 	// Schema holds the outbox (default "drainer").
 	Schema string
-}
-
-func (p Producer) schema() (string, error) {
-	s := p.Schema
-	if s == "" {
-		s = migrations.DefaultSchema
-	}
-	return s, migrations.ValidateSchema(s)
 }
 
 // EnqueueTx records an intent in the caller's transaction, so it commits (or
@@ -70,75 +87,53 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (key string, created b
 }
 
 // EnqueueBatchTx is EnqueueTx for many intents in one round trip.
-func EnqueueBatchTx(ctx context.Context, tx pgx.Tx, ins []Intent) ([]EnqueueResult, error) {
+func EnqueueBatchTx(ctx context.Context, tx pgx.Tx, ins []Intent) ([]Result, error) {
 	return Producer{}.EnqueueBatchTx(ctx, tx, ins)
+}
+
+// Result is the answer for one intent of a batch.
+type Result struct {
+	Key     string
+	Created bool
 }
 
 // EnqueueTx records an intent in the caller's transaction.
 func (p Producer) EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (key string, created bool, err error) {
-	schema, err := p.schema()
+	st, err := store.New(p.Schema)
 	if err != nil {
 		return "", false, err
 	}
 	if err := in.Validate(); err != nil {
 		return "", false, fmt.Errorf("enqueue: %w", err)
 	}
-	err = tx.QueryRow(ctx, "SELECT key, created FROM "+schema+".enqueue($1, $2, $3, $4, $5::jsonb, $6)",
-		in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), nullIfEmpty(in.Traceparent)).
-		Scan(&key, &created)
-	if err != nil {
-		return "", false, fmt.Errorf("enqueue: %w", err)
-	}
-	return key, created, nil
-}
-
-// EnqueueResult is the answer for one intent of a batch.
-type EnqueueResult struct {
-	Key     string
-	Created bool
+	e, err := st.Enqueue(ctx, tx, in.row())
+	return e.Key, e.Created, err
 }
 
 // EnqueueBatchTx records many intents in the caller's transaction with one
 // statement (and so one notification).
-func (p Producer) EnqueueBatchTx(ctx context.Context, tx pgx.Tx, ins []Intent) ([]EnqueueResult, error) {
-	schema, err := p.schema()
+func (p Producer) EnqueueBatchTx(ctx context.Context, tx pgx.Tx, ins []Intent) ([]Result, error) {
+	st, err := store.New(p.Schema)
 	if err != nil {
 		return nil, err
 	}
 	if len(ins) == 0 {
 		return nil, nil
 	}
-	n := len(ins)
-	runs, steps, tools, scopes, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	traces := make([]*string, n)
+	rows := make([]store.Intent, len(ins))
 	for i, in := range ins {
 		if err := in.Validate(); err != nil {
 			return nil, fmt.Errorf("enqueue: intent %d: %w", i, err)
 		}
-		runs[i], steps[i], tools[i], scopes[i], payloads[i] = in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload)
-		traces[i] = nullIfEmpty(in.Traceparent)
+		rows[i] = in.row()
 	}
-	rows, err := tx.Query(ctx, `SELECT e.key, e.created
-	   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY
-	        AS i(run, step, tool, scope, payload, trace, ord),
-	        LATERAL `+schema+`.enqueue(i.run, i.step, i.tool, i.scope, i.payload::jsonb, i.trace) e
-	  ORDER BY i.ord`, runs, steps, tools, scopes, payloads, traces)
+	got, err := st.EnqueueBatch(ctx, tx, rows)
 	if err != nil {
-		return nil, fmt.Errorf("enqueue batch: %w", err)
+		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EnqueueResult, error) {
-		var res EnqueueResult
-		return res, r.Scan(&res.Key, &res.Created)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("enqueue batch: %w", err)
+	out := make([]Result, len(got))
+	for i, e := range got {
+		out[i] = Result{Key: e.Key, Created: e.Created}
 	}
 	return out, nil
-}
-
-func nullIfEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

@@ -1,4 +1,4 @@
-package drainer
+package store
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// claimedRow is one row leased to this replica.
-type claimedRow struct {
+// ClaimedRow is one row leased to a replica.
+type ClaimedRow struct {
 	Seq            int64
 	Key            string
 	AgentRunID     string
@@ -23,24 +23,40 @@ type claimedRow struct {
 	Attempts       int // including the attempt this claim consumes
 	LeaseToken     pgtype.UUID
 	FirstAttemptAt time.Time
-	DBNow          time.Time
+	DBNow          time.Time // the database clock at the claim
 	Traceparent    *string
 	ForwardKey     *string
 }
 
-// claimSQL leases up to $1 due rows in one short statement. The locking
-// subquery is MATERIALIZED so it runs once, whatever plan the UPDATE gets.
-// The attempt is counted here, before dispatch, so a worker that dies mid-call
-// has consumed it; outcomes that consume none give it back.
+// Claim is what one claim asks for.
+type Claim struct {
+	// Limit bounds the rows leased (the replica's free worker slots).
+	Limit int
+	// Lease is how long the rows belong to Replica.
+	Lease   time.Duration
+	Replica string
+	// Ordered lists the tools whose rows go out one at a time per
+	// business_scope, in enqueue order.
+	Ordered []string
+	// Excluded lists the tools left alone (their deferral is under way).
+	Excluded []string
+	// Durable makes the claim wait for its commit to reach disk.
+	Durable bool
+}
+
+// claimSQL leases due rows in one short statement. The locking subquery is
+// MATERIALIZED so it runs once, whatever plan the UPDATE gets. The attempt
+// is counted here, before dispatch, so a worker that dies mid-call has
+// consumed it; outcomes that consume none give it back.
 const claimSQL = `
 WITH due AS MATERIALIZED (
-    SELECT seq FROM %[1]s.outbox o
-     WHERE status = 'pending' AND next_attempt_at <= now()%[2]s
+    SELECT seq FROM {s}.outbox o
+     WHERE status = 'pending' AND next_attempt_at <= now()%s
      ORDER BY next_attempt_at, seq
      LIMIT $1
      FOR UPDATE SKIP LOCKED
 )
-UPDATE %[1]s.outbox o
+UPDATE {s}.outbox o
    SET status = 'in_flight',
        attempts = o.attempts + 1,
        lease_token = gen_random_uuid(),
@@ -53,18 +69,17 @@ UPDATE %[1]s.outbox o
 RETURNING o.seq, o.key, o.agent_run_id, o.step_id, o.tool_name, o.business_scope, o.kind,
           o.payload, o.attempts, o.lease_token, o.first_attempt_at, now(), o.traceparent, o.forward_key`
 
-// queryer is the part of pgx shared by pools, connections and transactions.
-type queryer interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // orderedClause keeps rows of tools with ordering: business_scope behind any
 // earlier row of their scope that is still pending or in flight.
 const orderedClause = `
-       AND (o.tool_name <> ALL($%[2]d::text[]) OR NOT EXISTS (
-            SELECT 1 FROM %[1]s.outbox p
+       AND (o.tool_name <> ALL($%d::text[]) OR NOT EXISTS (
+            SELECT 1 FROM {s}.outbox p
              WHERE p.tool_name = o.tool_name AND p.business_scope = o.business_scope
                AND p.seq < o.seq AND p.status IN ('pending', 'in_flight')))`
+
+// excludedClause leaves the rows of some tools alone.
+const excludedClause = `
+       AND o.tool_name <> ALL($%d::text[])`
 
 // claimPlanSettings pin the claim to the ordered scan of outbox_due_idx,
 // whatever the statistics say. Planned from stale statistics (a backlog that
@@ -83,34 +98,27 @@ const claimPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
        set_config('plan_cache_mode', 'force_custom_plan', true),
        set_config('synchronous_commit', $1, true)`
 
-// batcher sends a pipeline of statements in one round trip.
-type batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// claimRows leases up to n due rows for lease, in one round trip: BEGIN, the
-// plan settings, the claim, COMMIT.
-// Rows of the tools in ordered dispatch one at a time per business_scope;
-// rows of the tools in excluded are left alone (their deferral is under way).
-func claimRows(ctx context.Context, db batcher, schema string, n int, lease time.Duration, replica string, ordered, excluded []string, durable bool) ([]claimedRow, error) {
+// Claim leases up to c.Limit due rows, in one round trip: BEGIN, the plan
+// settings, the claim, COMMIT.
+func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	syncCommit := "off"
-	if durable {
+	if c.Durable {
 		syncCommit = "on"
 	}
 	b.Queue(claimPlanSettings, syncCommit)
-	args := []any{n, lease.Milliseconds(), replica}
+	args := []any{c.Limit, c.Lease.Milliseconds(), c.Replica}
 	var extra string
-	if len(ordered) > 0 {
-		args = append(args, ordered)
-		extra += fmt.Sprintf(orderedClause, schema, len(args))
+	if len(c.Ordered) > 0 {
+		args = append(args, c.Ordered)
+		extra += fmt.Sprintf(orderedClause, len(args))
 	}
-	if len(excluded) > 0 {
-		args = append(args, excluded)
-		extra += fmt.Sprintf("\n       AND o.tool_name <> ALL($%d::text[])", len(args))
+	if len(c.Excluded) > 0 {
+		args = append(args, c.Excluded)
+		extra += fmt.Sprintf(excludedClause, len(args))
 	}
-	b.Queue(fmt.Sprintf(claimSQL, schema, extra), args...)
+	b.Queue(s.sql(fmt.Sprintf(claimSQL, extra)), args...)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
@@ -123,8 +131,8 @@ func claimRows(ctx context.Context, db batcher, schema string, n int, lease time
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimedRow, error) {
-		var c claimedRow
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedRow, error) {
+		var c ClaimedRow
 		err := r.Scan(&c.Seq, &c.Key, &c.AgentRunID, &c.StepID, &c.ToolName, &c.BusinessScope, &c.Kind,
 			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey)
 		return c, err

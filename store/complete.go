@@ -1,20 +1,59 @@
-package drainer
+package store
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// Completion is the next state of one leased row. It is written only while
+// the row's lease token still matches (fencing).
+type Completion struct {
+	Seq   int64
+	Token pgtype.UUID
+	// Status is the new status.
+	Status string
+	// GiveBack returns the attempt counted at claim: the request never
+	// reached the provider.
+	GiveBack bool
+	// Delay schedules next_attempt_at = now() + Delay (database clock);
+	// KeepNext leaves next_attempt_at as it was.
+	Delay    time.Duration
+	KeepNext bool
+	// Floor makes now() + Delay the row's not_before as well: the earliest
+	// moment the provider allows the next attempt (its Retry-After, or the
+	// backoff), which no deferral, wake or reclaim may move it before.
+	Floor bool
+	// LastError replaces last_error; nil keeps it (cleared on success).
+	LastError *string
+	// Problem is the RFC 9457 problem of the answer, as JSON, or nil.
+	Problem json.RawMessage
+	// Response and ResponseStatus record the provider's answer.
+	Response       json.RawMessage
+	ResponseStatus int
+}
+
+// Completed is what a written batch of completions did.
+type Completed struct {
+	// Lost lists the rows whose lease another replica now holds: nothing
+	// was written for them.
+	Lost []int64
+	// Runs lists the runs whose saga the batch may move: a row that failed
+	// (its trigger aborted the run), a compensation row that ended, or a
+	// row of an aborted run that finished.
+	Runs []string
+}
+
 // completeSQL writes a batch of completions in one statement. Every row is
 // fenced by its lease token: a worker whose lease expired and was reclaimed
 // cannot overwrite the new owner's result.
 const completeSQL = `
-UPDATE %[1]s.outbox o
+UPDATE {s}.outbox o
    SET status = u.status,
        attempts = o.attempts - u.give_back,
        first_attempt_at = CASE WHEN o.attempts - u.give_back = 0 THEN NULL ELSE o.first_attempt_at END,
@@ -36,20 +75,22 @@ UPDATE %[1]s.outbox o
        AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor)
  WHERE o.seq = u.seq AND o.lease_token = u.token
 RETURNING o.seq,
-       -- The run whose saga this completion may move: a row that failed
-       -- (its trigger aborted the run), a compensation row that ended, or a
-       -- row of an aborted run that finished.
        CASE WHEN u.status <> 'pending'
              AND (o.kind = 'compensation' OR u.status = 'failed'
-                  OR EXISTS (SELECT 1 FROM %[1]s.runs r WHERE r.agent_run_id = o.agent_run_id))
+                  OR EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = o.agent_run_id))
             THEN o.agent_run_id END`
 
-// writeCompletions applies cs in one statement and returns the sequence
-// numbers whose lease was lost (no row updated) and the runs whose saga the
-// batch may move.
-func writeCompletions(ctx context.Context, q batcher, schema string, cs []completion) (lost []int64, runs []string, err error) {
-	// A stable lock order keeps concurrent batches from deadlocking.
-	slices.SortFunc(cs, func(a, b completion) int { return int(a.Seq - b.Seq) })
+// Complete writes cs in one round trip, sorted by seq (a stable lock order
+// keeps concurrent batches from deadlocking).
+//
+// The commit does not wait for the WAL flush: a completion lost in a
+// database crash leaves its row as the (durable) claim left it, in_flight,
+// so its lease expires and it is sent again with the same key, or parked on
+// a non_idempotent route. No effect is duplicated, and the drain does not
+// pay a disk flush per batch.
+func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed, error) {
+	var out Completed
+	slices.SortFunc(cs, func(a, b Completion) int { return int(a.Seq - b.Seq) })
 	n := len(cs)
 	seqs := make([]int64, n)
 	tokens := make([]pgtype.UUID, n)
@@ -72,63 +113,55 @@ func writeCompletions(ctx context.Context, q batcher, schema string, cs []comple
 			delays[i] = c.Delay.Milliseconds()
 		}
 		if c.Problem != nil {
-			if b, err := json.Marshal(c.Problem); err == nil {
-				s := string(b)
-				problems[i] = &s
-			}
+			p := string(c.Problem)
+			problems[i] = &p
 		}
 		if c.Response != nil {
-			s := string(c.Response)
-			responses[i] = &s
+			r := string(c.Response)
+			responses[i] = &r
 		}
 		if c.ResponseStatus > 0 {
 			code := int32(c.ResponseStatus)
 			codes[i] = &code
 		}
 	}
-	// One round trip. The commit does not wait for the WAL flush: a
-	// completion lost in a database crash leaves its row as the (durable)
-	// claim left it, in_flight, so its lease expires and it is sent again
-	// with the same key, or parked on a non_idempotent route. No effect is
-	// duplicated, and the drain does not pay a disk flush per batch.
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL synchronous_commit = off")
-	b.Queue(fmt.Sprintf(completeSQL, schema), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
+	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
 	b.Queue("COMMIT")
-	br := q.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, nil, fmt.Errorf("complete batch: %w", err)
+			return out, fmt.Errorf("complete batch: %w", err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, fmt.Errorf("complete batch: %w", err)
+		return out, fmt.Errorf("complete batch: %w", err)
 	}
 	written := make(map[int64]bool, n)
 	var seq int64
 	var run *string
 	if _, err := pgx.ForEachRow(rows, []any{&seq, &run}, func() error {
 		written[seq] = true
-		if run != nil && !slices.Contains(runs, *run) {
-			runs = append(runs, *run)
+		if run != nil && !slices.Contains(out.Runs, *run) {
+			out.Runs = append(out.Runs, *run)
 		}
 		return nil
 	}); err != nil {
-		return nil, nil, fmt.Errorf("complete batch: %w", err)
+		return Completed{}, fmt.Errorf("complete batch: %w", err)
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("complete batch commit: %w", err)
+		return Completed{}, fmt.Errorf("complete batch commit: %w", err)
 	}
-	if len(written) == n {
-		return nil, runs, nil
-	}
-	for _, s := range seqs {
-		if !written[s] {
-			lost = append(lost, s)
+	if len(written) < n {
+		for _, s := range seqs {
+			if !written[s] {
+				out.Lost = append(out.Lost, s)
+			}
 		}
 	}
-	return lost, runs, nil
+	return out, nil
 }

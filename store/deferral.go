@@ -1,0 +1,50 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// deferSQL pushes one batch of a tool's due pending rows to about
+// now() + $2 ms (jittered ±25 %, so they do not come back at one instant);
+// rows already due later are left alone. Each batch is a short transaction.
+const deferSQL = `
+WITH batch AS (
+    SELECT seq FROM {s}.outbox
+     WHERE status = 'pending' AND tool_name = $1
+       AND next_attempt_at < now() + $2 * interval '1 millisecond' * 0.5
+     LIMIT $3
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE {s}.outbox o
+   SET next_attempt_at = now() + $2 * interval '1 millisecond' * (0.75 + random() / 2)
+  FROM batch WHERE o.seq = batch.seq`
+
+// wakeSQL makes the deferred rows of some tools due now; the not_before
+// floor of each row still holds (schema trigger).
+const wakeSQL = `UPDATE {s}.outbox SET next_attempt_at = now()
+      WHERE status = 'pending' AND tool_name = ANY($1) AND next_attempt_at > now()`
+
+// DeferBatch bounds one deferral statement.
+const DeferBatch = 5000
+
+// Defer pushes up to DeferBatch due rows of tool to about now() + delay and
+// returns how many it moved. Neither it nor Wake changes a status, so
+// neither writes an audit entry.
+func (s *Store) Defer(ctx context.Context, db DB, tool string, delay time.Duration) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql(deferSQL), tool, delay.Milliseconds(), DeferBatch)
+	if err != nil {
+		return 0, fmt.Errorf("defer rows of %s: %w", tool, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Wake makes the pending rows of tools due now, each at its not_before
+// floor at the earliest.
+func (s *Store) Wake(ctx context.Context, db DB, tools []string) error {
+	if _, err := db.Exec(ctx, s.sql(wakeSQL), tools); err != nil {
+		return fmt.Errorf("wake rows: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Intent is one row to enqueue, already validated by the caller.
+type Intent struct {
+	AgentRunID, StepID, ToolName, BusinessScope string
+	Payload                                     []byte // JSON
+	Traceparent                                 *string
+}
+
+// Enqueued is the answer of drainer.enqueue for one intent.
+type Enqueued struct {
+	Key     string
+	Created bool
+}
+
+// Enqueue records one intent with drainer.enqueue, in the transaction of db.
+func (s *Store) Enqueue(ctx context.Context, db DB, in Intent) (Enqueued, error) {
+	var e Enqueued
+	err := db.QueryRow(ctx, s.sql("SELECT key, created FROM {s}.enqueue($1, $2, $3, $4, $5::jsonb, $6)"),
+		in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), in.Traceparent).Scan(&e.Key, &e.Created)
+	if err != nil {
+		return e, fmt.Errorf("enqueue: %w", err)
+	}
+	return e, nil
+}
+
+// enqueueBatchSQL calls drainer.enqueue once per intent, in one statement
+// (and so one notification), answers in the intents' order.
+const enqueueBatchSQL = `SELECT e.key, e.created
+   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY
+        AS i(run, step, tool, scope, payload, trace, ord),
+        LATERAL {s}.enqueue(i.run, i.step, i.tool, i.scope, i.payload::jsonb, i.trace) e
+  ORDER BY i.ord`
+
+// EnqueueBatch records many intents with one statement, in the transaction
+// of db.
+func (s *Store) EnqueueBatch(ctx context.Context, db DB, ins []Intent) ([]Enqueued, error) {
+	n := len(ins)
+	runs, steps, tools, scopes, payloads := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	traces := make([]*string, n)
+	for i, in := range ins {
+		runs[i], steps[i], tools[i], scopes[i], payloads[i] = in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload)
+		traces[i] = in.Traceparent
+	}
+	rows, err := db.Query(ctx, s.sql(enqueueBatchSQL), runs, steps, tools, scopes, payloads, traces)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue batch: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Enqueued, error) {
+		var e Enqueued
+		return e, r.Scan(&e.Key, &e.Created)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enqueue batch: %w", err)
+	}
+	return out, nil
+}

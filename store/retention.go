@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Retention says what one pruning pass removes: terminal rows last changed
+// longer ago than their status's age (they leave a tombstone), tombstones
+// and audit entries older than theirs, and finished runs without rows.
+type Retention struct {
+	// ByStatus maps each terminal status to the age past which its rows go.
+	ByStatus   map[string]time.Duration
+	Tombstones time.Duration
+	Audit      time.Duration
+	// BatchSize bounds each statement (a short transaction of its own).
+	BatchSize int
+}
+
+// pruneRunsSQL deletes runs whose saga is done and whose rows are all gone:
+// the abort needs no record once even the tombstones of its rows expired.
+const pruneRunsSQL = `WITH gone AS (
+        DELETE FROM {s}.runs r WHERE r.agent_run_id IN (
+            SELECT x.agent_run_id FROM {s}.runs x
+             WHERE x.saga_state = 'done' AND x.aborted_at < now() - $1 * interval '1 millisecond'
+               AND NOT EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = x.agent_run_id)
+             LIMIT $2 FOR UPDATE SKIP LOCKED)
+        RETURNING 1) SELECT count(*) FROM gone`
+
+// pruneTombstonesSQL deletes tombstones past their age.
+const pruneTombstonesSQL = `WITH gone AS (
+        DELETE FROM {s}.tombstones WHERE key IN (
+            SELECT key FROM {s}.tombstones WHERE pruned_at < now() - $1 * interval '1 millisecond'
+             ORDER BY pruned_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+        RETURNING 1) SELECT count(*) FROM gone`
+
+// Prune runs one pass within budget and returns the rows pruned by kind
+// (a terminal status, "tombstone", "audit", "run"). Each batch is a short
+// transaction of its own (SKIP LOCKED), so pruning never holds locks for
+// long nor blocks the drain.
+func (s *Store) Prune(ctx context.Context, db DB, r Retention, budget time.Duration) (map[string]int, error) {
+	deadline := time.Now().Add(budget)
+	out := map[string]int{}
+	loop := func(kind, sql string, args ...any) error {
+		for time.Now().Before(deadline) {
+			var n int
+			if err := db.QueryRow(ctx, s.sql(sql), args...).Scan(&n); err != nil {
+				return fmt.Errorf("prune %s: %w", kind, err)
+			}
+			out[kind] += n
+			if n < r.BatchSize {
+				return nil
+			}
+		}
+		return nil
+	}
+	for _, status := range []string{"succeeded", "cancelled", "compensated", "failed"} {
+		if err := loop(status, "SELECT {s}.prune_rows($1, now() - $2 * interval '1 millisecond', $3)",
+			status, r.ByStatus[status].Milliseconds(), r.BatchSize); err != nil {
+			return out, err
+		}
+	}
+	if err := loop("tombstone", pruneTombstonesSQL, r.Tombstones.Milliseconds(), r.BatchSize); err != nil {
+		return out, err
+	}
+	if err := loop("audit", "SELECT {s}.prune_audit(now() - $1 * interval '1 millisecond', $2)", r.Audit.Milliseconds(), r.BatchSize); err != nil {
+		return out, err
+	}
+	err := loop("run", pruneRunsSQL, r.Tombstones.Milliseconds(), r.BatchSize)
+	return out, err
+}
+
+// WithRetentionLock runs fn on a connection holding the schema's retention
+// lock, so one replica at a time prunes; it reports false (and runs nothing)
+// when another replica holds it. The lock belongs to the session: it must
+// not go back to the pool still held, so if its release cannot be
+// confirmed the connection is closed instead, which ends the session and
+// its lock.
+func (s *Store) WithRetentionLock(ctx context.Context, pool *pgxpool.Pool, fn func(DB) error) (bool, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("retention lock: %w", err)
+	}
+	key := s.lockKey(lockRetention)
+	var leader bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&leader); err != nil || !leader {
+		conn.Release()
+		if err != nil {
+			return false, fmt.Errorf("retention lock: %w", err)
+		}
+		return false, nil
+	}
+	defer func() {
+		var unlocked bool
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := conn.QueryRow(uctx, "SELECT pg_advisory_unlock($1)", key).Scan(&unlocked); err != nil || !unlocked {
+			_ = conn.Hijack().Close(uctx)
+			return
+		}
+		conn.Release()
+	}()
+	return true, fn(conn)
+}

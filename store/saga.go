@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/jackc/pgx/v5"
+)
+
+// SagaStep is the outcome of advancing one run's saga: its new state
+// (outbox.Saga*), "busy" when another replica was advancing it, "none" when
+// the run is not aborted.
+type SagaStep struct {
+	Run   string
+	State string
+	// Err is why the step failed in the database (sweeps only: the step
+	// was rolled back alone and noted on the run).
+	Err string
+}
+
+// Compensators says which tool compensates which: Comps[i] undoes Tools[i].
+type Compensators struct {
+	Tools []string
+	Comps []string
+}
+
+// AdvanceSaga moves one run's saga forward by at most one compensation
+// (advance_saga, migrations/002_sagas.sql) in the transaction of db.
+func (s *Store) AdvanceSaga(ctx context.Context, db DB, run string, c Compensators) (string, error) {
+	var state string
+	err := db.QueryRow(ctx, s.sql("SELECT {s}.advance_saga($1, $2, $3)"), run, nonNil(c.Tools), nonNil(c.Comps)).Scan(&state)
+	if err != nil {
+		return "", fmt.Errorf("advance saga of run %q: %w", run, err)
+	}
+	return state, nil
+}
+
+// SweepSagas advances up to limit active sagas (waiting or compensating)
+// whose run id sorts after after, each in a subtransaction of its own
+// (sweep_sagas, migrations/006_reliability.sql).
+func (s *Store) SweepSagas(ctx context.Context, db DB, after string, limit int, c Compensators) ([]SagaStep, error) {
+	rows, err := db.Query(ctx, s.sql("SELECT agent_run_id, state FROM {s}.sweep_sagas($1, $2, $3, $4)"),
+		after, limit, nonNil(c.Tools), nonNil(c.Comps))
+	if err != nil {
+		return nil, fmt.Errorf("saga sweep: %w", err)
+	}
+	steps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SagaStep, error) {
+		var st SagaStep
+		if err := r.Scan(&st.Run, &st.State); err != nil {
+			return st, err
+		}
+		if msg, failed := strings.CutPrefix(st.State, "error: "); failed {
+			st.State, st.Err = "error", msg
+		}
+		return st, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("saga sweep: %w", err)
+	}
+	return steps, nil
+}
+
+// queueAlertsSQL queues one alert row per compensation_failed row that has
+// none yet, keyed by (AlertRun, the compensation row's key, AlertTool, its
+// run), so each is alerted exactly once.
+const queueAlertsSQL = `
+WITH failed AS (
+    SELECT c.key, c.agent_run_id, c.step_id, c.tool_name, c.forward_key, c.attempts, c.last_error,
+           {s}.idempotency_key($1, c.key, $2, c.agent_run_id) AS alert_key
+      FROM {s}.outbox c
+     WHERE c.status = 'compensation_failed' AND c.kind = 'compensation'
+       AND ($3::text[] IS NULL OR c.agent_run_id = ANY($3::text[]))
+), payloads AS (
+    SELECT f.*, jsonb_build_object(
+               'event', 'compensation_failed',
+               'key', f.key, 'agent_run_id', f.agent_run_id, 'step_id', f.step_id,
+               'tool_name', f.tool_name, 'forward_key', f.forward_key,
+               'attempts', f.attempts, 'last_error', f.last_error) AS payload
+      FROM failed f
+     WHERE NOT EXISTS (SELECT 1 FROM {s}.outbox a WHERE a.key = f.alert_key)
+       AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t WHERE t.key = f.alert_key)
+)
+INSERT INTO {s}.outbox (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
+SELECT p.alert_key, $1, p.key, $2, p.agent_run_id, 'forward', p.payload, {s}.payload_hash(p.payload)
+  FROM payloads p
+ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
+RETURNING key`
+
+// QueueAlerts queues the alert of each compensation_failed row of runs (nil:
+// of every run) that has none yet, and returns how many it queued.
+func (s *Store) QueueAlerts(ctx context.Context, db DB, runs []string) (int, error) {
+	rows, err := db.Query(ctx, s.sql(queueAlertsSQL), outbox.AlertRun, outbox.AlertTool, runs)
+	if err != nil {
+		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
+	}
+	return len(keys), nil
+}

@@ -1,0 +1,204 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/jackc/pgx/v5"
+)
+
+// Snapshot is the backlog as one replica last measured it.
+type Snapshot struct {
+	TakenAt           time.Time
+	Age               time.Duration
+	RowsByStatus      map[string]int64
+	OldestPendingAge  float64
+	OldestInFlightAge float64
+	CostSeconds       float64
+	Stats             SnapshotStats
+}
+
+// SnapshotStats is the table's health and the unrouted tools.
+type SnapshotStats struct {
+	LiveTuples int64 `json:"live_tuples"`
+	DeadTuples int64 `json:"dead_tuples"`
+	// LastVacuumAge is the age of the last (auto)vacuum of the outbox; -1
+	// when it was never vacuumed.
+	LastVacuumAge float64 `json:"last_vacuum_age_seconds"`
+	// XminHorizonAge is the age of the oldest transaction (or prepared
+	// transaction) holding back the xmin horizon: while it runs, no dead
+	// row anywhere can be vacuumed, and SKIP LOCKED scans slow down.
+	XminHorizonAge float64 `json:"xmin_horizon_age_seconds"`
+	// Estimated lists the statuses whose count is a planner estimate.
+	Estimated []string       `json:"estimated,omitempty"`
+	Unrouted  []UnroutedTool `json:"unrouted,omitempty"`
+}
+
+// UnroutedTool is a tool with pending rows and no route.
+type UnroutedTool struct {
+	Tool      string  `json:"tool"`
+	Rows      int64   `json:"rows"`
+	OldestAge float64 `json:"oldest_age_seconds"`
+}
+
+// ExactCountLimit: above this many rows (by the planner's estimate),
+// terminal statuses are counted from pg_stats instead of scanned.
+var ExactCountLimit = 1_000_000.0
+
+// maxUnroutedTools bounds the unrouted-tool series.
+const maxUnroutedTools = 20
+
+const snapshotStoreSQL = `
+INSERT INTO {s}.backlog_snapshot AS b
+       (id, taken_at, rows_by_status, oldest_pending_age_seconds, oldest_in_flight_age_seconds, cost_seconds, stats)
+SELECT true, now(), $1::jsonb,
+       (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8
+          FROM {s}.outbox WHERE status = 'pending' AND next_attempt_at <= now()),
+       (SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8
+          FROM {s}.outbox WHERE status = 'in_flight'),
+       extract(epoch FROM clock_timestamp() - now()), $2::jsonb
+ON CONFLICT (id) DO UPDATE SET
+       taken_at = excluded.taken_at,
+       rows_by_status = excluded.rows_by_status,
+       oldest_pending_age_seconds = excluded.oldest_pending_age_seconds,
+       oldest_in_flight_age_seconds = excluded.oldest_in_flight_age_seconds,
+       cost_seconds = excluded.cost_seconds,
+       stats = excluded.stats`
+
+// RefreshSnapshot recomputes the backlog snapshot unless another replica is
+// doing it or did it less than maxAge ago. It reports whether it computed
+// one. routed lists the tools that have a route.
+func (s *Store) RefreshSnapshot(ctx context.Context, db TxDB, maxAge time.Duration, routed []string) (bool, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("snapshot: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var leader, fresh bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", s.lockKey(lockSnapshot)).Scan(&leader); err != nil {
+		return false, fmt.Errorf("snapshot lock: %w", err)
+	}
+	if !leader {
+		return false, nil
+	}
+	err = tx.QueryRow(ctx, s.sql("SELECT taken_at > now() - $1 * interval '1 millisecond' FROM {s}.backlog_snapshot"),
+		maxAge.Milliseconds()).Scan(&fresh)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("snapshot: %w", err)
+	}
+	if fresh {
+		return false, tx.Commit(ctx)
+	}
+	counts, stats, err := s.computeSnapshot(ctx, tx, nonNil(routed))
+	if err != nil {
+		return false, fmt.Errorf("snapshot: %w", err)
+	}
+	cj, _ := json.Marshal(counts)
+	sj, _ := json.Marshal(stats)
+	if _, err := tx.Exec(ctx, s.sql(snapshotStoreSQL), string(cj), string(sj)); err != nil {
+		return false, fmt.Errorf("snapshot: %w", err)
+	}
+	return true, tx.Commit(ctx)
+}
+
+// computeSnapshot measures the backlog. Statuses that hold work (pending,
+// in_flight, outcome_unknown, compensation_failed) are counted exactly
+// through their indexes; terminal statuses are counted exactly while the
+// table is small, and estimated from the planner's statistics (reltuples ×
+// the status's frequency in pg_stats) past ExactCountLimit rows, so one
+// snapshot stays cheap at 10^7 rows.
+func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string) (map[string]int64, SnapshotStats, error) {
+	counts := map[string]int64{}
+	var st SnapshotStats
+	var reltuples float64
+	table := s.schema + ".outbox"
+	if err := tx.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", table).Scan(&reltuples); err != nil {
+		return nil, st, err
+	}
+	terminal := []string{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled}
+	exact := []string{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed}
+	estimate := reltuples >= ExactCountLimit
+	if !estimate {
+		exact = append(exact, terminal...)
+	}
+	rows, err := tx.Query(ctx, s.sql("SELECT status, count(*) FROM {s}.outbox WHERE status = ANY($1) GROUP BY status"), exact)
+	if err != nil {
+		return nil, st, err
+	}
+	var status string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = n; return nil }); err != nil {
+		return nil, st, err
+	}
+	if estimate {
+		var vals []string
+		var freqs []float64
+		err := tx.QueryRow(ctx, `SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats
+		                          WHERE schemaname = $1 AND tablename = 'outbox' AND attname = 'status'`, s.schema).Scan(&vals, &freqs)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, st, err
+		}
+		for i, v := range vals {
+			for _, t := range terminal {
+				if v == t && i < len(freqs) {
+					counts[t] = int64(freqs[i] * reltuples)
+				}
+			}
+		}
+		st.Estimated = terminal
+	}
+	err = tx.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup,
+	        coalesce(extract(epoch FROM now() - greatest(last_autovacuum, last_vacuum)), -1)::float8
+	   FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&st.LiveTuples, &st.DeadTuples, &st.LastVacuumAge)
+	if err != nil {
+		return nil, st, err
+	}
+	err = tx.QueryRow(ctx, `SELECT greatest(
+	        (SELECT coalesce(extract(epoch FROM now() - min(xact_start)), 0) FROM pg_stat_activity
+	          WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND xact_start IS NOT NULL),
+	        (SELECT coalesce(extract(epoch FROM now() - min(prepared)), 0) FROM pg_prepared_xacts))::float8`).Scan(&st.XminHorizonAge)
+	if err != nil {
+		return nil, st, err
+	}
+	rows, err = tx.Query(ctx, s.sql(`SELECT tool_name, count(*), extract(epoch FROM now() - min(created_at))::float8
+	      FROM {s}.outbox WHERE status = 'pending' AND NOT (tool_name = ANY($1))
+	     GROUP BY tool_name ORDER BY count(*) DESC LIMIT $2`), routed, maxUnroutedTools)
+	if err != nil {
+		return nil, st, err
+	}
+	var u UnroutedTool
+	if _, err := pgx.ForEachRow(rows, []any{&u.Tool, &u.Rows, &u.OldestAge}, func() error {
+		st.Unrouted = append(st.Unrouted, u)
+		return nil
+	}); err != nil {
+		return nil, st, err
+	}
+	return counts, st, nil
+}
+
+// ReadSnapshot returns the latest snapshot, or ok=false when none was taken.
+func (s *Store) ReadSnapshot(ctx context.Context, db DB) (snap Snapshot, ok bool, err error) {
+	var raw, stats []byte
+	var ageSeconds float64
+	err = db.QueryRow(ctx, s.sql(`SELECT taken_at, extract(epoch FROM now() - taken_at)::float8, rows_by_status,
+	        oldest_pending_age_seconds, oldest_in_flight_age_seconds, cost_seconds, stats FROM {s}.backlog_snapshot`)).
+		Scan(&snap.TakenAt, &ageSeconds, &raw, &snap.OldestPendingAge, &snap.OldestInFlightAge, &snap.CostSeconds, &stats)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return snap, false, nil
+	}
+	if err != nil {
+		return snap, false, fmt.Errorf("read snapshot: %w", err)
+	}
+	snap.Age = time.Duration(ageSeconds * float64(time.Second))
+	if err := json.Unmarshal(raw, &snap.RowsByStatus); err != nil {
+		return snap, false, fmt.Errorf("read snapshot: %w", err)
+	}
+	if err := json.Unmarshal(stats, &snap.Stats); err != nil {
+		return snap, false, fmt.Errorf("read snapshot: %w", err)
+	}
+	return snap, true, nil
+}
