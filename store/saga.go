@@ -63,15 +63,15 @@ func (s *Store) SweepSagas(ctx context.Context, db DB, after string, limit int, 
 }
 
 // queueAlertsSQL queues one alert row per compensation_failed row that has
-// none yet, keyed by (AlertRun, the compensation row's key, AlertTool, its
-// run), so each is alerted exactly once.
+// none yet, keyed by (AlertRun, the compensation row's key, alert_tool(),
+// its run), so each is alerted exactly once.
 const queueAlertsSQL = `
 WITH failed AS (
     SELECT c.key, c.agent_run_id, c.step_id, c.tool_name, c.forward_key, c.attempts, c.last_error,
-           {s}.idempotency_key($1, c.key, $2, c.agent_run_id) AS alert_key
+           {s}.idempotency_key($1, c.key, {s}.alert_tool(), c.agent_run_id) AS alert_key
       FROM {s}.outbox c
      WHERE c.status = 'compensation_failed' AND c.kind = 'compensation'
-       AND ($3::text[] IS NULL OR c.agent_run_id = ANY($3::text[]))
+       AND ($2::text[] IS NULL OR c.agent_run_id = ANY($2::text[]))
 ), payloads AS (
     SELECT f.*, jsonb_build_object(
                'event', 'compensation_failed',
@@ -83,7 +83,7 @@ WITH failed AS (
        AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t WHERE t.key = f.alert_key)
 )
 INSERT INTO {s}.outbox (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
-SELECT p.alert_key, $1, p.key, $2, p.agent_run_id, 'forward', p.payload, {s}.payload_hash(p.payload)
+SELECT p.alert_key, $1, p.key, {s}.alert_tool(), p.agent_run_id, 'forward', p.payload, {s}.payload_hash(p.payload)
   FROM payloads p
 ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
 RETURNING key`
@@ -91,7 +91,7 @@ RETURNING key`
 // QueueAlerts queues the alert of each compensation_failed row of runs (nil:
 // of every run) that has none yet, and returns how many it queued.
 func (s *Store) QueueAlerts(ctx context.Context, db DB, runs []string) (int, error) {
-	rows, err := db.Query(ctx, s.sql(queueAlertsSQL), outbox.AlertRun, outbox.AlertTool, runs)
+	rows, err := db.Query(ctx, s.sql(queueAlertsSQL), outbox.AlertRun, runs)
 	if err != nil {
 		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
 	}

@@ -1,0 +1,24 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store/storetest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// TestAlertToolAgrees: the alert tool the schema knows (alert rows never
+// abort a run) is the one the daemon routes.
+func TestAlertToolAgrees(t *testing.T) {
+	pool := storetest.NewPool(t)
+	var tool string
+	if err := pool.QueryRow(t.Context(), "SELECT drainer.alert_tool()").Scan(&tool); err != nil {
+		t.Fatal(err)
+	}
+	if tool != outbox.AlertTool {
+		t.Fatalf("drainer.alert_tool() = %q, outbox.AlertTool = %q", tool, outbox.AlertTool)
+	}
+}
