@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Defaults applied by Load to fields the file leaves unset.
@@ -32,19 +34,6 @@ const (
 	// KeyTTLMargin is how long before key_ttl runs out a key_idempotent row
 	// stops being sent; a key_ttl must exceed it.
 	KeyTTLMargin = time.Minute
-)
-
-// Idempotency classes of a route.
-const (
-	ClassNaturallyIdempotent = "naturally_idempotent"
-	ClassKeyIdempotent       = "key_idempotent"
-	ClassNonIdempotent       = "non_idempotent"
-)
-
-// Ordering modes of a route.
-const (
-	OrderingNone          = "none"
-	OrderingBusinessScope = "business_scope"
 )
 
 // Adapter types (the type field of an adapter).
@@ -326,6 +315,15 @@ func (c *Config) applyDefaults(src map[string]*source) {
 	r.Compensated = cmp.Or(r.Compensated, DefaultRetainCompensated)
 	r.Cancelled = cmp.Or(r.Cancelled, DefaultRetainCancelled)
 	r.Audit = cmp.Or(r.Audit, DefaultRetainAudit)
+	if r.Tombstones == 0 {
+		// Longer than any provider's idempotency window, so a late
+		// re-enqueue of a pruned row is never sent twice.
+		longest := time.Duration(0)
+		for _, a := range c.Adapters {
+			longest = max(longest, a.KeyTTL)
+		}
+		r.Tombstones = max(longest+24*time.Hour, DefaultTombstoneMinimum)
+	}
 	for _, a := range c.Adapters {
 		a.Timeout = cmp.Or(a.Timeout, DefaultAdapterTimeout)
 		if a.Breaker.ConsecutiveFailures == nil {
@@ -335,8 +333,8 @@ func (c *Config) applyDefaults(src map[string]*source) {
 		a.Breaker.OpenFor = cmp.Or(a.Breaker.OpenFor, DefaultBreakerOpenFor)
 	}
 	for name, r := range c.Routes {
-		r.Class = cmp.Or(r.Class, ClassKeyIdempotent)
-		r.Ordering = cmp.Or(r.Ordering, OrderingNone)
+		r.Class = cmp.Or(r.Class, outbox.ClassKeyIdempotent)
+		r.Ordering = cmp.Or(r.Ordering, outbox.OrderingNone)
 		r.MaxAttempts = cmp.Or(r.MaxAttempts, DefaultMaxAttempts)
 		r.Backoff.Base = cmp.Or(r.Backoff.Base, DefaultBackoffBase)
 		r.Backoff.Cap = cmp.Or(r.Backoff.Cap, DefaultBackoffCap)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // testEnv is the environment of the tests: the secrets of the example
@@ -151,8 +153,8 @@ func TestLoadExample(t *testing.T) {
 		t.Fatal("no route charge_card")
 	}
 	if charge.ToolName != "charge_card" || charge.Line != 32 || charge.Adapter != "payments" ||
-		charge.Class != ClassKeyIdempotent || charge.MaxAttempts != 12 || charge.Compensation != "refund_card" ||
-		charge.IsCritical() || charge.Fallback != "backup" || charge.Ordering != OrderingNone {
+		charge.Class != outbox.ClassKeyIdempotent || charge.MaxAttempts != 12 || charge.Compensation != "refund_card" ||
+		charge.IsCritical() || charge.Fallback != "backup" || charge.Ordering != outbox.OrderingNone {
 		t.Errorf("charge_card = %+v", charge)
 	}
 	if charge.Backoff != (Backoff{Base: time.Second, Cap: 10 * time.Minute, MaxRetryAfter: time.Hour}) {
@@ -160,9 +162,9 @@ func TestLoadExample(t *testing.T) {
 	}
 
 	refund, _ := cfg.RouteFor("refund_card")
-	want := Route{ToolName: "refund_card", Adapter: "payments", Class: ClassKeyIdempotent, MaxAttempts: DefaultMaxAttempts,
+	want := Route{ToolName: "refund_card", Adapter: "payments", Class: outbox.ClassKeyIdempotent, MaxAttempts: DefaultMaxAttempts,
 		Backoff:  Backoff{Base: DefaultBackoffBase, Cap: DefaultBackoffCap, MaxRetryAfter: DefaultMaxRetryAfter},
-		Ordering: OrderingNone, File: "testdata/example.yaml", Line: 41}
+		Ordering: outbox.OrderingNone, File: "testdata/example.yaml", Line: 41}
 	if !refund.IsCritical() || refund.Critical == nil {
 		t.Errorf("refund_card should be critical, explicitly")
 	}
@@ -207,10 +209,10 @@ func TestLoadAllTypes(t *testing.T) {
 		t.Errorf("legacy rate limit %+v, max_concurrency %d", p.RateLimit, p.MaxConcurrency)
 	}
 	legacy, _ := cfg.RouteFor("call_legacy")
-	if legacy.Backoff.MaxRetryAfter != 0 || legacy.Backoff.Cap != time.Minute || legacy.Class != ClassNonIdempotent {
+	if legacy.Backoff.MaxRetryAfter != 0 || legacy.Backoff.Cap != time.Minute || legacy.Class != outbox.ClassNonIdempotent {
 		t.Errorf("call_legacy: explicit max_retry_after 0 must be kept: %+v", legacy)
 	}
-	if r, _ := cfg.RouteFor("record_entry"); r.Ordering != OrderingBusinessScope || r.Class != ClassNaturallyIdempotent {
+	if r, _ := cfg.RouteFor("record_entry"); r.Ordering != outbox.OrderingBusinessScope || r.Class != outbox.ClassNaturallyIdempotent {
 		t.Errorf("record_entry = %+v", r)
 	}
 	if r, _ := cfg.RouteFor("send_email"); r.IsCritical() || r.Fallback != "events" {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // validator checks values and cross-field rules after decoding. Fields that
@@ -276,8 +278,8 @@ func (v *validator) route(name string, r *Route) {
 	if f := p + ".adapter"; v.require(f) && c.Adapters[r.Adapter] == nil {
 		v.errorf(f, "unknown adapter %s%s", v.quoted(f), v.hint(f, r.Adapter, adapters, "adapter"))
 	}
-	v.oneOf(p+".class", r.Class, ClassNaturallyIdempotent, ClassKeyIdempotent, ClassNonIdempotent)
-	v.oneOf(p+".ordering", r.Ordering, OrderingNone, OrderingBusinessScope)
+	v.oneOf(p+".class", r.Class, outbox.ClassNaturallyIdempotent, outbox.ClassKeyIdempotent, outbox.ClassNonIdempotent)
+	v.oneOf(p+".ordering", r.Ordering, outbox.OrderingNone, outbox.OrderingBusinessScope)
 	if f := p + ".max_attempts"; v.usable(f) && r.MaxAttempts < 1 {
 		v.errorf(f, "must be at least 1, got %s", v.quoted(f))
 	}
@@ -297,8 +299,8 @@ func (v *validator) detect(p string, r *Route) {
 	if !v.set(f) {
 		return
 	}
-	if r.Class != ClassNonIdempotent {
-		v.errorf(f, "detect is for non_idempotent routes (class is %q): other classes retry with the same key", cmp.Or(r.Class, ClassKeyIdempotent))
+	if r.Class != outbox.ClassNonIdempotent {
+		v.errorf(f, "detect is for non_idempotent routes (class is %q): other classes retry with the same key", cmp.Or(r.Class, outbox.ClassKeyIdempotent))
 	}
 	u := f + ".url"
 	if !v.require(u) {
@@ -365,7 +367,7 @@ func (v *validator) fallback(p string, r *Route, adapters []string) {
 	case r.Fallback == r.Adapter:
 		v.errorf(f, "must differ from the route's adapter")
 	}
-	if r.Class == ClassNonIdempotent {
+	if r.Class == outbox.ClassNonIdempotent {
 		v.errorf(f, "a fallback is not allowed on a non_idempotent route: the first adapter may have had the effect")
 	}
 	if critical := p + ".critical"; r.IsCritical() && (!v.set(critical) || v.usable(critical)) {

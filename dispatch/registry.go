@@ -14,7 +14,8 @@ type Entry struct {
 	Name    string
 	Type    string
 	Adapter Adapter
-	// Timeout bounds one attempt.
+	// Timeout bounds one attempt: the adapter applies it, and the engine
+	// cuts off an attempt that outlasts it (by a second's grace).
 	Timeout time.Duration
 	// KeyTTL is the provider's idempotency window; 0 means unlimited.
 	KeyTTL time.Duration

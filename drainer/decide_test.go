@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
@@ -103,16 +102,16 @@ func TestSanitize(t *testing.T) {
 // TestClaimsDurableOnlyWithNonIdempotentRoutes: claims commit without
 // waiting for disk unless a route could repeat an effect on a lost claim.
 func TestClaimsDurableOnlyWithNonIdempotentRoutes(t *testing.T) {
-	cfg := &config.Config{Adapters: map[string]*config.Adapter{"a": {Type: "http"}},
-		Routes: map[string]*config.Route{"t": {Adapter: "a", Class: config.ClassKeyIdempotent}}}
 	e := &Engine{cfg: Config{Workers: 4}.WithDefaults(), gatePolicy: map[string]GatePolicy{}}
-	rt := NewRouting(cfg, &dispatch.Registry{})
+	rt := &Routing{Registry: &dispatch.Registry{}, Routes: map[string]*Route{"t": {Tool: "t", Adapter: "a", Class: outbox.ClassKeyIdempotent}}}
 	e.attachGates(rt)
 	if rt.durableClaims {
 		t.Fatal("key_idempotent routes only: claims need not wait for disk")
 	}
-	cfg.Routes["wire"] = &config.Route{Adapter: "a", Class: config.ClassNonIdempotent}
-	rt = NewRouting(cfg, &dispatch.Registry{})
+	rt = &Routing{Registry: &dispatch.Registry{}, Routes: map[string]*Route{
+		"t":    {Tool: "t", Adapter: "a", Class: outbox.ClassKeyIdempotent},
+		"wire": {Tool: "wire", Adapter: "a", Class: outbox.ClassNonIdempotent},
+	}}
 	e.attachGates(rt)
 	if !rt.durableClaims {
 		t.Fatal("a non_idempotent route makes claims durable")

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
 )
@@ -63,19 +62,24 @@ const (
 	recalibrateAfter = time.Second
 )
 
-// NewDetector builds the probe of a route (nil when none is configured).
-func NewDetector(d config.Detect) *Detector {
-	if !d.Enabled() {
-		return nil
-	}
-	h := make(map[string]string, len(d.Headers))
-	for k, v := range d.Headers {
-		h[k] = v.Reveal()
-	}
-	timeout := cmp.Or(d.Timeout, config.DefaultDetectTimeout)
+// DetectConfig configures a route's probe.
+type DetectConfig struct {
+	// URL is GET with {key} and {tool_name} substituted, path-escaped.
+	URL string
+	// Headers are sent with every probe (already expanded secrets).
+	Headers map[string]string
+	// Timeout bounds one probe (required).
+	Timeout time.Duration
+	// Settle is waited before the first probe and between the two probes
+	// that must both find no effect.
+	Settle time.Duration
+}
+
+// NewDetector builds the probe of a route.
+func NewDetector(c DetectConfig) *Detector {
 	return &Detector{
-		url: d.URL, headers: h, timeout: timeout, settle: d.Settle,
-		client: dispatch.NewHTTPClient(timeout, nil),
+		url: c.URL, headers: c.Headers, timeout: c.Timeout, settle: c.Settle,
+		client: dispatch.NewHTTPClient(c.Timeout, nil),
 		reason: "it has not yet answered 2xx for a succeeded key of its route",
 	}
 }

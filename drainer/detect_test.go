@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 )
@@ -75,7 +74,7 @@ func detectEnv(t *testing.T, p *effectProvider, path string, settle time.Duratio
 	pool := newPool(t)
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
-	wire := &Route{Tool: "wire", Class: "non_idempotent", Detect: NewDetector(config.Detect{URL: srv.URL + path, Settle: settle})}
+	wire := &Route{Tool: "wire", Class: "non_idempotent", Detect: NewDetector(DetectConfig{URL: srv.URL + path, Timeout: 5 * time.Second, Settle: settle})}
 	blind := &Route{Tool: "wire_blind", Adapter: "wire", Class: "non_idempotent"}
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"wire": p}, wire, blind), Config{Workers: 4})
 	enqueue := func(step, tool string) string {

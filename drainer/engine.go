@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/compensations"
-	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,7 +25,8 @@ type Config struct {
 	Schema string
 	// ReplicaID names this process in leases (default host:pid).
 	ReplicaID string
-	// Workers bounds rows leased and dispatched at once (default 64).
+	// Workers bounds rows leased and dispatched at once (required: `drainer
+	// run` passes the config's workers, whose default config.Load applies).
 	Workers int
 	// BatchSize bounds rows per claim (default min(Workers, 64)).
 	BatchSize int
@@ -75,7 +75,6 @@ func (c Config) WithDefaults() Config {
 		host, _ := os.Hostname()
 		c.ReplicaID = fmt.Sprintf("%s:%d", cmp.Or(host, "drainer"), os.Getpid())
 	}
-	c.Workers = cmp.Or(c.Workers, config.DefaultWorkers)
 	c.BatchSize = cmp.Or(c.BatchSize, min(c.Workers, 64))
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)

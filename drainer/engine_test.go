@@ -53,6 +53,7 @@ func startEngine(t testing.TB, pool *pgxpool.Pool, rt *Routing, cfg Config) *Eng
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry(), "test")
 	}
+	cfg.Workers = cmp.Or(cfg.Workers, 8)
 	cfg.Lease = cmp.Or(cfg.Lease, 10*time.Second)
 	cfg.LeaseMargin = cmp.Or(cfg.LeaseMargin, 500*time.Millisecond)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
@@ -436,7 +437,7 @@ func TestStartFailsOnUnmigratedSchemaAndStopReturns(t *testing.T) {
 	rt := testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
 	})}, &Route{Tool: "t"})
-	e, err := New(pool, rt, Config{Schema: "not_migrated", Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
+	e, err := New(pool, rt, Config{Workers: 1, Schema: "not_migrated", Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,12 @@
 package drainer
 
 import (
-	"cmp"
 	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
@@ -47,23 +45,6 @@ type GatePolicy struct {
 	Burst         int
 	// MaxConcurrency caps calls under way; 0 means no cap.
 	MaxConcurrency int
-}
-
-// gatePolicies derives each adapter's policy from the config.
-func gatePolicies(cfg *config.Config, _ int) map[string]GatePolicy {
-	out := make(map[string]GatePolicy, len(cfg.Adapters))
-	for name, a := range cfg.Adapters {
-		p := GatePolicy{
-			BreakerFailures: a.Breaker.Failures(),
-			BreakerOpenFor:  cmp.Or(a.Breaker.OpenFor, config.DefaultBreakerOpenFor),
-			MaxConcurrency:  a.MaxConcurrency,
-		}
-		if a.RateLimit != nil {
-			p.RatePerSecond, p.Burst = a.RateLimit.PerSecond, max(a.RateLimit.Burst, 1)
-		}
-		out[name] = p
-	}
-	return out
 }
 
 func newGate(name string, p GatePolicy, m *Metrics) *gate {

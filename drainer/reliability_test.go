@@ -68,7 +68,7 @@ func TestUnstorableCompletionIsIsolated(t *testing.T) {
 		bySeq[rows[i].Key] = &rows[i]
 	}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
-	e, err := New(pool, testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(nil)}), Config{Metrics: metrics})
+	e, err := New(pool, testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(nil)}), Config{Workers: 1, Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/drainer-io/drainer/config"
-	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 )
 
@@ -17,30 +15,6 @@ type RetentionPolicy struct {
 	Enabled  bool
 	Interval time.Duration
 	store.Retention
-}
-
-func retentionPolicy(cfg *config.Config) RetentionPolicy {
-	r := cfg.Retention
-	p := RetentionPolicy{Enabled: r.IsEnabled(), Interval: cmp.Or(r.Interval, config.DefaultRetentionInterval)}
-	p.Retention = store.Retention{
-		BatchSize: cmp.Or(r.BatchSize, config.DefaultRetentionBatch),
-		ByStatus: map[string]time.Duration{
-			outbox.StatusSucceeded:   cmp.Or(r.Succeeded, config.DefaultRetainSucceeded),
-			outbox.StatusFailed:      cmp.Or(r.Failed, config.DefaultRetainFailed),
-			outbox.StatusCompensated: cmp.Or(r.Compensated, config.DefaultRetainCompensated),
-			outbox.StatusCancelled:   cmp.Or(r.Cancelled, config.DefaultRetainCancelled),
-		},
-		Audit:      cmp.Or(r.Audit, config.DefaultRetainAudit),
-		Tombstones: r.Tombstones,
-	}
-	if p.Tombstones == 0 {
-		longest := time.Duration(0)
-		for _, a := range cfg.Adapters {
-			longest = max(longest, a.KeyTTL)
-		}
-		p.Tombstones = max(longest+24*time.Hour, config.DefaultTombstoneMinimum)
-	}
-	return p
 }
 
 // retentionLoop prunes on every replica's schedule; one replica at a time

@@ -1,12 +1,10 @@
 package drainer
 
 import (
-	"cmp"
 	"sync"
 	"time"
 
 	"github.com/drainer-io/drainer/compensations"
-	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 )
@@ -31,7 +29,7 @@ type Route struct {
 
 // NonIdempotent reports whether a retry of an ambiguous attempt could repeat
 // the effect.
-func (r *Route) NonIdempotent() bool { return r.Class == config.ClassNonIdempotent }
+func (r *Route) NonIdempotent() bool { return r.Class == outbox.ClassNonIdempotent }
 
 // Routing is one immutable generation of routes and adapters. A config reload
 // swaps in a new Routing; attempts already under way finish on the old one.
@@ -119,57 +117,11 @@ func (rt *Routing) RoutedTools() []string {
 func (rt *Routing) OrderedTools() []string {
 	var tools []string
 	for tool, r := range rt.Routes {
-		if r.Ordering == config.OrderingBusinessScope {
+		if r.Ordering == outbox.OrderingBusinessScope {
 			tools = append(tools, tool)
 		}
 	}
 	return tools
-}
-
-// NewRouting resolves a validated config against a built registry.
-func NewRouting(cfg *config.Config, reg *dispatch.Registry) *Routing {
-	rt := &Routing{
-		Routes:                  make(map[string]*Route, len(cfg.Routes)),
-		Registry:                reg,
-		UnroutedRecheck:         cmp.Or(cfg.UnroutedRecheck, config.DefaultUnroutedRecheck),
-		CompensationFailedAlert: cfg.Alerts.CompensationFailed,
-	}
-	for tool, r := range cfg.Routes {
-		rt.Routes[tool] = &Route{
-			Tool:         tool,
-			Adapter:      r.Adapter,
-			Class:        cmp.Or(r.Class, config.ClassKeyIdempotent),
-			MaxAttempts:  cmp.Or(r.MaxAttempts, config.DefaultMaxAttempts),
-			Compensation: r.Compensation,
-			Critical:     r.IsCritical(),
-			Fallback:     r.Fallback,
-			Ordering:     cmp.Or(r.Ordering, config.OrderingNone),
-			Detect:       NewDetector(r.Detect),
-			Backoff: Backoff{
-				Base: cmp.Or(r.Backoff.Base, config.DefaultBackoffBase),
-				Cap:  cmp.Or(r.Backoff.Cap, config.DefaultBackoffCap),
-				// Loaded configs carry the default; an explicit 0 means no floor.
-				MaxRetryAfter: r.Backoff.MaxRetryAfter,
-			},
-		}
-	}
-	rt.Policies = gatePolicies(cfg, 0)
-	rt.Retention = retentionPolicy(cfg)
-	comp := make(map[string]string, len(rt.Routes))
-	for tool, r := range rt.Routes {
-		comp[tool] = r.Compensation
-	}
-	rt.Compensations = compensations.NewMap(comp)
-	if a := cfg.Alerts.CompensationFailed; a != "" {
-		// Each compensation_failed row queues one alert row, delivered like
-		// any other: keyed, retried, bounded.
-		rt.Routes[outbox.AlertTool] = &Route{
-			Tool: outbox.AlertTool, Adapter: a, Class: config.ClassKeyIdempotent,
-			MaxAttempts: config.DefaultMaxAttempts, Critical: true, Ordering: config.OrderingNone,
-			Backoff: Backoff{Base: config.DefaultBackoffBase, Cap: config.DefaultBackoffCap, MaxRetryAfter: config.DefaultMaxRetryAfter},
-		}
-	}
-	return rt
 }
 
 // NonIdempotentTools lists the tools whose rows park as outcome_unknown when

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/outbox"
@@ -129,7 +128,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		c := failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts))
 		return nil, nil, &c
 	}
-	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == config.ClassKeyIdempotent && ttl > 0 && row.Attempts > 1 &&
+	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 && row.Attempts > 1 &&
 		row.DBNow.Sub(row.FirstAttemptAt) > ttl-time.Minute {
 		c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
 			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl))
@@ -199,7 +198,7 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 		return c
 	}
 
-	ctx, cancel := context.WithDeadline(e.workCtx, claimedAt.Add(e.cfg.Lease-e.cfg.LeaseMargin))
+	ctx, cancel := context.WithDeadline(e.workCtx, attemptDeadline(claimedAt, e.cfg.Lease-e.cfg.LeaseMargin, entry.Timeout))
 	defer cancel()
 	msg := &dispatch.Message{
 		Key:     row.Key,
@@ -245,6 +244,23 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	return c
 }
 
+// timeoutGrace lets an adapter's own timeout (the config's `timeout`) fire
+// first, so it classifies the attempt itself; the engine's deadline only
+// bounds an adapter that ignores it.
+const timeoutGrace = time.Second
+
+// attemptDeadline is when an attempt must end: within the lease, less its
+// margin, and within the adapter's timeout (plus grace), whichever is first.
+func attemptDeadline(claimedAt time.Time, leaseLeft, timeout time.Duration) time.Time {
+	dl := claimedAt.Add(leaseLeft)
+	if timeout > 0 {
+		if t := time.Now().Add(timeout + timeoutGrace); t.Before(dl) {
+			dl = t
+		}
+	}
+	return dl
+}
+
 // mayHaveHappened reports whether a failed attempt may still have had its effect.
 func mayHaveHappened(res dispatch.Result) bool {
 	return (res.Outcome == dispatch.Retry || res.Outcome == dispatch.Ambiguous || res.Outcome == dispatch.OutcomeUnknownZero) && !res.NotSent
@@ -266,7 +282,7 @@ func (e *Engine) detect(ctx context.Context, route *Route, m *dispatch.Message, 
 	case probeAbsent:
 		// Safe to send again: decide as for a route whose provider honours keys.
 		retry := *route
-		retry.Class = config.ClassKeyIdempotent
+		retry.Class = outbox.ClassKeyIdempotent
 		res.Err = fmt.Errorf("%v; detect probe: no effect (http %d), retrying", res.Err, probe.Status)
 		return &retry, res
 	}

@@ -48,6 +48,22 @@ const (
 	KindCompensation = "compensation"
 )
 
+// Idempotency classes of a route (CONTRACT §4).
+const (
+	ClassNaturallyIdempotent = "naturally_idempotent" // repeating the call is harmless
+	ClassKeyIdempotent       = "key_idempotent"       // the provider dedupes by the key
+	ClassNonIdempotent       = "non_idempotent"       // an ambiguous attempt is never retried blindly
+)
+
+// Classes lists the route classes.
+var Classes = []string{ClassNaturallyIdempotent, ClassKeyIdempotent, ClassNonIdempotent}
+
+// Ordering modes of a route.
+const (
+	OrderingNone          = "none"
+	OrderingBusinessScope = "business_scope" // one row at a time per business_scope, in enqueue order
+)
+
 // Saga states (runs.saga_state).
 const (
 	SagaWaiting      = "waiting"      // attempted forward rows are still running

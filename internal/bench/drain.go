@@ -12,6 +12,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/internal/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -80,7 +81,7 @@ func routing(adapter dispatch.Adapter) (*drainer.Routing, *config.Config, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	return drainer.NewRouting(cfg, reg), cfg, nil
+	return daemon.NewRouting(cfg, reg), cfg, nil
 }
 
 // engines are the replicas of one phase.

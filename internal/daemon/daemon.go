@@ -104,7 +104,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return &ConfigError{err}
 	}
-	routing := drainer.NewRouting(cfg, registry)
+	routing := NewRouting(cfg, registry)
 
 	// Health and metrics first, so /readyz answers "not ready" while the
 	// database is unreachable.
@@ -210,7 +210,7 @@ func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Lo
 		log.Error("config reload refused; keeping the running config", "err", err)
 		return
 	}
-	eng.Reload(drainer.NewRouting(cfg, registry))
+	eng.Reload(NewRouting(cfg, registry))
 	log.Info("config reloaded", "adapters", adapterSummary(cfg), "routes", len(cfg.Routes))
 }
 
