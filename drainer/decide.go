@@ -12,13 +12,6 @@ import (
 	"github.com/drainer-io/drainer/store"
 )
 
-// Metric outcome labels beyond dispatch.Outcome's own.
-const (
-	outcomeBreakerOpen = "breaker_open"
-	outcomeUnrouted    = "unrouted"
-	outcomeAmbiguous   = "ambiguous"
-)
-
 // claimedRow is one row leased to this replica.
 type claimedRow = store.ClaimedRow
 
@@ -115,13 +108,13 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 	maybeSent := !res.NotSent
 	if maybeSent && route.NonIdempotent() {
 		c.Status = outbox.StatusOutcomeUnknown
-		c.outcome = outcomeAmbiguous
+		c.outcome = outbox.OutcomeAmbiguous
 		c.LastError = errText("outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")
 		c.KeepNext = true
 		return c
 	}
 	if outcome == dispatch.Ambiguous {
-		c.outcome = outcomeAmbiguous
+		c.outcome = outbox.OutcomeAmbiguous
 	}
 	if !maybeSent {
 		c.Status = outbox.StatusPending

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/maintenance"
 	"github.com/drainer-io/drainer/store"
 )
 
@@ -105,12 +106,15 @@ func (d *deferrer) signal() {
 	}
 }
 
-// run applies requests in order until the engine stops claiming.
-func (d *deferrer) run() {
-	defer d.e.loops.Done()
+// service applies requests in order until stopped.
+func (d *deferrer) service() *maintenance.Loop {
+	return &maintenance.Loop{Name: "deferrer", Run: d.run}
+}
+
+func (d *deferrer) run(ctx context.Context) {
 	for {
 		select {
-		case <-d.e.fetchCtx.Done():
+		case <-ctx.Done():
 			return
 		case <-d.kick:
 		}
@@ -123,17 +127,17 @@ func (d *deferrer) run() {
 			req := d.queue[0]
 			d.queue = d.queue[1:]
 			d.mu.Unlock()
-			d.apply(req)
+			d.apply(ctx, req)
 		}
 	}
 }
 
-func (d *deferrer) apply(req deferral) {
+func (d *deferrer) apply(ctx context.Context, req deferral) {
 	e := d.e
-	ctx, cancel := context.WithTimeout(e.fetchCtx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if req.wake != nil {
-		if err := e.st.Wake(ctx, e.pool, req.wake); err != nil && !isShutdown(e.fetchCtx, err) {
+		if err := e.st.Wake(ctx, e.pool, req.wake); err != nil && !isShutdown(ctx, err) {
 			e.log.Warn("could not wake rows; they drain at their next look", "tools", req.wake, "err", err)
 		}
 		e.signal()
@@ -151,7 +155,7 @@ func (d *deferrer) apply(req deferral) {
 	for ctx.Err() == nil {
 		n, err := e.st.Defer(ctx, e.pool, req.tool, req.delay)
 		if err != nil {
-			if !isShutdown(e.fetchCtx, err) {
+			if !isShutdown(ctx, err) {
 				e.log.Warn("deferring rows failed; they are looked at one by one", "tool", req.tool, "reason", req.reason, "err", err)
 			}
 			return

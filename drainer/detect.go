@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/internal/maintenance"
 )
 
 // Detector asks a provider whether an ambiguous attempt of a non_idempotent
@@ -226,30 +227,20 @@ func (e *Engine) attachDetectors(rt *Routing) {
 	}
 }
 
-// calibrateLoop calibrates the detect probes of the routing in force: at
+// calibrator calibrates the detect probes of the routing in force: at
 // start, after a reload, and every calibrateEvery.
-func (e *Engine) calibrateLoop() {
-	defer e.loops.Done()
-	t := time.NewTicker(calibrateEvery)
-	defer t.Stop()
-	for {
-		rt := e.routing.Load()
-		for _, r := range rt.Routes {
+func (e *Engine) calibrator() *maintenance.Loop {
+	return maintenance.Periodic("probe calibrator", maintenance.Every(calibrateEvery), e.reloaded, func(ctx context.Context) {
+		for _, r := range e.routing.Load().Routes {
 			if r.Detect == nil {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(e.fetchCtx, 30*time.Second)
-			ok, why := r.Detect.calibrate(ctx)
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			ok, why := r.Detect.calibrate(cctx)
 			cancel()
-			if !ok && e.fetchCtx.Err() == nil {
+			if !ok && ctx.Err() == nil {
 				e.log.Warn("detect probe not trusted: ambiguous attempts of its route park as outcome_unknown", "route", r.Tool, "reason", why)
 			}
 		}
-		select {
-		case <-e.fetchCtx.Done():
-			return
-		case <-t.C:
-		case <-e.reloaded:
-		}
-	}
+	})
 }

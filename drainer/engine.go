@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/internal/maintenance"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -135,7 +136,8 @@ type Engine struct {
 
 	claimDone chan struct{}  // closed when the claim loop has exited
 	workers   sync.WaitGroup // one per leased row
-	loops     sync.WaitGroup // claimer, listener, reclaimer, snapshot, completer
+	loops     sync.WaitGroup // claimer, completer
+	maint     maintenance.Group
 	completer *completer
 
 	rngMu sync.Mutex
@@ -230,20 +232,15 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.started.Store(false)
 		return err
 	}
-	if err := e.sagas.Start(ctx); err != nil {
+	// Maintenance first, in this order; Stop stops it last, in reverse.
+	if err := e.maint.Start(ctx, e.sagas, e.deferrer.service(), e.listener(), e.pauseWatcher(),
+		e.reclaimer(), e.snapshotter(), e.pruner(), e.calibrator()); err != nil {
 		e.started.Store(false)
 		return err
 	}
-	e.loops.Add(9)
-	go e.calibrateLoop()
-	go e.deferrer.run()
-	go e.retentionLoop()
-	go e.pauseLoop()
+	e.loops.Add(2)
 	go e.completer.run()
 	go e.claimLoop()
-	go e.listenLoop()
-	go e.reclaimLoop()
-	go e.snapshotLoop()
 	e.log.Info("engine started", "schema", e.cfg.Schema, "replica", e.cfg.ReplicaID,
 		"workers", e.cfg.Workers, "lease", e.cfg.Lease)
 	return nil
@@ -308,7 +305,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.workCancel()
 	e.completer.close()
 	e.loops.Wait()
-	_ = e.sagas.Stop(ctx)
+	if err := e.maint.Stop(context.WithoutCancel(ctx)); err != nil {
+		e.log.Warn("stopping maintenance", "err", err)
+	}
 	if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
 		e.log.Warn("closing adapters", "err", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
 )
@@ -91,17 +92,9 @@ func breakerGauge(s gobreaker.State) float64 {
 
 // refusal says why a gate turned a row away and when to look at it again.
 type refusal struct {
-	reason string // one of the refused* reasons
+	reason string // one of the outbox.Refused* reasons
 	delay  time.Duration
 }
-
-// Why a gate turns a row away.
-const (
-	refusedBreakerOpen = "breaker_open"
-	refusedSaturated   = "saturated"
-	refusedRateLimited = "rate_limited"
-	refusedAuthHold    = "auth_hold"
-)
 
 // Auth holds: after the provider refuses the adapter's credentials, the
 // adapter sends nothing for authHoldBase, doubling with each refusal that
@@ -118,13 +111,13 @@ const (
 // caller must call the returned done with the attempt's result.
 func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
 	if left := g.authHoldLeft(); left > 0 {
-		return nil, &refusal{reason: refusedAuthHold, delay: left + jitterAround(r, left/4+10*time.Millisecond)}
+		return nil, &refusal{reason: outbox.RefusedAuthHold, delay: left + jitterAround(r, left/4+10*time.Millisecond)}
 	}
 	if g.slots != nil {
 		select {
 		case g.slots <- struct{}{}:
 		default:
-			return nil, &refusal{reason: refusedSaturated, delay: jitterAround(r, 500*time.Millisecond)}
+			return nil, &refusal{reason: outbox.RefusedSaturated, delay: jitterAround(r, 500*time.Millisecond)}
 		}
 	}
 	release := func() {
@@ -137,7 +130,7 @@ func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
 		if d := res.Delay(); d > 0 {
 			res.Cancel()
 			release()
-			return nil, &refusal{reason: refusedRateLimited, delay: d + jitterAround(r, 20*time.Millisecond)}
+			return nil, &refusal{reason: outbox.RefusedRateLimited, delay: d + jitterAround(r, 20*time.Millisecond)}
 		}
 	}
 	var breakerDone func(error)
@@ -146,7 +139,7 @@ func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
 		breakerDone, err = g.breaker.Allow()
 		if err != nil {
 			release()
-			return nil, &refusal{reason: refusedBreakerOpen, delay: g.remainingOpen(r)}
+			return nil, &refusal{reason: outbox.RefusedBreakerOpen, delay: g.remainingOpen(r)}
 		}
 	}
 	var once sync.Once

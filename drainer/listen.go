@@ -4,26 +4,29 @@ import (
 	"context"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/maintenance"
 	"github.com/jackc/pgx/v5"
 )
 
-// listenLoop holds a dedicated connection LISTENing on the outbox channel
+// listener holds a dedicated connection LISTENing on the outbox channel
 // (wakes the claimer) and the saga channel (an abort: advances that run's
-// saga at once). The poll in claimLoop covers any
-// gap while it reconnects.
-func (e *Engine) listenLoop() {
-	defer e.loops.Done()
+// saga at once). The claimer's poll covers any gap while it reconnects.
+func (e *Engine) listener() *maintenance.Loop {
+	return &maintenance.Loop{Name: "listener", Run: e.listen}
+}
+
+func (e *Engine) listen(ctx context.Context) {
 	channel, sagaChannel := e.st.OutboxChannel(), e.st.SagaChannel()
 	delay := 100 * time.Millisecond
-	for e.fetchCtx.Err() == nil {
-		conn, err := pgx.ConnectConfig(e.fetchCtx, e.pool.Config().ConnConfig.Copy())
+	for ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
 		if err == nil {
-			_, err = conn.Exec(e.fetchCtx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize())
+			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize())
 			if err == nil {
 				delay = 100 * time.Millisecond
 				e.signal() // anything enqueued while not listening
 				for {
-					n, werr := conn.WaitForNotification(e.fetchCtx)
+					n, werr := conn.WaitForNotification(ctx)
 					if werr != nil {
 						err = werr
 						break
@@ -39,11 +42,11 @@ func (e *Engine) listenLoop() {
 			_ = conn.Close(closeCtx)
 			cancel()
 		}
-		if isShutdown(e.fetchCtx, err) {
+		if isShutdown(ctx, err) {
 			return
 		}
 		e.log.Warn("listen connection lost; polling until it is back", "err", err, "retry_in", delay)
-		if !sleep(e.fetchCtx, delay) {
+		if !sleep(ctx, delay) {
 			return
 		}
 		delay = min(delay*2, 10*time.Second)

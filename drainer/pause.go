@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/maintenance"
 	"github.com/drainer-io/drainer/store"
 )
 
@@ -21,31 +22,23 @@ const pauseInterval = 2 * time.Second
 // resume wakes them at once.
 const pausedRecheck = time.Minute
 
-// pauseLoop keeps the pause set fresh, so every replica obeys `drainer pause`
-// within seconds.
-func (e *Engine) pauseLoop() {
-	defer e.loops.Done()
-	t := time.NewTicker(pauseInterval)
-	defer t.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(e.fetchCtx, 10*time.Second)
+// pauseWatcher keeps the pause set fresh, so every replica obeys `drainer
+// pause` within seconds, and wakes the rows of what was resumed.
+func (e *Engine) pauseWatcher() *maintenance.Loop {
+	return maintenance.Periodic("pause watcher", maintenance.Every(pauseInterval), nil, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		set, err := e.st.ReadPauses(ctx, e.pool)
-		cancel()
 		switch {
 		case err == nil:
 			old := e.pauses.Swap(&set)
 			if tools := e.resumedTools(old, &set); len(tools) > 0 {
 				e.deferrer.wake(tools)
 			}
-		case !isShutdown(e.fetchCtx, err):
+		case !isShutdown(ctx, err):
 			e.log.Warn("reading pauses failed; keeping the last known set", "err", err)
 		}
-		select {
-		case <-e.fetchCtx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // resumedTools lists the tools a change from old to set resumed: routes no

@@ -3,28 +3,25 @@ package drainer
 import (
 	"context"
 	"time"
+
+	"github.com/drainer-io/drainer/internal/maintenance"
 )
 
-func (e *Engine) reclaimLoop() {
-	defer e.loops.Done()
-	t := time.NewTicker(e.cfg.ReclaimInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.fetchCtx.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(e.fetchCtx, 30*time.Second)
+// reclaimer takes back rows whose lease expired (their worker died or
+// hung): pending again with the attempt counted, or outcome_unknown on
+// non_idempotent routes.
+func (e *Engine) reclaimer() *maintenance.Loop {
+	return maintenance.Periodic("reclaimer", maintenance.Every(e.cfg.ReclaimInterval), nil, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 		n, err := e.st.Reclaim(ctx, e.pool, e.routing.Load().NonIdempotentTools())
-		cancel()
 		switch {
-		case err != nil && !isShutdown(e.fetchCtx, err):
+		case err != nil && !isShutdown(ctx, err):
 			e.log.Warn("reclaim failed", "err", err)
 		case n > 0:
 			e.metrics.LeasesExpired.Add(float64(n))
 			e.log.Warn("reclaimed rows whose lease expired", "rows", n)
 			e.signal()
 		}
-	}
+	})
 }

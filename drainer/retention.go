@@ -5,6 +5,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/maintenance"
 	"github.com/drainer-io/drainer/store"
 )
 
@@ -17,24 +18,19 @@ type RetentionPolicy struct {
 	store.Retention
 }
 
-// retentionLoop prunes on every replica's schedule; one replica at a time
-// does the work (an advisory lock), the others skip that round.
-func (e *Engine) retentionLoop() {
-	defer e.loops.Done()
-	for {
-		p := e.routing.Load().Retention
-		if !sleep(e.fetchCtx, cmp.Or(p.Interval, time.Minute)) {
-			return
+// pruner prunes on every replica's schedule; one replica at a time does
+// the work (an advisory lock), the others skip that round.
+func (e *Engine) pruner() *maintenance.Loop {
+	interval := func() time.Duration { return cmp.Or(e.routing.Load().Retention.Interval, time.Minute) }
+	return maintenance.Periodic("pruner", interval, nil, func(ctx context.Context) {
+		if p := e.routing.Load().Retention; p.Enabled {
+			e.pruneOnce(ctx, p)
 		}
-		if !p.Enabled {
-			continue
-		}
-		e.pruneOnce(p)
-	}
+	})
 }
 
-func (e *Engine) pruneOnce(p RetentionPolicy) {
-	ctx, cancel := context.WithTimeout(e.fetchCtx, 2*time.Minute)
+func (e *Engine) pruneOnce(ctx context.Context, p RetentionPolicy) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var pruned map[string]int
 	_, err := e.st.WithRetentionLock(ctx, e.pool, func(db store.DB) error {
@@ -48,7 +44,7 @@ func (e *Engine) pruneOnce(p RetentionPolicy) {
 		}
 	}
 	switch {
-	case err != nil && !isShutdown(e.fetchCtx, err):
+	case err != nil && !isShutdown(ctx, err):
 		e.log.Warn("retention pass failed", "err", err)
 	case len(pruned) > 0:
 		e.log.Debug("retention pass", "pruned", pruned)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/maintenance"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 )
@@ -40,28 +41,20 @@ func (e *Engine) readEnqueueCounters(ctx context.Context) error {
 	return nil
 }
 
-// snapshotLoop keeps the backlog gauges fresh: one replica computes, every
+// snapshotter keeps the backlog gauges fresh: one replica computes, every
 // replica exports the latest snapshot. Scrapes never run a query.
-func (e *Engine) snapshotLoop() {
-	defer e.loops.Done()
-	t := time.NewTicker(e.cfg.SnapshotInterval)
-	defer t.Stop()
-	for {
-		ctx, cancel := context.WithTimeout(e.fetchCtx, max(e.cfg.SnapshotInterval, 30*time.Second))
-		if _, err := e.st.RefreshSnapshot(ctx, e.pool, e.cfg.SnapshotInterval/2, e.routing.Load().RoutedTools()); err != nil && !isShutdown(e.fetchCtx, err) {
+func (e *Engine) snapshotter() *maintenance.Loop {
+	return maintenance.Periodic("snapshotter", maintenance.Every(e.cfg.SnapshotInterval), nil, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, max(e.cfg.SnapshotInterval, 30*time.Second))
+		defer cancel()
+		if _, err := e.st.RefreshSnapshot(ctx, e.pool, e.cfg.SnapshotInterval/2, e.routing.Load().RoutedTools()); err != nil && !isShutdown(ctx, err) {
 			e.log.Warn("backlog snapshot failed", "err", err)
 		}
 		if s, ok, err := e.st.ReadSnapshot(ctx, e.pool); err == nil && ok {
 			e.metrics.apply(s)
 		}
-		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(e.fetchCtx, err) {
+		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(ctx, err) {
 			e.log.Warn("reading the enqueue counters failed", "err", err)
 		}
-		cancel()
-		select {
-		case <-e.fetchCtx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }

@@ -1,7 +1,6 @@
 package drainer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,142 +11,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/outbox"
-	"github.com/drainer-io/drainer/store"
 )
-
-// claimLoop leases due rows whenever worker slots are free: on a
-// notification, when a slot frees, and at least every PollInterval.
-func (e *Engine) claimLoop() {
-	defer e.loops.Done()
-	defer close(e.claimDone)
-	poll := time.NewTicker(e.cfg.PollInterval)
-	defer poll.Stop()
-	errDelay := 100 * time.Millisecond
-	for {
-		if err := e.claimWhileFree(); err != nil {
-			if isShutdown(e.fetchCtx, err) {
-				return
-			}
-			e.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
-			if !sleep(e.fetchCtx, errDelay) {
-				return
-			}
-			errDelay = min(errDelay*2, 5*time.Second)
-			continue
-		}
-		errDelay = 100 * time.Millisecond
-		select {
-		case <-e.fetchCtx.Done():
-			return
-		case <-poll.C:
-		case <-e.wake:
-			// Under load slots free one by one; let them accumulate for a
-			// moment so a claim (one durable commit) leases a full batch
-			// rather than a row or two.
-			if free := e.cfg.Workers - int(e.active.Load()); free < e.cfg.BatchSize {
-				t := time.NewTimer(e.cfg.FetchCooldown)
-				select {
-				case <-e.batchFree:
-				case <-t.C:
-				case <-e.fetchCtx.Done():
-				}
-				t.Stop()
-			}
-		}
-	}
-}
-
-// claimWhileFree claims until no slot is free or no row is due. It never
-// leases more rows than free slots: a row waiting in memory would let its
-// lease lapse and another replica send it again.
-func (e *Engine) claimWhileFree() error {
-	for e.fetchCtx.Err() == nil {
-		free := e.cfg.Workers - int(e.active.Load())
-		if free <= 0 {
-			return nil // a finishing worker signals
-		}
-		n := min(free, e.cfg.BatchSize)
-		claimedAt := time.Now()
-		rt := e.useRouting()
-		// The claim itself is not cancelled by Stop: a statement cut off after
-		// committing would strand its rows until their lease expires.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
-		rows, err := e.st.Claim(ctx, e.pool, store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
-			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims})
-		cancel()
-		if err != nil {
-			rt.done()
-			return err
-		}
-		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
-		for i := range rows {
-			row := &rows[i]
-			route, entry, c := e.preflight(row, rt)
-			if c != nil {
-				e.finish(c)
-				continue
-			}
-			e.active.Add(1)
-			e.workers.Add(1)
-			rt.share()
-			go e.work(row, rt, route, entry, claimedAt)
-		}
-		rt.done()
-		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
-		if len(rows) < n || e.cfg.Workers-int(e.active.Load()) < e.cfg.BatchSize {
-			// Nothing more is due, or too few slots are free to be worth a
-			// commit: a finishing worker (or the poll) brings us back.
-			return nil
-		}
-	}
-	return nil
-}
-
-// preflight decides, before any worker is involved, what happens to a
-// claimed row that cannot be dispatched now: no route, no adapter, out of
-// attempts or past its key's window, shutting down, or paused. It returns
-// the row's route and adapter, or the completion that settles it. A refused
-// tool's other due rows are deferred in bulk (deferrer), so the next claims
-// do not pick them up one by one.
-func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entry, *completion) {
-	route, ok := rt.Routes[row.ToolName]
-	if !ok {
-		e.unrouted.note(e.log, row.ToolName)
-		e.deferrer.refuse(row.ToolName, outcomeUnrouted, rt.UnroutedRecheck)
-		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
-		c := release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
-		return nil, nil, &c
-	}
-	entry, ok := rt.Registry.Get(route.Adapter)
-	if !ok {
-		msg := fmt.Sprintf("route %q names adapter %q, which is not loaded", route.Tool, route.Adapter)
-		c := release(row, rt.UnroutedRecheck, false, &msg, outcomeUnrouted)
-		return nil, nil, &c
-	}
-	if row.Attempts > route.MaxAttempts {
-		c := failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts))
-		return nil, nil, &c
-	}
-	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 && row.Attempts > 1 &&
-		row.DBNow.Sub(row.FirstAttemptAt) > ttl-time.Minute {
-		c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
-			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl))
-		return nil, nil, &c
-	}
-	if e.fetchCtx.Err() != nil {
-		// Shutting down and this row was not sent yet: give it back untouched.
-		c := release(row, 0, true, nil, "")
-		return nil, nil, &c
-	}
-	if paused(e.pauses.Load(), route, entry.Name) {
-		// Resuming wakes them; until then they are looked at once a minute.
-		e.deferrer.refuse(route.Tool, "paused", pausedRecheck)
-		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)
-		c := release(row, e.jitter(pausedRecheck), false, &msg, "")
-		return nil, nil, &c
-	}
-	return route, entry, nil
-}
 
 // finish records a row's completion: counted, logged, queued for writing.
 func (e *Engine) finish(c *completion) {
@@ -179,27 +43,58 @@ func (e *Engine) work(row *claimedRow, rt *Routing, route *Route, entry *dispatc
 	e.finish(&c)
 }
 
-// process dispatches one leased row that passed preflight and decides its
-// next state.
+// process takes a leased row that passed preflight through its adapter's
+// gate, one attempt, the classification of the answer, and the decision
+// of its next state.
 func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *dispatch.Entry, claimedAt time.Time) completion {
 	entry, g, done, ref := e.admit(rt, route, entry)
 	if ref != nil {
-		msg := fmt.Sprintf("adapter %q %s; no attempt consumed", entry.Name, refusalText[ref.reason])
-		outcome := ""
-		switch ref.reason {
-		case refusedBreakerOpen:
-			outcome = outcomeBreakerOpen
-			e.deferrer.refuse(route.Tool, outcomeBreakerOpen, ref.delay)
-		case refusedAuthHold:
-			e.deferrer.refuse(route.Tool, "auth", ref.delay)
-		}
-		c := release(row, ref.delay, false, &msg, outcome)
-		c.adapter = entry.Name
-		return c
+		return e.refused(row, route, entry, ref)
 	}
-
 	ctx, cancel := context.WithDeadline(e.workCtx, attemptDeadline(claimedAt, e.cfg.Lease-e.cfg.LeaseMargin, entry.Timeout))
 	defer cancel()
+	msg, res := e.attempt(ctx, row, entry)
+	done(res)
+	if e.workCtx.Err() != nil && !res.Succeeded() && res.Outcome != dispatch.Terminal && res.Outcome != dispatch.Auth && res.NotSent {
+		return release(row, 0, true, nil, "") // shutting down before it was sent
+	}
+	route, res = e.classify(ctx, route, msg, res)
+	env := decideEnv{now: row.DBNow}
+	if res.Outcome == dispatch.Auth {
+		// Credentials refused: the adapter is held back, longer each time,
+		// and the row waits at least as long (it consumed no attempt, so
+		// its own backoff would not grow).
+		env.authHold = g.authHoldLeft()
+		e.deferrer.refuse(route.Tool, outbox.RefusedAuthHold, env.authHold)
+	}
+	e.rngMu.Lock()
+	env.rand = e.rng
+	c := decide(env, row, route, entry.Name, res)
+	e.rngMu.Unlock()
+	c.route = route
+	return c
+}
+
+// refused hands back a row its adapter's gate turned away (no attempt
+// consumed); a refusal that lasts defers the tool's other due rows.
+func (e *Engine) refused(row *claimedRow, route *Route, entry *dispatch.Entry, ref *refusal) completion {
+	msg := fmt.Sprintf("adapter %q %s; no attempt consumed", entry.Name, refusalText[ref.reason])
+	outcome := ""
+	switch ref.reason {
+	case outbox.RefusedBreakerOpen:
+		outcome = outbox.OutcomeBreakerOpen
+		e.deferrer.refuse(route.Tool, outbox.RefusedBreakerOpen, ref.delay)
+	case outbox.RefusedAuthHold:
+		e.deferrer.refuse(route.Tool, outbox.RefusedAuthHold, ref.delay)
+	}
+	c := release(row, ref.delay, false, &msg, outcome)
+	c.adapter = entry.Name
+	return c
+}
+
+// attempt makes one delivery attempt of row: the message, a span
+// continuing the agent's trace, the call, its duration.
+func (e *Engine) attempt(ctx context.Context, row *claimedRow, entry *dispatch.Entry) (*dispatch.Message, dispatch.Result) {
 	msg := &dispatch.Message{
 		Key:     row.Key,
 		Tuple:   idemkey.Tuple{AgentRunID: row.AgentRunID, StepID: row.StepID, ToolName: row.ToolName, BusinessScope: row.BusinessScope},
@@ -215,33 +110,24 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	start := time.Now()
 	res := e.safeDispatch(ctx, entry, msg)
 	e.metrics.DispatchDuration.WithLabelValues(entry.Name).Observe(time.Since(start).Seconds())
-	done(res)
 	endDispatchSpan(span, res)
+	return msg, res
+}
 
+// classify settles what an attempt's answer means beyond the adapter's
+// classification: a call cut off by shutdown after it may have been sent is
+// ambiguous, and on a non_idempotent route with a detect probe an ambiguous
+// attempt is probed (the probe may turn the route's class for this
+// decision into key_idempotent: the effect is proven absent).
+func (e *Engine) classify(ctx context.Context, route *Route, msg *dispatch.Message, res dispatch.Result) (*Route, dispatch.Result) {
 	if e.workCtx.Err() != nil && !res.Succeeded() && res.Outcome != dispatch.Terminal && res.Outcome != dispatch.Auth {
-		if res.NotSent {
-			return release(row, 0, true, nil, "")
-		}
 		res.Outcome = dispatch.Ambiguous
 		res.Err = fmt.Errorf("%w: %v", errCutOff, res.Err)
 	}
 	if route.NonIdempotent() && route.Detect != nil && mayHaveHappened(res) && e.workCtx.Err() == nil {
-		route, res = e.detect(ctx, route, msg, res)
+		return e.detect(ctx, route, msg, res)
 	}
-	env := decideEnv{now: row.DBNow}
-	if res.Outcome == dispatch.Auth {
-		// Credentials refused: the adapter is held back, longer each time,
-		// and the row waits at least as long (it consumed no attempt, so
-		// its own backoff would not grow).
-		env.authHold = g.authHoldLeft()
-		e.deferrer.refuse(route.Tool, "auth", env.authHold)
-	}
-	e.rngMu.Lock()
-	env.rand = e.rng
-	c := decide(env, row, route, entry.Name, res)
-	e.rngMu.Unlock()
-	c.route = route
-	return c
+	return route, res
 }
 
 // timeoutGrace lets an adapter's own timeout (the config's `timeout`) fire
@@ -291,10 +177,10 @@ func (e *Engine) detect(ctx context.Context, route *Route, m *dispatch.Message, 
 }
 
 var refusalText = map[string]string{
-	refusedBreakerOpen: "circuit breaker is open (the provider looks down)",
-	refusedSaturated:   "is at max_concurrency",
-	refusedRateLimited: "is at its rate_limit",
-	refusedAuthHold:    "is held back: the provider refused its credentials",
+	outbox.RefusedBreakerOpen: "circuit breaker is open (the provider looks down)",
+	outbox.RefusedSaturated:   "is at max_concurrency",
+	outbox.RefusedRateLimited: "is at its rate_limit",
+	outbox.RefusedAuthHold:    "is held back: the provider refused its credentials",
 }
 
 // admit passes a row through its adapter's gate. While the primary's breaker
@@ -305,7 +191,7 @@ func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry) (*dispa
 	defer e.rngMu.Unlock()
 	g := rt.gates[entry.Name]
 	done, ref := g.admit(e.rng)
-	if ref == nil || ref.reason != refusedBreakerOpen || route.Critical || route.Fallback == "" {
+	if ref == nil || ref.reason != outbox.RefusedBreakerOpen || route.Critical || route.Fallback == "" {
 		return entry, g, done, ref
 	}
 	fb, ok := rt.Registry.Get(route.Fallback)
@@ -364,7 +250,7 @@ func (e *Engine) observe(c *completion) {
 		e.log.Error("provider refused the adapter's credentials; no attempt consumed", append(attrs, "err", deref(c.LastError))...)
 	case c.Status == outbox.StatusFailed || c.Status == outbox.StatusCompensationFailed || c.Status == outbox.StatusOutcomeUnknown:
 		e.log.Warn("row parked or failed", append(attrs, "err", deref(c.LastError))...)
-	case c.Status == outbox.StatusPending && c.outcome != outcomeUnrouted:
+	case c.Status == outbox.StatusPending && c.outcome != outbox.OutcomeUnrouted:
 		e.log.Debug("attempt failed; rescheduled", append(attrs, "next_attempt_in", c.Delay, "err", deref(c.LastError))...)
 	default:
 		e.log.Debug("dispatched", attrs...)

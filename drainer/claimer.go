@@ -1,0 +1,146 @@
+package drainer
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
+)
+
+// claimLoop leases due rows whenever worker slots are free: on a
+// notification, when a slot frees, and at least every PollInterval.
+func (e *Engine) claimLoop() {
+	defer e.loops.Done()
+	defer close(e.claimDone)
+	poll := time.NewTicker(e.cfg.PollInterval)
+	defer poll.Stop()
+	errDelay := 100 * time.Millisecond
+	for {
+		if err := e.claimWhileFree(); err != nil {
+			if isShutdown(e.fetchCtx, err) {
+				return
+			}
+			e.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
+			if !sleep(e.fetchCtx, errDelay) {
+				return
+			}
+			errDelay = min(errDelay*2, 5*time.Second)
+			continue
+		}
+		errDelay = 100 * time.Millisecond
+		select {
+		case <-e.fetchCtx.Done():
+			return
+		case <-poll.C:
+		case <-e.wake:
+			// Under load slots free one by one; let them accumulate for a
+			// moment so a claim (one durable commit) leases a full batch
+			// rather than a row or two.
+			if free := e.cfg.Workers - int(e.active.Load()); free < e.cfg.BatchSize {
+				t := time.NewTimer(e.cfg.FetchCooldown)
+				select {
+				case <-e.batchFree:
+				case <-t.C:
+				case <-e.fetchCtx.Done():
+				}
+				t.Stop()
+			}
+		}
+	}
+}
+
+// claimWhileFree claims until no slot is free or no row is due. It never
+// leases more rows than free slots: a row waiting in memory would let its
+// lease lapse and another replica send it again.
+func (e *Engine) claimWhileFree() error {
+	for e.fetchCtx.Err() == nil {
+		free := e.cfg.Workers - int(e.active.Load())
+		if free <= 0 {
+			return nil // a finishing worker signals
+		}
+		n := min(free, e.cfg.BatchSize)
+		claimedAt := time.Now()
+		rt := e.useRouting()
+		// The claim itself is not cancelled by Stop: a statement cut off after
+		// committing would strand its rows until their lease expires.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
+		rows, err := e.st.Claim(ctx, e.pool, store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
+			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims})
+		cancel()
+		if err != nil {
+			rt.done()
+			return err
+		}
+		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
+		for i := range rows {
+			row := &rows[i]
+			route, entry, c := e.preflight(row, rt)
+			if c != nil {
+				e.finish(c)
+				continue
+			}
+			e.active.Add(1)
+			e.workers.Add(1)
+			rt.share()
+			go e.work(row, rt, route, entry, claimedAt)
+		}
+		rt.done()
+		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
+		if len(rows) < n || e.cfg.Workers-int(e.active.Load()) < e.cfg.BatchSize {
+			// Nothing more is due, or too few slots are free to be worth a
+			// commit: a finishing worker (or the poll) brings us back.
+			return nil
+		}
+	}
+	return nil
+}
+
+// preflight decides, before any worker is involved, what happens to a
+// claimed row that cannot be dispatched now: no route, no adapter, out of
+// attempts or past its key's window, shutting down, or paused. It returns
+// the row's route and adapter, or the completion that settles it. A refused
+// tool's other due rows are deferred in bulk (deferrer), so the next claims
+// do not pick them up one by one.
+func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entry, *completion) {
+	route, ok := rt.Routes[row.ToolName]
+	if !ok {
+		e.unrouted.note(e.log, row.ToolName)
+		e.deferrer.refuse(row.ToolName, outbox.OutcomeUnrouted, rt.UnroutedRecheck)
+		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
+		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted)
+		return nil, nil, &c
+	}
+	entry, ok := rt.Registry.Get(route.Adapter)
+	if !ok {
+		msg := fmt.Sprintf("route %q names adapter %q, which is not loaded", route.Tool, route.Adapter)
+		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted)
+		return nil, nil, &c
+	}
+	if row.Attempts > route.MaxAttempts {
+		c := failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts))
+		return nil, nil, &c
+	}
+	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 && row.Attempts > 1 &&
+		row.DBNow.Sub(row.FirstAttemptAt) > ttl-time.Minute {
+		c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
+			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl))
+		return nil, nil, &c
+	}
+	if e.fetchCtx.Err() != nil {
+		// Shutting down and this row was not sent yet: give it back untouched.
+		c := release(row, 0, true, nil, "")
+		return nil, nil, &c
+	}
+	if paused(e.pauses.Load(), route, entry.Name) {
+		// Resuming wakes them; until then they are looked at once a minute.
+		e.deferrer.refuse(route.Tool, outbox.RefusedPaused, pausedRecheck)
+		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)
+		c := release(row, e.jitter(pausedRecheck), false, &msg, "")
+		return nil, nil, &c
+	}
+	return route, entry, nil
+}
