@@ -58,87 +58,73 @@ func failStatus(row *claimedRow) string {
 // (CONTRACT §2 attempts table, §4 Full Jitter, §5 classes).
 func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res dispatch.Result) completion {
 	c := newCompletion(row, "")
-	c.adapter, c.ResponseStatus = adapter, res.Status
-	errText := func(prefix string) *string {
-		msg := prefix
-		if res.Err != nil {
-			msg = prefix + ": " + res.Err.Error()
-		} else if res.Reason != "" {
-			msg = prefix + ": " + res.Reason
-		}
-		return &msg
-	}
-	c.problem = res.Problem
-	outcome := res.Outcome
-	if outcome == dispatch.OutcomeUnknownZero {
-		outcome = dispatch.Ambiguous
+	c.adapter, c.ResponseStatus, c.problem = adapter, res.Status, res.Problem
+	if res.Outcome == dispatch.OutcomeUnknownZero {
+		res.Outcome = dispatch.Ambiguous
 		if res.Err == nil {
 			res.Err = errors.New("adapter returned no outcome")
 		}
 	}
-	c.outcome = outcome.String()
-
-	switch outcome {
+	c.outcome = res.Outcome.String()
+	switch res.Outcome {
 	case dispatch.Success, dispatch.Replay:
-		c.Status = outbox.StatusSucceeded
-		c.Response = res.Response
+		c.Status, c.Response, c.KeepNext = outbox.StatusSucceeded, res.Response, true
 		if len(c.Response) == 0 {
 			c.Response = json.RawMessage("null")
 		}
-		c.KeepNext = true
-		return c
-
 	case dispatch.Terminal:
-		c.Status = failStatus(row)
-		c.LastError = errText("terminal")
-		c.KeepNext = true
-		return c
-
+		c.Status, c.LastError, c.KeepNext = failStatus(row), errText(res, "terminal"), true
 	case dispatch.Auth:
 		// A broken credential is the adapter's fault, not the row's.
-		c.Status = outbox.StatusPending
-		c.GiveBack = true
+		c.Status, c.GiveBack, c.Floor = outbox.StatusPending, true, true
 		c.Delay = max(route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter), env.authHold)
-		c.Floor = true
-		c.LastError = errText("authentication refused by the provider (no attempt consumed)")
-		return c
+		c.LastError = errText(res, "authentication refused by the provider (no attempt consumed)")
+	default:
+		decideRetry(env, &c, row, route, res)
 	}
-
-	// Retry or Ambiguous.
-	maybeSent := !res.NotSent
-	if maybeSent && route.NonIdempotent() {
-		c.Status = outbox.StatusOutcomeUnknown
-		c.outcome = outbox.OutcomeAmbiguous
-		c.LastError = errText("outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")
-		c.KeepNext = true
-		return c
-	}
-	if outcome == dispatch.Ambiguous {
-		c.outcome = outbox.OutcomeAmbiguous
-	}
-	if !maybeSent {
-		c.Status = outbox.StatusPending
-		c.GiveBack = true
-		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
-		c.Floor = true
-		c.LastError = errText("not sent")
-		return c
-	}
-	if row.Attempts >= route.MaxAttempts {
-		c.Status = failStatus(row)
-		c.LastError = errText(fmt.Sprintf("attempts exhausted (%d of %d)", row.Attempts, route.MaxAttempts))
-		c.KeepNext = true
-		return c
-	}
-	c.Status = outbox.StatusPending
-	if errors.Is(res.Err, errCutOff) {
-		c.Delay = 0 // shutdown cut the call off: the next replica may retry at once
-	} else {
-		c.Delay = route.Backoff.Delay(env.rand, row.Attempts, res.RetryAfter)
-		c.Floor = true
-	}
-	c.LastError = errText(fmt.Sprintf("attempt %d of %d", row.Attempts, route.MaxAttempts))
 	return c
+}
+
+// decideRetry decides a retryable or ambiguous attempt: parked on a
+// non_idempotent route once it may have been sent, given back when it was
+// not sent, failed when out of attempts, else rescheduled with Full Jitter
+// floored by the provider's Retry-After.
+func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, res dispatch.Result) {
+	maybeSent := !res.NotSent
+	if res.Outcome == dispatch.Ambiguous || (maybeSent && route.NonIdempotent()) {
+		c.outcome = outbox.OutcomeAmbiguous
+	}
+	switch {
+	case maybeSent && route.NonIdempotent():
+		c.Status, c.KeepNext = outbox.StatusOutcomeUnknown, true
+		c.LastError = errText(res, "outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")
+	case !maybeSent:
+		c.Status, c.GiveBack, c.Floor = outbox.StatusPending, true, true
+		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
+		c.LastError = errText(res, "not sent")
+	case row.Attempts >= route.MaxAttempts:
+		c.Status, c.KeepNext = failStatus(row), true
+		c.LastError = errText(res, fmt.Sprintf("attempts exhausted (%d of %d)", row.Attempts, route.MaxAttempts))
+	case errors.Is(res.Err, errCutOff):
+		// Shutdown cut the call off: the next replica may retry at once.
+		c.Status, c.Delay = outbox.StatusPending, 0
+		c.LastError = errText(res, fmt.Sprintf("attempt %d of %d", row.Attempts, route.MaxAttempts))
+	default:
+		c.Status, c.Floor = outbox.StatusPending, true
+		c.Delay = route.Backoff.Delay(env.rand, row.Attempts, res.RetryAfter)
+		c.LastError = errText(res, fmt.Sprintf("attempt %d of %d", row.Attempts, route.MaxAttempts))
+	}
+}
+
+// errText is a last_error: prefix, then the answer's error or reason.
+func errText(res dispatch.Result, prefix string) *string {
+	msg := prefix
+	if res.Err != nil {
+		msg = prefix + ": " + res.Err.Error()
+	} else if res.Reason != "" {
+		msg = prefix + ": " + res.Reason
+	}
+	return &msg
 }
 
 // errCutOff marks a call cancelled by shutdown after it may have been sent.

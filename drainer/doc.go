@@ -1,9 +1,36 @@
-// Package drainer is the drain engine: it claims due outbox rows under a lease
-// (claim.go), dispatches each to its route's adapter outside any transaction
-// (worker.go), decides the row's next state from the classified result
-// (decide.go, backoff.go) and writes it back in fenced batches (complete.go).
-// Expired leases are reclaimed (reclaim.go); LISTEN/NOTIFY wakes the claimer
-// (listen.go). EnqueueTx (enqueue.go) is the producer API.
+// Package drainer is the drain engine. It knows no config file: the daemon
+// (internal/daemon) builds its Routing from config and hands it over; every
+// statement it runs is in package store.
+//
+// A row's life, one file per step:
+//
+//   - claimed: claimer.go leases due rows when worker slots are free
+//     (store.Claim: FOR UPDATE SKIP LOCKED, one short transaction) and runs
+//     preflight on each (no route, out of attempts or past its key's
+//     window, shutting down, paused): such a row is settled without a worker.
+//   - dispatched: worker.go takes a row through its adapter's gate (gate.go:
+//     breaker, rate limit, concurrency cap, auth hold), one attempt through
+//     dispatch.Adapter within the lease, and classify (a call cut off by
+//     shutdown is ambiguous; detect.go probes an ambiguous attempt of a
+//     non_idempotent route).
+//   - rescheduled: decide.go is where a row's next state is decided —
+//     status, attempt consumed or given back, delay (backoff.go: Full
+//     Jitter floored by Retry-After) and the not_before floor — for every
+//     outcome, refusals included.
+//   - written: completer.go writes completions in batches, fenced by the
+//     lease token (store.Complete), isolating a row the database refuses.
+//   - compensated: the completion hands the runs whose saga may move to
+//     compensations.Runner.
+//
+// Around it, each a service with its own Start/Stop (internal/maintenance):
+// the deferrer (deferral.go: bulk deferral of a refused tool's rows and
+// wakes, one goroutine), the listener (listen.go), the pause watcher
+// (pause.go), the reclaimer of expired leases (reclaim.go), the backlog
+// snapshotter (snapshot.go), the pruner (retention.go), the probe
+// calibrator (detect.go) and the saga runner. engine.go holds the
+// lifecycle: Start, Reload (routing.go: routes refcounted across reloads),
+// Stop in order (stop claiming, wait for calls up to the grace, cancel,
+// write what is left, stop the services). metrics.go holds the collectors.
 //
 // Life cycle of a row:
 //

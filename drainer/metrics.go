@@ -47,106 +47,124 @@ type Metrics struct {
 // values known at startup, so dashboards show 0 rather than no data.
 func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	f := promauto.With(reg)
-	m := &Metrics{
-		OutboxRows: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "drainer_outbox_rows",
-			Help: "Outbox rows by status, from the latest periodic snapshot (use max across replicas).",
-		}, []string{"status"}),
-		OldestPendingAge: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_outbox_oldest_pending_age_seconds",
-			Help: "now() - min(next_attempt_at) over due pending rows; 0 when none (how late the drain is).",
-		}),
-		OldestInFlightAge: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_outbox_oldest_in_flight_age_seconds",
-			Help: "Age of the oldest in-flight lease; 0 when none.",
-		}),
-		SnapshotAge: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_outbox_snapshot_age_seconds",
-			Help: "Age of the backlog snapshot the outbox gauges come from.",
-		}),
-		DispatchTotal: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "drainer_dispatch_total",
-			Help: "Dispatch attempts and decisions by adapter and outcome.",
-		}, []string{"adapter", "outcome"}),
-		DispatchDuration: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "drainer_dispatch_duration_seconds",
-			Help:    "Time of one provider request.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"adapter"}),
-		ClaimBatchSize: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "drainer_claim_batch_size",
-			Help:    "Rows leased per claim.",
-			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
-		}),
-		LeasesExpired: f.NewCounter(prometheus.CounterOpts{
-			Name: "drainer_leases_expired_total",
-			Help: "Rows reclaimed after their lease expired.",
-		}),
-		LeasesLost: f.NewCounter(prometheus.CounterOpts{
-			Name: "drainer_leases_lost_total",
-			Help: "Completions rejected because another replica owned the row (fencing).",
-		}),
-		CompletionsRefused: f.NewCounter(prometheus.CounterOpts{
-			Name: "drainer_completions_refused_total",
-			Help: "Completions the database refused even stripped of their details; the row stays in_flight until its lease expires.",
-		}),
-		CompensationsTotal: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "drainer_compensations_total",
-			Help: "Compensation attempts by outcome.",
-		}, []string{"outcome"}),
-		CompensationFailedTotal: f.NewCounter(prometheus.CounterOpts{
-			Name: "drainer_compensation_failed_total",
-			Help: "Compensation rows that ended compensation_failed.",
-		}),
-		CircuitBreakerState: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "drainer_circuit_breaker_state",
-			Help: "Circuit breaker state by adapter: 0 closed, 1 half-open, 2 open.",
-		}, []string{"adapter"}),
-		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "drainer_build_info",
-			Help: "Build information; always 1.",
-		}, []string{"version"}),
-		WorkersBusy: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_workers_busy",
-			Help: "Worker slots holding a leased row.",
-		}),
-		Workers: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_workers",
-			Help: "Configured worker slots.",
-		}),
-		SnapshotCost: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_outbox_snapshot_cost_seconds",
-			Help: "Database time the latest backlog snapshot took.",
-		}),
-		LiveTuples: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_outbox_live_tuples",
-			Help: "Live tuples of the outbox table (pg_stat_user_tables).",
-		}),
-		DeadTuples: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_outbox_dead_tuples",
-			Help: "Dead tuples of the outbox table awaiting vacuum (pg_stat_user_tables).",
-		}),
-		LastVacuumAge: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_outbox_last_autovacuum_age_seconds",
-			Help: "Seconds since the outbox was last vacuumed; -1 if never.",
-		}),
-		XminHorizonAge: f.NewGauge(prometheus.GaugeOpts{
-			Name: "drainer_db_xmin_horizon_age_seconds",
-			Help: "Age of the oldest transaction holding back the xmin horizon (no dead row can be vacuumed while it runs).",
-		}),
-		UnroutedRows: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "drainer_unrouted_rows",
-			Help: "Pending rows whose tool_name has no route, by tool (the 20 largest).",
-		}, []string{"tool"}),
-		UnroutedOldestAge: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "drainer_unrouted_oldest_age_seconds",
-			Help: "Age of the oldest unrouted row, by tool.",
-		}, []string{"tool"}),
-		PrunedRows: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "drainer_pruned_rows_total",
-			Help: "Rows pruned by retention, by final status (audit for audit entries, tombstone for expired tombstones).",
-		}, []string{"status"}),
+	m := &Metrics{}
+	m.registerDispatch(f, version)
+	m.registerBacklog(f)
+	return m
+}
+
+// registerDispatch registers what the engine counts as it works: attempts,
+// claims, leases, compensations, breakers, workers.
+func (m *Metrics) registerDispatch(f promauto.Factory, version string) {
+	m.DispatchTotal = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "drainer_dispatch_total",
+		Help: "Dispatch attempts and decisions by adapter and outcome.",
+	}, []string{"adapter", "outcome"})
+	m.DispatchDuration = f.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "drainer_dispatch_duration_seconds",
+		Help:    "Time of one provider request.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"adapter"})
+	m.ClaimBatchSize = f.NewHistogram(prometheus.HistogramOpts{
+		Name:    "drainer_claim_batch_size",
+		Help:    "Rows leased per claim.",
+		Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+	})
+	m.LeasesExpired = f.NewCounter(prometheus.CounterOpts{
+		Name: "drainer_leases_expired_total",
+		Help: "Rows reclaimed after their lease expired.",
+	})
+	m.LeasesLost = f.NewCounter(prometheus.CounterOpts{
+		Name: "drainer_leases_lost_total",
+		Help: "Completions rejected because another replica owned the row (fencing).",
+	})
+	m.CompletionsRefused = f.NewCounter(prometheus.CounterOpts{
+		Name: "drainer_completions_refused_total",
+		Help: "Completions the database refused even stripped of their details; the row stays in_flight until its lease expires.",
+	})
+	m.CompensationsTotal = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "drainer_compensations_total",
+		Help: "Compensation attempts by outcome.",
+	}, []string{"outcome"})
+	m.CompensationFailedTotal = f.NewCounter(prometheus.CounterOpts{
+		Name: "drainer_compensation_failed_total",
+		Help: "Compensation rows that ended compensation_failed.",
+	})
+	m.CircuitBreakerState = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "drainer_circuit_breaker_state",
+		Help: "Circuit breaker state by adapter: 0 closed, 1 half-open, 2 open.",
+	}, []string{"adapter"})
+	m.BuildInfo = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "drainer_build_info",
+		Help: "Build information; always 1.",
+	}, []string{"version"})
+	m.WorkersBusy = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_workers_busy",
+		Help: "Worker slots holding a leased row.",
+	})
+	m.Workers = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_workers",
+		Help: "Configured worker slots.",
+	})
+	m.BuildInfo.WithLabelValues(version).Set(1)
+	for _, o := range outbox.CompensationOutcomes {
+		m.CompensationsTotal.WithLabelValues(o)
 	}
+	m.DispatchTotal.WithLabelValues("", outbox.OutcomeUnrouted)
+}
+
+// registerBacklog registers what the engine reads from the database
+// periodically: the backlog snapshot, table health, retention, and the
+// retry-tax counters of drainer.enqueue.
+func (m *Metrics) registerBacklog(f promauto.Factory) {
+	m.OutboxRows = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "drainer_outbox_rows",
+		Help: "Outbox rows by status, from the latest periodic snapshot (use max across replicas).",
+	}, []string{"status"})
+	m.OldestPendingAge = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_outbox_oldest_pending_age_seconds",
+		Help: "now() - min(next_attempt_at) over due pending rows; 0 when none (how late the drain is).",
+	})
+	m.OldestInFlightAge = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_outbox_oldest_in_flight_age_seconds",
+		Help: "Age of the oldest in-flight lease; 0 when none.",
+	})
+	m.SnapshotAge = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_outbox_snapshot_age_seconds",
+		Help: "Age of the backlog snapshot the outbox gauges come from.",
+	})
+	m.SnapshotCost = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_outbox_snapshot_cost_seconds",
+		Help: "Database time the latest backlog snapshot took.",
+	})
+	m.LiveTuples = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_outbox_live_tuples",
+		Help: "Live tuples of the outbox table (pg_stat_user_tables).",
+	})
+	m.DeadTuples = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_outbox_dead_tuples",
+		Help: "Dead tuples of the outbox table awaiting vacuum (pg_stat_user_tables).",
+	})
+	m.LastVacuumAge = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_outbox_last_autovacuum_age_seconds",
+		Help: "Seconds since the outbox was last vacuumed; -1 if never.",
+	})
+	m.XminHorizonAge = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_db_xmin_horizon_age_seconds",
+		Help: "Age of the oldest transaction holding back the xmin horizon (no dead row can be vacuumed while it runs).",
+	})
+	m.UnroutedRows = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "drainer_unrouted_rows",
+		Help: "Pending rows whose tool_name has no route, by tool (the 20 largest).",
+	}, []string{"tool"})
+	m.UnroutedOldestAge = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "drainer_unrouted_oldest_age_seconds",
+		Help: "Age of the oldest unrouted row, by tool.",
+	}, []string{"tool"})
+	m.PrunedRows = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "drainer_pruned_rows_total",
+		Help: "Rows pruned by retention, by final status (audit for audit entries, tombstone for expired tombstones).",
+	}, []string{"status"})
 	m.EnqueueDuplicates = f.NewCounterFunc(prometheus.CounterOpts{
 		Name: "drainer_enqueue_duplicates_total",
 		Help: "drainer.enqueue calls answered created = false (the agents' retry tax), counted in the database even when the caller's transaction rolled back; every replica exports the same total (use max).",
@@ -155,18 +173,12 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 		Name: "drainer_enqueue_mismatches_total",
 		Help: "drainer.enqueue calls refused with 23505: same tuple, different payload (an agent bug or a key-normalisation bug); every replica exports the same total (use max).",
 	}, func() float64 { return float64(m.enqueueMismatches.Load()) })
-	m.BuildInfo.WithLabelValues(version).Set(1)
 	for _, s := range []string{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled, "audit", "tombstone"} {
 		m.PrunedRows.WithLabelValues(s)
 	}
 	for _, s := range outbox.Statuses {
 		m.OutboxRows.WithLabelValues(s)
 	}
-	for _, o := range outbox.CompensationOutcomes {
-		m.CompensationsTotal.WithLabelValues(o)
-	}
-	m.DispatchTotal.WithLabelValues("", "unrouted")
-	return m
 }
 
 // InitAdapters pre-initialises the per-adapter series.
