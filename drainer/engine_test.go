@@ -259,41 +259,6 @@ func TestReclaimAfterLeaseExpiry(t *testing.T) {
 	}
 }
 
-// TestFencingRejectsLateCompletion: a worker whose lease expired and was
-// reclaimed cannot overwrite the new owner's result.
-func TestFencingRejectsLateCompletion(t *testing.T) {
-	pool := newPool(t)
-	ctx := t.Context()
-	keys := enqueueN(t, pool, "run-7", "t", 1)
-	first, err := testStore.Claim(ctx, pool, store.Claim{Limit: 1, Lease: 10 * time.Millisecond, Replica: "a", Durable: true})
-	if err != nil || len(first) != 1 {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if n, err := testStore.Reclaim(ctx, pool, nil); err != nil || n != 1 {
-		t.Fatalf("reclaim: %d %v", n, err)
-	}
-	second, err := testStore.Claim(ctx, pool, store.Claim{Limit: 1, Lease: time.Minute, Replica: "b", Durable: true})
-	if err != nil || len(second) != 1 {
-		t.Fatal(err)
-	}
-	late := completion{Completion: store.Completion{Seq: first[0].Seq, Token: first[0].LeaseToken, Status: outbox.StatusFailed, LastError: strPtr("late"), KeepNext: true}}
-	done, err := testStore.Complete(ctx, pool, []store.Completion{late.Completion})
-	if err != nil || len(done.Lost) != 1 || done.Lost[0] != first[0].Seq {
-		t.Fatalf("late completion: lost %v err %v; want it rejected", done.Lost, err)
-	}
-	if r := getRow(t, pool, keys[0]); r.Status != outbox.StatusInFlight || r.Attempts != 2 {
-		t.Fatalf("row after late completion: %+v", r)
-	}
-	owner := completion{Completion: store.Completion{Seq: second[0].Seq, Token: second[0].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{}`), KeepNext: true}}
-	if done, err := testStore.Complete(ctx, pool, []store.Completion{owner.Completion}); err != nil || len(done.Lost) != 0 {
-		t.Fatalf("owner completion: lost %v err %v", done.Lost, err)
-	}
-	if r := getRow(t, pool, keys[0]); r.Status != outbox.StatusSucceeded {
-		t.Fatalf("row: %+v", r)
-	}
-}
-
 // TestShutdownCutsOffCalls: calls still running when the grace ends are
 // cancelled; key_idempotent rows go back to pending with the attempt
 // consumed, non_idempotent rows to outcome_unknown; no row stays in_flight.

@@ -98,54 +98,6 @@ func TestRetryAfterFloorSurvivesResume(t *testing.T) {
 	}
 }
 
-// TestEveryWriterKeepsTheFloor: each statement that moves next_attempt_at
-// outside a provider's answer (a wake, a deferral, a reclaim) leaves a row
-// at or after its not_before floor.
-func TestEveryWriterKeepsTheFloor(t *testing.T) {
-	pool := newPool(t)
-	ctx := t.Context()
-	keys := enqueueN(t, pool, "run", "t", 3)
-	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET not_before = now() + interval '1 hour', next_attempt_at = now() + interval '1 hour'`); err != nil {
-		t.Fatal(err)
-	}
-	check := func(what string) {
-		t.Helper()
-		for _, k := range keys {
-			if next, _ := floorOf(t, pool, k); next < 59*time.Minute {
-				t.Fatalf("%s moved row %s to %s from now, before its floor", what, k, next)
-			}
-		}
-	}
-	if err := testStore.Wake(ctx, pool, []string{"t"}); err != nil {
-		t.Fatal(err)
-	}
-	check("a wake")
-	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET next_attempt_at = now()`); err != nil {
-		t.Fatal(err)
-	}
-	check("a plain update")
-	if _, err := testStore.Defer(ctx, pool, "t", time.Second); err != nil {
-		t.Fatal(err)
-	}
-	check("a deferral")
-	// A lease that expires goes back to pending at its floor, not now.
-	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET status = 'in_flight', lease_token = gen_random_uuid(),
-	        lease_expires_at = now() - interval '1 second', leased_by = 'gone', attempts = 1`); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := testStore.Reclaim(ctx, pool, nil); err != nil || n != len(keys) {
-		t.Fatalf("reclaim: %d %v", n, err)
-	}
-	check("a reclaim")
-	// Clearing the floor (an operator's explicit override) lets it move.
-	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET not_before = NULL, next_attempt_at = now()`); err != nil {
-		t.Fatal(err)
-	}
-	if next, _ := floorOf(t, pool, keys[0]); next > time.Second {
-		t.Fatalf("with its floor cleared the row is still %s away", next)
-	}
-}
-
 // TestRouteRemovedThenRestoredDrainsAtOnce: a row attempted before its route
 // was removed drains as soon as a reload brings the route back, not at its
 // next unrouted recheck.

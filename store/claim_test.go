@@ -1,4 +1,4 @@
-package drainer
+package store_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/store"
+	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -37,7 +38,8 @@ func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 // times, then 20,000 due rows arrive without an ANALYZE, and a claim of 10
 // must read only a handful of tuples.
 func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
-	pool := newPool(t)
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -45,7 +47,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 	}
 	defer conn.Release()
 	for range 12 {
-		if rows, err := testStore.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", Durable: true}); err != nil || len(rows) != 0 {
+		if rows, err := st.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", Durable: true}); err != nil || len(rows) != 0 {
 			t.Fatalf("claim on empty table: %d %v", len(rows), err)
 		}
 	}
@@ -54,7 +56,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := tuplesRead(t, conn)
-	rows, err := testStore.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", Durable: true})
+	rows, err := st.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", Durable: true})
 	if err != nil || len(rows) != 10 {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}
