@@ -68,13 +68,16 @@ func (e *Engine) claimWhileFree() error {
 		// The claim itself is not cancelled by Stop: a statement cut off after
 		// committing would strand its rows until their lease expires.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
-		rows, err := e.st.Claim(ctx, e.pool, store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
-			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims})
+		claim := store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
+			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims}
+		claim.After = e.mark.start(claim)
+		rows, err := e.st.Claim(ctx, e.pool, claim)
 		cancel()
 		if err != nil {
 			rt.done()
 			return err
 		}
+		e.mark.advance(rows)
 		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
 		for i := range rows {
 			row := &rows[i]
@@ -97,6 +100,39 @@ func (e *Engine) claimWhileFree() error {
 		}
 	}
 	return nil
+}
+
+// fullPassEvery is how often a claim starts from the first due row rather
+// than at the low-water mark.
+const fullPassEvery = 2 * time.Second
+
+// lowWater is the claimer's low-water mark: the last row it claimed, where
+// its next claim starts (see store.Position). Only the claim loop uses it.
+type lowWater struct {
+	pos      *store.Position
+	lastFull time.Time
+}
+
+// start returns where claim should start: at the mark, or from the start
+// every fullPassEvery, and whenever rows may be claimable behind the mark
+// for reasons other than their due time (tools claimed one at a time per
+// scope, or left out while their deferral runs).
+func (w *lowWater) start(claim store.Claim) *store.Position {
+	if w.pos == nil || len(claim.Ordered) > 0 || len(claim.Excluded) > 0 || time.Since(w.lastFull) >= fullPassEvery {
+		w.lastFull = time.Now()
+		return nil
+	}
+	return w.pos
+}
+
+// advance moves the mark past the rows just claimed.
+func (w *lowWater) advance(rows []claimedRow) {
+	for i := range rows {
+		p := store.Position{Due: rows[i].Due, Seq: rows[i].Seq}
+		if w.pos == nil || p.Later(*w.pos) {
+			w.pos = &p
+		}
+	}
 }
 
 // preflight decides, before any worker is involved, what happens to a

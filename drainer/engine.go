@@ -135,6 +135,7 @@ type Engine struct {
 	workCancel  context.CancelFunc
 
 	claimDone chan struct{}  // closed when the claim loop has exited
+	mark      lowWater       // the claim loop's low-water mark
 	workers   sync.WaitGroup // one per leased row
 	loops     sync.WaitGroup // claimer, completer
 	maint     maintenance.Group

@@ -15,6 +15,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
+	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -456,4 +457,22 @@ func TestNotifyOptOut(t *testing.T) {
 	if _, err := listener.Conn().WaitForNotification(wctx); err != nil {
 		t.Fatalf("no notification by default: %v", err)
 	}
+}
+
+// TestRowBehindTheLowWaterMarkIsClaimed: a row that becomes due behind the
+// claimer's low-water mark (a transaction that committed late) is claimed by
+// the periodic claim from the start.
+func TestRowBehindTheLowWaterMarkIsClaimed(t *testing.T) {
+	pool := newPool(t)
+	keys := enqueueN(t, pool, "run", "t", 200)
+	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": ok}, &Route{Tool: "t"}), Config{Workers: 4, BatchSize: 4})
+	waitFor(t, "drained", 30*time.Second, func() bool { return getRow(t, pool, keys[199]).Status == outbox.StatusSucceeded })
+	if e.mark.pos == nil {
+		t.Fatal("the claimer kept no low-water mark")
+	}
+	late := storetest.Insert(t, pool, storetest.Row{AgentRunID: "late", ToolName: "t", DueIn: -time.Hour})
+	waitFor(t, "the late row claimed", 30*time.Second, func() bool { return getRow(t, pool, late).Status == outbox.StatusSucceeded })
 }

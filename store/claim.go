@@ -24,8 +24,10 @@ type ClaimedRow struct {
 	LeaseToken     pgtype.UUID
 	FirstAttemptAt time.Time
 	DBNow          time.Time // the database clock at the claim
-	Traceparent    *string
-	ForwardKey     *string
+	// Due is when the row was due: with Seq, its position in the claim order.
+	Due         time.Time
+	Traceparent *string
+	ForwardKey  *string
 }
 
 // Claim is what one claim asks for.
@@ -42,6 +44,28 @@ type Claim struct {
 	Excluded []string
 	// Durable makes the claim wait for its commit to reach disk.
 	Durable bool
+	// After, when set, starts the scan past this position instead of at
+	// the first due row: see Position.
+	After *Position
+}
+
+// Position is a place in the claim order (next_attempt_at, seq). A replica
+// that remembers the last row it claimed can start its next claim there,
+// instead of reading again, from the start of the due index, the entries of
+// every row claimed since the index was last vacuumed: under a large
+// backlog, or while a long transaction holds back vacuum, that dead prefix
+// grows with every claim and would make every claim slower. Rows that become
+// due behind the position later (a transaction that commits late, a row
+// handed back with its old due time) are found by the replica's periodic
+// claims from the start.
+type Position struct {
+	Due time.Time
+	Seq int64
+}
+
+// Later reports whether p comes after q in the claim order.
+func (p Position) Later(q Position) bool {
+	return p.Due.After(q.Due) || (p.Due.Equal(q.Due) && p.Seq > q.Seq)
 }
 
 // claimSQL leases due rows in one short statement. The locking subquery is
@@ -67,7 +91,11 @@ UPDATE {s}.outbox o
   FROM due
  WHERE o.seq = due.seq
 RETURNING o.seq, o.key, o.agent_run_id, o.step_id, o.tool_name, o.business_scope, o.kind,
-          o.payload, o.attempts, o.lease_token, o.first_attempt_at, now(), o.traceparent, o.forward_key`
+          o.payload, o.attempts, o.lease_token, o.first_attempt_at, now(), o.traceparent, o.forward_key, o.next_attempt_at`
+
+// afterClause starts the scan of the due index past a position.
+const afterClause = `
+       AND (o.next_attempt_at, o.seq) > ($%d::timestamptz, $%d::bigint)`
 
 // orderedClause keeps rows of tools with ordering: business_scope behind any
 // earlier row of their scope that is still pending or in flight.
@@ -118,6 +146,10 @@ func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error)
 		args = append(args, c.Excluded)
 		extra += fmt.Sprintf(excludedClause, len(args))
 	}
+	if c.After != nil {
+		args = append(args, c.After.Due, c.After.Seq)
+		extra += fmt.Sprintf(afterClause, len(args)-1, len(args))
+	}
 	b.Queue(s.sql(fmt.Sprintf(claimSQL, extra)), args...)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
@@ -134,7 +166,7 @@ func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedRow, error) {
 		var c ClaimedRow
 		err := r.Scan(&c.Seq, &c.Key, &c.AgentRunID, &c.StepID, &c.ToolName, &c.BusinessScope, &c.Kind,
-			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey)
+			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due)
 		return c, err
 	})
 	if err != nil {

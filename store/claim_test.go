@@ -64,3 +64,75 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 		t.Fatalf("claiming 10 rows read %d of 20,000 tuples: the claim plan scans the backlog", read)
 	}
 }
+
+// indexEntriesRead returns how many entries of the due index this
+// connection's session has read, flushing its pending statistics first.
+func indexEntriesRead(t *testing.T, conn *pgxpool.Conn) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := conn.QueryRow(ctx, `SELECT pg_stat_get_tuples_returned('drainer.outbox_due_idx'::regclass)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestClaimFromPositionSkipsTheDeadPrefix: while a transaction holds back
+// vacuum, every row claimed leaves a dead entry at the front of the due
+// index. A claim from the start reads them all again; a claim from the last
+// claimed position does not.
+func TestClaimFromPositionSkipsTheDeadPrefix(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := context.Background()
+	storetest.Enqueue(t, pool, "run", "t", 3000)
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT count(*) FROM drainer.outbox"); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var last *store.Position
+	for range 20 {
+		rows, err := st.Claim(ctx, conn, store.Claim{Limit: 100, Lease: time.Minute, Replica: "r", After: last})
+		if err != nil || len(rows) != 100 {
+			t.Fatalf("claim: %d rows, %v", len(rows), err)
+		}
+		p := store.Position{Due: rows[len(rows)-1].Due, Seq: rows[len(rows)-1].Seq}
+		for _, r := range rows {
+			if q := (store.Position{Due: r.Due, Seq: r.Seq}); q.Later(p) {
+				p = q
+			}
+		}
+		last = &p
+	}
+	before := indexEntriesRead(t, conn)
+	if rows, err := st.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", After: last}); err != nil || len(rows) != 10 {
+		t.Fatalf("claim from the position: %d rows, %v", len(rows), err)
+	}
+	fromMark := indexEntriesRead(t, conn) - before
+	before = indexEntriesRead(t, conn)
+	if rows, err := st.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r"}); err != nil || len(rows) != 10 {
+		t.Fatalf("claim from the start: %d rows, %v", len(rows), err)
+	}
+	fromStart := indexEntriesRead(t, conn) - before
+	if fromMark > 100 || fromStart < 2000 {
+		t.Fatalf("index entries read: %d from the position, %d from the start; want the position to skip the ~2,000 dead entries", fromMark, fromStart)
+	}
+}
