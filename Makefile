@@ -11,7 +11,7 @@ export PATH := $(GOBIN_DIR):$(PATH)
 STRIPE_MOCK_VERSION := v0.203.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo test lint tools stripe-mock promtool bench clean
+.PHONY: all build demo test lint tools stripe-mock promtool python-deps node-deps chaos fuzz bench clean
 
 all: build
 
@@ -33,7 +33,18 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet -tags integration ./...
 
-tools: stripe-mock promtool
+tools: stripe-mock promtool python-deps node-deps
+
+# python-deps: what sdk/python needs, from Debian (no PyPI on the build machines).
+python-deps:
+	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip' 2>/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+		python3-psycopg python3-pip python3-setuptools python3-wheel >/dev/null; }
+
+# node-deps: sdk/typescript's locked dependencies and its build.
+node-deps:
+	@if [ -f sdk/typescript/package-lock.json ]; then cd sdk/typescript && \
+		npm ci --no-audit --no-fund --loglevel=error && npm run --silent build; fi
 
 # stripe-mock: the Stripe API double the stripe adapter's tests run against.
 stripe-mock:
@@ -43,6 +54,14 @@ stripe-mock:
 promtool:
 	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+## chaos: the full chaos suite (real processes, faults, invariant checks); make test runs its short version
+chaos: tools
+	set -o pipefail; DRAINER_CHAOS=full $(GO) test -count=1 -timeout 85m -tags integration -run '^TestChaos' -v ./integration/ 2>&1 | tee chaos.log
+
+## fuzz: every fuzz target for a bounded time each (FUZZTIME, default 20s)
+fuzz:
+	FUZZTIME=$${FUZZTIME:-20s} ./scripts/fuzz.sh
 
 ## bench: throughput and latency figures (drainer bench --quick)
 bench: build

@@ -60,117 +60,19 @@ func Run(ctx context.Context, opts Options) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cfg := opts.Config
-	if cfg == nil {
-		var err error
-		if cfg, err = config.Load(opts.ConfigPath, config.LoadOptions{}); err != nil {
-			return &ConfigError{err}
-		}
-	}
-	for _, w := range cfg.Warnings {
-		log.Warn("config warning", "warning", w)
-	}
-	dbURL := opts.DatabaseURL
-	if dbURL == "" {
-		dbURL = cfg.DatabaseURL.Reveal()
-	}
-	if dbURL == "" {
-		return &ConfigError{errors.New("no database URL: set --database-url, DRAINER_DATABASE_URL or database_url in the config file")}
-	}
-	schema := opts.Schema
-	if schema == "" {
-		schema = migrations.DefaultSchema
-	}
-	if err := migrations.ValidateSchema(schema); err != nil {
-		return &ConfigError{err}
-	}
-	workers := cfg.Workers
-	if opts.Workers > 0 {
-		workers = opts.Workers
-	}
-	if workers == 0 {
-		workers = config.DefaultWorkers
-	}
-	lease := cfg.Lease
-	if lease == 0 {
-		lease = config.DefaultLease
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := drainer.NewMetrics(reg, opts.Version)
-
-	registry, err := builtin.Build(ctx, cfg, builtin.Options{Logger: log, Version: opts.Version})
+	st, err := resolve(opts, log)
 	if err != nil {
-		return &ConfigError{err}
-	}
-	routing := NewRouting(cfg, registry)
-
-	// Health and metrics first, so /readyz answers "not ready" while the
-	// database is unreachable.
-	var ready atomic.Bool
-	var pool atomic.Pointer[pgxpool.Pool]
-	srv, err := serveHTTP(opts.MetricsAddr, reg, &ready, &pool, log)
-	if err != nil {
-		_ = registry.Close(context.Background())
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-
-	p, err := connect(ctx, dbURL, workers, log)
+	d := &daemonRun{opts: opts, st: st, log: log}
+	defer d.cleanup()
+	eng, err := d.start(ctx)
 	if err != nil {
-		_ = registry.Close(context.Background())
-		if ctx.Err() != nil {
-			return nil
+		if ctx.Err() != nil && !isConfigError(err) {
+			return nil // stopped while waiting for the database
 		}
 		return err
 	}
-	defer p.Close()
-	pool.Store(p)
-
-	if err := waitForSchema(ctx, p, schema, log); err != nil {
-		_ = registry.Close(context.Background())
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-
-	tracer, stopTracing, err := newTracer(ctx, opts.Version, log)
-	if err != nil {
-		_ = registry.Close(context.Background())
-		return &ConfigError{fmt.Errorf("tracing: %w", err)}
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		stopTracing(sctx)
-	}()
-	engCfg := opts.Engine
-	engCfg.Schema, engCfg.Workers, engCfg.Lease, engCfg.Logger, engCfg.Metrics = schema, workers, lease, log, metrics
-	if tracer != nil {
-		engCfg.Tracer = tracer
-	}
-	eng, err := drainer.New(p, routing, engCfg)
-	if err != nil {
-		_ = registry.Close(context.Background())
-		return err
-	}
-	if err := eng.Start(ctx); err != nil {
-		_ = registry.Close(context.Background())
-		return err
-	}
-	ready.Store(true)
-	log.Info("drainer started", "version", opts.Version, "schema", schema, "workers", workers,
-		"lease", lease, "adapters", adapterSummary(cfg), "routes", len(cfg.Routes), "metrics_addr", srv.Addr)
-	if opts.Started != nil {
-		opts.Started(eng)
-	}
-
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
@@ -179,15 +81,146 @@ func Run(ctx context.Context, opts Options) error {
 			reload(ctx, eng, opts, log)
 		}
 	}
-
-	ready.Store(false)
-	grace := opts.ShutdownTimeout
-	if grace <= 0 {
-		grace = 30 * time.Second
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	d.ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(opts.ShutdownTimeout, 30*time.Second))
 	defer cancel()
 	return eng.Stop(sctx)
+}
+
+// settings are what Run runs with once flags, environment, config file and
+// defaults are merged (in that order of precedence).
+type settings struct {
+	cfg     *config.Config
+	dbURL   string
+	schema  string
+	workers int
+	lease   time.Duration
+}
+
+// resolve loads the config and merges it with the options.
+func resolve(opts Options, log *slog.Logger) (settings, error) {
+	cfg := opts.Config
+	if cfg == nil {
+		var err error
+		if cfg, err = config.Load(opts.ConfigPath, config.LoadOptions{}); err != nil {
+			return settings{}, &ConfigError{err}
+		}
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("config warning", "warning", w)
+	}
+	st := settings{
+		cfg:     cfg,
+		dbURL:   cmp.Or(opts.DatabaseURL, cfg.DatabaseURL.Reveal()),
+		schema:  cmp.Or(opts.Schema, migrations.DefaultSchema),
+		workers: cmp.Or(opts.Workers, cfg.Workers, config.DefaultWorkers),
+		lease:   cmp.Or(cfg.Lease, config.DefaultLease),
+	}
+	if st.dbURL == "" {
+		return settings{}, &ConfigError{errors.New("no database URL: set --database-url, DRAINER_DATABASE_URL or database_url in the config file")}
+	}
+	if err := migrations.ValidateSchema(st.schema); err != nil {
+		return settings{}, &ConfigError{err}
+	}
+	return st, nil
+}
+
+// daemonRun holds what one Run started, to be released in reverse order.
+type daemonRun struct {
+	opts    Options
+	st      settings
+	log     *slog.Logger
+	ready   atomic.Bool
+	pool    atomic.Pointer[pgxpool.Pool]
+	closers []func()
+}
+
+// onCleanup registers f to run at cleanup, after those registered later.
+func (d *daemonRun) onCleanup(f func()) { d.closers = append(d.closers, f) }
+
+// cleanup releases what start acquired, last first.
+func (d *daemonRun) cleanup() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
+// start builds adapters, serves health and metrics, connects, waits for
+// the schema and starts the engine. On error, what it built is released by
+// cleanup, except adapters handed to a running engine (the engine owns them).
+func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
+	st, log := d.st, d.log
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := drainer.NewMetrics(reg, d.opts.Version)
+
+	registry, err := builtin.Build(ctx, st.cfg, builtin.Options{Logger: log, Version: d.opts.Version})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	engineOwnsAdapters := false
+	d.onCleanup(func() {
+		if !engineOwnsAdapters {
+			_ = registry.Close(context.Background())
+		}
+	})
+
+	// Health and metrics first, so /readyz answers "not ready" while the
+	// database is unreachable.
+	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, &d.pool, log)
+	if err != nil {
+		return nil, err
+	}
+	d.onCleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+
+	p, err := connect(ctx, st.dbURL, st.workers, log)
+	if err != nil {
+		return nil, err
+	}
+	d.onCleanup(p.Close)
+	d.pool.Store(p)
+	if err := waitForSchema(ctx, p, st.schema, log); err != nil {
+		return nil, err
+	}
+
+	tracer, stopTracing, err := newTracer(ctx, d.opts.Version, log)
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("tracing: %w", err)}
+	}
+	d.onCleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stopTracing(sctx)
+	})
+	engCfg := d.opts.Engine
+	engCfg.Schema, engCfg.Workers, engCfg.Lease, engCfg.Logger, engCfg.Metrics = st.schema, st.workers, st.lease, log, metrics
+	if tracer != nil {
+		engCfg.Tracer = tracer
+	}
+	eng, err := drainer.New(p, NewRouting(st.cfg, registry), engCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := eng.Start(ctx); err != nil {
+		return nil, err
+	}
+	engineOwnsAdapters = true
+	d.ready.Store(true)
+	log.Info("drainer started", "version", d.opts.Version, "schema", st.schema, "workers", st.workers,
+		"lease", st.lease, "adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", srv.Addr)
+	if d.opts.Started != nil {
+		d.opts.Started(eng)
+	}
+	return eng, nil
+}
+
+func isConfigError(err error) bool {
+	_, ok := errors.AsType[*ConfigError](err)
+	return ok
 }
 
 // reload loads the config again; a bad one is refused and the old one kept.
