@@ -1,4 +1,3 @@
-// Command drainer drains a transactional outbox: see `drainer --help`.
 package main
 
 import (

@@ -1,0 +1,17 @@
+// Command drainer drains a transactional outbox: see `drainer --help` and
+// CONTRACT §3 for every command. main stays thin: each command is a cobra
+// command in a file of its own that parses flags and calls a domain package.
+//
+//   - root.go: the root command, the flag/environment precedence
+//     (flag, DRAINER_<FLAG>, config file, default) and exit codes
+//     (0 success, 1 runtime error, 2 usage or config error).
+//   - run.go: `drainer run` (package internal/daemon); check.go: `drainer check`
+//     (package config); migrate.go: `drainer migrate` (package migrations).
+//   - enqueue.go: `drainer enqueue` (package producer).
+//   - inspect.go, list.go, requeue.go, cancel.go, resolve.go, abort.go,
+//     pause.go, audit.go: the operator commands (package ops); output.go
+//     renders their aligned tables and `--output json`.
+//   - routes.go: `drainer routes import` (OpenAPI idempotency manifests).
+//   - demo.go: `drainer demo` (package internal/demo); bench.go: `drainer
+//     bench` (package internal/bench); version.go: `drainer version`.
+package main
