@@ -32,33 +32,31 @@ func (c *Client) Abort(ctx context.Context, run string, who Who) (*Aborted, erro
 	}
 	out := &Aborted{AgentRunID: run}
 	err := c.begin(ctx, "abort", who, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, c.sql(`SELECT EXISTS (SELECT 1 FROM {s}.outbox WHERE agent_run_id = $1)`), run).
-			Scan(&exists); err != nil {
+		exists, err := c.st.RunExists(ctx, tx, run)
+		if err != nil {
 			return fmt.Errorf("abort %s: %w", run, err)
 		}
 		if !exists {
 			return &NotFoundError{What: "row with agent_run_id " + run}
 		}
-		err := tx.QueryRow(ctx, c.sql(`SELECT aborted_at, aborted_by, abort_reason FROM {s}.runs WHERE agent_run_id = $1`), run).
-			Scan(&out.AbortedAt, &out.AbortedBy, &out.AbortReason)
-		switch {
-		case err == nil:
-			out.AlreadyAborted = true
-		case !errors.Is(err, pgx.ErrNoRows):
+		rec, err := c.st.ReadAbort(ctx, tx, run)
+		if err != nil {
 			return fmt.Errorf("abort %s: %w", run, err)
 		}
-		if err := tx.QueryRow(ctx, c.sql(`SELECT {s}.abort_run_internal($1, $2, $3)`), run, who.Reason, who.Actor).
-			Scan(&out.Cancelled); err != nil {
+		if out.Cancelled, err = c.st.AbortRun(ctx, tx, run, who.Reason, who.Actor); err != nil {
 			return fmt.Errorf("abort %s: %w", run, err)
 		}
-		if !out.AlreadyAborted {
-			if err := tx.QueryRow(ctx, c.sql(`SELECT aborted_at, aborted_by, abort_reason FROM {s}.runs WHERE agent_run_id = $1`), run).
-				Scan(&out.AbortedAt, &out.AbortedBy, &out.AbortReason); err != nil {
+		out.AlreadyAborted = rec != nil
+		if rec == nil {
+			if rec, err = c.st.ReadAbort(ctx, tx, run); err != nil {
 				return fmt.Errorf("abort %s: %w", run, err)
 			}
+			if rec == nil {
+				return fmt.Errorf("abort %s: %w", run, pgx.ErrNoRows)
+			}
 		}
-		if _, err := tx.Exec(ctx, c.sql(`SELECT {s}.audit_append('run:' || $1, 'operator:abort', $2)`), run, who.Reason); err != nil {
+		out.AbortedAt, out.AbortedBy, out.AbortReason = rec.At, rec.By, rec.Reason
+		if err := c.st.AuditAppend(ctx, tx, "run:"+run, "operator:abort", &who.Reason); err != nil {
 			return fmt.Errorf("abort %s: audit: %w", run, err)
 		}
 		return nil

@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
 // BrokenLink is an audit entry that does not verify.
-type BrokenLink struct {
-	ID      int64  `json:"id" db:"id"`
-	Key     string `json:"key" db:"key"`
-	Problem string `json:"problem" db:"problem"`
-}
+type BrokenLink = store.BrokenLink
 
 // Verification is the result of VerifyAudit.
 type Verification struct {
@@ -33,12 +30,11 @@ func (c *Client) VerifyAudit(ctx context.Context, limit int) (*Verification, err
 	}
 	out := &Verification{}
 	err := c.readOnly(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, c.sql(`SELECT count(*), count(DISTINCT key) FROM {s}.audit`)).
-			Scan(&out.Entries, &out.Chains); err != nil {
+		var err error
+		if out.Entries, out.Chains, err = c.st.CountAudit(ctx, tx); err != nil {
 			return err
 		}
-		var err error
-		out.Broken, err = collect[BrokenLink](ctx, tx, c.sql(`SELECT id, key, problem FROM {s}.audit_verify($1)`), limit)
+		out.Broken, err = c.st.VerifyAudit(ctx, tx, limit)
 		return err
 	})
 	if err != nil {

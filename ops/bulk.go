@@ -2,11 +2,11 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -109,33 +109,19 @@ func (r *Result) add(p *plan, show int) {
 }
 
 // candidate is a row read for an action.
-type candidate struct {
-	Key            string     `db:"key"`
-	Seq            int64      `db:"seq"`
-	AgentRunID     string     `db:"agent_run_id"`
-	StepID         string     `db:"step_id"`
-	ToolName       string     `db:"tool_name"`
-	Kind           string     `db:"kind"`
-	Status         string     `db:"status"`
-	Attempts       int        `db:"attempts"`
-	LeaseExpiresAt *time.Time `db:"lease_expires_at"`
-	NotBefore      *time.Time `db:"not_before"`
-}
+type candidate = store.Candidate
 
-const candidateColumns = `o.key, o.seq, o.agent_run_id, o.step_id, o.tool_name, o.kind, o.status, o.attempts, o.lease_expires_at,
-	CASE WHEN o.not_before > now() THEN o.not_before END AS not_before`
-
-func (r candidate) change(to string, attempts int) Change {
+func change(r candidate, to string, attempts int) Change {
 	return Change{Key: r.Key, Seq: r.Seq, AgentRunID: r.AgentRunID, StepID: r.StepID, ToolName: r.ToolName,
 		Kind: r.Kind, FromStatus: r.Status, Status: to, FromAttempts: r.Attempts, Attempts: attempts}
 }
 
-func (r candidate) refusal(action, why string) *TransitionError {
+func refusal(r candidate, action, why string) *TransitionError {
 	return &TransitionError{Key: r.Key, Status: r.Status, Action: action, Why: why}
 }
 
 // leaseWhy explains why an in_flight row is left alone.
-func (r candidate) leaseWhy() string {
+func leaseWhy(r candidate) string {
 	if r.LeaseExpiresAt == nil {
 		return "a worker holds its lease; the request may be under way"
 	}
@@ -167,7 +153,7 @@ type action interface {
 func (c *Client) runKey(ctx context.Context, a action, who Who, key string, dry bool) (*Result, error) {
 	res := newResult(a.verb(), dry)
 	err := c.actionTx(ctx, a.verb(), who, dry, func(tx pgx.Tx) error {
-		cands, err := collect[candidate](ctx, tx, c.sql(`SELECT `+candidateColumns+` FROM {s}.outbox o WHERE o.key = $1`), key)
+		cands, err := c.st.CandidateOf(ctx, tx, key)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", a.verb(), key, err)
 		}
@@ -197,16 +183,15 @@ func (c *Client) runKey(ctx context.Context, a action, who Who, key string, dry 
 
 // missing explains a key with no row: pruned (its tombstone's final status)
 // or unknown.
-func (c *Client) missing(ctx context.Context, q querier, verb, key string) error {
-	var final string
-	err := q.QueryRow(ctx, c.sql(`SELECT final_status FROM {s}.tombstones WHERE key = $1`), key).Scan(&final)
+func (c *Client) missing(ctx context.Context, db store.DB, verb, key string) error {
+	ts, err := c.st.ReadTombstone(ctx, db, key)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return &NotFoundError{What: "row with key " + key}
 	case err != nil:
 		return fmt.Errorf("%s %s: %w", verb, key, err)
+	case ts == nil:
+		return &NotFoundError{What: "row with key " + key}
 	}
-	return &TransitionError{Key: key, Status: final, Action: verb, Why: "its row was pruned; only its tombstone is left"}
+	return &TransitionError{Key: key, Status: ts.FinalStatus, Action: verb, Why: "its row was pruned; only its tombstone is left"}
 }
 
 // runBulk performs a on every row matching f, in batches of one
@@ -230,8 +215,7 @@ func (c *Client) runBulk(ctx context.Context, a action, who Who, f Filter, o Bul
 		show = 0
 	}
 	res := newResult(a.verb(), o.DryRun)
-	cursor := f.AfterSeq
-	seen := map[string]bool{} // rows handled ahead of their batch
+	b := &bulk{a: a, f: f.match(), dry: o.DryRun, cursor: f.AfterSeq, seen: map[string]bool{}}
 	matched := 0
 	for o.Limit <= 0 || matched < o.Limit {
 		n := batch
@@ -239,70 +223,86 @@ func (c *Client) runBulk(ctx context.Context, a action, who Who, f Filter, o Bul
 			n = min(n, o.Limit-matched)
 		}
 		var p *plan
-		var last int64
 		var got int
 		err := c.actionTx(ctx, a.verb(), who, o.DryRun, func(tx pgx.Tx) error {
-			p, last, got = nil, 0, 0
-			args := []any{cursor, n}
-			cands, err := collect[candidate](ctx, tx, c.sql(`SELECT `+candidateColumns+` FROM {s}.outbox o
-			    WHERE o.seq > $1 AND `+f.where(&args)+` ORDER BY o.seq LIMIT $2`), args...)
-			if err != nil {
-				return fmt.Errorf("%s: select rows: %w", a.verb(), err)
-			}
-			if len(cands) == 0 {
-				return nil
-			}
-			last = cands[len(cands)-1].Seq
-			fresh := cands[:0]
-			for _, r := range cands {
-				if !seen[r.Key] {
-					fresh = append(fresh, r)
-				}
-			}
-			ext := func(ctx context.Context, tx pgx.Tx, runs []string) ([]candidate, error) {
-				args := []any{last, runs}
-				more, err := collect[candidate](ctx, tx, c.sql(`SELECT `+candidateColumns+` FROM {s}.outbox o
-				    WHERE o.seq > $1 AND o.agent_run_id = ANY($2) AND o.kind = 'forward' AND o.status = 'failed'
-				      AND `+f.where(&args)+` ORDER BY o.seq`), args...)
-				if err != nil {
-					return nil, fmt.Errorf("%s: select rows of runs: %w", a.verb(), err)
-				}
-				out := more[:0]
-				for _, r := range more {
-					if !seen[r.Key] {
-						out = append(out, r)
-					}
-				}
-				return out, nil
-			}
-			got = len(fresh)
-			if p, err = a.plan(ctx, tx, fresh, ext, o.DryRun); err != nil {
-				return err
-			}
-			if !o.DryRun {
-				return a.apply(ctx, tx, p)
-			}
-			return nil
+			var err error
+			p, got, err = c.batch(ctx, tx, b, n)
+			return err
 		})
 		if err != nil {
 			return res, err
 		}
-		if last == 0 {
+		if p == nil {
 			break
 		}
-		cursor = last
 		matched += got
 		for _, ch := range p.changes {
-			if ch.Seq > last {
-				seen[ch.Key] = true
+			if ch.Seq > b.cursor {
+				b.seen[ch.Key] = true
 			}
 		}
 		for _, e := range p.refused {
-			seen[e.Key] = true // a row refused ahead of its batch must not be counted twice
+			b.seen[e.Key] = true // a row refused ahead of its batch must not be counted twice
 		}
 		res.add(p, show)
 	}
 	return res, nil
+}
+
+// bulk is the state of one runBulk across its batches.
+type bulk struct {
+	a   action
+	f   store.Filter
+	dry bool
+	// cursor is the seq of the last row of the last batch.
+	cursor int64
+	// seen holds the rows handled ahead of their batch.
+	seen map[string]bool
+}
+
+// unseen drops the rows handled ahead of their batch.
+func (b *bulk) unseen(cands []candidate) []candidate {
+	out := cands[:0]
+	for _, r := range cands {
+		if !b.seen[r.Key] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// batch plans (and, unless dry, applies) the next batch of up to n rows
+// after b.cursor, which it advances. It returns the plan (nil when no row
+// is left) and the number of rows matched.
+func (c *Client) batch(ctx context.Context, tx pgx.Tx, b *bulk, n int) (*plan, int, error) {
+	verb := b.a.verb()
+	cands, err := c.st.Candidates(ctx, tx, b.f, b.cursor, n)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: select rows: %w", verb, err)
+	}
+	if len(cands) == 0 {
+		return nil, 0, nil
+	}
+	last := cands[len(cands)-1].Seq
+	fresh := b.unseen(cands)
+	ext := func(ctx context.Context, tx pgx.Tx, runs []string) ([]candidate, error) {
+		more, err := c.st.FailedCandidates(ctx, tx, b.f, last, runs)
+		if err != nil {
+			return nil, fmt.Errorf("%s: select rows of runs: %w", verb, err)
+		}
+		return b.unseen(more), nil
+	}
+	p, err := b.a.plan(ctx, tx, fresh, ext, b.dry)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !b.dry {
+		if err := b.a.apply(ctx, tx, p); err != nil {
+			return nil, 0, err
+		}
+	}
+	b.cursor = last
+	return p, len(fresh), nil
 }
 
 // actionTx runs fn in an action's transaction, or, for a dry run, in a

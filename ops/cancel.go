@@ -50,7 +50,7 @@ func cancelWhy(r candidate) string {
 		}
 		return ""
 	case outbox.StatusInFlight:
-		return r.leaseWhy()
+		return leaseWhy(r)
 	case outbox.StatusOutcomeUnknown:
 		return "the request may have had its effect; settle it with drainer resolve KEY --outcome"
 	case outbox.StatusCompensationFailed:
@@ -72,10 +72,10 @@ func (canceller) plan(_ context.Context, _ pgx.Tx, cands []candidate, _ extender
 	p := &plan{}
 	for _, r := range cands {
 		if why := cancelWhy(r); why != "" {
-			p.refused = append(p.refused, r.refusal("cancel", why))
+			p.refused = append(p.refused, refusal(r, "cancel", why))
 			continue
 		}
-		ch := r.change(outbox.StatusCancelled, r.Attempts)
+		ch := change(r, outbox.StatusCancelled, r.Attempts)
 		if r.Attempts > 0 {
 			ch.Warning = fmt.Sprintf("attempted %d time(s): the request may have had its effect; cancelling stops retries, it undoes nothing", r.Attempts)
 		}
@@ -101,14 +101,7 @@ func (x canceller) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 	for i, ch := range p.changes {
 		keys[i] = ch.Key
 	}
-	rows, err := tx.Query(ctx, x.c.sql(`UPDATE {s}.outbox o
-	       SET status = 'cancelled', cancel_cause = 'operator', last_error = $2, updated_at = now()
-	     WHERE o.key = ANY($1) AND o.status = 'pending' AND o.kind = 'forward'
-	 RETURNING o.key`), keys, x.message())
-	if err != nil {
-		return fmt.Errorf("cancel: %w", err)
-	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	done, err := x.c.st.Cancel(ctx, tx, keys, x.message())
 	if err != nil {
 		return fmt.Errorf("cancel: %w", err)
 	}
@@ -116,5 +109,5 @@ func (x canceller) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 		return err
 	}
 	// A cancelled row may be what an aborted run's saga waits for.
-	return x.c.notify(ctx, tx)
+	return x.c.st.Notify(ctx, tx)
 }

@@ -2,14 +2,22 @@
 // inspect, requeue, cancel, resolve, abort, pause, resume and audit verify.
 // The `drainer` CLI commands are thin wrappers around it.
 //
-// Every action runs in one transaction that first sets the transaction-local
-// settings drainer.actor, drainer.reason and drainer.action
-// ("operator:<verb>"), so the audit triggers record who changed each row and
-// why; an action that changes no row's status appends its own entry with
-// audit_append. Every change is conditional on the status that was read
-// (UPDATE … WHERE key = $1 AND status = $2): a row the daemon changed in the
-// meantime is reported as a refused transition naming its new status, never
-// overwritten.
+// The package holds the operator logic: validation, the rules below, dry
+// runs, batching, the actor and the messages. Every statement it runs is
+// package store's (rows.go, candidates.go, actions.go, abort.go, revive.go,
+// pause_admin.go, audit.go there), on the schema of the *store.Store the
+// Client is given, through one store.TxDB (a pool or a connection).
+//
+// Every action runs in one transaction that first names its actor
+// (store.SetActor: the transaction-local settings drainer.actor,
+// drainer.reason and drainer.action, "operator:<verb>"), so the audit
+// triggers record who changed each row and why; an action that changes no
+// row's status appends its own entry (store.AuditAppend). Every change is
+// conditional on the status that was read (store.Requeue, Cancel, Settle
+// write a row only while it still has that status): a row the daemon changed
+// in the meantime is reported as a refused transition naming its new status,
+// never overwritten. A dry run reads in a read-only transaction and writes
+// nothing.
 //
 // # Rules
 //
@@ -44,4 +52,19 @@
 // failed compensation row becomes compensation_failed), compensation_failed
 // becomes cancelled with the note kept, its forward row compensated, and the
 // saga continues.
+//
+// # Files
+//
+//	ops.go      Client, Who, the action and read-only transactions
+//	filter.go   Filter and List
+//	inspect.go  Inspect: a row, its run, its saga and its audit trail
+//	bulk.go     one key or a filter in batches: plan, apply, Result
+//	requeue.go  requeue's rules and its writes
+//	revive.go   requeue's revival of an aborted run
+//	cancel.go   cancel's rules and its writes
+//	resolve.go  resolve of parked rows
+//	abort.go    abort of a run
+//	pause.go    pause, resume and the list of pauses
+//	audit.go    audit verify
+//	errors.go   refusals and their messages; row.go the row type
 package ops

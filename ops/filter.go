@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 )
 
 // Filter selects outbox rows. Zero fields match everything.
@@ -50,27 +50,9 @@ func (f Filter) Validate() error {
 	return errors.Join(errs...)
 }
 
-// where renders the filter (except AfterSeq) as SQL conditions on outbox o,
-// appending its arguments to args.
-func (f Filter) where(args *[]any) string {
-	conds := []string{"true"}
-	add := func(cond string, v any) {
-		*args = append(*args, v)
-		conds = append(conds, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(*args))))
-	}
-	if f.Status != "" {
-		add("o.status = $?", f.Status)
-	}
-	if f.Run != "" {
-		add("o.agent_run_id = $?", f.Run)
-	}
-	if f.Tool != "" {
-		add("o.tool_name = $?", f.Tool)
-	}
-	if f.OlderThan > 0 {
-		add("o.updated_at < now() - $?::bigint * interval '1 microsecond'", f.OlderThan.Microseconds())
-	}
-	return strings.Join(conds, " AND ")
+// match is the filter (except AfterSeq) as the store applies it.
+func (f Filter) match() store.Filter {
+	return store.Filter{Status: f.Status, Run: f.Run, Tool: f.Tool, OlderThan: f.OlderThan}
 }
 
 // Page is one page of List.
@@ -92,9 +74,7 @@ func (c *Client) List(ctx context.Context, f Filter, limit int) (Page, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
-	args := []any{f.AfterSeq, limit + 1}
-	out, err := collect[Row](ctx, c.db, c.sql(`SELECT `+rowColumns+` FROM {s}.outbox o
-	    WHERE o.seq > $1 AND `+f.where(&args)+` ORDER BY o.seq LIMIT $2`), args...)
+	out, err := c.st.ListRows(ctx, c.db, f.match(), f.AfterSeq, limit+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("list: %w", err)
 	}

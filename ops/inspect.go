@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -32,47 +33,13 @@ type Inspection struct {
 const MaxRunRows = 1000
 
 // Saga is a row of the sagas view: an aborted run and its compensation.
-type Saga struct {
-	AgentRunID             string    `json:"agent_run_id" db:"agent_run_id"`
-	SagaState              string    `json:"saga_state" db:"saga_state"`
-	SagaNote               *string   `json:"saga_note" db:"saga_note"`
-	AbortedAt              time.Time `json:"aborted_at" db:"aborted_at"`
-	AbortReason            string    `json:"abort_reason" db:"abort_reason"`
-	AbortedBy              string    `json:"aborted_by" db:"aborted_by"`
-	ForwardOpen            int64     `json:"forward_open" db:"forward_open"`
-	ForwardSucceeded       int64     `json:"forward_succeeded" db:"forward_succeeded"`
-	ForwardCompensated     int64     `json:"forward_compensated" db:"forward_compensated"`
-	ForwardFailed          int64     `json:"forward_failed" db:"forward_failed"`
-	ForwardCancelled       int64     `json:"forward_cancelled" db:"forward_cancelled"`
-	CompensationsOpen      int64     `json:"compensations_open" db:"compensations_open"`
-	CompensationsSucceeded int64     `json:"compensations_succeeded" db:"compensations_succeeded"`
-	CompensationsFailed    int64     `json:"compensations_failed" db:"compensations_failed"`
-	SagaUpdatedAt          time.Time `json:"saga_updated_at" db:"saga_updated_at"`
-}
+type Saga = store.Saga
 
 // RunRow is a short view of one row of a run.
-type RunRow struct {
-	Key      string `json:"key" db:"key"`
-	Seq      int64  `json:"seq" db:"seq"`
-	StepID   string `json:"step_id" db:"step_id"`
-	ToolName string `json:"tool_name" db:"tool_name"`
-	Kind     string `json:"kind" db:"kind"`
-	Status   string `json:"status" db:"status"`
-	Attempts int    `json:"attempts" db:"attempts"`
-}
+type RunRow = store.RunRow
 
 // AuditEntry is one entry of the audit trail (hashes left out).
-type AuditEntry struct {
-	ID             int64     `json:"id" db:"id"`
-	At             time.Time `json:"at" db:"at"`
-	Event          string    `json:"event" db:"event"`
-	FromStatus     *string   `json:"from_status" db:"from_status"`
-	ToStatus       *string   `json:"to_status" db:"to_status"`
-	Attempts       *int      `json:"attempts" db:"attempts"`
-	ResponseStatus *int      `json:"response_status" db:"response_status"`
-	Actor          string    `json:"actor" db:"actor"`
-	Reason         *string   `json:"reason" db:"reason"`
-}
+type AuditEntry = store.AuditEntry
 
 // Inspect returns the row of key with its run, saga and audit trail. A
 // pruned key answers its final status from the tombstones; an unknown key
@@ -100,17 +67,10 @@ func (c *Client) inspect(ctx context.Context, tx pgx.Tx, key string) (*Inspectio
 		return nil, err
 	}
 	in := &Inspection{Key: row.Key, Status: row.Status, Row: row}
-
-	sagas, err := collect[Saga](ctx, tx, c.sql(`SELECT * FROM {s}.sagas WHERE agent_run_id = $1`), row.AgentRunID)
-	if err != nil {
+	if in.Saga, err = c.st.ReadSaga(ctx, tx, row.AgentRunID); err != nil {
 		return nil, fmt.Errorf("inspect %s: saga: %w", key, err)
 	}
-	if len(sagas) > 0 {
-		in.Saga = &sagas[0]
-	}
-	in.RunRows, err = collect[RunRow](ctx, tx, c.sql(`SELECT key, seq, step_id, tool_name, kind, status, attempts
-	    FROM {s}.outbox WHERE agent_run_id = $1 ORDER BY seq LIMIT $2`), row.AgentRunID, MaxRunRows)
-	if err != nil {
+	if in.RunRows, err = c.st.RunRows(ctx, tx, row.AgentRunID, MaxRunRows); err != nil {
 		return nil, fmt.Errorf("inspect %s: run rows: %w", key, err)
 	}
 	if in.Audit, err = c.auditOf(ctx, tx, key); err != nil {
@@ -120,24 +80,22 @@ func (c *Client) inspect(ctx context.Context, tx pgx.Tx, key string) (*Inspectio
 }
 
 func (c *Client) inspectPruned(ctx context.Context, tx pgx.Tx, key string, notFound error) (*Inspection, error) {
-	in := &Inspection{Key: key, RunRows: []RunRow{}}
-	err := tx.QueryRow(ctx, c.sql(`SELECT final_status, pruned_at FROM {s}.tombstones WHERE key = $1`), key).
-		Scan(&in.Status, &in.PrunedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound
-	}
+	ts, err := c.st.ReadTombstone(ctx, tx, key)
 	if err != nil {
 		return nil, fmt.Errorf("inspect %s: tombstone: %w", key, err)
 	}
+	if ts == nil {
+		return nil, notFound
+	}
+	in := &Inspection{Key: key, Status: ts.FinalStatus, PrunedAt: &ts.PrunedAt, RunRows: []RunRow{}}
 	if in.Audit, err = c.auditOf(ctx, tx, key); err != nil {
 		return nil, err
 	}
 	return in, nil
 }
 
-func (c *Client) auditOf(ctx context.Context, q querier, key string) ([]AuditEntry, error) {
-	es, err := collect[AuditEntry](ctx, q, c.sql(`SELECT id, at, event, from_status, to_status, attempts,
-	        response_status, actor, reason FROM {s}.audit WHERE key = $1 ORDER BY id`), key)
+func (c *Client) auditOf(ctx context.Context, db store.DB, key string) ([]AuditEntry, error) {
+	es, err := c.st.AuditTrail(ctx, db, key)
 	if err != nil {
 		return nil, fmt.Errorf("inspect %s: audit: %w", key, err)
 	}
@@ -145,30 +103,13 @@ func (c *Client) auditOf(ctx context.Context, q querier, key string) ([]AuditEnt
 }
 
 // row reads the row of key, or returns a *NotFoundError.
-func (c *Client) row(ctx context.Context, q querier, key string) (*Row, error) {
-	rows, err := collect[Row](ctx, q, c.sql(`SELECT `+rowColumns+` FROM {s}.outbox o WHERE o.key = $1`), key)
+func (c *Client) row(ctx context.Context, db store.DB, key string) (*Row, error) {
+	row, err := c.st.ReadRow(ctx, db, key)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", key, err)
 	}
-	if len(rows) == 0 {
+	if row == nil {
 		return nil, &NotFoundError{What: "row with key " + key}
 	}
-	return &rows[0], nil
-}
-
-// collect runs a query and scans its rows into T by column name. It never
-// returns a nil slice, so JSON shows [] rather than null.
-func collect[T any](ctx context.Context, q querier, sql string, args ...any) ([]T, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[T])
-	if err != nil {
-		return nil, err
-	}
-	if out == nil {
-		out = []T{}
-	}
-	return out, nil
+	return row, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/producer"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -43,11 +44,7 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c, err := New(pool, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, pool: pool, c: c}
+	return &env{t: t, pool: pool, c: New(pool, store.MustNew(""))}
 }
 
 // enqueue records steps s0…s(n-1) of run for tool and returns their keys.

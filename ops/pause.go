@@ -2,10 +2,9 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -17,13 +16,7 @@ const (
 
 // Pause is a row of the pauses table: rows of a paused route or adapter
 // wait without consuming attempts.
-type Pause struct {
-	Target   string    `json:"target" db:"target"`
-	Name     string    `json:"name" db:"name"`
-	PausedAt time.Time `json:"paused_at" db:"paused_at"`
-	PausedBy string    `json:"paused_by" db:"paused_by"`
-	Reason   string    `json:"reason" db:"reason"`
-}
+type Pause = store.Pause
 
 func validTarget(target, name string) error {
 	if target != TargetRoute && target != TargetAdapter {
@@ -37,8 +30,7 @@ func validTarget(target, name string) error {
 
 // Pauses lists the current pauses, routes first.
 func (c *Client) Pauses(ctx context.Context) ([]Pause, error) {
-	ps, err := collect[Pause](ctx, c.db, c.sql(`SELECT target, name, paused_at, paused_by, reason
-	    FROM {s}.pauses ORDER BY target DESC, name`))
+	ps, err := c.st.ListPauses(ctx, c.db)
 	if err != nil {
 		return nil, fmt.Errorf("read pauses: %w", err)
 	}
@@ -54,16 +46,13 @@ func (c *Client) Pause(ctx context.Context, target, name string, who Who) (*Paus
 	}
 	var out *Pause
 	err := c.begin(ctx, "pause", who, func(tx pgx.Tx) error {
-		ps, err := collect[Pause](ctx, tx, c.sql(`INSERT INTO {s}.pauses (target, name, paused_by, reason)
-		    VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING
-		    RETURNING target, name, paused_at, paused_by, reason`), target, name, who.Actor, who.Reason)
-		if err != nil {
+		var err error
+		if out, err = c.st.InsertPause(ctx, tx, target, name, who.Actor, who.Reason); err != nil {
 			return fmt.Errorf("pause %s %s: %w", target, name, err)
 		}
-		if len(ps) == 0 {
+		if out == nil {
 			return c.pauseError(ctx, tx, target, name)
 		}
-		out = &ps[0]
 		return c.auditTarget(ctx, tx, target, name, "operator:pause", who.Reason)
 	})
 	if err != nil {
@@ -80,19 +69,17 @@ func (c *Client) Resume(ctx context.Context, target, name string, who Who) (*Pau
 	}
 	var out *Pause
 	err := c.begin(ctx, "resume", who, func(tx pgx.Tx) error {
-		ps, err := collect[Pause](ctx, tx, c.sql(`DELETE FROM {s}.pauses WHERE target = $1 AND name = $2
-		    RETURNING target, name, paused_at, paused_by, reason`), target, name)
-		if err != nil {
+		var err error
+		if out, err = c.st.DeletePause(ctx, tx, target, name); err != nil {
 			return fmt.Errorf("resume %s %s: %w", target, name, err)
 		}
-		if len(ps) == 0 {
+		if out == nil {
 			return &PauseError{Target: target, Name: name}
 		}
-		out = &ps[0]
 		if err := c.auditTarget(ctx, tx, target, name, "operator:resume", who.Reason); err != nil {
 			return err
 		}
-		return c.notify(ctx, tx) // the paused rows are due
+		return c.st.Notify(ctx, tx) // the paused rows are due
 	})
 	if err != nil {
 		return nil, err
@@ -101,21 +88,19 @@ func (c *Client) Resume(ctx context.Context, target, name string, who Who) (*Pau
 }
 
 func (c *Client) pauseError(ctx context.Context, tx pgx.Tx, target, name string) error {
-	var p Pause
-	err := tx.QueryRow(ctx, c.sql(`SELECT paused_at, paused_by, reason FROM {s}.pauses WHERE target = $1 AND name = $2`),
-		target, name).Scan(&p.PausedAt, &p.PausedBy, &p.Reason)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("pause %s %s: it was resumed while this command ran; run it again", target, name)
-	}
+	p, err := c.st.ReadPause(ctx, tx, target, name)
 	if err != nil {
 		return fmt.Errorf("pause %s %s: %w", target, name, err)
+	}
+	if p == nil {
+		return fmt.Errorf("pause %s %s: it was resumed while this command ran; run it again", target, name)
 	}
 	return &PauseError{Target: target, Name: name, Paused: true, Since: &p.PausedAt, By: p.PausedBy, Reason: p.Reason}
 }
 
 // auditTarget records a pause or resume on the chain "route:X" or "adapter:A".
 func (c *Client) auditTarget(ctx context.Context, tx pgx.Tx, target, name, event, reason string) error {
-	if _, err := tx.Exec(ctx, c.sql(`SELECT {s}.audit_append($1, $2, $3)`), target+":"+name, event, nullIfEmpty(reason)); err != nil {
+	if err := c.st.AuditAppend(ctx, tx, target+":"+name, event, nullIfEmpty(reason)); err != nil {
 		return fmt.Errorf("%s %s %s: audit: %w", event, target, name, err)
 	}
 	return nil

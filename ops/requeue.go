@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -49,7 +48,7 @@ func requeueWhy(r candidate) string {
 	case outbox.StatusCompensated:
 		return "its effect was undone by the saga; requeueing would redo it"
 	case outbox.StatusInFlight:
-		return r.leaseWhy()
+		return leaseWhy(r)
 	case outbox.StatusOutcomeUnknown:
 		return "the request may have had its effect; settle it with drainer resolve KEY --outcome"
 	case outbox.StatusCompensationFailed:
@@ -75,7 +74,7 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 	var ok []candidate
 	for _, r := range cands {
 		if why := requeueWhy(r); why != "" {
-			p.refused = append(p.refused, r.refusal("requeue", why))
+			p.refused = append(p.refused, refusal(r, "requeue", why))
 		} else {
 			ok = append(ok, r)
 		}
@@ -122,10 +121,10 @@ func (q requeuer) plan(ctx context.Context, tx pgx.Tx, cands []candidate, ext ex
 		case !aborted || r.Status == outbox.StatusPending:
 			p.changes = append(p.changes, q.change(r))
 		case r.Status == outbox.StatusCancelled:
-			p.refused = append(p.refused, r.refusal("requeue", run.cancelledWhy()))
+			p.refused = append(p.refused, refusal(r, "requeue", cancelledWhy(run)))
 		default: // failed, in an aborted run
-			if why := run.reviveWhy(requeued); why != "" {
-				p.refused = append(p.refused, r.refusal("requeue", why))
+			if why := reviveWhy(run, requeued); why != "" {
+				p.refused = append(p.refused, refusal(r, "requeue", why))
 				continue
 			}
 			p.changes = append(p.changes, q.change(r))
@@ -152,7 +151,7 @@ func (q requeuer) change(r candidate) Change {
 	if r.Status == outbox.StatusFailed {
 		attempts = 0 // a fresh budget, same key
 	}
-	ch := r.change(outbox.StatusPending, attempts)
+	ch := change(r, outbox.StatusPending, attempts)
 	if r.NotBefore != nil {
 		at := r.NotBefore.UTC().Format(time.RFC3339)
 		if q.ignoreFloor {
@@ -173,22 +172,9 @@ func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 	for i, ch := range p.changes {
 		keys[i], from[i] = ch.Key, ch.FromStatus
 	}
-	// next_attempt_at = now() stops at the row's not_before floor (a schema
-	// trigger), unless the operator asked to ignore it.
-	rows, err := tx.Query(ctx, q.c.sql(`UPDATE {s}.outbox o
-	       SET status = 'pending',
-	           cancel_cause = NULL,
-	           attempts = CASE WHEN o.status = 'failed' THEN 0 ELSE o.attempts END,
-	           not_before = CASE WHEN $3 THEN NULL ELSE o.not_before END,
-	           next_attempt_at = now(),
-	           updated_at = now()
-	      FROM unnest($1::text[], $2::text[]) AS c(key, status)
-	     WHERE o.key = c.key AND o.status = c.status
-	 RETURNING o.key`), keys, from, q.ignoreFloor)
-	if err != nil {
-		return fmt.Errorf("requeue: %w", err)
-	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	// A requeued row stays behind its not_before floor unless the operator
+	// asked to ignore it.
+	done, err := q.c.st.Requeue(ctx, tx, keys, from, q.ignoreFloor)
 	if err != nil {
 		return fmt.Errorf("requeue: %w", err)
 	}
@@ -204,8 +190,7 @@ func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 		}
 	}
 	if len(quiet) > 0 {
-		if _, err := tx.Exec(ctx, q.c.sql(`SELECT {s}.audit_append(k, 'operator:requeue', $2) FROM unnest($1::text[]) AS k`),
-			quiet, nullIfEmpty(q.who.Reason)); err != nil {
+		if err := q.c.st.AuditAppendEach(ctx, tx, quiet, "operator:requeue", nullIfEmpty(q.who.Reason)); err != nil {
 			return fmt.Errorf("requeue: audit: %w", err)
 		}
 	}
@@ -214,7 +199,7 @@ func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 			return err
 		}
 	}
-	return q.c.notify(ctx, tx)
+	return q.c.st.Notify(ctx, tx)
 }
 
 // settleRaces moves the planned changes whose conditional update matched no
@@ -234,9 +219,8 @@ func (c *Client) settleRaces(ctx context.Context, tx pgx.Tx, p *plan, done []str
 			kept = append(kept, ch)
 			continue
 		}
-		var now string
-		err := tx.QueryRow(ctx, c.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), ch.Key).Scan(&now)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		now, err := c.st.RowStatus(ctx, tx, ch.Key)
+		if err != nil {
 			return fmt.Errorf("%s %s: %w", verb, ch.Key, err)
 		}
 		p.refused = append(p.refused, raced(ch.Key, verb, now))

@@ -95,9 +95,8 @@ func (c *Client) resolveUnknown(ctx context.Context, tx pgx.Tx, row *Row, r Reso
 		lastError = &msg
 	}
 	// The count of rows cancelled by an abort the failure triggers.
-	var before int
-	if err := tx.QueryRow(ctx, c.sql(`SELECT count(*) FROM {s}.outbox WHERE agent_run_id = $1 AND status = 'cancelled'`),
-		row.AgentRunID).Scan(&before); err != nil {
+	before, err := c.st.CountCancelled(ctx, tx, row.AgentRunID)
+	if err != nil {
 		return fmt.Errorf("resolve %s: %w", row.Key, err)
 	}
 	if err := c.settle(ctx, tx, row.Key, row.Status, to, lastError, r.Note); err != nil {
@@ -106,14 +105,12 @@ func (c *Client) resolveUnknown(ctx context.Context, tx pgx.Tx, row *Row, r Reso
 	out.Status = to
 	if row.Kind == outbox.KindCompensation && row.ForwardKey != nil {
 		out.ForwardKey = *row.ForwardKey
-		if err := tx.QueryRow(ctx, c.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), out.ForwardKey).
-			Scan(&out.ForwardStatus); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		if out.ForwardStatus, err = c.st.RowStatus(ctx, tx, out.ForwardKey); err != nil {
 			return fmt.Errorf("resolve %s: forward row: %w", row.Key, err)
 		}
 	}
-	var after int
-	if err := tx.QueryRow(ctx, c.sql(`SELECT count(*) FROM {s}.outbox WHERE agent_run_id = $1 AND status = 'cancelled'`),
-		row.AgentRunID).Scan(&after); err != nil {
+	after, err := c.st.CountCancelled(ctx, tx, row.AgentRunID)
+	if err != nil {
 		return fmt.Errorf("resolve %s: %w", row.Key, err)
 	}
 	out.Cancelled = after - before
@@ -133,12 +130,8 @@ func (c *Client) resolveCompensation(ctx context.Context, tx pgx.Tx, row *Row, r
 		return nil
 	}
 	out.ForwardKey = *row.ForwardKey
-	err := tx.QueryRow(ctx, c.sql(`WITH u AS (
-	        UPDATE {s}.outbox SET status = 'compensated', updated_at = now()
-	         WHERE key = $1 AND status = 'succeeded' RETURNING status)
-	    SELECT coalesce((SELECT status FROM u), (SELECT status FROM {s}.outbox WHERE key = $1), '')`), out.ForwardKey).
-		Scan(&out.ForwardStatus)
-	if err != nil {
+	var err error
+	if out.ForwardStatus, err = c.st.MarkCompensated(ctx, tx, out.ForwardKey); err != nil {
 		return fmt.Errorf("resolve %s: mark forward row %s compensated: %w", row.Key, out.ForwardKey, err)
 	}
 	return nil
@@ -146,15 +139,13 @@ func (c *Client) resolveCompensation(ctx context.Context, tx pgx.Tx, row *Row, r
 
 // settle changes key from → to, conditionally, keeping the note.
 func (c *Client) settle(ctx context.Context, tx pgx.Tx, key, from, to string, lastError *string, note string) error {
-	tag, err := tx.Exec(ctx, c.sql(`UPDATE {s}.outbox SET status = $3, last_error = $4, note = $5, updated_at = now()
-	    WHERE key = $1 AND status = $2`), key, from, to, lastError, note)
+	done, err := c.st.Settle(ctx, tx, key, from, to, lastError, note)
 	if err != nil {
 		return fmt.Errorf("resolve %s: %w", key, err)
 	}
-	if tag.RowsAffected() == 0 {
-		var now string
-		err := tx.QueryRow(ctx, c.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), key).Scan(&now)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if !done {
+		now, err := c.st.RowStatus(ctx, tx, key)
+		if err != nil {
 			return fmt.Errorf("resolve %s: %w", key, err)
 		}
 		return raced(key, "resolve", now)
@@ -165,13 +156,10 @@ func (c *Client) settle(ctx context.Context, tx pgx.Tx, key, from, to string, la
 // continueSaga lets the saga of an aborted run move on: its state goes
 // back to waiting, so the daemons' sweep advances it, and they are woken.
 func (c *Client) continueSaga(ctx context.Context, tx pgx.Tx, out *Resolved) error {
-	err := tx.QueryRow(ctx, c.sql(`WITH u AS (
-	        UPDATE {s}.runs SET saga_state = 'waiting', saga_updated_at = now()
-	         WHERE agent_run_id = $1 RETURNING saga_state)
-	    SELECT coalesce((SELECT saga_state FROM u), '')`), out.AgentRunID).Scan(&out.SagaState)
-	if err != nil {
+	var err error
+	if out.SagaState, err = c.st.ContinueSaga(ctx, tx, out.AgentRunID); err != nil {
 		return fmt.Errorf("resolve %s: saga: %w", out.Key, err)
 	}
 	out.RunAborted = out.SagaState != ""
-	return c.notify(ctx, tx)
+	return c.st.Notify(ctx, tx)
 }

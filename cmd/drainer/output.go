@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/ops"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 )
@@ -88,12 +89,12 @@ func (o *opFlags) client(ctx context.Context) (c *ops.Client, close func(), err 
 		conn.Close(ctx)
 		return nil, nil, err
 	}
-	c, err = ops.New(conn, o.g.schema)
+	st, err := store.New(o.g.schema)
 	if err != nil {
 		conn.Close(ctx)
 		return nil, nil, usageError{err}
 	}
-	return c, func() { conn.Close(context.WithoutCancel(ctx)) }, nil
+	return ops.New(conn, st), func() { conn.Close(context.WithoutCancel(ctx)) }, nil
 }
 
 // writeJSON writes v as indented JSON.

@@ -22,6 +22,7 @@ import (
 	"github.com/drainer-io/drainer/internal/mockprovider"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/producer"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/schollz/progressbar/v3"
@@ -128,7 +129,8 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer pool.Close()
-	total, err := enqueueSamples(ctx, pool, opts.Runs)
+	st := store.MustNew(migrations.DefaultSchema)
+	total, err := enqueueSamples(ctx, pool, st, opts.Runs)
 	if err != nil {
 		return err
 	}
@@ -151,7 +153,7 @@ func Run(ctx context.Context, opts Options) error {
 	}()
 
 	start := time.Now()
-	settled, err := watch(ctx, pool, opts.Err, daemonErr)
+	settled, err := watch(ctx, pool, st, opts.Err, daemonErr)
 	elapsed := time.Since(start)
 	stopDaemon()
 	if derr := <-daemonErr; derr != nil && err == nil {
@@ -160,11 +162,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return summary(ctx, out, pool, provider, settled, elapsed)
+	return summary(ctx, out, pool, st, provider, settled, elapsed)
 }
 
 // watch shows progress until every row is settled and every saga is done.
-func watch(ctx context.Context, pool *pgxpool.Pool, w io.Writer, daemonErr <-chan error) (int, error) {
+func watch(ctx context.Context, pool *pgxpool.Pool, st *store.Store, w io.Writer, daemonErr <-chan error) (int, error) {
 	// A progress bar on a terminal; a line a second otherwise (CI logs).
 	f, isFile := w.(*os.File)
 	tty := isFile && term.IsTerminal(int(f.Fd()))
@@ -174,14 +176,11 @@ func watch(ctx context.Context, pool *pgxpool.Pool, w io.Writer, daemonErr <-cha
 	lastLine := time.Time{}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		var total, settled, openSagas int
-		err := pool.QueryRow(ctx, `SELECT count(*),
-		        count(*) FILTER (WHERE status NOT IN ('pending', 'in_flight')),
-		        (SELECT count(*) FROM drainer.runs WHERE saga_state <> 'done')
-		   FROM drainer.outbox`).Scan(&total, &settled, &openSagas)
+		p, err := st.ReadProgress(ctx, pool)
 		if err != nil {
 			return 0, fmt.Errorf("progress: %w", err)
 		}
+		total, settled, openSagas := p.Total, p.Settled, p.OpenSagas
 		bar.ChangeMax(total)
 		_ = bar.Set(settled)
 		if !tty && time.Since(lastLine) >= time.Second {
@@ -210,7 +209,7 @@ func watch(ctx context.Context, pool *pgxpool.Pool, w io.Writer, daemonErr <-cha
 }
 
 // enqueueSamples writes the demo's intents as an agent would.
-func enqueueSamples(ctx context.Context, pool *pgxpool.Pool, runs int) (int, error) {
+func enqueueSamples(ctx context.Context, pool *pgxpool.Pool, st *store.Store, runs int) (int, error) {
 	var ins []producer.Intent
 	add := func(run, step, tool, scope, payload string) {
 		ins = append(ins, producer.Intent{Tuple: idemkey.Tuple{AgentRunID: run, StepID: step, ToolName: tool, BusinessScope: scope}, Payload: []byte(payload)})
@@ -233,46 +232,45 @@ func enqueueSamples(ctx context.Context, pool *pgxpool.Pool, runs int) (int, err
 			{Tuple: idemkey.Tuple{AgentRunID: "order-42", StepID: "2-reserve", ToolName: "reserve_stock", BusinessScope: "order:42"}, Payload: []byte(`{"sku": "BOOK-1", "qty": 1}`)},
 			{Tuple: idemkey.Tuple{AgentRunID: "order-42", StepID: "3-ship", ToolName: "ship_order", BusinessScope: "order:42"}, Payload: []byte(`{"address": "nowhere"}`)},
 		}
-		if _, err := producer.EnqueueBatchTx(ctx, tx, saga); err != nil {
+		res, err := producer.EnqueueBatchTx(ctx, tx, saga)
+		if err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE drainer.outbox SET next_attempt_at = now() + (left(step_id, 1)::int - 1) * interval '1500 milliseconds'
-		                          WHERE agent_run_id = 'order-42'`)
-		return err
+		// Step i is due i × 1.5 s from now, so the order's steps go out in turn.
+		keys, in := make([]string, len(res)), make([]time.Duration, len(res))
+		for i, r := range res {
+			keys[i], in[i] = r.Key, time.Duration(i)*1500*time.Millisecond
+		}
+		return st.Reschedule(ctx, tx, keys, in)
 	})
 	return len(ins) + 3, err
 }
 
-func summary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, p *mockprovider.Provider, settled int, elapsed time.Duration) error {
-	rows, err := pool.Query(ctx, `SELECT status, kind, count(*), sum(attempts) FROM drainer.outbox
-	                               WHERE agent_run_id <> 'drainer:alerts' GROUP BY status, kind ORDER BY kind DESC, count(*) DESC`)
+func summary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, st *store.Store, p *mockprovider.Provider, settled int, elapsed time.Duration) error {
+	counts, err := st.CountByStatusKind(ctx, pool)
 	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "STATUS\tKIND\tROWS\tATTEMPTS\n")
-	for rows.Next() {
-		var status, kind string
-		var n, attempts int
-		if err := rows.Scan(&status, &kind, &n, &attempts); err != nil {
-			return err
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", status, kind, n, attempts)
-	}
-	if err := rows.Err(); err != nil {
-		return err
+	for _, c := range counts {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", c.Status, c.Kind, c.Rows, c.Attempts)
 	}
 	_ = tw.Flush()
 
-	var saga string
-	if err := pool.QueryRow(ctx, `SELECT string_agg(format('%s %s %s', step_id, tool_name, status), ', ' ORDER BY seq)
-	                              FROM drainer.outbox WHERE agent_run_id = 'order-42'`).Scan(&saga); err != nil {
+	rows, err := st.RunRows(ctx, pool, "order-42", 100)
+	if err != nil {
 		return err
 	}
-	st := p.Snapshot()
+	steps := make([]string, len(rows))
+	for i, r := range rows {
+		steps[i] = fmt.Sprintf("%s %s %s", r.StepID, r.ToolName, r.Status)
+	}
+	saga := strings.Join(steps, ", ")
+	stats := p.Snapshot()
 	fmt.Fprintf(out, "\nsaga order-42: %s\n", saga)
 	fmt.Fprintf(out, "provider: %d requests, %d effects, %d replays, %d injected transient failures (503/429/529), %d refused\n",
-		st.Requests, st.Effects, st.Replays, st.Unavailable+st.RateLimited+st.Overloaded, st.Terminal)
+		stats.Requests, stats.Effects, stats.Replays, stats.Unavailable+stats.RateLimited+stats.Overloaded, stats.Terminal)
 	dups := p.DuplicateEffects()
 	fmt.Fprintf(out, "duplicate effects at the provider: %d; tuples sent under two keys: %d\n", len(dups), len(p.MultiKeyTuples()))
 	fmt.Fprintf(out, "settled %d rows in %s\n", settled, elapsed.Round(10*time.Millisecond))

@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Row is one outbox row as the operator commands read it. Its JSON names
+// are the column names (CONTRACT §2), plus the extras first_attempt_at,
+// last_problem, forward_key, note, leased_by and lease_expires_at; `drainer
+// list` and `drainer inspect` print it as it is.
+type Row struct {
+	Key            string          `json:"key" db:"key"`
+	Seq            int64           `json:"seq" db:"seq"`
+	AgentRunID     string          `json:"agent_run_id" db:"agent_run_id"`
+	StepID         string          `json:"step_id" db:"step_id"`
+	ToolName       string          `json:"tool_name" db:"tool_name"`
+	BusinessScope  string          `json:"business_scope" db:"business_scope"`
+	Kind           string          `json:"kind" db:"kind"`
+	Payload        json.RawMessage `json:"payload" db:"payload"`
+	Status         string          `json:"status" db:"status"`
+	Attempts       int             `json:"attempts" db:"attempts"`
+	NextAttemptAt  time.Time       `json:"next_attempt_at" db:"next_attempt_at"`
+	FirstAttemptAt *time.Time      `json:"first_attempt_at" db:"first_attempt_at"`
+	LastError      *string         `json:"last_error" db:"last_error"`
+	LastProblem    json.RawMessage `json:"last_problem" db:"last_problem"`
+	Response       json.RawMessage `json:"response" db:"response"`
+	ResponseStatus *int            `json:"response_status" db:"response_status"`
+	ForwardKey     *string         `json:"forward_key" db:"forward_key"`
+	Note           *string         `json:"note" db:"note"`
+	LeasedBy       *string         `json:"leased_by" db:"leased_by"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at" db:"lease_expires_at"`
+	CreatedAt      time.Time       `json:"created_at" db:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at" db:"updated_at"`
+}
+
+// rowColumns selects every field of Row from outbox o.
+const rowColumns = `o.key, o.seq, o.agent_run_id, o.step_id, o.tool_name, o.business_scope, o.kind, o.payload,
+	o.status, o.attempts, o.next_attempt_at, o.first_attempt_at, o.last_error, o.last_problem, o.response,
+	o.response_status, o.forward_key, o.note, o.leased_by, o.lease_expires_at, o.created_at, o.updated_at`
+
+// Filter selects outbox rows for the operator commands. Zero fields match
+// everything. The caller validates it.
+type Filter struct {
+	Status string
+	Run    string // agent_run_id
+	Tool   string // tool_name
+	// OlderThan matches rows whose updated_at is more than this long ago,
+	// by the database clock.
+	OlderThan time.Duration
+}
+
+// where renders the filter as SQL conditions on outbox o, appending its
+// arguments to args. Only placeholders enter the text, never a value.
+func (f Filter) where(args *[]any) string {
+	conds := []string{"true"}
+	add := func(cond string, v any) {
+		*args = append(*args, v)
+		conds = append(conds, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(*args))))
+	}
+	if f.Status != "" {
+		add("o.status = $?", f.Status)
+	}
+	if f.Run != "" {
+		add("o.agent_run_id = $?", f.Run)
+	}
+	if f.Tool != "" {
+		add("o.tool_name = $?", f.Tool)
+	}
+	if f.OlderThan > 0 {
+		add("o.updated_at < now() - $?::bigint * interval '1 microsecond'", f.OlderThan.Microseconds())
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// listRowsSQL pages through the rows matching a filter (%s) in seq order.
+const listRowsSQL = `SELECT ` + rowColumns + ` FROM {s}.outbox o
+     WHERE o.seq > $1 AND %s ORDER BY o.seq LIMIT $2`
+
+// ListRows returns up to limit rows matching f with seq > after, in seq
+// order.
+func (s *Store) ListRows(ctx context.Context, db DB, f Filter, after int64, limit int) ([]Row, error) {
+	args := []any{after, limit}
+	return collect[Row](ctx, db, s.sql(fmt.Sprintf(listRowsSQL, f.where(&args))), args...)
+}
+
+// ReadRow returns the row of key, or nil when there is none.
+func (s *Store) ReadRow(ctx context.Context, db DB, key string) (*Row, error) {
+	return first(collect[Row](ctx, db, s.sql(`SELECT `+rowColumns+` FROM {s}.outbox o WHERE o.key = $1`), key))
+}
+
+// RowStatus returns the status of the row of key, "" when there is none
+// (pruned, or never enqueued).
+func (s *Store) RowStatus(ctx context.Context, db DB, key string) (string, error) {
+	var status string
+	err := db.QueryRow(ctx, s.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), key).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return status, err
+}
+
+// RunRow is a short view of one row of a run.
+type RunRow struct {
+	Key      string `json:"key" db:"key"`
+	Seq      int64  `json:"seq" db:"seq"`
+	StepID   string `json:"step_id" db:"step_id"`
+	ToolName string `json:"tool_name" db:"tool_name"`
+	Kind     string `json:"kind" db:"kind"`
+	Status   string `json:"status" db:"status"`
+	Attempts int    `json:"attempts" db:"attempts"`
+}
+
+// RunRows returns up to limit rows of run in seq order.
+func (s *Store) RunRows(ctx context.Context, db DB, run string, limit int) ([]RunRow, error) {
+	return collect[RunRow](ctx, db, s.sql(`SELECT key, seq, step_id, tool_name, kind, status, attempts
+	    FROM {s}.outbox WHERE agent_run_id = $1 ORDER BY seq LIMIT $2`), run, limit)
+}
+
+// Tombstone is what is left of a pruned row.
+type Tombstone struct {
+	FinalStatus string
+	PrunedAt    time.Time
+}
+
+// ReadTombstone returns the tombstone of key, or nil when there is none.
+func (s *Store) ReadTombstone(ctx context.Context, db DB, key string) (*Tombstone, error) {
+	var t Tombstone
+	err := db.QueryRow(ctx, s.sql(`SELECT final_status, pruned_at FROM {s}.tombstones WHERE key = $1`), key).
+		Scan(&t.FinalStatus, &t.PrunedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// collect runs a query and scans its rows into T by column name. It never
+// returns a nil slice, so JSON shows [] rather than null.
+func collect[T any](ctx context.Context, db DB, sql string, args ...any) ([]T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[T])
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []T{}
+	}
+	return out, nil
+}
+
+// first returns the first of a statement's rows, nil when it returned none.
+func first[T any](rows []T, err error) (*T, error) {
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return &rows[0], nil
+}
