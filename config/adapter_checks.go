@@ -19,6 +19,7 @@ func (v *validator) httpAdapter(p string, a *Adapter) {
 	if f := p + ".url"; v.require(f) {
 		v.urlTemplate(f, a.URL)
 	}
+	v.idempotencyKey(p+".idempotency_key", a.IdempotencyKey, a)
 	lower := make(map[string]string)
 	for _, name := range slices.Sorted(maps.Keys(a.Headers)) {
 		hp := p + ".headers." + name
@@ -36,6 +37,29 @@ func (v *validator) httpAdapter(p string, a *Adapter) {
 			v.errorf(hp, "header values cannot contain line breaks or NUL")
 		}
 	}
+}
+
+// mcpAdapter checks an mcp adapter: url and headers as for http, except that
+// the URL is the server's one endpoint (no {tool_name}) and the MCP transport
+// headers are the adapter's own.
+func (v *validator) mcpAdapter(p string, a *Adapter) {
+	v.httpAdapter(p, a)
+	if strings.Contains(a.URL, "{tool_name}") {
+		v.errorf(p+".url", "an MCP server has one endpoint: {tool_name} is not a variable of an mcp url (the tool goes in tools/call)")
+	}
+	for _, name := range slices.Sorted(maps.Keys(a.Headers)) {
+		if mcpReservedHeaders[strings.ToLower(name)] {
+			v.keyErrorf(p+".headers."+name, "header %s is set by the mcp adapter and cannot be configured", name)
+		}
+	}
+}
+
+// mcpReservedHeaders are set by the mcp adapter's transport (CONTRACT §5).
+var mcpReservedHeaders = map[string]bool{
+	"mcp-session-id":       true,
+	"mcp-protocol-version": true,
+	"accept":               true,
+	"content-type":         true,
 }
 
 // reservedHeaders are set by the http adapter itself (CONTRACT §5).

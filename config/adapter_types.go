@@ -18,12 +18,13 @@ type adapterKind struct {
 }
 
 var adapterKinds = []adapterKind{
-	{TypeHTTP, []string{"url", "headers"}, (*validator).httpAdapter},
+	{TypeHTTP, []string{"url", "headers", "idempotency_key"}, (*validator).httpAdapter},
 	{TypeStripe, []string{"api_key", "stripe_version", "base_url", "tools"}, (*validator).stripeAdapter},
 	{TypePostgres, []string{"dsn", "table"}, (*validator).postgresAdapter},
 	{TypeRiver, []string{"dsn", "queue", "job_kind", "schema"}, (*validator).riverAdapter},
 	{TypeNATS, []string{"servers", "subject", "stream"}, (*validator).natsAdapter},
 	{TypePlugin, []string{"command", "args", "sha256"}, (*validator).pluginAdapter},
+	{TypeMCP, []string{"url", "headers"}, (*validator).mcpAdapter},
 }
 
 // AdapterTypes returns the valid adapter types, in documentation order.

@@ -32,7 +32,7 @@ func TestAdapterKindsTable(t *testing.T) {
 	if !slices.Equal(common, want) {
 		t.Errorf("common adapter fields = %v, want %v (list type-specific fields in adapterKinds)", common, want)
 	}
-	if got := AdapterTypes(); !slices.Equal(got, []string{"http", "stripe", "postgres", "river", "nats", "plugin"}) {
+	if got := AdapterTypes(); !slices.Equal(got, []string{"http", "stripe", "postgres", "river", "nats", "plugin", "mcp"}) {
 		t.Errorf("AdapterTypes = %v", got)
 	}
 }
@@ -42,7 +42,7 @@ func TestAdapterFieldRule(t *testing.T) {
 		{"http", "url", ""},
 		{"http", "timeout", ""},
 		{"river", "dsn", ""},
-		{"nats", "url", "field url is not valid for adapter type nats (only for http)"},
+		{"nats", "url", "field url is not valid for adapter type nats (only for http, mcp)"},
 		{"http", "dsn", "field dsn is not valid for adapter type http (only for postgres, river)"},
 	} {
 		if got := adapterFieldRule(tt.typ, tt.field); got != tt.want {

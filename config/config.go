@@ -44,6 +44,7 @@ const (
 	TypeRiver    = "river"
 	TypeNATS     = "nats"
 	TypePlugin   = "plugin"
+	TypeMCP      = "mcp"
 )
 
 // Config is a loaded, expanded and validated configuration file.
@@ -128,6 +129,9 @@ type Adapter struct {
 	// http: URL template ({tool_name} is the only variable) and headers.
 	URL     string            `yaml:"url"`
 	Headers map[string]Secret `yaml:"headers"`
+	// http: where the idempotency key travels; nil means header
+	// Idempotency-Key.
+	IdempotencyKey *IdempotencyKey `yaml:"idempotency_key"`
 
 	// stripe: the API key, an optional API version pin (e.g. "2024-06-20"),
 	// and an optional API base URL (tests, proxies).
@@ -201,6 +205,22 @@ type RateLimit struct {
 	Text string
 }
 
+// IdempotencyKey places the idempotency key of an http request: header Name
+// (the default, Idempotency-Key), query parameter Name, or top-level field
+// Name of a JSON-object payload.
+type IdempotencyKey struct {
+	Name string `yaml:"name"`
+	// Location is header (default), query or body.
+	Location string `yaml:"location"`
+}
+
+// Key locations of IdempotencyKey.Location.
+const (
+	KeyLocationHeader = "header"
+	KeyLocationQuery  = "query"
+	KeyLocationBody   = "body"
+)
+
 // Route is the policy of one tool_name.
 type Route struct {
 	ToolName     string  `yaml:"-"`
@@ -216,6 +236,12 @@ type Route struct {
 	// Detect asks the provider whether an ambiguous attempt of a
 	// non_idempotent route had its effect, instead of parking the row.
 	Detect Detect `yaml:"detect"`
+	// KeyTTL overrides the adapter's key_ttl for this tool; 0 means the
+	// adapter's.
+	KeyTTL time.Duration `yaml:"key_ttl"`
+	// IdempotencyKey overrides the adapter's key placement for this tool
+	// (http adapters only); nil means the adapter's.
+	IdempotencyKey *IdempotencyKey `yaml:"idempotency_key"`
 
 	// File and Line locate the route's tool_name in the config file.
 	File string `yaml:"-"`
@@ -321,6 +347,9 @@ func (c *Config) applyDefaults(src map[string]*source) {
 		longest := time.Duration(0)
 		for _, a := range c.Adapters {
 			longest = max(longest, a.KeyTTL)
+		}
+		for _, r := range c.Routes {
+			longest = max(longest, r.KeyTTL)
 		}
 		r.Tombstones = max(longest+24*time.Hour, DefaultTombstoneMinimum)
 	}

@@ -21,6 +21,7 @@ var testEnv = map[string]string{
 	"PAYMENTS_TOKEN":       "pay-token-1",
 	"BACKUP_TOKEN":         "backup-token-1",
 	"PAGER_TOKEN":          "pager-token-1",
+	"TOOLS_TOKEN":          "tools-token-1",
 	"LEDGER_PASSWORD":      "ledger-pass-1",
 	"JOBS_PASSWORD":        "jobs-pass-1",
 	"EMPTY":                "",

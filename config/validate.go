@@ -174,6 +174,9 @@ func (v *validator) retention() {
 	for _, a := range v.cfg.Adapters {
 		longest = max(longest, a.KeyTTL)
 	}
+	for _, r := range v.cfg.Routes {
+		longest = max(longest, r.KeyTTL)
+	}
 	if f := "retention.tombstones"; v.usable(f) && longest > 0 && r.Tombstones < longest {
 		v.errorf(f, "tombstones (%s) must be kept at least as long as the longest key_ttl (%s), or a late re-enqueue could be sent twice",
 			formatDuration(r.Tombstones), formatDuration(longest))
@@ -290,6 +293,7 @@ func (v *validator) route(name string, r *Route) {
 	}
 	v.fallback(p, r, adapters)
 	v.detect(p, r)
+	v.routeKeyOverrides(p, r)
 }
 
 // detect checks a route's probe: non_idempotent routes only, an absolute URL

@@ -78,7 +78,7 @@ adapters:
 routes:
   t: {adapter: events}
 `,
-			want: []string{`c.yaml:4:5: adapters.events.url: field url is not valid for adapter type nats (only for http)`},
+			want: []string{`c.yaml:4:5: adapters.events.url: field url is not valid for adapter type nats (only for http, mcp)`},
 		},
 		{
 			name: "string for workers",
@@ -225,7 +225,7 @@ adapters:
 routes:
   t: {adapter: events}
 `,
-			want: []string{`c.yaml:3:11: adapters.events.type: unknown adapter type "kafka"; valid types: http, stripe, postgres, river, nats, plugin`},
+			want: []string{`c.yaml:3:11: adapters.events.type: unknown adapter type "kafka"; valid types: http, stripe, postgres, river, nats, plugin, mcp`},
 		},
 		{
 			name: "adapter without type, route without adapter",
@@ -613,7 +613,7 @@ routes:
 				`c.yaml:9:30: adapters.payments.headers.Authorization: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
 				`c.yaml:10:3: adapters.events.servers: required field is missing`,
 				`c.yaml:10:3: adapters.events.subject: required field is missing`,
-				`c.yaml:12:5: adapters.events.url: field url is not valid for adapter type nats (only for http)`,
+				`c.yaml:12:5: adapters.events.url: field url is not valid for adapter type nats (only for http, mcp)`,
 				`c.yaml:15:14: routes.charge_card.adapter: unknown adapter "payment" (did you mean "payments"?); configured adapters: events, payments`,
 				`c.yaml:16:12: routes.charge_card.class: must be one of naturally_idempotent, key_idempotent, non_idempotent, got "maybe"`,
 				`c.yaml:17:52: routes.charge_card.backoff.max_retry_after: invalid duration "soon": write a duration like "30s", "10m" or "1h30m"`,

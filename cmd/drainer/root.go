@@ -77,6 +77,7 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 		newPauseCmd(),
 		newResumeCmd(),
 		newAuditCmd(),
+		newRoutesCmd(),
 	)
 	wrapArgs(root)
 	return root

@@ -30,6 +30,7 @@ var DefaultKeyTTL = map[string]time.Duration{
 	"http":     24 * time.Hour,
 	"stripe":   24 * time.Hour,
 	"postgres": 0,
+	"mcp":      24 * time.Hour,
 }
 
 // Build builds every configured adapter. Errors are joined, each naming the
@@ -48,7 +49,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*dispatch.Reg
 	var errs []error
 	for _, name := range names {
 		a := cfg.Adapters[name]
-		entry, err := build(ctx, name, a, opts, log.With("adapter", name))
+		entry, err := build(ctx, cfg, name, a, opts, log.With("adapter", name))
 		if err != nil {
 			// One line per problem, each located at the adapter.
 			for _, e := range unjoin(err) {
@@ -67,7 +68,7 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*dispatch.Reg
 	return dispatch.NewRegistry(entries...)
 }
 
-func build(ctx context.Context, name string, a *config.Adapter, opts Options, log *slog.Logger) (*dispatch.Entry, error) {
+func build(ctx context.Context, cfg *config.Config, name string, a *config.Adapter, opts Options, log *slog.Logger) (*dispatch.Entry, error) {
 	timeout := a.Timeout
 	if timeout == 0 {
 		timeout = config.DefaultAdapterTimeout
@@ -77,7 +78,7 @@ func build(ctx context.Context, name string, a *config.Adapter, opts Options, lo
 	var err error
 	switch a.Type {
 	case config.TypeHTTP:
-		entry.Adapter, err = buildHTTP(a, timeout, opts)
+		entry.Adapter, err = buildHTTP(cfg, name, a, timeout, opts)
 	case config.TypeStripe:
 		entry.Adapter, err = buildStripe(ctx, name, a, opts)
 	case config.TypePostgres:
@@ -88,6 +89,8 @@ func build(ctx context.Context, name string, a *config.Adapter, opts Options, lo
 		entry.Adapter, err = buildNATS(ctx, name, a, opts)
 	case config.TypePlugin:
 		entry.Adapter, err = buildPlugin(ctx, name, a, opts)
+	case config.TypeMCP:
+		entry.Adapter, err = buildMCP(ctx, cfg, name, a, timeout, opts)
 	default:
 		return nil, fmt.Errorf("unknown adapter type %q (valid: %s)", a.Type, strings.Join(config.AdapterTypes(), ", "))
 	}
@@ -109,16 +112,34 @@ func build(ctx context.Context, name string, a *config.Adapter, opts Options, lo
 	return entry, nil
 }
 
-func buildHTTP(a *config.Adapter, timeout time.Duration, opts Options) (dispatch.Adapter, error) {
+// buildHTTP builds an http adapter; the key placement of each route using
+// it that sets idempotency_key becomes a per-tool override.
+func buildHTTP(c *config.Config, name string, a *config.Adapter, timeout time.Duration, opts Options) (dispatch.Adapter, error) {
 	headers := make(map[string]string, len(a.Headers))
 	for k, v := range a.Headers {
 		headers[k] = v.Reveal()
 	}
-	cfg := webhook.Config{URL: a.URL, Headers: headers, Timeout: timeout}
+	cfg := webhook.Config{URL: a.URL, Headers: headers, Timeout: timeout, KeyPlacement: keyPlacement(a.IdempotencyKey)}
+	for tool, r := range c.Routes {
+		if r.Adapter == name && r.IdempotencyKey != nil {
+			if cfg.ToolKeyPlacement == nil {
+				cfg.ToolKeyPlacement = map[string]webhook.KeyPlacement{}
+			}
+			cfg.ToolKeyPlacement[tool] = keyPlacement(r.IdempotencyKey)
+		}
+	}
 	if opts.Version != "" {
 		cfg.UserAgent = "drainer/" + opts.Version
 	}
 	return webhook.New(cfg)
+}
+
+// keyPlacement converts a configured idempotency_key (nil: the default).
+func keyPlacement(k *config.IdempotencyKey) webhook.KeyPlacement {
+	if k == nil {
+		return webhook.KeyPlacement{}
+	}
+	return webhook.KeyPlacement{Name: k.Name, Location: k.Location}
 }
 
 // unjoin splits an errors.Join result into its parts.

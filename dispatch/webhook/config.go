@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -46,6 +47,13 @@ type Config struct {
 	ResponseLimit int
 	// UserAgent is the User-Agent header; "" means "drainer/<version>".
 	UserAgent string
+	// KeyPlacement is where the idempotency key travels; zero means header
+	// Idempotency-Key. X-Agent-Idempotency-Tuple is sent as a header wherever
+	// the key goes.
+	KeyPlacement KeyPlacement
+	// ToolKeyPlacement overrides KeyPlacement per tool_name (routes with an
+	// idempotency_key of their own).
+	ToolKeyPlacement map[string]KeyPlacement
 	// Transport replaces the adapter's own transport (tests); optional.
 	Transport http.RoundTripper
 }
@@ -78,6 +86,14 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("headers: %s is set by the adapter and cannot be overridden", name))
 		case !validHeaderValue(c.Headers[name]):
 			errs = append(errs, fmt.Errorf("headers: %s: value contains a control character", name))
+		}
+	}
+	if err := validatePlacement(c.KeyPlacement, c.URL, c.Headers); err != nil {
+		errs = append(errs, fmt.Errorf("idempotency_key: %w", err))
+	}
+	for _, tool := range slices.Sorted(maps.Keys(c.ToolKeyPlacement)) {
+		if err := validatePlacement(c.ToolKeyPlacement[tool], c.URL, c.Headers); err != nil {
+			errs = append(errs, fmt.Errorf("idempotency_key of tool %q: %w", tool, err))
 		}
 	}
 	if c.Timeout <= 0 {

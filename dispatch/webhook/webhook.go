@@ -84,7 +84,22 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 
 func (a *Adapter) newRequest(ctx context.Context, m *dispatch.Message) (*http.Request, error) {
 	target := strings.Join(a.urlParts, url.PathEscape(m.Tuple.ToolName))
-	req, err := dispatch.NewRequest(ctx, http.MethodPost, target, m.Payload)
+	place := a.cfg.placementFor(m.Tuple.ToolName)
+	body := []byte(m.Payload)
+	switch place.Location {
+	case LocationQuery:
+		sep := "?"
+		if strings.Contains(target, "?") {
+			sep = "&"
+		}
+		target += sep + url.QueryEscape(place.Name) + "=" + url.QueryEscape(m.Key)
+	case LocationBody:
+		var err error
+		if body, err = withKeyField(body, place.Name, m.Key); err != nil {
+			return nil, err
+		}
+	}
+	req, err := dispatch.NewRequest(ctx, http.MethodPost, target, body)
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err // url.Error quotes the URL and its query
@@ -93,7 +108,9 @@ func (a *Adapter) newRequest(ctx context.Context, m *dispatch.Message) (*http.Re
 	}
 	req.Header = a.header.Clone()
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", m.Key)
+	if place.Location == LocationHeader {
+		req.Header.Set(place.Name, m.Key)
+	}
 	req.Header.Set("X-Agent-Idempotency-Tuple", m.Tuple.Encoded())
 	if validTraceparent(m.Traceparent) {
 		req.Header.Set("Traceparent", m.Traceparent)

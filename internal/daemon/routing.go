@@ -53,6 +53,7 @@ func newRoute(tool string, r *config.Route) *drainer.Route {
 		Fallback:     r.Fallback,
 		Ordering:     r.Ordering,
 		Backoff:      drainer.Backoff{Base: r.Backoff.Base, Cap: r.Backoff.Cap, MaxRetryAfter: r.Backoff.MaxRetryAfter},
+		KeyTTL:       r.KeyTTL,
 	}
 	if d := r.Detect; d.Enabled() {
 		headers := make(map[string]string, len(d.Headers))

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/drainer-io/drainer/internal/openapiroutes"
+	"github.com/spf13/cobra"
+)
+
+// newRoutesCmd is `drainer routes`, whose one subcommand is import.
+func newRoutesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "routes",
+		Short: "Generate routes from other sources",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newRoutesImportCmd())
+	return cmd
+}
+
+// routesImportOpts are the flags of `drainer routes import`.
+type routesImportOpts struct {
+	openapi, adapter string
+}
+
+// Validate checks that both flags are given.
+func (o routesImportOpts) Validate() error {
+	switch {
+	case o.openapi == "":
+		return usagef("--openapi is required")
+	case o.adapter == "":
+		return usagef("--adapter is required")
+	}
+	return nil
+}
+
+func newRoutesImportCmd() *cobra.Command {
+	var o routesImportOpts
+	cmd := &cobra.Command{
+		Use:   "import --openapi FILE --adapter NAME",
+		Short: "Print the routes: YAML for the x-agent-idempotency operations of an OpenAPI 3 document",
+		Long: `Reads an OpenAPI 3.0 or 3.1 document (YAML or JSON) whose operations carry
+the x-agent-idempotency extension and prints the routes: section for them on
+stdout: tool_name = operationId, adapter NAME, the class, key_ttl from
+ttl_seconds, idempotency_key from key_field/key_location, and compensation
+from the compensation triplet. read_only operations are not routed.
+Incomplete manifests are refused, all at once (exit 2).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			data, err := os.ReadFile(o.openapi)
+			if err != nil {
+				return usagef("read --openapi: %v", err)
+			}
+			res, err := openapiroutes.Import(o.openapi, data)
+			if err != nil {
+				return usageError{err}
+			}
+			if err := openapiroutes.WriteYAML(cmd.OutOrStdout(), o.openapi, o.adapter, res); err != nil {
+				return fmt.Errorf("write routes: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&o.openapi, "openapi", "", "OpenAPI 3 document, YAML or JSON (env DRAINER_OPENAPI)")
+	cmd.Flags().StringVar(&o.adapter, "adapter", "", "adapter name the routes use (env DRAINER_ADAPTER)")
+	return cmd
+}

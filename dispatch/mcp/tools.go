@@ -1,0 +1,133 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+)
+
+// Tool is one entry of tools/list, with the annotations the startup check reads.
+type Tool struct {
+	Name        string       `json:"name"`
+	Annotations *Annotations `json:"annotations"`
+}
+
+// Annotations are a tool's behaviour hints; nil means not given (MCP defaults:
+// readOnly false, destructive true, idempotent false).
+type Annotations struct {
+	ReadOnlyHint    *bool `json:"readOnlyHint"`
+	DestructiveHint *bool `json:"destructiveHint"`
+	IdempotentHint  *bool `json:"idempotentHint"`
+}
+
+// Route is what the startup check needs of a configured route.
+type Route struct {
+	Tool  string
+	Class string // naturally_idempotent | key_idempotent | non_idempotent
+}
+
+// ListTools reads every page of tools/list, initialising the session first.
+func (a *Adapter) ListTools(ctx context.Context) ([]Tool, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	if err := a.Init(ctx); err != nil {
+		return nil, err
+	}
+	var tools []Tool
+	cursor := ""
+	for page := 0; page < 1000; page++ {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		a.mu.Lock()
+		sid, proto := a.session, a.proto
+		a.mu.Unlock()
+		msg, _, _, r, ok := a.call(ctx, sid, proto, "tools/list", params, "")
+		if !ok {
+			return nil, fmt.Errorf("mcp tools/list: %w", r.Err)
+		}
+		if msg.Error != nil {
+			return nil, fmt.Errorf("mcp tools/list: %w", msg.Error)
+		}
+		var res struct {
+			Tools      []Tool `json:"tools"`
+			NextCursor string `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(msg.Result, &res); err != nil {
+			return nil, errors.New("mcp tools/list: the result is not a tool list")
+		}
+		tools = append(tools, res.Tools...)
+		if res.NextCursor == "" {
+			return tools, nil
+		}
+		cursor = res.NextCursor
+	}
+	return nil, errors.New("mcp tools/list: more than 1000 pages")
+}
+
+// CheckRoutes reads tools/list and checks the routes served by adapter name:
+// a tool the server lacks is an error (all of them at once, each naming the
+// tool and the adapter); a class that contradicts the tool's annotations is
+// logged as a warning naming both.
+func (a *Adapter) CheckRoutes(ctx context.Context, name string, routes []Route, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	tools, err := a.ListTools(ctx)
+	if err != nil {
+		return err
+	}
+	byName := make(map[string]Tool, len(tools))
+	for _, t := range tools {
+		byName[t.Name] = t
+	}
+	sort.Slice(routes, func(i, j int) bool { return routes[i].Tool < routes[j].Tool })
+	var errs []error
+	for _, r := range routes {
+		t, ok := byName[r.Tool]
+		if !ok {
+			errs = append(errs, fmt.Errorf("route %s: the MCP server of adapter %s has no tool %q", r.Tool, name, r.Tool))
+			continue
+		}
+		if why := Contradiction(r.Class, t.Annotations); why != "" {
+			log.Warn("route class contradicts the tool's annotations",
+				"route", r.Tool, "class", r.Class, "adapter", name, "tool", t.Name, "annotations", why)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Contradiction returns why class contradicts the annotations, or "" when it
+// does not (or when the tool gives none):
+//   - naturally_idempotent on a tool that is neither read-only nor idempotent;
+//   - non_idempotent on a tool that says it is read-only or idempotent;
+//   - naturally_idempotent on a destructive, non-idempotent tool.
+func Contradiction(class string, an *Annotations) string {
+	if an == nil {
+		return ""
+	}
+	readOnly := an.ReadOnlyHint != nil && *an.ReadOnlyHint
+	idempotent := an.IdempotentHint != nil && *an.IdempotentHint
+	destructive := an.DestructiveHint == nil || *an.DestructiveHint
+	switch class {
+	case "naturally_idempotent":
+		if !readOnly && !idempotent {
+			if destructive {
+				return "destructiveHint true and idempotentHint false"
+			}
+			return "readOnlyHint false and idempotentHint false"
+		}
+	case "non_idempotent":
+		if readOnly {
+			return "readOnlyHint true"
+		}
+		if idempotent {
+			return "idempotentHint true"
+		}
+	}
+	return ""
+}

@@ -1,0 +1,52 @@
+package drainer
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store/storetest"
+)
+
+// TestRouteKeyTTLOverridesAdapter: two rows first attempted 2h ago on the
+// same adapter (key_ttl 24h). The route with a key_ttl of 90m fails its row
+// without a call (the key may have expired upstream); the route that keeps
+// the adapter's window sends its row.
+func TestRouteKeyTTLOverridesAdapter(t *testing.T) {
+	pool := newPool(t)
+	var mu sync.Mutex
+	var sent []string
+	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		sent = append(sent, m.Tuple.ToolName)
+		mu.Unlock()
+		return dispatch.Result{Outcome: dispatch.Success, Status: 200}
+	})
+	short := storetest.Insert(t, pool, storetest.Row{ToolName: "short", Attempts: 1, DueIn: -time.Second})
+	long := storetest.Insert(t, pool, storetest.Row{ToolName: "long", Attempts: 1, DueIn: -time.Second})
+	if _, err := pool.Exec(t.Context(), "UPDATE drainer.outbox SET first_attempt_at = now() - interval '2 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	rt := testRouting(t, map[string]dispatch.Adapter{"p": a},
+		&Route{Tool: "short", Adapter: "p", KeyTTL: 90 * time.Minute},
+		&Route{Tool: "long", Adapter: "p"})
+	entry, _ := rt.Registry.Get("p")
+	entry.KeyTTL = 24 * time.Hour
+	startEngine(t, pool, rt, Config{Workers: 2})
+	waitFor(t, "both rows terminal", 10*time.Second, func() bool {
+		return getRow(t, pool, short).Status == outbox.StatusFailed && getRow(t, pool, long).Status == outbox.StatusSucceeded
+	})
+	r := getRow(t, pool, short)
+	if r.LastError == nil || !strings.Contains(*r.LastError, "key TTL guard") || !strings.Contains(*r.LastError, "1h30m") {
+		t.Fatalf("short row last_error = %v; want the key TTL guard naming the route's key_ttl", r.LastError)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 1 || sent[0] != "long" {
+		t.Fatalf("sent %v; only the row within its route's window may be sent", sent)
+	}
+}

@@ -1,0 +1,163 @@
+package openapiroutes
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+)
+
+func importFile(t *testing.T, name string) (*Result, error) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Import(path, data)
+}
+
+// checkSpliced puts the printed routes under a config with an http adapter
+// named adapter and loads it as `drainer check` does.
+func checkSpliced(t *testing.T, adapter string, res *Result) *config.Config {
+	t.Helper()
+	var out bytes.Buffer
+	if err := WriteYAML(&out, "spec", adapter, res); err != nil {
+		t.Fatal(err)
+	}
+	cfgText := "adapters:\n  " + adapter + ":\n    type: http\n    url: https://api.example.com/{tool_name}\n" + out.String()
+	cfg, err := config.Parse("spliced.yaml", []byte(cfgText), config.LoadOptions{Check: true})
+	if err != nil {
+		t.Fatalf("drainer check refuses the imported routes:\n%v\nconfig:\n%s", err, cfgText)
+	}
+	return cfg
+}
+
+func TestImportPayments30(t *testing.T) {
+	res, err := importFile(t, "payments-3.0.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := checkSpliced(t, "payments", res)
+	if len(cfg.Routes) != 5 {
+		t.Fatalf("%d routes, want 5: %v", len(cfg.Routes), cfg.Summary())
+	}
+	want := map[string]struct {
+		class string
+		ttl   time.Duration
+		key   *config.IdempotencyKey
+		comp  string
+	}{
+		"create_charge":    {"key_idempotent", 24 * time.Hour, &config.IdempotencyKey{Name: "Idempotency-Key", Location: "header"}, ""},
+		"refund_charge":    {"key_idempotent", 7 * 24 * time.Hour, &config.IdempotencyKey{Name: "request_id", Location: "body"}, ""},
+		"reverse_transfer": {"key_idempotent", 24 * time.Hour, &config.IdempotencyKey{Name: "idem", Location: "query"}, ""},
+		"send_transfer":    {"non_idempotent", 0, nil, "reverse_transfer"},
+		"upsert_customer":  {"naturally_idempotent", 0, nil, ""},
+	}
+	for tool, w := range want {
+		r := cfg.Routes[tool]
+		if r == nil {
+			t.Errorf("route %s missing", tool)
+			continue
+		}
+		if r.Adapter != "payments" || r.Class != w.class || r.KeyTTL != w.ttl || r.Compensation != w.comp ||
+			(w.key == nil) != (r.IdempotencyKey == nil) || (w.key != nil && *w.key != *r.IdempotencyKey) {
+			t.Errorf("route %s = %+v, key %+v; want %+v", tool, r, r.IdempotencyKey, w)
+		}
+	}
+	if cfg.Routes["list_charges"] != nil || cfg.Routes["health"] != nil {
+		t.Error("read_only or unannotated operation routed")
+	}
+	var out bytes.Buffer
+	WriteYAML(&out, "spec", "payments", res)
+	if !strings.Contains(out.String(), "# read_only operations are not routed: list_charges") {
+		t.Errorf("no comment naming the read_only operations:\n%s", out.String())
+	}
+}
+
+func TestImportOrders31(t *testing.T) {
+	res, err := importFile(t, "orders-3.1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := checkSpliced(t, "orders", res)
+	if len(cfg.Routes) != 4 || cfg.Routes["sendReceipt"].Compensation != "cancelOrder" ||
+		cfg.Routes["createOrder"].KeyTTL != 24*time.Hour || cfg.Routes["sendSms"].Class != "non_idempotent" {
+		t.Fatalf("routes: %s", cfg.Summary())
+	}
+}
+
+func TestImportBroken(t *testing.T) {
+	_, err := importFile(t, "broken.yaml")
+	if err == nil {
+		t.Fatal("broken manifest accepted")
+	}
+	msg := err.Error()
+	p := "testdata/broken.yaml: "
+	for _, want := range []string{
+		p + "#/paths/~1charges/post: x-agent-idempotency.ttl_seconds: missing",
+		p + "#/paths/~1charges/post: x-agent-idempotency.scope: missing",
+		p + "#/paths/~1charges/post: x-agent-idempotency.replay_header: missing",
+		p + "#/paths/~1charges/post: x-agent-idempotency.conflict_status: missing",
+		p + "#/paths/~1transfers/post: x-agent-idempotency.compensation: missing",
+		p + "#/paths/~1payouts/post: x-agent-idempotency.compensation.detection: missing",
+		p + `#/paths/~1payouts/post: x-agent-idempotency.compensation.operation: "cancel_payout" is not an operation`,
+		p + "#/paths/~1refunds/post: operationId: missing",
+		p + `#/paths/~1refunds~1{id}/put: operationId "create_charge" is also used by #/paths/~1charges/post`,
+		p + `#/paths/~1notes/post: x-agent-idempotency.class: unknown class "mostly_idempotent"; valid: read_only, naturally_idempotent, key_idempotent, non_idempotent`,
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("missing problem %q in:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "key_field: missing") {
+		t.Errorf("key_field was given:\n%s", msg)
+	}
+}
+
+func TestImportNotOpenAPI(t *testing.T) {
+	for name, doc := range map[string]string{
+		"config":    "adapters: {}\n",
+		"swagger 2": "swagger: \"2.0\"\ninfo: {title: x, version: \"1\"}\npaths: {}\n",
+		"garbage":   "\x00\xff{[",
+		"empty":     "",
+		"no paths":  "openapi: 3.0.3\ninfo: {title: x, version: \"1\"}\npaths: {}\n",
+		"bad paths": "openapi: 3.0.3\ninfo: {title: x, version: \"1\"}\npaths: 7\n",
+		"ext not object": "openapi: 3.0.3\ninfo: {title: x, version: \"1\"}\npaths:\n  /a:\n    post:\n      operationId: a\n" +
+			"      x-agent-idempotency: [1]\n      responses: {\"200\": {description: ok}}\n",
+		"ext wrong types": "openapi: 3.0.3\ninfo: {title: x, version: \"1\"}\npaths:\n  /a:\n    post:\n      operationId: a\n" +
+			"      x-agent-idempotency: {class: key_idempotent, ttl_seconds: soon}\n      responses: {\"200\": {description: ok}}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if res, err := Import("f.yaml", []byte(doc)); err == nil {
+				t.Fatalf("accepted: %+v", res)
+			} else if !strings.HasPrefix(err.Error(), "f.yaml: ") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+		})
+	}
+}
+
+func FuzzImport(f *testing.F) {
+	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := Import("f", data)
+		if err != nil {
+			return
+		}
+		var out bytes.Buffer
+		if err := WriteYAML(&out, "f", "a", res); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
