@@ -168,7 +168,9 @@ type Provider struct {
 	tmu    sync.Mutex
 	tuples map[string][]string
 
-	st counters
+	st   counters
+	ra   retryAfterBook
+	comp compensationBook
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -326,6 +328,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "missing "+HeaderIdempotencyKey+" header")
 		return
 	}
+	p.ra.check(key, time.Now())
 	tuple := r.Header.Get(HeaderTuple)
 	if tuple != "" {
 		p.recordTuple(tuple, key)
@@ -383,6 +386,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f == faultNone {
 		resp := successBody(key, tool, body)
 		p.commit(key, hash, resp)
+		p.comp.note(tuple, body)
 		p.st.successes.Add(1)
 		writeJSON(w, http.StatusOK, resp)
 		return
@@ -391,6 +395,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		(p.cfg.ApplyEffectBeforeFault && (f == fault503 || f == fault529 || f == faultTimeout))
 	if effectFirst {
 		p.commit(key, hash, successBody(key, tool, body))
+		p.comp.note(tuple, body)
 		if f != faultReset {
 			p.st.effectsBeforeFault.Add(1)
 		}
@@ -404,6 +409,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.release(key)
 		p.st.rateLimited.Add(1)
 		if p.cfg.RetryAfterSeconds >= 0 {
+			p.ra.give(key, time.Now(), time.Duration(p.cfg.RetryAfterSeconds)*time.Second)
 			w.Header().Set("Retry-After", strconv.Itoa(p.cfg.RetryAfterSeconds))
 		}
 		writeProblem(w, http.StatusTooManyRequests, "injected failure (Fail429)")

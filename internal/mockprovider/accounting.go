@@ -1,0 +1,98 @@
+package mockprovider
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// RetryAfterTolerance is how early a request may arrive before the
+// Retry-After the provider gave its key and still not count as a violation:
+// the client's clock and timers are coarser than the provider's.
+const RetryAfterTolerance = 200 * time.Millisecond
+
+// retryAfterBook remembers, per key, when the Retry-After last given to that
+// key expires (on the provider's own clock), and counts requests that
+// arrived before it.
+type retryAfterBook struct {
+	mu         sync.Mutex
+	notBefore  map[string]time.Time
+	violations []string
+}
+
+// check counts a violation if a request for key arrives now, before the
+// Retry-After last given to it expired.
+func (b *retryAfterBook) check(key string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if nb, ok := b.notBefore[key]; ok && now.Add(RetryAfterTolerance).Before(nb) {
+		b.violations = append(b.violations, key)
+	}
+}
+
+// give records that key was told to retry no sooner than after d.
+func (b *retryAfterBook) give(key string, now time.Time, d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.notBefore == nil {
+		b.notBefore = map[string]time.Time{}
+	}
+	b.notBefore[key] = now.Add(d)
+}
+
+// RetryAfterViolations returns the keys (one entry per offending request)
+// whose request arrived more than RetryAfterTolerance before the Retry-After
+// the provider had last answered for that key expired.
+func (p *Provider) RetryAfterViolations() []string {
+	p.ra.mu.Lock()
+	defer p.ra.mu.Unlock()
+	return append([]string(nil), p.ra.violations...)
+}
+
+// compensationBook records, per agent_run_id, the forward_key of every
+// compensation request whose effect the provider applied, in order.
+type compensationBook struct {
+	mu    sync.Mutex
+	byRun map[string][]string
+}
+
+// note records an applied request if its body is a compensation payload
+// (a JSON object with a string forward_key) and its tuple header names a run.
+func (b *compensationBook) note(tupleHeader string, body []byte) {
+	var pl struct {
+		ForwardKey *string `json:"forward_key"`
+	}
+	if json.Unmarshal(body, &pl) != nil || pl.ForwardKey == nil {
+		return
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(tupleHeader)
+	if err != nil {
+		return
+	}
+	var tu struct {
+		AgentRunID string `json:"agent_run_id"`
+	}
+	if json.Unmarshal(raw, &tu) != nil || tu.AgentRunID == "" {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byRun == nil {
+		b.byRun = map[string][]string{}
+	}
+	b.byRun[tu.AgentRunID] = append(b.byRun[tu.AgentRunID], *pl.ForwardKey)
+}
+
+// Compensations returns, per agent_run_id, the forward keys of the
+// compensations the provider applied, in the order their effects happened.
+// Only requests carrying X-Agent-Idempotency-Tuple are recorded.
+func (p *Provider) Compensations() map[string][]string {
+	p.comp.mu.Lock()
+	defer p.comp.mu.Unlock()
+	out := make(map[string][]string, len(p.comp.byRun))
+	for run, keys := range p.comp.byRun {
+		out[run] = append([]string(nil), keys...)
+	}
+	return out
+}
