@@ -25,26 +25,30 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench [--quick] [--json] [--database-url URL] [--workers N] [--replicas N]",
 		Short: "Measure drain throughput, latency and memory, and compare with River",
 		Long: `Measure the drain engine with a no-op adapter and the shipped default config
-(the config package's defaults; workers 16 unless --workers), --replicas engines
-in this process (each its own pool), on a throwaway durable Postgres (fsync on)
-unless --database-url names one. Reports (CONTRACT §8):
+(workers 64 unless --workers), --replicas engines (each its own pool), on a
+throwaway durable Postgres (fsync on) unless --database-url names one.
+Every rate is measured in the same run on the same server with the same row
+count. Reports the fields of CONTRACT §8 (docs/benchmarks.md says how each
+is measured):
 
-  drain_rows_per_s    pre-filled backlog, engine start until all rows succeeded
-  river_jobs_per_s    River v0.51.1 on the same server and job count, same
-                      total workers, best of a few fetch settings
-  ceiling_rows_per_s  bare claim (FOR UPDATE SKIP LOCKED) + batch complete loop,
-                      same schema and audit triggers
-  backlog_ratio       rate over the first 10^4 rows of a 10^6 backlog (10^5
-                      with --quick) ÷ the same from a 10^4 backlog
-  latency_p99_ms      enqueue commit → dispatch start at half the drain rate
-  peak_rss_bytes      process maxrss after the drain (all replicas together)
+  drain_rows_per_s, drain_no_audit_rows_per_s, audit_cost
+  river_jobs_per_s, ratio_vs_river      River at its own bench settings and at --workers
+  ceiling_rows_per_s, ratio_vs_ceiling  bare claim + complete loop on a minimal table
+  backlog_ratio                         first 10^4 rows of 10^6 (--quick 10^5) ÷ of 10^4
+  latency_p50_ms, latency_p99_ms, latency_achieved_ratio
+  xmin_ratio                            drain while a snapshot is held ÷ without
+  http_rows_per_s, http_in_flight_max   http adapter, provider answering after 50ms
+  enqueue_single_rows_per_s, insert_single_rows_per_s, enqueue_batch_rows_per_s
+  peak_rss_bytes                        largest replica process, 1,000 in flight
 
-and ratio_vs_river, ratio_vs_ceiling, latency_p50_ms and how each was measured.
-Progress goes to stderr; the table, or with --json one JSON object, to stdout.
---quick finishes within 3 minutes on 2 cores; a full run takes 5 to 10.
+plus xacts_per_row and wal_bytes_per_row of the drain and how each figure was
+measured. Progress goes to stderr; the table, or with --json one JSON object,
+to stdout. --quick finishes within 3 minutes on 2 cores; a full run takes
+about 10.
 
 On a --database-url server bench works in schemas of its own (--schema and
---schema + "_river"), refuses a schema it did not create, and drops them after.`,
+--schema + "_river"), refuses a schema it did not create (such as a live
+drainer schema), and drops what it created when done or interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Zero would mean "default" to the library; on the command line it is a mistake.
@@ -67,11 +71,38 @@ On a --database-url server bench works in schemas of its own (--schema and
 	f.IntVar(&o.Workers, "workers", config.DefaultWorkers, "workers per replica (and River MaxWorkers per client)")
 	f.IntVar(&o.Replicas, "replicas", bench.DefaultReplicas, "engines in this process, each its own pool (and River clients)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the drain runs to this file (go tool pprof -top FILE)")
+	f.BoolVar(&o.WaitEvents, "wait-events", false, "sample the replicas' wait events (pg_stat_activity) during the drain runs")
+	cmd.AddCommand(newBenchReplicaCmd())
 	return cmd
+}
+
+// newBenchReplicaCmd is the hidden `bench replica`: one replica process of
+// the peak_rss_bytes phase, started by bench with its spec in the
+// environment (bench.EnvReplica). It drains until SIGTERM.
+func newBenchReplicaCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "replica",
+		Short:  "One replica process of drainer bench (started by bench)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Getenv(bench.EnvReplica) == "" {
+				return usagef("bench replica is started by drainer bench, with %s set", bench.EnvReplica)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return bench.RunReplicaFromEnv(ctx, cmd.OutOrStdout())
+		},
+	}
 }
 
 func runBench(ctx context.Context, cmd *cobra.Command, o benchOpts) (err error) {
 	o.Progress, o.Version = cmd.ErrOrStderr(), version
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the drainer binary for the replica processes: %w", err)
+	}
+	o.ReplicaCommand = []string{exe, "bench", "replica"}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {

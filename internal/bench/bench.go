@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
@@ -52,15 +55,25 @@ type Options struct {
 	// DrainCPUProfile, when set, receives a CPU profile (pprof format) of
 	// this process during the drain runs: where the engine spends its time.
 	DrainCPUProfile io.Writer
+	// ReplicaCommand is the command line that starts one replica process
+	// for peak_rss_bytes (it must end in RunReplicaFromEnv, e.g. the drainer
+	// binary's hidden `bench replica`). Empty skips the phase: peak_rss_bytes
+	// is then 0 and Run says why.
+	ReplicaCommand []string
+	// WaitEvents samples the wait events of the drain's connections
+	// (pg_stat_activity) during the drain runs and reports them. The
+	// sampling costs the server a query every few milliseconds.
+	WaitEvents bool
 }
 
 // Sizes say how much each phase measures.
 type Sizes struct {
 	// WarmupRows are drained once before anything is measured.
 	WarmupRows int
-	// Rows is the job count of the drain, River and ceiling phases.
+	// Rows is the row (and job) count of every rate: drain, no-audit drain,
+	// River, ceiling, http, enqueue and insert.
 	Rows int
-	// DrainRuns is how often the drain is measured; the best run counts.
+	// DrainRuns is how often each drain is measured; the best run counts.
 	DrainRuns int
 	// BacklogSmall and BacklogLarge are the two backlogs of backlog_ratio;
 	// BacklogMeasured rows are drained from each.
@@ -68,7 +81,15 @@ type Sizes struct {
 	// LatencyDuration is how long producers enqueue; rows committed in the
 	// first LatencyWarmup are left out of the percentiles.
 	LatencyDuration, LatencyWarmup time.Duration
-	// RiverSettings are the River fetch settings tried; the best counts.
+	// XminDuration is how long each of the two xmin_ratio drains runs (one
+	// of them while another session holds a snapshot the whole time).
+	XminDuration time.Duration
+	// RSSWorkers is the worker count of each replica process of the
+	// peak_rss_bytes phase, whose adapter holds every row RSSHold, so that
+	// about RSSWorkers rows are in flight per replica.
+	RSSWorkers int
+	RSSHold    time.Duration
+	// RiverSettings are the River configurations tried; the best counts.
 	RiverSettings []RiverSetting
 	// CeilingSettings are the bare-loop configurations tried; the best counts.
 	CeilingSettings []CeilingSetting
@@ -76,21 +97,45 @@ type Sizes struct {
 
 // CeilingSetting is one configuration of the bare claim/complete loops.
 type CeilingSetting struct {
-	// LoopsPerReplica is how many loops run per replica.
-	LoopsPerReplica int
-	// Batch is the rows per claim (and so per completion); 0 means the
-	// engine's claim batch.
+	// Loops is how many loops run at once (all replicas together).
+	Loops int
+	// Batch is the rows per claim (and so per completion).
 	Batch int
 }
 
-// RiverSetting is one River fetch configuration.
+// RiverSetting is one River client configuration; every client (one per
+// replica) runs it.
 type RiverSetting struct {
+	// Workers is MaxWorkers of the default queue per client; 0 means
+	// drainer's worker count (Options.Workers).
+	Workers                          int
 	FetchCooldown, FetchPollInterval time.Duration
 }
 
-// riverbenchSetting is what River's own benchmark (cmd/river/riverbench)
-// uses: "much better than the client's default values".
-var riverbenchSetting = RiverSetting{FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond}
+// riverbenchWorkers, riverbenchCooldown and riverbenchPoll are what River's
+// own benchmark (cmd/river/riverbench/river_bench.go) runs: 2,000 workers
+// in the default queue and fetch settings "much better than the client's
+// default values".
+const (
+	riverbenchWorkers  = 2_000
+	riverbenchCooldown = 2 * time.Millisecond
+	riverbenchPoll     = 20 * time.Millisecond
+)
+
+// riverSettings are the two settings of CONTRACT §8: River's own benchmark
+// settings, and drainer's worker count with the same fetch settings.
+func riverSettings() []RiverSetting {
+	return []RiverSetting{
+		{Workers: riverbenchWorkers, FetchCooldown: riverbenchCooldown, FetchPollInterval: riverbenchPoll},
+		{Workers: 0, FetchCooldown: riverbenchCooldown, FetchPollInterval: riverbenchPoll},
+	}
+}
+
+// ceilingSettings are the four of CONTRACT §8: batches of 100 and 1,000
+// rows, 2 and 4 loops.
+func ceilingSettings() []CeilingSetting {
+	return []CeilingSetting{{Loops: 2, Batch: 100}, {Loops: 4, Batch: 100}, {Loops: 2, Batch: 1000}, {Loops: 4, Batch: 1000}}
+}
 
 // QuickSizes finish every phase within 3 minutes on a 2-core machine.
 func QuickSizes() Sizes {
@@ -98,27 +143,23 @@ func QuickSizes() Sizes {
 		WarmupRows: 2_000, Rows: 20_000, DrainRuns: 2,
 		BacklogSmall: 10_000, BacklogLarge: 100_000, BacklogMeasured: 10_000,
 		LatencyDuration: 10 * time.Second, LatencyWarmup: 2 * time.Second,
-		RiverSettings:   []RiverSetting{riverbenchSetting, {FetchCooldown: time.Millisecond, FetchPollInterval: 10 * time.Millisecond}},
-		CeilingSettings: []CeilingSetting{{LoopsPerReplica: 2}, {LoopsPerReplica: 2, Batch: ceilingLargeBatch}},
+		XminDuration: 20 * time.Second,
+		RSSWorkers:   1000, RSSHold: time.Second,
+		RiverSettings:   riverSettings(),
+		CeilingSettings: ceilingSettings(),
 	}
 }
 
-// FullSizes are the sizes of a full run (about 5 to 10 minutes on 2 cores,
-// most of it filling the 10^6-row backlog).
+// FullSizes are the sizes of a full run (about 10 minutes on 2 cores).
 func FullSizes() Sizes {
 	return Sizes{
 		WarmupRows: 5_000, Rows: 100_000, DrainRuns: 2,
 		BacklogSmall: 10_000, BacklogLarge: 1_000_000, BacklogMeasured: 10_000,
 		LatencyDuration: 30 * time.Second, LatencyWarmup: 5 * time.Second,
-		RiverSettings: []RiverSetting{
-			riverbenchSetting,
-			{FetchCooldown: time.Millisecond, FetchPollInterval: 10 * time.Millisecond},
-			{FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond},
-		},
-		CeilingSettings: []CeilingSetting{
-			{LoopsPerReplica: 1}, {LoopsPerReplica: 2},
-			{LoopsPerReplica: 1, Batch: ceilingLargeBatch}, {LoopsPerReplica: 2, Batch: ceilingLargeBatch},
-		},
+		XminDuration: 60 * time.Second,
+		RSSWorkers:   1000, RSSHold: time.Second,
+		RiverSettings:   riverSettings(),
+		CeilingSettings: ceilingSettings(),
 	}
 }
 
@@ -132,6 +173,9 @@ func (s Sizes) withDefaults(d Sizes) Sizes {
 	s.BacklogMeasured = cmp.Or(s.BacklogMeasured, d.BacklogMeasured)
 	s.LatencyDuration = cmp.Or(s.LatencyDuration, d.LatencyDuration)
 	s.LatencyWarmup = cmp.Or(s.LatencyWarmup, d.LatencyWarmup)
+	s.XminDuration = cmp.Or(s.XminDuration, d.XminDuration)
+	s.RSSWorkers = cmp.Or(s.RSSWorkers, d.RSSWorkers)
+	s.RSSHold = cmp.Or(s.RSSHold, d.RSSHold)
 	if len(s.RiverSettings) == 0 {
 		s.RiverSettings = d.RiverSettings
 	}
@@ -148,10 +192,14 @@ func (s Sizes) validate() error {
 		name string
 		n    int
 	}{{"warmup rows", s.WarmupRows}, {"rows", s.Rows}, {"drain runs", s.DrainRuns},
-		{"small backlog", s.BacklogSmall}, {"large backlog", s.BacklogLarge}, {"measured backlog rows", s.BacklogMeasured}} {
+		{"small backlog", s.BacklogSmall}, {"large backlog", s.BacklogLarge}, {"measured backlog rows", s.BacklogMeasured},
+		{"rss workers", s.RSSWorkers}} {
 		if v.n < 1 {
 			errs = append(errs, fmt.Errorf("%s (%d) must be positive", v.name, v.n))
 		}
+	}
+	if s.RSSWorkers > config.MaxWorkers {
+		errs = append(errs, fmt.Errorf("rss workers (%d) must not exceed %d", s.RSSWorkers, config.MaxWorkers))
 	}
 	if s.BacklogMeasured < 2 {
 		errs = append(errs, fmt.Errorf("measured backlog rows (%d) must be at least 2: the rate is taken between the first and the last", s.BacklogMeasured))
@@ -166,14 +214,21 @@ func (s Sizes) validate() error {
 	if s.LatencyWarmup < 0 || s.LatencyDuration <= s.LatencyWarmup {
 		errs = append(errs, fmt.Errorf("latency duration (%s) must exceed its warm-up (%s)", s.LatencyDuration, s.LatencyWarmup))
 	}
+	if s.XminDuration < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("xmin duration (%s) must be at least 100ms", s.XminDuration))
+	}
+	if s.RSSHold <= 0 {
+		errs = append(errs, fmt.Errorf("rss hold (%s) must be positive", s.RSSHold))
+	}
 	for _, r := range s.RiverSettings {
-		if r.FetchCooldown < time.Millisecond || r.FetchPollInterval < time.Millisecond {
-			errs = append(errs, fmt.Errorf("river fetch cooldown and poll interval (%s, %s) must be at least 1ms", r.FetchCooldown, r.FetchPollInterval))
+		if r.Workers < 0 || r.FetchCooldown < time.Millisecond || r.FetchPollInterval < time.Millisecond {
+			errs = append(errs, fmt.Errorf("river workers (%d) must not be negative, fetch cooldown and poll interval (%s, %s) at least 1ms",
+				r.Workers, r.FetchCooldown, r.FetchPollInterval))
 		}
 	}
 	for _, c := range s.CeilingSettings {
-		if c.LoopsPerReplica < 1 || c.Batch < 0 {
-			errs = append(errs, fmt.Errorf("ceiling loops per replica (%d) must be positive and its batch (%d) not negative", c.LoopsPerReplica, c.Batch))
+		if c.Loops < 1 || c.Batch < 1 {
+			errs = append(errs, fmt.Errorf("ceiling loops (%d) and batch (%d) must be positive", c.Loops, c.Batch))
 		}
 	}
 	return errors.Join(errs...)
@@ -227,13 +282,34 @@ type Result struct {
 	Server          string  `json:"server"`
 	Audit           bool    `json:"audit"`
 	DurationS       float64 `json:"duration_s"`
+	// LoadAvgStart and LoadAvgEnd are the machine's 1-minute load average
+	// (/proc/loadavg) when the run started and ended: other work on the
+	// machine depresses every figure.
+	LoadAvgStart float64 `json:"load_avg_start"`
+	LoadAvgEnd   float64 `json:"load_avg_end"`
 
 	DrainRowsPerS float64   `json:"drain_rows_per_s"`
 	DrainRuns     []float64 `json:"drain_runs_rows_per_s"`
 	// DrainClaimBatchAvg is the mean rows per claim over the drain runs.
 	DrainClaimBatchAvg float64 `json:"drain_claim_batch_avg"`
+	// XactsPerRow and WALBytesPerRow are the server's committed
+	// transactions (pg_stat_database.xact_commit) and WAL bytes
+	// (pg_current_wal_lsn) per drained row over the drain runs, audit on.
+	XactsPerRow    float64 `json:"xacts_per_row"`
+	WALBytesPerRow float64 `json:"wal_bytes_per_row"`
+	// DrainWaitEvents counts the sampled states of the replicas'
+	// connections during the drain runs ("CPU" for an active connection
+	// without a wait event); only with Options.WaitEvents.
+	DrainWaitEvents map[string]int `json:"drain_wait_events,omitempty"`
+
+	DrainNoAuditRowsPerS  float64   `json:"drain_no_audit_rows_per_s"`
+	DrainNoAuditRuns      []float64 `json:"drain_no_audit_runs_rows_per_s"`
+	XactsPerRowNoAudit    float64   `json:"xacts_per_row_no_audit"`
+	WALBytesPerRowNoAudit float64   `json:"wal_bytes_per_row_no_audit"`
+	AuditCost             float64   `json:"audit_cost"`
 
 	RiverJobsPerS            float64    `json:"river_jobs_per_s"`
+	RiverWorkers             int        `json:"river_workers"`
 	RiverFetchCooldownMs     float64    `json:"river_fetch_cooldown_ms"`
 	RiverFetchPollIntervalMs float64    `json:"river_fetch_poll_interval_ms"`
 	RiverRuns                []RiverRun `json:"river_runs"`
@@ -257,14 +333,43 @@ type Result struct {
 	LatencyP99Ms            float64 `json:"latency_p99_ms"`
 	LatencyOfferedRowsPerS  float64 `json:"latency_offered_rows_per_s"`
 	LatencyAchievedRowsPerS float64 `json:"latency_achieved_rows_per_s"`
+	LatencyAchievedRatio    float64 `json:"latency_achieved_ratio"`
+	LatencyProducers        int     `json:"latency_producers"`
+	LatencyRowsPerXact      float64 `json:"latency_rows_per_xact"`
 	LatencySamples          int     `json:"latency_samples"`
+	// LatencyUndispatched counts the measured rows not dispatched 10 s
+	// after the producers stopped; when positive, the percentiles are
+	// lower bounds.
+	LatencyUndispatched int `json:"latency_undispatched_rows"`
 
-	PeakRSSBytes        int64 `json:"peak_rss_bytes"`
-	ProcessPeakRSSBytes int64 `json:"process_peak_rss_bytes"`
+	XminRatio            float64 `json:"xmin_ratio"`
+	XminRowsPerS         float64 `json:"xmin_rows_per_s"`
+	XminBaselineRowsPerS float64 `json:"xmin_baseline_rows_per_s"`
+	XminDurationS        float64 `json:"xmin_duration_s"`
+
+	HTTPRowsPerS    float64 `json:"http_rows_per_s"`
+	HTTPInFlightMax int     `json:"http_in_flight_max"`
+	HTTPDelayMs     float64 `json:"http_delay_ms"`
+
+	EnqueueSingleRowsPerS float64 `json:"enqueue_single_rows_per_s"`
+	// EnqueueSingleNotifyOffRowsPerS is enqueue_single_rows_per_s with SET
+	// drainer.notify = off (not measured with Quick: 0).
+	EnqueueSingleNotifyOffRowsPerS float64 `json:"enqueue_single_notify_off_rows_per_s"`
+	InsertSingleRowsPerS           float64 `json:"insert_single_rows_per_s"`
+	EnqueueVsInsert                float64 `json:"enqueue_vs_insert"`
+	EnqueueBatchRowsPerS           float64 `json:"enqueue_batch_rows_per_s"`
+	EnqueueBatchSize               int     `json:"enqueue_batch_size"`
+	EnqueueConnections             int     `json:"enqueue_connections"`
+
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
+	RSSReplicaBytes []int64 `json:"rss_replica_bytes"`
+	RSSWorkers      int     `json:"rss_workers"`
+	RSSInFlightMax  int     `json:"rss_in_flight_max"`
 }
 
 // RiverRun is one River measurement.
 type RiverRun struct {
+	Workers             int     `json:"workers"`
 	FetchCooldownMs     float64 `json:"fetch_cooldown_ms"`
 	FetchPollIntervalMs float64 `json:"fetch_poll_interval_ms"`
 	JobsPerS            float64 `json:"jobs_per_s"`
@@ -278,21 +383,26 @@ type CeilingRun struct {
 }
 
 // Run measures every figure and returns them. It leaves nothing running
-// and, on a database given by URL, drops the schemas it created.
+// and drops everything it created (on a database given by URL: its
+// schemas; otherwise the whole throwaway cluster), also when ctx is
+// cancelled.
 func Run(ctx context.Context, opts Options) (res *Result, err error) {
 	opts = opts.withDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	begin := time.Now()
-	r := &runner{opts: opts, sizes: opts.Sizes, progress: opts.Progress}
-	res = &Result{Quick: opts.Quick, Rows: opts.Sizes.Rows, Workers: opts.Workers, Replicas: opts.Replicas}
+	r := &runner{opts: opts, sizes: opts.Sizes, progress: opts.Progress, begin: begin}
+	res = &Result{Quick: opts.Quick, Rows: opts.Sizes.Rows, Workers: opts.Workers, Replicas: opts.Replicas, LoadAvgStart: loadAvg()}
 
 	url := opts.DatabaseURL
 	res.Server = "server given by --database-url"
 	if url == "" {
 		r.logf("starting a throwaway durable Postgres cluster (fsync on)")
-		c, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true})
+		c, err := pgtemp.Start(ctx, pgtemp.Options{Durable: true, Settings: map[string]string{
+			// Replica processes of the RSS phase open drainer run's pools.
+			"max_connections": "400",
+		}})
 		if err != nil {
 			return nil, fmt.Errorf("start throwaway Postgres (or pass --database-url): %w", err)
 		}
@@ -319,11 +429,11 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	res.DurationS = round(time.Since(begin).Seconds(), 1)
+	res.LoadAvgEnd = loadAvg()
 	return res, nil
 }
 
-// measure runs the phases in order. The drain runs first, so peak_rss_bytes
-// is read while the process has hosted nothing but the replicas.
+// measure runs the phases in order.
 func (r *runner) measure(ctx context.Context, res *Result) error {
 	if err := r.warmup(ctx); err != nil {
 		return err
@@ -331,19 +441,16 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 	if err := r.drains(ctx, res); err != nil {
 		return err
 	}
-	rss, err := peakRSS()
-	if err != nil {
-		return fmt.Errorf("peak RSS: %w", err)
+	if err := r.drainsNoAudit(ctx, res); err != nil {
+		return err
 	}
-	res.PeakRSSBytes = rss
 
 	for _, c := range r.sizes.CeilingSettings {
-		run := CeilingRun{Loops: c.LoopsPerReplica * r.opts.Replicas, Batch: cmp.Or(c.Batch, r.batchSize)}
-		rate, err := r.ceiling(ctx, run.Loops, run.Batch)
+		rate, err := r.ceiling(ctx, c.Loops, c.Batch)
 		if err != nil {
 			return err
 		}
-		run.RowsPerS = round(rate, 1)
+		run := CeilingRun{Loops: c.Loops, Batch: c.Batch, RowsPerS: round(rate, 1)}
 		res.CeilingRuns = append(res.CeilingRuns, run)
 		if run.RowsPerS > res.CeilingRowsPerS {
 			res.CeilingRowsPerS, res.CeilingLoops, res.CeilingBatch = run.RowsPerS, run.Loops, run.Batch
@@ -351,14 +458,16 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 	}
 
 	for _, s := range r.sizes.RiverSettings {
+		s.Workers = cmp.Or(s.Workers, r.opts.Workers)
 		rate, err := r.river(ctx, s)
 		if err != nil {
 			return err
 		}
-		run := RiverRun{FetchCooldownMs: ms(s.FetchCooldown), FetchPollIntervalMs: ms(s.FetchPollInterval), JobsPerS: round(rate, 1)}
+		run := RiverRun{Workers: s.Workers, FetchCooldownMs: ms(s.FetchCooldown), FetchPollIntervalMs: ms(s.FetchPollInterval), JobsPerS: round(rate, 1)}
 		res.RiverRuns = append(res.RiverRuns, run)
 		if run.JobsPerS > res.RiverJobsPerS {
-			res.RiverJobsPerS, res.RiverFetchCooldownMs, res.RiverFetchPollIntervalMs = run.JobsPerS, run.FetchCooldownMs, run.FetchPollIntervalMs
+			res.RiverJobsPerS, res.RiverWorkers = run.JobsPerS, run.Workers
+			res.RiverFetchCooldownMs, res.RiverFetchPollIntervalMs = run.FetchCooldownMs, run.FetchPollIntervalMs
 		}
 	}
 
@@ -379,22 +488,38 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 	}
 	res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms = round(lat.p50, 2), round(lat.p90, 2), round(lat.p99, 2)
 	res.LatencyOfferedRowsPerS, res.LatencyAchievedRowsPerS = round(lat.offered, 1), round(lat.achieved, 1)
-	res.LatencySamples = lat.samples
+	res.LatencyProducers, res.LatencyRowsPerXact = latencyProducers, round(lat.rowsPerXact, 2)
+	res.LatencySamples, res.LatencyUndispatched = lat.samples, lat.undispatched
 
-	if rss, err = peakRSS(); err != nil {
-		return fmt.Errorf("peak RSS: %w", err)
+	if err := r.xmin(ctx, res); err != nil {
+		return err
 	}
-	res.ProcessPeakRSSBytes = rss
+	if err := r.httpPhase(ctx, res); err != nil {
+		return err
+	}
+	if err := r.enqueues(ctx, res); err != nil {
+		return err
+	}
+	if err := r.rss(ctx, res); err != nil {
+		return err
+	}
 
 	// Ratios from the rounded figures, so they agree with what is printed.
 	var errs []error
 	res.RatioVsRiver, errs = ratio(res.DrainRowsPerS, res.RiverJobsPerS, "river_jobs_per_s", errs)
 	res.RatioVsCeiling, errs = ratio(res.DrainRowsPerS, res.CeilingRowsPerS, "ceiling_rows_per_s", errs)
 	res.BacklogRatio, errs = ratio(res.BacklogLargeRowsPerS, res.BacklogSmallRowsPerS, "backlog_small_rows_per_s", errs)
+	res.LatencyAchievedRatio, errs = ratio(res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS, "latency_offered_rows_per_s", errs)
+	res.XminRatio, errs = ratio(res.XminRowsPerS, res.XminBaselineRowsPerS, "xmin_baseline_rows_per_s", errs)
+	res.EnqueueVsInsert, errs = ratio(res.EnqueueSingleRowsPerS, res.InsertSingleRowsPerS, "insert_single_rows_per_s", errs)
+	var withOver float64
+	withOver, errs = ratio(res.DrainRowsPerS, res.DrainNoAuditRowsPerS, "drain_no_audit_rows_per_s", errs)
+	res.AuditCost = round(1-withOver, 3)
 	return errors.Join(errs...)
 }
 
-// drains measures the drain DrainRuns times, under the CPU profiler if asked.
+// drains measures the drain (audit on) DrainRuns times, under the CPU
+// profiler if asked, counting the server's transactions and WAL.
 func (r *runner) drains(ctx context.Context, res *Result) error {
 	if w := r.opts.DrainCPUProfile; w != nil {
 		if err := pprof.StartCPUProfile(w); err != nil {
@@ -402,22 +527,81 @@ func (r *runner) drains(ctx context.Context, res *Result) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	var stop func() map[string]int
+	if r.opts.WaitEvents {
+		stop = r.sampleWaits(ctx)
+	}
 	r.registries = nil
 	defer func() { r.registries = nil }()
-	for i := range r.sizes.DrainRuns {
-		rate, err := r.drain(ctx, i+1)
-		if err != nil {
-			return err
-		}
-		res.DrainRuns = append(res.DrainRuns, round(rate, 1))
-		res.DrainRowsPerS = max(res.DrainRowsPerS, round(rate, 1))
+	runs, cost, err := r.drainRuns(ctx, "drain")
+	if stop != nil {
+		res.DrainWaitEvents = stop()
 	}
+	if err != nil {
+		return err
+	}
+	res.DrainRuns = runs
+	res.DrainRowsPerS = best(runs)
+	res.XactsPerRow, res.WALBytesPerRow = round(cost.xactsPerRow(), 2), round(cost.walPerRow(), 0)
 	avg, err := r.claimBatchAvg()
 	if err != nil {
 		return err
 	}
 	res.DrainClaimBatchAvg = round(avg, 1)
 	return nil
+}
+
+// drainsNoAudit measures the same drain with the audit triggers disabled.
+func (r *runner) drainsNoAudit(ctx context.Context, res *Result) (err error) {
+	if err := r.setAudit(ctx, false); err != nil {
+		return err
+	}
+	defer func() {
+		if aerr := r.setAudit(context.WithoutCancel(ctx), true); err == nil {
+			err = aerr
+		}
+	}()
+	runs, cost, err := r.drainRuns(ctx, "drain without audit")
+	if err != nil {
+		return err
+	}
+	res.DrainNoAuditRuns = runs
+	res.DrainNoAuditRowsPerS = best(runs)
+	res.XactsPerRowNoAudit, res.WALBytesPerRowNoAudit = round(cost.xactsPerRow(), 2), round(cost.walPerRow(), 0)
+	return nil
+}
+
+// drainRuns measures DrainRuns drains and what they cost the server.
+func (r *runner) drainRuns(ctx context.Context, name string) ([]float64, serverCost, error) {
+	var runs []float64
+	var cost serverCost
+	for i := range r.sizes.DrainRuns {
+		rate, c, err := r.drain(ctx, name, i+1)
+		if err != nil {
+			return nil, cost, err
+		}
+		cost.add(c)
+		runs = append(runs, round(rate, 1))
+	}
+	return runs, cost, nil
+}
+
+func best(vs []float64) float64 {
+	m := 0.0
+	for _, v := range vs {
+		m = max(m, v)
+	}
+	return m
+}
+
+// loadAvg returns the 1-minute load average, or 0 where /proc/loadavg is missing.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
+	return f
 }
 
 // ratio returns a/b rounded to three decimals, or records why it cannot.
@@ -441,6 +625,7 @@ type runner struct {
 	opts     Options
 	sizes    Sizes
 	progress io.Writer
+	begin    time.Time
 
 	url          string
 	admin        *pgxpool.Pool   // setup, fills, polls
@@ -460,5 +645,5 @@ type runner struct {
 }
 
 func (r *runner) logf(format string, args ...any) {
-	fmt.Fprintf(r.progress, "bench: "+format+"\n", args...)
+	fmt.Fprintf(r.progress, "bench %5.1fs: "+format+"\n", append([]any{time.Since(r.begin).Seconds()}, args...)...)
 }

@@ -9,11 +9,31 @@ import (
 	"testing"
 	"time"
 
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
 	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/migrations"
 	"github.com/jackc/pgx/v5"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+// TestMain runs the tests, or, started by the peak RSS phase of a test's
+// Run (ReplicaCommand is this binary), one replica process.
+func TestMain(m *testing.M) {
+	if os.Getenv(EnvReplica) != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := RunReplicaFromEnv(ctx, os.Stdout)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	dbtest.Main(m)
+}
 
 // tinySizes run every phase in a few seconds; the figures mean nothing.
 func tinySizes() Sizes {
@@ -21,8 +41,10 @@ func tinySizes() Sizes {
 		WarmupRows: 50, Rows: 300, DrainRuns: 1,
 		BacklogSmall: 200, BacklogLarge: 500, BacklogMeasured: 100,
 		LatencyDuration: 1500 * time.Millisecond, LatencyWarmup: 200 * time.Millisecond,
-		RiverSettings:   []RiverSetting{riverbenchSetting},
-		CeilingSettings: []CeilingSetting{{LoopsPerReplica: 1}},
+		XminDuration: 300 * time.Millisecond,
+		RSSWorkers:   4, RSSHold: 20 * time.Millisecond,
+		RiverSettings:   []RiverSetting{{FetchCooldown: riverbenchCooldown, FetchPollInterval: riverbenchPoll}},
+		CeilingSettings: []CeilingSetting{{Loops: 2, Batch: 100}},
 	}
 }
 
@@ -30,22 +52,36 @@ func tinySizes() Sizes {
 // numeric ones must be positive and finite.
 var (
 	numericFields = []string{
-		"drain_rows_per_s", "river_jobs_per_s", "ratio_vs_river", "ceiling_rows_per_s", "ratio_vs_ceiling",
-		"backlog_ratio", "backlog_rows", "latency_p50_ms", "latency_p99_ms", "peak_rss_bytes",
+		"drain_rows_per_s", "drain_no_audit_rows_per_s", "river_jobs_per_s", "ratio_vs_river",
+		"ceiling_rows_per_s", "ratio_vs_ceiling", "backlog_ratio", "backlog_rows",
+		"latency_p99_ms", "latency_achieved_ratio", "xmin_ratio",
+		"http_rows_per_s", "http_in_flight_max", "enqueue_single_rows_per_s", "insert_single_rows_per_s",
+		"enqueue_batch_rows_per_s", "peak_rss_bytes", "xacts_per_row", "wal_bytes_per_row",
 		"rows", "workers", "replicas", "duration_s",
 	}
-	otherFields = []string{"postgres_version", "quick", "audit"}
+	// finiteFields may be zero or negative on tiny runs (a difference of
+	// two noisy rates; a latency under the clock's resolution).
+	finiteFields = []string{"audit_cost", "latency_p50_ms"}
+	otherFields  = []string{"postgres_version", "quick", "audit"}
 	// tableFields are the figures the table shows, by JSON name.
 	tableFields = []string{
-		"drain_rows_per_s", "river_jobs_per_s", "ratio_vs_river", "ceiling_rows_per_s", "ratio_vs_ceiling",
-		"backlog_ratio", "latency_p50_ms", "latency_p99_ms", "peak_rss_bytes",
+		"drain_rows_per_s", "drain_no_audit_rows_per_s", "audit_cost", "river_jobs_per_s", "ratio_vs_river",
+		"ceiling_rows_per_s", "ratio_vs_ceiling", "backlog_ratio", "latency_p50_ms", "latency_p99_ms",
+		"latency_achieved_ratio", "xmin_ratio", "http_rows_per_s", "http_in_flight_max",
+		"enqueue_single_rows_per_s", "insert_single_rows_per_s", "enqueue_batch_rows_per_s", "peak_rss_bytes",
+		"xacts_per_row", "wal_bytes_per_row",
 	}
 )
 
+// TestRunReportsEveryField runs every phase on a database that also holds a
+// live drainer schema with a row: bench works beside it, in its own
+// schemas, and leaves it as it was.
 func TestRunReportsEveryField(t *testing.T) {
 	url := dbtest.NewDatabase(t)
+	liveDrainer(t, url)
 	var progress bytes.Buffer
-	res, err := Run(t.Context(), Options{DatabaseURL: url, Workers: 4, Replicas: 2, Quick: true, Sizes: tinySizes(), Progress: &progress})
+	res, err := Run(t.Context(), Options{DatabaseURL: url, Workers: 4, Replicas: 2, Quick: true, Sizes: tinySizes(), Progress: &progress,
+		ReplicaCommand: []string{os.Args[0]}})
 	if err != nil {
 		t.Fatalf("run: %v\nprogress:\n%s", err, progress.String())
 	}
@@ -66,6 +102,12 @@ func TestRunReportsEveryField(t *testing.T) {
 		v, ok := got[f].(float64)
 		if !ok || v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
 			t.Errorf("%s = %v (%T), want a positive finite number", f, got[f], got[f])
+		}
+	}
+	for _, f := range finiteFields {
+		v, ok := got[f].(float64)
+		if !ok || math.IsInf(v, 0) || math.IsNaN(v) {
+			t.Errorf("%s = %v (%T), want a finite number", f, got[f], got[f])
 		}
 	}
 	for _, f := range otherFields {
@@ -91,6 +133,9 @@ func TestRunReportsEveryField(t *testing.T) {
 		{"ratio_vs_river", res.RatioVsRiver, res.DrainRowsPerS, res.RiverJobsPerS},
 		{"ratio_vs_ceiling", res.RatioVsCeiling, res.DrainRowsPerS, res.CeilingRowsPerS},
 		{"backlog_ratio", res.BacklogRatio, res.BacklogLargeRowsPerS, res.BacklogSmallRowsPerS},
+		{"latency_achieved_ratio", res.LatencyAchievedRatio, res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS},
+		{"xmin_ratio", res.XminRatio, res.XminRowsPerS, res.XminBaselineRowsPerS},
+		{"1 - audit_cost", 1 - res.AuditCost, res.DrainRowsPerS, res.DrainNoAuditRowsPerS},
 	} {
 		if math.Abs(c.ratio-c.a/c.b) > 0.0005+1e-9 {
 			t.Errorf("%s = %v, want %v / %v = %v", c.name, c.ratio, c.a, c.b, c.a/c.b)
@@ -100,20 +145,33 @@ func TestRunReportsEveryField(t *testing.T) {
 	if len(res.DrainRuns) != 1 || res.DrainRuns[0] != res.DrainRowsPerS {
 		t.Errorf("drain runs %v, reported %v", res.DrainRuns, res.DrainRowsPerS)
 	}
-	if len(res.RiverRuns) != 1 || res.RiverRuns[0].JobsPerS != res.RiverJobsPerS || res.RiverFetchCooldownMs != 2 {
-		t.Errorf("river runs %+v, reported %v at %vms", res.RiverRuns, res.RiverJobsPerS, res.RiverFetchCooldownMs)
+	// River with Workers 0 runs drainer's worker count.
+	if len(res.RiverRuns) != 1 || res.RiverRuns[0].JobsPerS != res.RiverJobsPerS || res.RiverFetchCooldownMs != 2 || res.RiverWorkers != 4 {
+		t.Errorf("river runs %+v, reported %v at %vms with %d workers", res.RiverRuns, res.RiverJobsPerS, res.RiverFetchCooldownMs, res.RiverWorkers)
 	}
-	if len(res.CeilingRuns) != 1 || res.CeilingRuns[0].RowsPerS != res.CeilingRowsPerS || res.CeilingLoops != 2 || res.CeilingBatch != 4 {
+	if len(res.CeilingRuns) != 1 || res.CeilingRuns[0].RowsPerS != res.CeilingRowsPerS || res.CeilingLoops != 2 || res.CeilingBatch != 100 {
 		t.Errorf("ceiling runs %+v, reported %v with %d loops × %d", res.CeilingRuns, res.CeilingRowsPerS, res.CeilingLoops, res.CeilingBatch)
+	}
+	// The http provider never saw more requests at once than there are workers.
+	if res.HTTPInFlightMax < 1 || res.HTTPInFlightMax > res.Workers*res.Replicas {
+		t.Errorf("http_in_flight_max = %d, want 1..%d", res.HTTPInFlightMax, res.Workers*res.Replicas)
+	}
+	// One peak per replica process; the largest is reported; no process
+	// had more rows in flight than workers.
+	if len(res.RSSReplicaBytes) != 2 || res.PeakRSSBytes != max(res.RSSReplicaBytes[0], res.RSSReplicaBytes[1]) {
+		t.Errorf("peak_rss_bytes %d, replicas %v", res.PeakRSSBytes, res.RSSReplicaBytes)
+	}
+	if res.RSSInFlightMax < 1 || res.RSSInFlightMax > 4 {
+		t.Errorf("rss_in_flight_max = %d, want 1..4 (the replica processes' workers)", res.RSSInFlightMax)
+	}
+	if res.EnqueueBatchSize != 100 && res.EnqueueBatchSize != 1000 {
+		t.Errorf("enqueue_batch_size = %d", res.EnqueueBatchSize)
 	}
 	if !(res.LatencyP50Ms <= res.LatencyP90Ms && res.LatencyP90Ms <= res.LatencyP99Ms) {
 		t.Errorf("latency percentiles out of order: %v %v %v", res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms)
 	}
 	if res.LatencySamples < 1 || res.LatencyOfferedRowsPerS != round(res.DrainRowsPerS/2, 1) {
 		t.Errorf("latency: %d samples at %v rows/s offered; want half of %v", res.LatencySamples, res.LatencyOfferedRowsPerS, res.DrainRowsPerS)
-	}
-	if res.ProcessPeakRSSBytes < res.PeakRSSBytes {
-		t.Errorf("process peak RSS %d below the drain's %d: maxrss only grows", res.ProcessPeakRSSBytes, res.PeakRSSBytes)
 	}
 
 	// The table names every figure.
@@ -136,6 +194,54 @@ func TestRunReportsEveryField(t *testing.T) {
 	}
 	if left != 0 {
 		t.Errorf("%d bench schemas left on the server", left)
+	}
+	assertLiveDrainerIntact(t, conn)
+}
+
+// liveDrainer migrates the default drainer schema on url and enqueues one row.
+func liveDrainer(t *testing.T, url string) {
+	t.Helper()
+	conn := connect(t, url)
+	if _, err := migrations.Migrate(t.Context(), conn, migrations.DefaultSchema, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), `SELECT drainer.enqueue('live-run', 'step-1', 'charge_card', '', '{"amount": 1}')`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertLiveDrainerIntact checks that the row liveDrainer enqueued is still
+// there, pending, untouched.
+func assertLiveDrainerIntact(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	var n int
+	var status string
+	var attempts int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) OVER (), status, attempts FROM drainer.outbox").Scan(&n, &status, &attempts); err != nil {
+		t.Fatalf("live drainer outbox: %v", err)
+	}
+	if n != 1 || status != "pending" || attempts != 0 {
+		t.Errorf("live drainer outbox: %d rows, status %s, %d attempts; want the one pending, unattempted row", n, status, attempts)
+	}
+}
+
+// TestRunRefusesLiveDrainerSchema: pointed at a live drainer schema whose
+// outbox has rows, bench refuses before writing anything.
+func TestRunRefusesLiveDrainerSchema(t *testing.T) {
+	url := dbtest.NewDatabase(t)
+	liveDrainer(t, url)
+	_, err := Run(t.Context(), Options{DatabaseURL: url, Schema: migrations.DefaultSchema, Sizes: tinySizes()})
+	if err == nil || !strings.Contains(err.Error(), "schema drainer exists and was not created by drainer bench") {
+		t.Fatalf("run on the live drainer schema: err = %v", err)
+	}
+	conn := connect(t, url)
+	assertLiveDrainerIntact(t, conn)
+	var left int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", "drainer"+RiverSchemaSuffix).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("refused run left schema drainer%s behind", RiverSchemaSuffix)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,62 +13,62 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ceilingPlanSettings are the engine's transaction-local claim plan
-// settings: the claim always walks outbox_due_idx in order.
-const ceilingPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
-       set_config('enable_bitmapscan', 'off', true),
-       set_config('plan_cache_mode', 'force_custom_plan', true)`
+// minimalTableSQL creates the ceiling's table (CONTRACT §8): the least an
+// outbox needs (key, status, next_attempt_at, attempts, lease token,
+// payload), its key as primary key, one partial index on due pending rows,
+// and no triggers. %[1]s is the bench schema.
+const minimalTableSQL = `
+CREATE TABLE %[1]s.ceiling_outbox (
+    key             text        PRIMARY KEY,
+    status          text        NOT NULL DEFAULT 'pending',
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    attempts        integer     NOT NULL DEFAULT 0,
+    lease_token     uuid,
+    payload         jsonb       NOT NULL
+);
+CREATE INDEX ceiling_outbox_due_idx ON %[1]s.ceiling_outbox (next_attempt_at) WHERE status = 'pending';
+`
 
-// ceilingClaimSQL has the shape of the engine's claim: a MATERIALIZED
-// FOR UPDATE SKIP LOCKED pick of due rows in (next_attempt_at, seq) order,
-// leased to in_flight in the same statement, returning what a worker needs.
+// ceilingClaimSettings are what drainer's claim sets (store/claim.go): the
+// plan pinned to the ordered index scan, and synchronous_commit off, as
+// drainer claims whenever no route is non_idempotent (the shipped default
+// route class is key_idempotent).
+const ceilingClaimSettings = `SELECT set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('synchronous_commit', 'off', true)`
+
+// ceilingClaimSQL leases a batch of due rows in one statement.
 const ceilingClaimSQL = `
 WITH due AS MATERIALIZED (
-    SELECT seq FROM %[1]s.outbox
+    SELECT key FROM %[1]s.ceiling_outbox
      WHERE status = 'pending' AND next_attempt_at <= now()
-     ORDER BY next_attempt_at, seq
+     ORDER BY next_attempt_at
      LIMIT $1
      FOR UPDATE SKIP LOCKED
 )
-UPDATE %[1]s.outbox o
-   SET status = 'in_flight',
-       attempts = o.attempts + 1,
-       lease_token = gen_random_uuid(),
-       lease_expires_at = now() + $2 * interval '1 millisecond',
-       leased_by = $3,
-       first_attempt_at = coalesce(o.first_attempt_at, now()),
-       updated_at = now()
+UPDATE %[1]s.ceiling_outbox o
+   SET status = 'in_flight', attempts = o.attempts + 1, lease_token = gen_random_uuid()
   FROM due
- WHERE o.seq = due.seq
-RETURNING o.seq, o.key, o.agent_run_id, o.step_id, o.tool_name, o.business_scope, o.kind,
-          o.payload, o.attempts, o.lease_token, o.first_attempt_at, now(), o.traceparent, o.forward_key`
+ WHERE o.key = due.key
+RETURNING o.key, o.payload, o.attempts, o.lease_token`
 
-// ceilingCompleteSQL records a batch as succeeded, fenced by lease token,
-// setting what the engine's completion sets for a success without a response.
+// ceilingCompleteSQL records a batch as succeeded, fenced by lease token.
+// Like drainer's completion (store/complete.go) it commits with
+// synchronous_commit off.
 const ceilingCompleteSQL = `
-UPDATE %[1]s.outbox o
-   SET status = 'succeeded',
-       last_error = NULL,
-       last_problem = NULL,
-       response = NULL,
-       lease_token = NULL,
-       lease_expires_at = NULL,
-       leased_by = NULL,
-       updated_at = now()
-  FROM unnest($1::bigint[], $2::uuid[]) AS u(seq, token)
- WHERE o.seq = u.seq AND o.lease_token = u.token`
+UPDATE %[1]s.ceiling_outbox o
+   SET status = 'succeeded', lease_token = NULL
+  FROM unnest($1::text[], $2::uuid[]) AS u(key, token)
+ WHERE o.key = u.key AND o.lease_token = u.token`
 
-// ceilingLargeBatch is the large claim batch the ceiling tries: the
-// engine's completion batch, so a claim costs one commit per this many rows.
-const ceilingLargeBatch = 256
-
-// ceiling measures loops bare claim/complete loops, each claiming batch
-// rows at a time, draining Rows rows.
+// ceiling measures loops bare claim/complete loops on the minimal table,
+// each claiming batch rows at a time, draining Rows rows.
 func (r *runner) ceiling(ctx context.Context, loops, batch int) (float64, error) {
-	if err := r.fill(ctx, r.sizes.Rows); err != nil {
+	if err := r.fillMinimal(ctx, r.sizes.Rows); err != nil {
 		return 0, err
 	}
-	pool, err := newPool(ctx, r.url, int32(loops))
+	pool, err := newReplicaPool(ctx, r.url, int32(loops))
 	if err != nil {
 		return 0, err
 	}
@@ -81,9 +82,9 @@ func (r *runner) ceiling(ctx context.Context, loops, batch int) (float64, error)
 		done int
 	)
 	begin := time.Now()
-	for i := range loops {
+	for range loops {
 		wg.Go(func() {
-			n, err := ceilingLoop(ctx, pool, claimSQL, completeSQL, batch, fmt.Sprintf("ceiling-%d", i))
+			n, err := ceilingLoop(ctx, pool, claimSQL, completeSQL, batch)
 			mu.Lock()
 			defer mu.Unlock()
 			done += n
@@ -101,24 +102,24 @@ func (r *runner) ceiling(ctx context.Context, loops, batch int) (float64, error)
 		return 0, fmt.Errorf("ceiling: %d of %d rows completed", done, r.sizes.Rows)
 	}
 	rate := float64(done) / elapsed.Seconds()
-	r.logf("ceiling with %d loops claiming %d: %d rows in %s = %.0f rows/s (bare claim + batch complete)",
+	r.logf("ceiling, %d loops claiming %d: %d rows in %s = %.0f rows/s (bare claim + batch complete, minimal table)",
 		loops, batch, done, elapsed.Round(time.Millisecond), rate)
 	return rate, nil
 }
 
 // ceilingLoop claims and completes batches until no row is due, and
 // returns how many rows it completed.
-func ceilingLoop(ctx context.Context, pool *pgxpool.Pool, claimSQL, completeSQL string, batch int, replica string) (int, error) {
+func ceilingLoop(ctx context.Context, pool *pgxpool.Pool, claimSQL, completeSQL string, batch int) (int, error) {
 	total := 0
-	seqs := make([]int64, 0, batch)
+	keys := make([]string, 0, batch)
 	tokens := make([]pgtype.UUID, 0, batch)
 	for {
-		seqs, tokens = seqs[:0], tokens[:0]
-		// One round trip, as the engine claims: BEGIN, settings, claim, COMMIT.
+		keys, tokens = keys[:0], tokens[:0]
+		// One round trip, as drainer claims: BEGIN, settings, claim, COMMIT.
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue(ceilingPlanSettings)
-		b.Queue(claimSQL, batch, (30 * time.Second).Milliseconds(), replica)
+		b.Queue(ceilingClaimSettings)
+		b.Queue(claimSQL, batch)
 		b.Queue("COMMIT")
 		br := pool.SendBatch(ctx, b)
 		err := func() error {
@@ -133,16 +134,13 @@ func ceilingLoop(ctx context.Context, pool *pgxpool.Pool, claimSQL, completeSQL 
 				return err
 			}
 			var (
-				seq                               int64
-				key, run, step, tool, scope, kind string
-				payload                           []byte
-				attempts                          int
-				token                             pgtype.UUID
-				firstAt, now                      time.Time
-				trace, forward                    *string
+				key      string
+				payload  []byte
+				attempts int
+				token    pgtype.UUID
 			)
-			_, err = pgx.ForEachRow(rows, []any{&seq, &key, &run, &step, &tool, &scope, &kind, &payload, &attempts, &token, &firstAt, &now, &trace, &forward}, func() error {
-				seqs, tokens = append(seqs, seq), append(tokens, token)
+			_, err = pgx.ForEachRow(rows, []any{&key, &payload, &attempts, &token}, func() error {
+				keys, tokens = append(keys, key), append(tokens, token)
 				return nil
 			})
 			if err != nil {
@@ -154,13 +152,53 @@ func ceilingLoop(ctx context.Context, pool *pgxpool.Pool, claimSQL, completeSQL 
 		if err != nil {
 			return total, fmt.Errorf("claim: %w", err)
 		}
-		if len(seqs) == 0 {
+		if len(keys) == 0 {
 			return total, nil
 		}
-		tag, err := pool.Exec(ctx, completeSQL, seqs, tokens)
+		c := &pgx.Batch{}
+		c.Queue("BEGIN")
+		c.Queue("SET LOCAL synchronous_commit = off")
+		c.Queue(completeSQL, keys, tokens)
+		c.Queue("COMMIT")
+		cr := pool.SendBatch(ctx, c)
+		var n int64
+		err = func() error {
+			defer cr.Close()
+			for i := range 4 {
+				tag, err := cr.Exec()
+				if err != nil {
+					return err
+				}
+				if i == 2 {
+					n = tag.RowsAffected()
+				}
+			}
+			return nil
+		}()
 		if err != nil {
 			return total, fmt.Errorf("complete: %w", err)
 		}
-		total += int(tag.RowsAffected())
+		total += int(n)
 	}
+}
+
+// fillMinimal empties the minimal table and COPYs n pending rows into it.
+func (r *runner) fillMinimal(ctx context.Context, n int) error {
+	t := r.schema + ".ceiling_outbox"
+	if _, err := r.admin.Exec(ctx, "TRUNCATE "+t); err != nil {
+		return fmt.Errorf("reset %s: %w", t, err)
+	}
+	r.runSeq++
+	prefix := "ceiling-" + strconv.Itoa(r.runSeq) + "-"
+	rows := make([][]any, 0, min(n, fillChunk))
+	for from := 0; from < n; from += fillChunk {
+		rows = rows[:0]
+		for i := from; i < min(from+fillChunk, n); i++ {
+			rows = append(rows, []any{prefix + strconv.Itoa(i), []byte(`{"n": ` + strconv.Itoa(i) + `}`)})
+		}
+		if _, err := r.admin.CopyFrom(ctx, pgx.Identifier{r.schema, "ceiling_outbox"}, []string{"key", "payload"}, pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("fill %s: %w", t, err)
+		}
+	}
+	return r.settle(ctx, t)
 }

@@ -87,12 +87,26 @@ func routing(adapter dispatch.Adapter) (*drainer.Routing, *config.Config, error)
 // engines are the replicas of one phase.
 type engines []*drainer.Engine
 
-// startEngines starts one engine per replica pool, each configured as
-// `drainer run` configures it from the shipped defaults.
+// routingFunc builds one replica's routing and the config it came from.
+type routingFunc func() (*drainer.Routing, *config.Config, error)
+
+// noopRouting is the routing of the no-op adapter.
+func noopRouting(adapter dispatch.Adapter) routingFunc {
+	return func() (*drainer.Routing, *config.Config, error) { return routing(adapter) }
+}
+
+// startEngines starts one engine per replica pool around the no-op
+// adapter, each configured as `drainer run` configures it from the shipped
+// defaults.
 func (r *runner) startEngines(ctx context.Context, adapter dispatch.Adapter) (engines, error) {
+	return r.startEnginesWith(ctx, noopRouting(adapter))
+}
+
+// startEnginesWith starts one engine per replica pool with the routing mk builds.
+func (r *runner) startEnginesWith(ctx context.Context, mk routingFunc) (engines, error) {
 	var es engines
 	for i, pool := range r.pools {
-		rt, cfg, err := routing(adapter)
+		rt, cfg, err := mk()
 		if err != nil {
 			return nil, errors.Join(err, es.stop())
 		}
@@ -164,16 +178,43 @@ func (r *runner) warmup(ctx context.Context) error {
 }
 
 // drain measures one drain of Rows rows: from engine start until every row
-// is succeeded in the database.
-func (r *runner) drain(ctx context.Context, run int) (float64, error) {
-	elapsed, err := r.drainAll(ctx, r.sizes.Rows)
-	if err != nil {
-		return 0, err
+// is succeeded in the database, and what it cost the server. The replica
+// pools are opened fresh and closed after, so every transaction of the
+// drain is counted (a backend reports its statistics when it exits).
+func (r *runner) drain(ctx context.Context, name string, run int) (float64, serverCost, error) {
+	n := r.sizes.Rows
+	if err := r.fill(ctx, n); err != nil {
+		return 0, serverCost{}, err
 	}
-	rate := float64(r.sizes.Rows) / elapsed.Seconds()
-	r.logf("drain %d/%d: %d rows in %s = %.0f rows/s (%d replicas × %d workers, no-op adapter)",
-		run, r.sizes.DrainRuns, r.sizes.Rows, elapsed.Round(time.Millisecond), rate, r.opts.Replicas, r.opts.Workers)
-	return rate, nil
+	if err := r.closePools(ctx); err != nil {
+		return 0, serverCost{}, err
+	}
+	m, err := r.mark(ctx)
+	if err != nil {
+		return 0, serverCost{}, err
+	}
+	if err := r.openPools(ctx); err != nil {
+		return 0, serverCost{}, err
+	}
+	elapsed, err := r.drainFilled(ctx, n)
+	if err != nil {
+		return 0, serverCost{}, err
+	}
+	if err := r.closePools(ctx); err != nil {
+		return 0, serverCost{}, err
+	}
+	cost, err := r.since(ctx, m, n)
+	if err != nil {
+		return 0, serverCost{}, err
+	}
+	if err := r.openPools(ctx); err != nil {
+		return 0, serverCost{}, err
+	}
+	rate := float64(n) / elapsed.Seconds()
+	r.logf("%s %d/%d: %d rows in %s = %.0f rows/s (%d replicas × %d workers, no-op adapter); %.2f xacts, %.0f WAL bytes per row",
+		name, run, r.sizes.DrainRuns, n, elapsed.Round(time.Millisecond), rate, r.opts.Replicas, r.opts.Workers,
+		cost.xactsPerRow(), cost.walPerRow())
+	return rate, cost, nil
 }
 
 // drainAll fills n rows and returns how long the engines took from start
@@ -182,13 +223,18 @@ func (r *runner) drainAll(ctx context.Context, n int) (time.Duration, error) {
 	if err := r.fill(ctx, n); err != nil {
 		return 0, err
 	}
+	return r.drainFilled(ctx, n)
+}
+
+// drainFilled drains the n rows of a filled outbox with the no-op adapter.
+func (r *runner) drainFilled(ctx context.Context, n int) (time.Duration, error) {
 	p := newProbe(n, false)
 	begin := time.Now()
 	es, err := r.startEngines(ctx, p.adapter())
 	if err != nil {
 		return 0, err
 	}
-	err = r.awaitSucceeded(ctx, p, n)
+	err = r.awaitSucceeded(ctx, p.reached, p.calls.Load, n)
 	elapsed := time.Since(begin)
 	if serr := es.stop(); err == nil {
 		err = serr
@@ -196,15 +242,16 @@ func (r *runner) drainAll(ctx context.Context, n int) (time.Duration, error) {
 	return elapsed, err
 }
 
-// awaitSucceeded waits until the adapter has seen n calls (without touching
-// the database), then until no row is left pending or in flight.
-func (r *runner) awaitSucceeded(ctx context.Context, p *probe, n int) error {
+// awaitSucceeded waits until reached is closed (the adapter saw n calls,
+// known without touching the database), then until no row is left pending
+// or in flight.
+func (r *runner) awaitSucceeded(ctx context.Context, reached <-chan struct{}, calls func() int64, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, r.phaseTimeout(n))
 	defer cancel()
 	select {
-	case <-p.reached:
+	case <-reached:
 	case <-ctx.Done():
-		return fmt.Errorf("drain: %d of %d rows dispatched before giving up: %w", p.calls.Load(), n, ctx.Err())
+		return fmt.Errorf("drain: %d of %d rows dispatched before giving up: %w", calls(), n, ctx.Err())
 	}
 	var left int
 	err := waitFor(ctx, 2*time.Millisecond, func() (bool, error) {
@@ -219,7 +266,7 @@ func (r *runner) awaitSucceeded(ctx context.Context, p *probe, n int) error {
 		return fmt.Errorf("drain: count succeeded: %w", err)
 	}
 	if succeeded != n {
-		return fmt.Errorf("drain: %d of %d rows succeeded; the no-op adapter answers only success", succeeded, n)
+		return fmt.Errorf("drain: %d of %d rows succeeded; the adapter answers only success", succeeded, n)
 	}
 	return nil
 }

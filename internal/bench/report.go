@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -26,39 +28,83 @@ func WriteTable(w io.Writer, res *Result) error {
 	if res.Audit {
 		audit = "on"
 	}
-	fmt.Fprintf(w, "drainer bench (%s, %.0fs): PostgreSQL %s, %s\n", mode, res.DurationS, res.PostgresVersion, res.Server)
-	fmt.Fprintf(w, "%d replicas × %d workers (claim batch %d), shipped default config, no-op adapter, audit triggers %s\n\n",
-		res.Replicas, res.Workers, res.BatchSize, audit)
+	fmt.Fprintf(w, "drainer bench (%s, %.0fs, load average %.2f → %.2f): PostgreSQL %s, %s\n",
+		mode, res.DurationS, res.LoadAvgStart, res.LoadAvgEnd, res.PostgresVersion, res.Server)
+	fmt.Fprintf(w, "%d replicas × %d workers (claim batch %d), shipped default config, no-op adapter, audit triggers %s, %d rows per rate\n\n",
+		res.Replicas, res.Workers, res.BatchSize, audit, res.Rows)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FIGURE\tVALUE\tFIELD\tHOW")
 	row := func(name, value, field, how string) { fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, value, field, how) }
 	row("drain", rate(res.DrainRowsPerS, "rows/s"), "drain_rows_per_s",
-		fmt.Sprintf("%d rows, engine start → all succeeded, best of %s; %.1f rows per claim", res.Rows, floats(res.DrainRuns), res.DrainClaimBatchAvg))
+		fmt.Sprintf("engine start → all succeeded, best of %s; %.1f rows per claim", floats(res.DrainRuns), res.DrainClaimBatchAvg))
+	row("  transactions per row", fmt.Sprintf("%.2f", res.XactsPerRow), "xacts_per_row", "pg_stat_database.xact_commit over the drain runs")
+	row("  WAL per row", fmt.Sprintf("%.0f B", res.WALBytesPerRow), "wal_bytes_per_row", "pg_current_wal_lsn() over the drain runs")
+	row("drain, no audit", rate(res.DrainNoAuditRowsPerS, "rows/s"), "drain_no_audit_rows_per_s",
+		fmt.Sprintf("audit triggers disabled, best of %s; %.2f xacts, %.0f WAL bytes per row",
+			floats(res.DrainNoAuditRuns), res.XactsPerRowNoAudit, res.WALBytesPerRowNoAudit))
+	row("audit cost", fmt.Sprintf("%.3f", res.AuditCost), "audit_cost", "1 − drain ÷ drain without audit")
 	river := make([]string, 0, len(res.RiverRuns))
 	for _, r := range res.RiverRuns {
-		river = append(river, fmt.Sprintf("%.0f@%g/%gms", r.JobsPerS, r.FetchCooldownMs, r.FetchPollIntervalMs))
+		river = append(river, fmt.Sprintf("%.0f@%d workers", r.JobsPerS, r.Workers))
 	}
 	row("river", rate(res.RiverJobsPerS, "jobs/s"), "river_jobs_per_s",
-		fmt.Sprintf("%d jobs, best of fetch cooldown/poll: %s", res.Rows, strings.Join(river, ", ")))
+		fmt.Sprintf("River, fetch cooldown %gms/poll %gms, best of jobs/s@workers per client: %s",
+			res.RiverFetchCooldownMs, res.RiverFetchPollIntervalMs, strings.Join(river, ", ")))
 	row("drain ÷ river", fmt.Sprintf("%.3f", res.RatioVsRiver), "ratio_vs_river", "")
 	ceiling := make([]string, 0, len(res.CeilingRuns))
 	for _, c := range res.CeilingRuns {
 		ceiling = append(ceiling, fmt.Sprintf("%.0f@%d×%d", c.RowsPerS, c.Loops, c.Batch))
 	}
 	row("ceiling", rate(res.CeilingRowsPerS, "rows/s"), "ceiling_rows_per_s",
-		fmt.Sprintf("bare claim + complete, same schema and triggers, best of rows/s@loops×batch: %s", strings.Join(ceiling, ", ")))
+		fmt.Sprintf("bare claim + complete on a minimal table, best of rows/s@loops×batch: %s", strings.Join(ceiling, ", ")))
 	row("drain ÷ ceiling", fmt.Sprintf("%.3f", res.RatioVsCeiling), "ratio_vs_ceiling", "")
 	row("backlog ratio", fmt.Sprintf("%.3f", res.BacklogRatio), "backlog_ratio",
 		fmt.Sprintf("first %d rows: %.0f rows/s from %d pending ÷ %.0f rows/s from %d pending",
 			res.BacklogMeasuredRows, res.BacklogLargeRowsPerS, res.BacklogRows, res.BacklogSmallRowsPerS, res.BacklogSmallRows))
 	row("latency p50", fmt.Sprintf("%.2f ms", res.LatencyP50Ms), "latency_p50_ms",
-		fmt.Sprintf("commit → dispatch start, %d rows at %.0f rows/s offered (%.0f achieved)",
-			res.LatencySamples, res.LatencyOfferedRowsPerS, res.LatencyAchievedRowsPerS))
+		fmt.Sprintf("commit → dispatch start, %d rows, %d producers offering %.0f rows/s, %.2f rows per transaction",
+			res.LatencySamples, res.LatencyProducers, res.LatencyOfferedRowsPerS, res.LatencyRowsPerXact))
 	row("latency p90", fmt.Sprintf("%.2f ms", res.LatencyP90Ms), "latency_p90_ms", "")
-	row("latency p99", fmt.Sprintf("%.2f ms", res.LatencyP99Ms), "latency_p99_ms", "")
+	p99 := ""
+	if res.LatencyUndispatched > 0 {
+		p99 = fmt.Sprintf("lower bounds: %d rows still undispatched 10s after the producers stopped", res.LatencyUndispatched)
+	}
+	row("latency p99", fmt.Sprintf("%.2f ms", res.LatencyP99Ms), "latency_p99_ms", p99)
+	row("latency achieved", fmt.Sprintf("%.3f", res.LatencyAchievedRatio), "latency_achieved_ratio",
+		fmt.Sprintf("%.0f of %.0f rows/s offered (under 0.9: the producers were measured)", res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS))
+	row("xmin ratio", fmt.Sprintf("%.3f", res.XminRatio), "xmin_ratio",
+		fmt.Sprintf("%.0f rows/s with a snapshot held ÷ %.0f rows/s without, %.0fs each", res.XminRowsPerS, res.XminBaselineRowsPerS, res.XminDurationS))
+	row("http", rate(res.HTTPRowsPerS, "rows/s"), "http_rows_per_s",
+		fmt.Sprintf("http adapter, local provider answering after %gms", res.HTTPDelayMs))
+	row("http in flight", fmt.Sprintf("%d", res.HTTPInFlightMax), "http_in_flight_max", "most requests the provider saw at once")
+	row("enqueue, single", rate(res.EnqueueSingleRowsPerS, "rows/s"), "enqueue_single_rows_per_s",
+		fmt.Sprintf("drainer.enqueue, one row per transaction, %d connections", res.EnqueueConnections))
+	notifyOff := rate(res.EnqueueSingleNotifyOffRowsPerS, "rows/s")
+	if res.Quick {
+		notifyOff = "-"
+	}
+	row("  notify off", notifyOff, "enqueue_single_notify_off_rows_per_s", "the same with SET drainer.notify = off (full runs only)")
+	row("insert, single", rate(res.InsertSingleRowsPerS, "rows/s"), "insert_single_rows_per_s",
+		"plain INSERT … ON CONFLICT DO NOTHING, outbox shape without triggers, same setting")
+	row("enqueue ÷ insert", fmt.Sprintf("%.3f", res.EnqueueVsInsert), "enqueue_vs_insert", "")
+	row("enqueue, batch", rate(res.EnqueueBatchRowsPerS, "rows/s"), "enqueue_batch_rows_per_s",
+		fmt.Sprintf("producer.EnqueueBatchTx, %d rows per transaction", res.EnqueueBatchSize))
 	row("peak RSS", mib(res.PeakRSSBytes), "peak_rss_bytes",
-		fmt.Sprintf("process maxrss after the drain, all %d replicas in one process", res.Replicas))
-	row("process peak RSS", mib(res.ProcessPeakRSSBytes), "process_peak_rss_bytes", "whole bench run, River and producers included")
+		fmt.Sprintf("largest replica process (VmHWM), %d workers, at most %d rows in flight", res.RSSWorkers, res.RSSInFlightMax))
+	if len(res.DrainWaitEvents) > 0 {
+		total := 0
+		for _, n := range res.DrainWaitEvents {
+			total += n
+		}
+		keys := slices.SortedFunc(maps.Keys(res.DrainWaitEvents), func(a, b string) int {
+			return res.DrainWaitEvents[b] - res.DrainWaitEvents[a]
+		})
+		parts := make([]string, 0, len(keys))
+		for _, k := range keys[:min(len(keys), 8)] {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*float64(res.DrainWaitEvents[k])/float64(total)))
+		}
+		row("drain wait events", fmt.Sprintf("%d samples", total), "drain_wait_events", strings.Join(parts, ", "))
+	}
 	return tw.Flush()
 }
 

@@ -49,8 +49,8 @@ func migrateRiver(ctx context.Context, pool *pgxpool.Pool, schema string) error 
 }
 
 // river measures River working Rows pre-inserted no-op jobs with one client
-// per replica pool, each with MaxWorkers = Workers: from client start until
-// the last job-completed event, as riverbench measures.
+// per replica pool, each with MaxWorkers = s.Workers: from client start
+// until the last job-completed event, as riverbench measures.
 func (r *runner) river(ctx context.Context, s RiverSetting) (float64, error) {
 	n := r.sizes.Rows
 	workers := river.NewWorkers()
@@ -62,7 +62,7 @@ func (r *runner) river(ctx context.Context, s RiverSetting) (float64, error) {
 			FetchCooldown:     s.FetchCooldown,
 			FetchPollInterval: s.FetchPollInterval,
 			Logger:            slog.New(slog.DiscardHandler),
-			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: r.opts.Workers}},
+			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: s.Workers}},
 			Workers:           workers,
 		})
 		if err != nil {
@@ -152,7 +152,7 @@ func (r *runner) river(ctx context.Context, s RiverSetting) (float64, error) {
 	}
 	elapsed := time.Duration(lastNs.Load() - begin.UnixNano())
 	rate := float64(n) / elapsed.Seconds()
-	r.logf("river (fetch cooldown %s, poll %s): %d jobs in %s = %.0f jobs/s (%d clients × %d workers)",
-		s.FetchCooldown, s.FetchPollInterval, n, elapsed.Round(time.Millisecond), rate, len(clients), r.opts.Workers)
+	r.logf("river (%d workers per client, fetch cooldown %s, poll %s): %d jobs in %s = %.0f jobs/s (%d clients)",
+		s.Workers, s.FetchCooldown, s.FetchPollInterval, n, elapsed.Round(time.Millisecond), rate, len(clients))
 	return rate, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/drainer-io/drainer/migrations"
@@ -16,8 +17,13 @@ import (
 // left alone and the run refused.
 const schemaMark = "drainer bench scratch schema: dropped by drainer bench"
 
-// applicationName shows bench's connections in pg_stat_activity.
-const applicationName = "drainer-bench"
+// applicationName shows bench's connections in pg_stat_activity;
+// replicaApplicationName marks those of the replicas (engines, River
+// clients, replica processes), whose wait events and exits bench watches.
+const (
+	applicationName        = "drainer-bench"
+	replicaApplicationName = "drainer-bench-replica"
+)
 
 // setup connects, creates and migrates the schemas and opens the replica pools.
 func (r *runner) setup(ctx context.Context, url string) error {
@@ -59,9 +65,17 @@ func (r *runner) setup(ctx context.Context, url string) error {
 	if err != nil {
 		return fmt.Errorf("read audit triggers: %w", err)
 	}
-	// `drainer run` sizes its pool min(workers/4+8, 64) (internal/daemon).
+	if _, err := admin.Exec(ctx, fmt.Sprintf(minimalTableSQL+insertShapeSQL, r.schema)); err != nil {
+		return fmt.Errorf("create the ceiling's and the insert's tables: %w", err)
+	}
+	return r.openPools(ctx)
+}
+
+// openPools opens one pool per replica, sized as `drainer run` sizes its
+// pool: min(workers/4+8, 64) connections (internal/daemon).
+func (r *runner) openPools(ctx context.Context) error {
 	for range r.opts.Replicas {
-		p, err := newPool(ctx, url, int32(min(r.opts.Workers/4+8, 64)))
+		p, err := newReplicaPool(ctx, r.url, int32(replicaPoolSize(r.opts.Workers)))
 		if err != nil {
 			return err
 		}
@@ -70,8 +84,47 @@ func (r *runner) setup(ctx context.Context, url string) error {
 	return nil
 }
 
+// replicaPoolSize is the pool size `drainer run` gives workers workers.
+func replicaPoolSize(workers int) int { return min(workers/4+8, 64) }
+
+// closePools closes the replica pools and waits until the server has seen
+// their connections go: a backend reports its statistics
+// (pg_stat_database) when it exits, so xact counts are complete after this.
+func (r *runner) closePools(ctx context.Context) error {
+	for _, p := range r.pools {
+		p.Close()
+	}
+	r.pools = nil
+	return r.awaitReplicaBackendsGone(ctx)
+}
+
+// awaitReplicaBackendsGone waits until no replica connection is left on the server.
+func (r *runner) awaitReplicaBackendsGone(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var n int
+	err := waitFor(ctx, 5*time.Millisecond, func() (bool, error) {
+		err := r.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+			replicaApplicationName).Scan(&n)
+		return n == 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %d replica connections to close: %w", n, err)
+	}
+	return nil
+}
+
 // newPool opens and pings a pool of at most maxConns connections.
 func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return newPoolNamed(ctx, url, maxConns, applicationName)
+}
+
+// newReplicaPool is newPool for a replica's connections.
+func newReplicaPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return newPoolNamed(ctx, url, maxConns, replicaApplicationName)
+}
+
+func newPoolNamed(ctx context.Context, url string, maxConns int32, name string) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database URL: %w", err)
@@ -80,7 +133,7 @@ func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	pc.ConnConfig.RuntimeParams["application_name"] = applicationName
+	pc.ConnConfig.RuntimeParams["application_name"] = name
 	p, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
@@ -142,6 +195,72 @@ func (r *runner) close(ctx context.Context) error {
 	}
 	r.created = nil
 	return errors.Join(errs...)
+}
+
+// setAudit enables or disables the audit triggers: drain_no_audit_rows_per_s
+// is the drain with them disabled (ALTER TABLE … DISABLE TRIGGER).
+func (r *runner) setAudit(ctx context.Context, on bool) error {
+	verb := "DISABLE"
+	if on {
+		verb = "ENABLE"
+	}
+	_, err := r.admin.Exec(ctx, fmt.Sprintf("ALTER TABLE %[1]s.outbox %[2]s TRIGGER outbox_audit_insert, %[2]s TRIGGER outbox_audit_update", r.schema, verb))
+	if err != nil {
+		return fmt.Errorf("%s audit triggers: %w", strings.ToLower(verb), err)
+	}
+	r.logf("audit triggers %sd", strings.ToLower(verb))
+	return nil
+}
+
+// serverCost is what a phase cost the server: committed transactions and WAL bytes.
+type serverCost struct {
+	rows, xacts, walBytes int64
+}
+
+func (c *serverCost) add(d serverCost) {
+	c.rows, c.xacts, c.walBytes = c.rows+d.rows, c.xacts+d.xacts, c.walBytes+d.walBytes
+}
+
+func (c serverCost) xactsPerRow() float64 {
+	if c.rows == 0 {
+		return 0
+	}
+	return float64(c.xacts) / float64(c.rows)
+}
+
+func (c serverCost) walPerRow() float64 {
+	if c.rows == 0 {
+		return 0
+	}
+	return float64(c.walBytes) / float64(c.rows)
+}
+
+// serverMark is a reading of the counters serverCost is the difference of.
+type serverMark struct {
+	xacts int64
+	lsn   string
+}
+
+func (r *runner) mark(ctx context.Context) (serverMark, error) {
+	var m serverMark
+	err := r.admin.QueryRow(ctx, `SELECT xact_commit, pg_current_wal_lsn()::text FROM pg_stat_database WHERE datname = current_database()`).
+		Scan(&m.xacts, &m.lsn)
+	if err != nil {
+		return m, fmt.Errorf("read xact_commit and WAL position: %w", err)
+	}
+	return m, nil
+}
+
+// since returns the cost of rows rows since m.
+func (r *runner) since(ctx context.Context, m serverMark, rows int) (serverCost, error) {
+	var c serverCost
+	err := r.admin.QueryRow(ctx, `SELECT xact_commit - $1, pg_wal_lsn_diff(pg_current_wal_lsn(), $2::pg_lsn)::bigint
+	    FROM pg_stat_database WHERE datname = current_database()`, m.xacts, m.lsn).Scan(&c.xacts, &c.walBytes)
+	if err != nil {
+		return c, fmt.Errorf("read xact_commit and WAL position: %w", err)
+	}
+	c.rows = int64(rows)
+	return c, nil
 }
 
 // reset empties the outbox and everything its rows left behind, so each
