@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
@@ -392,7 +393,7 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	begin := time.Now()
-	r := &runner{opts: opts, sizes: opts.Sizes, progress: opts.Progress, begin: begin}
+	r := &runner{opts: opts, sizes: opts.Sizes, progress: &lockedWriter{w: opts.Progress}, begin: begin}
 	res = &Result{Quick: opts.Quick, Rows: opts.Sizes.Rows, Workers: opts.Workers, Replicas: opts.Replicas, LoadAvgStart: loadAvg()}
 
 	url := opts.DatabaseURL
@@ -431,91 +432,6 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 	res.DurationS = round(time.Since(begin).Seconds(), 1)
 	res.LoadAvgEnd = loadAvg()
 	return res, nil
-}
-
-// measure runs the phases in order.
-func (r *runner) measure(ctx context.Context, res *Result) error {
-	if err := r.warmup(ctx); err != nil {
-		return err
-	}
-	if err := r.drains(ctx, res); err != nil {
-		return err
-	}
-	if err := r.drainsNoAudit(ctx, res); err != nil {
-		return err
-	}
-
-	for _, c := range r.sizes.CeilingSettings {
-		rate, err := r.ceiling(ctx, c.Loops, c.Batch)
-		if err != nil {
-			return err
-		}
-		run := CeilingRun{Loops: c.Loops, Batch: c.Batch, RowsPerS: round(rate, 1)}
-		res.CeilingRuns = append(res.CeilingRuns, run)
-		if run.RowsPerS > res.CeilingRowsPerS {
-			res.CeilingRowsPerS, res.CeilingLoops, res.CeilingBatch = run.RowsPerS, run.Loops, run.Batch
-		}
-	}
-
-	for _, s := range r.sizes.RiverSettings {
-		s.Workers = cmp.Or(s.Workers, r.opts.Workers)
-		rate, err := r.river(ctx, s)
-		if err != nil {
-			return err
-		}
-		run := RiverRun{Workers: s.Workers, FetchCooldownMs: ms(s.FetchCooldown), FetchPollIntervalMs: ms(s.FetchPollInterval), JobsPerS: round(rate, 1)}
-		res.RiverRuns = append(res.RiverRuns, run)
-		if run.JobsPerS > res.RiverJobsPerS {
-			res.RiverJobsPerS, res.RiverWorkers = run.JobsPerS, run.Workers
-			res.RiverFetchCooldownMs, res.RiverFetchPollIntervalMs = run.FetchCooldownMs, run.FetchPollIntervalMs
-		}
-	}
-
-	res.BacklogRows, res.BacklogSmallRows, res.BacklogMeasuredRows = r.sizes.BacklogLarge, r.sizes.BacklogSmall, r.sizes.BacklogMeasured
-	small, err := r.backlog(ctx, r.sizes.BacklogSmall, true)
-	if err != nil {
-		return err
-	}
-	large, err := r.backlog(ctx, r.sizes.BacklogLarge, false)
-	if err != nil {
-		return err
-	}
-	res.BacklogSmallRowsPerS, res.BacklogLargeRowsPerS = round(small, 1), round(large, 1)
-
-	lat, err := r.latency(ctx, res.DrainRowsPerS/2)
-	if err != nil {
-		return err
-	}
-	res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms = round(lat.p50, 2), round(lat.p90, 2), round(lat.p99, 2)
-	res.LatencyOfferedRowsPerS, res.LatencyAchievedRowsPerS = round(lat.offered, 1), round(lat.achieved, 1)
-	res.LatencyProducers, res.LatencyRowsPerXact = latencyProducers, round(lat.rowsPerXact, 2)
-	res.LatencySamples, res.LatencyUndispatched = lat.samples, lat.undispatched
-
-	if err := r.xmin(ctx, res); err != nil {
-		return err
-	}
-	if err := r.httpPhase(ctx, res); err != nil {
-		return err
-	}
-	if err := r.enqueues(ctx, res); err != nil {
-		return err
-	}
-	if err := r.rss(ctx, res); err != nil {
-		return err
-	}
-
-	// Ratios from the rounded figures, so they agree with what is printed.
-	var errs []error
-	res.RatioVsRiver, errs = ratio(res.DrainRowsPerS, res.RiverJobsPerS, "river_jobs_per_s", errs)
-	res.RatioVsCeiling, errs = ratio(res.DrainRowsPerS, res.CeilingRowsPerS, "ceiling_rows_per_s", errs)
-	res.BacklogRatio, errs = ratio(res.BacklogLargeRowsPerS, res.BacklogSmallRowsPerS, "backlog_small_rows_per_s", errs)
-	res.LatencyAchievedRatio, errs = ratio(res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS, "latency_offered_rows_per_s", errs)
-	res.XminRatio, errs = ratio(res.XminRowsPerS, res.XminBaselineRowsPerS, "xmin_baseline_rows_per_s", errs)
-	res.EnqueueVsInsert, errs = ratio(res.EnqueueSingleRowsPerS, res.InsertSingleRowsPerS, "insert_single_rows_per_s", errs)
-	var withOver float64
-	withOver, errs = ratio(res.DrainRowsPerS, res.DrainNoAuditRowsPerS, "drain_no_audit_rows_per_s", errs)
-	res.AuditCost = round(1-withOver, 3)
-	return errors.Join(errs...)
 }
 
 // drains measures the drain (audit on) DrainRuns times, under the CPU
@@ -642,6 +558,19 @@ type runner struct {
 	// registries hold the metrics of the engines started since the last
 	// clear, for the claim batch sizes they observed.
 	registries []*prometheus.Registry
+}
+
+// lockedWriter serialises writes to the progress writer: the runner and
+// the replica processes' stderr copiers write to it at the same time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (r *runner) logf(format string, args ...any) {

@@ -137,34 +137,55 @@ func (r *runner) rss(ctx context.Context, res *Result) error {
 	if err := r.fill(ctx, n); err != nil {
 		return err
 	}
-	var procs []*replicaProc
-	stopAll := func() error {
-		var errs []error
-		for _, p := range procs {
-			if p.cmd.Process != nil {
-				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			}
-		}
-		for _, p := range procs {
-			// Read its output to the end before Wait, which closes the pipe.
-			p.wg.Wait()
-			if err := p.cmd.Wait(); err != nil {
-				errs = append(errs, fmt.Errorf("replica process %d: %w", p.cmd.Process.Pid, err))
-			}
-		}
-		procs = nil
-		return errors.Join(errs...)
+	g := &replicaGroup{}
+	defer func() { _ = g.stop() }()
+	if err := r.startReplicas(ctx, g); err != nil {
+		return err
 	}
-	defer func() { _ = stopAll() }()
+	if err := g.awaitReady(ctx); err != nil {
+		return err
+	}
+	if err := r.awaitAllSucceeded(ctx, n); err != nil {
+		return fmt.Errorf("peak RSS: %w", err)
+	}
+	all := g.procs
+	if err := recordPeakRSS(all, res); err != nil {
+		return err
+	}
+	if err := g.stop(); err != nil {
+		return err
+	}
+	if err := recordInFlightMax(all, res); err != nil {
+		return err
+	}
+	r.logf("peak RSS: %.1f MiB (largest replica process; all: %v bytes), at most %d rows in flight per replica",
+		float64(res.PeakRSSBytes)/(1<<20), res.RSSReplicaBytes, res.RSSInFlightMax)
+	return r.openPools(ctx)
+}
+
+// replicaGroup is the running replica processes of the peak_rss_bytes phase.
+type replicaGroup struct {
+	procs []*replicaProc
+}
+
+// startReplicas starts Replicas replica processes into g, each with
+// RSSWorkers workers holding each row RSSHold.
+func (r *runner) startReplicas(ctx context.Context, g *replicaGroup) error {
 	for i := range r.opts.Replicas {
 		p, err := r.startReplica(ctx, ReplicaSpec{DatabaseURL: r.url, Schema: r.schema, ID: "bench-proc-" + strconv.Itoa(i+1),
 			Workers: r.sizes.RSSWorkers, Hold: r.sizes.RSSHold})
 		if err != nil {
 			return err
 		}
-		procs = append(procs, p)
+		g.procs = append(g.procs, p)
 	}
-	for _, p := range procs {
+	return nil
+}
+
+// awaitReady waits until every process printed its ready line, for at most
+// a minute each.
+func (g *replicaGroup) awaitReady(ctx context.Context) error {
+	for _, p := range g.procs {
 		select {
 		case <-p.ready:
 		case <-ctx.Done():
@@ -173,6 +194,32 @@ func (r *runner) rss(ctx context.Context, res *Result) error {
 			return fmt.Errorf("replica process %d did not start within a minute", p.cmd.Process.Pid)
 		}
 	}
+	return nil
+}
+
+// stop sends every process SIGTERM, then reads each one's output to the end
+// and waits for it to exit. It empties g, so a second call does nothing.
+func (g *replicaGroup) stop() error {
+	var errs []error
+	for _, p := range g.procs {
+		if p.cmd.Process != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, p := range g.procs {
+		// Read its output to the end before Wait, which closes the pipe.
+		p.wg.Wait()
+		if err := p.cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("replica process %d: %w", p.cmd.Process.Pid, err))
+		}
+	}
+	g.procs = nil
+	return errors.Join(errs...)
+}
+
+// awaitAllSucceeded waits, within the phase timeout for n rows, until no
+// row of the outbox is left unsucceeded.
+func (r *runner) awaitAllSucceeded(ctx context.Context, n int) error {
 	tctx, cancel := context.WithTimeout(ctx, r.phaseTimeout(n))
 	defer cancel()
 	var left int
@@ -181,8 +228,13 @@ func (r *runner) rss(ctx context.Context, res *Result) error {
 		return left == 0, err
 	})
 	if err != nil {
-		return fmt.Errorf("peak RSS: %d of %d rows not succeeded: %w", left, n, err)
+		return fmt.Errorf("%d of %d rows not succeeded: %w", left, n, err)
 	}
+	return nil
+}
+
+// recordPeakRSS records each running process's VmHWM and the largest.
+func recordPeakRSS(procs []*replicaProc, res *Result) error {
 	for _, p := range procs {
 		hwm, err := vmHWM(p.cmd.Process.Pid)
 		if err != nil {
@@ -191,11 +243,13 @@ func (r *runner) rss(ctx context.Context, res *Result) error {
 		res.RSSReplicaBytes = append(res.RSSReplicaBytes, hwm)
 		res.PeakRSSBytes = max(res.PeakRSSBytes, hwm)
 	}
-	all := procs
-	if err := stopAll(); err != nil {
-		return err
-	}
-	for _, p := range all {
+	return nil
+}
+
+// recordInFlightMax records the most rows in flight in any one process, from
+// the ReplicaReport each stopped process printed.
+func recordInFlightMax(procs []*replicaProc, res *Result) error {
+	for _, p := range procs {
 		var rep ReplicaReport
 		sc := bufio.NewScanner(bytes.NewReader(p.stdout.Bytes()))
 		for sc.Scan() {
@@ -207,9 +261,7 @@ func (r *runner) rss(ctx context.Context, res *Result) error {
 		}
 		res.RSSInFlightMax = max(res.RSSInFlightMax, int(rep.InFlightMax))
 	}
-	r.logf("peak RSS: %.1f MiB (largest replica process; all: %v bytes), at most %d rows in flight per replica",
-		float64(res.PeakRSSBytes)/(1<<20), res.RSSReplicaBytes, res.RSSInFlightMax)
-	return r.openPools(ctx)
+	return nil
 }
 
 // startReplica starts one replica process and watches its output for the

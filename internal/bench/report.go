@@ -20,6 +20,27 @@ func WriteJSON(w io.Writer, res *Result) error {
 // WriteTable writes res as an aligned table: one line per figure, with its
 // JSON field name and how it was measured.
 func WriteTable(w io.Writer, res *Result) error {
+	writeTableHeader(w, res)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIGURE\tVALUE\tFIELD\tHOW")
+	row := func(name, value, field, how string) { fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, value, field, how) }
+	drainRows(row, res)
+	comparisonRows(row, res)
+	conditionRows(row, res)
+	httpRows(row, res)
+	producerRows(row, res)
+	row("peak RSS", mib(res.PeakRSSBytes), "peak_rss_bytes",
+		fmt.Sprintf("largest replica process (VmHWM), %d workers, at most %d rows in flight", res.RSSWorkers, res.RSSInFlightMax))
+	waitEventRows(row, res)
+	return tw.Flush()
+}
+
+// tableRow writes one line of the table: a figure's name, its value, its
+// JSON field name and how it was measured.
+type tableRow func(name, value, field, how string)
+
+// writeTableHeader writes the lines above the table: how the run was made.
+func writeTableHeader(w io.Writer, res *Result) {
 	mode := "full"
 	if res.Quick {
 		mode = "quick"
@@ -32,9 +53,11 @@ func WriteTable(w io.Writer, res *Result) error {
 		mode, res.DurationS, res.LoadAvgStart, res.LoadAvgEnd, res.PostgresVersion, res.Server)
 	fmt.Fprintf(w, "%d replicas × %d workers (claim batch %d), shipped default config, no-op adapter, audit triggers %s, %d rows per rate\n\n",
 		res.Replicas, res.Workers, res.BatchSize, audit, res.Rows)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FIGURE\tVALUE\tFIELD\tHOW")
-	row := func(name, value, field, how string) { fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, value, field, how) }
+}
+
+// drainRows writes the drain figures, with and without audit, and what
+// they cost the server.
+func drainRows(row tableRow, res *Result) {
 	row("drain", rate(res.DrainRowsPerS, "rows/s"), "drain_rows_per_s",
 		fmt.Sprintf("engine start → all succeeded, best of %s; %.1f rows per claim", floats(res.DrainRuns), res.DrainClaimBatchAvg))
 	row("  transactions per row", fmt.Sprintf("%.2f", res.XactsPerRow), "xacts_per_row", "pg_stat_database.xact_commit over the drain runs")
@@ -43,6 +66,11 @@ func WriteTable(w io.Writer, res *Result) error {
 		fmt.Sprintf("audit triggers disabled, best of %s; %.2f xacts, %.0f WAL bytes per row",
 			floats(res.DrainNoAuditRuns), res.XactsPerRowNoAudit, res.WALBytesPerRowNoAudit))
 	row("audit cost", fmt.Sprintf("%.3f", res.AuditCost), "audit_cost", "1 − drain ÷ drain without audit")
+}
+
+// comparisonRows writes what the drain is compared with: River and the
+// bare claim/complete loops.
+func comparisonRows(row tableRow, res *Result) {
 	river := make([]string, 0, len(res.RiverRuns))
 	for _, r := range res.RiverRuns {
 		river = append(river, fmt.Sprintf("%.0f@%d workers", r.JobsPerS, r.Workers))
@@ -58,6 +86,11 @@ func WriteTable(w io.Writer, res *Result) error {
 	row("ceiling", rate(res.CeilingRowsPerS, "rows/s"), "ceiling_rows_per_s",
 		fmt.Sprintf("bare claim + complete on a minimal table, best of rows/s@loops×batch: %s", strings.Join(ceiling, ", ")))
 	row("drain ÷ ceiling", fmt.Sprintf("%.3f", res.RatioVsCeiling), "ratio_vs_ceiling", "")
+}
+
+// conditionRows writes how the drain fares under a large backlog, under
+// steady load (latency) and while a snapshot is held (xmin).
+func conditionRows(row tableRow, res *Result) {
 	row("backlog ratio", fmt.Sprintf("%.3f", res.BacklogRatio), "backlog_ratio",
 		fmt.Sprintf("first %d rows: %.0f rows/s from %d pending ÷ %.0f rows/s from %d pending",
 			res.BacklogMeasuredRows, res.BacklogLargeRowsPerS, res.BacklogRows, res.BacklogSmallRowsPerS, res.BacklogSmallRows))
@@ -74,9 +107,18 @@ func WriteTable(w io.Writer, res *Result) error {
 		fmt.Sprintf("%.0f of %.0f rows/s offered (under 0.9: the producers were measured)", res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS))
 	row("xmin ratio", fmt.Sprintf("%.3f", res.XminRatio), "xmin_ratio",
 		fmt.Sprintf("%.0f rows/s with a snapshot held ÷ %.0f rows/s without, %.0fs each", res.XminRowsPerS, res.XminBaselineRowsPerS, res.XminDurationS))
+}
+
+// httpRows writes the drain through the http adapter.
+func httpRows(row tableRow, res *Result) {
 	row("http", rate(res.HTTPRowsPerS, "rows/s"), "http_rows_per_s",
 		fmt.Sprintf("http adapter, local provider answering after %gms", res.HTTPDelayMs))
 	row("http in flight", fmt.Sprintf("%d", res.HTTPInFlightMax), "http_in_flight_max", "most requests the provider saw at once")
+}
+
+// producerRows writes the enqueue figures and the plain INSERT they are
+// compared with.
+func producerRows(row tableRow, res *Result) {
 	row("enqueue, single", rate(res.EnqueueSingleRowsPerS, "rows/s"), "enqueue_single_rows_per_s",
 		fmt.Sprintf("drainer.enqueue, one row per transaction, %d connections", res.EnqueueConnections))
 	notifyOff := rate(res.EnqueueSingleNotifyOffRowsPerS, "rows/s")
@@ -89,23 +131,26 @@ func WriteTable(w io.Writer, res *Result) error {
 	row("enqueue ÷ insert", fmt.Sprintf("%.3f", res.EnqueueVsInsert), "enqueue_vs_insert", "")
 	row("enqueue, batch", rate(res.EnqueueBatchRowsPerS, "rows/s"), "enqueue_batch_rows_per_s",
 		fmt.Sprintf("producer.EnqueueBatchTx, %d rows per transaction", res.EnqueueBatchSize))
-	row("peak RSS", mib(res.PeakRSSBytes), "peak_rss_bytes",
-		fmt.Sprintf("largest replica process (VmHWM), %d workers, at most %d rows in flight", res.RSSWorkers, res.RSSInFlightMax))
-	if len(res.DrainWaitEvents) > 0 {
-		total := 0
-		for _, n := range res.DrainWaitEvents {
-			total += n
-		}
-		keys := slices.SortedFunc(maps.Keys(res.DrainWaitEvents), func(a, b string) int {
-			return res.DrainWaitEvents[b] - res.DrainWaitEvents[a]
-		})
-		parts := make([]string, 0, len(keys))
-		for _, k := range keys[:min(len(keys), 8)] {
-			parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*float64(res.DrainWaitEvents[k])/float64(total)))
-		}
-		row("drain wait events", fmt.Sprintf("%d samples", total), "drain_wait_events", strings.Join(parts, ", "))
+}
+
+// waitEventRows writes the eight most sampled wait events of the drain, if
+// they were sampled.
+func waitEventRows(row tableRow, res *Result) {
+	if len(res.DrainWaitEvents) == 0 {
+		return
 	}
-	return tw.Flush()
+	total := 0
+	for _, n := range res.DrainWaitEvents {
+		total += n
+	}
+	keys := slices.SortedFunc(maps.Keys(res.DrainWaitEvents), func(a, b string) int {
+		return res.DrainWaitEvents[b] - res.DrainWaitEvents[a]
+	})
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys[:min(len(keys), 8)] {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*float64(res.DrainWaitEvents[k])/float64(total)))
+	}
+	row("drain wait events", fmt.Sprintf("%d samples", total), "drain_wait_events", strings.Join(parts, ", "))
 }
 
 func rate(v float64, unit string) string { return fmt.Sprintf("%.0f %s", v, unit) }

@@ -3,14 +3,11 @@
 package openapiroutes
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -30,27 +27,6 @@ const (
 )
 
 var classes = []string{ClassReadOnly, ClassNaturallyIdempotent, ClassKeyIdempotent, ClassNonIdempotent}
-
-// Manifest is the x-agent-idempotency block of one operation.
-type Manifest struct {
-	Class          string        `json:"class"`
-	KeyField       string        `json:"key_field"`
-	KeyLocation    string        `json:"key_location"`
-	TTLSeconds     *float64      `json:"ttl_seconds"`
-	Scope          string        `json:"scope"`
-	ReplayHeader   string        `json:"replay_header"`
-	ReplayStatus   any           `json:"replay_status"`
-	ConflictStatus any           `json:"conflict_status"`
-	Compensation   *Compensation `json:"compensation"`
-	AgentSafe      *bool         `json:"agent_safe"`
-}
-
-// Compensation is the triplet of a non_idempotent operation.
-type Compensation struct {
-	Operation     string   `json:"operation"`
-	Detection     string   `json:"detection"`
-	WindowSeconds *float64 `json:"window_seconds"`
-}
 
 // Route is one imported route.
 type Route struct {
@@ -190,139 +166,6 @@ func collect(file string, doc *openapi3.T) (*Result, error) {
 		return nil, fmt.Errorf("%s: no operation carries %s", file, Extension)
 	}
 	return res, nil
-}
-
-// route checks one manifest; every missing field is one message.
-func route(o op, routed map[string]bool) (Route, []string) {
-	m := o.m
-	r := Route{Tool: o.id, Pointer: o.pointer, Class: m.Class}
-	var errs []string
-	miss := func(field, why string) {
-		errs = append(errs, fmt.Sprintf("%s.%s: missing (%s)", Extension, field, why))
-	}
-	switch m.Class {
-	case "":
-		miss("class", "one of "+strings.Join(classes, ", "))
-		return r, errs
-	case ClassReadOnly, ClassNaturallyIdempotent:
-	case ClassKeyIdempotent:
-		const why = "required for key_idempotent"
-		if m.KeyField == "" {
-			miss("key_field", why)
-		}
-		if m.TTLSeconds == nil {
-			miss("ttl_seconds", why)
-		}
-		if m.Scope == "" {
-			miss("scope", why)
-		}
-		if m.ReplayHeader == "" && m.ReplayStatus == nil {
-			miss("replay_header", why+": how a replay is marked (replay_header, or replay_status)")
-		}
-		if m.ConflictStatus == nil {
-			miss("conflict_status", why)
-		}
-	case ClassNonIdempotent:
-		switch c := m.Compensation; {
-		case c == nil && (m.AgentSafe == nil || *m.AgentSafe):
-			miss("compensation", "non_idempotent needs a compensation triplet {operation, detection, window_seconds}, or agent_safe: false")
-		case c != nil:
-			if c.Operation == "" {
-				miss("compensation.operation", "the operationId of the compensating operation")
-			} else if !routed[c.Operation] {
-				errs = append(errs, fmt.Sprintf("%s.compensation.operation: %q is not an operation of this document with a routed %s class", Extension, c.Operation, Extension))
-			}
-			if c.Detection == "" {
-				miss("compensation.detection", "how to tell whether the original succeeded")
-			}
-			if c.WindowSeconds == nil {
-				miss("compensation.window_seconds", "the maximum reversal window")
-			}
-		}
-	default:
-		errs = append(errs, fmt.Sprintf("%s.class: unknown class %q; valid: %s", Extension, m.Class, strings.Join(classes, ", ")))
-		return r, errs
-	}
-	if m.TTLSeconds != nil {
-		s := *m.TTLSeconds
-		switch {
-		case s != float64(int64(s)) || s <= 60 || s > 10*365*24*3600:
-			errs = append(errs, fmt.Sprintf("%s.ttl_seconds: must be a whole number of seconds above 60, got %s", Extension, strconv.FormatFloat(s, 'f', -1, 64)))
-		case m.Class != ClassReadOnly:
-			r.KeyTTL = time.Duration(s) * time.Second
-		}
-	}
-	if m.KeyField != "" && m.Class != ClassReadOnly {
-		loc := m.KeyLocation
-		switch loc {
-		case "":
-			loc = "header"
-		case "header", "query", "body":
-		default:
-			errs = append(errs, fmt.Sprintf("%s.key_location: must be header, query or body, got %q", Extension, m.KeyLocation))
-		}
-		if loc == "header" && !validHeaderName(m.KeyField) {
-			errs = append(errs, fmt.Sprintf("%s.key_field: %q is not a valid header name", Extension, m.KeyField))
-		}
-		r.KeyName, r.KeyLocation = m.KeyField, loc
-	}
-	if m.ConflictStatus != nil && !validStatus(m.ConflictStatus) {
-		errs = append(errs, fmt.Sprintf("%s.conflict_status: must be an HTTP status code", Extension))
-	}
-	if m.Compensation != nil && m.Class == ClassNonIdempotent {
-		r.Compensation = m.Compensation.Operation
-	}
-	return r, errs
-}
-
-func decodeManifest(raw any) (Manifest, error) {
-	var m Manifest
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return m, errors.New("cannot be read")
-	}
-	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
-		return m, errors.New("must be an object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&m); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return m, fmt.Errorf("%s: wrong type (%s)", te.Field, te.Value)
-		}
-		return m, errors.New("cannot be read")
-	}
-	return m, nil
-}
-
-func validStatus(v any) bool {
-	var n float64
-	switch x := v.(type) {
-	case float64:
-		n = x
-	case string:
-		f, err := strconv.ParseFloat(x, 64)
-		if err != nil {
-			return false
-		}
-		n = f
-	default:
-		return false
-	}
-	return n == float64(int(n)) && n >= 100 && n <= 599
-}
-
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := range len(s) {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // escapePointer escapes a path for a JSON pointer (RFC 6901).
