@@ -85,3 +85,36 @@ func (r *Registry) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// ErrUnavailable marks an adapter build error that says the provider could
+// not be reached at startup (connection refused or lost, timeout, 408, 429,
+// 5xx), not that the configuration is wrong: the daemon waits and tries
+// again, as it does for the database, instead of exiting.
+var ErrUnavailable = errors.New("provider unavailable")
+
+// MarkUnavailable marks err as an ErrUnavailable, keeping its message.
+func MarkUnavailable(err error) error { return unavailableError{err} }
+
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string        { return e.err.Error() }
+func (e unavailableError) Unwrap() error        { return e.err }
+func (e unavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unavailable reports whether every part of err (a join of per-adapter
+// errors, as Build returns) is an ErrUnavailable.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		parts := j.Unwrap()
+		for _, e := range parts {
+			if !Unavailable(e) {
+				return false
+			}
+		}
+		return len(parts) > 0
+	}
+	return errors.Is(err, ErrUnavailable)
+}

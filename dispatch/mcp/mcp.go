@@ -228,9 +228,22 @@ func (a *Adapter) Init(ctx context.Context) error {
 		return nil
 	}
 	if r, ok := a.initLocked(ctx); !ok {
-		return r.Err
+		return startupError(r)
 	}
 	return nil
+}
+
+// startupError is the error of a failed startup call: marked
+// dispatch.ErrUnavailable when the server could not be reached or answered
+// a transient failure (connection, timeout, 408, 429, 5xx), so the daemon
+// waits for it instead of treating the config as wrong.
+func startupError(r dispatch.Result) error {
+	switch {
+	case r.Reason == dispatch.ReasonConnect, r.Reason == dispatch.ReasonConnection, r.Reason == dispatch.ReasonTimeout,
+		r.Status == http.StatusRequestTimeout, r.Status == http.StatusTooManyRequests, r.Status >= 500:
+		return dispatch.MarkUnavailable(r.Err)
+	}
+	return r.Err
 }
 
 func (a *Adapter) initLocked(ctx context.Context) (dispatch.Result, bool) {

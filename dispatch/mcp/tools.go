@@ -48,7 +48,8 @@ func (a *Adapter) ListTools(ctx context.Context) ([]Tool, error) {
 		a.mu.Unlock()
 		msg, _, _, r, ok := a.call(ctx, sid, proto, "tools/list", params, "")
 		if !ok {
-			return nil, fmt.Errorf("mcp tools/list: %w", r.Err)
+			r.Err = fmt.Errorf("mcp tools/list: %w", r.Err)
+			return nil, startupError(r)
 		}
 		if msg.Error != nil {
 			return nil, fmt.Errorf("mcp tools/list: %w", msg.Error)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/migrations"
@@ -154,19 +155,8 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := drainer.NewMetrics(reg, d.opts.Version)
 
-	registry, err := builtin.Build(ctx, st.cfg, builtin.Options{Logger: log, Version: d.opts.Version})
-	if err != nil {
-		return nil, &ConfigError{err}
-	}
-	engineOwnsAdapters := false
-	d.onCleanup(func() {
-		if !engineOwnsAdapters {
-			_ = registry.Close(context.Background())
-		}
-	})
-
-	// Health and metrics first, so /readyz answers "not ready" while the
-	// database is unreachable.
+	// Health and metrics first, so /readyz answers "not ready" while a
+	// provider or the database is unreachable.
 	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, &d.pool, log)
 	if err != nil {
 		return nil, err
@@ -175,6 +165,17 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
+	})
+
+	registry, err := buildAdapters(ctx, st.cfg, builtin.Options{Logger: log, Version: d.opts.Version}, log)
+	if err != nil {
+		return nil, err
+	}
+	engineOwnsAdapters := false
+	d.onCleanup(func() {
+		if !engineOwnsAdapters {
+			_ = registry.Close(context.Background())
+		}
 	})
 
 	p, err := connect(ctx, st.dbURL, st.workers, log)
@@ -245,6 +246,36 @@ func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Lo
 	}
 	eng.Reload(NewRouting(cfg, registry))
 	log.Info("config reloaded", "adapters", adapterSummary(cfg), "routes", len(cfg.Routes))
+}
+
+// buildAdapters builds the configured adapters. A configuration problem
+// (a tool the provider lacks, a server that is not what the config says)
+// is a ConfigError; a provider that cannot be reached yet (every error
+// dispatch.ErrUnavailable) is waited for with backoff, as the database is,
+// so a provider restarting during a rollout does not crash-loop the daemon.
+func buildAdapters(ctx context.Context, cfg *config.Config, opts builtin.Options, log *slog.Logger) (*dispatch.Registry, error) {
+	delay := 500 * time.Millisecond
+	for {
+		registry, err := builtin.Build(ctx, cfg, opts)
+		if err == nil {
+			return registry, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !dispatch.Unavailable(err) {
+			return nil, &ConfigError{err}
+		}
+		log.Error("provider unreachable at startup; retrying", "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
 }
 
 // connect opens the pool, retrying with backoff while the database is
