@@ -160,6 +160,10 @@ func TestChaos(t *testing.T) {
 	t.Run("toxiproxy", func(t *testing.T) { chaosToxiproxy(t, baseSeed+4) })
 	t.Run("clock_skew", func(t *testing.T) { chaosClockSkew(t, baseSeed+5) })
 	t.Run("saga_storm", func(t *testing.T) { chaosSagaStorm(t, baseSeed+6) })
+	t.Run("postgres_restart", func(t *testing.T) { chaosPostgresRestart(t, baseSeed+9) })
+	t.Run("postgres_stall", func(t *testing.T) { chaosPostgresStall(t, baseSeed+10) })
+	t.Run("operator_actions", func(t *testing.T) { chaosOperatorActions(t, baseSeed+8) })
+	t.Run("soak", func(t *testing.T) { chaosSoak(t, baseSeed+7) })
 
 	report := chaosResults.markdown()
 	t.Logf("chaos report:\n%s", report)

@@ -104,7 +104,7 @@ var errPayloadNotObject = errors.New("payload is not a JSON object")
 // a key that is not the row's.
 func withKeyField(payload []byte, name, key string) ([]byte, error) {
 	var obj map[string]json.RawMessage
-	trimmed := bytes.TrimSpace(payload)
+	trimmed := bytes.TrimLeft(payload, " \t\r\n") // JSON whitespace only (RFC 8259)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, fmt.Errorf("idempotency_key in body field %q: %w", name, errPayloadNotObject)
 	}
