@@ -77,7 +77,7 @@ func (e *Engine) claimWhileFree() error {
 			rt.done()
 			return err
 		}
-		e.mark.advance(rows)
+		e.mark.advance(rows, n)
 		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
 		for i := range rows {
 			row := &rows[i]
@@ -93,9 +93,10 @@ func (e *Engine) claimWhileFree() error {
 		}
 		rt.done()
 		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
-		if len(rows) < n || e.cfg.Workers-int(e.active.Load()) < e.cfg.BatchSize {
-			// Nothing more is due, or too few slots are free to be worth a
-			// commit: a finishing worker (or the poll) brings us back.
+		if (len(rows) < n && !e.mark.fullNext) || e.cfg.Workers-int(e.active.Load()) < e.cfg.BatchSize {
+			// Nothing more is due (and no full pass is owed), or too few
+			// slots are free to be worth a commit: a finishing worker (or
+			// the poll) brings us back.
 			return nil
 		}
 	}
@@ -106,32 +107,55 @@ func (e *Engine) claimWhileFree() error {
 // than at the low-water mark.
 const fullPassEvery = 2 * time.Second
 
+// fullPassMinGap bounds how often a short claim at the mark triggers a full
+// pass: at most one per gap, so an idle or lightly loaded replica does not
+// re-read the due index's dead prefix on every claim.
+const fullPassMinGap = 20 * time.Millisecond
+
 // lowWater is the claimer's low-water mark: the last row it claimed, where
 // its next claim starts (see store.Position). Only the claim loop uses it.
+//
+// A row can become due behind the mark: its enqueue transaction committed
+// after later-started ones were claimed, or its floor expired. A claim at the
+// mark that comes back short (fewer rows than asked) is therefore followed by
+// a full pass, and a full pass that comes back full by another, until one
+// comes back short: rows behind the mark drain at the claim rate, not one
+// batch per fullPassEvery.
 type lowWater struct {
 	pos      *store.Position
 	lastFull time.Time
+	wasFull  bool // the last claim started from the first due row
+	fullNext bool // the next claim starts from the first due row
 }
 
 // start returns where claim should start: at the mark, or from the start
-// every fullPassEvery, and whenever rows may be claimable behind the mark
-// for reasons other than their due time (tools claimed one at a time per
-// scope, or left out while their deferral runs).
+// when a full pass is due (see lowWater), every fullPassEvery, and whenever
+// rows may be claimable behind the mark for reasons other than their due
+// time (tools claimed one at a time per scope, or left out while their
+// deferral runs).
 func (w *lowWater) start(claim store.Claim) *store.Position {
-	if w.pos == nil || len(claim.Ordered) > 0 || len(claim.Excluded) > 0 || time.Since(w.lastFull) >= fullPassEvery {
-		w.lastFull = time.Now()
+	if w.pos == nil || w.fullNext || len(claim.Ordered) > 0 || len(claim.Excluded) > 0 || time.Since(w.lastFull) >= fullPassEvery {
+		w.lastFull, w.wasFull, w.fullNext = time.Now(), true, false
 		return nil
 	}
+	w.wasFull = false
 	return w.pos
 }
 
-// advance moves the mark past the rows just claimed.
-func (w *lowWater) advance(rows []claimedRow) {
+// advance moves the mark past the rows just claimed (asked is how many the
+// claim asked for) and decides whether the next claim is a full pass.
+func (w *lowWater) advance(rows []claimedRow, asked int) {
 	for i := range rows {
 		p := store.Position{Due: rows[i].Due, Seq: rows[i].Seq}
 		if w.pos == nil || p.Later(*w.pos) {
 			w.pos = &p
 		}
+	}
+	short := len(rows) < asked
+	if w.wasFull {
+		w.fullNext = !short // more may lie behind the mark
+	} else if short {
+		w.fullNext = time.Since(w.lastFull) >= fullPassMinGap
 	}
 }
 

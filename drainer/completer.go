@@ -3,19 +3,25 @@ package drainer
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // completer writes completions in batches: one statement for whatever has
 // accumulated while the previous batch was being written.
 type completer struct {
-	e         *Engine
-	in        chan completion
-	unwritten atomic.Int64
+	e  *Engine
+	in chan completion
+	// unwritten lists the rows whose completion could not be written
+	// (their lease token with them); Stop asks the database which of them
+	// are still in_flight under that lease.
+	unwrittenMu sync.Mutex
+	unwritten   []store.Completion
 	// abandon is closed when Stop gives up on writing (the pool is gone).
 	closed atomic.Bool
 }
@@ -25,6 +31,37 @@ func newCompleter(e *Engine) *completer {
 }
 
 func (c *completer) add(x completion) { c.in <- x }
+
+func (c *completer) noteUnwritten(batch []completion) {
+	c.unwrittenMu.Lock()
+	defer c.unwrittenMu.Unlock()
+	c.unwritten = append(c.unwritten, rows(batch)...)
+}
+
+// stillLeased counts the rows whose completion could not be written that
+// are still in_flight under this replica's lease. Rows another replica
+// reclaimed and settled since are not: they left nothing behind. When the
+// database cannot answer, every unwritten row counts.
+func (c *completer) stillLeased(ctx context.Context) int {
+	c.unwrittenMu.Lock()
+	defer c.unwrittenMu.Unlock()
+	if len(c.unwritten) == 0 {
+		return 0
+	}
+	seqs := make([]int64, len(c.unwritten))
+	tokens := make([]pgtype.UUID, len(c.unwritten))
+	for i, u := range c.unwritten {
+		seqs[i], tokens[i] = u.Seq, u.Token
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := c.e.st.StillLeased(ctx, c.e.pool, seqs, tokens)
+	if err != nil {
+		c.e.log.Warn("cannot tell whether unwritten completions were settled since", "rows", len(seqs), "err", err)
+		return len(seqs)
+	}
+	return n
+}
 
 // close ends run after it has written everything queued.
 func (c *completer) close() {
@@ -91,7 +128,7 @@ func (c *completer) flush(batch []completion) {
 			return
 		}
 		if time.Now().After(deadline) || (e.stopped.Load() && time.Now().Add(delay).After(deadline)) {
-			c.unwritten.Add(int64(len(batch)))
+			c.noteUnwritten(batch)
 			e.log.Error("completions not written; rows stay in_flight until their lease expires", "rows", len(batch), "err", err)
 			return
 		}

@@ -312,7 +312,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
 		e.log.Warn("closing adapters", "err", err)
 	}
-	if n := e.completer.unwritten.Load(); n > 0 {
+	if n := e.completer.stillLeased(context.WithoutCancel(ctx)); n > 0 {
 		return fmt.Errorf("%d completions could not be written: their rows stay in_flight until the lease expires and are then retried with the same key", n)
 	}
 	e.log.Info("engine stopped")

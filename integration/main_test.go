@@ -128,7 +128,14 @@ func (r cliResult) String() string {
 // given extra environment.
 func runCLI(t *testing.T, env []string, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	return runCLIWithin(t, time.Minute, env, args...)
+}
+
+// runCLIWithin is runCLI with another bound (commands whose work grows
+// with the table, such as audit verify after a large scenario).
+func runCLIWithin(t *testing.T, bound time.Duration, env []string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, drainerBin, args...)
 	cmd.Env = childEnv(env...)

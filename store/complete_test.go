@@ -7,6 +7,7 @@ import (
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // TestFencingRejectsLateCompletion: a worker whose lease expired and was
@@ -43,5 +44,45 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 	}
 	if r := storetest.Get(t, pool, keys[0]); r.Status != outbox.StatusSucceeded {
 		t.Fatalf("row: %+v", r)
+	}
+}
+
+// TestStillLeased: of the rows a replica could not complete, only those
+// still in_flight under its lease count; a row another replica reclaimed
+// and settled since does not.
+func TestStillLeased(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := t.Context()
+	storetest.Enqueue(t, pool, "run-8", "t", 3)
+	mine, err := st.Claim(ctx, pool, store.Claim{Limit: 3, Lease: 10 * time.Millisecond, Replica: "a", Durable: true})
+	if err != nil || len(mine) != 3 {
+		t.Fatalf("claim: %d rows, %v", len(mine), err)
+	}
+	seqs := []int64{mine[0].Seq, mine[1].Seq, mine[2].Seq}
+	tokens := []pgtype.UUID{mine[0].LeaseToken, mine[1].LeaseToken, mine[2].LeaseToken}
+	if n, err := st.StillLeased(ctx, pool, seqs, tokens); err != nil || n != 3 {
+		t.Fatalf("StillLeased right after the claim = %d, %v; want 3", n, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n, err := st.Reclaim(ctx, pool, nil); err != nil || n != 3 {
+		t.Fatalf("reclaim: %d %v", n, err)
+	}
+	// Another replica takes the rows back and settles one of them.
+	theirs, err := st.Claim(ctx, pool, store.Claim{Limit: 3, Lease: time.Minute, Replica: "b", Durable: true})
+	if err != nil || len(theirs) != 3 {
+		t.Fatalf("second claim: %d rows, %v", len(theirs), err)
+	}
+	done := store.Completion{Seq: theirs[0].Seq, Token: theirs[0].LeaseToken, Status: outbox.StatusSucceeded, Response: []byte(`{}`), KeepNext: true}
+	if _, err := st.Complete(ctx, pool, []store.Completion{done}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.StillLeased(ctx, pool, seqs, tokens); err != nil || n != 0 {
+		t.Fatalf("StillLeased of the first lease after another replica took the rows = %d, %v; want 0", n, err)
+	}
+	theirSeqs := []int64{theirs[0].Seq, theirs[1].Seq, theirs[2].Seq}
+	theirTokens := []pgtype.UUID{theirs[0].LeaseToken, theirs[1].LeaseToken, theirs[2].LeaseToken}
+	if n, err := st.StillLeased(ctx, pool, theirSeqs, theirTokens); err != nil || n != 2 {
+		t.Fatalf("StillLeased of the second lease = %d, %v; want 2 (one settled)", n, err)
 	}
 }

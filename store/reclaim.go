@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // reclaimSQL returns rows whose lease expired (their worker died or hung) to
@@ -49,4 +50,24 @@ func (s *Store) Reclaim(ctx context.Context, db DB, nonIdempotent []string) (int
 		return 0, fmt.Errorf("reclaim expired leases: %w", err)
 	}
 	return len(seqs), nil
+}
+
+// stillLeasedSQL counts the rows of (seq, token) pairs that are still
+// in_flight under that lease token.
+const stillLeasedSQL = `
+SELECT count(*)
+  FROM {s}.outbox o
+  JOIN unnest($1::bigint[], $2::uuid[]) AS u(seq, token) ON o.seq = u.seq AND o.lease_token = u.token
+ WHERE o.status = 'in_flight'`
+
+// StillLeased counts how many of the rows seqs[i], leased under tokens[i],
+// are still in_flight under that lease: the completions a replica could not
+// write that nobody has settled since (another replica's reclaim, an
+// operator, or a late write).
+func (s *Store) StillLeased(ctx context.Context, db DB, seqs []int64, tokens []pgtype.UUID) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, s.sql(stillLeasedSQL), seqs, tokens).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count rows still leased: %w", err)
+	}
+	return n, nil
 }
