@@ -31,8 +31,34 @@ func NewHTTPClient(dialTimeout time.Duration, rt http.RoundTripper) *http.Client
 		}
 	}
 	return &http.Client{
-		Transport:     rt,
+		Transport:     redirectAnswer{rt},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// redirectAnswer hands a 3xx answer to the client without its Location
+// header. The client parses Location before it asks CheckRedirect, and an
+// unparsable one ("%", "http://[::1") makes Do fail as if the connection
+// had been lost after the request was sent: the engine would then retry
+// (or park as outcome_unknown) an answer the contract makes terminal. No
+// redirect is ever followed, so the client has no use for it.
+type redirectAnswer struct{ base http.RoundTripper }
+
+func (t redirectAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err == nil && resp.StatusCode/100 == 3 {
+		resp.Header.Del("Location")
+	}
+	return resp, err
+}
+
+// Base returns the wrapped transport.
+func (t redirectAnswer) Base() http.RoundTripper { return t.base }
+
+// CloseIdleConnections closes the wrapped transport's idle connections.
+func (t redirectAnswer) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
 	}
 }
 

@@ -118,7 +118,11 @@ func TestNewAppliesDefaults(t *testing.T) {
 	if a.cfg.Timeout != DefaultTimeout || a.cfg.ResponseLimit != dispatch.DefaultResponseLimit {
 		t.Errorf("defaults not applied: %+v", a.cfg)
 	}
-	tr, ok := a.client.Transport.(*http.Transport)
+	base, ok := a.client.Transport.(interface{ Base() http.RoundTripper })
+	if !ok {
+		t.Fatalf("transport %#v does not wrap the adapter's own transport", a.client.Transport)
+	}
+	tr, ok := base.Base().(*http.Transport)
 	if !ok || tr.MaxIdleConnsPerHost < 64 || tr.Proxy == nil {
 		t.Errorf("transport: %#v", a.client.Transport)
 	}
