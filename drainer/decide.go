@@ -103,7 +103,10 @@ func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, re
 		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
 		c.LastError = errText(res, "not sent")
 	case row.Attempts >= route.MaxAttempts:
-		c.Status, c.KeepNext = failStatus(row), true
+		// The last answer's Retry-After (or backoff) stays the row's floor:
+		// an operator's requeue of the failed row must not send it earlier.
+		c.Status, c.Floor = failStatus(row), true
+		c.Delay = route.Backoff.Delay(env.rand, row.Attempts, res.RetryAfter)
 		c.LastError = errText(res, fmt.Sprintf("attempts exhausted (%d of %d)", row.Attempts, route.MaxAttempts))
 	case errors.Is(res.Err, errCutOff):
 		// Shutdown cut the call off: the next replica may retry at once.

@@ -134,3 +134,30 @@ func TestRouteRemovedThenRestoredDrainsAtOnce(t *testing.T) {
 		return getRow(t, pool, keys[0]).Status == outbox.StatusSucceeded
 	})
 }
+
+// TestLastRetryAfterFloorKeptOnFailure: a row whose last allowed attempt is
+// answered 429 with a Retry-After fails, and keeps that Retry-After as its
+// floor, so that an operator's requeue of the failed row cannot send it
+// before the provider allows.
+func TestLastRetryAfterFloorKeptOnFailure(t *testing.T) {
+	pool := newPool(t)
+	var limited atomic.Int64
+	rt := testRouting(t, map[string]dispatch.Adapter{"a": retryAfterHour(&limited)}, &Route{Tool: "limited", Adapter: "a"})
+	rt.Routes["limited"].MaxAttempts = 1
+	rt.Routes["limited"].Backoff.MaxRetryAfter = 2 * time.Hour
+	keys := enqueueN(t, pool, "run-f", "limited", 3)
+	startEngine(t, pool, rt, Config{Workers: 4})
+	waitFor(t, "every row failed after its one attempt", 30*time.Second, func() bool {
+		for _, k := range keys {
+			if getRow(t, pool, k).Status != outbox.StatusFailed {
+				return false
+			}
+		}
+		return true
+	})
+	for _, k := range keys {
+		if _, floor := floorOf(t, pool, k); floor < 50*time.Minute {
+			t.Errorf("failed row %s keeps a floor %s from now; want the last answer's Retry-After (about an hour)", k, floor)
+		}
+	}
+}
