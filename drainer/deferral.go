@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/internal/maintenance"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 )
 
@@ -151,6 +152,11 @@ func (d *deferrer) apply(ctx context.Context, req deferral) {
 		d.mu.Unlock()
 		e.signal()
 	}()
+	if req.reason == outbox.RefusedPaused && !e.stillPaused(req.tool) {
+		// The claim saw the pause just before a resume was read; the
+		// resume's wake ran before this request: deferring now would undo it.
+		return
+	}
 	var total int64
 	for ctx.Err() == nil {
 		n, err := e.st.Defer(ctx, e.pool, req.tool, req.delay)

@@ -10,6 +10,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // floorOf returns how far in the future a row's next attempt and its
@@ -158,6 +159,40 @@ func TestLastRetryAfterFloorKeptOnFailure(t *testing.T) {
 	for _, k := range keys {
 		if _, floor := floorOf(t, pool, k); floor < 50*time.Minute {
 			t.Errorf("failed row %s keeps a floor %s from now; want the last answer's Retry-After (about an hour)", k, floor)
+		}
+	}
+}
+
+// TestStaleRefusalDoesNotUndoResume: a claim that saw a pause just before
+// the resume was read reports a refusal that reaches the deferrer after the
+// resume's wake; applying it must not push the woken rows back a minute.
+// While the pause holds, the same refusal does defer them.
+func TestStaleRefusalDoesNotUndoResume(t *testing.T) {
+	pool := newPool(t)
+	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	e, err := New(pool, testRouting(t, map[string]dispatch.Adapter{"a": ok}, &Route{Tool: "t", Adapter: "a"}),
+		Config{Workers: 4, Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := enqueueN(t, pool, "run-p", "t", 5)
+	stale := deferral{tool: "t", reason: outbox.RefusedPaused, delay: pausedRecheck}
+
+	e.pauses.Store(&pauseSet{}) // resumed
+	e.deferrer.apply(t.Context(), stale)
+	for _, k := range keys {
+		if next, _ := floorOf(t, pool, k); next > time.Second {
+			t.Fatalf("a refusal seen before the resume deferred row %s by %s after the resume", k, next)
+		}
+	}
+
+	e.pauses.Store(&pauseSet{Adapters: map[string]bool{"a": true}}) // still paused
+	e.deferrer.apply(t.Context(), stale)
+	for _, k := range keys {
+		if next, _ := floorOf(t, pool, k); next < 30*time.Second {
+			t.Fatalf("a refusal while the adapter is paused left row %s due in %s; want about %s", k, next, pausedRecheck)
 		}
 	}
 }

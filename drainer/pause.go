@@ -57,3 +57,10 @@ func (e *Engine) resumedTools(old, set *pauseSet) []string {
 	}
 	return tools
 }
+
+// stillPaused reports whether tool's route or adapter is paused in the
+// pause set as last read.
+func (e *Engine) stillPaused(tool string) bool {
+	route, ok := e.routing.Load().Routes[tool]
+	return ok && paused(e.pauses.Load(), route, route.Adapter)
+}
