@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
 )
 
 // The security evidence of docs/security.md: secrets never leak, a payload
@@ -807,7 +808,7 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 			})
 		}
 	})
-	// --schema is an identifier: refused unless plain.
+	// --schema is an identifier: refused unless plain, a usage error (exit 2).
 	t.Run("schema_flag", func(t *testing.T) {
 		for i, v := range []string{secInjections[0], secInjections[1], secInjections[9], "Drainer", `drainer"`} {
 			t.Run(strconv.Itoa(i), func(t *testing.T) {
@@ -818,7 +819,7 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 					{"enqueue", "--run", "r", "--step", "s", "--tool", "t", "--payload", "{}"},
 				} {
 					res := runCLI(t, env, append(args, "--schema="+v)...)
-					secClean(t, strings.Join(args, " ")+" --schema "+v, res, 1, 2)
+					secClean(t, strings.Join(args, " ")+" --schema "+v, res, 2)
 					if !strings.Contains(res.stderr, "invalid schema name") {
 						t.Errorf("%s --schema %q: %s\nwant the schema name refused", strings.Join(args, " "), v, res)
 					}
@@ -917,7 +918,8 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 const secRolesSQL = "../deploy/sql/roles.sql"
 
 // secRoles are an owner, a runtime and a producer role made for one test,
-// with a database migrated by the owner and deploy/sql/roles.sql applied.
+// and its database (newSecRoles: migrated by the owner, deploy/sql/roles.sql
+// applied).
 type secRoles struct {
 	owner, runtime, producer          string // role names
 	ownerURL, runtimeURL, producerURL string
@@ -927,6 +929,18 @@ type secRoles struct {
 // newSecRoles creates the roles (dropped when the test ends), migrates a new
 // database as the owner and applies deploy/sql/roles.sql as the owner.
 func newSecRoles(t *testing.T) *secRoles {
+	t.Helper()
+	r := createSecRoles(t)
+	if res := runCLI(t, nil, "migrate", "--database-url", r.ownerURL); res.code != 0 {
+		t.Fatalf("drainer migrate as the owner: %s", res)
+	}
+	r.applyRolesSQL(t)
+	return r
+}
+
+// createSecRoles creates the roles (dropped when the test ends) and a new
+// database on which the owner may create the schema, and nothing else.
+func createSecRoles(t *testing.T) *secRoles {
 	t.Helper()
 	ctx := context.Background()
 	dbURL := dbtest.NewDatabase(t)
@@ -996,35 +1010,41 @@ func newSecRoles(t *testing.T) *secRoles {
 		" TO "+pgx.Identifier{r.owner}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	if res := runCLI(t, nil, "migrate", "--database-url", r.ownerURL); res.code != 0 {
-		t.Fatalf("drainer migrate as the owner: %s", res)
-	}
-	r.applyRolesSQL(t, r.producer)
 	return r
 }
 
-// applyRolesSQL applies deploy/sql/roles.sql as the owner, with producer as
-// the producer role.
-func (r *secRoles) applyRolesSQL(t *testing.T, producer string) {
+// applyRolesSQL applies deploy/sql/roles.sql as the owner.
+func (r *secRoles) applyRolesSQL(t *testing.T) {
 	t.Helper()
 	raw, err := os.ReadFile(secRolesSQL)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := r.applyGrants(string(raw)); err != nil {
+		t.Fatalf("apply %s as the owner: %v", secRolesSQL, err)
+	}
+}
+
+// applyGrants runs a file of statements written like deploy/sql/roles.sql
+// as the owner, its psql variables replaced by this test's names.
+func (r *secRoles) applyGrants(raw string) error {
+	ctx := context.Background()
 	sql := strings.NewReplacer(
 		`:"schema"`, pgx.Identifier{"drainer"}.Sanitize(),
 		`:"runtime_role"`, pgx.Identifier{r.runtime}.Sanitize(),
-		`:"producer_role"`, pgx.Identifier{producer}.Sanitize(),
-	).Replace(string(raw))
+		`:"producer_role"`, pgx.Identifier{r.producer}.Sanitize(),
+	).Replace(raw)
 	if strings.Contains(sql, `:"`) {
-		t.Fatalf("%s holds a variable the test does not know", secRolesSQL)
+		return errors.New("the file holds a variable the test does not know")
 	}
-	conn := r.connect(t, r.ownerURL)
-	defer conn.Close(context.Background())
+	conn, err := pgx.Connect(ctx, r.ownerURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
 	// No arguments: the simple protocol runs every statement of the file.
-	if _, err := conn.Exec(context.Background(), sql); err != nil {
-		t.Fatalf("apply %s as the owner: %v", secRolesSQL, err)
-	}
+	_, err = conn.Exec(ctx, sql)
+	return err
 }
 
 func (r *secRoles) connect(t *testing.T, u string) *pgx.Conn {
@@ -1051,10 +1071,11 @@ func secPgCode(err error) string {
 // retry, a terminal failure and the saga compensating it, a compensation
 // that fails, its alert and its resolution, a pause, and retention pruning,
 // with no permission error in its log; the operator commands all work under
-// the runtime role. Then each role is shown not to be able to do what it
-// must not: the producer cannot change payloads, attempts, schedules or
-// responses, delete or read payloads, or touch the other tables; the runtime
-// role cannot change the schema or migrate.
+// the runtime role. The audit names the producer's enqueues and abort after
+// its role. Then each role is shown not to be able to do what it must not:
+// the producer cannot read, insert, change or delete any row, nor write an
+// audit entry, but through its three functions; the runtime role cannot
+// change the schema, migrate, or insert an audit entry itself.
 func TestSecurityLeastPrivilegeRoles(t *testing.T) {
 	t.Parallel()
 	r := newSecRoles(t)
@@ -1190,6 +1211,18 @@ retention: {interval: 1s, cancelled: 1s}
 		t.Fatalf("drainer.abort_run as the producer: %v", err)
 	}
 	t.Logf("drainer.abort_run as the producer cancelled %d row(s) at once", cancelled)
+	// The functions run with the owner's rights; the audit names the caller.
+	var enqueuedBy, abortedBy string
+	if err := admin.QueryRow(ctx, `SELECT actor FROM drainer.audit WHERE key = $1 AND event = 'enqueued'`, heldC.Key()).Scan(&enqueuedBy); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.QueryRow(ctx, `SELECT aborted_by FROM drainer.runs WHERE agent_run_id = 'run-c'`).Scan(&abortedBy); err != nil {
+		t.Fatal(err)
+	}
+	if enqueuedBy != "db:"+r.producer || abortedBy != "agent:"+r.producer {
+		t.Errorf("the producer's enqueue is audited as %q and its abort recorded as by %q; want db:%s and agent:%s",
+			enqueuedBy, abortedBy, r.producer, r.producer)
+	}
 	waitFor(t, time.Minute, "the cancelled row to be pruned", func() (bool, string) {
 		d.requireRunning()
 		var n int
@@ -1254,9 +1287,19 @@ retention: {interval: 1s, cancelled: 1s}
 		`UPDATE drainer.outbox SET next_attempt_at = now() WHERE key = '`+someKey+`'`,
 		`UPDATE drainer.outbox SET response = '{}' WHERE key = '`+someKey+`'`,
 		`UPDATE drainer.outbox SET tool_name = 'other' WHERE key = '`+someKey+`'`,
+		`UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() WHERE key = '`+someKey+`'`,
+		`INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, payload, payload_hash, status)
+		    VALUES ('k', 'r', 's', 't', '{}', '\x00', 'succeeded')`,
 		`DELETE FROM drainer.outbox WHERE key = '`+someKey+`'`,
 		`TRUNCATE drainer.outbox`,
 		`SELECT payload FROM drainer.outbox LIMIT 1`,
+		`SELECT status FROM drainer.outbox LIMIT 1`,
+		`SELECT final_status FROM drainer.tombstones LIMIT 1`,
+		`INSERT INTO drainer.runs (agent_run_id, abort_reason, aborted_by) VALUES ('run-x', 'x', 'operator:someone')`,
+		`INSERT INTO drainer.audit (key, at, event, actor, hash) VALUES ('`+someKey+`', now(), 'note', 'someone', '\x00')`,
+		`SELECT drainer.audit_append('run:run-a', 'note', 'forged')`,
+		`SELECT drainer.abort_run_internal('run-a', 'x', 'operator:someone')`,
+		`SELECT drainer.count_enqueue_duplicate()`,
 		`SELECT * FROM drainer.outbox LIMIT 1`,
 		`SELECT * FROM drainer.pauses`,
 		`INSERT INTO drainer.pauses (target, name, paused_by) VALUES ('route', 'held', 'x')`,
@@ -1287,6 +1330,7 @@ retention: {interval: 1s, cancelled: 1s}
 		`TRUNCATE drainer.outbox`,
 		`TRUNCATE drainer.audit`,
 		`UPDATE drainer.audit SET actor = 'x'`,
+		`INSERT INTO drainer.audit (key, at, event, actor, hash) VALUES ('`+someKey+`', now(), 'note', 'someone', '\x00')`,
 		`UPDATE drainer.schema_meta SET value = '99'`,
 		`DELETE FROM drainer.schema_version`,
 		`SELECT nextval('drainer.enqueue_duplicates')`,
@@ -1310,89 +1354,255 @@ func secGrep(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestSecurityRolesKnownGaps keeps the "Known gaps" of docs/security.md
-// true. Each subtest shows a privilege the producer role holds only because
-// drainer.enqueue, drainer.abort_run and the outbox's audit trigger run with
-// the caller's rights, or what it lacks. A failure here means the product
-// changed: narrow deploy/sql/roles.sql and update the document.
-func TestSecurityRolesKnownGaps(t *testing.T) {
+// secDenied fails t unless err is SQLSTATE 42501 (insufficient privilege).
+func secDenied(t *testing.T, what string, err error) {
+	t.Helper()
+	if code := secPgCode(err); code != "42501" {
+		t.Errorf("%s: err %v (SQLSTATE %q), want 42501 insufficient privilege", what, err, code)
+	}
+}
+
+// secAuditActors returns "<event> by <actor>" for each audit entry of key,
+// oldest first.
+func secAuditActors(t *testing.T, db *pgxpool.Pool, key string) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT event || ' by ' || actor FROM drainer.audit WHERE key = $1 ORDER BY id`, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actors, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return actors
+}
+
+// TestSecurityProducerNeedsOnlyExecute checks the producer role of
+// deploy/sql/roles.sql: drainer.enqueue, drainer.result and drainer.abort_run
+// run with the owner's rights (SECURITY DEFINER, search_path pinned), so the
+// role holds USAGE on the schema and EXECUTE on those three and nothing else.
+// It cannot set a row's status, insert a row or append an audit entry
+// directly; an enqueue racing a prune answers created = false; abort_run
+// works; and the audit still names the caller, as it did when the functions
+// ran with the caller's rights.
+func TestSecurityProducerNeedsOnlyExecute(t *testing.T) {
 	t.Parallel()
 	r := newSecRoles(t)
 	ctx := context.Background()
+	admin := r.admin
 	producer := r.connect(t, r.producerURL)
 	t.Cleanup(func() { producer.Close(context.Background()) })
-	tp := idemkey.Tuple{AgentRunID: "gap-run", StepID: "1", ToolName: "charge", BusinessScope: "acct-1"}
-	key := secEnqueue(t, producer, tp, `{"amount_cents":100}`)
 
-	t.Run("abort_run_needs_update_on_outbox", func(t *testing.T) {
-		// Without its UPDATE grant, the producer cannot abort a run.
-		tx, err := r.admin.Begin(ctx)
+	t.Run("grants", func(t *testing.T) {
+		// No privilege on any table, view or sequence of the schema.
+		var held []string
+		rows, err := admin.Query(ctx, `SELECT c.relname || ' (' || c.relkind::text || ')' FROM pg_class c
+		    WHERE c.relnamespace = 'drainer'::regnamespace AND c.relkind IN ('r', 'v', 'S', 'p', 'm')
+		      AND (CASE WHEN c.relkind = 'S' THEN has_sequence_privilege($1, c.oid, 'USAGE, SELECT, UPDATE')
+		                ELSE has_table_privilege($1, c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+		                     OR has_any_column_privilege($1, c.oid, 'SELECT, INSERT, UPDATE, REFERENCES') END)
+		    ORDER BY 1`, r.producer)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback(ctx)
-		for _, stmt := range []string{
-			"REVOKE UPDATE (status, cancel_cause, last_error, updated_at) ON drainer.outbox FROM " + pgx.Identifier{r.producer}.Sanitize(),
-			"SET LOCAL ROLE " + pgx.Identifier{r.producer}.Sanitize(),
-		} {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				t.Fatal(err)
+		if held, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			t.Fatal(err)
+		}
+		if len(held) > 0 {
+			t.Errorf("the producer role holds privileges on %v", held)
+		}
+		// Every function that runs with the owner's rights pins its
+		// search_path and, unless it is a trigger function (never called
+		// directly), is not executable by PUBLIC; the producer may run
+		// exactly its three.
+		type fn struct {
+			name, config            string
+			trigger, public, byProd bool
+		}
+		rows, err = admin.Query(ctx, `SELECT p.oid::regprocedure::text, coalesce(array_to_string(p.proconfig, ';'), ''),
+		        p.prorettype = 'trigger'::regtype,
+		        EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+		                 WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'),
+		        has_function_privilege($1, p.oid, 'EXECUTE')
+		    FROM pg_proc p WHERE p.pronamespace = 'drainer'::regnamespace AND p.prosecdef ORDER BY 1`, r.producer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		definers, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (fn, error) {
+			var f fn
+			return f, row.Scan(&f.name, &f.config, &f.trigger, &f.public, &f.byProd)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		producerFns := []string{"drainer.abort_run(text,text)", "drainer.enqueue(text,text,text,text,jsonb,text)", "drainer.result(text)"}
+		var byProducer []string
+		for _, f := range definers {
+			if f.config != "search_path=drainer, pg_catalog, pg_temp" && f.config != "search_path=pg_catalog" {
+				t.Errorf("SECURITY DEFINER %s: settings %q, want search_path pinned", f.name, f.config)
+			}
+			if f.public && !f.trigger {
+				t.Errorf("SECURITY DEFINER %s: executable by PUBLIC", f.name)
+			}
+			if f.byProd && !f.trigger {
+				byProducer = append(byProducer, f.name)
 			}
 		}
-		_, err = tx.Exec(ctx, `SELECT drainer.abort_run('gap-run', 'x')`)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "42501" || !strings.Contains(pe.Message, "outbox") {
-			t.Errorf("drainer.abort_run without UPDATE on drainer.outbox: %v; the gap is closed: drop that grant from %s and update docs/security.md", err, secRolesSQL)
+		slices.Sort(byProducer)
+		if !slices.Equal(byProducer, producerFns) {
+			t.Errorf("the producer may run SECURITY DEFINER functions %v, want %v", byProducer, producerFns)
 		}
 	})
 
-	t.Run("producer_can_set_status_directly", func(t *testing.T) {
-		tx, err := producer.Begin(ctx)
+	t.Run("cannot_write_directly", func(t *testing.T) {
+		key := secEnqueue(t, producer, idemkey.Tuple{AgentRunID: "direct-run", StepID: "1", ToolName: "charge", BusinessScope: "acct-1"}, `{"n":1}`)
+		for _, stmt := range []string{
+			`UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() WHERE key = $1`,
+			`UPDATE drainer.outbox SET status = 'cancelled', cancel_cause = 'run_aborted', last_error = 'x', updated_at = now() WHERE key = $1`,
+			`INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, status)
+			    VALUES ($1 || 'x', 'direct-run', '2', 'charge', '', 'forward', '{}', '\x00', 'succeeded')`,
+			// An entry under another actor with a valid hash, which audit
+			// verify would accept.
+			`INSERT INTO drainer.audit (key, at, event, actor, reason, prev_hash, hash)
+			    SELECT $1, now(), 'note', 'someone-else', 'forged', drainer.audit_head($1),
+			           drainer.audit_hash(drainer.audit_head($1), $1, now(), 'note', NULL, NULL, NULL, NULL, 'someone-else', 'forged', NULL)`,
+			`SELECT drainer.audit_append($1, 'note', 'forged')`,
+			`SELECT drainer.abort_run_internal('direct-run', $1, 'operator:someone-else')`,
+		} {
+			_, err := producer.Exec(ctx, stmt, key)
+			secDenied(t, stmt, err)
+		}
+		var status string
+		if err := admin.QueryRow(ctx, `SELECT status FROM drainer.outbox WHERE key = $1`, key).Scan(&status); err != nil || status != "pending" {
+			t.Errorf("row %s: status %q (%v), want it still pending", key, status, err)
+		}
+		if got := secAuditActors(t, admin, key); !slices.Equal(got, []string{"enqueued by db:" + r.producer}) {
+			t.Errorf("audit of %s: %q, want only its enqueue by db:%s", key, got, r.producer)
+		}
+		if res := runCLI(t, nil, "audit", "verify", "--database-url", r.runtimeURL); res.code != 0 {
+			t.Errorf("drainer audit verify: %s", res)
+		}
+	})
+
+	t.Run("abort_run", func(t *testing.T) {
+		pending := secEnqueue(t, producer, idemkey.Tuple{AgentRunID: "abort-run", StepID: "1", ToolName: "charge"}, `{"n":1}`)
+		var cancelled int
+		if err := producer.QueryRow(ctx, `SELECT drainer.abort_run('abort-run', 'wrong result')`).Scan(&cancelled); err != nil || cancelled != 1 {
+			t.Fatalf("drainer.abort_run as the producer: %d cancelled (%v), want 1", cancelled, err)
+		}
+		var status, lastError string
+		if err := producer.QueryRow(ctx, `SELECT status, last_error FROM drainer.result($1)`, pending).Scan(&status, &lastError); err != nil ||
+			status != "cancelled" || lastError != "run aborted: wrong result" {
+			t.Errorf("result of the aborted run's row: %q %q (%v), want cancelled by the abort", status, lastError, err)
+		}
+		// Again: nothing left to cancel; the first abort's record stays.
+		if err := producer.QueryRow(ctx, `SELECT drainer.abort_run('abort-run', 'again')`).Scan(&cancelled); err != nil || cancelled != 0 {
+			t.Errorf("drainer.abort_run again: %d cancelled (%v), want 0", cancelled, err)
+		}
+		var by, reason string
+		if err := admin.QueryRow(ctx, `SELECT aborted_by, abort_reason FROM drainer.runs WHERE agent_run_id = 'abort-run'`).Scan(&by, &reason); err != nil {
+			t.Fatal(err)
+		}
+		if by != "agent:"+r.producer || reason != "wrong result" {
+			t.Errorf("run aborted by %q for %q, want agent:%s for the first reason", by, reason, r.producer)
+		}
+		want := []string{"enqueued by db:" + r.producer, "cancelled by db:" + r.producer}
+		if got := secAuditActors(t, admin, pending); !slices.Equal(got, want) {
+			t.Errorf("audit of %s: %q, want %q", pending, got, want)
+		}
+		// An enqueue into the aborted run is created cancelled.
+		var created bool
+		var late string
+		if err := producer.QueryRow(ctx, `SELECT key, created FROM drainer.enqueue('abort-run', '2', 'charge', '', '{}')`).Scan(&late, &created); err != nil || !created {
+			t.Fatalf("enqueue into the aborted run: created %v (%v)", created, err)
+		}
+		if err := producer.QueryRow(ctx, `SELECT status FROM drainer.result($1)`, late).Scan(&status); err != nil || status != "cancelled" {
+			t.Errorf("row enqueued into the aborted run: %q (%v), want cancelled", status, err)
+		}
+	})
+
+	t.Run("attribution_under_set_role", func(t *testing.T) {
+		// A session that SET ROLEs to the producer is named after it, as
+		// current_user named it before the functions ran as their owner.
+		tx, err := admin.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		tag, err := tx.Exec(ctx, `UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() WHERE key = $1`, key)
-		if err != nil || tag.RowsAffected() != 1 {
-			t.Errorf("the producer's direct status update: %v (%d rows); the gap is closed: update %s and docs/security.md", err, tag.RowsAffected(), secRolesSQL)
-		}
-		// The change is on the audit trail, under the producer's name.
-		var actor string
-		if err := tx.QueryRow(ctx, `SELECT actor FROM drainer.audit WHERE key = $1 ORDER BY id DESC LIMIT 1`, key).Scan(&actor); err == nil {
-			t.Errorf("the producer can read the audit actor column")
-		}
-	})
-
-	t.Run("producer_can_append_audit_entries", func(t *testing.T) {
-		// An entry under any actor, with a valid hash: audit verify passes.
-		_, err := producer.Exec(ctx, `INSERT INTO drainer.audit (key, at, event, actor, reason, prev_hash, hash)
-		    SELECT $1, now(), 'note', 'someone-else', 'forged',
-		           drainer.audit_head($1), drainer.audit_hash(drainer.audit_head($1), $1, now(), 'note', NULL, NULL, NULL, NULL, 'someone-else', 'forged', NULL)`, key)
-		if err != nil {
-			t.Errorf("the producer's audit entry: %v; the gap is closed: drop INSERT on drainer.audit from %s and update docs/security.md", err, secRolesSQL)
-			return
-		}
-		res := runCLI(t, nil, "audit", "verify", "--database-url", r.runtimeURL)
-		if res.code != 0 {
-			t.Errorf("drainer audit verify after the appended entry: %s", res)
-		}
-	})
-
-	t.Run("enqueue_prune_race_needs_delete_on_outbox", func(t *testing.T) {
-		// drainer.enqueue of a tuple whose row a prune moves to the
-		// tombstones at that very moment deletes the row it just inserted:
-		// with the caller's rights, which the producer role lacks.
-		if _, err := r.admin.Exec(ctx, `UPDATE drainer.outbox SET status = 'succeeded' WHERE key = $1`, key); err != nil {
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{r.producer}.Sanitize()); err != nil {
 			t.Fatal(err)
 		}
-		tx, err := r.admin.Begin(ctx)
+		var key string
+		if err := tx.QueryRow(ctx, `SELECT key FROM drainer.enqueue('set-role-run', '1', 'charge', '', '{}')`).Scan(&key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT drainer.abort_run('set-role-run', 'x')`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "RESET ROLE"); err != nil {
+			t.Fatal(err)
+		}
+		var actors []string
+		var by string
+		err = tx.QueryRow(ctx, `SELECT array_agg(actor ORDER BY id), (SELECT aborted_by FROM drainer.runs WHERE agent_run_id = 'set-role-run')
+		    FROM drainer.audit WHERE key = $1`, key).Scan(&actors, &by)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(actors, []string{"db:" + r.producer, "db:" + r.producer}) || by != "agent:"+r.producer {
+			t.Errorf("under SET ROLE: audit actors %q, aborted by %q; want db:%s and agent:%s", actors, by, r.producer, r.producer)
+		}
+	})
+
+	t.Run("daemon_attribution_unchanged", func(t *testing.T) {
+		// The daemon's connections (application_name=drainer) are "drainer",
+		// also for the abort that a failed forward row triggers, which runs
+		// with the owner's rights.
+		first := secEnqueue(t, producer, idemkey.Tuple{AgentRunID: "fail-run", StepID: "1", ToolName: "charge"}, `{}`)
+		second := secEnqueue(t, producer, idemkey.Tuple{AgentRunID: "fail-run", StepID: "2", ToolName: "charge"}, `{}`)
+		cfg, err := pgx.ParseConfig(r.runtimeURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.RuntimeParams["application_name"] = "drainer"
+		runtime, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer runtime.Close(ctx)
+		if _, err := runtime.Exec(ctx, `UPDATE drainer.outbox SET status = 'failed', attempts = 1, last_error = 'declined', updated_at = now()
+		    WHERE key = $1`, first); err != nil {
+			t.Fatalf("the runtime role fails a forward row: %v", err)
+		}
+		var by string
+		if err := admin.QueryRow(ctx, `SELECT aborted_by FROM drainer.runs WHERE agent_run_id = 'fail-run'`).Scan(&by); err != nil || by != "drainer" {
+			t.Errorf("run of the failed row: aborted by %q (%v), want drainer", by, err)
+		}
+		if got, want := secAuditActors(t, admin, first), []string{"enqueued by db:" + r.producer, "failed by drainer"}; !slices.Equal(got, want) {
+			t.Errorf("audit of the failed row: %q, want %q", got, want)
+		}
+		if got, want := secAuditActors(t, admin, second), []string{"enqueued by db:" + r.producer, "cancelled by drainer"}; !slices.Equal(got, want) {
+			t.Errorf("audit of the row its abort cancelled: %q, want %q", got, want)
+		}
+	})
+
+	t.Run("enqueue_prune_race_answers_existing", func(t *testing.T) {
+		// drainer.enqueue of a tuple whose row a prune moves to the
+		// tombstones at that very moment deletes the row it just inserted
+		// and answers created = false (CONTRACT §2), under the producer role.
+		tp := idemkey.Tuple{AgentRunID: "race-run", StepID: "1", ToolName: "charge", BusinessScope: "acct-1"}
+		key := secEnqueue(t, producer, tp, `{"amount_cents":100}`)
+		if _, err := admin.Exec(ctx, `UPDATE drainer.outbox SET status = 'succeeded' WHERE key = $1`, key); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := admin.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
 		var pruned int
-		if err := tx.QueryRow(ctx, `SELECT drainer.prune_rows('succeeded', now() + interval '1 hour', 1000)`).Scan(&pruned); err != nil || pruned != 1 {
-			t.Fatalf("prune_rows: %d (%v), want 1", pruned, err)
+		if err := tx.QueryRow(ctx, `SELECT drainer.prune_rows('succeeded', now() + interval '1 hour', 1000)`).Scan(&pruned); err != nil || pruned < 1 {
+			t.Fatalf("prune_rows: %d (%v), want at least 1", pruned, err)
 		}
 		type answer struct {
 			key     string
@@ -1418,8 +1628,195 @@ func TestSecurityRolesKnownGaps(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := <-done
-		if secPgCode(a.err) != "42501" || !strings.Contains(a.err.Error(), "outbox") {
-			t.Errorf("enqueue racing the prune, as the producer: key %s created %v err %v; the gap is closed (CONTRACT §2 wants created = false): update docs/security.md", a.key, a.created, a.err)
+		if a.err != nil || a.key != key || a.created {
+			t.Fatalf("enqueue racing the prune, as the producer: key %s created %v err %v; want %s, created = false", a.key, a.created, a.err, key)
+		}
+		var rows, tombstones int
+		if err := admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM drainer.outbox WHERE key = $1), (SELECT count(*) FROM drainer.tombstones WHERE key = $1)`,
+			key).Scan(&rows, &tombstones); err != nil {
+			t.Fatal(err)
+		}
+		if rows != 0 || tombstones != 1 {
+			t.Errorf("after the race: %d rows and %d tombstones of %s, want only the tombstone", rows, tombstones, key)
+		}
+		var status string
+		if err := producer.QueryRow(ctx, `SELECT status FROM drainer.result($1)`, key).Scan(&status); err != nil || status != "succeeded" {
+			t.Errorf("result after the race: %q (%v), want succeeded", status, err)
+		}
+		if res := runCLI(t, nil, "audit", "verify", "--database-url", r.runtimeURL); res.code != 0 {
+			t.Errorf("drainer audit verify after the race: %s", res)
+		}
+	})
+}
+
+// secRolesSQLRelease8 is what deploy/sql/roles.sql granted up to schema
+// version 8, when the producer's functions ran with the caller's rights.
+const secRolesSQLRelease8 = `
+REVOKE ALL ON SCHEMA :"schema" FROM PUBLIC;
+GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role", :"producer_role";
+GRANT SELECT ON TABLE :"schema".schema_version, :"schema".schema_meta, :"schema".sagas TO :"runtime_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".outbox, :"schema".runs, :"schema".tombstones TO :"runtime_role";
+GRANT SELECT, INSERT, DELETE ON TABLE :"schema".audit, :"schema".pauses TO :"runtime_role";
+GRANT UPDATE (id) ON TABLE :"schema".audit TO :"runtime_role";
+GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".audit_anchors, :"schema".backlog_snapshot TO :"runtime_role";
+GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatches TO :"runtime_role";
+GRANT INSERT (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash,
+              status, cancel_cause, last_error, traceparent)
+    ON TABLE :"schema".outbox TO :"producer_role";
+GRANT SELECT (seq, key, payload_hash) ON TABLE :"schema".outbox TO :"producer_role";
+GRANT SELECT (key, payload_hash, final_status) ON TABLE :"schema".tombstones TO :"producer_role";
+GRANT SELECT (agent_run_id) ON TABLE :"schema".runs TO :"producer_role";
+GRANT SELECT (key, id, hash), INSERT ON TABLE :"schema".audit TO :"producer_role";
+GRANT SELECT (key, hash) ON TABLE :"schema".audit_anchors TO :"producer_role";
+GRANT SELECT (status, response, last_error) ON TABLE :"schema".outbox TO :"producer_role";
+GRANT INSERT (agent_run_id, abort_reason, aborted_by) ON TABLE :"schema".runs TO :"producer_role";
+GRANT SELECT (agent_run_id, kind, attempts) ON TABLE :"schema".outbox TO :"producer_role";
+GRANT UPDATE (status, cancel_cause, last_error, updated_at) ON TABLE :"schema".outbox TO :"producer_role";
+`
+
+// TestSecurityUpgradeKeepsRolesWorking upgrades a schema at version 8, with
+// the grants deploy/sql/roles.sql gave then, to the producer functions that
+// run with the owner's rights: between `drainer migrate` and applying the
+// new roles.sql, the producer still enqueues, reads results and aborts runs,
+// and the runtime role still aborts and fails rows (expand/contract). The
+// new roles.sql then takes back the producer's table privileges and the
+// runtime role's INSERT on the audit. roles.sql refuses to run before the
+// migration.
+func TestSecurityUpgradeKeepsRolesWorking(t *testing.T) {
+	t.Parallel()
+	r := createSecRoles(t)
+	ctx := context.Background()
+	admin := r.admin
+
+	// Schema version 8, as the owner, the way drainer migrate applies it.
+	owner := r.connect(t, r.ownerURL)
+	if _, err := owner.Exec(ctx, "CREATE SCHEMA drainer"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrate.NewMigrator(ctx, owner, "drainer.schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Data["schema"] = "drainer"
+	if err := m.LoadMigrations(os.DirFS("../migrations")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	owner.Close(ctx)
+	if err := r.applyGrants(secRolesSQLRelease8); err != nil {
+		t.Fatalf("the grants of schema version 8: %v", err)
+	}
+	raw, err := os.ReadFile(secRolesSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.applyGrants(string(raw)); err == nil || !strings.Contains(err.Error(), "run drainer migrate first") {
+		t.Errorf("%s on schema version 8: %v, want it refused", secRolesSQL, err)
+	}
+
+	producer := r.connect(t, r.producerURL)
+	t.Cleanup(func() { producer.Close(context.Background()) })
+	operator := []string{"DRAINER_DATABASE_URL=" + r.runtimeURL, "USER=sec-operator"}
+	before := secEnqueue(t, producer, idemkey.Tuple{AgentRunID: "up-run", StepID: "1", ToolName: "charge"}, `{}`)
+
+	if res := runCLI(t, nil, "migrate", "--database-url", r.ownerURL); res.code != 0 {
+		t.Fatalf("drainer migrate as the owner: %s", res)
+	}
+
+	// What the roles do, on the new schema with the old grants, then with
+	// the new ones.
+	works := func(stage string) {
+		t.Helper()
+		tp := idemkey.Tuple{AgentRunID: "up-run-" + stage, StepID: "1", ToolName: "charge"}
+		key := secEnqueue(t, producer, tp, `{}`)
+		var created bool
+		if err := producer.QueryRow(ctx, `SELECT created FROM drainer.enqueue($1, $2, $3, $4, '{}')`,
+			tp.AgentRunID, tp.StepID, tp.ToolName, tp.BusinessScope).Scan(&created); err != nil || created {
+			t.Errorf("%s: enqueue again as the producer: created %v (%v)", stage, created, err)
+		}
+		var status string
+		if err := producer.QueryRow(ctx, `SELECT status FROM drainer.result($1)`, before).Scan(&status); err != nil {
+			t.Errorf("%s: drainer.result as the producer: %v", stage, err)
+		}
+		var n int
+		if err := producer.QueryRow(ctx, `SELECT drainer.abort_run($1, 'changed its mind')`, tp.AgentRunID).Scan(&n); err != nil || n != 1 {
+			t.Errorf("%s: drainer.abort_run as the producer: %d (%v), want 1", stage, n, err)
+		}
+		other := secEnqueue(t, producer, idemkey.Tuple{AgentRunID: "up-op-" + stage, StepID: "1", ToolName: "charge"}, `{}`)
+		if res := runCLI(t, operator, "abort", "up-op-"+stage, "--reason", "operator says"); res.code != 0 {
+			t.Errorf("%s: drainer abort as the runtime role: %s", stage, res)
+		}
+		if err := producer.QueryRow(ctx, `SELECT status FROM drainer.result($1)`, other).Scan(&status); err != nil || status != "cancelled" {
+			t.Errorf("%s: row of the run the operator aborted: %q (%v)", stage, status, err)
+		}
+		failing := secEnqueue(t, producer, idemkey.Tuple{AgentRunID: "up-fail-" + stage, StepID: "1", ToolName: "charge"}, `{}`)
+		runtime := r.connect(t, r.runtimeURL)
+		defer runtime.Close(ctx)
+		if _, err := runtime.Exec(ctx, `UPDATE drainer.outbox SET status = 'failed', attempts = 1, updated_at = now() WHERE key = $1`, failing); err != nil {
+			t.Errorf("%s: the runtime role fails a forward row: %v", stage, err)
+		}
+		if res := runCLI(t, operator, "audit", "verify"); res.code != 0 {
+			t.Errorf("%s: drainer audit verify: %s", stage, res)
+		}
+		if got := secAuditActors(t, admin, key); len(got) != 2 || got[0] != "enqueued by db:"+r.producer || got[1] != "cancelled by db:"+r.producer {
+			t.Errorf("%s: audit of %s: %q", stage, key, got)
+		}
+	}
+	works("old-grants")
+
+	r.applyRolesSQL(t)
+	works("new-grants")
+	runtime := r.connect(t, r.runtimeURL)
+	t.Cleanup(func() { runtime.Close(context.Background()) })
+	for _, c := range []struct {
+		who  string
+		conn *pgx.Conn
+		stmt string
+	}{
+		{"producer", producer, `UPDATE drainer.outbox SET status = 'succeeded' WHERE key = $1`},
+		{"producer", producer, `SELECT payload_hash FROM drainer.outbox WHERE key = $1`},
+		{"producer", producer, `INSERT INTO drainer.audit (key, at, event, actor, hash) VALUES ($1, now(), 'note', 'x', '\x00')`},
+		{"producer", producer, `SELECT drainer.audit_append($1, 'note', 'forged')`},
+		{"producer", producer, `SELECT drainer.abort_run_internal('up-run', $1, 'operator:someone-else')`},
+		{"runtime", runtime, `INSERT INTO drainer.audit (key, at, event, actor, hash) VALUES ($1, now(), 'note', 'x', '\x00')`},
+		{"runtime", runtime, `SELECT * FROM drainer.result($1)`},
+	} {
+		_, err := c.conn.Exec(ctx, c.stmt, before)
+		secDenied(t, c.who+": "+c.stmt, err)
+	}
+}
+
+// TestSecurityRolesKnownGaps keeps the "Known gaps" of docs/security.md
+// true. A failure here means the product changed: update the document (and
+// deploy/sql/roles.sql).
+func TestSecurityRolesKnownGaps(t *testing.T) {
+	t.Parallel()
+	r := newSecRoles(t)
+	ctx := context.Background()
+	producer := r.connect(t, r.producerURL)
+	t.Cleanup(func() { producer.Close(context.Background()) })
+
+	t.Run("producer_labels_its_own_entries", func(t *testing.T) {
+		// The audit's actor comes from session settings, drainer.actor
+		// (operator commands) and application_name=drainer (the daemon),
+		// which any session can set: a producer can put another name on
+		// the entries of its own changes.
+		tx, err := producer.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `SELECT set_config('drainer.actor', 'someone-else', true)`); err != nil {
+			t.Fatal(err)
+		}
+		key := secEnqueue(t, tx, idemkey.Tuple{AgentRunID: "label-run", StepID: "1", ToolName: "charge"}, `{}`)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := secAuditActors(t, r.admin, key); !slices.Equal(got, []string{"enqueued by someone-else"}) {
+			t.Errorf("audit of an enqueue under drainer.actor = someone-else: %q; the gap is closed: update docs/security.md", got)
 		}
 	})
 

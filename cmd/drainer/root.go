@@ -110,11 +110,13 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, usagef("--log-format: %q is not json or text", g.logFormat)
 }
 
+// requireDB checks --database-url and --schema; a problem with either is a
+// usage error (exit 2).
 func (g *globals) requireDB() error {
 	if g.databaseURL == "" {
 		return usagef("no database URL: set --database-url or DRAINER_DATABASE_URL")
 	}
-	return migrations.ValidateSchema(g.schema)
+	return validateSchemaFlag(g.schema)
 }
 
 // applyEnv sets every flag not given on the command line from DRAINER_<FLAG>.

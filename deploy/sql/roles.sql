@@ -12,6 +12,13 @@
 -- verbatim; integration/security_test.go applies it to fresh roles and
 -- drains, operates and enqueues under them.
 
+-- After `drainer migrate`, never before: on an older schema its
+-- grants would break the daemon. This stops with an error naming the order.
+SELECT CASE WHEN version < 9
+            THEN ('schema version ' || version || ' predates these grants: run drainer migrate first, then this file')::int
+       END
+  FROM :"schema".schema_version;
+
 -- Nobody but the owner and the roles below reaches the schema.
 REVOKE ALL ON SCHEMA :"schema" FROM PUBLIC;
 GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role", :"producer_role";
@@ -21,34 +28,34 @@ GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role", :"producer_role";
 -- rows, never the schema.
 GRANT SELECT ON TABLE :"schema".schema_version, :"schema".schema_meta, :"schema".sagas TO :"runtime_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".outbox, :"schema".runs, :"schema".tombstones TO :"runtime_role";
-GRANT SELECT, INSERT, DELETE ON TABLE :"schema".audit, :"schema".pauses TO :"runtime_role";
+GRANT SELECT, INSERT, DELETE ON TABLE :"schema".pauses TO :"runtime_role";
+-- Audit entries are written by the outbox's audit trigger and by
+-- audit_append, with the owner's rights: the role reads them (audit verify,
+-- inspect) and prunes them (retention), and never inserts one itself.
+GRANT SELECT, DELETE ON TABLE :"schema".audit TO :"runtime_role";
+REVOKE INSERT ON TABLE :"schema".audit FROM :"runtime_role";
 -- prune_audit locks the entries it deletes (SELECT ... FOR UPDATE), which
 -- needs UPDATE on one column; drainer never updates an audit entry.
 GRANT UPDATE (id) ON TABLE :"schema".audit TO :"runtime_role";
 GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".audit_anchors, :"schema".backlog_snapshot TO :"runtime_role";
 -- drainer_enqueue_duplicates_total and drainer_enqueue_mismatches_total.
 GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatches TO :"runtime_role";
+-- `drainer abort` (abort_run_internal) and the operator actions that change
+-- no row's status (audit_append). Both run with the owner's rights.
+GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text)
+    TO :"runtime_role";
+-- The producer's functions are not the runtime role's.
+REVOKE EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text), :"schema".result(text),
+    :"schema".abort_run(text, text) FROM :"runtime_role";
 
 -- Producer role: agents calling drainer.enqueue, drainer.result and
--- drainer.abort_run. Those functions run with the caller's rights, so the
--- role needs the columns they touch, and no other.
--- drainer.enqueue: insert the row; read back its seq, and the payload hash
--- of an existing row or tombstone of the same key; the aborted-runs check.
-GRANT INSERT (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash,
-              status, cancel_cause, last_error, traceparent)
-    ON TABLE :"schema".outbox TO :"producer_role";
-GRANT SELECT (seq, key, payload_hash) ON TABLE :"schema".outbox TO :"producer_role";
-GRANT SELECT (key, payload_hash, final_status) ON TABLE :"schema".tombstones TO :"producer_role";
-GRANT SELECT (agent_run_id) ON TABLE :"schema".runs TO :"producer_role";
--- The audit trigger on the outbox runs with the rights of whoever changes a
--- row: it reads the head of the key's chain and appends an entry.
-GRANT SELECT (key, id, hash), INSERT ON TABLE :"schema".audit TO :"producer_role";
-GRANT SELECT (key, hash) ON TABLE :"schema".audit_anchors TO :"producer_role";
--- drainer.result.
-GRANT SELECT (status, response, last_error) ON TABLE :"schema".outbox TO :"producer_role";
--- drainer.abort_run: record the abort and cancel the run's never-attempted
--- rows. The UPDATE grant is the widest of this role (see "Known gaps" in
--- docs/security.md).
-GRANT INSERT (agent_run_id, abort_reason, aborted_by) ON TABLE :"schema".runs TO :"producer_role";
-GRANT SELECT (agent_run_id, kind, attempts) ON TABLE :"schema".outbox TO :"producer_role";
-GRANT UPDATE (status, cancel_cause, last_error, updated_at) ON TABLE :"schema".outbox TO :"producer_role";
+-- drainer.abort_run. The three run with the owner's rights and are not
+-- executable by PUBLIC: the role gets EXECUTE on them, and nothing else.
+GRANT EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text), :"schema".result(text),
+    :"schema".abort_run(text, text) TO :"producer_role";
+-- No table, sequence or other function: take back what earlier versions of
+-- this file, or the upgrade to schema version 9, granted.
+REVOKE ALL ON ALL TABLES IN SCHEMA :"schema" FROM :"producer_role";
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA :"schema" FROM :"producer_role";
+REVOKE EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text)
+    FROM :"producer_role";
