@@ -41,6 +41,14 @@ const (
 // of the largest replica and the dead tuples of the outbox at the end.
 func chaosSoak(t *testing.T, seed uint64) {
 	rows := chaosRows(2000, 1_000_000)
+	if v := os.Getenv("DRAINER_SOAK_ROWS"); v != "" {
+		// A soak of another size (e.g. where 10^6 rows would take hours).
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 4 {
+			t.Fatalf("DRAINER_SOAK_ROWS=%q: want a row count of at least 4", v)
+		}
+		rows = n
+	}
 	t.Logf("chaos seed %d (rows %d, replicas %d, full %v)", seed, rows, soakReplicas, chaosFull())
 	ctx := context.Background()
 	dbURL, pool := newMigratedDB(t)
