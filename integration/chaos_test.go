@@ -66,6 +66,27 @@ type chaosSetup struct {
 	cfgPath  string
 	keys     []string
 	rng      *rand.Rand
+	// lossWindows are the times during which a fault between the daemons
+	// and the provider may have lost the provider's answers.
+	lossWindows []lossWindow
+}
+
+// lossWindow is a span of time in which provider answers may be lost.
+type lossWindow struct{ from, to time.Time }
+
+// answerLossGrace is how long after a fault ends an answer given during it
+// may still be lost or arrive after the adapter's timeout (1s).
+const answerLossGrace = 2 * time.Second
+
+// answerMayBeLost reports whether an answer the provider gave at t may not
+// have reached the daemon.
+func (s *chaosSetup) answerMayBeLost(t time.Time) bool {
+	for _, w := range s.lossWindows {
+		if !t.Before(w.from) && !t.After(w.to.Add(answerLossGrace)) {
+			return true
+		}
+	}
+	return false
 }
 
 func newChaosSetup(t *testing.T, rows int, seed uint64) *chaosSetup {

@@ -97,19 +97,25 @@ func chaosToxiproxy(t *testing.T, seed uint64) {
 			break
 		}
 		p := proxies[st.proxy]
+		from := time.Now()
 		chaosToxic(t, p, st.name, st.typ, st.dir, st.attrs)
 		time.Sleep(time.Duration(1000+s.rng.IntN(1500)) * time.Millisecond)
 		chaosUntoxic(t, p, st.name)
+		if st.proxy == "provider" {
+			s.lossWindows = append(s.lossWindows, lossWindow{from, time.Now()})
+		}
 		t.Logf("toxic %s/%s done; %v", st.proxy, st.typ, statusCounts(t, s.pool))
 	}
 	// The provider is down (connections refused) longer than the breaker's
 	// open_for, then back.
+	from := time.Now()
 	provProxy.Stop()
 	time.Sleep(3 * time.Second)
 	if err := provProxy.Start(); err != nil {
 		// The port was taken in between: say so rather than hang.
 		t.Fatalf("restart provider proxy on %s: %v", provProxy.Listen, err)
 	}
+	s.lossWindows = append(s.lossWindows, lossWindow{from, time.Now()})
 	s.waitSettled(t, nil)
 	chaosResults.add(chaosCheck(t, "toxiproxy", s, time.Since(start)))
 	for _, r := range replicas {

@@ -72,7 +72,22 @@ func chaosCheck(t *testing.T, scenario string, s *chaosSetup, elapsed time.Durat
 		v.duplicates += len(m)
 		t.Errorf("%s: %d tuples sent under more than one key: %v", scenario, len(m), m[:min(len(m), 5)])
 	}
-	if ra := s.provider.RetryAfterViolations(); len(ra) > 0 {
+	var ra, undelivered []string
+	for _, x := range s.provider.RetryAfterViolationDetails() {
+		if s.answerMayBeLost(x.GivenAt) {
+			undelivered = append(undelivered, x.Key)
+		} else {
+			ra = append(ra, x.Key)
+		}
+	}
+	if len(undelivered) > 0 {
+		// The fault between daemon and provider may have eaten the answer
+		// that carried the Retry-After: the daemon cannot honour what it
+		// never received. Reported, not counted.
+		t.Logf("%s: %d early requests after a Retry-After answered while the provider path was faulty (answer possibly lost): %v",
+			scenario, len(undelivered), undelivered[:min(len(undelivered), 5)])
+	}
+	if len(ra) > 0 {
 		v.retryAfterViolations = len(ra)
 		t.Errorf("%s: %d requests arrived before their Retry-After expired: %v", scenario, len(ra), ra[:min(len(ra), 5)])
 	}

@@ -18,7 +18,18 @@ const RetryAfterTolerance = 200 * time.Millisecond
 type retryAfterBook struct {
 	mu         sync.Mutex
 	notBefore  map[string]time.Time
+	givenAt    map[string]time.Time
 	violations []string
+	details    []RetryAfterViolation
+}
+
+// RetryAfterViolation is one request that arrived before the Retry-After
+// last given to its key expired.
+type RetryAfterViolation struct {
+	Key string
+	// GivenAt is when the provider answered that Retry-After; At is when
+	// the early request arrived; NotBefore is when the Retry-After expired.
+	GivenAt, At, NotBefore time.Time
 }
 
 // check counts a violation if a request for key arrives now, before the
@@ -28,6 +39,7 @@ func (b *retryAfterBook) check(key string, now time.Time) {
 	defer b.mu.Unlock()
 	if nb, ok := b.notBefore[key]; ok && now.Add(RetryAfterTolerance).Before(nb) {
 		b.violations = append(b.violations, key)
+		b.details = append(b.details, RetryAfterViolation{Key: key, GivenAt: b.givenAt[key], At: now, NotBefore: nb})
 	}
 }
 
@@ -36,9 +48,18 @@ func (b *retryAfterBook) give(key string, now time.Time, d time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.notBefore == nil {
-		b.notBefore = map[string]time.Time{}
+		b.notBefore, b.givenAt = map[string]time.Time{}, map[string]time.Time{}
 	}
-	b.notBefore[key] = now.Add(d)
+	b.notBefore[key], b.givenAt[key] = now.Add(d), now
+}
+
+// RetryAfterViolationDetails returns every violation with its times, for
+// checks that must tell apart a Retry-After the client cannot have received
+// (its answer lost on the way, e.g. by a fault injected between them).
+func (p *Provider) RetryAfterViolationDetails() []RetryAfterViolation {
+	p.ra.mu.Lock()
+	defer p.ra.mu.Unlock()
+	return append([]RetryAfterViolation(nil), p.ra.details...)
 }
 
 // RetryAfterViolations returns the keys (one entry per offending request)
