@@ -108,19 +108,20 @@ func (e *Engine) claimWhileFree() error {
 const fullPassEvery = 2 * time.Second
 
 // fullPassMinGap bounds how often a short claim at the mark triggers a full
-// pass: at most one per gap, so an idle or lightly loaded replica does not
-// re-read the due index's dead prefix on every claim.
-const fullPassMinGap = 20 * time.Millisecond
+// pass: at most one per gap, so a replica does not re-read the due index's
+// dead prefix (long while a snapshot holds back vacuum) on every claim.
+const fullPassMinGap = 100 * time.Millisecond
 
 // lowWater is the claimer's low-water mark: the last row it claimed, where
 // its next claim starts (see store.Position). Only the claim loop uses it.
 //
-// A row can become due behind the mark: its enqueue transaction committed
-// after later-started ones were claimed, or its floor expired. A claim at the
-// mark that comes back short (fewer rows than asked) is therefore followed by
-// a full pass, and a full pass that comes back full by another, until one
-// comes back short: rows behind the mark drain at the claim rate, not one
-// batch per fullPassEvery.
+// A row can become due behind the mark: its enqueue (or another replica's
+// completion) committed after later rows were claimed. A claim at the mark
+// that comes back short (fewer rows than asked) is therefore followed by a
+// full pass, and a full pass that comes back full with every row behind the
+// old mark by another: rows behind the mark drain at the claim rate, not one
+// batch per fullPassEvery. A full pass that reaches past the mark has
+// claimed everything claimable behind it, and claims return to the mark.
 type lowWater struct {
 	pos      *store.Position
 	lastFull time.Time
@@ -145,16 +146,24 @@ func (w *lowWater) start(claim store.Claim) *store.Position {
 // advance moves the mark past the rows just claimed (asked is how many the
 // claim asked for) and decides whether the next claim is a full pass.
 func (w *lowWater) advance(rows []claimedRow, asked int) {
+	old := w.pos
+	var last *store.Position // the batch's last row in claim order
 	for i := range rows {
 		p := store.Position{Due: rows[i].Due, Seq: rows[i].Seq}
-		if w.pos == nil || p.Later(*w.pos) {
-			w.pos = &p
+		if last == nil || p.Later(*last) {
+			last = &p
 		}
 	}
+	if last != nil && (w.pos == nil || last.Later(*w.pos)) {
+		w.pos = last
+	}
 	short := len(rows) < asked
-	if w.wasFull {
-		w.fullNext = !short // more may lie behind the mark
-	} else if short {
+	switch {
+	case w.wasFull:
+		// More may lie behind the mark only if this pass was full and did
+		// not get past it.
+		w.fullNext = !short && old != nil && last != nil && old.Later(*last)
+	case short:
 		w.fullNext = time.Since(w.lastFull) >= fullPassMinGap
 	}
 }
