@@ -1,6 +1,3 @@
-// Package builtin is the one place that turns configured adapters into
-// dispatch adapters: run, demo, bench and the integration tests all wire
-// adapters through Build, so they behave the same.
 package builtin
 
 import (

@@ -1,7 +1,3 @@
-// Package demo runs `drainer demo`: a throwaway Postgres, a built-in mock
-// provider with injected faults, sample intents (most succeed after retries,
-// a few fail terminally, one saga is compensated), drained by the same daemon
-// code as `drainer run`, with progress and a summary. It leaves nothing running.
 package demo
 
 import (

@@ -1,7 +1,3 @@
-// Package maintenance runs the engine's background work as services with a
-// lifecycle of their own: each is started once, stopped once, and Stop
-// returns only when its goroutine has exited. Stop before Start, or twice,
-// is harmless.
 package maintenance
 
 import (

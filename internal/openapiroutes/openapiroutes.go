@@ -1,5 +1,3 @@
-// Package openapiroutes turns the x-agent-idempotency extension of an
-// OpenAPI 3 document into drainer routes (drainer routes import).
 package openapiroutes
 
 import (

@@ -1,7 +1,3 @@
-// Package wire holds what the drainer host (package execplugin) and the
-// plugin SDK must agree on: the go-plugin handshake, the name the adapter
-// service is dispensed under, and the go-plugin glue around the generated
-// gRPC code.
 package wire
 
 import (
