@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -303,42 +302,6 @@ func (s *chaosSetup) drained(t *testing.T) bool {
 	return c["pending"] == 0 && c["in_flight"] == 0
 }
 
-// chaosStartDaemonEnv is startDaemon with extra environment for the child
-// (e.g. DRAINER_TEST_CLOCK_SKEW), which startDaemon filters out.
-func chaosStartDaemonEnv(t *testing.T, name string, env []string, args ...string) *daemon {
-	t.Helper()
-	d := &daemon{
-		t:           t,
-		name:        name,
-		stderr:      &syncBuffer{},
-		metricsAddr: "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		done:        make(chan struct{}),
-	}
-	args = append([]string{"run", "--metrics-addr", d.metricsAddr, "--log-format", "text"}, args...)
-	d.cmd = exec.Command(drainerBin, args...)
-	d.cmd.Env = childEnv(env...)
-	d.cmd.Stdout = d.stderr
-	d.cmd.Stderr = d.stderr
-	d.started = time.Now()
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		if !d.exited() {
-			_ = d.cmd.Process.Kill()
-		}
-		<-d.done
-		if t.Failed() {
-			t.Logf("%s (pid %d) output:\n%s", d.name, d.cmd.Process.Pid, tail(d.stderr.String(), 6000))
-		}
-	})
-	return d
-}
-
 // chaosClockSkew: three replicas whose wall clocks are wrong (one an hour
 // ahead, one ten minutes behind, one right) drain together; the database
 // clock rules scheduling and leases, so nothing is sent early (Retry-After)
@@ -348,7 +311,7 @@ func chaosClockSkew(t *testing.T, seed uint64) {
 	skews := []string{"1h", "-10m", "0s"}
 	replicas := make([]*daemon, len(skews))
 	for i, sk := range skews {
-		replicas[i] = chaosStartDaemonEnv(t, "replica-skew"+sk, []string{"DRAINER_TEST_CLOCK_SKEW=" + sk},
+		replicas[i] = startDaemonEnv(t, "replica-skew"+sk, []string{"DRAINER_TEST_CLOCK_SKEW=" + sk},
 			"--config", s.cfgPath, "--database-url", s.dbURL, "--shutdown-timeout", "10s")
 	}
 	start := time.Now()

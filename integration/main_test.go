@@ -171,6 +171,13 @@ type daemon struct {
 // killed (if still running) and waited for when the test ends.
 func startDaemon(t *testing.T, name string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, name, nil, args...)
+}
+
+// startDaemonEnv is startDaemon with extra environment for the process
+// (childEnv filters the test's own DRAINER_* variables out).
+func startDaemonEnv(t *testing.T, name string, env []string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{
 		t:           t,
 		name:        name,
@@ -180,7 +187,7 @@ func startDaemon(t *testing.T, name string, args ...string) *daemon {
 	}
 	args = append([]string{"run", "--metrics-addr", d.metricsAddr, "--log-format", "text"}, args...)
 	d.cmd = exec.Command(drainerBin, args...)
-	d.cmd.Env = childEnv()
+	d.cmd.Env = childEnv(env...)
 	d.cmd.Stdout = d.stderr
 	d.cmd.Stderr = d.stderr
 	d.started = time.Now()

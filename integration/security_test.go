@@ -14,7 +14,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -47,41 +46,6 @@ func secHex(t *testing.T, n int) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// secStartDaemon is startDaemon with extra environment for the process.
-func secStartDaemon(t *testing.T, name string, env []string, args ...string) *daemon {
-	t.Helper()
-	d := &daemon{
-		t:           t,
-		name:        name,
-		stderr:      &syncBuffer{},
-		metricsAddr: "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		done:        make(chan struct{}),
-	}
-	args = append([]string{"run", "--metrics-addr", d.metricsAddr, "--log-format", "text"}, args...)
-	d.cmd = exec.Command(drainerBin, args...)
-	d.cmd.Env = childEnv(env...)
-	d.cmd.Stdout = d.stderr
-	d.cmd.Stderr = d.stderr
-	d.started = time.Now()
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		if !d.exited() {
-			_ = d.cmd.Process.Kill()
-		}
-		<-d.done
-		if t.Failed() {
-			t.Logf("%s (pid %d) output:\n%s", d.name, d.cmd.Process.Pid, tail(d.stderr.String(), 6000))
-		}
-	})
-	return d
 }
 
 // secRequest is what a provider saw of one request.
@@ -303,7 +267,7 @@ routes:
 			`{"amount_cents":1250,"currency":"EUR","memo":"order 77"}`)
 	}
 
-	d := secStartDaemon(t, "drainer-secrets", env, "--config", cfgPath, "--log-level", "debug", "--shutdown-timeout", "10s")
+	d := startDaemonEnv(t, "drainer-secrets", env, "--config", cfgPath, "--log-level", "debug", "--shutdown-timeout", "10s")
 	d.waitReady(time.Minute)
 	secWaitStatus(t, pool, d, keys["charge"], "succeeded", time.Minute)
 	secWaitStatus(t, pool, d, keys["flaky"], "succeeded", time.Minute)
@@ -554,7 +518,7 @@ routes:
 		secEnqueue(t, pool, r.tuple, r.payload)
 	}
 
-	d := secStartDaemon(t, "drainer-steer", []string{"SEC_STEER_TOKEN=" + token},
+	d := startDaemonEnv(t, "drainer-steer", []string{"SEC_STEER_TOKEN=" + token},
 		"--config", cfgPath, "--database-url", dbURL, "--shutdown-timeout", "10s")
 	d.waitReady(time.Minute)
 	for _, r := range rows {
@@ -1168,7 +1132,7 @@ retention: {interval: 1s, cancelled: 1s}
 	op("cancel", heldD.Key(), "--reason", "wrong seat")
 	op("requeue", heldD.Key())
 
-	d := secStartDaemon(t, "drainer-runtime-role", []string{"DRAINER_DATABASE_URL=" + r.runtimeURL},
+	d := startDaemonEnv(t, "drainer-runtime-role", []string{"DRAINER_DATABASE_URL=" + r.runtimeURL},
 		"--config", cfgPath, "--log-level", "debug", "--shutdown-timeout", "10s")
 	d.waitReady(time.Minute)
 
