@@ -9,8 +9,8 @@ import (
 )
 
 // maxIdleConnsPerHost keeps enough idle connections for a full worker pool
-// calling one provider.
-const maxIdleConnsPerHost = 128
+// (config.DefaultWorkers, 256) calling one provider, with room for more.
+const maxIdleConnsPerHost = 512
 
 // NewHTTPClient returns the client HTTP-based adapters use: its own pooled
 // transport (rt when given, for tests), the proxy from the environment, and

@@ -29,7 +29,9 @@ type Config struct {
 	// Workers bounds rows leased and dispatched at once (required: `drainer
 	// run` passes the config's workers, whose default config.Load applies).
 	Workers int
-	// BatchSize bounds rows per claim (default min(Workers, 64)).
+	// BatchSize bounds rows per claim (default min(Workers, 256)): larger
+	// claims spread a claim's fixed cost over more rows, while one claim
+	// stays a short transaction.
 	BatchSize int
 	// Lease is how long a claimed row belongs to this replica (default 30s).
 	// A dispatch's deadline is the lease minus LeaseMargin.
@@ -66,6 +68,9 @@ type Config struct {
 	Tracer trace.Tracer
 }
 
+// maxDefaultBatch caps the default BatchSize.
+const maxDefaultBatch = 256
+
 // DefaultLeaseMargin is kept between a dispatch's deadline and its lease expiry.
 const DefaultLeaseMargin = 5 * time.Second
 
@@ -76,7 +81,7 @@ func (c Config) WithDefaults() Config {
 		host, _ := os.Hostname()
 		c.ReplicaID = fmt.Sprintf("%s:%d", cmp.Or(host, "drainer"), os.Getpid())
 	}
-	c.BatchSize = cmp.Or(c.BatchSize, min(c.Workers, 64))
+	c.BatchSize = cmp.Or(c.BatchSize, min(c.Workers, maxDefaultBatch))
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, 2*time.Millisecond)

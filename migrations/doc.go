@@ -23,4 +23,6 @@
 //	008_saga_definitions.sql  saga_lock_key and alert_tool, shared by the failure trigger
 //	                          and advance_saga
 //	009_definer.sql           the producer-facing functions as SECURITY DEFINER, session_role
+//	010_audit_per_attempt.sql one audit entry per attempt (none at claim), the chain head
+//	                          looked up inline; in-flight rows in outbox_lease_idx
 package migrations

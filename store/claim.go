@@ -114,7 +114,9 @@ const excludedClause = `
 // grew faster than autovacuum analyzes, or a statement prepared while the
 // table was empty) the claim would otherwise bitmap-scan and sort every due
 // row to return a handful: at a 10^6 backlog, seconds per claim exactly when
-// the drain is busiest. They are transaction-local.
+// the drain is busiest. JIT is off: a claim's estimate can cross
+// jit_above_cost, and compiling costs more than the claim. They are
+// transaction-local.
 //
 // synchronous_commit is off ($1) unless the claim must be durable: a claim
 // lost in a database crash puts its rows back to pending, and they are sent
@@ -124,6 +126,7 @@ const excludedClause = `
 const claimPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
        set_config('enable_bitmapscan', 'off', true),
        set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('jit', 'off', true),
        set_config('synchronous_commit', $1, true)`
 
 // Claim leases up to c.Limit due rows, in one round trip: BEGIN, the plan

@@ -80,6 +80,12 @@ RETURNING o.seq,
                   OR EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = o.agent_run_id))
             THEN o.agent_run_id END`
 
+// completeSettings are the completion's transaction-local settings: no wait
+// for the WAL flush (see Complete), and no JIT: a statement of a few hundred
+// rows gains nothing from compiling, which costs tens of milliseconds once
+// the cost estimate of a large batch crosses jit_above_cost.
+const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)`
+
 // Complete writes cs in one round trip, sorted by seq (a stable lock order
 // keeps concurrent batches from deadlocking).
 //
@@ -127,7 +133,7 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit = off")
+	b.Queue(completeSettings)
 	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)

@@ -31,13 +31,12 @@ func (s *Store) Enqueue(ctx context.Context, db DB, in Intent) (Enqueued, error)
 	return e, nil
 }
 
-// enqueueBatchSQL calls drainer.enqueue once per intent, in one statement
-// (and so one notification), answers in the intents' order.
+// enqueueBatchSQL records every intent with drainer.enqueue_batch
+// (migrations/011_enqueue_batch.sql): one INSERT, so one audit statement and
+// one notification, answers in the intents' order.
 const enqueueBatchSQL = `SELECT e.key, e.created
-   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY
-        AS i(run, step, tool, scope, payload, trace, ord),
-        LATERAL {s}.enqueue(i.run, i.step, i.tool, i.scope, i.payload::jsonb, i.trace) e
-  ORDER BY i.ord`
+   FROM {s}.enqueue_batch($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]::jsonb[], $6::text[]) e
+  ORDER BY e.ord`
 
 // EnqueueBatch records many intents with one statement, in the transaction
 // of db.

@@ -16,7 +16,7 @@ const reclaimSQL = `
 WITH expired AS MATERIALIZED (
     SELECT seq FROM {s}.outbox
      WHERE status = 'in_flight' AND lease_expires_at < now()
-     ORDER BY updated_at
+     ORDER BY lease_expires_at
      LIMIT $2
      FOR UPDATE SKIP LOCKED
 )

@@ -72,6 +72,7 @@ drainer schema), and drops what it created when done or interrupted.`,
 	f.IntVar(&o.Replicas, "replicas", bench.DefaultReplicas, "engines in this process, each its own pool (and River clients)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the drain runs to this file (go tool pprof -top FILE)")
 	f.BoolVar(&o.WaitEvents, "wait-events", false, "sample the replicas' wait events (pg_stat_activity) during the drain runs")
+	f.StringSliceVar(&o.Phases, "phases", nil, "run only these phases (drain,no-audit,ceiling,river,backlog,latency,xmin,http,enqueue,rss)")
 	cmd.AddCommand(newBenchReplicaCmd())
 	return cmd
 }

@@ -14,7 +14,7 @@
 
 -- After `drainer migrate`, never before: on an older schema its
 -- grants would break the daemon. This stops with an error naming the order.
-SELECT CASE WHEN version < 9
+SELECT CASE WHEN version < 11
             THEN ('schema version ' || version || ' predates these grants: run drainer migrate first, then this file')::int
        END
   FROM :"schema".schema_version;
@@ -45,13 +45,16 @@ GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatc
 GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text)
     TO :"runtime_role";
 -- The producer's functions are not the runtime role's.
-REVOKE EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text), :"schema".result(text),
+REVOKE EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text),
+    :"schema".enqueue_batch(text[], text[], text[], text[], jsonb[], text[]), :"schema".result(text),
     :"schema".abort_run(text, text) FROM :"runtime_role";
 
--- Producer role: agents calling drainer.enqueue, drainer.result and
--- drainer.abort_run. The three run with the owner's rights and are not
--- executable by PUBLIC: the role gets EXECUTE on them, and nothing else.
-GRANT EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text), :"schema".result(text),
+-- Producer role: agents calling drainer.enqueue (and enqueue_batch),
+-- drainer.result and drainer.abort_run. They run with the owner's rights and
+-- are not executable by PUBLIC: the role gets EXECUTE on them, and nothing
+-- else.
+GRANT EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text),
+    :"schema".enqueue_batch(text[], text[], text[], text[], jsonb[], text[]), :"schema".result(text),
     :"schema".abort_run(text, text) TO :"producer_role";
 -- No table, sequence or other function: take back what earlier versions of
 -- this file, or the upgrade to schema version 9, granted.

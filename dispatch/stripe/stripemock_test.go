@@ -57,7 +57,9 @@ func goBinDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("go env GOBIN GOPATH: %v", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	// One line per variable; an unset GOBIN is an empty first line, which
+	// trimming the whole output would drop.
+	lines := strings.Split(string(out), "\n")
 	if len(lines) > 0 && strings.TrimSpace(lines[0]) != "" {
 		return strings.TrimSpace(lines[0]), nil
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,10 @@ type Options struct {
 	// binary's hidden `bench replica`). Empty skips the phase: peak_rss_bytes
 	// is then 0 and Run says why.
 	ReplicaCommand []string
+	// Phases, when set, runs only the named phases (drain, no-audit,
+	// ceiling, river, backlog, latency, xmin, http, enqueue, rss): for
+	// measuring one change quickly; the figures of the others stay 0.
+	Phases []string
 	// WaitEvents samples the wait events of the drain's connections
 	// (pg_stat_activity) during the drain runs and reports them. The
 	// sampling costs the server a query every few milliseconds.
@@ -253,8 +258,16 @@ func (o Options) Validate() error {
 	if err := o.Sizes.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	for _, p := range o.Phases {
+		if !slices.Contains(phaseNames, p) {
+			errs = append(errs, fmt.Errorf("phase %q is not one of %s", p, strings.Join(phaseNames, ", ")))
+		}
+	}
 	return errors.Join(errs...)
 }
+
+// phaseNames are the phases of a run, in the order they run.
+var phaseNames = []string{"drain", "no-audit", "ceiling", "river", "backlog", "latency", "xmin", "http", "enqueue", "rss"}
 
 func (o Options) withDefaults() Options {
 	o.Schema = cmp.Or(o.Schema, DefaultSchema)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 )
 
 // measure runs the phases in order.
@@ -11,23 +12,34 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 	if err := r.warmup(ctx); err != nil {
 		return err
 	}
-	for _, phase := range []func(context.Context, *Result) error{
-		r.drains,
-		r.drainsNoAudit,
-		r.ceilingPhase,
-		r.riverPhase,
-		r.backlogPhase,
-		r.latencyPhase,
-		r.xmin,
-		r.httpPhase,
-		r.enqueues,
-		r.rss,
-	} {
-		if err := phase(ctx, res); err != nil {
+	phases := []struct {
+		name string
+		run  func(context.Context, *Result) error
+	}{
+		{"drain", r.drains},
+		{"no-audit", r.drainsNoAudit},
+		{"ceiling", r.ceilingPhase},
+		{"river", r.riverPhase},
+		{"backlog", r.backlogPhase},
+		{"latency", r.latencyPhase},
+		{"xmin", r.xmin},
+		{"http", r.httpPhase},
+		{"enqueue", r.enqueues},
+		{"rss", r.rss},
+	}
+	for _, p := range phases {
+		if len(r.opts.Phases) > 0 && !slices.Contains(r.opts.Phases, p.name) {
+			continue
+		}
+		if err := p.run(ctx, res); err != nil {
 			return err
 		}
 	}
-	return setRatios(res)
+	err := setRatios(res)
+	if len(r.opts.Phases) > 0 {
+		return nil // a partial run leaves the ratios of missing phases at 0
+	}
+	return err
 }
 
 // ceilingPhase measures the bare loops at every CeilingSetting; the best

@@ -134,6 +134,7 @@ func newPoolNamed(ctx context.Context, url string, maxConns int32, name string) 
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = name
+	pc.ConnConfig.RuntimeParams["jit"] = "off" // as drainer run's pool
 	p, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)

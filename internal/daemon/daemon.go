@@ -289,6 +289,11 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger) (*p
 	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
 		pc.ConnConfig.RuntimeParams["application_name"] = "drainer"
 	}
+	if pc.ConnConfig.RuntimeParams["jit"] == "" {
+		// Short statements over a few hundred rows: compiling them (once an
+		// estimate crosses jit_above_cost) costs more than running them.
+		pc.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	delay := 500 * time.Millisecond
 	for {
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
