@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -126,5 +127,39 @@ func TestSQLKeyVectors(t *testing.T) {
 		if key != v.Key {
 			t.Errorf("SQL key(%q) = %s, want %s", v.AgentRunID, key, v.Key)
 		}
+	}
+	// enqueue and enqueue_batch compute the key inline, without
+	// idempotency_key: they must give the same bytes. (A vector with an
+	// empty step or tool cannot be enqueued: the tuple check refuses it.)
+	var runs, steps, tools, scopes, payloads, want []string
+	for _, v := range f.Vectors {
+		if v.AgentRunID == "" || v.StepID == "" || v.ToolName == "" {
+			continue
+		}
+		var key string
+		if err := conn.QueryRow(ctx, "SELECT key FROM drainer.enqueue($1,$2,$3,$4,'{}')",
+			v.AgentRunID, v.StepID, v.ToolName, v.BusinessScope).Scan(&key); err != nil {
+			t.Fatalf("enqueue vector %q: %v", v.AgentRunID, err)
+		}
+		if key != v.Key {
+			t.Errorf("enqueue key(%q) = %s, want %s", v.AgentRunID, key, v.Key)
+		}
+		runs, steps, tools, scopes = append(runs, v.AgentRunID), append(steps, v.StepID), append(tools, v.ToolName), append(scopes, v.BusinessScope)
+		payloads, want = append(payloads, "{}"), append(want, v.Key)
+	}
+	if len(want) < 5 {
+		t.Fatalf("only %d vectors can be enqueued", len(want))
+	}
+	rows, err := conn.Query(ctx, "SELECT key FROM drainer.enqueue_batch($1,$2,$3,$4,$5::text[]::jsonb[]) ORDER BY ord",
+		runs, steps, tools, scopes, payloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("enqueue_batch keys:\n got %v\nwant %v", got, want)
 	}
 }
