@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,8 +30,8 @@ const (
 func (r *runner) setup(ctx context.Context, url string) error {
 	r.url, r.external = url, r.opts.DatabaseURL != ""
 	r.schema, r.riverSchema = r.opts.Schema, r.opts.Schema+RiverSchemaSuffix
-	// The engine's default claim batch (drainer.Config.WithDefaults).
-	r.batchSize = min(r.opts.Workers, 64)
+	// The engine's default claim batch.
+	r.batchSize = drainer.Config{Workers: r.opts.Workers}.WithDefaults().BatchSize
 
 	admin, err := newPool(ctx, url, 8)
 	if err != nil {
