@@ -18,9 +18,12 @@ func (e *Engine) claimLoop() {
 	defer close(e.claimDone)
 	poll := time.NewTicker(e.cfg.PollInterval)
 	defer poll.Stop()
+	gate := newWakeGate(e)
+	defer gate.close()
 	errDelay := 100 * time.Millisecond
 	for {
-		if err := e.claimWhileFree(); err != nil {
+		soon, err := e.claimThenArm(gate)
+		if err != nil {
 			if isShutdown(e.fetchCtx, err) {
 				return
 			}
@@ -36,6 +39,7 @@ func (e *Engine) claimLoop() {
 		case <-e.fetchCtx.Done():
 			return
 		case <-poll.C:
+		case <-soon:
 		case <-e.wake:
 			// Under load slots free one by one; let them accumulate for a
 			// moment so a claim (one durable commit) leases a full batch
@@ -53,14 +57,50 @@ func (e *Engine) claimLoop() {
 	}
 }
 
-// claimWhileFree claims until no slot is free or no row is due. It never
-// leases more rows than free slots: a row waiting in memory would let its
-// lease lapse and another replica send it again.
-func (e *Engine) claimWhileFree() error {
+// claimThenArm claims while slots are free and rows are due; when no row
+// was due it arms the wake gate before the loop sleeps, so that producers
+// notify (see wakeGate), and, having just armed it, claims once more from
+// the first due row: the rows of producers that skipped their notification
+// while this daemon was busy. The channel it returns, when not nil, asks for
+// another look soon (a producer's transaction was still open).
+func (e *Engine) claimThenArm(gate *wakeGate) (<-chan time.Time, error) {
+	idle, err := e.claimWhileFree(gate)
+	if err != nil || !idle || e.fetchCtx.Err() != nil {
+		return nil, err
+	}
+	if !e.mark.wasFull {
+		// A row whose transaction committed after later rows were claimed
+		// lies behind the mark, where only a pass from the first due row
+		// finds it: make one before sleeping, at most every fullPassMinGap
+		// (until then, sleep no longer than the gap).
+		if wait := fullPassMinGap - time.Since(e.mark.lastFull); wait > 0 {
+			return time.After(wait), nil
+		}
+		e.mark.fullNext = true
+		if idle, err = e.claimWhileFree(gate); err != nil || !idle || e.fetchCtx.Err() != nil {
+			return nil, err
+		}
+	}
+	switch gate.arm(e.fetchCtx) {
+	case gateHeld:
+		e.mark.fullNext = true
+		_, err = e.claimWhileFree(gate)
+		return nil, err
+	case gateBusy:
+		return time.After(wakeRetry), nil
+	}
+	return nil, nil
+}
+
+// claimWhileFree claims until no slot is free or no row is due, and
+// reports the latter (idle). It never leases more rows than free slots: a
+// row waiting in memory would let its lease lapse and another replica send
+// it again. A claim that brings rows disarms the wake gate.
+func (e *Engine) claimWhileFree(gate *wakeGate) (idle bool, err error) {
 	for e.fetchCtx.Err() == nil {
 		free := e.cfg.Workers - int(e.active.Load())
 		if free <= 0 {
-			return nil // a finishing worker signals
+			return false, nil // a finishing worker signals
 		}
 		n := min(free, e.cfg.BatchSize)
 		claimedAt := time.Now()
@@ -75,7 +115,10 @@ func (e *Engine) claimWhileFree() error {
 		cancel()
 		if err != nil {
 			rt.done()
-			return err
+			return false, err
+		}
+		if len(rows) > 0 {
+			gate.disarm()
 		}
 		e.mark.advance(rows, n)
 		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
@@ -93,14 +136,16 @@ func (e *Engine) claimWhileFree() error {
 		}
 		rt.done()
 		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
-		if (len(rows) < n && !e.mark.fullNext) || e.cfg.Workers-int(e.active.Load()) < e.cfg.BatchSize {
-			// Nothing more is due (and no full pass is owed), or too few
-			// slots are free to be worth a commit: a finishing worker (or
-			// the poll) brings us back.
-			return nil
+		if len(rows) < n && !e.mark.fullNext {
+			return true, nil // nothing more is due, and no full pass is owed
+		}
+		if e.cfg.Workers-int(e.active.Load()) < e.cfg.BatchSize {
+			// Too few slots are free to be worth a commit: a finishing
+			// worker (or the poll) brings us back.
+			return false, nil
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // fullPassEvery is how often a claim starts from the first due row rather

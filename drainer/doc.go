@@ -24,7 +24,9 @@
 //
 // Around it, each a service with its own Start/Stop (internal/maintenance):
 // the deferrer (deferral.go: bulk deferral of a refused tool's rows and
-// wakes, one goroutine), the listener (listen.go), the pause watcher
+// wakes, one goroutine), the listener (listen.go; wakegate.go: the claim
+// loop holds a slot of the wake gate while it sleeps, so producers notify
+// only then), the pause watcher
 // (pause.go), the reclaimer of expired leases (reclaim.go), the backlog
 // snapshotter (snapshot.go), the pruner (retention.go), the probe
 // calibrator (detect.go) and the saga runner. engine.go holds the

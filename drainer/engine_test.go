@@ -424,8 +424,8 @@ func TestStartFailsOnUnmigratedSchemaAndStopReturns(t *testing.T) {
 	}
 }
 
-// TestNotifyOptOut: a producer that sets drainer.notify = off sends no
-// notification; its rows still drain through the poll.
+// TestNotifyOptOut: while a daemon sleeps (it holds a slot of the wake
+// gate), an enqueue notifies, unless its producer set drainer.notify = off.
 func TestNotifyOptOut(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
@@ -442,6 +442,23 @@ func TestNotifyOptOut(t *testing.T) {
 	if _, err := listener.Exec(ctx, `LISTEN "drainer.outbox"`); err != nil {
 		t.Fatal(err)
 	}
+	sleeper, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Release()
+	slot, err := testStore.TakeWakeSeat(ctx, sleeper.Conn())
+	if err != nil || slot < 0 {
+		t.Fatalf("seat: %d %v", slot, err)
+	}
+	if held, err := testStore.HoldWake(ctx, sleeper.Conn(), slot, time.Second); err != nil || !held {
+		t.Fatalf("hold: %v %v", held, err)
+	}
+	defer func() {
+		if err := testStore.ReleaseWake(context.Background(), sleeper.Conn(), slot); err != nil {
+			t.Error(err)
+		}
+	}()
 	if _, err := conn.Exec(ctx, "SET drainer.notify = off"); err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +479,7 @@ func TestNotifyOptOut(t *testing.T) {
 	wctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := listener.Conn().WaitForNotification(wctx); err != nil {
-		t.Fatalf("no notification by default: %v", err)
+		t.Fatalf("no notification by default while a daemon sleeps: %v", err)
 	}
 }
 

@@ -27,4 +27,5 @@
 //	                          looked up inline; in-flight rows in outbox_lease_idx
 //	011_enqueue_batch.sql     enqueue_batch: many intents in one INSERT, enqueue's answers
 //	012_enqueue_inline.sql    enqueue with its checks, key and hash evaluated inline
+//	013_wake_gate.sql         the insert trigger notifies only while a daemon sleeps
 package migrations

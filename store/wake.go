@@ -1,0 +1,79 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// WakeSlots is how many daemons can wait for notifications at once as
+// sentinels (see migrations/013_wake_gate.sql). A producer checks every
+// slot; a daemon that finds none free waits on the others' notifications.
+const WakeSlots = 8
+
+// The wake gate's session-level advisory locks: a slot's seat (daemons
+// only: which daemon owns the slot) and its wake lock (held exclusively by
+// the sentinel while it sleeps; producers try it shared). The key formula
+// is the one of the outbox's notify trigger.
+const (
+	wakeSeatSQL    = `SELECT pg_try_advisory_lock(hashtextextended($1 || '.wake_seat.' || $2::int, 0))`
+	wakeReleaseSQL = `SELECT pg_advisory_unlock(hashtextextended($1 || '.wake.' || $2::int, 0)),
+	        pg_advisory_unlock(hashtextextended($1 || '.wake_seat.' || $2::int, 0))`
+	wakeSeatReleaseSQL = `SELECT pg_advisory_unlock(hashtextextended($1 || '.wake_seat.' || $2::int, 0))`
+	wakeHoldSQL        = `SELECT pg_advisory_lock(hashtextextended($1 || '.wake.' || $2::int, 0))`
+)
+
+// TakeWakeSeat takes the first free seat of the wake gate on conn's
+// session and returns its slot, or -1 when every seat is taken.
+func (s *Store) TakeWakeSeat(ctx context.Context, conn *pgx.Conn) (int, error) {
+	for slot := range WakeSlots {
+		var ok bool
+		if err := conn.QueryRow(ctx, wakeSeatSQL, s.schema, slot).Scan(&ok); err != nil {
+			return -1, fmt.Errorf("wake gate seat: %w", err)
+		}
+		if ok {
+			return slot, nil
+		}
+	}
+	return -1, nil
+}
+
+// HoldWake takes slot's wake lock exclusively on conn's session, waiting at
+// most wait for the producers that hold it shared (their transactions
+// enqueued without notifying) to finish. It reports whether it holds the
+// lock; on false the seat is given back.
+func (s *Store) HoldWake(ctx context.Context, conn *pgx.Conn, slot int, wait time.Duration) (bool, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(wait.Milliseconds(), 1)))
+	b.Queue(wakeHoldSQL, s.schema, slot)
+	b.Queue("COMMIT")
+	err := conn.SendBatch(ctx, b).Close()
+	if err == nil {
+		return true, nil
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
+		return false, fmt.Errorf("wake gate hold: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		return false, fmt.Errorf("wake gate hold: %w", err)
+	}
+	if _, err := conn.Exec(ctx, wakeSeatReleaseSQL, s.schema, slot); err != nil {
+		return false, fmt.Errorf("wake gate seat release: %w", err)
+	}
+	return false, nil
+}
+
+// ReleaseWake gives back slot's wake lock and seat: producers stop
+// notifying for this daemon.
+func (s *Store) ReleaseWake(ctx context.Context, conn *pgx.Conn, slot int) error {
+	if _, err := conn.Exec(ctx, wakeReleaseSQL, s.schema, slot); err != nil {
+		return fmt.Errorf("wake gate release: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/store"
+	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/jackc/pgx/v5"
+)
+
+// TestWakeGate: a producer's enqueue notifies only while a daemon holds a
+// slot of the wake gate; a daemon cannot take a slot while a producer that
+// enqueued without notifying has not committed; and it can once it has.
+func TestWakeGate(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := context.Background()
+	connect := func() *pgx.Conn {
+		t.Helper()
+		c, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	listener, daemon := connect(), connect()
+	if _, err := listener.Exec(ctx, `LISTEN "drainer.outbox"`); err != nil {
+		t.Fatal(err)
+	}
+	notified := func(within time.Duration) bool {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		_, err := listener.WaitForNotification(wctx)
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	// No daemon sleeps: the enqueue does not notify.
+	storetest.Enqueue(t, pool, "run-a", "t", 1)
+	if notified(300 * time.Millisecond) {
+		t.Fatal("an enqueue notified while no daemon held the wake gate")
+	}
+
+	// A daemon holds a slot: the enqueue notifies.
+	slot, err := st.TakeWakeSeat(ctx, daemon)
+	if err != nil || slot < 0 {
+		t.Fatalf("seat: %d %v", slot, err)
+	}
+	if held, err := st.HoldWake(ctx, daemon, slot, time.Second); err != nil || !held {
+		t.Fatalf("hold: %v %v", held, err)
+	}
+	storetest.Enqueue(t, pool, "run-b", "t", 1)
+	if !notified(10 * time.Second) {
+		t.Fatal("an enqueue did not notify while a daemon held the wake gate")
+	}
+	if err := st.ReleaseWake(ctx, daemon, slot); err != nil {
+		t.Fatal(err)
+	}
+
+	// A producer enqueued without notifying and has not committed: the
+	// daemon cannot hold the gate (its rows are not visible yet) ...
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT * FROM drainer.enqueue('run-c', 's', 't', '', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if slot, err = st.TakeWakeSeat(ctx, daemon); err != nil || slot < 0 {
+		t.Fatalf("seat: %d %v", slot, err)
+	}
+	if held, err := st.HoldWake(ctx, daemon, slot, 100*time.Millisecond); err != nil || held {
+		t.Fatalf("hold while a producer's transaction is open: held %v, err %v; want not held", held, err)
+	}
+	// ... and gave its seat back; once the producer commits, it can.
+	commit := make(chan error, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		commit <- tx.Commit(ctx)
+	}()
+	if slot, err = st.TakeWakeSeat(ctx, daemon); err != nil || slot < 0 {
+		t.Fatalf("seat after a failed hold: %d %v", slot, err)
+	}
+	if held, err := st.HoldWake(ctx, daemon, slot, 30*time.Second); err != nil || !held {
+		t.Fatalf("hold after the producer committed: %v %v", held, err)
+	}
+	if err := <-commit; err != nil {
+		t.Fatal(err)
+	}
+	var visible int
+	if err := daemon.QueryRow(ctx, `SELECT count(*) FROM drainer.outbox WHERE agent_run_id = 'run-c'`).Scan(&visible); err != nil || visible != 1 {
+		t.Fatalf("the producer's row is not visible once the gate is held: %d %v", visible, err)
+	}
+	// Every seat taken by other daemons: none left.
+	others := make([]*pgx.Conn, store.WakeSlots)
+	for i := range others {
+		others[i] = connect()
+	}
+	taken := 1
+	for _, c := range others {
+		s, err := st.TakeWakeSeat(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s >= 0 {
+			taken++
+		}
+	}
+	if taken != store.WakeSlots {
+		t.Fatalf("%d seats taken, want %d", taken, store.WakeSlots)
+	}
+}
