@@ -49,7 +49,9 @@ func (g *wakeGate) arm(ctx context.Context) gateState {
 		return gateKept
 	}
 	if g.conn == nil {
-		conn, err := pgx.ConnectConfig(ctx, g.e.pool.Config().ConnConfig.Copy())
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pgx.ConnectConfig(cctx, g.e.pool.Config().ConnConfig.Copy())
+		cancel()
 		if err != nil {
 			g.e.log.Debug("wake gate: cannot connect; polling", "err", err)
 			return gateDown
