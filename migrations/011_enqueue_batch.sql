@@ -15,6 +15,21 @@
 -- of ordered tools) follows it. Two transactions that enqueue overlapping
 -- batches in different orders can deadlock (40P01, retried by the caller),
 -- as two transactions calling enqueue in different orders can.
+-- intent_key is idempotency_key (with canonical_tuple) in one expression,
+-- declared STABLE, which is what its body is (to_json, convert_to): the
+-- planner then inlines it where enqueue and enqueue_batch call it, instead
+-- of running it as a function call per intent (a non-inlinable SQL function
+-- costs ten times its body). idempotency_key keeps its IMMUTABLE
+-- declaration for callers that index it. The key vectors are checked
+-- through both.
+CREATE FUNCTION {{.schema}}.intent_key(agent_run_id text, step_id text, tool_name text, business_scope text)
+RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
+    SELECT 'idem_v1_' || left(encode(sha256(convert_to(
+        '{"agent_run_id":' || to_json($1)::text || ',"business_scope":' || to_json($4)::text
+        || ',"step_id":' || to_json($2)::text || ',"tool_name":' || to_json($3)::text || '}',
+        'UTF8')), 'hex'), 32)
+$$;
+
 CREATE FUNCTION {{.schema}}.enqueue_batch(agent_run_ids text[], step_ids text[], tool_names text[],
                                          business_scopes text[], payloads jsonb[], traceparents text[] DEFAULT NULL)
 RETURNS TABLE (ord integer, key text, created boolean)
@@ -70,15 +85,8 @@ BEGIN
             v_bad, octet_length(payloads[v_bad]::text), v_limit);
     END IF;
 
-    -- Keys and payload hashes: the bodies of idempotency_key (with
-    -- canonical_tuple) and payload_hash written out, so they are evaluated
-    -- inline instead of as a function call per intent (a non-inlinable SQL
-    -- function costs ten times its body). Same bytes: the equivalence test
-    -- compares every answer with enqueue's.
-    SELECT array_agg('idem_v1_' || left(encode(sha256(convert_to(
-                 '{"agent_run_id":' || to_json(u.a)::text || ',"business_scope":' || to_json(u.b)::text
-                 || ',"step_id":' || to_json(u.s)::text || ',"tool_name":' || to_json(u.t)::text || '}',
-                 'UTF8')), 'hex'), 32) ORDER BY u.i),
+    -- Keys and payload hashes, inline (intent_key; payload_hash's body).
+    SELECT array_agg({{.schema}}.intent_key(u.a, u.s, u.t, u.b) ORDER BY u.i),
            array_agg(sha256(convert_to(u.p::text, 'UTF8')) ORDER BY u.i)
       INTO v_keys, v_hashes
       FROM unnest(agent_run_ids, step_ids, tool_names, business_scopes, payloads) WITH ORDINALITY AS u(a, s, t, b, p, i);

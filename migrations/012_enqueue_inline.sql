@@ -1,9 +1,10 @@
 -- enqueue, same answers and errors, less server time per call: the tuple
--- check, the key and the payload hash are evaluated inline (plpgsql's simple
--- expressions) instead of through check_tuple, idempotency_key and
--- payload_hash, which are not inlinable and cost several times their bodies
--- per call; the payload is converted to text once. check_tuple still words
--- the error when the quick check finds a problem.
+-- check, the key and the payload hash are evaluated inline (plpgsql's
+-- simple expressions, intent_key inlined) instead of through check_tuple,
+-- idempotency_key and payload_hash, which are not inlinable and cost
+-- several times their bodies per call; the payload is converted to text
+-- once. check_tuple still words the error when the quick check finds a
+-- problem.
 CREATE OR REPLACE FUNCTION {{.schema}}.enqueue(agent_run_id text, step_id text, tool_name text,
                                    business_scope text, payload jsonb, traceparent text DEFAULT NULL)
 RETURNS TABLE (key text, created boolean)
@@ -36,11 +37,8 @@ BEGIN
             MESSAGE = format('drainer.enqueue: payload is %s bytes, more than the limit of %s (setting drainer.max_payload_bytes)', v_size, v_limit);
     END IF;
 
-    -- idempotency_key(...) and payload_hash(payload), written out.
-    v_key := 'idem_v1_' || left(encode(sha256(convert_to(
-                 '{"agent_run_id":' || to_json(agent_run_id)::text || ',"business_scope":' || to_json(business_scope)::text
-                 || ',"step_id":' || to_json(step_id)::text || ',"tool_name":' || to_json(tool_name)::text || '}',
-                 'UTF8')), 'hex'), 32);
+    -- The key (intent_key, inlined; migration 011) and payload_hash's body.
+    v_key := {{.schema}}.intent_key(agent_run_id, step_id, tool_name, business_scope);
     v_hash := sha256(convert_to(v_text, 'UTF8'));
 
     SELECT t.payload_hash INTO v_old FROM {{.schema}}.tombstones t WHERE t.key = v_key;

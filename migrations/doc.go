@@ -25,7 +25,8 @@
 //	009_definer.sql           the producer-facing functions as SECURITY DEFINER, session_role
 //	010_audit_per_attempt.sql one audit entry per attempt (none at claim), the chain head
 //	                          looked up inline; in-flight rows in outbox_lease_idx
-//	011_enqueue_batch.sql     enqueue_batch: many intents in one INSERT, enqueue's answers
+//	011_enqueue_batch.sql     enqueue_batch: many intents in one INSERT, enqueue's answers;
+//	                          intent_key, the key as one inlinable expression
 //	012_enqueue_inline.sql    enqueue with its checks, key and hash evaluated inline
 //	013_wake_gate.sql         the insert trigger notifies only while a daemon sleeps
 package migrations

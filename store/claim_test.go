@@ -10,10 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// tuplesRead returns how many outbox tuples this connection's session has
-// read (sequential scans) and fetched (index scans), flushing its pending
-// statistics first (PostgreSQL 15+).
-func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
+// statRead flushes this connection's session statistics and returns the
+// counter query reads (PostgreSQL 15+).
+func statRead(t *testing.T, conn *pgxpool.Conn, query string) int64 {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
@@ -23,12 +22,18 @@ func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 		t.Fatal(err)
 	}
 	var n int64
-	err := conn.QueryRow(ctx, `SELECT pg_stat_get_tuples_returned('drainer.outbox'::regclass)
-	        + pg_stat_get_tuples_fetched('drainer.outbox'::regclass)`).Scan(&n)
-	if err != nil {
+	if err := conn.QueryRow(ctx, query).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// tuplesRead returns how many outbox tuples this connection's session has
+// read (sequential scans) and fetched (index scans).
+func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
+	t.Helper()
+	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.outbox'::regclass)
+	        + pg_stat_get_tuples_fetched('drainer.outbox'::regclass)`)
 }
 
 // TestClaimStaysCheapAfterEmptyTablePlan guards the plan pitfall: a claim
@@ -66,21 +71,10 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 }
 
 // indexEntriesRead returns how many entries of the due index this
-// connection's session has read, flushing its pending statistics first.
+// connection's session has read.
 func indexEntriesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	if err := conn.QueryRow(ctx, `SELECT pg_stat_get_tuples_returned('drainer.outbox_due_idx'::regclass)`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.outbox_due_idx'::regclass)`)
 }
 
 // TestClaimFromPositionSkipsTheDeadPrefix: while a transaction holds back

@@ -12,24 +12,11 @@ import (
 )
 
 // outboxEntriesRead returns how many tuples this connection's session has
-// read from the outbox table (sequential scans) and from all its indexes,
-// flushing its pending statistics first.
+// read from the outbox table (sequential scans) and from all its indexes.
 func outboxEntriesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	err := conn.QueryRow(ctx, `SELECT pg_stat_get_tuples_returned('drainer.outbox'::regclass)
-	        + (SELECT sum(pg_stat_get_tuples_returned(indexrelid)) FROM pg_index WHERE indrelid = 'drainer.outbox'::regclass)`).Scan(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.outbox'::regclass)
+	        + (SELECT sum(pg_stat_get_tuples_returned(indexrelid)) FROM pg_index WHERE indrelid = 'drainer.outbox'::regclass)`)
 }
 
 // TestReclaimSkipsSettledLeases: while a transaction holds back vacuum,
