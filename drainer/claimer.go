@@ -62,20 +62,17 @@ func (e *Engine) claimLoop() {
 // notify (see wakeGate), and, having just armed it, claims once more from
 // the first due row: the rows of producers that skipped their notification
 // while this daemon was busy. The channel it returns, when not nil, asks for
-// another look soon (a producer's transaction was still open).
+// another look soon: a producer's transaction was still open, or a full
+// pass is owed (see lowWater) but the last one was too recent.
 func (e *Engine) claimThenArm(gate *wakeGate) (<-chan time.Time, error) {
 	idle, err := e.claimWhileFree(gate)
 	if err != nil || !idle || e.fetchCtx.Err() != nil {
 		return nil, err
 	}
-	if !e.mark.wasFull {
-		// A row whose transaction committed after later rows were claimed
-		// lies behind the mark, where only a pass from the first due row
-		// finds it: make one before sleeping, at most every fullPassMinGap
-		// (until then, sleep no longer than the gap).
-		if wait := fullPassMinGap - time.Since(e.mark.lastFull); wait > 0 {
-			return time.After(wait), nil
-		}
+	if !e.mark.wasFull && time.Since(e.mark.lastFull) >= fullPassMinGap {
+		// A row whose transaction committed after later rows were claimed,
+		// without a notification that says where, lies behind the mark,
+		// where only a pass from the first due row finds it.
 		e.mark.fullNext = true
 		if idle, err = e.claimWhileFree(gate); err != nil || !idle || e.fetchCtx.Err() != nil {
 			return nil, err
@@ -89,15 +86,28 @@ func (e *Engine) claimThenArm(gate *wakeGate) (<-chan time.Time, error) {
 	case gateBusy:
 		return time.After(wakeRetry), nil
 	}
+	if !e.mark.wasFull {
+		// The gate stays armed (producers notify, with their rows'
+		// position) while the owed full pass waits for its gap.
+		return time.After(fullPassMinGap - time.Since(e.mark.lastFull)), nil
+	}
 	return nil, nil
 }
 
 // claimWhileFree claims until no slot is free or no row is due, and
 // reports the latter (idle). It never leases more rows than free slots: a
 // row waiting in memory would let its lease lapse and another replica send
-// it again. A claim that brings rows disarms the wake gate.
+// it again. A claim that brings a full batch, or at least disarmRows rows,
+// disarms the wake gate: the daemon is busy and claims again without being
+// told. Below that it keeps the gate (producers keep notifying): at low
+// rates taking it again before every sleep would cost more than the
+// notifications.
 func (e *Engine) claimWhileFree(gate *wakeGate) (idle bool, err error) {
+	defer func() { e.slotsWanted.Store(!idle) }()
 	for e.fetchCtx.Err() == nil {
+		// Set before free is read: a worker that finishes from here on
+		// signals, so no freed slot goes unnoticed.
+		e.slotsWanted.Store(true)
 		free := e.cfg.Workers - int(e.active.Load())
 		if free <= 0 {
 			return false, nil // a finishing worker signals
@@ -110,14 +120,16 @@ func (e *Engine) claimWhileFree(gate *wakeGate) (idle bool, err error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
 		claim := store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
 			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims}
-		claim.After = e.mark.start(claim)
+		note := e.floor.take()
+		claim.After = e.mark.start(claim, note)
 		rows, err := e.st.Claim(ctx, e.pool, claim)
 		cancel()
 		if err != nil {
+			e.floor.putBack(note)
 			rt.done()
 			return false, err
 		}
-		if len(rows) > 0 {
+		if len(rows) == n || len(rows) >= disarmRows {
 			gate.disarm()
 		}
 		e.mark.advance(rows, n)
@@ -148,70 +160,9 @@ func (e *Engine) claimWhileFree(gate *wakeGate) (idle bool, err error) {
 	return false, nil
 }
 
-// fullPassEvery is how often a claim starts from the first due row rather
-// than at the low-water mark.
-const fullPassEvery = 2 * time.Second
-
-// fullPassMinGap bounds how often a short claim at the mark triggers a full
-// pass: at most one per gap, so a replica does not re-read the due index's
-// dead prefix (long while a snapshot holds back vacuum) on every claim.
-const fullPassMinGap = 100 * time.Millisecond
-
-// lowWater is the claimer's low-water mark: the last row it claimed, where
-// its next claim starts (see store.Position). Only the claim loop uses it.
-//
-// A row can become due behind the mark: its enqueue (or another replica's
-// completion) committed after later rows were claimed. A claim at the mark
-// that comes back short (fewer rows than asked) is therefore followed by a
-// full pass, and a full pass that comes back full with every row behind the
-// old mark by another: rows behind the mark drain at the claim rate, not one
-// batch per fullPassEvery. A full pass that reaches past the mark has
-// claimed everything claimable behind it, and claims return to the mark.
-type lowWater struct {
-	pos      *store.Position
-	lastFull time.Time
-	wasFull  bool // the last claim started from the first due row
-	fullNext bool // the next claim starts from the first due row
-}
-
-// start returns where claim should start: at the mark, or from the start
-// when a full pass is due (see lowWater), every fullPassEvery, and whenever
-// rows may be claimable behind the mark for reasons other than their due
-// time (tools claimed one at a time per scope, or left out while their
-// deferral runs).
-func (w *lowWater) start(claim store.Claim) *store.Position {
-	if w.pos == nil || w.fullNext || len(claim.Ordered) > 0 || len(claim.Excluded) > 0 || time.Since(w.lastFull) >= fullPassEvery {
-		w.lastFull, w.wasFull, w.fullNext = time.Now(), true, false
-		return nil
-	}
-	w.wasFull = false
-	return w.pos
-}
-
-// advance moves the mark past the rows just claimed (asked is how many the
-// claim asked for) and decides whether the next claim is a full pass.
-func (w *lowWater) advance(rows []claimedRow, asked int) {
-	old := w.pos
-	var last *store.Position // the batch's last row in claim order
-	for i := range rows {
-		p := store.Position{Due: rows[i].Due, Seq: rows[i].Seq}
-		if last == nil || p.Later(*last) {
-			last = &p
-		}
-	}
-	if last != nil && (w.pos == nil || last.Later(*w.pos)) {
-		w.pos = last
-	}
-	short := len(rows) < asked
-	switch {
-	case w.wasFull:
-		// More may lie behind the mark only if this pass was full and did
-		// not get past it.
-		w.fullNext = !short && old != nil && last != nil && old.Later(*last)
-	case short:
-		w.fullNext = time.Since(w.lastFull) >= fullPassMinGap
-	}
-}
+// disarmRows is how many rows a claim brings when the daemon counts as
+// busy and gives its wake-gate slot back (a full batch always does).
+const disarmRows = 32
 
 // preflight decides, before any worker is involved, what happens to a
 // claimed row that cannot be dispatched now: no route, no adapter, out of

@@ -141,7 +141,7 @@ func (d *deferrer) apply(ctx context.Context, req deferral) {
 		if err := e.st.Wake(ctx, e.pool, req.wake); err != nil && !isShutdown(ctx, err) {
 			e.log.Warn("could not wake rows; they drain at their next look", "tools", req.wake, "err", err)
 		}
-		e.signal()
+		e.signalFull()
 		return
 	}
 	defer func() {
@@ -150,7 +150,7 @@ func (d *deferrer) apply(ctx context.Context, req deferral) {
 			delete(d.excluded, req.tool)
 		}
 		d.mu.Unlock()
-		e.signal()
+		e.signalFull()
 	}()
 	if req.reason == outbox.RefusedPaused && !e.stillPaused(req.tool) {
 		// The claim saw the pause just before a resume was read; the

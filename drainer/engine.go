@@ -139,12 +139,16 @@ type Engine struct {
 	workCtx     context.Context // cancelled when the shutdown grace runs out
 	workCancel  context.CancelFunc
 
-	claimDone chan struct{}  // closed when the claim loop has exited
-	mark      lowWater       // the claim loop's low-water mark
-	workers   sync.WaitGroup // one per leased row
-	loops     sync.WaitGroup // claimer, completer
-	maint     maintenance.Group
-	completer *completer
+	claimDone chan struct{} // closed when the claim loop has exited
+	mark      lowWater      // the claim loop's low-water mark
+	floor     wakeFloor     // what the other loops tell the mark
+	// slotsWanted says the claim loop waits for free slots: finishing
+	// workers wake it.
+	slotsWanted atomic.Bool
+	workers     sync.WaitGroup // one per leased row
+	loops       sync.WaitGroup // claimer, completer
+	maint       maintenance.Group
+	completer   *completer
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -265,7 +269,7 @@ func (e *Engine) Reload(rt *Routing) {
 	}
 	e.metrics.InitAdapters(rt.Registry.Names())
 	e.wakeNewlyRouted(old, rt)
-	e.signal()
+	e.signalFull()
 	if old == nil || old.Registry == rt.Registry {
 		return
 	}
@@ -336,6 +340,14 @@ func (e *Engine) wakeNewlyRouted(old, rt *Routing) {
 		}
 	}
 	e.deferrer.wake(tools)
+}
+
+// signalFull wakes the claim loop for rows that became due behind its
+// low-water mark without a position: its next claim starts from the first
+// due row.
+func (e *Engine) signalFull() {
+	e.floor.wantFull()
+	e.signal()
 }
 
 // signal wakes the claim loop without blocking.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/internal/maintenance"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -24,7 +25,7 @@ func (e *Engine) listen(ctx context.Context) {
 			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize())
 			if err == nil {
 				delay = 100 * time.Millisecond
-				e.signal() // anything enqueued while not listening
+				e.signalFull() // anything enqueued while not listening
 				for {
 					n, werr := conn.WaitForNotification(ctx)
 					if werr != nil {
@@ -35,7 +36,12 @@ func (e *Engine) listen(ctx context.Context) {
 						e.sagas.Notify(n.Payload)
 						continue
 					}
-					e.signal()
+					if p, ok := store.WakePosition(n.Payload); ok {
+						e.floor.lower(p)
+						e.signal()
+					} else {
+						e.signalFull()
+					}
 				}
 			}
 			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -38,13 +38,13 @@ func TestLowWaterFullPassAfterShortClaim(t *testing.T) {
 	recent := func() { w.lastFull = time.Now().Add(time.Hour) }
 	atMark := func(step string, seq int64) {
 		t.Helper()
-		if p := w.start(claim); p == nil || p.Seq != seq {
+		if p := w.start(claim, floorNote{}); p == nil || p.Seq != seq {
 			t.Fatalf("%s: want a claim at the mark (seq %d), got %+v", step, seq, p)
 		}
 	}
 	fullPass := func(step string) {
 		t.Helper()
-		if p := w.start(claim); p != nil {
+		if p := w.start(claim, floorNote{}); p != nil {
 			t.Fatalf("%s: want a full pass, got a claim at %+v", step, p)
 		}
 		recent()
@@ -74,7 +74,62 @@ func TestLowWaterFullPassAfterShortClaim(t *testing.T) {
 	if w.fullNext {
 		t.Fatalf("a short claim within %s of a full pass must not trigger another", fullPassMinGap)
 	}
-	if w.start(store.Claim{Limit: 4, Excluded: []string{"t"}}) != nil {
+	if w.start(store.Claim{Limit: 4, Excluded: []string{"t"}}, floorNote{}) != nil {
 		t.Fatal("a claim that leaves tools out must start from the first due row")
+	}
+}
+
+// TestLowWaterFloor: a notified position behind the mark makes the next
+// claim start just before it (including it), a floor claim that comes back
+// full before reaching the mark goes on from its last row, and claims then
+// return to the mark. A floor ahead of the mark changes nothing; a note
+// that asks for a full pass gets one.
+func TestLowWaterFloor(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pos := func(ms, seq int64) store.Position {
+		return store.Position{Due: base.Add(time.Duration(ms) * time.Millisecond), Seq: seq}
+	}
+	row := func(ms, seq int64) claimedRow {
+		p := pos(ms, seq)
+		return claimedRow{Seq: p.Seq, Due: p.Due}
+	}
+	claim := store.Claim{Limit: 2}
+	w := lowWater{lastFull: time.Now().Add(time.Hour)} // no periodic full pass in this test
+	w.pos = new(pos(100, 50))
+	want := func(step string, got *store.Position, wantPos store.Position) {
+		t.Helper()
+		if got == nil || !got.Due.Equal(wantPos.Due) || got.Seq != wantPos.Seq {
+			t.Fatalf("%s: want a claim after %+v, got %+v", step, wantPos, got)
+		}
+	}
+
+	// Ahead of the mark: the claim starts at the mark.
+	want("floor ahead of the mark", w.start(claim, floorNote{pos: new(pos(200, 60))}), pos(100, 50))
+	w.advance(nil, 2)
+	w.lastFull = time.Now().Add(time.Hour)
+	w.fullNext = false
+
+	// Behind the mark: just before the floor's row.
+	want("floor behind the mark", w.start(claim, floorNote{pos: new(pos(40, 45))}), pos(40, 44))
+	w.advance([]claimedRow{row(40, 45), row(41, 46)}, 2) // full, still behind the mark
+	want("a full floor claim goes on", w.start(claim, floorNote{}), pos(41, 46))
+	w.advance([]claimedRow{row(42, 47)}, 2) // short: everything from the floor on is claimed
+	want("back at the mark", w.start(claim, floorNote{}), pos(100, 50))
+	w.advance(nil, 2)
+	w.lastFull = time.Now().Add(time.Hour)
+	w.fullNext = false
+
+	// The earlier of a pending floor and a new note wins.
+	w.floor = new(pos(30, 40))
+	want("earliest floor", w.start(claim, floorNote{pos: new(pos(35, 42))}), pos(30, 39))
+	w.advance(nil, 2)
+	w.lastFull = time.Now().Add(time.Hour)
+	w.fullNext = false
+
+	if p := w.start(claim, floorNote{pos: new(pos(40, 45)), full: true}); p != nil {
+		t.Fatalf("a note asking for a full pass: want a claim from the first due row, got one after %+v", p)
+	}
+	if w.floor != nil {
+		t.Fatalf("a full pass must drop the floor it covers, kept %+v", w.floor)
 	}
 }

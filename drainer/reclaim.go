@@ -21,7 +21,7 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 		case n > 0:
 			e.metrics.LeasesExpired.Add(float64(n))
 			e.log.Warn("reclaimed rows whose lease expired", "rows", n)
-			e.signal()
+			e.signalFull()
 		}
 	})
 }

@@ -31,7 +31,9 @@ func (e *Engine) work(row *claimedRow, rt *Routing, route *Route, entry *dispatc
 		busy := e.active.Add(-1)
 		e.metrics.WorkersBusy.Set(float64(busy))
 		e.workers.Done()
-		e.signal()
+		if e.slotsWanted.Load() {
+			e.signal() // the claim loop waits for slots
+		}
 		if e.cfg.Workers-int(busy) >= e.cfg.BatchSize {
 			select {
 			case e.batchFree <- struct{}{}:

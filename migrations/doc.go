@@ -29,4 +29,5 @@
 //	                          intent_key, the key as one inlinable expression
 //	012_enqueue_inline.sql    enqueue with its checks, key and hash evaluated inline
 //	013_wake_gate.sql         the insert trigger notifies only while a daemon sleeps
+//	014_wake_position.sql     the notification carries the first new row's claim position
 package migrations

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,4 +78,21 @@ func (s *Store) ReleaseWake(ctx context.Context, conn *pgx.Conn, slot int) error
 		return fmt.Errorf("wake gate release: %w", err)
 	}
 	return nil
+}
+
+// WakePosition reads the claim position an insert's notification carries
+// (migrations/014_wake_position.sql): "<due in µs since the epoch>:<seq>".
+// Other notifications on the channel carry none (ok is false): they ask
+// for a pass from the first due row.
+func WakePosition(payload string) (p Position, ok bool) {
+	due, seq, found := strings.Cut(payload, ":")
+	if !found {
+		return Position{}, false
+	}
+	us, err1 := strconv.ParseInt(due, 10, 64)
+	n, err2 := strconv.ParseInt(seq, 10, 64)
+	if err1 != nil || err2 != nil {
+		return Position{}, false
+	}
+	return Position{Due: time.UnixMicro(us), Seq: n}, true
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestWakeGate: a producer's enqueue notifies only while a daemon holds a
@@ -31,15 +32,35 @@ func TestWakeGate(t *testing.T) {
 	if _, err := listener.Exec(ctx, `LISTEN "drainer.outbox"`); err != nil {
 		t.Fatal(err)
 	}
+	var last *pgconn.Notification
 	notified := func(within time.Duration) bool {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, within)
 		defer cancel()
-		_, err := listener.WaitForNotification(wctx)
+		n, err := listener.WaitForNotification(wctx)
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatal(err)
 		}
+		last = n
 		return err == nil
+	}
+	// position reads where the claim order puts a run's first pending row.
+	position := func(run string) store.Position {
+		t.Helper()
+		var p store.Position
+		if err := pool.QueryRow(ctx, `SELECT next_attempt_at, seq FROM drainer.outbox WHERE agent_run_id = $1
+			AND status = 'pending' ORDER BY next_attempt_at, seq LIMIT 1`, run).Scan(&p.Due, &p.Seq); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	wantPosition := func(run string) {
+		t.Helper()
+		got, ok := store.WakePosition(last.Payload)
+		want := position(run)
+		if !ok || !got.Due.Equal(want.Due) || got.Seq != want.Seq {
+			t.Fatalf("notification %q: want the position of %s's first row %+v, got %+v (ok %v)", last.Payload, run, want, got, ok)
+		}
 	}
 
 	// No daemon sleeps: the enqueue does not notify.
@@ -60,6 +81,27 @@ func TestWakeGate(t *testing.T) {
 	if !notified(10 * time.Second) {
 		t.Fatal("an enqueue did not notify while a daemon held the wake gate")
 	}
+	wantPosition("run-b")
+	// The same intent again inserts nothing, and says nothing.
+	if _, err := pool.Exec(ctx, `SELECT * FROM drainer.enqueue('run-b', 'step-0', 't', '', '{"i":0}')`); err != nil {
+		t.Fatal(err)
+	}
+	if notified(300 * time.Millisecond) {
+		t.Fatalf("a duplicate enqueue notified (%q)", last.Payload)
+	}
+	// A statement of several rows names its first pending row in claim
+	// order: not the first inserted (due later), nor a cancelled one.
+	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox
+		(key, agent_run_id, step_id, tool_name, payload, payload_hash, next_attempt_at, status) VALUES
+		('k-late', 'run-d', 'late', 't', '{}', '\x00', now() + interval '1 hour', 'pending'),
+		('k-early', 'run-d', 'early', 't', '{}', '\x00', now() - interval '1 hour', 'pending'),
+		('k-gone', 'run-d', 'gone', 't', '{}', '\x00', now() - interval '2 hours', 'cancelled')`); err != nil {
+		t.Fatal(err)
+	}
+	if !notified(10 * time.Second) {
+		t.Fatal("a batch enqueue did not notify while a daemon held the wake gate")
+	}
+	wantPosition("run-d")
 	if err := st.ReleaseWake(ctx, daemon, slot); err != nil {
 		t.Fatal(err)
 	}

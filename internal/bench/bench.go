@@ -355,6 +355,14 @@ type Result struct {
 	// after the producers stopped; when positive, the percentiles are
 	// lower bounds.
 	LatencyUndispatched int `json:"latency_undispatched_rows"`
+	// The same measure with producers offering a tenth of the drain rate
+	// (lightLoad): the wake-up path, where the figures above, on a machine
+	// whose cores the producers share with the drain, are mostly queueing.
+	LatencyLightP50Ms           float64 `json:"latency_light_p50_ms"`
+	LatencyLightP90Ms           float64 `json:"latency_light_p90_ms"`
+	LatencyLightP99Ms           float64 `json:"latency_light_p99_ms"`
+	LatencyLightOfferedRowsPerS float64 `json:"latency_light_offered_rows_per_s"`
+	LatencyLightAchievedRatio   float64 `json:"latency_light_achieved_ratio"`
 
 	XminRatio            float64 `json:"xmin_ratio"`
 	XminRowsPerS         float64 `json:"xmin_rows_per_s"`

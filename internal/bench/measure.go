@@ -93,12 +93,25 @@ func (r *runner) backlogPhase(ctx context.Context, res *Result) error {
 	return nil
 }
 
+// lightLoad is the share of the drain rate the producers offer in the
+// light-load latency run.
+const lightLoad = 0.1
+
 // latencyPhase measures the latency with producers offering half the best
-// drain rate.
+// drain rate (CONTRACT §8), then a tenth of it.
 func (r *runner) latencyPhase(ctx context.Context, res *Result) error {
 	lat, err := r.latency(ctx, res.DrainRowsPerS/2)
 	if err != nil {
 		return err
+	}
+	light, err := r.latency(ctx, res.DrainRowsPerS*lightLoad)
+	if err != nil {
+		return err
+	}
+	res.LatencyLightP50Ms, res.LatencyLightP90Ms, res.LatencyLightP99Ms = round(light.p50, 2), round(light.p90, 2), round(light.p99, 2)
+	res.LatencyLightOfferedRowsPerS = round(light.offered, 1)
+	if light.offered > 0 {
+		res.LatencyLightAchievedRatio = round(light.achieved/light.offered, 3)
 	}
 	res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms = round(lat.p50, 2), round(lat.p90, 2), round(lat.p99, 2)
 	res.LatencyOfferedRowsPerS, res.LatencyAchievedRowsPerS = round(lat.offered, 1), round(lat.achieved, 1)

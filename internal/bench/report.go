@@ -105,6 +105,9 @@ func conditionRows(row tableRow, res *Result) {
 	row("latency p99", fmt.Sprintf("%.2f ms", res.LatencyP99Ms), "latency_p99_ms", p99)
 	row("latency achieved", fmt.Sprintf("%.3f", res.LatencyAchievedRatio), "latency_achieved_ratio",
 		fmt.Sprintf("%.0f of %.0f rows/s offered (under 0.9: the producers were measured)", res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS))
+	row("light-load latency p50", fmt.Sprintf("%.2f ms", res.LatencyLightP50Ms), "latency_light_p50_ms",
+		fmt.Sprintf("the same with %.0f rows/s offered (a tenth of the drain rate), %.3f of it achieved", res.LatencyLightOfferedRowsPerS, res.LatencyLightAchievedRatio))
+	row("light-load latency p99", fmt.Sprintf("%.2f ms", res.LatencyLightP99Ms), "latency_light_p99_ms", "")
 	row("xmin ratio", fmt.Sprintf("%.3f", res.XminRatio), "xmin_ratio",
 		fmt.Sprintf("%.0f rows/s with a snapshot held ÷ %.0f rows/s without, %.0fs each", res.XminRowsPerS, res.XminBaselineRowsPerS, res.XminDurationS))
 }
