@@ -4,7 +4,7 @@
 // configuration it was measured under. docs/benchmarks.md describes each
 // field; in short, in the order Run measures them:
 //
-//   - drain_rows_per_s: a pre-filled backlog (COPY, ANALYZE, CHECKPOINT)
+//   - drain_rows_per_s: a pre-filled backlog (COPY, VACUUM ANALYZE, CHECKPOINT)
 //     drained by Replicas engines in this process, each with the pool
 //     `drainer run` would give it, configured from the shipped defaults,
 //     around a no-op adapter; engine start until every row is succeeded,

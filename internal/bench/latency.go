@@ -49,12 +49,12 @@ type commit struct {
 // latency runs the engines while producers offer rate rows/s, each in its
 // own transaction through drainer's EnqueueTx, and measures from each
 // commit's return to the start of that row's dispatch.
-func (r *runner) latency(ctx context.Context, rate float64) (latencyResult, error) {
+func (r *runner) latency(ctx context.Context, rate float64, share string) (latencyResult, error) {
 	if rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
 		return latencyResult{}, fmt.Errorf("latency: no drain rate to take half of (%v)", rate)
 	}
 	total := int(rate * r.sizes.LatencyDuration.Seconds())
-	r.logf("latency: enqueueing %.0f rows/s for %s (half the drain rate), %d producers", rate, r.sizes.LatencyDuration, latencyProducers)
+	r.logf("latency: enqueueing %.0f rows/s for %s (%s the drain rate), %d producers", rate, r.sizes.LatencyDuration, share, latencyProducers)
 	if err := r.reset(ctx); err != nil {
 		return latencyResult{}, err
 	}

@@ -100,11 +100,11 @@ const lightLoad = 0.1
 // latencyPhase measures the latency with producers offering half the best
 // drain rate (CONTRACT §8), then a tenth of it.
 func (r *runner) latencyPhase(ctx context.Context, res *Result) error {
-	lat, err := r.latency(ctx, res.DrainRowsPerS/2)
+	lat, err := r.latency(ctx, res.DrainRowsPerS/2, "half")
 	if err != nil {
 		return err
 	}
-	light, err := r.latency(ctx, res.DrainRowsPerS*lightLoad)
+	light, err := r.latency(ctx, res.DrainRowsPerS*lightLoad, "a tenth of")
 	if err != nil {
 		return err
 	}
