@@ -12,10 +12,10 @@
 -- claim order, `<next_attempt_at in microseconds since the epoch>:<seq>`:
 -- the woken daemon starts its next claim there when it lies behind its mark.
 -- A statement that inserted no pending row (a duplicate enqueue, or an
--- intent of an aborted run, created cancelled) notifies nobody. Other
--- notifications on the channel keep their empty payload, which asks for a
--- pass from the first due row. The gate (013) is unchanged: producers
--- notify only while a daemon sleeps.
+-- intent of an aborted run, created cancelled) notifies nobody, nor does a
+-- row due at 'infinity' (never due). Other notifications on the channel
+-- keep their empty payload, which asks for a pass from the first due row.
+-- The gate (013) is unchanged: producers notify only while a daemon sleeps.
 CREATE OR REPLACE FUNCTION {{.schema}}.notify_outbox()
 RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -27,7 +27,7 @@ BEGIN
                 SELECT (extract(epoch FROM n.next_attempt_at) * 1000000)::bigint || ':' || n.seq
                   INTO first_due
                   FROM new_rows n
-                 WHERE n.status = 'pending'
+                 WHERE n.status = 'pending' AND isfinite(n.next_attempt_at)
                  ORDER BY n.next_attempt_at, n.seq
                  LIMIT 1;
                 IF first_due IS NOT NULL THEN

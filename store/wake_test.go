@@ -89,6 +89,16 @@ func TestWakeGate(t *testing.T) {
 	if notified(300 * time.Millisecond) {
 		t.Fatalf("a duplicate enqueue notified (%q)", last.Payload)
 	}
+	// A row that is never due (a direct insert at 'infinity') is written,
+	// and wakes nobody.
+	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox
+		(key, agent_run_id, step_id, tool_name, payload, payload_hash, next_attempt_at) VALUES
+		('k-never', 'run-e', 'never', 't', '{}', '\x00', 'infinity')`); err != nil {
+		t.Fatalf("an insert due at infinity failed while a daemon held the gate: %v", err)
+	}
+	if notified(300 * time.Millisecond) {
+		t.Fatalf("a row due at infinity notified (%q)", last.Payload)
+	}
 	// A statement of several rows names its first pending row in claim
 	// order: not the first inserted (due later), nor a cancelled one.
 	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox
