@@ -203,7 +203,7 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := eng.Start(ctx); err != nil {
+	if err := startEngine(ctx, eng, 500*time.Millisecond, log); err != nil {
 		return nil, err
 	}
 	engineOwnsAdapters = true
@@ -316,6 +316,39 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger) (*p
 		case <-ctx.Done():
 			t.Stop()
 			return nil, ctx.Err()
+		case <-t.C:
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+// starter is the part of the engine startEngine needs.
+type starter interface {
+	Start(ctx context.Context) error
+}
+
+// startEngine starts eng, retrying with backoff (from delay) while its first
+// reads fail: the database can restart between the schema check and the
+// engine's start, and that must not end the process. A schema that is not
+// ready (or needs a newer daemon) ends it at once, as does ctx.
+func startEngine(ctx context.Context, eng starter, delay time.Duration, log *slog.Logger) error {
+	for {
+		err := eng.Start(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, migrations.ErrSchemaNotReady) {
+			return err
+		}
+		log.Error("engine could not start (database unavailable?); retrying", "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
 		case <-t.C:
 		}
 		delay = min(delay*2, 30*time.Second)
