@@ -251,28 +251,14 @@ func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Lo
 // dispatch.ErrUnavailable) is waited for with backoff, as the database is,
 // so a provider restarting during a rollout does not crash-loop the daemon.
 func buildAdapters(ctx context.Context, cfg *config.Config, opts builtin.Options, log *slog.Logger) (*dispatch.Registry, error) {
-	delay := 500 * time.Millisecond
-	for {
-		registry, err := builtin.Build(ctx, cfg, opts)
-		if err == nil {
-			return registry, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !dispatch.Unavailable(err) {
-			return nil, &ConfigError{err}
-		}
-		log.Error("provider unreachable at startup; retrying", "err", err, "retry_in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		delay = min(delay*2, 30*time.Second)
+	var registry *dispatch.Registry
+	err := retryStartup(ctx, 500*time.Millisecond, log, "provider unreachable at startup; retrying",
+		func() (err error) { registry, err = builtin.Build(ctx, cfg, opts); return err },
+		func(err error) bool { return !dispatch.Unavailable(err) })
+	if err != nil && ctx.Err() == nil {
+		return nil, &ConfigError{err}
 	}
+	return registry, err
 }
 
 // connect opens the pool, retrying with backoff while the database is
@@ -332,42 +318,35 @@ type starter interface {
 // engine's start, and that must not end the process. A schema that is not
 // ready (or needs a newer daemon) ends it at once, as does ctx.
 func startEngine(ctx context.Context, eng starter, delay time.Duration, log *slog.Logger) error {
+	return retryStartup(ctx, delay, log, "engine could not start (database unavailable?); retrying",
+		func() error { return eng.Start(ctx) },
+		func(err error) bool { return errors.Is(err, migrations.ErrSchemaNotReady) })
+}
+
+// waitForSchema waits until the schema is migrated; a schema that needs a
+// newer daemon is refused at once.
+func waitForSchema(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
+	return retryStartup(ctx, time.Second, log, "schema not ready; waiting",
+		func() error { _, err := migrations.Check(ctx, pool, schema); return err },
+		func(err error) bool { return strings.Contains(err.Error(), "upgrade drainer") })
+}
+
+// retryStartup calls try until it succeeds, logging each failure as msg
+// and waiting between tries from delay on, doubled each time up to 30 s. An
+// error final says cannot pass by waiting ends it at once, as does ctx.
+func retryStartup(ctx context.Context, delay time.Duration, log *slog.Logger, msg string, try func() error, final func(error) bool) error {
 	for {
-		err := eng.Start(ctx)
+		err := try()
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, migrations.ErrSchemaNotReady) {
+		if final(err) {
 			return err
 		}
-		log.Error("engine could not start (database unavailable?); retrying", "err", err, "retry_in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		delay = min(delay*2, 30*time.Second)
-	}
-}
-
-// waitForSchema waits until the schema is migrated; a schema that needs a
-// newer daemon is refused at once.
-func waitForSchema(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
-	delay := time.Second
-	for {
-		_, err := migrations.Check(ctx, pool, schema)
-		if err == nil {
-			return nil
-		}
-		if strings.Contains(err.Error(), "upgrade drainer") {
-			return err
-		}
-		log.Error("schema not ready; waiting", "err", err, "retry_in", delay)
+		log.Error(msg, "err", err, "retry_in", delay)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
