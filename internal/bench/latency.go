@@ -51,7 +51,7 @@ type commit struct {
 // commit's return to the start of that row's dispatch.
 func (r *runner) latency(ctx context.Context, rate float64, share string) (latencyResult, error) {
 	if rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
-		return latencyResult{}, fmt.Errorf("latency: no drain rate to take half of (%v)", rate)
+		return latencyResult{}, fmt.Errorf("latency: no drain rate to take %s of (%v)", share, rate)
 	}
 	total := int(rate * r.sizes.LatencyDuration.Seconds())
 	r.logf("latency: enqueueing %.0f rows/s for %s (%s the drain rate), %d producers", rate, r.sizes.LatencyDuration, share, latencyProducers)
