@@ -54,7 +54,7 @@ func (r *runner) latency(ctx context.Context, rate float64, share string) (laten
 		return latencyResult{}, fmt.Errorf("latency: no drain rate to take %s of (%v)", share, rate)
 	}
 	total := int(rate * r.sizes.LatencyDuration.Seconds())
-	r.logf("latency: enqueueing %.0f rows/s for %s (%s the drain rate), %d producers", rate, r.sizes.LatencyDuration, share, latencyProducers)
+	r.logf("latency: enqueueing %.0f rows/s for %s (%s of the drain rate), %d producers", rate, r.sizes.LatencyDuration, share, latencyProducers)
 	if err := r.reset(ctx); err != nil {
 		return latencyResult{}, err
 	}

@@ -104,7 +104,7 @@ func (r *runner) latencyPhase(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	light, err := r.latency(ctx, res.DrainRowsPerS*lightLoad, "a tenth of")
+	light, err := r.latency(ctx, res.DrainRowsPerS*lightLoad, "a tenth")
 	if err != nil {
 		return err
 	}
