@@ -699,11 +699,21 @@ func (o *opsScenario) pauseRoute() {
 		}
 	}
 
+	// Replicas read the pauses within seconds (every 2 s): rows enqueued
+	// before a replica has read this one may go out. While none is held
+	// and none of the rows enqueued so far is still open, enqueue more
+	// under the pause, so that the step does not hang on how fast the
+	// rows were claimed.
 	held := o.enqueue(opsOrders("ord4", 10*o.f, 2, 0))
+	waves := 1
 	o.waitUntil("a charge_card row enqueued under the route pause to be held", func() (bool, string) {
 		n := o.count(`SELECT count(*) FROM drainer.outbox WHERE key = ANY($1)
 		    AND status = 'pending' AND last_error LIKE 'paused by an operator%'`, held)
-		return n > 0, fmt.Sprintf("%d rows held", n)
+		if n == 0 && o.count(`SELECT count(*) FROM drainer.outbox WHERE key = ANY($1) AND status IN ('pending', 'in_flight')`, held) == 0 {
+			held = append(held, o.enqueue(opsOrders(fmt.Sprintf("ord4w%d", waves), 10*o.f, 2, 0))...)
+			waves++
+		}
+		return n > 0, fmt.Sprintf("%d rows held (%d waves enqueued)", n, waves)
 	})
 	// Requeue every pending charge_card row.
 	res := o.action("requeue", "--status", "pending", "--tool", opsCharge, "--reason", "chaos: retry them all",
