@@ -171,6 +171,14 @@ const disarmRows = 32
 // tool's other due rows are deferred in bulk (deferrer), so the next claims
 // do not pick them up one by one.
 func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entry, *completion) {
+	if row.RunAborted {
+		// Enqueued into a run whose abort its producer's snapshot could not
+		// see: cancelled as the abort would have cancelled it, never sent.
+		msg := "run aborted before this intent's first attempt: cancelled without sending"
+		c := newCompletion(row, outbox.StatusCancelled)
+		c.GiveBack, c.KeepNext, c.LastError, c.outcome = true, true, &msg, ""
+		return nil, nil, &c
+	}
 	route, ok := rt.Routes[row.ToolName]
 	if !ok {
 		e.unrouted.note(e.log, row.ToolName)
@@ -189,7 +197,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		c := failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts))
 		return nil, nil, &c
 	}
-	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 && row.Attempts > 1 &&
+	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 &&
 		row.DBNow.Sub(row.FirstAttemptAt) > ttl-time.Minute {
 		c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
 			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl))

@@ -30,4 +30,8 @@
 //	012_enqueue_inline.sql    enqueue with its checks, key and hash evaluated inline
 //	013_wake_gate.sql         the insert trigger notifies only while a daemon sleeps
 //	014_wake_position.sql     the notification carries the first new row's claim position
+//	015_exactly_once.sql      the key space (keys; tombstones becomes its view) that a
+//	                          unique check decides; payloads compared as JSON values;
+//	                          traceparents checked; every abort remembered; prune_rows
+//	                          keeps what a saga needs; a parked step holds its saga
 package migrations

@@ -41,7 +41,7 @@ func TestRequeueRefusals(t *testing.T) {
 	}
 
 	// A pruned key answers its final status.
-	e.exec(`INSERT INTO drainer.tombstones (key, payload_hash, final_status) SELECT key, payload_hash, 'succeeded' FROM drainer.outbox WHERE key = $1`, k[0])
+	e.exec(`UPDATE drainer.keys k SET final_status = 'succeeded', pruned_at = now() FROM drainer.outbox o WHERE o.key = k.key AND k.key = $1`, k[0])
 	e.exec(`DELETE FROM drainer.outbox WHERE key = $1`, k[0])
 	_, err := e.c.Requeue(t.Context(), k[0], alice, BulkOptions{})
 	if te := wantRefused(t, err, k[0], "succeeded"); !strings.Contains(te.Why, "pruned") {

@@ -67,6 +67,7 @@ UPDATE {s}.outbox o
                            ELSE u.problem::jsonb END,
        response = CASE WHEN u.status = 'succeeded' THEN u.response::jsonb ELSE o.response END,
        response_status = coalesce(u.response_status, o.response_status),
+       cancel_cause = CASE WHEN u.status = 'cancelled' THEN 'run_aborted' ELSE o.cancel_cause END,
        lease_token = NULL,
        lease_expires_at = NULL,
        leased_by = NULL,
