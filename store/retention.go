@@ -37,10 +37,11 @@ const pruneRunsSQL = `WITH gone AS (
              LIMIT $2 FOR UPDATE SKIP LOCKED)
         RETURNING 1) SELECT count(*) FROM gone`
 
-// pruneTombstonesSQL deletes tombstones past their age.
+// pruneTombstonesSQL forgets keys whose tombstone is past its age (their
+// row in the key space, marked pruned).
 const pruneTombstonesSQL = `WITH gone AS (
-        DELETE FROM {s}.tombstones WHERE key IN (
-            SELECT key FROM {s}.tombstones WHERE pruned_at < now() - $1 * interval '1 millisecond'
+        DELETE FROM {s}.keys WHERE key IN (
+            SELECT key FROM {s}.keys WHERE pruned_at < now() - $1 * interval '1 millisecond'
              ORDER BY pruned_at LIMIT $2 FOR UPDATE SKIP LOCKED)
         RETURNING 1) SELECT count(*) FROM gone`
 
