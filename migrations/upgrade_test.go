@@ -84,4 +84,23 @@ func TestUpgradeTo015KeepsEveryKey(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM drainer.audit_verify(100)`).Scan(&broken); err != nil || broken != 0 {
 		t.Fatalf("audit_verify after the upgrade: %d problems (%v)", broken, err)
 	}
+
+	// The upgraded schema's functions, views and triggers are a fresh one's.
+	fresh, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fresh.Close(context.Background()) })
+	if _, err := Migrate(ctx, fresh, "drainer", nil); err != nil {
+		t.Fatal(err)
+	}
+	want, got := definitions(t, fresh), definitions(t, conn)
+	for name, def := range want {
+		if got[name] != def {
+			t.Errorf("%s differs between a fresh and an upgraded schema:\n--- fresh\n%s\n--- upgraded\n%s", name, def, got[name])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("the upgraded schema has %d definitions, a fresh one %d", len(got), len(want))
+	}
 }
