@@ -815,8 +815,15 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 			key := tuple.Key()
 			if via == "cli" {
 				args := []string{"enqueue", "--run=" + tuple.AgentRunID, "--step=" + tuple.StepID, "--tool=" + tuple.ToolName,
-					"--scope=" + tuple.BusinessScope, "--payload=" + string(payload), "--traceparent=" + v}
-				res := runCLI(t, env, args...)
+					"--scope=" + tuple.BusinessScope, "--payload=" + string(payload)}
+				// As a traceparent the value is refused, naming the field,
+				// and nothing is enqueued.
+				res := runCLI(t, env, append(args, "--traceparent="+v)...)
+				if res.code != 1 || !strings.Contains(res.stderr, "is not a W3C trace context") {
+					t.Errorf("enqueue with traceparent %q: %s, want exit 1 naming the traceparent", v, res)
+				}
+				args = append(args, "--traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+				res = runCLI(t, env, args...)
 				secClean(t, "enqueue "+strconv.Quote(v), res, 0)
 				if strings.TrimSpace(res.stdout) != key+" created" {
 					t.Errorf("enqueue %q: %q, want %q", v, res.stdout, key+" created")
