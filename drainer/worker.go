@@ -183,7 +183,7 @@ var refusalText = map[string]string{
 	outbox.RefusedBreakerOpen: "circuit breaker is open (the provider looks down)",
 	outbox.RefusedSaturated:   "is at max_concurrency",
 	outbox.RefusedRateLimited: "is at its rate_limit",
-	outbox.RefusedAuthHold:    "is held back for this route: the provider refused its credentials",
+	outbox.RefusedAuthHold:    "is held back for this route: the provider refused the credentials (auth hold)",
 }
 
 // admit passes a row through its adapter's gate. While the primary's breaker
