@@ -177,6 +177,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		msg := "run aborted before this intent's first attempt: cancelled without sending"
 		c := newCompletion(row, outbox.StatusCancelled)
 		c.GiveBack, c.KeepNext, c.LastError, c.outcome = true, true, &msg, ""
+		c.NoRequest, c.Note = true, noteRunAborted
 		return nil, nil, &c
 	}
 	route, ok := rt.Routes[row.ToolName]

@@ -145,6 +145,7 @@ const (
 	notePaused     = "deferred: paused by an operator; no request sent"
 	noteExhausted  = "failed before dispatch: attempts exhausted; no request sent"
 	noteKeyTTL     = "failed before dispatch: key TTL guard; no request sent"
+	noteRunAborted = "cancelled before dispatch: its run was aborted; no request sent"
 	noteRefusedFmt = "%s; no request sent"
 )
 
