@@ -9,7 +9,8 @@
 //     preflight on each (no route, out of attempts or past its key's
 //     window, shutting down, paused): such a row is settled without a worker.
 //   - dispatched: worker.go takes a row through its adapter's gate (gate.go:
-//     breaker, rate limit, concurrency cap, auth hold), one attempt through
+//     breaker, rate limit, concurrency cap, auth holds per route and, once
+//     several routes are refused, per adapter), one attempt through
 //     dispatch.Adapter within the lease, and classify (a call cut off by
 //     shutdown is ambiguous; detect.go probes an ambiguous attempt of a
 //     non_idempotent route).
@@ -32,7 +33,9 @@
 // calibrator (detect.go) and the saga runner. engine.go holds the
 // lifecycle: Start, Reload (routing.go: routes refcounted across reloads),
 // Stop in order (stop claiming, wait for calls up to the grace, cancel,
-// write what is left, stop the services). metrics.go holds the collectors.
+// write what is left, stop the services). metrics.go holds the collectors;
+// readiness.go what each adapter's gate says of it (AdapterStates, for
+// /readyz, drainer_adapter_ready and drainer_hold_seconds).
 //
 // Life cycle of a row:
 //

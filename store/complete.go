@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,15 @@ type Completion struct {
 	// Response and ResponseStatus record the provider's answer.
 	Response       json.RawMessage
 	ResponseStatus int
+	// NoRequest: no request for this row reached the provider on this
+	// claim (a gate's refusal, a pause, no route, a preflight failure, a
+	// release at shutdown, a request that never left). The row keeps its
+	// last answer, and its audit entry records none, with Note as its
+	// reason. Otherwise the completion records the answer to the request
+	// sent, null when none came (a timeout, a cut connection), on the row
+	// and on its audit entry.
+	NoRequest bool
+	Note      string
 }
 
 // Completed is what a written batch of completions did.
@@ -66,7 +76,7 @@ UPDATE {s}.outbox o
                            WHEN u.last_error IS NULL THEN o.last_problem
                            ELSE u.problem::jsonb END,
        response = CASE WHEN u.status = 'succeeded' THEN u.response::jsonb ELSE o.response END,
-       response_status = coalesce(u.response_status, o.response_status),
+       response_status = {response_status},
        cancel_cause = CASE WHEN u.status = 'cancelled' THEN 'run_aborted' ELSE o.cancel_cause END,
        lease_token = NULL,
        lease_expires_at = NULL,
@@ -81,14 +91,31 @@ RETURNING o.seq,
                   OR EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = o.agent_run_id))
             THEN o.agent_run_id END`
 
+// Response status of a completion: the answer to the request sent, or,
+// with no request, the row's last answer.
+const (
+	answeredStatus  = "u.response_status"
+	unchangedStatus = "o.response_status"
+)
+
+// answerOn and noteFor set what the audit trigger records (migration 016):
+// the entries of the requests' completions record their answers; those of
+// completions without a request record none and give the note as reason.
+const (
+	answerOn = `SELECT set_config('drainer.answer', 'on', true), set_config('drainer.note', '', true)`
+	noteFor  = `SELECT set_config('drainer.answer', '', true), set_config('drainer.note', $1, true)`
+)
+
 // completeSettings are the completion's transaction-local settings: no wait
 // for the WAL flush (see Complete), and no JIT: a statement of a few hundred
 // rows gains nothing from compiling, which costs tens of milliseconds once
 // the cost estimate of a large batch crosses jit_above_cost.
 const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)`
 
-// Complete writes cs in one round trip, sorted by seq (a stable lock order
-// keeps concurrent batches from deadlocking).
+// Complete writes cs in one round trip and one transaction, sorted by seq
+// (a stable lock order keeps concurrent batches from deadlocking): one
+// statement for the completions of requests sent, one per note for those
+// without a request (see NoRequest).
 //
 // The commit does not wait for the WAL flush: a completion lost in a
 // database crash leaves its row as the (durable) claim left it, in_flight,
@@ -98,6 +125,77 @@ const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), 
 func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed, error) {
 	var out Completed
 	slices.SortFunc(cs, func(a, b Completion) int { return int(a.Seq - b.Seq) })
+	var sent []Completion
+	unsent := map[string][]Completion{}
+	var notes []string
+	for _, c := range cs {
+		if !c.NoRequest {
+			sent = append(sent, c)
+			continue
+		}
+		if _, ok := unsent[c.Note]; !ok {
+			notes = append(notes, c.Note)
+		}
+		unsent[c.Note] = append(unsent[c.Note], c)
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(completeSettings)
+	statements := 0
+	if len(sent) > 0 {
+		b.Queue(answerOn)
+		s.queueComplete(b, sent, answeredStatus)
+		statements++
+	}
+	for _, note := range notes {
+		b.Queue(noteFor, note)
+		s.queueComplete(b, unsent[note], unchangedStatus)
+		statements++
+	}
+	b.Queue("COMMIT")
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return out, fmt.Errorf("complete batch: %w", err)
+		}
+	}
+	written := make(map[int64]bool, len(cs))
+	for range statements {
+		if _, err := br.Exec(); err != nil {
+			return Completed{}, fmt.Errorf("complete batch: audit settings: %w", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return Completed{}, fmt.Errorf("complete batch: %w", err)
+		}
+		var seq int64
+		var run *string
+		if _, err := pgx.ForEachRow(rows, []any{&seq, &run}, func() error {
+			written[seq] = true
+			if run != nil && !slices.Contains(out.Runs, *run) {
+				out.Runs = append(out.Runs, *run)
+			}
+			return nil
+		}); err != nil {
+			return Completed{}, fmt.Errorf("complete batch: %w", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return Completed{}, fmt.Errorf("complete batch commit: %w", err)
+	}
+	if len(written) < len(cs) {
+		for _, c := range cs {
+			if !written[c.Seq] {
+				out.Lost = append(out.Lost, c.Seq)
+			}
+		}
+	}
+	return out, nil
+}
+
+// queueComplete queues the statement writing cs (sorted by seq).
+func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, responseStatus string) {
 	n := len(cs)
 	seqs := make([]int64, n)
 	tokens := make([]pgtype.UUID, n)
@@ -132,43 +230,6 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 			codes[i] = &code
 		}
 	}
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(completeSettings)
-	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
-	b.Queue("COMMIT")
-	br := db.SendBatch(ctx, b)
-	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return out, fmt.Errorf("complete batch: %w", err)
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return out, fmt.Errorf("complete batch: %w", err)
-	}
-	written := make(map[int64]bool, n)
-	var seq int64
-	var run *string
-	if _, err := pgx.ForEachRow(rows, []any{&seq, &run}, func() error {
-		written[seq] = true
-		if run != nil && !slices.Contains(out.Runs, *run) {
-			out.Runs = append(out.Runs, *run)
-		}
-		return nil
-	}); err != nil {
-		return Completed{}, fmt.Errorf("complete batch: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return Completed{}, fmt.Errorf("complete batch commit: %w", err)
-	}
-	if len(written) < n {
-		for _, s := range seqs {
-			if !written[s] {
-				out.Lost = append(out.Lost, s)
-			}
-		}
-	}
-	return out, nil
+	b.Queue(strings.Replace(s.sql(completeSQL), "{response_status}", responseStatus, 1),
+		seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
 }
