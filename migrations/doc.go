@@ -50,7 +50,4 @@
 //	                          unique check decides; payloads compared as JSON values;
 //	                          traceparents checked; every abort remembered; prune_rows
 //	                          keeps what a saga needs; a parked step holds its saga
-//	016_isolation.sql         audit entries record response_status only for the answer
-//	                          to a request sent; the daemon's note as the reason of
-//	                          entries that sent nothing
 package migrations
