@@ -201,6 +201,9 @@ func (g *gate) remainingOpen(r *rand.Rand) time.Duration {
 // provider is up (success, replay, terminal 4xx) are successes; the rest is
 // neutral.
 func breakerVerdict(res dispatch.Result) error {
+	if res.Reason == dispatch.ReasonNotReady {
+		return errBreakerNeutral // the adapter did not ask its provider
+	}
 	switch res.Outcome {
 	case dispatch.Success, dispatch.Replay, dispatch.Terminal:
 		return nil

@@ -548,12 +548,29 @@ routes:
 		t.Errorf("MCP row while its server is down: status %s attempts %d (last_error %s); want pending, 0",
 			r.Status, r.Attempts, mcpDeref(r.LastError))
 	}
+	// Long enough down for the row to have been held several times.
+	waitFor(t, time.Minute, "the MCP row held back several times", func() (bool, string) {
+		d.requireRunning()
+		n := d.metric("drainer_dispatch_total", `adapter="tools_server"`)
+		return n >= 6, fmt.Sprint(n)
+	})
+	if r := readRow(t, pool, mcpKey); r.Status != "pending" || r.Attempts != 0 {
+		t.Errorf("MCP row while its server is down: status %s attempts %d; want pending, 0", r.Status, r.Attempts)
+	}
+	// Held back, not refused by the provider: the breaker (5 consecutive
+	// failures by default) stays closed, so nothing holds the row once the
+	// server is up.
+	if v := d.metric("drainer_circuit_breaker_state", `adapter="tools_server"`); v != 0 {
+		t.Errorf(`drainer_circuit_breaker_state{adapter="tools_server"} = %v while the adapter connects, want 0 (closed)`, v)
+	}
 	down.Store(false)
+	up := time.Now()
 	waitFor(t, 2*time.Minute, "the MCP row succeeded once its server answers", func() (bool, string) {
 		d.requireRunning()
 		r := readRow(t, pool, mcpKey)
 		return r.Status == "succeeded", r.Status + " " + mcpDeref(r.LastError)
 	})
+	t.Logf("the MCP row drained %v after its server came up", time.Since(up).Round(10*time.Millisecond))
 	if r := readRow(t, pool, mcpKey); r.Attempts != 1 {
 		t.Errorf("MCP row: attempts %d, want 1 (waiting consumed none)", r.Attempts)
 	}

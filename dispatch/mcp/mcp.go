@@ -57,10 +57,11 @@ const (
 	ReasonSessionExpired = "mcp_session_expired" // the server no longer knows the session (404, 400 naming it)
 	ReasonProtocol       = "mcp_protocol"        // not an MCP answer, or an old revision
 	ReasonInit           = "mcp_init"            // the session could not be initialised
-	ReasonNotReady       = "mcp_not_ready"       // unreachable at startup: still connecting in the background
-	ReasonMissingTool    = "mcp_missing_tool"    // the server does not list the row's tool
-	ReasonTooLarge       = "mcp_message_too_large"
-	ReasonBadPayload     = "payload_not_object"
+	// ReasonNotReady (dispatch.ReasonNotReady): unreachable since startup and
+	// still connecting in the background, or the server lacks the row's tool.
+	ReasonNotReady   = dispatch.ReasonNotReady
+	ReasonTooLarge   = "mcp_message_too_large"
+	ReasonBadPayload = "payload_not_object"
 )
 
 // conn is what one negotiation established.

@@ -197,7 +197,7 @@ func TestStartInBackground(t *testing.T) {
 	}
 	r = a.Dispatch(context.Background(), dispatchtest.NewMessage("absent", `{}`))
 	wantOutcome(t, r, dispatch.Retry)
-	if !r.NotSent || r.Reason != mcp.ReasonMissingTool || !strings.Contains(r.Err.Error(), `no tool "absent"`) {
+	if !r.NotSent || r.Reason != mcp.ReasonNotReady || !strings.Contains(r.Err.Error(), `no tool "absent"`) {
 		t.Errorf("missing tool: notSent %v reason %s err %v", r.NotSent, r.Reason, r.Err)
 	}
 	if out := logs.String(); !strings.Contains(out, `no tool \"absent\"`) || !strings.Contains(out, "connected") {

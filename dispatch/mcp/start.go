@@ -28,8 +28,9 @@ const missingToolRetry = 30 * time.Second
 // reads tools/list and checks routes as CheckRoutes does. Until then every
 // Dispatch answers Retry, NotSent, reason ReasonNotReady: the engine gives
 // the row back without consuming an attempt, and other adapters are not
-// held. A route naming a tool the server lacks is logged as an error naming
-// the tool and the adapter, and its rows keep waiting (ReasonMissingTool)
+// held (the circuit breaker does not count these). A route naming a tool
+// the server lacks is logged as an error naming the tool and the adapter,
+// and its rows keep waiting (ReasonNotReady, with an error naming the tool)
 // until a config reload; the other routes drain. Close stops it.
 func (a *Adapter) StartInBackground(name string, routes []Route, log *slog.Logger) {
 	if log == nil {
@@ -91,7 +92,7 @@ func (a *Adapter) admit(tool string) (dispatch.Result, bool) {
 	}
 	if m := a.missing.Load(); m != nil {
 		if err, ok := (*m)[tool]; ok {
-			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: ReasonMissingTool, RetryAfter: missingToolRetry,
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: ReasonNotReady, RetryAfter: missingToolRetry,
 				Err: fmt.Errorf("%w (not sent)", err)}, false
 		}
 	}
