@@ -86,6 +86,7 @@ type Adapter struct {
 	// A start in the background (StartInBackground).
 	connecting atomic.Bool                      // rows wait until the server answered and tools/list was read
 	missing    atomic.Pointer[map[string]error] // tools the server lacks, read when it connected
+	bgMu       sync.Mutex                       // guards stopBG, bgDone (not mu: a negotiation holds that)
 	stopBG     context.CancelFunc
 	bgDone     chan struct{}
 }
@@ -103,10 +104,10 @@ func New(cfg Config) (*Adapter, error) {
 // Close stops a background start, ends the session (best effort) and
 // closes idle connections.
 func (a *Adapter) Close(ctx context.Context) error {
-	a.mu.Lock()
+	a.bgMu.Lock()
 	stop, done := a.stopBG, a.bgDone
 	a.stopBG = nil
-	a.mu.Unlock()
+	a.bgMu.Unlock()
 	if stop != nil {
 		stop()
 		<-done
@@ -188,10 +189,19 @@ func (a *Adapter) request(ctx context.Context, method string, params, meta map[s
 		if !ok && r.Reason == ReasonSessionExpired {
 			a.expire(c)
 		}
-		if !ok && r.Reason == ReasonSessionExpired && try == 0 {
-			a.cfg.Logger.Info("mcp: the server no longer knows the session (restarted?); re-establishing it and sending the call again with the same key",
-				"method", method, "status", status)
-			continue
+		if !ok && r.Reason == ReasonSessionExpired {
+			if try == 0 {
+				a.cfg.Logger.Info("mcp: the server no longer knows the session (restarted?); re-establishing it and sending the call again with the same key",
+					"method", method, "status", status)
+				continue
+			}
+			// Refused again on a session just established: not a lost
+			// session; the answer is classified as what it says (bounded:
+			// never a loop of free resends).
+			if sl, isLost := errors.AsType[*sessionLostError](r.Err); isLost {
+				r = sl.plain
+				r.Err = fmt.Errorf("mcp: refused again on a new session: %w", r.Err)
+			}
 		}
 		return msg, status, h, r, ok
 	}
@@ -545,6 +555,14 @@ func lostConn(c conn, status int, body []byte) bool {
 	return false
 }
 
+// sessionLostError is the error of a call refused for its session; plain is
+// the answer classified as any other.
+type sessionLostError struct{ plain dispatch.Result }
+
+func (e *sessionLostError) Error() string {
+	return fmt.Sprintf("mcp: the server no longer knows the session (HTTP %d): %v", e.plain.Status, e.plain.Err)
+}
+
 // codeUnsupportedProtocolVersion is the JSON-RPC error of a server that
 // does not speak the revision a request names.
 const codeUnsupportedProtocolVersion = -32022
@@ -577,8 +595,7 @@ func (a *Adapter) call(ctx context.Context, c conn, method string, params any, k
 		if lostConn(c, resp.StatusCode, b) {
 			// Refused before any tool ran; request negotiates again.
 			return nil, status, h, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Status: status,
-				Reason: ReasonSessionExpired, Err: fmt.Errorf("mcp: the server no longer knows the session (HTTP %d): %w",
-					status, dispatch.NewHTTPError(resp.StatusCode, b, nil))}, false
+				Reason: ReasonSessionExpired, Err: &sessionLostError{plain: httpResult(resp, b)}}, false
 		}
 		r := httpResult(resp, b)
 		if method == "initialize" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed) {

@@ -183,8 +183,9 @@ func TestSessionLost400(t *testing.T) {
 	}
 }
 
-// TestSessionLostTwice: a server that refuses the new session too: the
-// attempt ends Retry, not sent (no attempt consumed), after one resend.
+// TestSessionLostTwice: a server that refuses the new session too is not
+// one that lost a session: after one resend the answer is classified as
+// what it says (a 400: terminal), never a loop of free resends.
 func TestSessionLostTwice(t *testing.T) {
 	ts := newToolServer(t)
 	a := newAdapter(t, ts.srv.URL)
@@ -195,9 +196,10 @@ func TestSessionLostTwice(t *testing.T) {
 		})
 	}
 	m, r := dispatchTool(t, a, "charge", `{}`)
-	wantOutcome(t, r, dispatch.Retry)
-	if !r.NotSent || r.Reason != mcp.ReasonSessionExpired || ts.Runs(m.Key) != 0 || ts.Calls() != 2 {
-		t.Errorf("notSent %v reason %s runs %d calls %d", r.NotSent, r.Reason, ts.Runs(m.Key), ts.Calls())
+	wantOutcome(t, r, dispatch.Terminal)
+	if r.Status != http.StatusBadRequest || !strings.Contains(r.Err.Error(), "refused again on a new session") ||
+		ts.Runs(m.Key) != 0 || ts.Calls() != 2 {
+		t.Errorf("status %d err %v runs %d calls %d", r.Status, r.Err, ts.Runs(m.Key), ts.Calls())
 	}
 }
 

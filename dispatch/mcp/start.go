@@ -38,9 +38,9 @@ func (a *Adapter) StartInBackground(name string, routes []Route, log *slog.Logge
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	a.mu.Lock()
+	a.bgMu.Lock()
 	a.stopBG, a.bgDone = cancel, done
-	a.mu.Unlock()
+	a.bgMu.Unlock()
 	a.connecting.Store(true)
 	go func() {
 		defer close(done)
