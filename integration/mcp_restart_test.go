@@ -317,7 +317,6 @@ const everythingDir = "testdata/mcp-everything"
 
 // everythingServer runs @modelcontextprotocol/server-everything on port.
 type everythingServer struct {
-	t    *testing.T
 	port int
 	cmd  *exec.Cmd
 	out  *syncBuffer
@@ -339,15 +338,17 @@ func everythingEntry(t *testing.T) string {
 	return entry
 }
 
-func (e *everythingServer) start(entry string) {
-	e.t.Helper()
+// start starts the server and waits until it listens. It may run on a
+// server goroutine (a restart), so it reports instead of failing the test.
+func (e *everythingServer) start(entry string) error {
 	e.out = &syncBuffer{}
 	e.cmd = exec.Command("node", entry, "streamableHttp")
 	e.cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(e.port))
 	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := e.cmd.Start(); err != nil {
-		e.t.Fatalf("start the MCP reference server: %v", err)
+		e.cmd = nil
+		return fmt.Errorf("start the MCP reference server: %w", err)
 	}
 	e.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(e.cmd, e.done)
@@ -356,15 +357,15 @@ func (e *everythingServer) start(entry string) {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(e.port), time.Second)
 		if err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		select {
 		case <-e.done:
-			e.t.Fatalf("the MCP reference server exited at start:\n%s", tail(e.out.String(), 2000))
+			return fmt.Errorf("the MCP reference server exited at start:\n%s", tail(e.out.String(), 2000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("the MCP reference server does not listen on %d after a minute:\n%s", e.port, tail(e.out.String(), 2000))
+			return fmt.Errorf("the MCP reference server does not listen on %d after a minute:\n%s", e.port, tail(e.out.String(), 2000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -389,9 +390,11 @@ func TestMCPEverythingRestartMidDrain(t *testing.T) {
 	entry := everythingEntry(t)
 	dbURL, pool := newMigratedDB(t)
 	t.Setenv("TOOLS_TOKEN", "unused")
-	ev := &everythingServer{t: t, port: freePort(t)}
-	ev.start(entry)
+	ev := &everythingServer{port: freePort(t)}
 	t.Cleanup(ev.stop)
+	if err := ev.start(entry); err != nil {
+		t.Fatal(err)
+	}
 
 	// A front door that records each tools/call and restarts the server
 	// (with no call in flight) after 10 and 20 answered calls.
@@ -407,7 +410,12 @@ func TestMCPEverythingRestartMidDrain(t *testing.T) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		method, key, proto := parseCall(body)
 		if method == "tools/call" {
-			gate.before(func() { ev.stop(); ev.start(entry) })
+			gate.before(func() {
+				ev.stop()
+				if err := ev.start(entry); err != nil {
+					t.Errorf("restart: %v", err)
+				}
+			})
 		}
 		gate.mu.RLock()
 		defer gate.mu.RUnlock()
