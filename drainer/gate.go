@@ -398,6 +398,9 @@ func (g *gate) remainingOpen(r *rand.Rand) time.Duration {
 // once it holds the whole adapter); answers that show the provider is up
 // (success, replay, terminal 4xx) are successes; the rest is neutral.
 func breakerVerdict(res dispatch.Result, wholeHeld bool) error {
+	if res.Reason == dispatch.ReasonNotReady {
+		return errBreakerNeutral // the adapter did not ask its provider
+	}
 	switch res.Outcome {
 	case dispatch.Success, dispatch.Replay, dispatch.Terminal:
 		return nil

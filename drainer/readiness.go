@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainer-io/drainer/dispatch"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -27,6 +28,10 @@ type Hold struct {
 	Since time.Time
 }
 
+// readier is an adapter that connects in the background (mcp): not ready
+// until its provider answered once.
+type readier interface{ Ready() bool }
+
 // AdapterStates reports every adapter of the routing in force, by name.
 func (e *Engine) AdapterStates() []AdapterState {
 	e.gatesMu.Lock()
@@ -36,9 +41,19 @@ func (e *Engine) AdapterStates() []AdapterState {
 	}
 	e.gatesMu.Unlock()
 	now := time.Now()
+	var reg *dispatch.Registry
+	if rt := e.routing.Load(); rt != nil {
+		reg = rt.Registry
+	}
 	out := make([]AdapterState, 0, len(gates))
 	for _, g := range gates {
-		out = append(out, g.status(now))
+		st := g.status(now)
+		if entry, ok := reg.Get(g.name); reg != nil && ok && st.Ready {
+			if r, ok := entry.Adapter.(readier); ok && !r.Ready() {
+				st.Ready, st.Reason = false, "connecting: its provider has not been reachable since startup"
+			}
+		}
+		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b AdapterState) int { return strings.Compare(a.Adapter, b.Adapter) })
 	return out
