@@ -3,10 +3,12 @@ package drainer
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -113,7 +115,7 @@ func (c *completer) flush(batch []completion) {
 		done, err := e.st.Complete(ctx, e.pool, rows(batch))
 		cancel()
 		if err == nil {
-			c.done(done)
+			c.done(done, batch)
 			return
 		}
 		if isDataError(err) {
@@ -171,7 +173,7 @@ func (c *completer) flushOne(x completion, cause error) {
 		cancel()
 		switch {
 		case err == nil:
-			c.done(done)
+			c.done(done, []completion{x})
 			return
 		case !isDataError(err):
 			c.flush([]completion{x}) // the database went away: retry as usual
@@ -196,13 +198,49 @@ func sqlState(err error) string {
 	return "unknown error"
 }
 
-func (c *completer) done(d store.Completed) {
+func (c *completer) done(d store.Completed, batch []completion) {
 	e := c.e
 	if len(d.Lost) > 0 {
 		e.metrics.LeasesLost.Add(float64(len(d.Lost)))
 		e.log.Warn("lease lost before completion: another replica owns these rows; result not written", "outbox_seqs", d.Lost)
 	}
 	e.sagas.Notify(d.Runs...)
+	c.rewake(batch)
+}
+
+// rewake wakes the rows of the batch that were handed back to wait for a
+// route or a resume, when the route is now loaded or the pause lifted.
+// The reload's (or the resume's) own wake may have run while such a row was
+// still leased, before its hand-back was written: the wake found nothing
+// to wake, and the hand-back then pushed the row a whole unrouted recheck
+// (or paused recheck) away. Checked after the write, one of the two wakes
+// always comes after it: a reload (resume) seen here was published before
+// this check, and one not seen publishes, and wakes, after it.
+func (c *completer) rewake(batch []completion) {
+	var tools []string
+	rt := c.e.routing.Load()
+	for i := range batch {
+		x := &batch[i]
+		if x.waitsFor == "" || slices.Contains(tools, x.row.ToolName) {
+			continue
+		}
+		var over bool
+		switch x.waitsFor {
+		case outbox.OutcomeUnrouted:
+			if route, ok := rt.Routes[x.row.ToolName]; ok {
+				_, over = rt.Registry.Get(route.Adapter)
+			}
+		case outbox.RefusedPaused:
+			over = !c.e.stillPaused(x.row.ToolName)
+		}
+		if over {
+			tools = append(tools, x.row.ToolName)
+		}
+	}
+	if len(tools) > 0 {
+		c.e.log.Debug("rows handed back to wait can go out now: waking them", "tools", tools)
+		c.e.deferrer.wake(tools)
+	}
 }
 
 // rows returns what the store writes of cs.

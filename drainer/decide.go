@@ -22,6 +22,11 @@ type completion struct {
 	// problem is the answer's RFC 9457 problem (stored as JSON by sanitize).
 	problem *dispatch.Problem
 
+	// waitsFor names why a row handed back unsent waits (outbox.OutcomeUnrouted,
+	// outbox.RefusedPaused): once written, the completer wakes it again if
+	// that no longer holds (see completer.rewake).
+	waitsFor string
+
 	// For metrics, logs and the detect probe's witness only.
 	adapter string
 	outcome string
