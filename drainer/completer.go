@@ -19,9 +19,13 @@ import (
 type completer struct {
 	e  *Engine
 	in chan completion
-	// unwritten lists the rows whose completion could not be written
-	// (their lease token with them); Stop asks the database which of them
-	// are still in_flight under that lease.
+	// unwritten lists the completions that could not be written while
+	// their lease lasted (the database was unreachable). They are tried
+	// again every unwrittenRetry: the row, reclaimed meanwhile, takes the
+	// answer as long as nobody claimed it since (see store.Completion), so
+	// an answer held through a partition is recorded, and its Retry-After
+	// replaces the reclaim's conservative floor. Stop asks the database
+	// which of them are still in_flight under this replica's lease.
 	unwrittenMu sync.Mutex
 	unwritten   []store.Completion
 	// abandon is closed when Stop gives up on writing (the pool is gone).
@@ -34,10 +38,49 @@ func newCompleter(e *Engine) *completer {
 
 func (c *completer) add(x completion) { c.in <- x }
 
+// unwrittenRetry is how often completions not yet written are tried again.
+const unwrittenRetry = 2 * time.Second
+
+// maxUnwritten bounds the completions kept for a later write; past it the
+// oldest are dropped (their rows are safe: each waits out its reclaim's
+// floor and is sent again with the same key).
+const maxUnwritten = 100_000
+
 func (c *completer) noteUnwritten(batch []completion) {
 	c.unwrittenMu.Lock()
 	defer c.unwrittenMu.Unlock()
 	c.unwritten = append(c.unwritten, rows(batch)...)
+	if over := len(c.unwritten) - maxUnwritten; over > 0 {
+		c.e.log.Warn("too many completions wait for the database: dropping the oldest; their rows are sent again after their reclaim's floor",
+			"dropped", over)
+		c.unwritten = append([]store.Completion(nil), c.unwritten[over:]...)
+	}
+}
+
+// retryUnwritten tries once to write the completions not yet written,
+// up to a few batches' worth, and forgets those the database answered for
+// (written, or refused by their fence: the row was claimed again).
+func (c *completer) retryUnwritten(ctx context.Context) {
+	c.unwrittenMu.Lock()
+	n := min(len(c.unwritten), 4*c.e.cfg.CompleteBatch)
+	try := append([]store.Completion(nil), c.unwritten[:n]...)
+	c.unwrittenMu.Unlock()
+	if n == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	done, err := c.e.st.Complete(ctx, c.e.pool, try)
+	cancel()
+	if err != nil {
+		c.e.log.Debug("completions still not written; trying again later", "rows", n, "err", err)
+		return
+	}
+	c.unwrittenMu.Lock()
+	c.unwritten = c.unwritten[n:]
+	c.unwrittenMu.Unlock()
+	c.e.log.Info("completions held while the database was unreachable written late",
+		"written", n-len(done.Lost), "claimed_again_meanwhile", len(done.Lost))
+	c.done(done, nil)
 }
 
 // stillLeased counts the rows whose completion could not be written that
@@ -45,6 +88,21 @@ func (c *completer) noteUnwritten(batch []completion) {
 // reclaimed and settled since are not: they left nothing behind. When the
 // database cannot answer, every unwritten row counts.
 func (c *completer) stillLeased(ctx context.Context) int {
+	for range maxUnwritten/(4*c.e.cfg.CompleteBatch) + 1 {
+		c.unwrittenMu.Lock()
+		left := len(c.unwritten)
+		c.unwrittenMu.Unlock()
+		if left == 0 {
+			break
+		}
+		c.retryUnwritten(ctx)
+		c.unwrittenMu.Lock()
+		stuck := len(c.unwritten) == left
+		c.unwrittenMu.Unlock()
+		if stuck {
+			break
+		}
+	}
 	c.unwrittenMu.Lock()
 	defer c.unwrittenMu.Unlock()
 	if len(c.unwritten) == 0 {
@@ -75,8 +133,17 @@ func (c *completer) close() {
 func (c *completer) run() {
 	defer c.e.loops.Done()
 	batch := make([]completion, 0, c.e.cfg.CompleteBatch)
+	retry := time.NewTicker(unwrittenRetry)
+	defer retry.Stop()
 	for {
-		first, ok := <-c.in
+		var first completion
+		var ok bool
+		select {
+		case first, ok = <-c.in:
+		case <-retry.C:
+			c.retryUnwritten(context.Background())
+			continue
+		}
 		if !ok {
 			return
 		}

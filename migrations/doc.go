@@ -30,4 +30,6 @@
 //	012_enqueue_inline.sql    enqueue with its checks, key and hash evaluated inline
 //	013_wake_gate.sql         the insert trigger notifies only while a daemon sleeps
 //	014_wake_position.sql     the notification carries the first new row's claim position
+//	017_failures.sql          reclaimed_lease: the expired lease a reclaimed row keeps, so
+//	                          its replica's late completion can still be written
 package migrations

@@ -16,6 +16,10 @@ import (
 type Completion struct {
 	Seq   int64
 	Token pgtype.UUID
+	// Attempts is the row's attempt count as claimed: with Token, it lets a
+	// completion written after the lease expired land on the reclaimed row,
+	// as long as nobody claimed it since (see completeSQL).
+	Attempts int
 	// Status is the new status.
 	Status string
 	// GiveBack returns the attempt counted at claim: the request never
@@ -52,6 +56,15 @@ type Completed struct {
 // completeSQL writes a batch of completions in one statement. Every row is
 // fenced by its lease token: a worker whose lease expired and was reclaimed
 // cannot overwrite the new owner's result.
+//
+// A completion that comes after its lease expired (its replica lost the
+// database, or stalled) is still written while the reclaimed row waits
+// untouched: pending or outcome_unknown, its reclaimed_lease the worker's
+// token, its attempts those of the worker's claim, so nobody sent it since.
+// The worker's answer is then the latest answer for the row, and it
+// replaces the reclaim's conservative floor (see reclaimSQL) with the
+// provider's own, or records the success. Every completion clears
+// reclaimed_lease, so a row claimed again is never written by the old lease.
 const completeSQL = `
 UPDATE {s}.outbox o
    SET status = u.status,
@@ -70,10 +83,14 @@ UPDATE {s}.outbox o
        lease_token = NULL,
        lease_expires_at = NULL,
        leased_by = NULL,
+       reclaimed_lease = NULL,
        updated_at = now()
-  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[])
-       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor)
- WHERE o.seq = u.seq AND o.lease_token = u.token
+  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::int[])
+       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor, attempts)
+ WHERE o.seq = u.seq
+   AND (o.lease_token = u.token
+        OR (o.reclaimed_lease = u.token AND o.attempts = u.attempts
+            AND o.status IN ('pending', 'outcome_unknown')))
 RETURNING o.seq,
        CASE WHEN u.status <> 'pending'
              AND (o.kind = 'compensation' OR u.status = 'failed'
@@ -108,8 +125,9 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 	responses := make([]*string, n)
 	codes := make([]*int32, n)
 	floors := make([]bool, n)
+	attempts := make([]int32, n)
 	for i, c := range cs {
-		seqs[i], tokens[i], statuses[i], errs[i] = c.Seq, c.Token, c.Status, c.LastError
+		seqs[i], tokens[i], statuses[i], errs[i], attempts[i] = c.Seq, c.Token, c.Status, c.LastError, int32(c.Attempts)
 		floors[i] = c.Floor && !c.KeepNext
 		if c.GiveBack {
 			giveBack[i] = 1
@@ -134,7 +152,7 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(completeSettings)
-	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
+	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors, attempts)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
 	defer br.Close()

@@ -1,0 +1,3 @@
+-- Placeholder for the lead's 015 migration, on this branch only, so 017 can
+-- be applied in order; it is dropped when the branch is merged.
+SELECT 1;
