@@ -60,7 +60,7 @@ func (c *completer) noteUnwritten(batch []completion) {
 // retryUnwritten tries once to write the completions not yet written,
 // up to a few batches' worth, and forgets those the database answered for
 // (written, or refused by their fence: the row was claimed again).
-func (c *completer) retryUnwritten(ctx context.Context) {
+func (c *completer) retryUnwritten(ctx context.Context, timeout time.Duration) {
 	c.unwrittenMu.Lock()
 	n := min(len(c.unwritten), 4*c.e.cfg.CompleteBatch)
 	try := append([]store.Completion(nil), c.unwritten[:n]...)
@@ -68,7 +68,7 @@ func (c *completer) retryUnwritten(ctx context.Context) {
 	if n == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	done, err := c.e.st.Complete(ctx, c.e.pool, try)
 	cancel()
 	if err != nil {
@@ -83,10 +83,11 @@ func (c *completer) retryUnwritten(ctx context.Context) {
 	c.done(done, nil)
 }
 
-// stillLeased counts the rows whose completion could not be written that
-// are still in_flight under this replica's lease. Rows another replica
-// reclaimed and settled since are not: they left nothing behind. When the
-// database cannot answer, every unwritten row counts.
+// stillLeased writes what it can of the completions not yet written, then
+// counts the rows of the others that are still in_flight under this
+// replica's lease. Rows another replica reclaimed and settled since are
+// not: they left nothing behind. When the database cannot answer, every
+// unwritten row counts.
 func (c *completer) stillLeased(ctx context.Context) int {
 	for range maxUnwritten/(4*c.e.cfg.CompleteBatch) + 1 {
 		c.unwrittenMu.Lock()
@@ -95,7 +96,7 @@ func (c *completer) stillLeased(ctx context.Context) int {
 		if left == 0 {
 			break
 		}
-		c.retryUnwritten(ctx)
+		c.retryUnwritten(ctx, 5*time.Second)
 		c.unwrittenMu.Lock()
 		stuck := len(c.unwritten) == left
 		c.unwrittenMu.Unlock()
@@ -141,7 +142,7 @@ func (c *completer) run() {
 		select {
 		case first, ok = <-c.in:
 		case <-retry.C:
-			c.retryUnwritten(context.Background())
+			c.retryUnwritten(context.Background(), 15*time.Second)
 			continue
 		}
 		if !ok {
@@ -166,9 +167,11 @@ func (c *completer) run() {
 	}
 }
 
-// flush writes batch, retrying while the database is unreachable. While
-// stopping it gives up after a bounded time: the rows then stay in_flight
-// until their lease expires and are retried with the same key.
+// flush writes batch, retrying while the database is unreachable, for at
+// most a lease (less while stopping); then it keeps the batch for
+// retryUnwritten and moves on. The rows stay in_flight until their lease
+// expires; reclaimed, they wait for the late write (or for their route's
+// max_retry_after) before they are sent again with the same key.
 //
 // A batch the database refuses for its data (SQLSTATE class 22 or 23) is
 // written row by row, so one bad row never holds back the others, and the
@@ -198,7 +201,7 @@ func (c *completer) flush(batch []completion) {
 		}
 		if time.Now().After(deadline) || (e.stopped.Load() && time.Now().Add(delay).After(deadline)) {
 			c.noteUnwritten(batch)
-			e.log.Error("completions not written; rows stay in_flight until their lease expires", "rows", len(batch), "err", err)
+			e.log.Error("completions not written; kept and tried again every few seconds (their rows wait: reclaimed at lease expiry, not sent again before the answer is written or max_retry_after passed)", "rows", len(batch), "err", err)
 			return
 		}
 		e.log.Warn("writing completions failed; retrying", "rows", len(batch), "err", err, "retry_in", delay)
