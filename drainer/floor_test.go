@@ -185,6 +185,46 @@ func TestRouteRestoredWhileUnroutedRowLeased(t *testing.T) {
 	}
 }
 
+// TestResumeWhilePausedRowLeased: the same interleaving for a pause: a
+// claim sees the route paused and hands its row back a paused recheck (a
+// minute) away, but the resume is read, and its wake applied, before that
+// hand-back is written. The row must be woken again at once.
+func TestResumeWhilePausedRowLeased(t *testing.T) {
+	pool := newPool(t)
+	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	e, err := New(pool, testRouting(t, map[string]dispatch.Adapter{"t": ok}, &Route{Tool: "t"}),
+		Config{Workers: 2, Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := enqueueN(t, pool, "run-q", "t", 1)
+	ctx := t.Context()
+	e.pauses.Store(&pauseSet{Routes: map[string]bool{"t": true}})
+	rt := e.useRouting()
+	rows, err := e.st.Claim(ctx, pool, store.Claim{Limit: 1, Lease: time.Minute, Replica: "test"})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	_, _, c := e.preflight(&rows[0], rt)
+	rt.done()
+	if c == nil || c.waitsFor != outbox.RefusedPaused {
+		t.Fatalf("preflight of a paused route's row: %+v, want a paused hand-back", c)
+	}
+	// The pause watcher reads the resume and wakes the route's rows; the
+	// row is still leased.
+	old := e.pauses.Swap(&pauseSet{})
+	e.deferrer.wake(e.resumedTools(old, e.pauses.Load()))
+	applyDeferrals(t, e)
+
+	e.completer.flush([]completion{*c})
+	applyDeferrals(t, e)
+	if next, _ := floorOf(t, pool, keys[0]); next > 10*time.Second {
+		t.Fatalf("the handed-back row waits %s although its route was resumed; want it due at once", next.Round(time.Second))
+	}
+}
+
 // applyDeferrals applies, in order, every deferral and wake queued so far,
 // as the deferrer's loop does.
 func applyDeferrals(t *testing.T, e *Engine) {
