@@ -234,11 +234,12 @@ func strOrNil(s *string) any {
 	return *s
 }
 
-// TestSIGTERMWhileStartingExitsZero sends SIGTERM to `drainer run` while it
-// is still starting, before any command code has run (a starved start is
-// played with DRAINER_TEST_START_DELAY), and against a database that cannot
-// be reached: the signal is caught from main's first statement, so the
-// daemon exits 0, having claimed nothing, and says why.
+// TestSIGTERMWhileStartingExitsZero sends SIGHUP then SIGTERM to `drainer
+// run` while it is still starting, before any command code has run (a
+// starved start is played with DRAINER_TEST_START_DELAY), and against a
+// database that cannot be reached: both are caught from main's first
+// statement, so the reload request is dropped (the config is read after it)
+// and the daemon exits 0, having claimed nothing, and says why.
 func TestSIGTERMWhileStartingExitsZero(t *testing.T) {
 	cfg := `workers: 2
 lease: 10s
@@ -255,6 +256,7 @@ routes:
 		out := d.stderr.String()
 		return strings.Contains(out, "test start delay"), tail(out, 500)
 	})
+	d.signal(syscall.SIGHUP)
 	d.signal(syscall.SIGTERM)
 	if code := d.exitCode(60 * time.Second); code != 0 {
 		t.Fatalf("exit code %d after a SIGTERM during startup, want 0\noutput:\n%s", code, tail(d.stderr.String(), 3000))

@@ -17,16 +17,18 @@ import (
 // main, before any slow startup (flag parsing, the config, the database),
 // so that a signal sent to a process still starting (a rolling restart on a
 // loaded machine) is never fatal: `drainer run` then exits 0 as soon as it
-// can, having claimed nothing (docs/reference.md §3). Commands that do not
-// handle the signals themselves (ownsSignals) get the default behaviour
-// back before they run, and a signal caught before that is raised again, so
-// they die of it as they always did.
+// can, having claimed nothing (docs/reference.md §3). A SIGHUP that comes
+// before `run` listens for reloads is dropped: the config is read after it
+// anyway. Commands that do not handle the signals themselves (ownsSignals)
+// get the default behaviour back before they run, and a signal caught
+// before that is raised again, so they die of it as they always did.
 type shutdownSignals struct {
 	ch   chan os.Signal
-	done chan struct{} // closed at the first signal
+	done chan struct{} // closed at the first SIGTERM or SIGINT
 
 	mu  sync.Mutex
-	got os.Signal
+	got os.Signal // the first SIGTERM or SIGINT
+	hup bool      // a SIGHUP came
 }
 
 // shutdown is main's catcher; nil when execute runs without main (tests),
@@ -36,11 +38,13 @@ var shutdown *shutdownSignals
 // catchShutdownSignals starts catching SIGTERM and SIGINT.
 func catchShutdownSignals() *shutdownSignals {
 	s := &shutdownSignals{ch: make(chan os.Signal, 2), done: make(chan struct{})}
-	signal.Notify(s.ch, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(s.ch, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
 		for sig := range s.ch {
 			s.mu.Lock()
-			if s.got == nil {
+			if sig == syscall.SIGHUP {
+				s.hup = true
+			} else if s.got == nil {
 				s.got = sig
 				close(s.done)
 			}
@@ -61,7 +65,13 @@ func (s *shutdownSignals) received() os.Signal {
 // already caught (the process then dies of it, as without the catcher).
 func (s *shutdownSignals) release() {
 	signal.Stop(s.ch)
-	if sig, ok := s.received().(syscall.Signal); ok {
+	s.mu.Lock()
+	sig, hup := s.got, s.hup
+	s.mu.Unlock()
+	if sig == nil && hup {
+		sig = syscall.SIGHUP
+	}
+	if sig, ok := sig.(syscall.Signal); ok {
 		_ = syscall.Kill(os.Getpid(), sig)
 		time.Sleep(time.Second) // the signal is delivered asynchronously
 	}
