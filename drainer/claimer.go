@@ -186,12 +186,14 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		e.deferrer.refuse(row.ToolName, outbox.OutcomeUnrouted, rt.UnroutedRecheck)
 		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
 		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted, noteUnrouted)
+		c.waitsFor = outbox.OutcomeUnrouted
 		return nil, nil, &c
 	}
 	entry, ok := rt.Registry.Get(route.Adapter)
 	if !ok {
 		msg := fmt.Sprintf("route %q names adapter %q, which is not loaded", route.Tool, route.Adapter)
 		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted, noteNoAdapter)
+		c.waitsFor = outbox.OutcomeUnrouted
 		return nil, nil, &c
 	}
 	if row.Attempts > route.MaxAttempts {
@@ -214,6 +216,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		e.deferrer.refuse(route.Tool, outbox.RefusedPaused, pausedRecheck)
 		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)
 		c := release(row, e.jitter(pausedRecheck), false, &msg, "", notePaused)
+		c.waitsFor = outbox.RefusedPaused
 		return nil, nil, &c
 	}
 	return route, entry, nil

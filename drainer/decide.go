@@ -22,6 +22,11 @@ type completion struct {
 	// problem is the answer's RFC 9457 problem (stored as JSON by sanitize).
 	problem *dispatch.Problem
 
+	// waitsFor names why a row handed back unsent waits (outbox.OutcomeUnrouted,
+	// outbox.RefusedPaused): once written, the completer wakes it again if
+	// that no longer holds (see completer.rewake).
+	waitsFor string
+
 	// For metrics, logs and the detect probe's witness only.
 	adapter string
 	outcome string
@@ -31,7 +36,7 @@ type completion struct {
 
 // newCompletion starts the completion of row.
 func newCompletion(row *claimedRow, status string) completion {
-	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Status: status}, row: row}
+	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Attempts: row.Attempts, Status: status}, row: row}
 }
 
 // decision inputs that do not come from the row or result.

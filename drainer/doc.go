@@ -19,7 +19,10 @@
 //     Jitter floored by Retry-After) and the not_before floor — for every
 //     outcome, refusals included.
 //   - written: completer.go writes completions in batches, fenced by the
-//     lease token (store.Complete), isolating a row the database refuses.
+//     lease token (store.Complete), isolating a row the database refuses;
+//     completions it could not write while the lease lasted are kept and
+//     written late over the reclaimed row, and rows handed back to wait for
+//     a route or a resume are woken again if that came meanwhile.
 //   - compensated: the completion hands the runs whose saga may move to
 //     compensations.Runner.
 //
@@ -28,7 +31,8 @@
 // wakes, one goroutine), the listener (listen.go; wakegate.go: the claim
 // loop holds a slot of the wake gate while it sleeps, so producers notify
 // only then), the pause watcher
-// (pause.go), the reclaimer of expired leases (reclaim.go), the backlog
+// (pause.go), the reclaimer of expired leases (reclaim.go; each reclaimed
+// row held for its route's max_retry_after: Routing.ReclaimPolicy), the backlog
 // snapshotter (snapshot.go), the pruner (retention.go), the probe
 // calibrator (detect.go) and the saga runner. engine.go holds the
 // lifecycle: Start, Reload (routing.go: routes refcounted across reloads),

@@ -82,12 +82,12 @@ routes:
     adapter: provider
     class: key_idempotent
     max_attempts: 50
-    backoff: {base: 50ms, cap: 500ms}
+    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
   %s:
     adapter: provider
     class: key_idempotent
     max_attempts: 50
-    backoff: {base: 50ms, cap: 500ms}
+    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
 `, baseURL, soakRejectedTool)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {

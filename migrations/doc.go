@@ -50,4 +50,6 @@
 //	                          unique check decides; payloads compared as JSON values;
 //	                          traceparents checked; every abort remembered; prune_rows
 //	                          keeps what a saga needs; a parked step holds its saga
+//	016_failures.sql          reclaimed_lease: the expired lease a reclaimed row keeps, so
+//	                          its replica's late completion can still be written
 package migrations

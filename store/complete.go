@@ -17,6 +17,10 @@ import (
 type Completion struct {
 	Seq   int64
 	Token pgtype.UUID
+	// Attempts is the row's attempt count as claimed: with Token, it lets a
+	// completion written after the lease expired land on the reclaimed row,
+	// as long as nobody claimed it since (see completeSQL).
+	Attempts int
 	// Status is the new status.
 	Status string
 	// GiveBack returns the attempt counted at claim: the request never
@@ -62,6 +66,15 @@ type Completed struct {
 // completeSQL writes a batch of completions in one statement. Every row is
 // fenced by its lease token: a worker whose lease expired and was reclaimed
 // cannot overwrite the new owner's result.
+//
+// A completion that comes after its lease expired (its replica lost the
+// database, or stalled) is still written while the reclaimed row waits
+// untouched: pending or outcome_unknown, its reclaimed_lease the worker's
+// token, its attempts those of the worker's claim, so nobody sent it since.
+// The worker's answer is then the latest answer for the row, and it
+// replaces the reclaim's conservative floor (see reclaimSQL) with the
+// provider's own, or records the success. Every completion clears
+// reclaimed_lease, so a row claimed again is never written by the old lease.
 const completeSQL = `
 UPDATE {s}.outbox o
    SET status = u.status,
@@ -79,12 +92,16 @@ UPDATE {s}.outbox o
        response_status = {response_status},
        cancel_cause = CASE WHEN u.status = 'cancelled' THEN 'run_aborted' ELSE o.cancel_cause END,
        lease_token = NULL,
+       reclaimed_lease = NULL,
        lease_expires_at = NULL,
        leased_by = NULL,
        updated_at = now()
-  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[])
-       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor)
- WHERE o.seq = u.seq AND o.lease_token = u.token
+  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::int[])
+       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor, attempts)
+ WHERE o.seq = u.seq
+   AND (o.lease_token = u.token
+        OR (o.reclaimed_lease = u.token AND o.attempts = u.attempts
+            AND o.status IN ('pending', 'outcome_unknown')))
 RETURNING o.seq,
        CASE WHEN u.status <> 'pending'
              AND (o.kind = 'compensation' OR u.status = 'failed'
@@ -98,7 +115,7 @@ const (
 	unchangedStatus = "o.response_status"
 )
 
-// answerOn and noteFor set what the audit trigger records (migration 016):
+// answerOn and noteFor set what the audit trigger records (audit_rows, migrations/code):
 // the entries of the requests' completions record their answers; those of
 // completions without a request record none and give the note as reason.
 const (
@@ -207,8 +224,9 @@ func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, responseStatus stri
 	responses := make([]*string, n)
 	codes := make([]*int32, n)
 	floors := make([]bool, n)
+	attempts := make([]int32, n)
 	for i, c := range cs {
-		seqs[i], tokens[i], statuses[i], errs[i] = c.Seq, c.Token, c.Status, c.LastError
+		seqs[i], tokens[i], statuses[i], errs[i], attempts[i] = c.Seq, c.Token, c.Status, c.LastError, int32(c.Attempts)
 		floors[i] = c.Floor && !c.KeepNext
 		if c.GiveBack {
 			giveBack[i] = 1
@@ -231,5 +249,5 @@ func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, responseStatus stri
 		}
 	}
 	b.Queue(strings.Replace(s.sql(completeSQL), "{response_status}", responseStatus, 1),
-		seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
+		seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors, attempts)
 }

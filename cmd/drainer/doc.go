@@ -5,6 +5,9 @@
 //   - root.go: the root command, the flag/environment precedence
 //     (flag, DRAINER_<FLAG>, config file, default) and exit codes
 //     (0 success, 1 runtime error, 2 usage or config error).
+//   - signals.go: SIGTERM/SIGINT caught from main's first statement, so a
+//     signal that reaches a process still starting stops `run` (and
+//     `bench`) cleanly; other commands get the default behaviour back.
 //   - run.go: `drainer run` (package internal/daemon); check.go: `drainer check`
 //     (package config); migrate.go: `drainer migrate` (package migrations).
 //   - enqueue.go: `drainer enqueue` (package producer).

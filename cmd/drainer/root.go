@@ -144,7 +144,9 @@ func applyEnv(cmd *cobra.Command) error {
 
 // execute runs the CLI and maps errors to exit codes.
 func execute(args []string, stdout, stderr io.Writer) int {
+	testStartDelay(stderr)
 	root := newRoot(stdout, stderr)
+	releaseUnlessOwned(root, args)
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {

@@ -27,7 +27,8 @@ SIGTERM or SIGINT: stop claiming, wait for calls under way up to
 their attempt given back; cut-off calls count as an attempt (outcome_unknown on
 non_idempotent routes). SIGHUP reloads the config; a bad one is refused and the
 running one kept.`,
-		Args: cobra.NoArgs,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{ownsSignals: "yes"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.ConfigPath == "" {
 				return usagef("--config is required")
@@ -39,7 +40,9 @@ running one kept.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := shutdownContext(context.Background(), func(sig os.Signal) {
+				log.Info("shutdown signal received: no new claims; stopping", "signal", sig.String())
+			})
 			defer stop()
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)

@@ -67,7 +67,10 @@ func Run(ctx context.Context, opts Options) error {
 	eng, err := d.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil && !isConfigError(err) {
-			return nil // stopped while waiting for the database
+			// Stopped while starting (waiting for the database, say):
+			// nothing was claimed, so nothing is left in flight.
+			log.Info("stopped before the engine started; no row was claimed", "err", err)
+			return nil
 		}
 		return err
 	}
