@@ -7,7 +7,8 @@
 //     (0 success, 1 runtime error, 2 usage or config error).
 //   - run.go: `drainer run` (package internal/daemon); check.go: `drainer check`
 //     (package config); migrate.go: `drainer migrate` (package migrations).
-//   - enqueue.go: `drainer enqueue` (package producer).
+//   - enqueue.go: `drainer enqueue` (package producer); payload.go: its
+//     --payload JSON|@FILE|- and the position of invalid JSON.
 //   - inspect.go, list.go, requeue.go, cancel.go, resolve.go, abort.go,
 //     pause.go, audit.go: the operator commands (package ops); output.go
 //     renders their aligned tables and `--output json`.

@@ -144,7 +144,13 @@ func applyEnv(cmd *cobra.Command) error {
 
 // execute runs the CLI and maps errors to exit codes.
 func execute(args []string, stdout, stderr io.Writer) int {
+	return executeIn(args, os.Stdin, stdout, stderr)
+}
+
+// executeIn is execute reading standard input from stdin.
+func executeIn(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
+	root.SetIn(stdin)
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {
