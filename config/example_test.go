@@ -36,7 +36,7 @@ func TestDocsNameOneExampleConfig(t *testing.T) {
 		t.Fatalf("example configs under examples/: %v (%v), want only %s", files, err, example)
 	}
 	mention := regexp.MustCompile(`[\w./-]*(?:examples|testdata)/[\w./-]*\.ya?ml`)
-	docs := []string{"../README.md", "../deploy/README.md", "../deploy/configmap.yaml"}
+	docs := []string{"../README.md", "../deploy/README.md", "../deploy/configmap.yaml", "../docs/reference.md"}
 	for _, doc := range docs {
 		b, err := os.ReadFile(doc)
 		if err != nil {
