@@ -37,9 +37,9 @@ tools: stripe-mock promtool python-deps node-deps mcp-everything
 
 # python-deps: what sdk/python needs, from Debian (no PyPI on the build machines).
 python-deps:
-	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip' 2>/dev/null || { $(SUDO) apt-get update -qq && \
+	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip, ensurepip' 2>/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-		python3-psycopg python3-pip python3-setuptools python3-wheel >/dev/null; }
+		python3-psycopg python3-pip python3-setuptools python3-wheel python3-venv >/dev/null; }
 
 # node-deps: sdk/typescript's locked dependencies and its build.
 node-deps:

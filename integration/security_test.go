@@ -751,7 +751,7 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 				secClean(t, "requeue "+v, runCLI(t, env, "requeue", v, "--actor="+v), 1)
 				secClean(t, "requeue --status "+v, runCLI(t, env, "requeue", "--status="+v), 2)
 				secClean(t, "cancel "+v, runCLI(t, env, "cancel", v, "--actor="+v, "--reason="+v), 1)
-				secClean(t, "cancel --run "+v, runCLI(t, env, "cancel", "--run="+v, "--actor="+v), 0)
+				secClean(t, "cancel --run "+v, runCLI(t, env, "cancel", "--run="+v, "--actor="+v, "--reason="+v), 0)
 				secClean(t, "abort "+v, runCLI(t, env, "abort", v, "--reason="+v, "--actor="+v), 1)
 				secClean(t, "resolve "+v, runCLI(t, env, "resolve", v, "--note="+v, "--actor="+v), 1)
 				// A pause names what it pauses: the value is data, stored as is.
@@ -1213,7 +1213,7 @@ retention: {interval: 1s, cancelled: 1s}
 	op("list", "--status", "compensated", "--run", "run-a", "--older-than", "1ms")
 	op("inspect", bookA.Key())
 	op("inspect", heldC.Key(), "--output", "json")
-	op("cancel", "--run", "run-a", "--dry-run")
+	op("cancel", "--run", "run-a", "--dry-run", "--reason", "preview")
 	op("requeue", "--status", "failed", "--dry-run")
 	op("pause", "--adapter", "provider")
 	op("pause")

@@ -36,10 +36,7 @@ running one kept.`,
 			if err := validateSchemaFlag(g.schema); err != nil {
 				return err
 			}
-			log, err := g.logger(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
+			log := cmdLogger(cmd)
 			ctx, stop := shutdownContext(context.Background(), func(sig os.Signal) {
 				log.Info("shutdown signal received: no new claims; stopping", "signal", sig.String())
 			})
@@ -75,7 +72,6 @@ running one kept.`,
 	cmd.Flags().StringVar(&opts.MetricsAddr, "metrics-addr", ":9753", "address serving /metrics, /healthz and /readyz")
 	cmd.Flags().DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for calls under way")
 	addDBFlags(cmd, g)
-	addLogFlags(cmd, g, "json")
 	return cmd
 }
 

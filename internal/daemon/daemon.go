@@ -44,6 +44,9 @@ type Options struct {
 	Started func(*drainer.Engine)
 	// Engine tunes the engine (zero: defaults).
 	Engine drainer.Config
+	// Registry, when set, receives the daemon's metrics instead of a fresh
+	// registry, so an in-process caller (the demo) can read its counters.
+	Registry *prometheus.Registry
 }
 
 // ConfigError is a configuration problem: the CLI exits 2.
@@ -152,7 +155,10 @@ func (d *daemonRun) cleanup() {
 // cleanup, except adapters handed to a running engine (the engine owns them).
 func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	st, log := d.st, d.log
-	reg := prometheus.NewRegistry()
+	reg := d.opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := drainer.NewMetrics(reg, d.opts.Version)
 
