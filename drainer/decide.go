@@ -61,7 +61,7 @@ func failStatus(row *claimedRow) string {
 }
 
 // decide maps one attempt's classified result to the row's next state
-// (CONTRACT §2 attempts table, §4 Full Jitter, §5 classes).
+// (docs/reference.md §2 attempts table, §4 Full Jitter, §5 classes).
 func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res dispatch.Result) completion {
 	c := newCompletion(row, "")
 	c.adapter, c.ResponseStatus, c.problem = adapter, res.Status, res.Problem

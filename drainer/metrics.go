@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Metrics holds every collector of the engine (CONTRACT §7). Build it once per
+// Metrics holds every collector of the engine (docs/reference.md §7). Build it once per
 // process with NewMetrics on an injected registerer.
 type Metrics struct {
 	OutboxRows              *prometheus.GaugeVec

@@ -108,7 +108,7 @@ routes:
 	soakWaitSettled(t, s, replicas)
 	elapsed := time.Since(start)
 
-	// A failed row aborts its run (CONTRACT §6): the run's never-attempted
+	// A failed row aborts its run (docs/reference.md §6): the run's never-attempted
 	// rows end cancelled, the attempted ones finish; nothing here names a
 	// compensation, so every such saga ends done. Rows of the other runs
 	// all succeed. (Effects of failed and cancelled rows: chaosCheck.)

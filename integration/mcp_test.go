@@ -25,7 +25,7 @@ import (
 	"github.com/drainer-io/drainer/idemkey"
 )
 
-// Wire names of CONTRACT §5, spelled out here rather than imported, so the
+// Wire names of docs/reference.md §5, spelled out here rather than imported, so the
 // tests check the contract and not the adapter's own constants.
 const (
 	mcpMetaKey   = "io.drainer/idempotency-key"
@@ -257,7 +257,7 @@ func mcpJSONEqual(t *testing.T, a, b string) bool {
 
 // TestMCPDrain runs `drainer run` against an MCP server built with the SDK:
 // intents for four tools, enqueued with `drainer enqueue` and with SQL
-// drainer.enqueue, drain as CONTRACT §5 says. Each tools/call carries the
+// drainer.enqueue, drain as docs/reference.md §5 says. Each tools/call carries the
 // row's key in _meta and in the Idempotency-Key header and its tuple in
 // _meta; response holds structuredContent, or {"content": [...]} without it;
 // isError: true ends the row failed; a 503 with Retry-After is retried with

@@ -1176,7 +1176,7 @@ retention: {interval: 1s, cancelled: 1s}
 	// The producer aborts a run whose row waits on a paused route; the
 	// cancelled row is pruned to a tombstone.
 	// (The row is pending, deferred by the pause; should a claim hold it at
-	// this instant, the saga cancels it right after, as CONTRACT §6 says.)
+	// this instant, the saga cancels it right after, as docs/reference.md §6 says.)
 	var cancelled int
 	if err := producer.QueryRow(ctx, `SELECT drainer.abort_run($1, $2)`, "run-c", "the agent changed its mind").Scan(&cancelled); err != nil {
 		t.Fatalf("drainer.abort_run as the producer: %v", err)
@@ -1563,7 +1563,7 @@ func TestSecurityProducerNeedsOnlyExecute(t *testing.T) {
 	t.Run("enqueue_prune_race_answers_existing", func(t *testing.T) {
 		// drainer.enqueue of a tuple whose row a prune moves to the
 		// tombstones at that very moment deletes the row it just inserted
-		// and answers created = false (CONTRACT §2), under the producer role.
+		// and answers created = false (docs/reference.md §2), under the producer role.
 		tp := idemkey.Tuple{AgentRunID: "race-run", StepID: "1", ToolName: "charge", BusinessScope: "acct-1"}
 		key := secEnqueue(t, producer, tp, `{"amount_cents":100}`)
 		if _, err := admin.Exec(ctx, `UPDATE drainer.outbox SET status = 'succeeded' WHERE key = $1`, key); err != nil {

@@ -26,7 +26,7 @@ func newBenchCmd() *cobra.Command {
 (workers 64 unless --workers), --replicas engines (each its own pool), on a
 throwaway durable Postgres (fsync on) unless --database-url names one.
 Every rate is measured in the same run on the same server with the same row
-count. Reports the fields of CONTRACT §8 (docs/benchmarks.md says how each
+count. Reports the fields of docs/reference.md §8 (docs/benchmarks.md says how each
 is measured):
 
   drain_rows_per_s, drain_no_audit_rows_per_s, audit_cost

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Exit codes (CONTRACT §3).
+// Exit codes (docs/reference.md §3).
 const (
 	exitOK      = 0
 	exitRuntime = 1

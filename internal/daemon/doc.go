@@ -1,6 +1,6 @@
 // Package daemon wires a drain engine for `drainer run` (and `drainer demo`):
 // config, adapters, database pool, metrics and health server, reload on
-// SIGHUP, and the ordered shutdown of CONTRACT §3.
+// SIGHUP, and the ordered shutdown of docs/reference.md §3.
 //
 // # Files
 //
