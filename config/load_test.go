@@ -287,6 +287,19 @@ routes:
 		"c.yaml:3:3: adapters.spare: adapter spare is not used by any route, fallback or alert",
 	})
 
+	// A key window shorter than what a reclaimed row waits.
+	cfg = mustParse(t, `
+adapters:
+  p: {type: http, url: "http://p/{tool_name}", key_ttl: 2m}
+routes:
+  short: {adapter: p}
+  quick: {adapter: p, backoff: {max_retry_after: 10s}}
+  own: {adapter: p, key_ttl: 30m, backoff: {max_retry_after: 5m}}
+`, false)
+	assertLines(t, cfg.Warnings, []string{
+		"c.yaml:2:48: adapters.p.key_ttl: key_ttl 2m (less the 1m margin) is shorter than lease 30s plus max_retry_after 1h of route short, which a reclaimed row waits: a row whose replica died mid-call would end failed by the key-TTL guard though its effect may exist; lower the route's max_retry_after or raise key_ttl",
+	})
+
 	cfg = mustParse(t, "workers: 4\nroutes: {}\n", false)
 	assertLines(t, cfg.Warnings, []string{
 		"c.yaml:2:1: routes: no routes are configured: every row stays unrouted until a config with routes is loaded",

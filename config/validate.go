@@ -299,6 +299,7 @@ func (v *validator) route(name string, r *Route) {
 			v.errorf(f, "must be positive, got %s", v.quoted(f))
 		}
 	}
+	v.reclaimWithinKeyTTL(p, r)
 	v.fallback(p, r, adapters)
 	v.detect(p, r)
 	v.routeKeyOverrides(p, r)
@@ -420,5 +421,34 @@ func (v *validator) secrets(path string, sv reflect.Value) {
 				v.secrets(join(p, key), reflect.ValueOf(v.cfg.Adapters[key]).Elem())
 			}
 		}
+	}
+}
+
+// reclaimWithinKeyTTL warns when a key_idempotent route's window (key_ttl,
+// written on the route or its adapter) is shorter than what a reclaimed row
+// waits (the lease, then max_retry_after, in case its lost answer carried a
+// Retry-After) plus the guard's 1m margin: a row whose replica died
+// mid-call would then end failed by the key-TTL guard, although the
+// provider may have applied its effect.
+func (v *validator) reclaimWithinKeyTTL(p string, r *Route) {
+	c := v.cfg
+	if r.Class != "" && r.Class != outbox.ClassKeyIdempotent {
+		return
+	}
+	ttl, field := r.KeyTTL, p+".key_ttl"
+	if a := c.Adapters[r.Adapter]; ttl == 0 && a != nil {
+		ttl, field = a.KeyTTL, "adapters."+r.Adapter+".key_ttl"
+	}
+	if ttl <= 0 || !v.set(field) {
+		return
+	}
+	lease := cmp.Or(c.Lease, DefaultLease)
+	wait := r.Backoff.MaxRetryAfter
+	if !v.set(p + ".backoff.max_retry_after") {
+		wait = DefaultMaxRetryAfter
+	}
+	if ttl-KeyTTLMargin < lease+wait {
+		v.warnf(field, "key_ttl %s (less the 1m margin) is shorter than lease %s plus max_retry_after %s of route %s, which a reclaimed row waits: a row whose replica died mid-call would end failed by the key-TTL guard though its effect may exist; lower the route's max_retry_after or raise key_ttl",
+			formatDuration(ttl), formatDuration(lease), formatDuration(wait), strings.TrimPrefix(p, "routes."))
 	}
 }
