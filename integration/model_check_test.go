@@ -91,13 +91,13 @@ var (
 
 // actEnqueue enqueues one to three intents in a transaction of their own
 // at a random isolation level (retried on 40001, like a producer).
-func (m *seqModel) actEnqueue(rt *rapid.T) {
+func (m *seqModel) actEnqueue(rt *rapid.T) bool {
 	iso := rapid.SampledFrom(isoLevels).Draw(rt, "iso")
 	batch := rapid.Bool().Draw(rt, "batch")
 	for try := 0; try < 3; try++ {
 		x := m.begin(iso, false)
 		if x == nil {
-			return
+			return true
 		}
 		targets, variants := m.drawTargets(rt, x, batch)
 		m.enqueueIn(x, targets, variants, batch)
@@ -106,25 +106,27 @@ func (m *seqModel) actEnqueue(rt *rapid.T) {
 			continue
 		}
 		m.commit(x)
-		return
+		return true
 	}
+	return true
 }
 
 // actBegin opens a transaction kept across later steps; its snapshot is
 // taken at once (a SELECT), as a producer reading its own tables would.
-func (m *seqModel) actBegin(rt *rapid.T) {
+func (m *seqModel) actBegin(rt *rapid.T) bool {
 	if len(m.txs) >= 2 {
-		rt.Skip("two transactions open")
+		return false
 	}
 	iso := rapid.SampledFrom(isoLevels).Draw(rt, "iso")
 	if x := m.begin(iso, true); x != nil {
 		m.txs = append(m.txs, x)
 	}
+	return true
 }
 
-func (m *seqModel) actEnqueueInTx(rt *rapid.T) {
+func (m *seqModel) actEnqueueInTx(rt *rapid.T) bool {
 	if len(m.txs) == 0 {
-		rt.Skip("no open transaction")
+		return false
 	}
 	x := m.txs[rapid.IntRange(0, len(m.txs)-1).Draw(rt, "tx")]
 	batch := rapid.Bool().Draw(rt, "batch")
@@ -133,11 +135,12 @@ func (m *seqModel) actEnqueueInTx(rt *rapid.T) {
 	if x.dead {
 		m.rollback(x, "failed enqueue")
 	}
+	return true
 }
 
-func (m *seqModel) actEndTx(rt *rapid.T) {
+func (m *seqModel) actEndTx(rt *rapid.T) bool {
 	if len(m.txs) == 0 {
-		rt.Skip("no open transaction")
+		return false
 	}
 	x := m.txs[rapid.IntRange(0, len(m.txs)-1).Draw(rt, "tx")]
 	if rapid.IntRange(0, 3).Draw(rt, "rollback") == 0 {
@@ -145,12 +148,13 @@ func (m *seqModel) actEndTx(rt *rapid.T) {
 	} else {
 		m.commit(x)
 	}
+	return true
 }
 
 // actAbortRun is an agent's drainer.abort_run in its own transaction.
-func (m *seqModel) actAbortRun(rt *rapid.T) {
+func (m *seqModel) actAbortRun(rt *rapid.T) bool {
 	if len(m.runs) == 0 {
-		rt.Skip("no run")
+		return false
 	}
 	r := m.runs[rapid.IntRange(0, len(m.runs)-1).Draw(rt, "run")]
 	var n int
@@ -160,7 +164,7 @@ func (m *seqModel) actAbortRun(rt *rapid.T) {
 	if err != nil {
 		if s := sqlState(err); s == "55P03" || s == "40001" || s == "40P01" {
 			m.rt.Logf("abort_run %s: %v (lock held by an open transaction)", r.id, err)
-			return
+			return true
 		}
 		m.rt.Fatalf("abort_run %s: %v", r.id, err)
 	}
@@ -168,10 +172,11 @@ func (m *seqModel) actAbortRun(rt *rapid.T) {
 		r.abortedAt = time.Now()
 	}
 	m.rt.Logf("abort_run %s: %d rows cancelled", r.id, n)
+	return true
 }
 
 // actOperator runs one operator command through the CLI.
-func (m *seqModel) actOperator(rt *rapid.T) {
+func (m *seqModel) actOperator(rt *rapid.T) bool {
 	op := rapid.SampledFrom([]string{"pause", "resume", "requeue", "cancel", "cancel_run", "resolve", "abort"}).Draw(rt, "op")
 	who := []string{"--actor", "model", "--reason", "model"}
 	var res cliResult
@@ -185,7 +190,7 @@ func (m *seqModel) actOperator(rt *rapid.T) {
 	case "requeue", "cancel":
 		keys := m.rowsWith(rt, op)
 		if len(keys) == 0 {
-			rt.Skip("no row")
+			return false
 		}
 		key := rapid.SampledFrom(keys).Draw(rt, "key")
 		res = m.e.cli(append([]string{op, key}, who...)...)
@@ -194,7 +199,7 @@ func (m *seqModel) actOperator(rt *rapid.T) {
 		}
 	case "cancel_run", "abort":
 		if len(m.runs) == 0 {
-			rt.Skip("no run")
+			return false
 		}
 		r := rapid.SampledFrom(m.runs).Draw(rt, "run")
 		if op == "abort" {
@@ -215,7 +220,7 @@ func (m *seqModel) actOperator(rt *rapid.T) {
 	case "resolve":
 		parked := m.parkedRows()
 		if len(parked) == 0 {
-			rt.Skip("nothing parked")
+			return false
 		}
 		key := rapid.SampledFrom(parked).Draw(rt, "key")
 		args := []string{"resolve", key, "--note", "model: checked with the provider", "--actor", "model"}
@@ -232,11 +237,12 @@ func (m *seqModel) actOperator(rt *rapid.T) {
 		m.rt.Fatalf("operator %s: usage error: %s", op, res)
 	}
 	m.rt.Logf("operator %s: exit %d %s", op, res.code, strings.TrimSpace(tail(res.stdout+res.stderr, 300)))
+	return true
 }
 
 // actPrune runs a pruning pass directly with windows of zero for every
 // terminal status (tombstones kept for the key_ttl, as the config demands).
-func (m *seqModel) actPrune(rt *rapid.T) {
+func (m *seqModel) actPrune(rt *rapid.T) bool {
 	st, err := store.New("drainer")
 	if err != nil {
 		m.rt.Fatal(err)
@@ -255,11 +261,12 @@ func (m *seqModel) actPrune(rt *rapid.T) {
 		m.rt.Fatalf("prune: %v", err)
 	}
 	m.rt.Logf("prune: %v", out)
+	return true
 }
 
 // actFault injects one fault: a replica SIGKILLed (and restarted), one
 // SIGSTOPped (until a later SIGCONT or the settle), or a Postgres restart.
-func (m *seqModel) actFault(rt *rapid.T) {
+func (m *seqModel) actFault(rt *rapid.T) bool {
 	e := m.e
 	switch rapid.SampledFrom([]string{"sigkill", "sigstop", "sigcont", "pg_restart"}).Draw(rt, "fault") {
 	case "sigkill":
@@ -275,7 +282,7 @@ func (m *seqModel) actFault(rt *rapid.T) {
 	case "sigstop":
 		for i, r := range e.replicas {
 			if !r.stopped.IsZero() {
-				rt.Skip("a replica is stopped already")
+				return false
 			}
 			_ = i
 		}
@@ -288,10 +295,10 @@ func (m *seqModel) actFault(rt *rapid.T) {
 			if !r.stopped.IsZero() {
 				m.cont(r)
 				m.rt.Logf("SIGCONT replica %d", i)
-				return
+				return true
 			}
 		}
-		rt.Skip("no replica stopped")
+		return false
 	case "pg_restart":
 		for len(m.txs) > 0 {
 			m.rollback(m.txs[0], "postgres restart")
@@ -309,6 +316,7 @@ func (m *seqModel) actFault(rt *rapid.T) {
 		}
 		m.rt.Logf("postgres restarted")
 	}
+	return true
 }
 
 func (m *seqModel) cont(r *modelReplica) {
@@ -320,9 +328,10 @@ func (m *seqModel) cont(r *modelReplica) {
 	r.stopped = time.Time{}
 }
 
-func (m *seqModel) actWait(rt *rapid.T) {
+func (m *seqModel) actWait(rt *rapid.T) bool {
 	d := time.Duration(rapid.IntRange(100, 2500).Draw(rt, "ms")) * time.Millisecond
 	time.Sleep(d)
+	return true
 }
 
 // --- producers ---------------------------------------------------------
@@ -382,7 +391,7 @@ func (m *seqModel) drawTargets(rt *rapid.T, x *mTx, batch bool) ([]*mIntent, []b
 			in = m.newIntent(rt)
 		}
 		targets = append(targets, in)
-		variants = append(variants, rapid.Bool().Draw(rt, "variant"))
+		variants = append(variants, rapid.Bool().Draw(rt, "variant") && !m.e.without["variant"])
 	}
 	return targets, variants
 }

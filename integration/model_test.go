@@ -37,6 +37,14 @@ import (
 // bugs are added here, with the bug in a comment).
 var modelSeeds = []uint64{1, 2}
 
+// modelFeatures are the parts of the alphabet DRAINER_MODEL_WITHOUT can
+// leave out: variant (re-enqueues with a payload equal as a JSON value but
+// not as text), snapshot (transactions held open across steps), prune
+// (direct pruning passes, and the daemons' retention with short windows),
+// fault (SIGKILL, SIGSTOP, Postgres restarts), operator (CLI commands),
+// abort (agents' abort_run).
+var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort"}
+
 // Timing of the daemons under test (see modelConfig).
 const (
 	modelKeyTTL     = 70 * time.Second // the shortest the config allows: a 10s sending window
@@ -54,7 +62,7 @@ func TestChaosModel(t *testing.T) {
 	seeds := slices.Clone(modelSeeds)
 	fresh, steps := 2, 20
 	if chaosFull() {
-		fresh, steps = 30, 60
+		fresh, steps = 30, 50
 	}
 	base := uint64(time.Now().UnixNano())
 	for i := range fresh {
@@ -77,12 +85,50 @@ func TestChaosModel(t *testing.T) {
 		}
 		steps = n
 	}
-	t.Logf("model seeds %v, %d steps on average (rerun one with DRAINER_MODEL_SEEDS=N)", seeds, steps)
-	env := newModelEnv(t)
+	// -rapid.seed=N on the command line, as rapid's own failure message
+	// suggests, runs that seed alone.
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "rapid.seed" {
+			n, _ := strconv.ParseUint(f.Value.String(), 10, 64)
+			seeds = []uint64{n}
+		}
+	})
+	// Shrinking reruns the sequence against the real daemons: bounded, so a
+	// failure costs minutes, not an hour (RAPID_SHRINKTIME or
+	// -rapid.shrinktime override it). Seeds, not rapid's fail files, are
+	// what the test keeps (modelSeeds).
+	flagDefault := func(name, env, v string) {
+		set := os.Getenv(env) != ""
+		flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+		if !set {
+			if err := flag.Set(name, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	shrink := "20s"
+	if chaosFull() {
+		shrink = "3m"
+	}
+	flagDefault("rapid.shrinktime", "RAPID_SHRINKTIME", shrink)
+	flagDefault("rapid.nofailfile", "RAPID_NOFAILFILE", "true")
+	without := map[string]bool{}
+	for _, f := range strings.Split(os.Getenv("DRAINER_MODEL_WITHOUT"), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			if !slices.Contains(modelFeatures, f) {
+				t.Fatalf("DRAINER_MODEL_WITHOUT: unknown feature %q (known: %v)", f, modelFeatures)
+			}
+			without[f] = true
+		}
+	}
+	t.Logf("model seeds %v, %d steps per sequence, without %v (rerun one with DRAINER_MODEL_SEEDS=N)", seeds, steps, without)
+	env := newModelEnv(t, without)
+	env.steps = steps
+	env.without = without
 	for _, seed := range seeds {
 		ok := t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			for name, v := range map[string]string{
-				"rapid.seed": strconv.FormatUint(seed, 10), "rapid.checks": "1", "rapid.steps": strconv.Itoa(steps),
+				"rapid.seed": strconv.FormatUint(seed, 10), "rapid.checks": "1",
 			} {
 				if err := flag.Set(name, v); err != nil {
 					t.Fatal(err)
@@ -113,6 +159,10 @@ type modelEnv struct {
 	replicas []*modelReplica
 	gen      int
 	seq      int
+	steps    int // actions per sequence
+	// without names the features of the alphabet left out (to look past
+	// a known bug while it is being fixed).
+	without map[string]bool
 	// zombies are spans after a SIGCONT during which a resumed replica
 	// may still send a request it prepared before the SIGSTOP.
 	zombies    []lossWindow
@@ -124,7 +174,7 @@ type modelReplica struct {
 	stopped time.Time // zero unless SIGSTOPped
 }
 
-func newModelEnv(t *testing.T) *modelEnv {
+func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), pgControlTimeout)
 	defer cancel()
@@ -169,7 +219,7 @@ func newModelEnv(t *testing.T) *modelEnv {
 	provider := newScriptProvider(modelDedupeTools...)
 	srv := httptest.NewServer(provider)
 	t.Cleanup(srv.Close)
-	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", modelConfig(srv.URL))
+	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", modelConfig(srv.URL, !without["prune"]))
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {
 		t.Fatalf("drainer check: %s", res)
 	}
@@ -194,19 +244,19 @@ const (
 
 var modelDedupeTools = []string{toolCharge, toolRefund, toolNote}
 
-func modelConfig(baseURL string) string {
+// modelConfig is the daemons' config. With prune, retention runs every
+// second with windows of a second or two; without, it keeps the defaults
+// (nothing is pruned during a run).
+func modelConfig(baseURL string, prune bool) string {
+	retention := "  interval: 1s\n  batch_size: 100\n  succeeded: 1s\n  cancelled: 1s\n  failed: 2s\n  compensated: 1s\n  audit: 1h\n"
+	if !prune {
+		retention = ""
+	}
 	return fmt.Sprintf(`workers: 4
 lease: %s
 unrouted_recheck: 1s
 retention:
-  interval: 1s
-  batch_size: 100
-  succeeded: 1s
-  cancelled: 1s
-  failed: 2s
-  compensated: 1s
-  audit: 1h
-  tombstones: %s
+%s  tombstones: %s
 adapters:
   provider:
     type: http
@@ -219,7 +269,7 @@ routes:
   refund: {adapter: provider, class: key_idempotent, max_attempts: 6, backoff: {base: 100ms, cap: 1s, max_retry_after: 5s}}
   note: {adapter: provider, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s, max_retry_after: 5s}}
   sms: {adapter: provider, class: non_idempotent, max_attempts: 3, backoff: {base: 100ms, cap: 1s, max_retry_after: 5s}}
-`, modelLease, modelTombstones, baseURL, modelKeyTTL)
+`, modelLease, retention, modelTombstones, baseURL, modelKeyTTL)
 }
 
 func (e *modelEnv) startReplica() *daemon {
@@ -234,25 +284,52 @@ func (e *modelEnv) cli(args ...string) cliResult {
 	return runCLI(e.t, []string{"PGOPTIONS=-c lock_timeout=3000"}, args...)
 }
 
-// sequence is one rapid check: a random sequence of actions, the settle,
-// and the invariants.
+// sequence is one rapid check: a random sequence of steps actions, the
+// settle, and the invariants. Actions are drawn from a weighted list whose
+// first entry is a short wait: rapid shrinks a failing sequence by turning
+// the steps it does not need into waits. An action that does not apply
+// (no open transaction, nothing parked…) becomes a wait too.
 func (e *modelEnv) sequence(rt *rapid.T) {
 	e.seq++
 	m := newSeqModel(e, rt, e.seq)
 	defer m.closeTxs()
-	rt.Repeat(map[string]func(*rapid.T){
-		"enqueue":       m.actEnqueue,
-		"begin":         m.actBegin,
-		"enqueue_in_tx": m.actEnqueueInTx,
-		"end_tx":        m.actEndTx,
-		"abort_run":     m.actAbortRun,
-		"operator":      m.actOperator,
-		"prune":         m.actPrune,
-		"fault":         m.actFault,
-		"wait":          m.actWait,
-	})
+	actions := []struct {
+		name string
+		fn   func(*rapid.T) bool
+	}{
+		{"wait", m.actWait},
+		{"enqueue", m.actEnqueue}, {"enqueue", m.actEnqueue}, {"enqueue", m.actEnqueue},
+		{"begin", m.actBegin}, {"begin", m.actBegin},
+		{"enqueue_in_tx", m.actEnqueueInTx}, {"enqueue_in_tx", m.actEnqueueInTx}, {"enqueue_in_tx", m.actEnqueueInTx},
+		{"end_tx", m.actEndTx}, {"end_tx", m.actEndTx},
+		{"abort_run", m.actAbortRun}, {"abort_run", m.actAbortRun},
+		{"operator", m.actOperator}, {"operator", m.actOperator}, {"operator", m.actOperator},
+		{"prune", m.actPrune}, {"prune", m.actPrune},
+		{"fault", m.actFault},
+		{"wait", m.actWait}, {"wait", m.actWait},
+	}
+	for step := range e.steps {
+		a := actions[rapid.IntRange(0, len(actions)-1).Draw(rt, "action")]
+		rt.Logf("step %d: %s", step, a.name)
+		if !e.allowed(a.name) || !a.fn(rt) {
+			m.actWait(rt)
+		}
+	}
 	m.settle()
 	m.verify()
+}
+
+// allowed reports whether an action is part of this run's alphabet.
+func (e *modelEnv) allowed(action string) bool {
+	switch action {
+	case "begin", "enqueue_in_tx", "end_tx":
+		return !e.without["snapshot"]
+	case "prune", "fault", "operator":
+		return !e.without[action]
+	case "abort_run":
+		return !e.without["abort"]
+	}
+	return true
 }
 
 // withRetry runs fn until it returns nil or an error that is not a lost
