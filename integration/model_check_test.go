@@ -329,7 +329,7 @@ func (m *seqModel) cont(r *modelReplica) {
 }
 
 func (m *seqModel) actWait(rt *rapid.T) bool {
-	d := time.Duration(rapid.IntRange(100, 2500).Draw(rt, "ms")) * time.Millisecond
+	d := time.Duration(rapid.IntRange(100, 4000).Draw(rt, "ms")) * time.Millisecond
 	time.Sleep(d)
 	return true
 }
@@ -405,6 +405,9 @@ func (m *seqModel) newIntent(rt *rapid.T) *mIntent {
 		r = rapid.SampledFrom(m.runs).Draw(rt, "run")
 	}
 	tool := rapid.SampledFrom([]string{toolCharge, toolCharge, toolNote, toolSMS}).Draw(rt, "tool")
+	if tool == toolCharge && m.e.without["saga"] {
+		tool = toolNote
+	}
 	answers := idempotentAnswers
 	if tool == toolSMS {
 		answers = smsAnswers

@@ -42,8 +42,9 @@ var modelSeeds = []uint64{1, 2}
 // not as text), snapshot (transactions held open across steps), prune
 // (direct pruning passes, and the daemons' retention with short windows),
 // fault (SIGKILL, SIGSTOP, Postgres restarts), operator (CLI commands),
-// abort (agents' abort_run).
-var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort"}
+// abort (agents' abort_run), saga (compensable steps: without it, charge
+// steps become note steps).
+var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort", "saga"}
 
 // Timing of the daemons under test (see modelConfig).
 const (
