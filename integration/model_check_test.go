@@ -29,6 +29,7 @@ type seqModel struct {
 	paused  map[string]bool
 	order   int // creation order of rows (their seq order)
 	txN     int
+	tally   map[string]int // what the sequence did, for its summary line
 }
 
 type mRun struct {
@@ -68,7 +69,7 @@ type mTx struct {
 }
 
 func newSeqModel(e *modelEnv, rt *rapid.T, n int) *seqModel {
-	return &seqModel{e: e, rt: rt, prefix: fmt.Sprintf("m%d-", n), paused: map[string]bool{}}
+	return &seqModel{e: e, rt: rt, prefix: fmt.Sprintf("m%d-", n), paused: map[string]bool{}, tally: map[string]int{}}
 }
 
 var isoLevels = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
@@ -183,6 +184,9 @@ func (m *seqModel) actOperator(rt *rapid.T) bool {
 	switch op {
 	case "pause", "resume":
 		tool := rapid.SampledFrom([]string{toolCharge, toolNote, toolSMS, toolRefund}).Draw(rt, "route")
+		if m.paused[tool] == (op == "pause") {
+			op = map[string]string{"pause": "resume", "resume": "pause"}[op]
+		}
 		res = m.e.cli(append([]string{op, tool}, who...)...)
 		if res.code == 0 {
 			m.paused[tool] = op == "pause"
@@ -233,6 +237,7 @@ func (m *seqModel) actOperator(rt *rapid.T) bool {
 		}
 		res = m.e.cli(args...)
 	}
+	m.tally[fmt.Sprintf("%s exit %d", op, res.code)]++
 	if res.code == 2 {
 		m.rt.Fatalf("operator %s: usage error: %s", op, res)
 	}

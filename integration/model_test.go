@@ -305,6 +305,7 @@ func (e *modelEnv) sequence(rt *rapid.T) {
 		{"end_tx", m.actEndTx}, {"end_tx", m.actEndTx},
 		{"abort_run", m.actAbortRun}, {"abort_run", m.actAbortRun},
 		{"operator", m.actOperator}, {"operator", m.actOperator}, {"operator", m.actOperator},
+		{"operator", m.actOperator}, {"operator", m.actOperator},
 		{"prune", m.actPrune}, {"prune", m.actPrune},
 		{"fault", m.actFault},
 		{"wait", m.actWait}, {"wait", m.actWait},
@@ -314,7 +315,9 @@ func (e *modelEnv) sequence(rt *rapid.T) {
 		rt.Logf("step %d: %s", step, a.name)
 		if !e.allowed(a.name) || !a.fn(rt) {
 			m.actWait(rt)
+			a.name = "wait"
 		}
+		m.tally[a.name]++
 	}
 	m.settle()
 	m.verify()

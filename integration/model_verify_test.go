@@ -272,7 +272,12 @@ func (m *seqModel) verify() {
 	if len(fails) > 0 {
 		m.rt.Fatalf("%d invariant violations:\n  %s\nrows and runs:\n%s", len(fails), strings.Join(fails, "\n  "), m.dump())
 	}
-	m.rt.Logf("sequence %s: %d rows, %d runs, invariants hold", m.prefix, len(committed), len(m.runs))
+	byStatus := map[string]int{}
+	for _, st := range status {
+		byStatus[st]++
+	}
+	e.t.Logf("sequence %s: %d rows %v, %d runs (%d aborted), steps %v: invariants hold",
+		m.prefix, len(committed), byStatus, len(m.runs), len(runs), m.tally)
 }
 
 // checkParkedHold fails when a compensation of run r was applied while a
