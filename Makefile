@@ -11,7 +11,7 @@ export PATH := $(GOBIN_DIR):$(PATH)
 STRIPE_MOCK_VERSION := v0.203.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo test lint tools stripe-mock promtool python-deps node-deps chaos fuzz bench clean
+.PHONY: all build demo test lint tools stripe-mock promtool python-deps node-deps mcp-everything chaos fuzz bench clean
 
 all: build
 
@@ -33,18 +33,23 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet -tags integration ./...
 
-tools: stripe-mock promtool python-deps node-deps
+tools: stripe-mock promtool python-deps node-deps mcp-everything
 
 # python-deps: what sdk/python needs, from Debian (no PyPI on the build machines).
 python-deps:
-	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip' 2>/dev/null || { $(SUDO) apt-get update -qq && \
+	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip, ensurepip' 2>/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-		python3-psycopg python3-pip python3-setuptools python3-wheel >/dev/null; }
+		python3-psycopg python3-pip python3-setuptools python3-wheel python3-venv >/dev/null; }
 
 # node-deps: sdk/typescript's locked dependencies and its build.
 node-deps:
 	@if [ -f sdk/typescript/package-lock.json ]; then cd sdk/typescript && \
 		npm ci --no-audit --no-fund --loglevel=error && npm run --silent build; fi
+
+# mcp-everything: the MCP reference server (npm @modelcontextprotocol/server-everything,
+# locked) the integration tests restart under the daemon.
+mcp-everything:
+	cd integration/testdata/mcp-everything && npm ci --no-audit --no-fund --loglevel=error
 
 # stripe-mock: the Stripe API double the stripe adapter's tests run against.
 stripe-mock:

@@ -54,7 +54,7 @@ func (v *validator) mcpAdapter(p string, a *Adapter) {
 	}
 }
 
-// mcpReservedHeaders are set by the mcp adapter's transport (CONTRACT §5).
+// mcpReservedHeaders are set by the mcp adapter's transport (docs/reference.md §5).
 var mcpReservedHeaders = map[string]bool{
 	"mcp-session-id":       true,
 	"mcp-protocol-version": true,
@@ -62,7 +62,7 @@ var mcpReservedHeaders = map[string]bool{
 	"content-type":         true,
 }
 
-// reservedHeaders are set by the http adapter itself (CONTRACT §5).
+// reservedHeaders are set by the http adapter itself (docs/reference.md §5).
 var reservedHeaders = map[string]bool{
 	"idempotency-key":           true,
 	"x-agent-idempotency-tuple": true,

@@ -27,6 +27,8 @@ const (
 	DefaultBackoffBase     = 1 * time.Second
 	DefaultBackoffCap      = 10 * time.Minute
 	DefaultMaxRetryAfter   = 1 * time.Hour
+	// DefaultCompensationWindow is a route's compensation_window.
+	DefaultCompensationWindow = 7 * 24 * time.Hour
 	// LeaseMargin is how much the lease must exceed every adapter timeout.
 	LeaseMargin = 5 * time.Second
 )
@@ -233,6 +235,11 @@ type Route struct {
 	MaxAttempts  int     `yaml:"max_attempts"`
 	Backoff      Backoff `yaml:"backoff"`
 	Compensation string  `yaml:"compensation"`
+	// CompensationWindow is how long after a row succeeded its effect can
+	// still be undone (the provider's reversal window): retention keeps
+	// the row that long, or until its run's saga settled. Only with
+	// Compensation; default DefaultCompensationWindow.
+	CompensationWindow time.Duration `yaml:"compensation_window"`
 	// Critical defaults to true.
 	Critical *bool  `yaml:"critical"`
 	Fallback string `yaml:"fallback"`
@@ -373,6 +380,9 @@ func (c *Config) applyDefaults(src map[string]*source) {
 		r.Backoff.Cap = cmp.Or(r.Backoff.Cap, DefaultBackoffCap)
 		if src["routes."+name+".backoff.max_retry_after"] == nil {
 			r.Backoff.MaxRetryAfter = DefaultMaxRetryAfter
+		}
+		if r.Compensation != "" {
+			r.CompensationWindow = cmp.Or(r.CompensationWindow, DefaultCompensationWindow)
 		}
 		if r.Critical == nil {
 			critical := true

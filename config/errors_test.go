@@ -25,7 +25,7 @@ func TestErrorRendering(t *testing.T) {
 func TestErrorsListAndUnwrap(t *testing.T) {
 	_, err := parse(t, "workers: x\nlease: y\n", false)
 	if got, want := err.Error(), "c.yaml:1:10: workers: must be an integer, got \"x\"\n"+
-		"c.yaml:2:8: lease: invalid duration \"y\": write a duration like \"30s\", \"10m\" or \"1h30m\""; got != want {
+		"c.yaml:2:8: lease: invalid duration \"y\": write a duration like \"30s\", \"10m\", \"1h30m\" or \"7d\""; got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
 	}
 	e, ok := errors.AsType[*Error](err)

@@ -72,7 +72,7 @@ routes:
 `,
 			want: []string{
 				`c.yaml:4:28: routes.a.key_ttl: must exceed 1m (a key_idempotent row stops being sent 1m before its key expires), got "30s"`,
-				`c.yaml:5:28: routes.b.key_ttl: invalid duration "soon": write a duration like "30s", "10m" or "1h30m"`,
+				`c.yaml:5:28: routes.b.key_ttl: invalid duration "soon": write a duration like "30s", "10m", "1h30m" or "7d"`,
 				`c.yaml:6:43: routes.c.idempotency_key.name: query parameter sig is already in adapters.h.url`,
 				`c.yaml:7:43: routes.d.idempotency_key.name: header authorization is also configured in adapters.h.headers`,
 				`c.yaml:8:43: routes.e.idempotency_key.name: must not be empty`,

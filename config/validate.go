@@ -291,6 +291,14 @@ func (v *validator) route(name string, r *Route) {
 		v.errorf(f, "no route for tool %s%s",
 			v.quoted(f), v.hint(f, r.Compensation, slices.Sorted(maps.Keys(c.Routes)), "route"))
 	}
+	if f := p + ".compensation_window"; v.usable(f) && v.set(f) {
+		switch {
+		case r.Compensation == "":
+			v.errorf(f, "needs compensation: the window is how long the compensation can still undo the effect")
+		case r.CompensationWindow <= 0:
+			v.errorf(f, "must be positive, got %s", v.quoted(f))
+		}
+	}
 	v.fallback(p, r, adapters)
 	v.detect(p, r)
 	v.routeKeyOverrides(p, r)

@@ -136,7 +136,7 @@ routes:
 		{
 			name: "bad durations",
 			yaml: `
-lease: 1d
+lease: 1w
 unrouted_recheck: 15
 adapters:
   p:
@@ -147,9 +147,9 @@ routes:
   t: {adapter: p}
 `,
 			want: []string{
-				`c.yaml:1:8: lease: invalid duration "1d": units are ns, us, ms, s, m and h (write days as hours, e.g. "24h")`,
+				`c.yaml:1:8: lease: invalid duration "1w": units are ns, us, ms, s, m, h and d (write weeks and years as days, e.g. "14d")`,
 				`c.yaml:2:19: unrouted_recheck: must be a duration with a unit, like "10s", got "15"`,
-				`c.yaml:7:14: adapters.p.timeout: invalid duration "soon": write a duration like "30s", "10m" or "1h30m"`,
+				`c.yaml:7:14: adapters.p.timeout: invalid duration "soon": write a duration like "30s", "10m", "1h30m" or "7d"`,
 			},
 		},
 		{
@@ -616,7 +616,7 @@ routes:
 				`c.yaml:12:5: adapters.events.url: field url is not valid for adapter type nats (only for http, mcp)`,
 				`c.yaml:15:14: routes.charge_card.adapter: unknown adapter "payment" (did you mean "payments"?); configured adapters: events, payments`,
 				`c.yaml:16:12: routes.charge_card.class: must be one of naturally_idempotent, key_idempotent, non_idempotent, got "maybe"`,
-				`c.yaml:17:52: routes.charge_card.backoff.max_retry_after: invalid duration "soon": write a duration like "30s", "10m" or "1h30m"`,
+				`c.yaml:17:52: routes.charge_card.backoff.max_retry_after: invalid duration "soon": write a duration like "30s", "10m", "1h30m" or "7d"`,
 				`c.yaml:18:19: routes.charge_card.compensation: no route for tool "refund_card"; configured routes: charge_card`,
 			},
 		},

@@ -12,23 +12,45 @@ import (
 // verb for the value as written (the caller fills it, so that an expanded
 // value never reaches a message).
 
-// parseDuration parses a Go duration ("30s", "10m", "1h30m").
+// parseDuration parses a Go duration ("30s", "10m", "1h30m"), optionally
+// led by whole days ("7d", "1d12h"; a day is 24h).
 func parseDuration(text string) (time.Duration, string) {
 	t := strings.TrimSpace(text)
+	var days time.Duration
+	if m := leadingDays.FindStringSubmatch(t); m != nil {
+		n, err := strconv.ParseInt(m[1], 10, 32)
+		if err != nil || n > maxDays {
+			return 0, `duration %s is too long (at most 106751d)`
+		}
+		days, t = time.Duration(n)*24*time.Hour, m[2]
+		if t == "" {
+			return days, ""
+		}
+	}
 	v, err := time.ParseDuration(t)
 	switch {
+	case err == nil && v >= 0 && days > math.MaxInt64-v:
+		return 0, `duration %s is too long (at most 106751d)`
+	case err == nil && days > 0 && v < 0:
+		return 0, `invalid duration %s: write a duration like "30s", "10m", "1h30m" or "7d"`
 	case err == nil:
-		return v, ""
-	case isNumber(t):
+		return days + v, ""
+	case isNumber(t) && days == 0:
 		return 0, `must be a duration with a unit, like "10s", got %s`
-	case dayUnit.MatchString(t):
-		return 0, `invalid duration %s: units are ns, us, ms, s, m and h (write days as hours, e.g. "24h")`
+	case otherUnit.MatchString(t):
+		return 0, `invalid duration %s: units are ns, us, ms, s, m, h and d (write weeks and years as days, e.g. "14d")`
 	}
-	return 0, `invalid duration %s: write a duration like "30s", "10m" or "1h30m"`
+	return 0, `invalid duration %s: write a duration like "30s", "10m", "1h30m" or "7d"`
 }
 
-// dayUnit spots a day, week or year unit ("1d", "2w", "1d12h").
-var dayUnit = regexp.MustCompile(`\d[dwy]`)
+// leadingDays splits "7d" or "1d12h" into the days and the rest.
+var leadingDays = regexp.MustCompile(`^(\d+)d(.*)$`)
+
+// maxDays is the most days a time.Duration holds.
+const maxDays = 106751
+
+// otherUnit spots a week or year unit ("2w", "1y").
+var otherUnit = regexp.MustCompile(`\d[wy]`)
 
 func isNumber(s string) bool {
 	_, err := strconv.ParseFloat(s, 64)

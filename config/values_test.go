@@ -9,12 +9,13 @@ func TestParseDuration(t *testing.T) {
 	for text, want := range map[string]time.Duration{
 		"30s": 30 * time.Second, "10m": 10 * time.Minute, "1h30m": 90 * time.Minute, "250ms": 250 * time.Millisecond,
 		" 2s ": 2 * time.Second, "-1s": -time.Second, "0": 0,
+		"7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "0d": 0, "1d30s": 24*time.Hour + 30*time.Second,
 	} {
 		if got, msg := parseDuration(text); got != want || msg != "" {
 			t.Errorf("parseDuration(%q) = %v, %q", text, got, msg)
 		}
 	}
-	for _, text := range []string{"1d", "2w", "10", "1.5", "soon", "", "1h 30m"} {
+	for _, text := range []string{"2w", "1y", "10", "1.5", "soon", "", "1h 30m", "1d-1h", "d", "1dd", "999999d", "106751d24h"} {
 		if _, msg := parseDuration(text); msg == "" {
 			t.Errorf("parseDuration(%q) accepted", text)
 		}

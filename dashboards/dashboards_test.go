@@ -403,7 +403,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	checkQueries(t, qs)
 
-	// CONTRACT §7: the page for rows a human must settle is on the gauge.
+	// docs/reference.md §7: the page for rows a human must settle is on the gauge.
 	var paged []string
 	for _, g := range rf.Groups {
 		for _, r := range g.Rules {

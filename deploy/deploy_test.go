@@ -43,7 +43,7 @@ const (
 	rulesSource        = "../dashboards/alerts.rules.yaml"
 	dockerfile         = "../Dockerfile"
 	imageRepo          = "ghcr.io/drainer-io/drainer"
-	// Defaults of `drainer run` (CONTRACT §3), used when the args omit the flag.
+	// Defaults of `drainer run` (docs/reference.md §3), used when the args omit the flag.
 	defaultMetricsAddr     = ":9753"
 	defaultShutdownTimeout = 30 * time.Second
 	defaultSchema          = "drainer"

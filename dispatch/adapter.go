@@ -101,6 +101,13 @@ type Result struct {
 	Err error
 }
 
+// ReasonNotReady is the Reason of a Retry, NotSent that says the adapter is
+// not ready to send the row yet (its provider has not been reachable since
+// startup and it keeps connecting in the background, or the provider lacks
+// the row's tool): the row waits without an attempt, and the circuit breaker
+// does not count it, since the provider was not asked.
+const ReasonNotReady = "not_ready"
+
 // Succeeded reports whether the outcome confirms the effect.
 func (r Result) Succeeded() bool { return r.Outcome == Success || r.Outcome == Replay }
 

@@ -87,7 +87,7 @@ func parseHeaderBlock(block string) http.Header {
 	return h
 }
 
-// says reports whether some value of header name is want (CONTRACT §5 names
+// says reports whether some value of header name is want (docs/reference.md §5 names
 // the values; case and surrounding space are tolerated).
 func says(h http.Header, name, want string) bool {
 	for _, v := range h.Values(name) {
@@ -98,7 +98,7 @@ func says(h http.Header, name, want string) bool {
 	return false
 }
 
-// expectedOutcome is the class table of CONTRACT §5 for an HTTP answer.
+// expectedOutcome is the class table of docs/reference.md §5 for an HTTP answer.
 // Codes the table does not name (1xx, outside 100-599) are never a success
 // and never retried: Terminal.
 func expectedOutcome(status int, h http.Header) dispatch.Outcome {
@@ -128,7 +128,7 @@ func expectedOutcome(status int, h http.Header) dispatch.Outcome {
 
 // FuzzClassify sends one row through the http adapter to a provider that
 // answers with an arbitrary status, header block and body, and checks the
-// classified result against CONTRACT §5: the outcome of the class table
+// classified result against docs/reference.md §5: the outcome of the class table
 // (ClassifyHTTP agrees), a Retry-After that is never negative, is exact for
 // delta-seconds (saturating, never wrapping), is measured against the
 // provider's Date, and is capped by the route's max_retry_after in the

@@ -22,7 +22,7 @@ import (
 )
 
 // This file holds what every HTTP-based adapter (webhook, stripe) shares: the
-// classification of answers and transport errors of CONTRACT §5, Retry-After,
+// classification of answers and transport errors of docs/reference.md §5, Retry-After,
 // RFC 9457 problem details, and the bounded reading and storing of bodies.
 
 // Reasons set by ClassifyHTTP and ClassifyTransportError: a small fixed set,
@@ -54,7 +54,7 @@ const DefaultResponseLimit = 64 << 10
 const excerptLimit = 200
 
 // ClassifyHTTP maps an HTTP answer to an Outcome and a Reason, following the
-// class table of CONTRACT §5. Informational (1xx) and out-of-range codes are
+// class table of docs/reference.md §5. Informational (1xx) and out-of-range codes are
 // Terminal with ReasonHTTPUnexpected: no provider answers a POST that way, so
 // retrying would repeat the same protocol error.
 func ClassifyHTTP(status int, h http.Header) (Outcome, string) {
@@ -306,7 +306,7 @@ func ReadBody(r io.Reader, limit int) (body []byte, truncated bool, err error) {
 	return body, len(body) > limit, err
 }
 
-// ResponseJSON returns the response stored for the agent (CONTRACT §2),
+// ResponseJSON returns the response stored for the agent (docs/reference.md §2),
 // limit <= 0 meaning DefaultResponseLimit:
 //
 //   - the body itself when it is at most limit bytes of JSON that Postgres

@@ -14,7 +14,7 @@ const maxIdleConnsPerHost = 512
 
 // NewHTTPClient returns the client HTTP-based adapters use: its own pooled
 // transport (rt when given, for tests), the proxy from the environment, and
-// redirects never followed: a redirect is a terminal answer (CONTRACT §5),
+// redirects never followed: a redirect is a terminal answer (docs/reference.md §5),
 // since following it would resend the payload and key to a place nobody
 // configured. Per-attempt deadlines come from the caller's context.
 func NewHTTPClient(dialTimeout time.Duration, rt http.RoundTripper) *http.Client {

@@ -171,40 +171,52 @@ const disarmRows = 32
 // tool's other due rows are deferred in bulk (deferrer), so the next claims
 // do not pick them up one by one.
 func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entry, *completion) {
+	if row.RunAborted {
+		// Enqueued into a run whose abort its producer's snapshot could not
+		// see: cancelled as the abort would have cancelled it, never sent.
+		msg := "run aborted before this intent's first attempt: cancelled without sending"
+		c := newCompletion(row, outbox.StatusCancelled)
+		c.GiveBack, c.KeepNext, c.LastError, c.outcome = true, true, &msg, ""
+		c.NoRequest, c.Note = true, noteRunAborted
+		return nil, nil, &c
+	}
 	route, ok := rt.Routes[row.ToolName]
 	if !ok {
 		e.unrouted.note(e.log, row.ToolName)
 		e.deferrer.refuse(row.ToolName, outbox.OutcomeUnrouted, rt.UnroutedRecheck)
 		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
-		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted)
+		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted, noteUnrouted)
+		c.waitsFor = outbox.OutcomeUnrouted
 		return nil, nil, &c
 	}
 	entry, ok := rt.Registry.Get(route.Adapter)
 	if !ok {
 		msg := fmt.Sprintf("route %q names adapter %q, which is not loaded", route.Tool, route.Adapter)
-		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted)
+		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted, noteNoAdapter)
+		c.waitsFor = outbox.OutcomeUnrouted
 		return nil, nil, &c
 	}
 	if row.Attempts > route.MaxAttempts {
-		c := failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts))
+		c := failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts), noteExhausted)
 		return nil, nil, &c
 	}
-	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 && row.Attempts > 1 &&
+	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 &&
 		row.DBNow.Sub(row.FirstAttemptAt) > ttl-time.Minute {
 		c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
-			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl))
+			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl), noteKeyTTL)
 		return nil, nil, &c
 	}
 	if e.fetchCtx.Err() != nil {
 		// Shutting down and this row was not sent yet: give it back untouched.
-		c := release(row, 0, true, nil, "")
+		c := release(row, 0, true, nil, "", noteShutdown)
 		return nil, nil, &c
 	}
 	if paused(e.pauses.Load(), route, entry.Name) {
 		// Resuming wakes them; until then they are looked at once a minute.
 		e.deferrer.refuse(route.Tool, outbox.RefusedPaused, pausedRecheck)
 		msg := fmt.Sprintf("paused by an operator (route %q or adapter %q); waiting without consuming attempts", route.Tool, entry.Name)
-		c := release(row, e.jitter(pausedRecheck), false, &msg, "")
+		c := release(row, e.jitter(pausedRecheck), false, &msg, "", notePaused)
+		c.waitsFor = outbox.RefusedPaused
 		return nil, nil, &c
 	}
 	return route, entry, nil

@@ -3,10 +3,12 @@ package drainer
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -17,9 +19,13 @@ import (
 type completer struct {
 	e  *Engine
 	in chan completion
-	// unwritten lists the rows whose completion could not be written
-	// (their lease token with them); Stop asks the database which of them
-	// are still in_flight under that lease.
+	// unwritten lists the completions that could not be written while
+	// their lease lasted (the database was unreachable). They are tried
+	// again every unwrittenRetry: the row, reclaimed meanwhile, takes the
+	// answer as long as nobody claimed it since (see store.Completion), so
+	// an answer held through a partition is recorded, and its Retry-After
+	// replaces the reclaim's conservative floor. Stop asks the database
+	// which of them are still in_flight under this replica's lease.
 	unwrittenMu sync.Mutex
 	unwritten   []store.Completion
 	// abandon is closed when Stop gives up on writing (the pool is gone).
@@ -32,17 +38,72 @@ func newCompleter(e *Engine) *completer {
 
 func (c *completer) add(x completion) { c.in <- x }
 
+// unwrittenRetry is how often completions not yet written are tried again.
+const unwrittenRetry = 2 * time.Second
+
+// maxUnwritten bounds the completions kept for a later write; past it the
+// oldest are dropped (their rows are safe: each waits out its reclaim's
+// floor and is sent again with the same key).
+const maxUnwritten = 100_000
+
 func (c *completer) noteUnwritten(batch []completion) {
 	c.unwrittenMu.Lock()
 	defer c.unwrittenMu.Unlock()
 	c.unwritten = append(c.unwritten, rows(batch)...)
+	if over := len(c.unwritten) - maxUnwritten; over > 0 {
+		c.e.log.Warn("too many completions wait for the database: dropping the oldest; their rows are sent again after their reclaim's floor",
+			"dropped", over)
+		c.unwritten = append([]store.Completion(nil), c.unwritten[over:]...)
+	}
 }
 
-// stillLeased counts the rows whose completion could not be written that
-// are still in_flight under this replica's lease. Rows another replica
-// reclaimed and settled since are not: they left nothing behind. When the
-// database cannot answer, every unwritten row counts.
+// retryUnwritten tries once to write the completions not yet written,
+// up to a few batches' worth, and forgets those the database answered for
+// (written, or refused by their fence: the row was claimed again).
+func (c *completer) retryUnwritten(ctx context.Context, timeout time.Duration) {
+	c.unwrittenMu.Lock()
+	n := min(len(c.unwritten), 4*c.e.cfg.CompleteBatch)
+	try := append([]store.Completion(nil), c.unwritten[:n]...)
+	c.unwrittenMu.Unlock()
+	if n == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	done, err := c.e.st.Complete(ctx, c.e.pool, try)
+	cancel()
+	if err != nil {
+		c.e.log.Debug("completions still not written; trying again later", "rows", n, "err", err)
+		return
+	}
+	c.unwrittenMu.Lock()
+	c.unwritten = c.unwritten[n:]
+	c.unwrittenMu.Unlock()
+	c.e.log.Info("completions held while the database was unreachable written late",
+		"written", n-len(done.Lost), "claimed_again_meanwhile", len(done.Lost))
+	c.done(done, nil)
+}
+
+// stillLeased writes what it can of the completions not yet written, then
+// counts the rows of the others that are still in_flight under this
+// replica's lease. Rows another replica reclaimed and settled since are
+// not: they left nothing behind. When the database cannot answer, every
+// unwritten row counts.
 func (c *completer) stillLeased(ctx context.Context) int {
+	for range maxUnwritten/(4*c.e.cfg.CompleteBatch) + 1 {
+		c.unwrittenMu.Lock()
+		left := len(c.unwritten)
+		c.unwrittenMu.Unlock()
+		if left == 0 {
+			break
+		}
+		c.retryUnwritten(ctx, 5*time.Second)
+		c.unwrittenMu.Lock()
+		stuck := len(c.unwritten) == left
+		c.unwrittenMu.Unlock()
+		if stuck {
+			break
+		}
+	}
 	c.unwrittenMu.Lock()
 	defer c.unwrittenMu.Unlock()
 	if len(c.unwritten) == 0 {
@@ -73,8 +134,17 @@ func (c *completer) close() {
 func (c *completer) run() {
 	defer c.e.loops.Done()
 	batch := make([]completion, 0, c.e.cfg.CompleteBatch)
+	retry := time.NewTicker(unwrittenRetry)
+	defer retry.Stop()
 	for {
-		first, ok := <-c.in
+		var first completion
+		var ok bool
+		select {
+		case first, ok = <-c.in:
+		case <-retry.C:
+			c.retryUnwritten(context.Background(), 15*time.Second)
+			continue
+		}
 		if !ok {
 			return
 		}
@@ -97,9 +167,11 @@ func (c *completer) run() {
 	}
 }
 
-// flush writes batch, retrying while the database is unreachable. While
-// stopping it gives up after a bounded time: the rows then stay in_flight
-// until their lease expires and are retried with the same key.
+// flush writes batch, retrying while the database is unreachable, for at
+// most a lease (less while stopping); then it keeps the batch for
+// retryUnwritten and moves on. The rows stay in_flight until their lease
+// expires; reclaimed, they wait for the late write (or for their route's
+// max_retry_after) before they are sent again with the same key.
 //
 // A batch the database refuses for its data (SQLSTATE class 22 or 23) is
 // written row by row, so one bad row never holds back the others, and the
@@ -113,7 +185,7 @@ func (c *completer) flush(batch []completion) {
 		done, err := e.st.Complete(ctx, e.pool, rows(batch))
 		cancel()
 		if err == nil {
-			c.done(done)
+			c.done(done, batch)
 			return
 		}
 		if isDataError(err) {
@@ -129,7 +201,7 @@ func (c *completer) flush(batch []completion) {
 		}
 		if time.Now().After(deadline) || (e.stopped.Load() && time.Now().Add(delay).After(deadline)) {
 			c.noteUnwritten(batch)
-			e.log.Error("completions not written; rows stay in_flight until their lease expires", "rows", len(batch), "err", err)
+			e.log.Error("completions not written; kept and tried again every few seconds (their rows wait: reclaimed at lease expiry, not sent again before the answer is written or max_retry_after passed)", "rows", len(batch), "err", err)
 			return
 		}
 		e.log.Warn("writing completions failed; retrying", "rows", len(batch), "err", err, "retry_in", delay)
@@ -171,7 +243,7 @@ func (c *completer) flushOne(x completion, cause error) {
 		cancel()
 		switch {
 		case err == nil:
-			c.done(done)
+			c.done(done, []completion{x})
 			return
 		case !isDataError(err):
 			c.flush([]completion{x}) // the database went away: retry as usual
@@ -196,13 +268,49 @@ func sqlState(err error) string {
 	return "unknown error"
 }
 
-func (c *completer) done(d store.Completed) {
+func (c *completer) done(d store.Completed, batch []completion) {
 	e := c.e
 	if len(d.Lost) > 0 {
 		e.metrics.LeasesLost.Add(float64(len(d.Lost)))
 		e.log.Warn("lease lost before completion: another replica owns these rows; result not written", "outbox_seqs", d.Lost)
 	}
 	e.sagas.Notify(d.Runs...)
+	c.rewake(batch)
+}
+
+// rewake wakes the rows of the batch that were handed back to wait for a
+// route or a resume, when the route is now loaded or the pause lifted.
+// The reload's (or the resume's) own wake may have run while such a row was
+// still leased, before its hand-back was written: the wake found nothing
+// to wake, and the hand-back then pushed the row a whole unrouted recheck
+// (or paused recheck) away. Checked after the write, one of the two wakes
+// always comes after it: a reload (resume) seen here was published before
+// this check, and one not seen publishes, and wakes, after it.
+func (c *completer) rewake(batch []completion) {
+	var tools []string
+	rt := c.e.routing.Load()
+	for i := range batch {
+		x := &batch[i]
+		if x.waitsFor == "" || slices.Contains(tools, x.row.ToolName) {
+			continue
+		}
+		var over bool
+		switch x.waitsFor {
+		case outbox.OutcomeUnrouted:
+			if route, ok := rt.Routes[x.row.ToolName]; ok {
+				_, over = rt.Registry.Get(route.Adapter)
+			}
+		case outbox.RefusedPaused:
+			over = !c.e.stillPaused(x.row.ToolName)
+		}
+		if over {
+			tools = append(tools, x.row.ToolName)
+		}
+	}
+	if len(tools) > 0 {
+		c.e.log.Debug("rows handed back to wait can go out now: waking them", "tools", tools)
+		c.e.deferrer.wake(tools)
+	}
 }
 
 // rows returns what the store writes of cs.

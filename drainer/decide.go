@@ -22,6 +22,11 @@ type completion struct {
 	// problem is the answer's RFC 9457 problem (stored as JSON by sanitize).
 	problem *dispatch.Problem
 
+	// waitsFor names why a row handed back unsent waits (outbox.OutcomeUnrouted,
+	// outbox.RefusedPaused): once written, the completer wakes it again if
+	// that no longer holds (see completer.rewake).
+	waitsFor string
+
 	// For metrics, logs and the detect probe's witness only.
 	adapter string
 	outcome string
@@ -31,15 +36,16 @@ type completion struct {
 
 // newCompletion starts the completion of row.
 func newCompletion(row *claimedRow, status string) completion {
-	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Status: status}, row: row}
+	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Attempts: row.Attempts, Status: status}, row: row}
 }
 
 // decision inputs that do not come from the row or result.
 type decideEnv struct {
 	rand *rand.Rand
 	now  time.Time // database clock at claim
-	// authHold is how long the adapter is held back after refusing its
-	// credentials: an auth answer waits at least that long.
+	// authHold is how long the route (or its whole adapter) is held back
+	// after the provider refused the credentials: an auth answer waits at
+	// least that long.
 	authHold time.Duration
 }
 
@@ -55,7 +61,7 @@ func failStatus(row *claimedRow) string {
 }
 
 // decide maps one attempt's classified result to the row's next state
-// (CONTRACT §2 attempts table, §4 Full Jitter, §5 classes).
+// (docs/reference.md §2 attempts table, §4 Full Jitter, §5 classes).
 func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res dispatch.Result) completion {
 	c := newCompletion(row, "")
 	c.adapter, c.ResponseStatus, c.problem = adapter, res.Status, res.Problem
@@ -100,6 +106,7 @@ func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, re
 		c.LastError = errText(res, "outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")
 	case !maybeSent:
 		c.Status, c.GiveBack, c.Floor = outbox.StatusPending, true, true
+		c.NoRequest, c.Note = true, noteNotSent
 		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
 		c.LastError = errText(res, "not sent")
 	case row.Attempts >= route.MaxAttempts:
@@ -133,17 +140,42 @@ func errText(res dispatch.Result, prefix string) *string {
 // errCutOff marks a call cancelled by shutdown after it may have been sent.
 var errCutOff = errors.New("call cut off by shutdown")
 
-// release gives a claimed row back without a consumed attempt.
-func release(row *claimedRow, delay time.Duration, keepNext bool, msg *string, outcome string) completion {
+// Audit notes of completions without a request (store.Completion.Note):
+// the reason on the entry, which records no answer.
+const (
+	noteNotSent    = "not sent: the request did not leave (no answer)"
+	noteShutdown   = "released at shutdown before it was sent; no request sent"
+	noteUnrouted   = "deferred: no route for its tool_name; no request sent"
+	noteNoAdapter  = "deferred: its route's adapter is not loaded; no request sent"
+	notePaused     = "deferred: paused by an operator; no request sent"
+	noteExhausted  = "failed before dispatch: attempts exhausted; no request sent"
+	noteKeyTTL     = "failed before dispatch: key TTL guard; no request sent"
+	noteRunAborted = "cancelled before dispatch: its run was aborted; no request sent"
+	noteRefusedFmt = "%s; no request sent"
+)
+
+// refusalNote names, per gate refusal, what happened to the row.
+var refusalNote = map[string]string{
+	outbox.RefusedBreakerOpen: "deferred: circuit breaker open",
+	outbox.RefusedSaturated:   "deferred: adapter at max_concurrency",
+	outbox.RefusedRateLimited: "deferred: adapter at its rate_limit",
+	outbox.RefusedAuthHold:    "held: the provider refused the credentials (auth hold)",
+}
+
+// release gives a claimed row back without a consumed attempt; no request
+// was sent (note says why, for the audit).
+func release(row *claimedRow, delay time.Duration, keepNext bool, msg *string, outcome, note string) completion {
 	c := newCompletion(row, outbox.StatusPending)
 	c.GiveBack, c.Delay, c.KeepNext, c.LastError, c.outcome = true, delay, keepNext, msg, outcome
+	c.NoRequest, c.Note = true, note
 	return c
 }
 
 // failNow ends a claimed row without dispatching it; the attempt counted at
 // claim is given back since nothing was sent.
-func failNow(row *claimedRow, msg string) completion {
+func failNow(row *claimedRow, msg, note string) completion {
 	c := newCompletion(row, failStatus(row))
 	c.GiveBack, c.KeepNext, c.LastError, c.outcome = true, true, &msg, outbox.OutcomeTerminal
+	c.NoRequest, c.Note = true, note
 	return c
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/drainer-io/drainer/store"
 )
 
-// TestDecideAttemptsTable walks CONTRACT §2's attempt rules and §5's classes
+// TestDecideAttemptsTable walks docs/reference.md §2's attempt rules and §5's classes
 // row by row: which outcomes consume an attempt and where each row goes.
 func TestDecideAttemptsTable(t *testing.T) {
 	keyRoute := &Route{Tool: "t", Class: "key_idempotent", MaxAttempts: 3, Backoff: Backoff{Base: time.Second, Cap: time.Minute, MaxRetryAfter: time.Hour}}

@@ -9,7 +9,8 @@
 //     preflight on each (no route, out of attempts or past its key's
 //     window, shutting down, paused): such a row is settled without a worker.
 //   - dispatched: worker.go takes a row through its adapter's gate (gate.go:
-//     breaker, rate limit, concurrency cap, auth hold), one attempt through
+//     breaker, rate limit, concurrency cap, auth holds per route and, once
+//     several routes are refused, per adapter), one attempt through
 //     dispatch.Adapter within the lease, and classify (a call cut off by
 //     shutdown is ambiguous; detect.go probes an ambiguous attempt of a
 //     non_idempotent route).
@@ -18,7 +19,10 @@
 //     Jitter floored by Retry-After) and the not_before floor — for every
 //     outcome, refusals included.
 //   - written: completer.go writes completions in batches, fenced by the
-//     lease token (store.Complete), isolating a row the database refuses.
+//     lease token (store.Complete), isolating a row the database refuses;
+//     completions it could not write while the lease lasted are kept and
+//     written late over the reclaimed row, and rows handed back to wait for
+//     a route or a resume are woken again if that came meanwhile.
 //   - compensated: the completion hands the runs whose saga may move to
 //     compensations.Runner.
 //
@@ -27,12 +31,15 @@
 // wakes, one goroutine), the listener (listen.go; wakegate.go: the claim
 // loop holds a slot of the wake gate while it sleeps, so producers notify
 // only then), the pause watcher
-// (pause.go), the reclaimer of expired leases (reclaim.go), the backlog
+// (pause.go), the reclaimer of expired leases (reclaim.go; each reclaimed
+// row held for its route's max_retry_after: Routing.ReclaimPolicy), the backlog
 // snapshotter (snapshot.go), the pruner (retention.go), the probe
 // calibrator (detect.go) and the saga runner. engine.go holds the
 // lifecycle: Start, Reload (routing.go: routes refcounted across reloads),
 // Stop in order (stop claiming, wait for calls up to the grace, cancel,
-// write what is left, stop the services). metrics.go holds the collectors.
+// write what is left, stop the services). metrics.go holds the collectors;
+// readiness.go what each adapter's gate says of it (AdapterStates, for
+// /readyz, drainer_adapter_ready and drainer_hold_seconds).
 //
 // Life cycle of a row:
 //

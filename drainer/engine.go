@@ -200,6 +200,8 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.attachDetectors(routing)
 	e.routing.Store(routing)
 	e.metrics.InitAdapters(routing.Registry.Names())
+	states := e.AdapterStates
+	e.metrics.adapterStates.Store(&states)
 	e.metrics.Workers.Set(float64(cfg.Workers))
 	e.fetchCtx, e.fetchCancel = context.WithCancel(context.Background())
 	e.workCtx, e.workCancel = context.WithCancel(context.Background())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -139,6 +140,106 @@ func TestRouteRemovedThenRestoredDrainsAtOnce(t *testing.T) {
 	waitFor(t, "the row drains once its route is back", 30*time.Second, func() bool {
 		return getRow(t, pool, keys[0]).Status == outbox.StatusSucceeded
 	})
+}
+
+// TestRouteRestoredWhileUnroutedRowLeased: a claim made under a routing
+// without the row's route leases the row; a reload brings the route back and
+// its wake runs while the row is still leased (so it wakes nothing); then
+// the claim's hand-back of the unrouted row is written, an unrouted recheck
+// (an hour) away. The row must be woken again at once, not wait the hour:
+// under load this interleaving left a woken row unclaimed.
+func TestRouteRestoredWhileUnroutedRowLeased(t *testing.T) {
+	pool := newPool(t)
+	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	gone := testRouting(t, map[string]dispatch.Adapter{"t": ok})
+	gone.UnroutedRecheck = time.Hour
+	e, err := New(pool, gone, Config{Workers: 2, Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := enqueueN(t, pool, "run-r", "t", 1)
+	ctx := t.Context()
+
+	// The claim loop's order: the routing in force, then the claim.
+	rt := e.useRouting()
+	rows, err := e.st.Claim(ctx, pool, store.Claim{Limit: 1, Lease: time.Minute, Replica: "test"})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	back := testRouting(t, map[string]dispatch.Adapter{"t": ok}, &Route{Tool: "t"})
+	back.UnroutedRecheck = time.Hour
+	e.Reload(back)
+	applyDeferrals(t, e) // the reload's wake: the row is still leased
+
+	_, _, c := e.preflight(&rows[0], rt)
+	rt.done()
+	if c == nil || c.outcome != outbox.OutcomeUnrouted {
+		t.Fatalf("preflight under the routing without the route: %+v, want an unrouted hand-back", c)
+	}
+	e.completer.flush([]completion{*c})
+	applyDeferrals(t, e)
+	if next, _ := floorOf(t, pool, keys[0]); next > time.Minute {
+		t.Fatalf("the handed-back row waits %s although its route is loaded; want it due at once", next.Round(time.Second))
+	}
+}
+
+// TestResumeWhilePausedRowLeased: the same interleaving for a pause: a
+// claim sees the route paused and hands its row back a paused recheck (a
+// minute) away, but the resume is read, and its wake applied, before that
+// hand-back is written. The row must be woken again at once.
+func TestResumeWhilePausedRowLeased(t *testing.T) {
+	pool := newPool(t)
+	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	e, err := New(pool, testRouting(t, map[string]dispatch.Adapter{"t": ok}, &Route{Tool: "t"}),
+		Config{Workers: 2, Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := enqueueN(t, pool, "run-q", "t", 1)
+	ctx := t.Context()
+	e.pauses.Store(&pauseSet{Routes: map[string]bool{"t": true}})
+	rt := e.useRouting()
+	rows, err := e.st.Claim(ctx, pool, store.Claim{Limit: 1, Lease: time.Minute, Replica: "test"})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	_, _, c := e.preflight(&rows[0], rt)
+	rt.done()
+	if c == nil || c.waitsFor != outbox.RefusedPaused {
+		t.Fatalf("preflight of a paused route's row: %+v, want a paused hand-back", c)
+	}
+	// The pause watcher reads the resume and wakes the route's rows; the
+	// row is still leased.
+	old := e.pauses.Swap(&pauseSet{})
+	e.deferrer.wake(e.resumedTools(old, e.pauses.Load()))
+	applyDeferrals(t, e)
+
+	e.completer.flush([]completion{*c})
+	applyDeferrals(t, e)
+	if next, _ := floorOf(t, pool, keys[0]); next > 10*time.Second {
+		t.Fatalf("the handed-back row waits %s although its route was resumed; want it due at once", next.Round(time.Second))
+	}
+}
+
+// applyDeferrals applies, in order, every deferral and wake queued so far,
+// as the deferrer's loop does.
+func applyDeferrals(t *testing.T, e *Engine) {
+	t.Helper()
+	for {
+		e.deferrer.mu.Lock()
+		if len(e.deferrer.queue) == 0 {
+			e.deferrer.mu.Unlock()
+			return
+		}
+		req := e.deferrer.queue[0]
+		e.deferrer.queue = e.deferrer.queue[1:]
+		e.deferrer.mu.Unlock()
+		e.deferrer.apply(t.Context(), req)
+	}
 }
 
 // TestLastRetryAfterFloorKeptOnFailure: a row whose last allowed attempt is

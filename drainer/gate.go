@@ -2,7 +2,10 @@ package drainer
 
 import (
 	"errors"
+	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,21 +16,41 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// gate protects one adapter: a circuit breaker, a rate limit and a
-// concurrency cap. Rows that a gate turns away go back to pending without
-// consuming an attempt.
+// gate protects one adapter: a circuit breaker, a rate limit, a
+// concurrency cap and the auth holds of its routes. Rows that a gate turns
+// away go back to pending without consuming an attempt.
 type gate struct {
 	name    string
+	log     *slog.Logger
 	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
 	openFor time.Duration
 	openAt  atomic.Int64 // unix nanos of the last transition to open
 	limiter *rate.Limiter
 	slots   chan struct{} // nil: no cap
 
-	authMu    sync.Mutex
-	authCount int       // consecutive holds
-	authUntil time.Time // no dispatch before
+	// breakerMu serialises breaker verdicts so a state change is logged
+	// with the route whose answer caused it.
+	breakerMu    sync.Mutex
+	breakerRoute string
+
+	authMu sync.Mutex
+	routes map[string]bool  // the routes (tools) of the loaded config sending to this adapter
+	held   map[string]*hold // route -> its auth hold
+	whole  *hold            // the whole adapter, once several routes are refused alike
 }
+
+// hold is one auth hold: of a route, or of the whole adapter.
+type hold struct {
+	since time.Time // when the first refusal of this hold came
+	until time.Time // nothing is sent before
+	count int       // refusals since the hold began: each lengthens the next
+	// probeAt: the hold is over and one request (the recheck) went out at
+	// that moment; until its answer the others wait.
+	probeAt time.Time
+}
+
+// wholeAdapter is the route label of a hold of the whole adapter.
+const wholeAdapter = "*"
 
 // Breaker outcomes reported through done.
 var (
@@ -48,8 +71,8 @@ type GatePolicy struct {
 	MaxConcurrency int
 }
 
-func newGate(name string, p GatePolicy, m *Metrics) *gate {
-	g := &gate{name: name, openFor: p.BreakerOpenFor}
+func newGate(name string, p GatePolicy, m *Metrics, log *slog.Logger) *gate {
+	g := &gate{name: name, log: log, openFor: p.BreakerOpenFor, routes: map[string]bool{}, held: map[string]*hold{}}
 	if p.BreakerFailures > 0 {
 		failures := uint32(p.BreakerFailures)
 		g.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -58,10 +81,11 @@ func newGate(name string, p GatePolicy, m *Metrics) *gate {
 			Timeout:     p.BreakerOpenFor,
 			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 			IsExcluded:  func(err error) bool { return errors.Is(err, errBreakerNeutral) },
-			OnStateChange: func(_ string, _, to gobreaker.State) {
+			OnStateChange: func(_ string, from, to gobreaker.State) {
 				if to == gobreaker.StateOpen {
 					g.openAt.Store(time.Now().UnixNano())
 				}
+				g.logBreaker(from, to)
 				if m != nil {
 					m.CircuitBreakerState.WithLabelValues(name).Set(breakerGauge(to))
 				}
@@ -96,28 +120,41 @@ type refusal struct {
 	delay  time.Duration
 }
 
-// Auth holds: after the provider refuses the adapter's credentials, the
-// adapter sends nothing for authHoldBase, doubling with each refusal that
-// follows a hold, up to authHoldCap; any other answer ends it. Rows wait
+// Auth holds: after the provider refuses the credentials on a route, that
+// route sends nothing for authHoldBase, doubling with each refusal that
+// follows a hold, up to authHoldCap. Once a hold is over one request goes
+// out to recheck (the others wait, authProbeWait at a time); any other
+// answer ends the hold. When several routes of an adapter are refused alike
+// (or its only route is), the whole adapter is held the same way. Rows wait
 // without consuming attempts (a broken credential is not the rows' fault),
-// and whether or not a breaker is configured they no longer cycle once a
-// second writing audit entries.
+// deferred in bulk rather than looked at one by one; other routes of the
+// adapter, and other adapters, are not delayed.
 const (
-	authHoldBase = time.Second
-	authHoldCap  = 5 * time.Minute
+	authHoldBase  = time.Second
+	authHoldCap   = 5 * time.Minute
+	authProbeWait = 500 * time.Millisecond
+	// authProbeLost: a recheck without an answer for this long (its worker
+	// died with the lease) no longer keeps the others waiting.
+	authProbeLost = time.Minute
 )
 
-// admit reserves a slot, a rate token and a breaker permit. On success the
-// caller must call the returned done with the attempt's result.
-func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
-	if left := g.authHoldLeft(); left > 0 {
+// admit reserves a slot, a rate token and a breaker permit for a row of
+// route (its tool). On success the caller must call the returned done with
+// the attempt's result.
+func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), ref *refusal) {
+	probing, left := g.holdAdmit(route)
+	if left > 0 {
 		return nil, &refusal{reason: outbox.RefusedAuthHold, delay: left + jitterAround(r, left/4+10*time.Millisecond)}
+	}
+	refuse := func(ref *refusal) (func(dispatch.Result), *refusal) {
+		g.unprobe(probing)
+		return nil, ref
 	}
 	if g.slots != nil {
 		select {
 		case g.slots <- struct{}{}:
 		default:
-			return nil, &refusal{reason: outbox.RefusedSaturated, delay: jitterAround(r, 500*time.Millisecond)}
+			return refuse(&refusal{reason: outbox.RefusedSaturated, delay: jitterAround(r, 500*time.Millisecond)})
 		}
 	}
 	release := func() {
@@ -130,7 +167,7 @@ func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
 		if d := res.Delay(); d > 0 {
 			res.Cancel()
 			release()
-			return nil, &refusal{reason: outbox.RefusedRateLimited, delay: d + jitterAround(r, 20*time.Millisecond)}
+			return refuse(&refusal{reason: outbox.RefusedRateLimited, delay: d + jitterAround(r, 20*time.Millisecond)})
 		}
 	}
 	var breakerDone func(error)
@@ -139,52 +176,212 @@ func (g *gate) admit(r *rand.Rand) (done func(dispatch.Result), ref *refusal) {
 		breakerDone, err = g.breaker.Allow()
 		if err != nil {
 			release()
-			return nil, &refusal{reason: outbox.RefusedBreakerOpen, delay: g.remainingOpen(r)}
+			return refuse(&refusal{reason: outbox.RefusedBreakerOpen, delay: g.remainingOpen(r)})
 		}
 	}
 	var once sync.Once
 	return func(res dispatch.Result) {
 		once.Do(func() {
+			wholeHeld := g.noteAuth(route, res)
 			if breakerDone != nil {
-				breakerDone(breakerVerdict(res))
+				g.breakerMu.Lock()
+				g.breakerRoute = route
+				breakerDone(breakerVerdict(res, wholeHeld))
+				g.breakerMu.Unlock()
 			}
-			g.noteAuth(res)
 			release()
 		})
 	}, nil
 }
 
-// noteAuth starts or lengthens the auth hold on a refusal of the
-// credentials, and ends it on any answer that shows they work.
-func (g *gate) noteAuth(res dispatch.Result) {
+// holdAdmit checks the adapter's hold and route's: how long the row must
+// still wait, or, when a hold is over, the holds this row rechecks.
+func (g *gate) holdAdmit(route string) (probing []*hold, left time.Duration) {
 	g.authMu.Lock()
 	defer g.authMu.Unlock()
 	now := time.Now()
-	switch {
-	case res.Outcome == dispatch.Auth:
-		if now.Before(g.authUntil) {
-			return // attempts sent before the hold began: one hold per round
+	for _, h := range []*hold{g.whole, g.held[route]} {
+		switch {
+		case h == nil:
+		case now.Before(h.until):
+			left = max(left, h.until.Sub(now))
+		case !h.probeAt.IsZero() && now.Sub(h.probeAt) < authProbeLost:
+			left = max(left, authProbeWait)
+		default:
+			probing = append(probing, h)
 		}
-		hold := authHoldCap
-		if g.authCount < 20 {
-			hold = min(authHoldCap, authHoldBase<<g.authCount)
-		}
-		g.authCount++
-		g.authUntil = now.Add(hold)
-	case res.Succeeded() || res.Outcome == dispatch.Terminal || res.Status > 0:
-		g.authCount = 0
-		g.authUntil = time.Time{}
+	}
+	if left > 0 {
+		return nil, left
+	}
+	for _, h := range probing {
+		h.probeAt = now
+	}
+	return probing, 0
+}
+
+// unprobe lets another row recheck the holds a refused row would have.
+func (g *gate) unprobe(probing []*hold) {
+	if len(probing) == 0 {
+		return
+	}
+	g.authMu.Lock()
+	defer g.authMu.Unlock()
+	for _, h := range probing {
+		h.probeAt = time.Time{}
 	}
 }
 
-// authHoldLeft is how long the adapter is still held back, 0 if it is not.
-func (g *gate) authHoldLeft() time.Duration {
+// holdFor is the length of a hold after count refusals that followed holds.
+func holdFor(count int) time.Duration {
+	if count >= 20 {
+		return authHoldCap
+	}
+	return min(authHoldCap, authHoldBase<<count)
+}
+
+// noteAuth starts or lengthens the auth hold of route on a refusal of the
+// credentials, and that of the whole adapter once several of its routes are
+// held; an answer that shows the credentials work ends both. It reports
+// whether the whole adapter is held (only then does a refusal count toward
+// the breaker: one route's refusal says nothing of the provider's health).
+func (g *gate) noteAuth(route string, res dispatch.Result) (wholeHeld bool) {
+	type event struct {
+		start bool
+		route string
+		since time.Time
+	}
+	var events []event
+	g.authMu.Lock()
+	now := time.Now()
+	switch {
+	case res.Outcome == dispatch.Auth:
+		h := g.held[route]
+		switch {
+		case h == nil:
+			h = &hold{since: now}
+			g.held[route] = h
+			events = append(events, event{start: true, route: route})
+		case now.Before(h.until):
+			// sent before the hold began: one hold per round
+		default:
+			h.count++
+		}
+		if !now.Before(h.until) {
+			h.until, h.probeAt = now.Add(holdFor(h.count)), time.Time{}
+		}
+		switch w := g.whole; {
+		case w == nil && len(g.held) >= min(2, max(len(g.routes), 1)):
+			g.whole = &hold{since: now, until: now.Add(holdFor(0))}
+			events = append(events, event{start: true, route: wholeAdapter})
+		case w != nil && !now.Before(w.until):
+			w.count++
+			w.until, w.probeAt = now.Add(holdFor(w.count)), time.Time{}
+		}
+	case res.Succeeded() || res.Outcome == dispatch.Terminal || res.Status > 0:
+		if h := g.held[route]; h != nil {
+			delete(g.held, route)
+			events = append(events, event{route: route, since: h.since})
+		}
+		if g.whole != nil {
+			events = append(events, event{route: wholeAdapter, since: g.whole.since})
+			g.whole = nil
+		}
+	default:
+		// No answer (connection error, timeout): the recheck is still owed.
+		for _, h := range []*hold{g.whole, g.held[route]} {
+			if h != nil {
+				h.probeAt = time.Time{}
+			}
+		}
+	}
+	wholeHeld = g.whole != nil
+	g.authMu.Unlock()
+	for _, ev := range events {
+		if ev.start {
+			g.log.Warn("auth hold started: the provider refused the credentials; rows wait without consuming attempts",
+				"adapter", g.name, "route", ev.route)
+		} else {
+			g.log.Info("auth hold ended: the provider accepted the credentials", "adapter", g.name, "route", ev.route,
+				"held_for", now.Sub(ev.since).Round(time.Millisecond))
+		}
+	}
+	return wholeHeld
+}
+
+// holdLeft is how long rows of route are still held back, 0 if they are not.
+func (g *gate) holdLeft(route string) time.Duration {
 	if g == nil {
 		return 0
 	}
 	g.authMu.Lock()
 	defer g.authMu.Unlock()
-	return max(0, time.Until(g.authUntil))
+	var left time.Duration
+	for _, h := range []*hold{g.whole, g.held[route]} {
+		if h != nil {
+			left = max(left, time.Until(h.until))
+		}
+	}
+	return left
+}
+
+// setRoutes records the routes sending to this adapter and forgets the
+// holds of routes no longer among them.
+func (g *gate) setRoutes(routes map[string]bool) {
+	g.authMu.Lock()
+	defer g.authMu.Unlock()
+	g.routes = routes // nil: none
+	for r := range g.held {
+		if !routes[r] {
+			delete(g.held, r)
+		}
+	}
+	if len(g.held) == 0 {
+		g.whole = nil
+	}
+}
+
+// logBreaker logs each opening of the breaker and each closing once; a
+// failed half-open probe (the breaker stays open) and the half-open state
+// itself are debug lines.
+func (g *gate) logBreaker(from, to gobreaker.State) {
+	// Called inside the breaker's own lock: from a verdict (breakerMu held,
+	// breakerRoute set) or from Allow (no route: half-open after open_for).
+	switch {
+	case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
+		g.log.Warn("circuit breaker opened: the provider looks down; its rows wait without consuming attempts",
+			"adapter", g.name, "route", g.breakerRoute, "open_for", g.openFor)
+	case to == gobreaker.StateClosed:
+		g.log.Info("circuit breaker closed: the provider answers again", "adapter", g.name, "route", g.breakerRoute)
+	default:
+		g.log.Debug("circuit breaker state", "adapter", g.name, "from", from.String(), "to", to.String())
+	}
+}
+
+// status is what the gate says of its adapter for readiness and metrics.
+func (g *gate) status(now time.Time) AdapterState {
+	st := AdapterState{Adapter: g.name, Ready: true}
+	if g.breaker != nil {
+		switch g.breaker.State() {
+		case gobreaker.StateOpen:
+			st.Ready, st.Reason = false, "circuit breaker open"
+		case gobreaker.StateHalfOpen:
+			st.Ready, st.Reason = false, "circuit breaker half-open"
+		}
+	}
+	g.authMu.Lock()
+	defer g.authMu.Unlock()
+	if g.whole != nil {
+		st.Holds = append(st.Holds, Hold{Route: wholeAdapter, Since: g.whole.since})
+		if st.Ready {
+			st.Ready, st.Reason = false, "credentials refused on several routes (auth hold)"
+		}
+	}
+	for r, h := range g.held {
+		st.Holds = append(st.Holds, Hold{Route: r, Since: h.since})
+	}
+	slices.SortFunc(st.Holds, func(a, b Hold) int { return strings.Compare(a.Route, b.Route) })
+	return st
 }
 
 // remainingOpen is how long the breaker stays open, jittered so the rows it
@@ -197,14 +394,20 @@ func (g *gate) remainingOpen(r *rand.Rand) time.Duration {
 	return left + jitterAround(r, left/4+10*time.Millisecond)
 }
 
-// breakerVerdict: provider-down signals are failures; answers that show the
-// provider is up (success, replay, terminal 4xx) are successes; the rest is
-// neutral.
-func breakerVerdict(res dispatch.Result) error {
+// breakerVerdict: provider-down signals are failures (an auth refusal only
+// once it holds the whole adapter); answers that show the provider is up
+// (success, replay, terminal 4xx) are successes; the rest is neutral.
+func breakerVerdict(res dispatch.Result, wholeHeld bool) error {
+	if res.Reason == dispatch.ReasonNotReady {
+		return errBreakerNeutral // the adapter did not ask its provider
+	}
 	switch res.Outcome {
 	case dispatch.Success, dispatch.Replay, dispatch.Terminal:
 		return nil
 	case dispatch.Auth:
+		if !wholeHeld {
+			return errBreakerNeutral // one route's credentials, not the provider
+		}
 		return errBreakerFailure
 	case dispatch.Retry, dispatch.Ambiguous:
 		switch res.Status {
@@ -239,6 +442,13 @@ func (e *Engine) attachGates(rt *Routing) {
 	defer e.gatesMu.Unlock()
 	names := rt.Registry.Names()
 	gates := make(map[string]*gate, len(names))
+	routesOf := map[string]map[string]bool{}
+	for tool, r := range rt.Routes {
+		if routesOf[r.Adapter] == nil {
+			routesOf[r.Adapter] = map[string]bool{}
+		}
+		routesOf[r.Adapter][tool] = true
+	}
 	for _, name := range names {
 		p := rt.Policies[name]
 		if p.MaxConcurrency == 0 && len(names) > 1 && e.cfg.Workers > 1 {
@@ -246,10 +456,11 @@ func (e *Engine) attachGates(rt *Routing) {
 		}
 		if old, ok := e.gates[name]; ok && e.gatePolicy[name] == p {
 			gates[name] = old
-			continue
+		} else {
+			gates[name] = newGate(name, p, e.metrics, e.log)
+			e.gatePolicy[name] = p
 		}
-		gates[name] = newGate(name, p, e.metrics)
-		e.gatePolicy[name] = p
+		gates[name].setRoutes(routesOf[name])
 	}
 	e.gates = gates
 	rt.gates = gates

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Metrics holds every collector of the engine (CONTRACT §7). Build it once per
+// Metrics holds every collector of the engine (docs/reference.md §7). Build it once per
 // process with NewMetrics on an injected registerer.
 type Metrics struct {
 	OutboxRows              *prometheus.GaugeVec
@@ -41,6 +41,9 @@ type Metrics struct {
 	// enqueueDuplicates and enqueueMismatches hold the database's counts
 	// (sequences bumped by drainer.enqueue), read with the periodic gauges.
 	enqueueDuplicates, enqueueMismatches atomic.Uint64
+	// adapterStates is the engine's AdapterStates, read at each scrape
+	// for drainer_adapter_ready and drainer_hold_seconds.
+	adapterStates atomic.Pointer[func() []AdapterState]
 }
 
 // NewMetrics registers every collector on reg and pre-initialises the label
@@ -50,6 +53,14 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 	m := &Metrics{}
 	m.registerDispatch(f, version)
 	m.registerBacklog(f)
+	if reg != nil {
+		reg.MustRegister(newAdapterCollector(func() []AdapterState {
+			if fn := m.adapterStates.Load(); fn != nil {
+				return (*fn)()
+			}
+			return nil
+		}))
+	}
 	return m
 }
 

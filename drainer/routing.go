@@ -7,6 +7,7 @@ import (
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 )
 
 // Route is the resolved policy of one tool_name.
@@ -134,4 +135,25 @@ func (rt *Routing) NonIdempotentTools() []string {
 		}
 	}
 	return tools
+}
+
+// unroutedReclaimHold holds a reclaimed row whose tool the routing does not
+// route when no route gives a longer hold: the default max_retry_after.
+const unroutedReclaimHold = time.Hour
+
+// ReclaimPolicy is how the rows of expired leases are taken back: parked on
+// non_idempotent routes, and each held for its route's max_retry_after past
+// its lease expiry, the longest Retry-After the lost attempt may have been
+// given. A tool without a route (removed since the claim) is held for the
+// longest max_retry_after of any route, or an hour when there is none.
+func (rt *Routing) ReclaimPolicy() store.ReclaimPolicy {
+	p := store.ReclaimPolicy{NonIdempotent: rt.NonIdempotentTools(), Hold: make(map[string]time.Duration, len(rt.Routes))}
+	for tool, r := range rt.Routes {
+		p.Hold[tool] = r.Backoff.MaxRetryAfter
+		p.OtherHold = max(p.OtherHold, r.Backoff.MaxRetryAfter)
+	}
+	if len(rt.Routes) == 0 {
+		p.OtherHold = unroutedReclaimHold
+	}
+	return p
 }

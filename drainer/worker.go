@@ -58,15 +58,16 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	msg, res := e.attempt(ctx, row, entry)
 	done(res)
 	if e.workCtx.Err() != nil && !res.Succeeded() && res.Outcome != dispatch.Terminal && res.Outcome != dispatch.Auth && res.NotSent {
-		return release(row, 0, true, nil, "") // shutting down before it was sent
+		return release(row, 0, true, nil, "", noteShutdown) // shutting down before it was sent
 	}
 	route, res = e.classify(ctx, route, msg, res)
 	env := decideEnv{now: row.DBNow}
 	if res.Outcome == dispatch.Auth {
-		// Credentials refused: the adapter is held back, longer each time,
-		// and the row waits at least as long (it consumed no attempt, so
-		// its own backoff would not grow).
-		env.authHold = g.authHoldLeft()
+		// Credentials refused: the route (or, refused on several routes,
+		// the adapter) is held back, longer each time, and the row waits
+		// at least as long (it consumed no attempt, so its own backoff
+		// would not grow); the route's other due rows are deferred.
+		env.authHold = g.holdLeft(route.Tool)
 		e.deferrer.refuse(route.Tool, outbox.RefusedAuthHold, env.authHold)
 	}
 	e.rngMu.Lock()
@@ -89,7 +90,7 @@ func (e *Engine) refused(row *claimedRow, route *Route, entry *dispatch.Entry, r
 	case outbox.RefusedAuthHold:
 		e.deferrer.refuse(route.Tool, outbox.RefusedAuthHold, ref.delay)
 	}
-	c := release(row, ref.delay, false, &msg, outcome)
+	c := release(row, ref.delay, false, &msg, outcome, fmt.Sprintf(noteRefusedFmt, refusalNote[ref.reason]))
 	c.adapter = entry.Name
 	return c
 }
@@ -182,7 +183,7 @@ var refusalText = map[string]string{
 	outbox.RefusedBreakerOpen: "circuit breaker is open (the provider looks down)",
 	outbox.RefusedSaturated:   "is at max_concurrency",
 	outbox.RefusedRateLimited: "is at its rate_limit",
-	outbox.RefusedAuthHold:    "is held back: the provider refused its credentials",
+	outbox.RefusedAuthHold:    "is held back for this route: the provider refused the credentials (auth hold)",
 }
 
 // admit passes a row through its adapter's gate. While the primary's breaker
@@ -192,7 +193,7 @@ func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry) (*dispa
 	e.rngMu.Lock()
 	defer e.rngMu.Unlock()
 	g := rt.gates[entry.Name]
-	done, ref := g.admit(e.rng)
+	done, ref := g.admit(e.rng, route.Tool)
 	if ref == nil || ref.reason != outbox.RefusedBreakerOpen || route.Critical || route.Fallback == "" {
 		return entry, g, done, ref
 	}
@@ -201,7 +202,7 @@ func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry) (*dispa
 		return entry, g, nil, ref
 	}
 	fg := rt.gates[fb.Name]
-	fdone, fref := fg.admit(e.rng)
+	fdone, fref := fg.admit(e.rng, route.Tool)
 	if fref != nil {
 		// The fallback is busy for now: come back when it may have room,
 		// not when the primary's breaker closes.

@@ -242,7 +242,7 @@ routes:
     adapter: provider
     class: key_idempotent
     max_attempts: 50
-    backoff: {base: 50ms, cap: 500ms}
+    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
 `, pgChaosLease, srv.URL, pgChaosTimeout)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	s := &pgChaos{

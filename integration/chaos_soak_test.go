@@ -82,12 +82,12 @@ routes:
     adapter: provider
     class: key_idempotent
     max_attempts: 50
-    backoff: {base: 50ms, cap: 500ms}
+    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
   %s:
     adapter: provider
     class: key_idempotent
     max_attempts: 50
-    backoff: {base: 50ms, cap: 500ms}
+    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
 `, baseURL, soakRejectedTool)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {
@@ -108,7 +108,7 @@ routes:
 	soakWaitSettled(t, s, replicas)
 	elapsed := time.Since(start)
 
-	// A failed row aborts its run (CONTRACT §6): the run's never-attempted
+	// A failed row aborts its run (docs/reference.md §6): the run's never-attempted
 	// rows end cancelled, the attempted ones finish; nothing here names a
 	// compensation, so every such saga ends done. Rows of the other runs
 	// all succeed. (Effects of failed and cancelled rows: chaosCheck.)

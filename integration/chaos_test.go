@@ -132,7 +132,7 @@ routes:
     adapter: provider
     class: key_idempotent
     max_attempts: 50
-    backoff: {base: 50ms, cap: 500ms}
+    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
 `, baseURL)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	keys := enqueueCharges(t, pool, rows)

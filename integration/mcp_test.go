@@ -12,13 +12,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +25,7 @@ import (
 	"github.com/drainer-io/drainer/idemkey"
 )
 
-// Wire names of CONTRACT §5, spelled out here rather than imported, so the
+// Wire names of docs/reference.md §5, spelled out here rather than imported, so the
 // tests check the contract and not the adapter's own constants.
 const (
 	mcpMetaKey   = "io.drainer/idempotency-key"
@@ -260,7 +257,7 @@ func mcpJSONEqual(t *testing.T, a, b string) bool {
 
 // TestMCPDrain runs `drainer run` against an MCP server built with the SDK:
 // intents for four tools, enqueued with `drainer enqueue` and with SQL
-// drainer.enqueue, drain as CONTRACT §5 says. Each tools/call carries the
+// drainer.enqueue, drain as docs/reference.md §5 says. Each tools/call carries the
 // row's key in _meta and in the Idempotency-Key header and its tuple in
 // _meta; response holds structuredContent, or {"content": [...]} without it;
 // isError: true ends the row failed; a 503 with Retry-After is retried with
@@ -597,7 +594,8 @@ func TestMCPStartupMissingTool(t *testing.T) {
 
 // TestMCPNotAnMCPServer: the adapter url answers 200 text/html (a web
 // page, not an MCP endpoint). `drainer run` does not retry at startup: it
-// exits 2 after one request with an error at the adapter's line naming the
+// exits 2 after two requests (server/discover for the stateless revision,
+// then initialize) with an error at the adapter's line naming the
 // adapter and what came back, and nothing is dispatched.
 func TestMCPNotAnMCPServer(t *testing.T) {
 	dbURL, pool := newMigratedDB(t)
@@ -636,8 +634,8 @@ func TestMCPNotAnMCPServer(t *testing.T) {
 		if strings.Contains(out, secret) {
 			t.Errorf("drainer run output contains the TOOLS_TOKEN secret")
 		}
-		if n := requests(); n != 1 {
-			t.Errorf("the server got %d requests, want 1 (initialize, not retried)", n)
+		if n := requests(); n != 2 {
+			t.Errorf("the server got %d requests, want 2 (server/discover, then initialize; not retried)", n)
 		}
 		if r := readRow(t, pool, key); r.Status != "pending" || r.Attempts != 0 {
 			t.Errorf("row: status %s attempts %d; want pending, 0", r.Status, r.Attempts)
@@ -660,83 +658,4 @@ func TestMCPNotAnMCPServer(t *testing.T) {
 			`initialize answered HTTP 200 with content type "text/html; charset=utf-8", not JSON-RPC`,
 			"is the url an MCP Streamable HTTP endpoint?")
 	})
-}
-
-// TestMCPServerUnreachableAtStartup: an MCP server that hangs up on every
-// connection at startup (restarting during a rollout) is a runtime
-// condition, not a config error: `drainer run` stays up, logs that it waits
-// for the provider, answers /readyz "not ready", and once the server
-// answers it starts and drains the row, exactly once.
-func TestMCPServerUnreachableAtStartup(t *testing.T) {
-	dbURL, pool := newMigratedDB(t)
-	secret := mcpSecret(t)
-	t.Setenv("TOOLS_TOKEN", secret)
-	ts := newMCPToolServer(t, secret)
-	var key string
-	if err := pool.QueryRow(context.Background(),
-		`SELECT key FROM drainer.enqueue('run-1', 's1', 'create_ticket', 'acme', '{"title":"Disk full"}'::jsonb)`).Scan(&key); err != nil {
-		t.Fatal(err)
-	}
-
-	// A front that hangs up on every request while broken, then passes
-	// requests through to the MCP server.
-	target, err := url.Parse(ts.srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.FlushInterval = -1
-	var broken atomic.Bool
-	var hangups atomic.Int64
-	broken.Store(true)
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if broken.Load() {
-			hangups.Add(1)
-			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				c.Close()
-			}
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer front.Close()
-
-	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", mcpConfig(front.URL+"/mcp", "  create_ticket: {adapter: tools_server, class: key_idempotent}\n"))
-	d := startDaemon(t, "drainer-mcp-unreachable", "--config", cfgPath, "--database-url", dbURL)
-	waitFor(t, 2*time.Minute, "two startup attempts refused by the hang-up", func() (bool, string) {
-		d.requireRunning()
-		return hangups.Load() >= 2 && strings.Count(d.stderr.String(), "provider unreachable at startup; retrying") >= 2,
-			fmt.Sprintf("%d hang-ups", hangups.Load())
-	})
-	if code, _ := d.get("/readyz"); code == http.StatusOK {
-		t.Errorf("/readyz answered 200 while the provider is unreachable at startup")
-	}
-	if r := readRow(t, pool, key); r.Status != "pending" || r.Attempts != 0 {
-		t.Errorf("row while waiting: status %s attempts %d; want pending, 0", r.Status, r.Attempts)
-	}
-
-	broken.Store(false)
-	waitFor(t, 2*time.Minute, "the row succeeded once the server answers", func() (bool, string) {
-		d.requireRunning()
-		r := readRow(t, pool, key)
-		return r.Status == "succeeded", r.Status
-	})
-	d.waitReady(time.Minute)
-	_, handled, _, _ := ts.snapshot()
-	calls := 0
-	for _, h := range handled {
-		if h.key == key {
-			calls++
-		}
-	}
-	if calls != 1 {
-		t.Errorf("the tool ran %d times for the row, want 1", calls)
-	}
-	if out := d.stderr.String(); strings.Contains(out, secret) {
-		t.Errorf("drainer run output contains the TOOLS_TOKEN secret")
-	}
-	d.signal(syscall.SIGTERM)
-	if code := d.exitCode(time.Minute); code != 0 {
-		t.Errorf("drainer run exited %d after SIGTERM, want 0", code)
-	}
 }

@@ -43,11 +43,11 @@ adapters:
     url: %s/{tool_name}
     timeout: 3s
 routes:
-  charge_card: {adapter: provider, compensation: refund_card, backoff: {base: 50ms, cap: 200ms}}
-  reserve_stock: {adapter: provider, compensation: release_stock, backoff: {base: 50ms, cap: 200ms}}
+  charge_card: {adapter: provider, compensation: refund_card, backoff: {base: 50ms, cap: 200ms, max_retry_after: 5s}}
+  reserve_stock: {adapter: provider, compensation: release_stock, backoff: {base: 50ms, cap: 200ms, max_retry_after: 5s}}
   ship_order: {adapter: provider}
-  refund_card: {adapter: provider, max_attempts: 20, backoff: {base: 50ms, cap: 200ms}}
-  release_stock: {adapter: provider, max_attempts: 20, backoff: {base: 50ms, cap: 200ms}}
+  refund_card: {adapter: provider, max_attempts: 20, backoff: {base: 50ms, cap: 200ms, max_retry_after: 5s}}
+  release_stock: {adapter: provider, max_attempts: 20, backoff: {base: 50ms, cap: 200ms, max_retry_after: 5s}}
 `, srv.URL)
 	cfgPath := writeFile(t, dir, "drainer.yaml", cfg)
 	ctx := context.Background()

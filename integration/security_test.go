@@ -751,7 +751,7 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 				secClean(t, "requeue "+v, runCLI(t, env, "requeue", v, "--actor="+v), 1)
 				secClean(t, "requeue --status "+v, runCLI(t, env, "requeue", "--status="+v), 2)
 				secClean(t, "cancel "+v, runCLI(t, env, "cancel", v, "--actor="+v, "--reason="+v), 1)
-				secClean(t, "cancel --run "+v, runCLI(t, env, "cancel", "--run="+v, "--actor="+v), 0)
+				secClean(t, "cancel --run "+v, runCLI(t, env, "cancel", "--run="+v, "--actor="+v, "--reason="+v), 0)
 				secClean(t, "abort "+v, runCLI(t, env, "abort", v, "--reason="+v, "--actor="+v), 1)
 				secClean(t, "resolve "+v, runCLI(t, env, "resolve", v, "--note="+v, "--actor="+v), 1)
 				// A pause names what it pauses: the value is data, stored as is.
@@ -815,8 +815,15 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 			key := tuple.Key()
 			if via == "cli" {
 				args := []string{"enqueue", "--run=" + tuple.AgentRunID, "--step=" + tuple.StepID, "--tool=" + tuple.ToolName,
-					"--scope=" + tuple.BusinessScope, "--payload=" + string(payload), "--traceparent=" + v}
-				res := runCLI(t, env, args...)
+					"--scope=" + tuple.BusinessScope, "--payload=" + string(payload)}
+				// As a traceparent the value is refused, naming the field,
+				// and nothing is enqueued.
+				res := runCLI(t, env, append(args, "--traceparent="+v)...)
+				if res.code != 1 || !strings.Contains(res.stderr, "is not a W3C trace context") {
+					t.Errorf("enqueue with traceparent %q: %s, want exit 1 naming the traceparent", v, res)
+				}
+				args = append(args, "--traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+				res = runCLI(t, env, args...)
 				secClean(t, "enqueue "+strconv.Quote(v), res, 0)
 				if strings.TrimSpace(res.stdout) != key+" created" {
 					t.Errorf("enqueue %q: %q, want %q", v, res.stdout, key+" created")
@@ -1169,7 +1176,7 @@ retention: {interval: 1s, cancelled: 1s}
 	// The producer aborts a run whose row waits on a paused route; the
 	// cancelled row is pruned to a tombstone.
 	// (The row is pending, deferred by the pause; should a claim hold it at
-	// this instant, the saga cancels it right after, as CONTRACT §6 says.)
+	// this instant, the saga cancels it right after, as docs/reference.md §6 says.)
 	var cancelled int
 	if err := producer.QueryRow(ctx, `SELECT drainer.abort_run($1, $2)`, "run-c", "the agent changed its mind").Scan(&cancelled); err != nil {
 		t.Fatalf("drainer.abort_run as the producer: %v", err)
@@ -1206,7 +1213,7 @@ retention: {interval: 1s, cancelled: 1s}
 	op("list", "--status", "compensated", "--run", "run-a", "--older-than", "1ms")
 	op("inspect", bookA.Key())
 	op("inspect", heldC.Key(), "--output", "json")
-	op("cancel", "--run", "run-a", "--dry-run")
+	op("cancel", "--run", "run-a", "--dry-run", "--reason", "preview")
 	op("requeue", "--status", "failed", "--dry-run")
 	op("pause", "--adapter", "provider")
 	op("pause")
@@ -1556,7 +1563,7 @@ func TestSecurityProducerNeedsOnlyExecute(t *testing.T) {
 	t.Run("enqueue_prune_race_answers_existing", func(t *testing.T) {
 		// drainer.enqueue of a tuple whose row a prune moves to the
 		// tombstones at that very moment deletes the row it just inserted
-		// and answers created = false (CONTRACT §2), under the producer role.
+		// and answers created = false (docs/reference.md §2), under the producer role.
 		tp := idemkey.Tuple{AgentRunID: "race-run", StepID: "1", ToolName: "charge", BusinessScope: "acct-1"}
 		key := secEnqueue(t, producer, tp, `{"amount_cents":100}`)
 		if _, err := admin.Exec(ctx, `UPDATE drainer.outbox SET status = 'succeeded' WHERE key = $1`, key); err != nil {

@@ -233,3 +233,38 @@ func strOrNil(s *string) any {
 	}
 	return *s
 }
+
+// TestSIGTERMWhileStartingExitsZero sends SIGHUP then SIGTERM to `drainer
+// run` while it is still starting, before any command code has run (a
+// starved start is played with DRAINER_TEST_START_DELAY), and against a
+// database that cannot be reached: both are caught from main's first
+// statement, so the reload request is dropped (the config is read after it)
+// and the daemon exits 0, having claimed nothing, and says why.
+func TestSIGTERMWhileStartingExitsZero(t *testing.T) {
+	cfg := `workers: 2
+lease: 10s
+adapters:
+  p: {type: http, url: "http://127.0.0.1:1/{tool_name}", timeout: 1s}
+routes:
+  t: {adapter: p}
+`
+	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
+	unreachable := fmt.Sprintf("postgres://drainer@127.0.0.1:%d/none?connect_timeout=2", freePort(t))
+	d := startDaemonEnv(t, "starting", []string{"DRAINER_TEST_START_DELAY=2s"},
+		"--config", cfgPath, "--database-url", unreachable)
+	waitFor(t, 60*time.Second, "the process to be starting", func() (bool, string) {
+		out := d.stderr.String()
+		return strings.Contains(out, "test start delay"), tail(out, 500)
+	})
+	d.signal(syscall.SIGHUP)
+	d.signal(syscall.SIGTERM)
+	if code := d.exitCode(60 * time.Second); code != 0 {
+		t.Fatalf("exit code %d after a SIGTERM during startup, want 0\noutput:\n%s", code, tail(d.stderr.String(), 3000))
+	}
+	out := d.stderr.String()
+	for _, want := range []string{"shutdown signal received", "no row was claimed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, tail(out, 3000))
+		}
+	}
+}

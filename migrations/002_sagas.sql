@@ -1,5 +1,5 @@
 -- Sagas: compensation of an aborted run's succeeded steps, one at a time in
--- reverse enqueue order (CONTRACT §6).
+-- reverse enqueue order (docs/reference.md §6).
 
 ALTER TABLE {{.schema}}.runs
     ADD COLUMN saga_state text NOT NULL DEFAULT 'waiting',

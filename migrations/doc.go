@@ -6,10 +6,26 @@
 // next release's schema. schema_meta.min_daemon_schema_version records the
 // oldest schema version a daemon must know to work on the current schema.
 //
+// The schema's code lives apart from its history. code/ holds the current
+// definition of every function, view and trigger, one file each
+// (code/functions/enqueue.sql is where drainer.enqueue is defined, and
+// nowhere else counts), installed by Migrate after the numbered migrations
+// as one tern code package (code/install.sql), under the migration lock,
+// whenever the schema holds an older CodeRevision or other content. The
+// numbered migrations keep tables, indexes, grants and data; the function
+// definitions in 001-015 are history, superseded by code/. To change a
+// function, edit its file and bump CodeRevision (TestCodeRevisionNamesTheFiles
+// says so); a change that needs new tables or data also adds a migration.
+// TestDefinitionsEqualTheFiles proves that the database holds exactly what
+// the files say, and TestUpgradeTo015KeepsEveryKey that an upgraded schema
+// holds what a fresh one does.
+//
 // # Files
 //
 //	embed.go                  the embedded *.sql files
 //	migrate.go                DefaultSchema, ValidateSchema, Latest, Migrate, Check
+//	code.go                   the code package: Code, CodeRevision, its install
+//	code/                     install.sql; functions/, views/, triggers/: one file each
 //	001_init.sql              schema_meta, outbox, runs, tombstones, backlog_snapshot;
 //	                          the key functions, enqueue, result, abort_run, triggers
 //	002_sagas.sql             saga state on runs, advance_saga, its triggers, the sagas view
@@ -30,4 +46,10 @@
 //	012_enqueue_inline.sql    enqueue with its checks, key and hash evaluated inline
 //	013_wake_gate.sql         the insert trigger notifies only while a daemon sleeps
 //	014_wake_position.sql     the notification carries the first new row's claim position
+//	015_exactly_once.sql      the key space (keys; tombstones becomes its view) that a
+//	                          unique check decides; payloads compared as JSON values;
+//	                          traceparents checked; every abort remembered; prune_rows
+//	                          keeps what a saga needs; a parked step holds its saga
+//	016_failures.sql          reclaimed_lease: the expired lease a reclaimed row keeps, so
+//	                          its replica's late completion can still be written
 package migrations

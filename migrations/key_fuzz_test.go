@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// FuzzKeySQL checks CONTRACT §1 on arbitrary tuples: the SQL functions
+// FuzzKeySQL checks docs/reference.md §1 on arbitrary tuples: the SQL functions
 // drainer.canonical_tuple and drainer.idempotency_key reproduce
 // idemkey.Tuple.Canonical and Key byte for byte. Strings the database cannot
 // hold (invalid UTF-8, NUL) are skipped; enqueue refuses them anyway. Longer

@@ -36,9 +36,12 @@ func Latest() int {
 	return len(names)
 }
 
-// Migrate applies every pending migration to schema. It is idempotent and
-// safe to run from many processes at once: the schema is created under a
-// transaction-scoped advisory lock and tern serialises migrations under its own.
+// Migrate applies every pending migration to schema, then installs the
+// current definitions of its functions, views and triggers (code/) when the
+// schema holds an older revision of them. It is idempotent and safe to run
+// from many processes at once: the schema is created, and the definitions
+// installed, under a transaction-scoped advisory lock, and tern serialises
+// migrations under its own.
 func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logger) (applied int, err error) {
 	if err := ValidateSchema(schema); err != nil {
 		return 0, err
@@ -84,6 +87,9 @@ func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logge
 			return 0, fmt.Errorf("migration %s: %w", pgErr.MigrationName, pgErr.PgError)
 		}
 		return 0, fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := installCode(ctx, conn, schema, log); err != nil {
+		return applied, err
 	}
 	return applied, nil
 }

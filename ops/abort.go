@@ -25,7 +25,7 @@ type Aborted struct {
 
 // Abort aborts a run: its never-attempted forward rows are cancelled, later
 // enqueues into it are created cancelled, and the daemon compensates its
-// succeeded rows (CONTRACT §6). A run with no row is a *NotFoundError.
+// succeeded rows (docs/reference.md §6). A run with no row is a *NotFoundError.
 func (c *Client) Abort(ctx context.Context, run string, who Who) (*Aborted, error) {
 	if strings.TrimSpace(who.Reason) == "" {
 		return nil, errors.New("abort needs a reason")

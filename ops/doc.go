@@ -31,10 +31,10 @@
 //     in_flight (a worker holds the lease), outcome_unknown and
 //     compensation_failed (use resolve).
 //
-// A failed forward row aborted its run (CONTRACT §6). Requeueing it revives
+// A failed forward row aborted its run (docs/reference.md §6). Requeueing it revives
 // the run (deletes its runs row and makes the never-attempted rows the abort
 // cancelled pending again) only when that is safe: the abort was caused by a
-// row failure (aborted_by "drainer", no operator abort recorded), the saga
+// row failure (aborted_by "drainer", and no agent or operator asked for the abort: runs.abort_requests is 0), the saga
 // has not started (no compensation row, no compensated row), and every failed
 // forward row of the run is requeued in the same transaction. Otherwise the
 // row is refused: re-running a step of an aborted run would fight its saga.

@@ -104,7 +104,7 @@ func TestInspect(t *testing.T) {
 	}
 
 	// A pruned key answers its final status from the tombstones.
-	e.exec(`INSERT INTO drainer.tombstones (key, payload_hash, final_status) SELECT key, payload_hash, status FROM drainer.outbox WHERE key = $1`, k[0])
+	e.exec(`UPDATE drainer.keys k SET final_status = o.status, pruned_at = now() FROM drainer.outbox o WHERE o.key = k.key AND k.key = $1`, k[0])
 	e.exec(`DELETE FROM drainer.outbox WHERE key = $1`, k[0])
 	in, err = e.c.Inspect(t.Context(), k[0])
 	if err != nil {

@@ -41,7 +41,7 @@ func TestRequeueRefusals(t *testing.T) {
 	}
 
 	// A pruned key answers its final status.
-	e.exec(`INSERT INTO drainer.tombstones (key, payload_hash, final_status) SELECT key, payload_hash, 'succeeded' FROM drainer.outbox WHERE key = $1`, k[0])
+	e.exec(`UPDATE drainer.keys k SET final_status = 'succeeded', pruned_at = now() FROM drainer.outbox o WHERE o.key = k.key AND k.key = $1`, k[0])
 	e.exec(`DELETE FROM drainer.outbox WHERE key = $1`, k[0])
 	_, err := e.c.Requeue(t.Context(), k[0], alice, BulkOptions{})
 	if te := wantRefused(t, err, k[0], "succeeded"); !strings.Contains(te.Why, "pruned") {
@@ -322,5 +322,30 @@ func TestRequeueKeepsRetryAfterFloor(t *testing.T) {
 	}
 	if m := due(k[1]); m > 0 {
 		t.Fatalf("with --ignore-retry-after the row is still %d minutes away", m)
+	}
+}
+
+// An agent that aborts a run which a row failure aborted already is
+// remembered: requeueing the failed row no longer revives the run and sends
+// a step the agent gave up on (before, its abort answered 0, left no trace,
+// and the requeue revived the run).
+func TestRequeueRefusedAfterTheAgentsOwnAbort(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.enqueue("r", "charge", 2)
+	e.set(k[0], "failed", 1) // aborts r (by drainer); k[1] is cancelled
+	if !e.aborted("r") || e.status(k[1]) != "cancelled" {
+		t.Fatal("setup: the failure did not abort r")
+	}
+	e.exec(`SELECT drainer.abort_run('r', 'the agent gave up on the order')`)
+	_, err := e.c.Requeue(t.Context(), k[0], alice, BulkOptions{})
+	if te := wantRefused(t, err, k[0], "failed"); !strings.Contains(te.Why, "asked for its abort") {
+		t.Fatalf("why = %q", te.Why)
+	}
+	if !e.aborted("r") || e.status(k[1]) != "cancelled" {
+		t.Fatal("the refused requeue revived the run")
+	}
+	if a := e.lastAudit("run:r"); a.Event != "agent:abort" || a.Reason == nil || *a.Reason != "the agent gave up on the order" {
+		t.Fatalf("the agent's abort is not on the run's chain: %+v", a)
 	}
 }

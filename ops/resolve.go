@@ -89,7 +89,10 @@ func (c *Client) resolveUnknown(ctx context.Context, tx pgx.Tx, row *Row, r Reso
 	if to == outbox.StatusFailed && row.Kind == outbox.KindCompensation {
 		to = outbox.StatusCompensationFailed // a compensation that cannot succeed halts its saga
 	}
-	lastError := row.LastError
+	// The provider error that parked the row is stale once a human settled
+	// it: succeeded clears it (the note says what was found), failed
+	// replaces it with who resolved it and why.
+	var lastError *string
 	if to != outbox.StatusSucceeded {
 		msg := fmt.Sprintf("resolved as failed by %s: %s", who.Actor, r.Note)
 		lastError = &msg

@@ -15,6 +15,7 @@ func TestResolveOutcomeUnknown(t *testing.T) {
 	e := newEnv(t)
 	k := e.enqueue("r1", "charge", 4)
 	e.set(k[0], "outcome_unknown", 1)
+	e.exec(`UPDATE drainer.outbox SET last_error = 'timeout after 10s: the request may have had its effect' WHERE key = $1`, k[0])
 
 	if _, err := e.c.Resolve(t.Context(), k[0], Resolution{Note: "checked"}, alice); !errors.Is(err, ErrOutcomeRequired) {
 		t.Fatalf("no outcome: err = %v", err)
@@ -29,12 +30,21 @@ func TestResolveOutcomeUnknown(t *testing.T) {
 	if r := e.row(k[0]); r.Status != "succeeded" || *r.Note != "provider dashboard shows the charge" || res.RunAborted {
 		t.Fatalf("row = %+v, result %+v", r, res)
 	}
+	// The error that parked the row is stale: a succeeded row has none.
+	if r := e.row(k[0]); r.LastError != nil {
+		t.Fatalf("last_error of the row resolved succeeded = %q, want NULL", *r.LastError)
+	}
+	var resultError *string
+	if err := e.pool.QueryRow(t.Context(), `SELECT last_error FROM drainer.result($1)`, k[0]).Scan(&resultError); err != nil || resultError != nil {
+		t.Fatalf("drainer.result last_error = %v (%v), want NULL", resultError, err)
+	}
 	if a := e.lastAudit(k[0]); a.Event != "operator:resolve" || a.Actor != "alice" || *a.Reason != "provider dashboard shows the charge" {
 		t.Fatalf("audit = %+v", a)
 	}
 
 	// Resolved as failed, a forward row aborts its run.
 	e.set(k[1], "outcome_unknown", 1)
+	e.exec(`UPDATE drainer.outbox SET last_error = 'connection reset after the request was sent' WHERE key = $1`, k[1])
 	e.set(k[2], "pending", 2) // attempted: finishes first
 	res, err = e.c.Resolve(t.Context(), k[1], Resolution{Note: "no charge at the provider", Outcome: "failed"}, alice)
 	if err != nil {
@@ -46,7 +56,7 @@ func TestResolveOutcomeUnknown(t *testing.T) {
 	if e.status(k[3]) != "cancelled" || e.status(k[2]) != "pending" {
 		t.Fatalf("siblings: %s %s", e.status(k[2]), e.status(k[3]))
 	}
-	if r := e.row(k[1]); !strings.Contains(*r.LastError, "resolved as failed by alice") {
+	if r := e.row(k[1]); !strings.Contains(*r.LastError, "resolved as failed by alice") || strings.Contains(*r.LastError, "connection reset") {
 		t.Fatalf("last_error = %q", *r.LastError)
 	}
 

@@ -40,8 +40,11 @@ func (c *Client) abortedRuns(ctx context.Context, tx pgx.Tx, ids []string, lock 
 // reviveWhy is why requeueing the failed rows in requeued cannot revive
 // the run r, or "" if it can.
 func reviveWhy(r *abortedRun, requeued map[string]bool) string {
-	if r.By != "drainer" || r.OperatorAbort {
+	if r.By != "drainer" {
 		return fmt.Sprintf("its run %s was aborted by %s (%s); re-running a step of an aborted run would fight its saga", r.ID, r.By, r.Reason)
+	}
+	if r.AbortRequested {
+		return fmt.Sprintf("its run %s was aborted by %s (%s) and an agent or operator asked for its abort too (see drainer inspect and the run's audit chain); re-running a step of a run somebody gave up on would undo that decision", r.ID, r.By, r.Reason)
 	}
 	if r.SagaStarted {
 		return fmt.Sprintf("its run %s is aborted and its saga has started compensating (saga_state %s); re-running the step would fight the compensations", r.ID, r.SagaState)

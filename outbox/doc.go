@@ -1,7 +1,7 @@
 // Package outbox holds the leaf types of drainer's outbox that the producer
 // API, the engine, the saga runner and the operator commands share: row
 // statuses and kinds, saga states, and the fixed label values of the
-// metrics (CONTRACT §2, §6, §7). It imports nothing, so a Go agent that
+// metrics (docs/reference.md §2, §6, §7). It imports nothing, so a Go agent that
 // enqueues intents does not pull in the engine's dependencies.
 //
 // # Files

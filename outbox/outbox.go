@@ -2,7 +2,7 @@ package outbox
 
 import "slices"
 
-// Row statuses (CONTRACT §2).
+// Row statuses (docs/reference.md §2).
 const (
 	StatusPending            = "pending"
 	StatusInFlight           = "in_flight"
@@ -43,7 +43,7 @@ const (
 	KindCompensation = "compensation"
 )
 
-// Idempotency classes of a route (CONTRACT §4).
+// Idempotency classes of a route (docs/reference.md §4).
 const (
 	ClassNaturallyIdempotent = "naturally_idempotent" // repeating the call is harmless
 	ClassKeyIdempotent       = "key_idempotent"       // the provider dedupes by the key
@@ -74,7 +74,7 @@ const (
 	AlertRun  = "drainer:alerts"
 )
 
-// Values of drainer_dispatch_total's outcome label (CONTRACT §7).
+// Values of drainer_dispatch_total's outcome label (docs/reference.md §7).
 const (
 	OutcomeSuccess     = "success"
 	OutcomeReplay      = "replay"

@@ -16,7 +16,7 @@ import (
 // errRollback ends a fuzz transaction: every input starts from an empty outbox.
 var errRollback = errors.New("roll back")
 
-// contractProblems lists what CONTRACT §1 (tuple) and Intent.Validate's
+// contractProblems lists what docs/reference.md §1 (tuple) and Intent.Validate's
 // documented payload rules refuse in in, by the name its error must carry.
 func contractProblems(in Intent) []string {
 	var names []string
@@ -44,7 +44,7 @@ func contractProblems(in Intent) []string {
 func storable(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
 // FuzzIntentValidate checks the producer's enqueue-side validation on
-// arbitrary intents: Intent.Validate refuses exactly what CONTRACT §1 and its
+// arbitrary intents: Intent.Validate refuses exactly what docs/reference.md §1 and its
 // payload rules refuse, naming each offending field; the SQL function
 // drainer.enqueue agrees on the tuple (it refuses with 22023 exactly the
 // tuples Go refuses); and an intent that Validate accepts is enqueued under

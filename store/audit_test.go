@@ -38,7 +38,7 @@ func TestAuditOneEntryPerAttempt(t *testing.T) {
 	complete(claim(time.Minute), outbox.StatusPending) // attempt 1: retry at once
 	claim(time.Millisecond)                            // attempt 2: the worker is lost
 	time.Sleep(10 * time.Millisecond)
-	if n, err := st.Reclaim(ctx, pool, nil); err != nil || n != 1 {
+	if n, err := st.Reclaim(ctx, pool, store.ReclaimPolicy{}); err != nil || n != 1 {
 		t.Fatalf("reclaim: %d, %v", n, err)
 	}
 	complete(claim(time.Minute), outbox.StatusSucceeded) // attempt 3

@@ -28,6 +28,10 @@ type ClaimedRow struct {
 	Due         time.Time
 	Traceparent *string
 	ForwardKey  *string
+	// RunAborted: a forward row about to be sent for the first time whose
+	// run is aborted (its enqueue committed after the abort, from a
+	// snapshot that could not see it). It must be cancelled, not sent.
+	RunAborted bool
 }
 
 // Claim is what one claim asks for.
@@ -91,7 +95,9 @@ UPDATE {s}.outbox o
   FROM due
  WHERE o.seq = due.seq
 RETURNING o.seq, o.key, o.agent_run_id, o.step_id, o.tool_name, o.business_scope, o.kind,
-          o.payload, o.attempts, o.lease_token, o.first_attempt_at, now(), o.traceparent, o.forward_key, o.next_attempt_at`
+          o.payload, o.attempts, o.lease_token, o.first_attempt_at, now(), o.traceparent, o.forward_key, o.next_attempt_at,
+          o.kind = 'forward' AND o.attempts = 1
+              AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = o.agent_run_id)`
 
 // afterClause starts the scan of the due index past a position.
 const afterClause = `
@@ -169,7 +175,7 @@ func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedRow, error) {
 		var c ClaimedRow
 		err := r.Scan(&c.Seq, &c.Key, &c.AgentRunID, &c.StepID, &c.ToolName, &c.BusinessScope, &c.Kind,
-			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due)
+			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due, &c.RunAborted)
 		return c, err
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,10 @@ import (
 type Completion struct {
 	Seq   int64
 	Token pgtype.UUID
+	// Attempts is the row's attempt count as claimed: with Token, it lets a
+	// completion written after the lease expired land on the reclaimed row,
+	// as long as nobody claimed it since (see completeSQL).
+	Attempts int
 	// Status is the new status.
 	Status string
 	// GiveBack returns the attempt counted at claim: the request never
@@ -36,6 +41,15 @@ type Completion struct {
 	// Response and ResponseStatus record the provider's answer.
 	Response       json.RawMessage
 	ResponseStatus int
+	// NoRequest: no request for this row reached the provider on this
+	// claim (a gate's refusal, a pause, no route, a preflight failure, a
+	// release at shutdown, a request that never left). The row keeps its
+	// last answer, and its audit entry records none, with Note as its
+	// reason. Otherwise the completion records the answer to the request
+	// sent, null when none came (a timeout, a cut connection), on the row
+	// and on its audit entry.
+	NoRequest bool
+	Note      string
 }
 
 // Completed is what a written batch of completions did.
@@ -52,6 +66,15 @@ type Completed struct {
 // completeSQL writes a batch of completions in one statement. Every row is
 // fenced by its lease token: a worker whose lease expired and was reclaimed
 // cannot overwrite the new owner's result.
+//
+// A completion that comes after its lease expired (its replica lost the
+// database, or stalled) is still written while the reclaimed row waits
+// untouched: pending or outcome_unknown, its reclaimed_lease the worker's
+// token, its attempts those of the worker's claim, so nobody sent it since.
+// The worker's answer is then the latest answer for the row, and it
+// replaces the reclaim's conservative floor (see reclaimSQL) with the
+// provider's own, or records the success. Every completion clears
+// reclaimed_lease, so a row claimed again is never written by the old lease.
 const completeSQL = `
 UPDATE {s}.outbox o
    SET status = u.status,
@@ -66,19 +89,39 @@ UPDATE {s}.outbox o
                            WHEN u.last_error IS NULL THEN o.last_problem
                            ELSE u.problem::jsonb END,
        response = CASE WHEN u.status = 'succeeded' THEN u.response::jsonb ELSE o.response END,
-       response_status = coalesce(u.response_status, o.response_status),
+       response_status = {response_status},
+       cancel_cause = CASE WHEN u.status = 'cancelled' THEN 'run_aborted' ELSE o.cancel_cause END,
        lease_token = NULL,
+       reclaimed_lease = NULL,
        lease_expires_at = NULL,
        leased_by = NULL,
        updated_at = now()
-  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[])
-       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor)
- WHERE o.seq = u.seq AND o.lease_token = u.token
+  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::int[])
+       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor, attempts)
+ WHERE o.seq = u.seq
+   AND (o.lease_token = u.token
+        OR (o.reclaimed_lease = u.token AND o.attempts = u.attempts
+            AND o.status IN ('pending', 'outcome_unknown')))
 RETURNING o.seq,
        CASE WHEN u.status <> 'pending'
              AND (o.kind = 'compensation' OR u.status = 'failed'
                   OR EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = o.agent_run_id))
             THEN o.agent_run_id END`
+
+// Response status of a completion: the answer to the request sent, or,
+// with no request, the row's last answer.
+const (
+	answeredStatus  = "u.response_status"
+	unchangedStatus = "o.response_status"
+)
+
+// answerOn and noteFor set what the audit trigger records (audit_rows, migrations/code):
+// the entries of the requests' completions record their answers; those of
+// completions without a request record none and give the note as reason.
+const (
+	answerOn = `SELECT set_config('drainer.answer', 'on', true), set_config('drainer.note', '', true)`
+	noteFor  = `SELECT set_config('drainer.answer', '', true), set_config('drainer.note', $1, true)`
+)
 
 // completeSettings are the completion's transaction-local settings: no wait
 // for the WAL flush (see Complete), and no JIT: a statement of a few hundred
@@ -86,8 +129,10 @@ RETURNING o.seq,
 // the cost estimate of a large batch crosses jit_above_cost.
 const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)`
 
-// Complete writes cs in one round trip, sorted by seq (a stable lock order
-// keeps concurrent batches from deadlocking).
+// Complete writes cs in one round trip and one transaction, sorted by seq
+// (a stable lock order keeps concurrent batches from deadlocking): one
+// statement for the completions of requests sent, one per note for those
+// without a request (see NoRequest).
 //
 // The commit does not wait for the WAL flush: a completion lost in a
 // database crash leaves its row as the (durable) claim left it, in_flight,
@@ -97,6 +142,77 @@ const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), 
 func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed, error) {
 	var out Completed
 	slices.SortFunc(cs, func(a, b Completion) int { return int(a.Seq - b.Seq) })
+	var sent []Completion
+	unsent := map[string][]Completion{}
+	var notes []string
+	for _, c := range cs {
+		if !c.NoRequest {
+			sent = append(sent, c)
+			continue
+		}
+		if _, ok := unsent[c.Note]; !ok {
+			notes = append(notes, c.Note)
+		}
+		unsent[c.Note] = append(unsent[c.Note], c)
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(completeSettings)
+	statements := 0
+	if len(sent) > 0 {
+		b.Queue(answerOn)
+		s.queueComplete(b, sent, answeredStatus)
+		statements++
+	}
+	for _, note := range notes {
+		b.Queue(noteFor, note)
+		s.queueComplete(b, unsent[note], unchangedStatus)
+		statements++
+	}
+	b.Queue("COMMIT")
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return out, fmt.Errorf("complete batch: %w", err)
+		}
+	}
+	written := make(map[int64]bool, len(cs))
+	for range statements {
+		if _, err := br.Exec(); err != nil {
+			return Completed{}, fmt.Errorf("complete batch: audit settings: %w", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return Completed{}, fmt.Errorf("complete batch: %w", err)
+		}
+		var seq int64
+		var run *string
+		if _, err := pgx.ForEachRow(rows, []any{&seq, &run}, func() error {
+			written[seq] = true
+			if run != nil && !slices.Contains(out.Runs, *run) {
+				out.Runs = append(out.Runs, *run)
+			}
+			return nil
+		}); err != nil {
+			return Completed{}, fmt.Errorf("complete batch: %w", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return Completed{}, fmt.Errorf("complete batch commit: %w", err)
+	}
+	if len(written) < len(cs) {
+		for _, c := range cs {
+			if !written[c.Seq] {
+				out.Lost = append(out.Lost, c.Seq)
+			}
+		}
+	}
+	return out, nil
+}
+
+// queueComplete queues the statement writing cs (sorted by seq).
+func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, responseStatus string) {
 	n := len(cs)
 	seqs := make([]int64, n)
 	tokens := make([]pgtype.UUID, n)
@@ -108,8 +224,9 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 	responses := make([]*string, n)
 	codes := make([]*int32, n)
 	floors := make([]bool, n)
+	attempts := make([]int32, n)
 	for i, c := range cs {
-		seqs[i], tokens[i], statuses[i], errs[i] = c.Seq, c.Token, c.Status, c.LastError
+		seqs[i], tokens[i], statuses[i], errs[i], attempts[i] = c.Seq, c.Token, c.Status, c.LastError, int32(c.Attempts)
 		floors[i] = c.Floor && !c.KeepNext
 		if c.GiveBack {
 			giveBack[i] = 1
@@ -131,43 +248,6 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 			codes[i] = &code
 		}
 	}
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(completeSettings)
-	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors)
-	b.Queue("COMMIT")
-	br := db.SendBatch(ctx, b)
-	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return out, fmt.Errorf("complete batch: %w", err)
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return out, fmt.Errorf("complete batch: %w", err)
-	}
-	written := make(map[int64]bool, n)
-	var seq int64
-	var run *string
-	if _, err := pgx.ForEachRow(rows, []any{&seq, &run}, func() error {
-		written[seq] = true
-		if run != nil && !slices.Contains(out.Runs, *run) {
-			out.Runs = append(out.Runs, *run)
-		}
-		return nil
-	}); err != nil {
-		return Completed{}, fmt.Errorf("complete batch: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return Completed{}, fmt.Errorf("complete batch commit: %w", err)
-	}
-	if len(written) < n {
-		for _, s := range seqs {
-			if !written[s] {
-				out.Lost = append(out.Lost, s)
-			}
-		}
-	}
-	return out, nil
+	b.Queue(strings.Replace(s.sql(completeSQL), "{response_status}", responseStatus, 1),
+		seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors, attempts)
 }

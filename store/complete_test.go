@@ -23,7 +23,7 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n, err := st.Reclaim(ctx, pool, nil); err != nil || n != 1 {
+	if n, err := st.Reclaim(ctx, pool, store.ReclaimPolicy{}); err != nil || n != 1 {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}
 	second, err := st.Claim(ctx, pool, store.Claim{Limit: 1, Lease: time.Minute, Replica: "b", Durable: true})
@@ -65,7 +65,7 @@ func TestStillLeased(t *testing.T) {
 		t.Fatalf("StillLeased right after the claim = %d, %v; want 3", n, err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n, err := st.Reclaim(ctx, pool, nil); err != nil || n != 3 {
+	if n, err := st.Reclaim(ctx, pool, store.ReclaimPolicy{}); err != nil || n != 3 {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}
 	// Another replica takes the rows back and settles one of them.
@@ -84,5 +84,78 @@ func TestStillLeased(t *testing.T) {
 	theirTokens := []pgtype.UUID{theirs[0].LeaseToken, theirs[1].LeaseToken, theirs[2].LeaseToken}
 	if n, err := st.StillLeased(ctx, pool, theirSeqs, theirTokens); err != nil || n != 2 {
 		t.Fatalf("StillLeased of the second lease = %d, %v; want 2 (one settled)", n, err)
+	}
+}
+
+// TestReclaimHoldsAndLateCompletionLands: a reclaimed row is not due before
+// its lease expiry plus its tool's hold (a Retry-After its lost worker may
+// have been given), and the completion that worker writes late, the row not
+// having been claimed since, lands: its floor replaces the hold. Written
+// once; a completion of a row claimed again since never lands.
+func TestReclaimHoldsAndLateCompletionLands(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := t.Context()
+	keys := storetest.Enqueue(t, pool, "run-late", "t", 2)
+	mine, err := st.Claim(ctx, pool, store.Claim{Limit: 2, Lease: 10 * time.Millisecond, Replica: "a", Durable: true})
+	if err != nil || len(mine) != 2 {
+		t.Fatalf("claim: %d rows, %v", len(mine), err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	policy := store.ReclaimPolicy{Hold: map[string]time.Duration{"t": time.Hour}, OtherHold: time.Minute}
+	if n, err := st.Reclaim(ctx, pool, policy); err != nil || n != 2 {
+		t.Fatalf("reclaim: %d %v", n, err)
+	}
+	for _, k := range keys {
+		r := storetest.Get(t, pool, k)
+		if r.Status != outbox.StatusPending || r.DueIn < 59*time.Minute || r.Floor < 59*time.Minute {
+			t.Fatalf("reclaimed row %s: status %s, due in %s, floor in %s; want pending, held about an hour", k, r.Status, r.DueIn, r.Floor)
+		}
+	}
+	if n, err := st.Claim(ctx, pool, store.Claim{Limit: 2, Lease: time.Minute, Replica: "b", Durable: true}); err != nil || len(n) != 0 {
+		t.Fatalf("a held row was claimed again: %d rows, %v", len(n), err)
+	}
+
+	// The worker of the first row got 503 Retry-After 30 s; of the second,
+	// a success. Both are written late, over the reclaim.
+	msg := "attempt 1 of 5: http 503"
+	late := []store.Completion{
+		{Seq: mine[0].Seq, Token: mine[0].LeaseToken, Attempts: mine[0].Attempts, Status: outbox.StatusPending,
+			Delay: 30 * time.Second, Floor: true, LastError: &msg, ResponseStatus: 503},
+		{Seq: mine[1].Seq, Token: mine[1].LeaseToken, Attempts: mine[1].Attempts, Status: outbox.StatusSucceeded,
+			KeepNext: true, Response: []byte(`{"ok":true}`), ResponseStatus: 200},
+	}
+	done, err := st.Complete(ctx, pool, late)
+	if err != nil || len(done.Lost) != 0 {
+		t.Fatalf("late completions: lost %v, err %v; want both written", done.Lost, err)
+	}
+	r := storetest.Get(t, pool, mine[0].Key)
+	if r.Status != outbox.StatusPending || r.Floor < 25*time.Second || r.Floor > 35*time.Second || r.DueIn < 25*time.Second || r.DueIn > 35*time.Second {
+		t.Fatalf("row answered 503 Retry-After 30 s: status %s, due in %s, floor in %s; want the provider's 30 s", r.Status, r.DueIn, r.Floor)
+	}
+	if r := storetest.Get(t, pool, mine[1].Key); r.Status != outbox.StatusSucceeded || r.Attempts != 1 {
+		t.Fatalf("row answered 200: %+v; want succeeded after 1 attempt", r)
+	}
+	if done, err := st.Complete(ctx, pool, late[:1]); err != nil || len(done.Lost) != 1 {
+		t.Fatalf("the same late completion again: lost %v, err %v; want it fenced off (written once)", done.Lost, err)
+	}
+
+	// Claimed again and answered since: the old worker's answer is stale.
+	if _, err := pool.Exec(ctx, `UPDATE `+storetest.Schema+`.outbox SET not_before = NULL, next_attempt_at = now() WHERE seq = $1`, mine[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	again, err := st.Claim(ctx, pool, store.Claim{Limit: 1, Lease: 10 * time.Millisecond, Replica: "b", Durable: true})
+	if err != nil || len(again) != 1 {
+		t.Fatalf("claim again: %d rows, %v", len(again), err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n, err := st.Reclaim(ctx, pool, store.ReclaimPolicy{}); err != nil || n != 1 {
+		t.Fatalf("second reclaim: %d %v", n, err)
+	}
+	if done, err := st.Complete(ctx, pool, late[:1]); err != nil || len(done.Lost) != 1 {
+		t.Fatalf("the first lease's completion after a second claim: lost %v, err %v; want it fenced off", done.Lost, err)
+	}
+	if r := storetest.Get(t, pool, mine[0].Key); r.Attempts != 2 || r.DueIn > time.Second {
+		t.Fatalf("row after the stale completion: %+v; want attempts 2, due at once (no hold)", r)
 	}
 }

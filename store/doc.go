@@ -17,8 +17,10 @@
 //	enqueue.go      Enqueue, EnqueueBatch (drainer.enqueue)
 //	counters.go     ReadEnqueueCounters (enqueue's retry-tax sequences)
 //	claim.go        Claim: the lease of due rows, one short statement
-//	complete.go     Complete: fenced completions of leased rows, one batch
-//	reclaim.go      Reclaim: expired leases back to pending or parked
+//	complete.go     Complete: fenced completions of leased rows (and late ones
+//	                of reclaimed rows nobody claimed since), one batch
+//	reclaim.go      Reclaim: expired leases back to pending or parked, held
+//	                for a Retry-After the lost answer may have carried
 //	deferral.go     Defer, Wake: a paused or limited tool's due times
 //	schedule.go     Reschedule: given rows due at given delays
 //	pause.go        ReadPauses: the pause set the daemons apply

@@ -44,7 +44,7 @@ func TestEveryWriterKeepsTheFloor(t *testing.T) {
 	        lease_expires_at = now() - interval '1 second', leased_by = 'gone', attempts = 1`); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := st.Reclaim(ctx, pool, nil); err != nil || n != len(keys) {
+	if n, err := st.Reclaim(ctx, pool, store.ReclaimPolicy{}); err != nil || n != len(keys) {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}
 	check("a reclaim")

@@ -70,7 +70,7 @@ func TestReclaimSkipsSettledLeases(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 
 	before := outboxEntriesRead(t, conn)
-	n, err := st.Reclaim(ctx, conn, nil)
+	n, err := st.Reclaim(ctx, conn, store.ReclaimPolicy{})
 	if err != nil || n != 1 {
 		t.Fatalf("reclaim took back %d rows (%v), want the 1 whose lease expired", n, err)
 	}

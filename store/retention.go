@@ -16,24 +16,32 @@ type Retention struct {
 	ByStatus   map[string]time.Duration
 	Tombstones time.Duration
 	Audit      time.Duration
+	// Compensable maps each tool whose route names a compensation to its
+	// compensation_window: a succeeded forward row of such a tool stays
+	// until its run's saga settled or the window passed since it
+	// succeeded, since its run can still be aborted and need it undone.
+	Compensable map[string]time.Duration
 	// BatchSize bounds each statement (a short transaction of its own).
 	BatchSize int
 }
 
 // pruneRunsSQL deletes runs whose saga is done and whose rows are all gone:
-// the abort needs no record once even the tombstones of its rows expired.
+// the abort needs no record once even the tombstones of its rows expired
+// (the last of them was made at rows_pruned_at, or before the abort).
 const pruneRunsSQL = `WITH gone AS (
         DELETE FROM {s}.runs r WHERE r.agent_run_id IN (
             SELECT x.agent_run_id FROM {s}.runs x
-             WHERE x.saga_state = 'done' AND x.aborted_at < now() - $1 * interval '1 millisecond'
+             WHERE x.saga_state = 'done'
+               AND greatest(x.aborted_at, x.rows_pruned_at) < now() - $1 * interval '1 millisecond'
                AND NOT EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = x.agent_run_id)
              LIMIT $2 FOR UPDATE SKIP LOCKED)
         RETURNING 1) SELECT count(*) FROM gone`
 
-// pruneTombstonesSQL deletes tombstones past their age.
+// pruneTombstonesSQL forgets keys whose tombstone is past its age (their
+// row in the key space, marked pruned).
 const pruneTombstonesSQL = `WITH gone AS (
-        DELETE FROM {s}.tombstones WHERE key IN (
-            SELECT key FROM {s}.tombstones WHERE pruned_at < now() - $1 * interval '1 millisecond'
+        DELETE FROM {s}.keys WHERE key IN (
+            SELECT key FROM {s}.keys WHERE pruned_at < now() - $1 * interval '1 millisecond'
              ORDER BY pruned_at LIMIT $2 FOR UPDATE SKIP LOCKED)
         RETURNING 1) SELECT count(*) FROM gone`
 
@@ -57,9 +65,14 @@ func (s *Store) Prune(ctx context.Context, db DB, r Retention, budget time.Durat
 		}
 		return nil
 	}
+	compTools := make([]string, 0, len(r.Compensable))
+	windows := make([]int64, 0, len(r.Compensable))
+	for tool, w := range r.Compensable {
+		compTools, windows = append(compTools, tool), append(windows, w.Milliseconds())
+	}
 	for _, status := range []string{"succeeded", "cancelled", "compensated", "failed"} {
-		if err := loop(status, "SELECT {s}.prune_rows($1, now() - $2 * interval '1 millisecond', $3)",
-			status, r.ByStatus[status].Milliseconds(), r.BatchSize); err != nil {
+		if err := loop(status, "SELECT {s}.prune_rows($1, now() - $2 * interval '1 millisecond', $3, $4, $5)",
+			status, r.ByStatus[status].Milliseconds(), r.BatchSize, compTools, windows); err != nil {
 			return out, err
 		}
 	}

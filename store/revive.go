@@ -18,8 +18,9 @@ type AbortedRun struct {
 	SagaState string    `db:"saga_state"`
 	// SagaStarted: a compensation row exists or a forward row is compensated.
 	SagaStarted bool `db:"saga_started"`
-	// OperatorAbort: `drainer abort` was recorded for the run.
-	OperatorAbort bool `db:"operator_abort"`
+	// AbortRequested: an agent (drainer.abort_run) or an operator (drainer
+	// abort) asked for the run's abort, before or after a row failure did.
+	AbortRequested bool `db:"abort_requested"`
 	// Failed are the keys of its failed forward rows, in seq order.
 	Failed []string `db:"failed"`
 }
@@ -27,8 +28,7 @@ type AbortedRun struct {
 const abortedRunsSQL = `SELECT r.agent_run_id, r.aborted_by, r.abort_reason, r.aborted_at, r.saga_state,
         EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
                    AND (o.kind = 'compensation' OR o.status = 'compensated')) AS saga_started,
-        EXISTS (SELECT 1 FROM {s}.audit a WHERE a.key = 'run:' || r.agent_run_id
-                   AND a.event = 'operator:abort') AS operator_abort,
+        r.abort_requests > 0 AS abort_requested,
         ARRAY(SELECT o.key FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
                  AND o.kind = 'forward' AND o.status = 'failed' ORDER BY o.seq) AS failed
    FROM {s}.runs r WHERE r.agent_run_id = ANY($1)`

@@ -13,7 +13,7 @@ import (
 )
 
 // Row is one outbox row as the operator commands read it. Its JSON names
-// are the column names (CONTRACT §2), plus the extras first_attempt_at,
+// are the column names (docs/reference.md §2), plus the extras first_attempt_at,
 // last_problem, forward_key, note, leased_by and lease_expires_at; `drainer
 // list` and `drainer inspect` print it as it is.
 type Row struct {

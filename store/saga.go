@@ -80,11 +80,17 @@ WITH failed AS (
                'attempts', f.attempts, 'last_error', f.last_error) AS payload
       FROM failed f
      WHERE NOT EXISTS (SELECT 1 FROM {s}.outbox a WHERE a.key = f.alert_key)
-       AND NOT EXISTS (SELECT 1 FROM {s}.tombstones t WHERE t.key = f.alert_key)
+), registered AS (
+    -- The key space decides, as for every row: an alert already sent and
+    -- pruned is not queued again.
+    INSERT INTO {s}.keys (key, payload_hash)
+    SELECT p.alert_key, {s}.payload_hash(p.payload) FROM payloads p
+    ON CONFLICT (key) DO NOTHING
+    RETURNING key
 )
 INSERT INTO {s}.outbox (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
 SELECT p.alert_key, $1, p.key, {s}.alert_tool(), p.agent_run_id, 'forward', p.payload, {s}.payload_hash(p.payload)
-  FROM payloads p
+  FROM payloads p JOIN registered r ON r.key = p.alert_key
 ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
 RETURNING key`
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/internal/bench"
@@ -28,7 +26,7 @@ func newBenchCmd() *cobra.Command {
 (workers 64 unless --workers), --replicas engines (each its own pool), on a
 throwaway durable Postgres (fsync on) unless --database-url names one.
 Every rate is measured in the same run on the same server with the same row
-count. Reports the fields of CONTRACT §8 (docs/benchmarks.md says how each
+count. Reports the fields of docs/reference.md §8 (docs/benchmarks.md says how each
 is measured):
 
   drain_rows_per_s, drain_no_audit_rows_per_s, audit_cost
@@ -49,7 +47,8 @@ about 10.
 On a --database-url server bench works in schemas of its own (--schema and
 --schema + "_river"), refuses a schema it did not create (such as a live
 drainer schema), and drops what it created when done or interrupted.`,
-		Args: cobra.NoArgs,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{ownsSignals: "yes"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Zero would mean "default" to the library; on the command line it is a mistake.
 			if o.Workers < 1 || o.Replicas < 1 {
@@ -58,7 +57,7 @@ drainer schema), and drops what it created when done or interrupted.`,
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := shutdownContext(cmd.Context(), nil)
 			defer stop()
 			return runBench(ctx, cmd, o)
 		},
@@ -82,15 +81,16 @@ drainer schema), and drops what it created when done or interrupted.`,
 // environment (bench.EnvReplica). It drains until SIGTERM.
 func newBenchReplicaCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:    "replica",
-		Short:  "One replica process of drainer bench (started by bench)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
+		Use:         "replica",
+		Short:       "One replica process of drainer bench (started by bench)",
+		Hidden:      true,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{ownsSignals: "yes"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv(bench.EnvReplica) == "" {
 				return usagef("bench replica is started by drainer bench, with %s set", bench.EnvReplica)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := shutdownContext(cmd.Context(), nil)
 			defer stop()
 			return bench.RunReplicaFromEnv(ctx, cmd.OutOrStdout())
 		},

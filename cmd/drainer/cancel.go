@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/drainer-io/drainer/ops"
 	"github.com/spf13/cobra"
 )
@@ -9,10 +11,11 @@ func newCancelCmd() *cobra.Command {
 	var o opFlags
 	var b bulkFlags
 	cmd := &cobra.Command{
-		Use:   "cancel KEY | --run R [--status pending] [--tool T] [--dry-run] [--reason TEXT]",
+		Use:   "cancel KEY | --run R [--status pending] [--tool T] [--dry-run] --reason TEXT",
 		Short: "Cancel pending rows so they are never sent",
 		Long: `Turn a pending forward row (KEY) or the pending rows of a run (--run R)
-into cancelled; last_error records the actor and --reason.
+into cancelled. --reason is required: last_error records the actor and the
+reason, and so does the row's audit entry.
 
 A row already attempted (attempts > 0) is cancelled with a warning: a
 request was sent and its effect may exist; cancelling stops retries, it
@@ -39,6 +42,12 @@ nothing.`,
 					}
 				}
 			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			if strings.TrimSpace(b.reason) == "" {
+				return usagef("--reason is required: say why the rows are cancelled (it is recorded in last_error and the audit trail)")
+			}
 			c, done, err := o.client(cmd.Context())
 			if err != nil {
 				return err
@@ -55,6 +64,7 @@ nothing.`,
 		},
 	}
 	addBulkFlags(cmd, &b)
+	cmd.Flags().Lookup("reason").Usage = "why (required; recorded in last_error and the audit trail)"
 	addActorFlag(cmd, &o)
 	addOpFlags(cmd, &o)
 	return cmd

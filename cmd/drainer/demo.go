@@ -15,7 +15,7 @@ fails transiently and refuses some tools, enqueue sample intents (some failing,
 one saga), drain them with the daemon, print a summary, and leave nothing running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Out, opts.Err, opts.Version = cmd.OutOrStdout(), cmd.ErrOrStderr(), version
+			opts.Out, opts.Err, opts.Version, opts.Logger = cmd.OutOrStdout(), cmd.ErrOrStderr(), version, cmdLogger(cmd)
 			return demo.Run(cmd.Context(), opts)
 		},
 	}

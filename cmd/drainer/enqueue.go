@@ -13,14 +13,25 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 	var in producer.Intent
 	var payload string
 	cmd := &cobra.Command{
-		Use:   "enqueue --run R --step S --tool T [--scope B] --payload JSON",
+		Use:   "enqueue --run R --step S --tool T [--scope B] --payload JSON|@FILE|-",
 		Short: "Record one intent (prints its key and created or existing)",
-		Args:  cobra.NoArgs,
+		Long: `Record one intent in its own transaction and print its key followed by
+created (a new row) or existing (the same tuple and payload were enqueued
+before).
+
+--payload takes the JSON itself, @FILE to read it from a file, or - to read
+it from standard input. Invalid JSON is refused (exit 2) with the line and
+column of the first problem.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.requireDB(); err != nil {
 				return err
 			}
-			in.Payload = json.RawMessage(payload)
+			p, err := readPayload(payload, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			in.Payload = json.RawMessage(p)
 			if err := in.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -53,7 +64,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.StepID, "step", "", "step_id")
 	f.StringVar(&in.ToolName, "tool", "", "tool_name")
 	f.StringVar(&in.BusinessScope, "scope", "", "business_scope (may be empty)")
-	f.StringVar(&payload, "payload", "", "JSON payload")
+	f.StringVar(&payload, "payload", "", "JSON payload; @FILE reads it from a file, - from standard input")
 	f.StringVar(&in.Traceparent, "traceparent", "", "W3C traceparent to continue at dispatch")
 	addDBFlags(cmd, g)
 	return cmd

@@ -8,5 +8,8 @@ import (
 var version = "dev"
 
 func main() {
+	// First, before any slow startup: a SIGTERM that arrives while the
+	// process starts must stop it cleanly, not kill it (see shutdownSignals).
+	shutdown = catchShutdownSignals()
 	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }

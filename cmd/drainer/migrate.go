@@ -17,10 +17,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 			if err := g.requireDB(); err != nil {
 				return err
 			}
-			log, err := g.logger(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
+			log := cmdLogger(cmd)
 			conn, err := pgx.Connect(cmd.Context(), g.databaseURL)
 			if err != nil {
 				return fmt.Errorf("connect: %w", err)
@@ -35,6 +32,5 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		},
 	}
 	addDBFlags(cmd, g)
-	addLogFlags(cmd, g, "text")
 	return cmd
 }

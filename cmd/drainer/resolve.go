@@ -17,7 +17,9 @@ func newResolveCmd() *cobra.Command {
 		Use:   "resolve KEY --note TEXT [--outcome succeeded|failed]",
 		Short: "Settle an outcome_unknown or compensation_failed row after a human checked it",
 		Long: `Record what a human found out about a parked row. --note (what was
-checked or done) is kept in the row's note and is the audit reason.
+checked or done) is kept in the row's note and is the audit reason. The
+provider error that parked the row is not kept: last_error becomes empty
+(succeeded) or says who resolved it and why (failed, cancelled).
 
   outcome_unknown      --outcome succeeded: the effect happened (a
                        compensation row's forward row becomes compensated);

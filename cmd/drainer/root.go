@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 
@@ -14,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Exit codes (CONTRACT §3).
+// Exit codes (docs/reference.md §3).
 const (
 	exitOK      = 0
 	exitRuntime = 1
@@ -33,11 +32,10 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 type globals struct {
 	databaseURL string
 	schema      string
-	logLevel    string
-	logFormat   string
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	var logs logFlags
 	root := &cobra.Command{
 		Use:   "drainer",
 		Short: "Drain a transactional outbox to providers, effectively once",
@@ -49,13 +47,25 @@ compensation.
 Every flag can also be set as DRAINER_<FLAG> (upper case, - becomes _);
 precedence: flag, environment, config file, default.
 
+Every command logs to stderr through one handler: JSON unless --log-format
+text, durations written like 30s or 1m30s.
+
 Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd)
+			if err := applyEnv(cmd); err != nil {
+				return err
+			}
+			log, err := logs.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cmd.SetContext(withLogger(cmd.Context(), log))
+			return nil
 		},
 	}
+	addLogFlags(root, &logs)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -87,27 +97,6 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 func addDBFlags(cmd *cobra.Command, g *globals) {
 	cmd.Flags().StringVar(&g.databaseURL, "database-url", "", "Postgres URL (env DRAINER_DATABASE_URL)")
 	cmd.Flags().StringVar(&g.schema, "schema", migrations.DefaultSchema, "schema holding the outbox")
-}
-
-// addLogFlags adds --log-level and --log-format (default format: format).
-func addLogFlags(cmd *cobra.Command, g *globals, format string) {
-	cmd.Flags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
-	cmd.Flags().StringVar(&g.logFormat, "log-format", format, "json or text")
-}
-
-func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", g.logLevel)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch g.logFormat {
-	case "json", "":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	}
-	return nil, usagef("--log-format: %q is not json or text", g.logFormat)
 }
 
 // requireDB checks --database-url and --schema; a problem with either is a
@@ -144,7 +133,15 @@ func applyEnv(cmd *cobra.Command) error {
 
 // execute runs the CLI and maps errors to exit codes.
 func execute(args []string, stdout, stderr io.Writer) int {
+	return executeIn(args, os.Stdin, stdout, stderr)
+}
+
+// executeIn is execute reading standard input from stdin.
+func executeIn(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	testStartDelay(stderr)
 	root := newRoot(stdout, stderr)
+	root.SetIn(stdin)
+	releaseUnlessOwned(root, args)
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {

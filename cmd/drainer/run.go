@@ -27,7 +27,8 @@ SIGTERM or SIGINT: stop claiming, wait for calls under way up to
 their attempt given back; cut-off calls count as an attempt (outcome_unknown on
 non_idempotent routes). SIGHUP reloads the config; a bad one is refused and the
 running one kept.`,
-		Args: cobra.NoArgs,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{ownsSignals: "yes"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.ConfigPath == "" {
 				return usagef("--config is required")
@@ -35,11 +36,10 @@ running one kept.`,
 			if err := validateSchemaFlag(g.schema); err != nil {
 				return err
 			}
-			log, err := g.logger(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			log := cmdLogger(cmd)
+			ctx, stop := shutdownContext(context.Background(), func(sig os.Signal) {
+				log.Info("shutdown signal received: no new claims; stopping", "signal", sig.String())
+			})
 			defer stop()
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
@@ -72,7 +72,6 @@ running one kept.`,
 	cmd.Flags().StringVar(&opts.MetricsAddr, "metrics-addr", ":9753", "address serving /metrics, /healthz and /readyz")
 	cmd.Flags().DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for calls under way")
 	addDBFlags(cmd, g)
-	addLogFlags(cmd, g, "json")
 	return cmd
 }
 

@@ -14,7 +14,7 @@
 
 -- After `drainer migrate`, never before: on an older schema its
 -- grants would break the daemon. This stops with an error naming the order.
-SELECT CASE WHEN version < 11
+SELECT CASE WHEN version < 15
             THEN ('schema version ' || version || ' predates these grants: run drainer migrate first, then this file')::int
        END
   FROM :"schema".schema_version;
@@ -27,7 +27,10 @@ GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role", :"producer_role";
 -- requeue, cancel, resolve, abort, pause, resume, audit verify). It changes
 -- rows, never the schema.
 GRANT SELECT ON TABLE :"schema".schema_version, :"schema".schema_meta, :"schema".sagas TO :"runtime_role";
-GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".outbox, :"schema".runs, :"schema".tombstones TO :"runtime_role";
+-- keys is the key space (every key from its enqueue until its tombstone
+-- expires); tombstones is its view of the pruned keys.
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".outbox, :"schema".runs, :"schema".keys, :"schema".tombstones
+    TO :"runtime_role";
 GRANT SELECT, INSERT, DELETE ON TABLE :"schema".pauses TO :"runtime_role";
 -- Audit entries are written by the outbox's audit trigger and by
 -- audit_append, with the owner's rights: the role reads them (audit verify,

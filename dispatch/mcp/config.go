@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -41,6 +42,12 @@ type Config struct {
 	MessageLimit int
 	// UserAgent is the User-Agent header; "" means "drainer".
 	UserAgent string
+	// ClientVersion is the version in the client identity sent to the
+	// server (clientInfo); "" means "dev".
+	ClientVersion string
+	// Logger receives session re-establishments and a background start's
+	// progress; nil discards them.
+	Logger *slog.Logger
 	// Transport replaces the adapter's own transport (tests); optional.
 	Transport http.RoundTripper
 }
@@ -51,6 +58,10 @@ func (c Config) WithDefaults() Config {
 	c.ResponseLimit = cmp.Or(c.ResponseLimit, dispatch.DefaultResponseLimit)
 	c.MessageLimit = cmp.Or(c.MessageLimit, DefaultMessageLimit)
 	c.UserAgent = cmp.Or(c.UserAgent, "drainer")
+	c.ClientVersion = cmp.Or(c.ClientVersion, "dev")
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	return c
 }
 

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,17 +20,33 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 )
 
-// ProtocolVersion is the MCP revision the adapter requests; a server that
-// answers with an older one is refused (CONTRACT §5).
-const ProtocolVersion = "2025-06-18"
+// Protocol revisions the adapter speaks (docs/reference.md §5).
+const (
+	Revision20250618 = "2025-06-18"
+	Revision20251125 = "2025-11-25"
+	// Revision20260728 is stateless: no initialize and no session; every
+	// request carries the revision and the client's identity in _meta.
+	Revision20260728 = "2026-07-28"
+)
 
-// Meta keys of tools/call (CONTRACT §5).
+// ProtocolVersions are the revisions the adapter negotiates, newest first: it
+// asks for 2026-07-28 with server/discover, and falls back to initialize
+// (asking for 2025-11-25) when the server does not offer it.
+var ProtocolVersions = []string{Revision20260728, Revision20251125, Revision20250618}
+
+// Meta keys of tools/call (docs/reference.md §5).
 const (
 	MetaKey   = "io.drainer/idempotency-key"
 	MetaTuple = "io.drainer/tuple"
 	// MetaReplay, true in a result's _meta, says the server answered from its
 	// idempotency record: the effect happened on an earlier attempt (Replay).
 	MetaReplay = "io.drainer/replay"
+	// MetaTraceparent carries the row's W3C trace context, when it has one.
+	MetaTraceparent = "traceparent"
+	// The per-request fields of the stateless revision 2026-07-28.
+	MetaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
+	MetaClientInfo         = "io.modelcontextprotocol/clientInfo"
+	MetaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
 )
 
 // Reasons of this adapter, beside dispatch's HTTP ones.
@@ -36,28 +54,45 @@ const (
 	ReasonToolError      = "mcp_tool_error"      // result isError: true
 	ReasonInvalidRequest = "mcp_invalid_request" // JSON-RPC -32700, -32600..-32602
 	ReasonRPCError       = "mcp_rpc_error"       // any other JSON-RPC error
-	ReasonSessionExpired = "mcp_session_expired" // 404 on a session
+	ReasonSessionExpired = "mcp_session_expired" // the server no longer knows the session (404, 400 naming it)
 	ReasonProtocol       = "mcp_protocol"        // not an MCP answer, or an old revision
 	ReasonInit           = "mcp_init"            // the session could not be initialised
-	ReasonTooLarge       = "mcp_message_too_large"
-	ReasonBadPayload     = "payload_not_object"
+	// ReasonNotReady (dispatch.ReasonNotReady): unreachable since startup and
+	// still connecting in the background, or the server lacks the row's tool.
+	ReasonNotReady   = dispatch.ReasonNotReady
+	ReasonTooLarge   = "mcp_message_too_large"
+	ReasonBadPayload = "payload_not_object"
 )
 
+// conn is what one negotiation established.
+type conn struct {
+	session   string // Mcp-Session-Id, "" without a session
+	proto     string // the negotiated revision
+	stateless bool   // 2026-07-28: no session, _meta on every request
+}
+
 // Adapter dispatches rows as MCP tools/call requests over Streamable HTTP,
-// one session per adapter. It is safe for concurrent use.
+// one session (or none, on the stateless revision) per adapter. It is safe
+// for concurrent use.
 type Adapter struct {
 	cfg    Config
 	client *http.Client
 	nextID atomic.Int64
 
-	mu      sync.Mutex
-	ready   bool   // initialised
-	session string // Mcp-Session-Id, "" for a server without sessions
-	proto   string // negotiated revision
+	mu    sync.Mutex
+	ready bool // negotiated
+	cur   conn
+
+	// A start in the background (StartInBackground).
+	connecting atomic.Bool                      // rows wait until the server answered and tools/list was read
+	missing    atomic.Pointer[map[string]error] // tools the server lacks, read when it connected
+	bgMu       sync.Mutex                       // guards stopBG, bgDone (not mu: a negotiation holds that)
+	stopBG     context.CancelFunc
+	bgDone     chan struct{}
 }
 
-// New returns an adapter for cfg; it does not connect (Init or the first
-// Dispatch does).
+// New returns an adapter for cfg; it does not connect (Init, CheckRoutes or
+// the first Dispatch does).
 func New(cfg Config) (*Adapter, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -66,17 +101,26 @@ func New(cfg Config) (*Adapter, error) {
 	return &Adapter{cfg: cfg, client: dispatch.NewHTTPClient(min(cfg.Timeout, 10*time.Second), cfg.Transport)}, nil
 }
 
-// Close ends the session (best effort) and closes idle connections.
+// Close stops a background start, ends the session (best effort) and
+// closes idle connections.
 func (a *Adapter) Close(ctx context.Context) error {
+	a.bgMu.Lock()
+	stop, done := a.stopBG, a.bgDone
+	a.stopBG = nil
+	a.bgMu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
 	a.mu.Lock()
-	sid, proto := a.session, a.proto
-	a.ready, a.session, a.proto = false, "", ""
+	c := a.cur
+	a.ready, a.cur = false, conn{}
 	a.mu.Unlock()
-	if sid != "" {
+	if c.session != "" {
 		ctx, cancel := context.WithTimeout(ctx, min(a.cfg.Timeout, 5*time.Second))
 		defer cancel()
 		if req, err := dispatch.NewRequest(ctx, http.MethodDelete, a.cfg.URL, nil); err == nil {
-			a.headers(req, sid, proto, "")
+			a.headers(req, c, "", "", "")
 			if resp, err := a.client.Do(req); err == nil {
 				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 				resp.Body.Close()
@@ -87,34 +131,36 @@ func (a *Adapter) Close(ctx context.Context) error {
 	return nil
 }
 
-// Dispatch sends m as one tools/call. It never re-sends the call itself: a
-// failure is returned to the engine, which decides the next attempt.
+// Dispatch sends m as one tools/call. When the server answers that it no
+// longer knows the session (it restarted), the session is re-established
+// and the call sent again with the same key, once: the refused call never
+// reached the tool. Any other failure is returned to the engine, which
+// decides the next attempt.
 func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
 	args := bytes.TrimLeft(m.Payload, " \t\r\n")
 	if len(args) == 0 || args[0] != '{' || !json.Valid(args) {
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonBadPayload,
 			Err: errors.New("mcp: the payload must be a JSON object (it becomes the tool's arguments)")}
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	sid, proto, r, ok := a.ensure(ctx)
-	if !ok {
+	if r, ok := a.admit(m.Tuple.ToolName); !ok {
 		return r
 	}
-	params := map[string]any{
-		"name":      m.Tuple.ToolName,
-		"arguments": json.RawMessage(args),
-		"_meta": map[string]any{
-			MetaKey: m.Key,
-			MetaTuple: map[string]string{
-				"agent_run_id":   m.Tuple.AgentRunID,
-				"step_id":        m.Tuple.StepID,
-				"tool_name":      m.Tuple.ToolName,
-				"business_scope": m.Tuple.BusinessScope,
-			},
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	meta := map[string]any{
+		MetaKey: m.Key,
+		MetaTuple: map[string]string{
+			"agent_run_id":   m.Tuple.AgentRunID,
+			"step_id":        m.Tuple.StepID,
+			"tool_name":      m.Tuple.ToolName,
+			"business_scope": m.Tuple.BusinessScope,
 		},
 	}
-	msg, status, h, r, ok := a.call(ctx, sid, proto, "tools/call", params, m.Key)
+	if validTraceparent(m.Traceparent) {
+		meta[MetaTraceparent] = m.Traceparent
+	}
+	params := map[string]any{"name": m.Tuple.ToolName, "arguments": json.RawMessage(args)}
+	msg, status, h, r, ok := a.request(ctx, "tools/call", params, meta, m.Key, m.Tuple.ToolName)
 	if !ok {
 		return r
 	}
@@ -122,6 +168,86 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		return rpcErrorResult(status, msg.Error)
 	}
 	return a.toolResult(status, h, msg.Result)
+}
+
+// request sends one JSON-RPC request on the current session, negotiating
+// one first when there is none, and once more on a new session when the
+// server no longer knows the old one. meta (may be nil) is merged into
+// params._meta with, on the stateless revision, the revision and the
+// client's identity.
+func (a *Adapter) request(ctx context.Context, method string, params, meta map[string]any, key, name string) (*rpcMessage, int, http.Header, dispatch.Result, bool) {
+	for try := 0; ; try++ {
+		c, r, ok := a.ensure(ctx)
+		if !ok {
+			return nil, 0, nil, r, false
+		}
+		p := maps.Clone(params)
+		if m := a.meta(c, meta); len(m) > 0 {
+			p["_meta"] = m
+		}
+		msg, status, h, r, ok := a.call(ctx, c, method, p, key, name)
+		if !ok && r.Reason == ReasonSessionExpired {
+			a.expire(c)
+		}
+		if !ok && r.Reason == ReasonSessionExpired {
+			if try == 0 {
+				a.cfg.Logger.Info("mcp: the server no longer knows the session (restarted?); re-establishing it and sending the call again with the same key",
+					"method", method, "status", status)
+				continue
+			}
+			// Refused again on a session just established: not a lost
+			// session; the answer is classified as what it says (bounded:
+			// never a loop of free resends).
+			if sl, isLost := errors.AsType[*sessionLostError](r.Err); isLost {
+				r = sl.plain
+				r.Err = fmt.Errorf("mcp: refused again on a new session: %w", r.Err)
+			}
+		}
+		return msg, status, h, r, ok
+	}
+}
+
+// meta returns the _meta of one request on c: extra, plus the per-request
+// fields of the stateless revision.
+func (a *Adapter) meta(c conn, extra map[string]any) map[string]any {
+	m := maps.Clone(extra)
+	if c.stateless {
+		if m == nil {
+			m = map[string]any{}
+		}
+		m[MetaProtocolVersion] = c.proto
+		m[MetaClientInfo] = a.clientInfo()
+		m[MetaClientCapabilities] = map[string]any{}
+	}
+	return m
+}
+
+func (a *Adapter) clientInfo() map[string]string {
+	return map[string]string{"name": "drainer", "version": a.cfg.ClientVersion}
+}
+
+// validTraceparent reports whether s is a W3C traceparent (version 00 form,
+// or a later version's longer one).
+func validTraceparent(s string) bool {
+	if len(s) < 55 || len(s) > 512 || (len(s) > 55 && s[55] != '-') {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		switch {
+		case i < 55 && (i == 2 || i == 35 || i == 52):
+			if c != '-' {
+				return false
+			}
+		case i < 55:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		case c < 0x21 || c > 0x7e:
+			return false
+		}
+	}
+	return true
 }
 
 // rpcMessage is one JSON-RPC message from the server.
@@ -199,13 +325,13 @@ func excerpt(b []byte) string {
 	return s
 }
 
-// ensure returns the session to use, initialising one when there is none.
+// ensure returns the connection to use, negotiating one when there is none.
 // A failure is a Retry that never sent the tool call (NotSent), or Auth.
-func (a *Adapter) ensure(ctx context.Context) (sid, proto string, _ dispatch.Result, _ bool) {
+func (a *Adapter) ensure(ctx context.Context) (conn, dispatch.Result, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ready {
-		return a.session, a.proto, dispatch.Result{}, true
+		return a.cur, dispatch.Result{}, true
 	}
 	if r, ok := a.initLocked(ctx); !ok {
 		if r.Outcome != dispatch.Auth {
@@ -215,12 +341,12 @@ func (a *Adapter) ensure(ctx context.Context) (sid, proto string, _ dispatch.Res
 		if r.Reason == "" || r.Reason == dispatch.ReasonConnection || r.Reason == dispatch.ReasonTimeout {
 			r.Reason = ReasonInit
 		}
-		return "", "", r, false
+		return conn{}, r, false
 	}
-	return a.session, a.proto, dispatch.Result{}, true
+	return a.cur, dispatch.Result{}, true
 }
 
-// Init initialises the session now (startup); its error names what is wrong.
+// Init negotiates now (startup); its error names what is wrong.
 func (a *Adapter) Init(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -233,26 +359,49 @@ func (a *Adapter) Init(ctx context.Context) error {
 	return nil
 }
 
+// Negotiated returns the protocol revision in use and whether it is the
+// stateless one; "" before the first negotiation.
+func (a *Adapter) Negotiated() (revision string, stateless bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cur.proto, a.cur.stateless
+}
+
 // startupError is the error of a failed startup call: marked
 // dispatch.ErrUnavailable when the server could not be reached or answered
 // a transient failure (connection, timeout, 408, 429, 5xx), so the daemon
-// waits for it instead of treating the config as wrong.
+// does not treat the config as wrong.
 func startupError(r dispatch.Result) error {
-	switch {
-	case r.Reason == dispatch.ReasonConnect, r.Reason == dispatch.ReasonConnection, r.Reason == dispatch.ReasonTimeout,
-		r.Status == http.StatusRequestTimeout, r.Status == http.StatusTooManyRequests, r.Status >= 500:
+	if transient(r) {
 		return dispatch.MarkUnavailable(r.Err)
 	}
 	return r.Err
 }
 
-func (a *Adapter) initLocked(ctx context.Context) (dispatch.Result, bool) {
-	params := map[string]any{
-		"protocolVersion": ProtocolVersion,
-		"capabilities":    map[string]any{},
-		"clientInfo":      map[string]string{"name": "drainer", "version": a.cfg.UserAgent},
+// transient reports whether r says the server is not reachable (yet), as
+// opposed to reachable and not what the config says.
+func transient(r dispatch.Result) bool {
+	switch {
+	case r.Reason == dispatch.ReasonConnect, r.Reason == dispatch.ReasonConnection, r.Reason == dispatch.ReasonTimeout,
+		r.Status == http.StatusRequestTimeout, r.Status == http.StatusTooManyRequests, r.Status >= 500:
+		return true
 	}
-	msg, status, h, r, ok := a.call(ctx, "", "", "initialize", params, "")
+	return false
+}
+
+// initLocked negotiates the newest revision both sides speak: server/discover
+// for the stateless 2026-07-28 first, then the initialize handshake of the
+// session-based revisions. It sets a.cur.
+func (a *Adapter) initLocked(ctx context.Context) (dispatch.Result, bool) {
+	if r, ok, decided := a.discoverLocked(ctx); decided {
+		return r, ok
+	}
+	params := map[string]any{
+		"protocolVersion": Revision20251125,
+		"capabilities":    map[string]any{},
+		"clientInfo":      a.clientInfo(),
+	}
+	msg, status, h, r, ok := a.call(ctx, conn{}, "initialize", params, "", "")
 	if !ok {
 		r.Err = fmt.Errorf("mcp initialize: %w", r.Err)
 		return r, false
@@ -268,21 +417,45 @@ func (a *Adapter) initLocked(ctx context.Context) (dispatch.Result, bool) {
 		return dispatch.Result{Outcome: dispatch.Retry, Status: status, Reason: ReasonProtocol,
 			Err: errors.New("mcp initialize: the answer carries no protocolVersion: not an MCP server?")}, false
 	}
-	if res.ProtocolVersion < ProtocolVersion {
+	if res.ProtocolVersion != Revision20250618 && res.ProtocolVersion != Revision20251125 {
 		return dispatch.Result{Outcome: dispatch.Retry, Status: status, Reason: ReasonProtocol,
-			Err: fmt.Errorf("mcp initialize: the server speaks MCP protocol revision %q; drainer needs %s or later",
-				oneLine(res.ProtocolVersion), ProtocolVersion)}, false
+			Err: fmt.Errorf("mcp initialize: the server speaks MCP protocol revision %q; drainer speaks %s",
+				oneLine(res.ProtocolVersion), strings.Join(ProtocolVersions, ", "))}, false
 	}
-	sid := h.Get("Mcp-Session-Id")
-	a.session, a.proto = sid, res.ProtocolVersion
+	c := conn{session: h.Get("Mcp-Session-Id"), proto: res.ProtocolVersion}
 	// notifications/initialized: a notification, answered 202.
-	if r, ok := a.notify(ctx, sid, res.ProtocolVersion, "notifications/initialized"); !ok {
-		a.session, a.proto = "", ""
+	if r, ok := a.notify(ctx, c, "notifications/initialized"); !ok {
 		r.Err = fmt.Errorf("mcp notifications/initialized: %w", r.Err)
 		return r, false
 	}
-	a.ready = true
+	a.cur, a.ready = c, true
 	return dispatch.Result{}, true
+}
+
+// discoverLocked asks for the stateless revision with server/discover.
+// decided is false when the server does not offer it (any refusal that is
+// not transient or auth): the caller falls back to initialize.
+func (a *Adapter) discoverLocked(ctx context.Context) (_ dispatch.Result, ok, decided bool) {
+	c := conn{proto: Revision20260728, stateless: true}
+	msg, _, _, r, ok := a.call(ctx, c, "server/discover", map[string]any{"_meta": a.meta(c, nil)}, "", "")
+	if !ok {
+		if r.Outcome == dispatch.Auth || transient(r) {
+			r.Err = fmt.Errorf("mcp server/discover: %w", r.Err)
+			return r, false, true
+		}
+		return dispatch.Result{}, false, false
+	}
+	if msg.Error != nil {
+		return dispatch.Result{}, false, false
+	}
+	var res struct {
+		SupportedVersions []string `json:"supportedVersions"`
+	}
+	if json.Unmarshal(msg.Result, &res) != nil || !slices.Contains(res.SupportedVersions, Revision20260728) {
+		return dispatch.Result{}, false, false
+	}
+	a.cur, a.ready = c, true
+	return dispatch.Result{}, true, true
 }
 
 func oneLine(s string) string {
@@ -297,40 +470,48 @@ func oneLine(s string) string {
 	}, s), "")
 }
 
-// expire forgets session sid if it is still the current one.
-func (a *Adapter) expire(sid string) {
+// expire forgets connection c if it is still the current one, so that the
+// next request negotiates again.
+func (a *Adapter) expire(c conn) {
 	a.mu.Lock()
-	if a.session == sid {
-		a.ready, a.session, a.proto = false, "", ""
+	if a.ready && a.cur == c {
+		a.ready, a.cur = false, conn{}
 	}
 	a.mu.Unlock()
 }
 
-func (a *Adapter) headers(req *http.Request, sid, proto, key string) {
+func (a *Adapter) headers(req *http.Request, c conn, method, name, key string) {
 	for k, v := range a.cfg.Headers {
 		req.Header.Set(k, v)
 	}
 	req.Header.Set("User-Agent", a.cfg.UserAgent)
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	if sid != "" {
-		req.Header.Set("Mcp-Session-Id", sid)
+	if c.session != "" {
+		req.Header.Set("Mcp-Session-Id", c.session)
 	}
-	if proto != "" {
-		req.Header.Set("Mcp-Protocol-Version", proto)
+	if c.proto != "" {
+		req.Header.Set("Mcp-Protocol-Version", c.proto)
+	}
+	if c.stateless && method != "" {
+		// The standard headers of 2026-07-28, mirroring the body.
+		req.Header.Set("Mcp-Method", method)
+		if name != "" {
+			req.Header.Set("Mcp-Name", name)
+		}
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
 }
 
-func (a *Adapter) notify(ctx context.Context, sid, proto, method string) (dispatch.Result, bool) {
+func (a *Adapter) notify(ctx context.Context, c conn, method string) (dispatch.Result, bool) {
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method})
 	req, err := dispatch.NewRequest(ctx, http.MethodPost, a.cfg.URL, body)
 	if err != nil {
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Err: errors.New("mcp: cannot build the request")}, false
 	}
 	req.Header.Set("Content-Type", "application/json")
-	a.headers(req, sid, proto, "")
+	a.headers(req, c, method, "", "")
 	var tr dispatch.SendTracker
 	req = req.WithContext(tr.Trace(ctx))
 	resp, err := a.client.Do(req)
@@ -356,9 +537,39 @@ func httpResult(resp *http.Response, body []byte) dispatch.Result {
 	return r
 }
 
-// call sends one JSON-RPC request and reads its answer, from a JSON body or
-// an SSE stream. ok is false with r the classified failure.
-func (a *Adapter) call(ctx context.Context, sid, proto, method string, params any, key string) (msg *rpcMessage, status int, h http.Header, r dispatch.Result, ok bool) {
+// lostConn reports whether a refusal says the server no longer knows c: a
+// 404 on a session, a 400 whose error names the session (the reference
+// servers' "No valid session ID provided" after a restart), or, on the
+// stateless revision, a 400 refusing the revision (the server was replaced
+// by one that does not offer it). Such a request never reached a tool.
+func lostConn(c conn, status int, body []byte) bool {
+	switch {
+	case c.session != "" && status == http.StatusNotFound:
+		return true
+	case c.session != "" && status == http.StatusBadRequest:
+		return bytes.Contains(bytes.ToLower(body), []byte("session"))
+	case c.stateless && status == http.StatusBadRequest:
+		var m rpcMessage
+		return json.Unmarshal(body, &m) == nil && m.Error != nil && m.Error.Code == codeUnsupportedProtocolVersion
+	}
+	return false
+}
+
+// sessionLostError is the error of a call refused for its session; plain is
+// the answer classified as any other.
+type sessionLostError struct{ plain dispatch.Result }
+
+func (e *sessionLostError) Error() string {
+	return fmt.Sprintf("mcp: the server no longer knows the session (HTTP %d): %v", e.plain.Status, e.plain.Err)
+}
+
+// codeUnsupportedProtocolVersion is the JSON-RPC error of a server that
+// does not speak the revision a request names.
+const codeUnsupportedProtocolVersion = -32022
+
+// call sends one JSON-RPC request on c and reads its answer, from a JSON
+// body or an SSE stream. ok is false with r the classified failure.
+func (a *Adapter) call(ctx context.Context, c conn, method string, params any, key, name string) (msg *rpcMessage, status int, h http.Header, r dispatch.Result, ok bool) {
 	id := a.nextID.Add(1)
 	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 	if err != nil {
@@ -370,7 +581,7 @@ func (a *Adapter) call(ctx context.Context, sid, proto, method string, params an
 		return nil, 0, nil, dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Err: errors.New("mcp: cannot build the request")}, false
 	}
 	req.Header.Set("Content-Type", "application/json")
-	a.headers(req, sid, proto, key)
+	a.headers(req, c, method, name, key)
 	var tr dispatch.SendTracker
 	req = req.WithContext(tr.Trace(ctx))
 	resp, err := a.client.Do(req)
@@ -379,15 +590,13 @@ func (a *Adapter) call(ctx context.Context, sid, proto, method string, params an
 	}
 	defer resp.Body.Close()
 	status, h = resp.StatusCode, resp.Header
-	if resp.StatusCode == http.StatusNotFound && sid != "" {
-		// The server expired the session before acting on the request.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		a.expire(sid)
-		return nil, status, h, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Status: status,
-			Reason: ReasonSessionExpired, Err: errors.New("mcp: the server expired the session (404); a new one is initialised")}, false
-	}
 	if resp.StatusCode/100 != 2 {
 		b, _, _ := dispatch.ReadBody(resp.Body, 4096)
+		if lostConn(c, resp.StatusCode, b) {
+			// Refused before any tool ran; request negotiates again.
+			return nil, status, h, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Status: status,
+				Reason: ReasonSessionExpired, Err: &sessionLostError{plain: httpResult(resp, b)}}, false
+		}
 		r := httpResult(resp, b)
 		if method == "initialize" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed) {
 			r.Reason = ReasonProtocol

@@ -104,6 +104,9 @@ func TestPayloadNotObject(t *testing.T) {
 	}
 }
 
+// TestSessionExpired: a 404 on the session (the server forgot it) is
+// re-established within the attempt and the call sent again with the same
+// key: one Dispatch, one effect.
 func TestSessionExpired(t *testing.T) {
 	ts := newToolServer(t)
 	a := newAdapter(t, ts.srv.URL)
@@ -118,14 +121,9 @@ func TestSessionExpired(t *testing.T) {
 	})
 	m := dispatchtest.NewMessage("charge", `{"amount":1}`)
 	r = a.Dispatch(context.Background(), m)
-	wantOutcome(t, r, dispatch.Retry)
-	if r.Reason != mcp.ReasonSessionExpired || !r.NotSent {
-		t.Errorf("reason %s notSent %v", r.Reason, r.NotSent)
-	}
-	r = a.Dispatch(context.Background(), m) // the engine's retry, same key
 	wantOutcome(t, r, dispatch.Success)
-	if n := ts.Effects(t, m.Key); n != 1 {
-		t.Errorf("effects = %d", n)
+	if n := ts.Runs(m.Key); n != 1 {
+		t.Errorf("the tool ran %d times, want 1", n)
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -135,7 +133,8 @@ func TestSessionExpired(t *testing.T) {
 }
 
 // TestSessionClosedByServer: the SDK server ends the session; it answers the
-// next call 404, and the retry initialises a new session.
+// next call 404, and the adapter initialises a new session and sends the
+// call again, in the same attempt.
 func TestSessionClosedByServer(t *testing.T) {
 	ts := newToolServer(t)
 	a := newAdapter(t, ts.srv.URL)
@@ -146,14 +145,77 @@ func TestSessionClosedByServer(t *testing.T) {
 	}
 	m := dispatchtest.NewMessage("charge", `{"amount":1}`)
 	r = a.Dispatch(context.Background(), m)
-	wantOutcome(t, r, dispatch.Retry)
-	if r.Reason != mcp.ReasonSessionExpired || !r.NotSent || ts.Effects(t, m.Key) != 0 {
-		t.Errorf("reason %s notSent %v effects %d", r.Reason, r.NotSent, ts.Effects(t, m.Key))
+	wantOutcome(t, r, dispatch.Success)
+	if n := ts.Runs(m.Key); n != 1 {
+		t.Errorf("the tool ran %d times, want 1", n)
 	}
+}
+
+// TestSessionLost400: the reference servers answer a call on a session they
+// do not know (after a restart) 400 "No valid session ID provided". That is
+// not a terminal 4xx: the session is re-established and the call sent again
+// with the same key, in the same attempt.
+func TestSessionLost400(t *testing.T) {
+	ts := newToolServer(t)
+	a := newAdapter(t, ts.srv.URL)
+	_, r := dispatchTool(t, a, "lookup", `{}`)
+	wantOutcome(t, r, dispatch.Success)
+	ts.inject(func(w http.ResponseWriter, _ *http.Request, _ []byte) bool {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}`)
+		return true
+	})
+	m := dispatchtest.NewMessage("charge", `{"amount":1}`)
 	r = a.Dispatch(context.Background(), m)
 	wantOutcome(t, r, dispatch.Success)
-	if n := ts.Effects(t, m.Key); n != 1 {
-		t.Errorf("effects = %d", n)
+	if n := ts.Runs(m.Key); n != 1 {
+		t.Errorf("the tool ran %d times, want 1", n)
+	}
+	var calls []seenPost
+	for _, p := range ts.Posts() {
+		if p.method == "tools/call" {
+			calls = append(calls, p)
+		}
+	}
+	if len(calls) != 3 || calls[1].session == calls[2].session || calls[2].session == "" {
+		t.Errorf("tools/call sessions %+v: want the refused call and the resend on a new session", calls)
+	}
+}
+
+// TestSessionLostTwice: a server that refuses the new session too is not
+// one that lost a session: after one resend the answer is classified as
+// what it says (a 400: terminal), never a loop of free resends.
+func TestSessionLostTwice(t *testing.T) {
+	ts := newToolServer(t)
+	a := newAdapter(t, ts.srv.URL)
+	for range 2 {
+		ts.inject(func(w http.ResponseWriter, _ *http.Request, _ []byte) bool {
+			http.Error(w, "Bad Request: No valid session ID provided", http.StatusBadRequest)
+			return true
+		})
+	}
+	m, r := dispatchTool(t, a, "charge", `{}`)
+	wantOutcome(t, r, dispatch.Terminal)
+	if r.Status != http.StatusBadRequest || !strings.Contains(r.Err.Error(), "refused again on a new session") ||
+		ts.Runs(m.Key) != 0 || ts.Calls() != 2 {
+		t.Errorf("status %d err %v runs %d calls %d", r.Status, r.Err, ts.Runs(m.Key), ts.Calls())
+	}
+}
+
+// TestBadRequestTerminal: a 400 that does not name the session stays a
+// terminal 4xx.
+func TestBadRequestTerminal(t *testing.T) {
+	ts := newToolServer(t)
+	a := newAdapter(t, ts.srv.URL)
+	ts.inject(func(w http.ResponseWriter, _ *http.Request, _ []byte) bool {
+		http.Error(w, "Bad Request: arguments do not match the schema", http.StatusBadRequest)
+		return true
+	})
+	_, r := dispatchTool(t, a, "charge", `{}`)
+	wantOutcome(t, r, dispatch.Terminal)
+	if ts.Calls() != 1 {
+		t.Errorf("calls %d, want 1", ts.Calls())
 	}
 }
 
@@ -255,7 +317,7 @@ func TestOldProtocolRevision(t *testing.T) {
 	defer srv.Close()
 	a := newAdapter(t, srv.URL)
 	err := a.Init(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `"2024-11-05"`) || !strings.Contains(err.Error(), mcp.ProtocolVersion) {
+	if err == nil || !strings.Contains(err.Error(), `"2024-11-05"`) || !strings.Contains(err.Error(), mcp.Revision20250618) {
 		t.Fatalf("Init error = %v", err)
 	}
 }

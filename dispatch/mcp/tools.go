@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
+
+	"github.com/drainer-io/drainer/dispatch"
 )
 
 // Tool is one entry of tools/list, with the annotations the startup check reads.
@@ -29,7 +33,7 @@ type Route struct {
 	Class string // naturally_idempotent | key_idempotent | non_idempotent
 }
 
-// ListTools reads every page of tools/list, initialising the session first.
+// ListTools reads every page of tools/list, negotiating first.
 func (a *Adapter) ListTools(ctx context.Context) ([]Tool, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
@@ -43,12 +47,12 @@ func (a *Adapter) ListTools(ctx context.Context) ([]Tool, error) {
 		if cursor != "" {
 			params["cursor"] = cursor
 		}
-		a.mu.Lock()
-		sid, proto := a.session, a.proto
-		a.mu.Unlock()
-		msg, _, _, r, ok := a.call(ctx, sid, proto, "tools/list", params, "")
+		msg, _, _, r, ok := a.request(ctx, "tools/list", params, nil, "", "")
 		if !ok {
 			r.Err = fmt.Errorf("mcp tools/list: %w", r.Err)
+			if r.Reason == ReasonInit || r.Reason == ReasonSessionExpired {
+				r.Reason = dispatch.ReasonConnection // a server that went away between the calls
+			}
 			return nil, startupError(r)
 		}
 		if msg.Error != nil {
@@ -75,23 +79,39 @@ func (a *Adapter) ListTools(ctx context.Context) ([]Tool, error) {
 // tool and the adapter); a class that contradicts the tool's annotations is
 // logged as a warning naming both.
 func (a *Adapter) CheckRoutes(ctx context.Context, name string, routes []Route, log *slog.Logger) error {
+	missing, err := a.checkRoutes(ctx, name, routes, log)
+	if err != nil {
+		return err
+	}
+	tools := slices.Sorted(maps.Keys(missing))
+	errs := make([]error, 0, len(tools))
+	for _, t := range tools {
+		errs = append(errs, missing[t])
+	}
+	return errors.Join(errs...)
+}
+
+// checkRoutes is CheckRoutes, returning the missing tools apart: err is a
+// failure to read tools/list.
+func (a *Adapter) checkRoutes(ctx context.Context, name string, routes []Route, log *slog.Logger) (map[string]error, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	tools, err := a.ListTools(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	byName := make(map[string]Tool, len(tools))
 	for _, t := range tools {
 		byName[t.Name] = t
 	}
+	routes = slices.Clone(routes)
 	sort.Slice(routes, func(i, j int) bool { return routes[i].Tool < routes[j].Tool })
-	var errs []error
+	missing := map[string]error{}
 	for _, r := range routes {
 		t, ok := byName[r.Tool]
 		if !ok {
-			errs = append(errs, fmt.Errorf("route %s: the MCP server of adapter %s has no tool %q", r.Tool, name, r.Tool))
+			missing[r.Tool] = fmt.Errorf("route %s: the MCP server of adapter %s has no tool %q", r.Tool, name, r.Tool)
 			continue
 		}
 		if why := Contradiction(r.Class, t.Annotations); why != "" {
@@ -99,7 +119,7 @@ func (a *Adapter) CheckRoutes(ctx context.Context, name string, routes []Route, 
 				"route", r.Tool, "class", r.Class, "adapter", name, "tool", t.Name, "annotations", why)
 		}
 	}
-	return errors.Join(errs...)
+	return missing, nil
 }
 
 // Contradiction returns why class contradicts the annotations, or "" when it

@@ -3,7 +3,7 @@
 //
 // The message data is the row's payload; its headers are Nats-Msg-Id and
 // Idempotency-Key (both the row key) and X-Agent-Idempotency-Tuple (the
-// base64url canonical tuple, CONTRACT §5). JetStream drops a message whose
+// base64url canonical tuple, docs/reference.md §5). JetStream drops a message whose
 // Nats-Msg-Id it has stored within the stream's duplicate window and answers
 // with "duplicate": such an attempt is a Replay. The window is the adapter's
 // key TTL: KeyTTL reads it from the server.

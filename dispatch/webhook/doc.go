@@ -1,6 +1,6 @@
 // Package webhook is the "http" adapter: it delivers each outbox row as a POST
 // of the row's payload to a configured URL, with the row's idempotency key in
-// the Idempotency-Key header, and classifies the answer as CONTRACT §5 says
+// the Idempotency-Key header, and classifies the answer as docs/reference.md §5 says
 // (dispatch.ClassifyHTTP).
 //
 // The URL, method and headers come only from the configuration, never from

@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Key locations of a KeyPlacement (CONTRACT §5).
+// Key locations of a KeyPlacement (docs/reference.md §5).
 const (
 	LocationHeader = "header"
 	LocationQuery  = "query"

@@ -18,7 +18,7 @@ func isJSONObject(payload []byte) bool {
 	return json.Valid(payload) && len(trimmed) > 0 && trimmed[0] == '{'
 }
 
-// FuzzWithKeyField checks key placement `location: body` (CONTRACT §5) on
+// FuzzWithKeyField checks key placement `location: body` (docs/reference.md §5) on
 // any payload: a payload that is not a JSON object is refused with
 // errPayloadNotObject; an object gets the key as top-level field name and
 // keeps every other member byte for byte (whitespace aside); an object

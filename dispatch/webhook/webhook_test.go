@@ -175,7 +175,7 @@ func hdr(kv ...string) http.Header {
 	return h
 }
 
-// TestDispatchClasses runs every row of the class table of CONTRACT §5.
+// TestDispatchClasses runs every row of the class table of docs/reference.md §5.
 func TestDispatchClasses(t *testing.T) {
 	inTwoMinutes := func() string { return time.Now().Add(2 * time.Minute).UTC().Format(http.TimeFormat) }
 	jsonCT := hdr("Content-Type", "application/json")

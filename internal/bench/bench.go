@@ -128,7 +128,7 @@ const (
 	riverbenchPoll     = 20 * time.Millisecond
 )
 
-// riverSettings are the two settings of CONTRACT §8: River's own benchmark
+// riverSettings are the two settings of docs/reference.md §8: River's own benchmark
 // settings, and drainer's worker count with the same fetch settings.
 func riverSettings() []RiverSetting {
 	return []RiverSetting{
@@ -137,7 +137,7 @@ func riverSettings() []RiverSetting {
 	}
 }
 
-// ceilingSettings are the four of CONTRACT §8: batches of 100 and 1,000
+// ceilingSettings are the four of docs/reference.md §8: batches of 100 and 1,000
 // rows, 2 and 4 loops.
 func ceilingSettings() []CeilingSetting {
 	return []CeilingSetting{{Loops: 2, Batch: 100}, {Loops: 4, Batch: 100}, {Loops: 2, Batch: 1000}, {Loops: 4, Batch: 1000}}
@@ -284,7 +284,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Result holds every figure of a run. The JSON names of the CONTRACT §8
+// Result holds every figure of a run. The JSON names of the docs/reference.md §8
 // fields are fixed; the others describe how they were measured.
 type Result struct {
 	Quick           bool    `json:"quick"`

@@ -48,7 +48,7 @@ func tinySizes() Sizes {
 	}
 }
 
-// contractFields are the JSON fields of CONTRACT §8 and the brief; the
+// contractFields are the JSON fields of docs/reference.md §8 and the brief; the
 // numeric ones must be positive and finite.
 var (
 	numericFields = []string{

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// minimalTableSQL creates the ceiling's table (CONTRACT §8): the least an
+// minimalTableSQL creates the ceiling's table (docs/reference.md §8): the least an
 // outbox needs (key, status, next_attempt_at, attempts, lease token,
 // payload), its key as primary key, one partial index on due pending rows,
 // and no triggers. %[1]s is the bench schema.

@@ -1,4 +1,4 @@
-// Package bench runs `drainer bench` (CONTRACT §8): it measures the drain
+// Package bench runs `drainer bench` (docs/reference.md §8): it measures the drain
 // engine against the same Postgres server the figures are compared on, with
 // the same row count for every rate, and reports every figure with the
 // configuration it was measured under. docs/benchmarks.md describes each

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// enqueueConnections is how many connections enqueue at once (CONTRACT §8).
+// enqueueConnections is how many connections enqueue at once (docs/reference.md §8).
 const enqueueConnections = 8
 
 // enqueueBatchSizes are the EnqueueBatchTx sizes tried; the best counts.

@@ -98,7 +98,7 @@ func (r *runner) backlogPhase(ctx context.Context, res *Result) error {
 const lightLoad = 0.1
 
 // latencyPhase measures the latency with producers offering half the best
-// drain rate (CONTRACT §8), then a tenth of it.
+// drain rate (docs/reference.md §8), then a tenth of it.
 func (r *runner) latencyPhase(ctx context.Context, res *Result) error {
 	lat, err := r.latency(ctx, res.DrainRowsPerS/2, "half")
 	if err != nil {

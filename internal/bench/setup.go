@@ -269,7 +269,7 @@ func (r *runner) since(ctx context.Context, m serverMark, rows int) (serverCost,
 // phase starts from the same state.
 func (r *runner) reset(ctx context.Context) error {
 	s := r.schema
-	_, err := r.admin.Exec(ctx, fmt.Sprintf("TRUNCATE %[1]s.outbox, %[1]s.audit, %[1]s.audit_anchors, %[1]s.tombstones, %[1]s.runs", s))
+	_, err := r.admin.Exec(ctx, fmt.Sprintf("TRUNCATE %[1]s.outbox, %[1]s.audit, %[1]s.audit_anchors, %[1]s.keys, %[1]s.runs", s))
 	if err != nil {
 		return fmt.Errorf("reset %s: %w", s, err)
 	}

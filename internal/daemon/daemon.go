@@ -44,6 +44,9 @@ type Options struct {
 	Started func(*drainer.Engine)
 	// Engine tunes the engine (zero: defaults).
 	Engine drainer.Config
+	// Registry, when set, receives the daemon's metrics instead of a fresh
+	// registry, so an in-process caller (the demo) can read its counters.
+	Registry *prometheus.Registry
 }
 
 // ConfigError is a configuration problem: the CLI exits 2.
@@ -67,7 +70,10 @@ func Run(ctx context.Context, opts Options) error {
 	eng, err := d.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil && !isConfigError(err) {
-			return nil // stopped while waiting for the database
+			// Stopped while starting (waiting for the database, say):
+			// nothing was claimed, so nothing is left in flight.
+			log.Info("stopped before the engine started; no row was claimed", "err", err)
+			return nil
 		}
 		return err
 	}
@@ -130,6 +136,7 @@ type daemonRun struct {
 	log     *slog.Logger
 	ready   atomic.Bool
 	pool    atomic.Pointer[pgxpool.Pool]
+	engine  atomic.Pointer[drainer.Engine] // for /readyz, once started
 	closers []func()
 }
 
@@ -148,13 +155,16 @@ func (d *daemonRun) cleanup() {
 // cleanup, except adapters handed to a running engine (the engine owns them).
 func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	st, log := d.st, d.log
-	reg := prometheus.NewRegistry()
+	reg := d.opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := drainer.NewMetrics(reg, d.opts.Version)
 
 	// Health and metrics first, so /readyz answers "not ready" while a
 	// provider or the database is unreachable.
-	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, &d.pool, log)
+	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, &d.pool, &d.engine, log)
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +217,7 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		return nil, err
 	}
 	engineOwnsAdapters = true
+	d.engine.Store(eng)
 	d.ready.Store(true)
 	log.Info("drainer started", "version", d.opts.Version, "schema", st.schema, "workers", st.workers,
 		"lease", st.lease, "adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", srv.Addr)
@@ -358,7 +369,8 @@ func retryStartup(ctx context.Context, delay time.Duration, log *slog.Logger, ms
 	}
 }
 
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, pool *atomic.Pointer[pgxpool.Pool], log *slog.Logger) (*http.Server, error) {
+func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, pool *atomic.Pointer[pgxpool.Pool],
+	engine *atomic.Pointer[drainer.Engine], log *slog.Logger) (*http.Server, error) {
 	if addr == "" {
 		addr = ":9753"
 	}
@@ -367,20 +379,12 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, pool *
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready: starting or stopping", http.StatusServiceUnavailable)
-			return
+	mux.Handle("/readyz", readyz(ready, func(ctx context.Context) error { return pool.Load().Ping(ctx) }, func() []drainer.AdapterState {
+		if eng := engine.Load(); eng != nil {
+			return eng.AdapterStates()
 		}
-		p := pool.Load()
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := p.Ping(ctx); err != nil {
-			http.Error(w, "not ready: database unreachable", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
+		return nil
+	}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)

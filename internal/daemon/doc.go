@@ -1,12 +1,14 @@
 // Package daemon wires a drain engine for `drainer run` (and `drainer demo`):
 // config, adapters, database pool, metrics and health server, reload on
-// SIGHUP, and the ordered shutdown of CONTRACT §3.
+// SIGHUP, and the ordered shutdown of docs/reference.md §3.
 //
 // # Files
 //
 //	daemon.go   Options, ConfigError, Run: settings merged; health and metrics
 //	            server, adapters, pool, schema (waited for with backoff), engine;
 //	            reload; cleanup, last first
+//	health.go   readyz: 503 while starting/stopping or the database is down;
+//	            200 otherwise, naming the adapters that cannot send
 //	routing.go  NewRouting: config to the engine's Routing (routes, gate policies,
 //	            retention, compensations, the alert route)
 //	tracing.go  newTracer: spans exported over OTLP when an OTEL_EXPORTER_OTLP

@@ -96,8 +96,21 @@ func retentionPolicy(cfg *config.Config) drainer.RetentionPolicy {
 				outbox.StatusCompensated: r.Compensated,
 				outbox.StatusCancelled:   r.Cancelled,
 			},
-			Audit:      r.Audit,
-			Tombstones: r.Tombstones,
+			Audit:       r.Audit,
+			Tombstones:  r.Tombstones,
+			Compensable: compensable(cfg),
 		},
 	}
+}
+
+// compensable maps each tool whose route names a compensation to its
+// compensation_window.
+func compensable(cfg *config.Config) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for tool, r := range cfg.Routes {
+		if r.Compensation != "" {
+			out[tool] = r.CompensationWindow
+		}
+	}
+	return out
 }

@@ -17,10 +17,12 @@ import (
 	"github.com/drainer-io/drainer/internal/daemon"
 	"github.com/drainer-io/drainer/internal/mockprovider"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -102,6 +104,9 @@ func Run(ctx context.Context, opts Options) error {
 	provider := mockprovider.New(mockprovider.Config{
 		Seed: time.Now().UnixNano(), Fail503: 0.08, Fail429: 0.05, RetryAfterSeconds: 1, Fail529: 0.02,
 		TerminalTools: map[string]int{"ship_order": 422, "sync_legacy_crm": 400},
+		// One answer lost after the effect: the ambiguous case a retry
+		// with the same key settles (a replay, not a second charge).
+		LoseAnswer: map[string]bool{lostAnswer.Key(): true},
 	})
 	providerURL, err := provider.Start("127.0.0.1:0")
 	if err != nil {
@@ -132,18 +137,20 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	fmt.Fprintf(out, "enqueued %d intents: %d two-step runs, 3 runs calling a refusing CRM, 1 three-step order whose shipping is refused (a saga)\n",
 		total, opts.Runs)
+	fmt.Fprintf(out, "the provider will charge %s's card and then drop the connection before answering (a lost answer)\n", lostAnswer.AgentRunID)
 
 	cfg, err := config.Parse("demo.yaml", fmt.Appendf(nil, configTemplate, opts.Workers, providerURL), config.LoadOptions{})
 	if err != nil {
 		return fmt.Errorf("demo config: %w", err)
 	}
+	reg := prometheus.NewRegistry()
 	runCtx, stopDaemon := context.WithCancel(ctx)
 	defer stopDaemon()
 	daemonErr := make(chan error, 1)
 	go func() {
 		daemonErr <- daemon.Run(runCtx, daemon.Options{
 			Config: cfg, DatabaseURL: dbURL, Schema: migrations.DefaultSchema, MetricsAddr: "127.0.0.1:0",
-			ShutdownTimeout: 5 * time.Second, Logger: opts.Logger, Version: opts.Version,
+			ShutdownTimeout: 5 * time.Second, Logger: opts.Logger, Version: opts.Version, Registry: reg,
 			Engine: drainer.Config{PollInterval: 100 * time.Millisecond, SagaInterval: 200 * time.Millisecond},
 		})
 	}()
@@ -158,8 +165,12 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	return summary(ctx, out, pool, st, provider, settled, elapsed)
+	return summary(ctx, out, pool, st, provider, reg, total, settled, elapsed)
 }
+
+// lostAnswer is the intent whose first answer the mock provider drops after
+// applying the effect (the first ordinary run's charge).
+var lostAnswer = idemkey.Tuple{AgentRunID: "run-000", StepID: "charge", ToolName: "charge_card", BusinessScope: "invoice:inv_000"}
 
 // watch shows progress until every row is settled and every saga is done.
 func watch(ctx context.Context, pool *pgxpool.Pool, st *store.Store, w io.Writer, daemonErr <-chan error) (int, error) {
@@ -242,7 +253,8 @@ func enqueueSamples(ctx context.Context, pool *pgxpool.Pool, st *store.Store, ru
 	return len(ins) + 3, err
 }
 
-func summary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, st *store.Store, p *mockprovider.Provider, settled int, elapsed time.Duration) error {
+func summary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, st *store.Store, p *mockprovider.Provider,
+	reg prometheus.Gatherer, enqueued, settled int, elapsed time.Duration) error {
 	counts, err := st.CountByStatusKind(ctx, pool)
 	if err != nil {
 		return err
@@ -259,14 +271,32 @@ func summary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, st *store.S
 		return err
 	}
 	steps := make([]string, len(rows))
+	var undo []string
 	for i, r := range rows {
 		steps[i] = fmt.Sprintf("%s %s %s", r.StepID, r.ToolName, r.Status)
+		if r.Kind == outbox.KindCompensation {
+			undo = append(undo, fmt.Sprintf("%s undoing %s", r.ToolName, r.StepID))
+		}
 	}
-	saga := strings.Join(steps, ", ")
+	compensations := 0
+	for _, c := range counts {
+		if c.Kind == outbox.KindCompensation {
+			compensations += c.Rows
+		}
+	}
+	fmt.Fprintf(out, "\n%d rows: the %d enqueued intents and %d compensation rows, added by the saga of order-42 when its shipping was refused:\n  %s\n",
+		settled, enqueued, compensations, strings.Join(undo, ", "))
+	fmt.Fprintf(out, "saga order-42: %s\n", strings.Join(steps, ", "))
 	stats := p.Snapshot()
-	fmt.Fprintf(out, "\nsaga order-42: %s\n", saga)
 	fmt.Fprintf(out, "provider: %d requests, %d effects, %d replays, %d injected transient failures (503/429/529), %d refused\n",
 		stats.Requests, stats.Effects, stats.Replays, stats.Unavailable+stats.RateLimited+stats.Overloaded, stats.Terminal)
+	replays, err := dispatchCount(reg, "replay")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "lost answers: %d: %s's charge was applied, then the connection dropped before the answer; the retry with the same key\n"+
+		"  got Idempotency-Replay: true and counted as a replay (drainer_dispatch_total{outcome=\"replay\"}: %d); effects for that key: %d\n",
+		stats.Resets, lostAnswer.AgentRunID, replays, p.Effects(lostAnswer.Key()))
 	dups := p.DuplicateEffects()
 	fmt.Fprintf(out, "duplicate effects at the provider: %d; tuples sent under two keys: %d\n", len(dups), len(p.MultiKeyTuples()))
 	fmt.Fprintf(out, "settled %d rows in %s\n", settled, elapsed.Round(10*time.Millisecond))
@@ -274,4 +304,26 @@ func summary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, st *store.S
 		return fmt.Errorf("the provider saw a duplicate effect: %s", strings.Join(dups, ", "))
 	}
 	return nil
+}
+
+// dispatchCount sums drainer_dispatch_total over adapters for outcome.
+func dispatchCount(reg prometheus.Gatherer, outcome string) (int, error) {
+	families, err := reg.Gather()
+	if err != nil {
+		return 0, fmt.Errorf("read the daemon's metrics: %w", err)
+	}
+	n := 0.0
+	for _, f := range families {
+		if f.GetName() != "drainer_dispatch_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int(n), nil
 }

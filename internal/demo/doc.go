@@ -1,12 +1,16 @@
 // Package demo runs `drainer demo`: a throwaway Postgres, a built-in mock
 // provider with injected faults, sample intents (most succeed after retries,
-// a few fail terminally, one saga is compensated), drained by the same daemon
-// code as `drainer run`, with progress and a summary. It leaves nothing running.
+// a few fail terminally, one saga is compensated, one answer is lost after
+// its effect and settled by a replay), drained by the same daemon code as
+// `drainer run`, with progress and a summary that explains every row beyond
+// the enqueued intents (the saga's compensation rows) and shows the lost
+// answer counted as a replay. It leaves nothing running.
 //
 // # Files
 //
 //	demo.go      Options, the demo's config, Run; enqueueSamples (the runs and the
-//	             saga), watch (progress), summary
+//	             saga), lostAnswer, watch (progress), summary, dispatchCount
+//	             (the daemon's drainer_dispatch_total, read in process)
 //	postgres.go  startPostgres: from the local binaries (package pgtemp), else
 //	             in Docker
 package demo

@@ -56,6 +56,12 @@ type Config struct {
 	// replay of the success.
 	ApplyEffectBeforeFault bool
 
+	// LoseAnswer lists keys whose answer is lost once: the first request of
+	// such a key that applies the effect then closes the connection without
+	// answering (counted in Resets), as ResetAfterEffect does at random. A
+	// retry with the same key gets the replay. Other faults still apply.
+	LoseAnswer map[string]bool
+
 	// VerifyTuple, when set, answers 400 to a request whose
 	// X-Agent-Idempotency-Tuple header is missing, is not unpadded base64url,
 	// or does not hash to its Idempotency-Key under the contract's key scheme

@@ -47,6 +47,11 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The key is ours until commit or release.
 	f := p.pickFault(req.key, n)
+	if f == faultNone && p.cfg.LoseAnswer[req.key] {
+		// Admitted means no answer is stored yet: this request applies the
+		// effect, so the answer is lost exactly once.
+		f = faultReset
+	}
 	if f == faultNone {
 		resp := p.applyEffect(req)
 		p.st.successes.Add(1)

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Wire names of the contract (CONTRACT.md §5).
+// Wire names of the contract (docs/reference.md §5).
 const (
 	HeaderIdempotencyKey    = "Idempotency-Key"
 	HeaderTuple             = "X-Agent-Idempotency-Tuple"

@@ -511,6 +511,45 @@ func TestResetAfterEffect(t *testing.T) {
 	checkBalanced(t, s)
 }
 
+// TestLoseAnswer: a listed key loses the answer of the request that
+// applied its effect, once; the retry is a replay; other keys are untouched.
+func TestLoseAnswer(t *testing.T) {
+	h := newHarness(t, Config{LoseAnswer: map[string]bool{"k": true}, FailFirstN: 1})
+	tr := &http.Transport{DisableKeepAlives: true} // see TestResetAfterEffect
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	// A failure before the effect loses nothing: the answer is lost by the
+	// request that applies the effect.
+	a, err := h.do(context.Background(), client, "/x", "k", "", `{"v":1}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStatus(t, a, http.StatusServiceUnavailable)
+	if _, err := h.do(context.Background(), client, "/x", "k", "", `{"v":1}`); err == nil {
+		t.Fatal("the request that applied the effect got an answer, want a closed connection")
+	}
+	for range 2 {
+		a, err = h.do(context.Background(), client, "/x", "k", "", `{"v":1}`)
+		if err != nil {
+			t.Fatalf("retry: %v", err)
+		}
+		checkStatus(t, a, http.StatusOK)
+		if a.header.Get(HeaderReplay) != "true" {
+			t.Error("retry is not a replay")
+		}
+	}
+	checkStatus(t, h.post("/x", "other", `{}`), http.StatusServiceUnavailable)
+	if a := h.post("/x", "other", `{}`); a.status != http.StatusOK || a.header.Get(HeaderReplay) == "true" {
+		t.Fatalf("unlisted key: %d replay=%q", a.status, a.header.Get(HeaderReplay))
+	}
+	s := h.p.Snapshot()
+	if s.Resets != 1 || s.Effects != 2 || s.Replays != 2 || s.Successes != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+	checkBalanced(t, s)
+}
+
 func TestKeysForTuple(t *testing.T) {
 	h := newHarness(t, Config{})
 	for _, k := range []string{"k1", "k2", "k1"} {

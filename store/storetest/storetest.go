@@ -123,6 +123,11 @@ func Insert(t testing.TB, pool *pgxpool.Pool, r Row) string {
 	if err != nil {
 		t.Fatalf("insert row %+v: %v", r, err)
 	}
+	// The key space knows every key, as enqueue and the saga record them.
+	if _, err := pool.Exec(context.Background(), `INSERT INTO `+Schema+`.keys (key, payload_hash)
+	    SELECT key, payload_hash FROM `+Schema+`.outbox WHERE key = $1 ON CONFLICT (key) DO NOTHING`, key); err != nil {
+		t.Fatalf("record key of row %+v: %v", r, err)
+	}
 	return key
 }
 

@@ -317,7 +317,7 @@ class ResultAndWaitTest(OwnTableMixin):
 
     def test_wait_returns_a_settled_row_at_once(self):
         # An intent enqueued into a run the agent aborted is created
-        # cancelled (CONTRACT §2): settled without any daemon.
+        # cancelled (docs/reference.md §2): settled without any daemon.
         run = unique("run")
         with psycopg.connect(support.DATABASE_URL, autocommit=True) as admin:
             admin.execute(sql.SQL("SELECT {}.abort_run(%s, %s)").format(sql.Identifier(SCHEMA)), [run, "test"])

@@ -89,7 +89,7 @@ class CanonicalFormTest(unittest.TestCase):
         self.assertNotEqual(a, dc.idempotency_key("step", "run", "tool", "scope"))
 
     def test_accepts_what_enqueue_refuses(self):
-        # The key function accepts any strings (CONTRACT §1).
+        # The key function accepts any strings (docs/reference.md §1).
         dc.idempotency_key("", "", "", "")
         dc.idempotency_key("a\x00b", "x" * 5000, "", "")
 

@@ -1,5 +1,5 @@
 // enqueue, result and waitFor: the producer side of drainer over
-// node-postgres, through the SQL functions of CONTRACT §2.
+// node-postgres, through the SQL functions of docs/reference.md §2.
 
 import { Buffer } from 'node:buffer';
 import { performance } from 'node:perf_hooks';
@@ -30,7 +30,7 @@ export interface Queryable {
   getTransactionStatus?(): string | null;
 }
 
-/** Statuses of an outbox row (CONTRACT §2). */
+/** Statuses of an outbox row (docs/reference.md §2). */
 export type Status =
   | 'pending'
   | 'in_flight'

@@ -24,7 +24,7 @@ export interface TupleProblem {
 }
 
 /**
- * A tuple that the enqueue rules refuse (CONTRACT §1): agentRunId, stepId
+ * A tuple that the enqueue rules refuse (docs/reference.md §1): agentRunId, stepId
  * and toolName must be non-empty strings; every field must be valid UTF-8
  * (no lone surrogate), contain no NUL and be at most 1024 bytes in UTF-8;
  * businessScope may be empty. Raised before the database is touched.

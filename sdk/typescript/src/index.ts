@@ -1,4 +1,4 @@
-// @drainer/client: the TypeScript producer library of drainer (CONTRACT §9).
+// @drainer/client: the TypeScript producer library of drainer (docs/reference.md §9).
 // Agents record "call this tool" intents in their own Postgres transaction;
 // the drainer daemon dispatches them with a stable idempotency key.
 

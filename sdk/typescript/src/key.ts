@@ -1,4 +1,4 @@
-// The idempotency key of an intent (CONTRACT §1), byte for byte the same as
+// The idempotency key of an intent (docs/reference.md §1), byte for byte the same as
 // the Go package idemkey and the SQL function <schema>.idempotency_key.
 
 import { createHash } from 'node:crypto';
@@ -76,7 +76,7 @@ export function encodedTuple(tuple: Tuple): string {
 }
 
 /**
- * Applies the enqueue rules of CONTRACT §1 and throws InvalidTupleError
+ * Applies the enqueue rules of docs/reference.md §1 and throws InvalidTupleError
  * naming every invalid field: agentRunId, stepId and toolName are non-empty;
  * every field is a string that is valid UTF-8 (no lone surrogate), has no
  * NUL character and is at most MAX_FIELD_BYTES bytes in UTF-8; businessScope

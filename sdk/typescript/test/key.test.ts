@@ -1,4 +1,4 @@
-// The key function against the shared vectors (CONTRACT §1), and the
+// The key function against the shared vectors (docs/reference.md §1), and the
 // tuple rules of enqueue. No database needed.
 
 import assert from 'node:assert/strict';

@@ -15,7 +15,7 @@ stable idempotency key, and the agent reads the outcome back::
                                       {"invoice_id": "inv_555", "amount_cents": 500})
         status, response, last_error = dc.wait(conn, key, timeout=60)
 
-Functions (CONTRACT §9): :func:`idempotency_key`, :func:`enqueue`,
+Functions (docs/reference.md §9): :func:`idempotency_key`, :func:`enqueue`,
 :func:`result`, :func:`wait`; for tool functions :func:`outbox_tool` with
 :func:`agent_step`. Every function that touches the database takes
 ``schema=`` (default ``"drainer"``), the schema given to ``drainer migrate

@@ -30,7 +30,7 @@ __all__ = [
 #: The schema `drainer migrate` creates when not given --schema.
 DEFAULT_SCHEMA = "drainer"
 
-#: Statuses an intent never leaves (CONTRACT §2).
+#: Statuses an intent never leaves (docs/reference.md §2).
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "compensated", "cancelled"})
 
 #: Statuses that wait for a human (`drainer resolve`): the row will not move
@@ -53,7 +53,7 @@ class Enqueued(NamedTuple):
 class Outcome(NamedTuple):
     """The outcome of an intent, as :func:`result` and :func:`wait` return it.
 
-    ``status`` is one of the statuses of CONTRACT §2; ``response`` the
+    ``status`` is one of the statuses of docs/reference.md §2; ``response`` the
     provider's answer decoded from JSON (``None`` before success, and for a
     pruned row); ``last_error`` the last error recorded, or ``None``.
     """

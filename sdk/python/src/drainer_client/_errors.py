@@ -33,7 +33,7 @@ class DrainerError(Exception):
 
 
 class InvalidTuple(DrainerError, ValueError):
-    """A field of the four-tuple breaks the rules of CONTRACT §1.
+    """A field of the four-tuple breaks the rules of docs/reference.md §1.
 
     Raised before the database is touched. ``field`` names the first invalid
     field (``agent_run_id``, ``step_id``, ``tool_name`` or

@@ -1,4 +1,4 @@
-"""The idempotency key of CONTRACT §1 and the tuple rules of enqueue."""
+"""The idempotency key of docs/reference.md §1 and the tuple rules of enqueue."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def canonical_tuple(agent_run_id: str, step_id: str, tool_name: str, business_sc
 
 
 def idempotency_key(agent_run_id: str, step_id: str, tool_name: str, business_scope: str) -> str:
-    """Return the idempotency key of a four-tuple (CONTRACT §1).
+    """Return the idempotency key of a four-tuple (docs/reference.md §1).
 
     ``"idem_v1_"`` followed by the first 32 lower-case hex digits of the
     SHA-256 of :func:`canonical_tuple`'s UTF-8 bytes: the same key as the Go
@@ -129,7 +129,7 @@ def tuple_problems(agent_run_id: object, step_id: object, tool_name: object, bus
 
 
 def validate_tuple(agent_run_id: object, step_id: object, tool_name: object, business_scope: object) -> None:
-    """Apply the enqueue rules of CONTRACT §1, without touching any database.
+    """Apply the enqueue rules of docs/reference.md §1, without touching any database.
 
     ``agent_run_id``, ``step_id`` and ``tool_name`` must be non-empty;
     every field must be a ``str`` with a UTF-8 form (no lone surrogate), no

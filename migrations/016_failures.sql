@@ -1,0 +1,24 @@
+-- A provider's answer that a replica holds while it cannot reach Postgres
+-- is never lost, and its Retry-After never violated.
+--
+-- A replica that got `503, Retry-After: 30` and then lost Postgres before
+-- writing it could not record the floor; its lease expired and another
+-- replica's reclaim made the row due at once: the provider was asked again
+-- early. The reclaimer cannot know whether a lost answer carried a
+-- Retry-After (a SIGKILLed replica loses its answers too), so the reclaim
+-- now floors the row (not_before) at its lease expiry plus the route's
+-- max_retry_after: no answer given under the lease can ask for more (the
+-- attempt ends before the lease does, and a Retry-After is capped at
+-- max_retry_after). The reclaim also keeps the expired lease's token here.
+--
+-- The replica that held the lease writes its outcome when it reconnects,
+-- through the completion's own statement: still fenced, by this token
+-- instead of lease_token, and only while the row is pending (or parked
+-- outcome_unknown) with the attempt count the reclaim left, i.e. not
+-- claimed and sent again since. The answer then replaces the reclaim's
+-- conservative floor with the provider's own (or records the success).
+-- Any completion clears the column; a reclaim sets it again.
+--
+-- Expand only: a daemon that does not know the column never sets it, so
+-- its reclaims leave nothing for a late write to match.
+ALTER TABLE {{.schema}}.outbox ADD COLUMN reclaimed_lease uuid;

@@ -1,0 +1,86 @@
+package migrations
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+)
+
+// code holds the current definition of every function, view and trigger of
+// the schema, one file each (code/functions, code/views, code/triggers),
+// and code/install.sql, which names them all: a tern code package. The
+// numbered migrations keep tables, indexes and data, and the history.
+//
+//go:embed code
+var code embed.FS
+
+// CodeRevision numbers the definitions in code/. Bump it with every change
+// there (TestCodeRevisionNamesTheFiles fails until you do): a daemon
+// installs its definitions over an older revision only, so an old binary
+// running `drainer migrate` during a rolling upgrade never puts back the
+// definitions a newer one installed.
+const CodeRevision = 1
+
+// Code returns the code package rendered for schema, and its SHA-256.
+func Code(schema string) (sql, sum string, err error) {
+	sub, err := fs.Sub(code, "code")
+	if err != nil {
+		return "", "", err
+	}
+	pkg, err := migrate.LoadCodePackage(sub)
+	if err != nil {
+		return "", "", fmt.Errorf("load code package: %w", err)
+	}
+	sql, err = pkg.Eval(map[string]any{"schema": schema})
+	if err != nil {
+		return "", "", fmt.Errorf("render code package: %w", err)
+	}
+	h := sha256.Sum256([]byte(sql))
+	return sql, hex.EncodeToString(h[:]), nil
+}
+
+// installCode installs the code package into schema, in one transaction
+// under the schema's migration lock, unless the schema already holds this
+// revision with the same content, or a newer revision. It reports whether
+// it installed.
+func installCode(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logger) (bool, error) {
+	sql, sum, err := Code(schema)
+	if err != nil {
+		return false, err
+	}
+	installed := false
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
+			return err
+		}
+		var revText, have string
+		err := tx.QueryRow(ctx, `SELECT coalesce(max(value) FILTER (WHERE name = 'code_revision'), '0'),
+		        coalesce(max(value) FILTER (WHERE name = 'code_sha256'), '')
+		   FROM `+schema+`.schema_meta`).Scan(&revText, &have)
+		if err != nil {
+			return fmt.Errorf("read code revision: %w", err)
+		}
+		rev, _ := strconv.Atoi(revText)
+		if rev > CodeRevision || (rev == CodeRevision && have == sum) {
+			return nil
+		}
+		log.Info("installing functions, views and triggers", "schema", schema, "revision", CodeRevision, "was", rev)
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("install code revision %d: %w", CodeRevision, err)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.schema_meta (name, value)
+		        VALUES ('code_revision', $1), ('code_sha256', $2)
+		        ON CONFLICT (name) DO UPDATE SET value = excluded.value`, strconv.Itoa(CodeRevision), sum)
+		installed = err == nil
+		return err
+	})
+	return installed, err
+}

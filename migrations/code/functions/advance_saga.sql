@@ -1,0 +1,130 @@
+-- advance_saga moves one aborted run's saga a step: attempted and parked
+-- (outcome_unknown) forward rows finish first, saying so in saga_note; then
+-- each succeeded forward row of a compensable tool is compensated, one at a
+-- time, in reverse seq order; a compensation_failed row halts the saga
+-- until `drainer resolve`. p_tools and p_comp_tools map tools to their
+-- compensation tools (the daemon's routes). Compensation rows join the key
+-- space like every other row. It returns the saga's state, 'busy' when
+-- another replica is advancing the run, 'none' when the run is not aborted.
+CREATE OR REPLACE FUNCTION {{.schema}}.advance_saga(p_run text, p_tools text[], p_comp_tools text[])
+ RETURNS text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_state    text;
+    v_note     text;
+    v_parked   text;
+    f          record;
+    v_comp     text;
+    v_key      text;
+    v_existing record;
+    v_payload  jsonb;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock({{.schema}}.saga_lock_key(p_run)) THEN
+        RETURN 'busy'; -- another replica is advancing this run right now
+    END IF;
+    SELECT r.saga_state, r.saga_note INTO v_state, v_note FROM {{.schema}}.runs r WHERE r.agent_run_id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'none';
+    END IF;
+    IF v_note LIKE 'waiting for parked step %' THEN
+        v_note := NULL;
+    END IF;
+
+    -- A row enqueued concurrently with the abort (neither saw the other)
+    -- is cancelled here, as the abort would have done.
+    UPDATE {{.schema}}.outbox o
+       SET status = 'cancelled', cancel_cause = 'run_aborted', updated_at = now(),
+           last_error = 'run aborted: ' || (SELECT r.abort_reason FROM {{.schema}}.runs r WHERE r.agent_run_id = p_run)
+     WHERE o.agent_run_id = p_run AND o.kind = 'forward' AND o.status = 'pending' AND o.attempts = 0;
+
+    LOOP
+        -- Attempted forward rows finish first: their effect may exist.
+        IF EXISTS (SELECT 1 FROM {{.schema}}.outbox o
+                    WHERE o.agent_run_id = p_run AND o.kind = 'forward'
+                      AND o.status IN ('pending', 'in_flight')) THEN
+            v_state := 'waiting';
+            EXIT;
+        END IF;
+        -- So do parked ones: their effect may exist too, and compensating
+        -- around them would undo the run out of order. A human's resolve
+        -- (succeeded or failed) lets the saga go on.
+        SELECT o.key INTO v_parked FROM {{.schema}}.outbox o
+         WHERE o.agent_run_id = p_run AND o.kind = 'forward' AND o.status = 'outcome_unknown'
+         ORDER BY o.seq LIMIT 1;
+        IF FOUND THEN
+            v_note := format('waiting for parked step %s (outcome_unknown): resolve it with drainer resolve before the saga compensates', v_parked);
+            v_state := 'waiting';
+            EXIT;
+        END IF;
+        -- One compensation at a time.
+        IF EXISTS (SELECT 1 FROM {{.schema}}.outbox o
+                    WHERE o.agent_run_id = p_run AND o.kind = 'compensation'
+                      AND o.status IN ('pending', 'in_flight')) THEN
+            v_state := 'compensating';
+            EXIT;
+        END IF;
+        -- A compensation that cannot succeed halts the saga until a human resolves it.
+        IF EXISTS (SELECT 1 FROM {{.schema}}.outbox o
+                    WHERE o.agent_run_id = p_run AND o.kind = 'compensation'
+                      AND o.status = 'compensation_failed') THEN
+            v_state := 'halted';
+            EXIT;
+        END IF;
+
+        SELECT o.seq, o.key, o.step_id, o.business_scope, o.payload, o.response, m.comp
+          INTO f
+          FROM {{.schema}}.outbox o
+          JOIN unnest(p_tools, p_comp_tools) AS m(tool, comp) ON m.tool = o.tool_name
+         WHERE o.agent_run_id = p_run AND o.kind = 'forward' AND o.status = 'succeeded'
+           AND m.comp IS NOT NULL AND m.comp <> ''
+         ORDER BY o.seq DESC
+         LIMIT 1;
+        IF NOT FOUND THEN
+            v_state := 'done';
+            EXIT;
+        END IF;
+
+        v_comp := f.comp;
+        v_key := {{.schema}}.idempotency_key(p_run, f.step_id, v_comp, f.business_scope);
+        SELECT o.status, o.forward_key INTO v_existing FROM {{.schema}}.outbox o WHERE o.key = v_key;
+        IF FOUND THEN
+            IF v_existing.forward_key IS DISTINCT FROM f.key THEN
+                -- Two forward rows of one step and scope share a compensation
+                -- tool: their compensation tuples collide. Stop for a human.
+                v_note := format('compensation %s of row %s collides with the compensation of row %s (same step, scope and compensation tool)',
+                                 v_key, f.key, v_existing.forward_key);
+                v_state := 'halted';
+                EXIT;
+            END IF;
+            IF v_existing.status IN ('succeeded', 'cancelled') THEN
+                -- Undone (or resolved by a human) already: record it and go on.
+                UPDATE {{.schema}}.outbox SET status = 'compensated', updated_at = now()
+                 WHERE key = f.key AND status = 'succeeded';
+                CONTINUE;
+            END IF;
+            v_state := 'compensating';
+            EXIT;
+        END IF;
+
+        v_payload := jsonb_build_object('forward_key', f.key, 'forward_payload', f.payload,
+                                        'forward_response', coalesce(f.response, 'null'::jsonb));
+        INSERT INTO {{.schema}}.keys (key, payload_hash)
+        VALUES (v_key, {{.schema}}.payload_hash(v_payload))
+        ON CONFLICT (key) DO NOTHING;
+        INSERT INTO {{.schema}}.outbox
+            (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, forward_key)
+        VALUES (v_key, p_run, f.step_id, v_comp, f.business_scope, 'compensation', v_payload,
+                {{.schema}}.payload_hash(v_payload), f.key)
+        ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING;
+        v_state := 'compensating';
+        EXIT;
+    END LOOP;
+
+    UPDATE {{.schema}}.runs r
+       SET saga_state = v_state, saga_updated_at = now(), saga_note = v_note
+     WHERE r.agent_run_id = p_run
+       AND (r.saga_state IS DISTINCT FROM v_state OR r.saga_note IS DISTINCT FROM v_note);
+    RETURN v_state;
+END
+$function$;

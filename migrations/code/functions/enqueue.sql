@@ -1,0 +1,91 @@
+-- enqueue records one intent in the caller's transaction and returns its key
+-- and whether it was created (docs/reference.md §2). The key space decides
+-- whether the tuple is new: enqueue inserts into keys first, so a unique
+-- check, not the caller's snapshot, answers (a key committed after a
+-- REPEATABLE READ or SERIALIZABLE snapshot raises 40001, and the retry
+-- answers created = false); a tuple enqueued before with another payload
+-- (compared as JSON values) is refused with 23505. An intent of an aborted
+-- run is created cancelled. The tuple check, the key and the hash are
+-- evaluated inline (check_tuple only words an error); the payload is
+-- converted to text once. Keys recorded before migration 015 keep the hash
+-- of the payload's text, which is accepted too.
+CREATE OR REPLACE FUNCTION {{.schema}}.enqueue(agent_run_id text, step_id text, tool_name text, business_scope text, payload jsonb, traceparent text DEFAULT NULL::text)
+ RETURNS TABLE(key text, created boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+DECLARE
+    v_key     text;
+    v_text    text;
+    v_hash    bytea;
+    v_legacy  bytea;
+    v_old     bytea;
+    v_limit   bigint;
+    v_size    bigint;
+    v_aborted boolean;
+    v_seq     bigint;
+    v_tp      text := nullif(traceparent, '');
+BEGIN
+    IF agent_run_id IS NULL OR step_id IS NULL OR tool_name IS NULL OR business_scope IS NULL
+       OR agent_run_id = '' OR step_id = '' OR tool_name = ''
+       OR octet_length(agent_run_id) > 1024 OR octet_length(step_id) > 1024
+       OR octet_length(tool_name) > 1024 OR octet_length(business_scope) > 1024 THEN
+        PERFORM {{.schema}}.check_tuple(agent_run_id, step_id, tool_name, business_scope);
+    END IF;
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'drainer.enqueue: payload must not be null';
+    END IF;
+    IF v_tp IS NOT NULL AND {{.schema}}.traceparent_error(v_tp) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'drainer.enqueue: ' || {{.schema}}.traceparent_error(v_tp);
+    END IF;
+    v_limit := coalesce(nullif(current_setting('drainer.max_payload_bytes', true), '')::bigint, 1048576);
+    v_text := payload::text;
+    v_size := octet_length(v_text);
+    IF v_size > v_limit THEN
+        RAISE EXCEPTION USING ERRCODE = '54000',
+            MESSAGE = format('drainer.enqueue: payload is %s bytes, more than the limit of %s (setting drainer.max_payload_bytes)', v_size, v_limit);
+    END IF;
+
+    v_key := {{.schema}}.intent_key(agent_run_id, step_id, tool_name, business_scope);
+    v_legacy := sha256(convert_to(v_text, 'UTF8'));
+    v_hash := CASE WHEN v_text ~ '\.[0-9]*0\M'
+                   THEN sha256(convert_to({{.schema}}.canonical_payload(payload)::text, 'UTF8'))
+                   ELSE v_legacy END;
+
+    INSERT INTO {{.schema}}.keys AS k (key, payload_hash) VALUES (v_key, v_hash)
+    ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+    IF FOUND THEN
+        v_aborted := EXISTS (SELECT 1 FROM {{.schema}}.runs r WHERE r.agent_run_id = enqueue.agent_run_id);
+        INSERT INTO {{.schema}}.outbox AS o
+            (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash,
+             status, cancel_cause, last_error, traceparent)
+        VALUES (v_key, agent_run_id, step_id, tool_name, business_scope, 'forward', payload, v_hash,
+                CASE WHEN v_aborted THEN 'cancelled' ELSE 'pending' END,
+                CASE WHEN v_aborted THEN 'run_aborted' END,
+                CASE WHEN v_aborted THEN 'run aborted before this intent was enqueued' END,
+                v_tp)
+        ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
+        RETURNING o.seq INTO v_seq;
+        IF v_seq IS NOT NULL THEN
+            RETURN QUERY SELECT v_key, true;
+            RETURN;
+        END IF;
+        -- An outbox row the key space did not know (written by hand):
+        -- its hash is the stored one.
+        SELECT o.payload_hash INTO v_old FROM {{.schema}}.outbox o WHERE o.key = v_key;
+    ELSE
+        SELECT k.payload_hash INTO v_old FROM {{.schema}}.keys k WHERE k.key = v_key;
+    END IF;
+
+    IF v_old IS DISTINCT FROM v_hash AND v_old IS DISTINCT FROM v_legacy THEN
+        PERFORM {{.schema}}.count_enqueue_mismatch();
+        RAISE EXCEPTION USING ERRCODE = '23505',
+            MESSAGE = format('drainer.enqueue: key %s already enqueued with a different payload', v_key);
+    END IF;
+    PERFORM {{.schema}}.count_enqueue_duplicate();
+    RETURN QUERY SELECT v_key, false;
+END
+$function$;

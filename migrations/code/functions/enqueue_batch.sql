@@ -1,0 +1,176 @@
+-- enqueue_batch records many intents with one INSERT per table: the same
+-- answers, errors and counters as calling enqueue once per intent in order,
+-- but the outbox's statement triggers (audit, notification) fire once per
+-- batch and the checks run as set operations instead of a call per row.
+--
+-- Answers: one row per intent, in the intents' order (ord from 1). An
+-- intent whose tuple repeats an earlier one of the same batch is answered
+-- created = false with the same key (same payload) or refused (different
+-- payload), as a second enqueue would be. Errors name the intent:
+-- "drainer.enqueue_batch: intent 3: ...", with enqueue's SQLSTATEs (22023
+-- invalid tuple or traceparent, 22004 null payload, 54000 payload too large,
+-- 23505 same tuple with a different payload); an error rolls back the whole
+-- batch.
+--
+-- Rows are inserted in the intents' order, so seq (and the per-scope order
+-- of ordered tools) follows it. Two transactions that enqueue overlapping
+-- batches in different orders can deadlock (40P01, retried by the caller),
+-- as two transactions calling enqueue in different orders can.
+CREATE OR REPLACE FUNCTION {{.schema}}.enqueue_batch(agent_run_ids text[], step_ids text[], tool_names text[], business_scopes text[], payloads jsonb[], traceparents text[] DEFAULT NULL::text[])
+ RETURNS TABLE(ord integer, key text, created boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
+ SET jit TO 'off'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    n        integer := coalesce(cardinality(agent_run_ids), 0);
+    v_limit  bigint := coalesce(nullif(current_setting('drainer.max_payload_bytes', true), '')::bigint, 1048576);
+    v_bad    integer;
+    v_tperr  text;
+    v_keys   text[];
+    v_hashes bytea[];
+    v_legacy bytea[];
+    v_key    text;
+    v_new    text[];
+    v_made   text[];
+    v_dups   integer;
+BEGIN
+    IF coalesce(cardinality(step_ids), 0) <> n OR coalesce(cardinality(tool_names), 0) <> n
+       OR coalesce(cardinality(business_scopes), 0) <> n OR coalesce(cardinality(payloads), 0) <> n
+       OR (traceparents IS NOT NULL AND cardinality(traceparents) <> n) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format(
+            'drainer.enqueue_batch: the arrays must have one element per intent: agent_run_ids %s, step_ids %s, tool_names %s, business_scopes %s, payloads %s, traceparents %s',
+            n, coalesce(cardinality(step_ids), 0), coalesce(cardinality(tool_names), 0),
+            coalesce(cardinality(business_scopes), 0), coalesce(cardinality(payloads), 0),
+            coalesce(cardinality(traceparents)::text, 'null'));
+    END IF;
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+
+    -- The first invalid intent, found with one scan; check_tuple then
+    -- words its problems as enqueue would.
+    SELECT min(u.i) INTO v_bad
+      FROM unnest(agent_run_ids, step_ids, tool_names, business_scopes, payloads) WITH ORDINALITY AS u(a, s, t, b, p, i)
+     WHERE u.a IS NULL OR u.s IS NULL OR u.t IS NULL OR u.b IS NULL OR u.a = '' OR u.s = '' OR u.t = ''
+        OR octet_length(u.a) > 1024 OR octet_length(u.s) > 1024 OR octet_length(u.t) > 1024 OR octet_length(u.b) > 1024
+        OR u.p IS NULL OR octet_length(u.p::text) > v_limit;
+    IF v_bad IS NOT NULL THEN
+        BEGIN
+            PERFORM {{.schema}}.check_tuple(agent_run_ids[v_bad], step_ids[v_bad], tool_names[v_bad], business_scopes[v_bad]);
+        EXCEPTION WHEN invalid_parameter_value THEN
+            RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('drainer.enqueue_batch: intent %s: %s', v_bad,
+                replace(SQLERRM, 'drainer.enqueue: ', ''));
+        END;
+        IF payloads[v_bad] IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '22004',
+                MESSAGE = format('drainer.enqueue_batch: intent %s: payload must not be null', v_bad);
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = format(
+            'drainer.enqueue_batch: intent %s: payload is %s bytes, more than the limit of %s (setting drainer.max_payload_bytes)',
+            v_bad, octet_length(payloads[v_bad]::text), v_limit);
+    END IF;
+    IF traceparents IS NOT NULL THEN
+        SELECT u.i, {{.schema}}.traceparent_error(u.tp) INTO v_bad, v_tperr
+          FROM unnest(traceparents) WITH ORDINALITY AS u(tp, i)
+         WHERE nullif(u.tp, '') IS NOT NULL AND {{.schema}}.traceparent_error(u.tp) IS NOT NULL
+         ORDER BY u.i LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('drainer.enqueue_batch: intent %s: %s', v_bad, v_tperr);
+        END IF;
+    END IF;
+
+    -- Keys and payload hashes (canonical, and of the text for keys
+    -- recorded before migration 015).
+    SELECT array_agg({{.schema}}.intent_key(u.a, u.s, u.t, u.b) ORDER BY u.i),
+           array_agg(CASE WHEN u.x ~ '\.[0-9]*0\M'
+                          THEN sha256(convert_to({{.schema}}.canonical_payload(u.p)::text, 'UTF8'))
+                          ELSE sha256(convert_to(u.x, 'UTF8')) END ORDER BY u.i),
+           array_agg(sha256(convert_to(u.x, 'UTF8')) ORDER BY u.i)
+      INTO v_keys, v_hashes, v_legacy
+      FROM (SELECT w.*, w.p::text AS x
+              FROM unnest(agent_run_ids, step_ids, tool_names, business_scopes, payloads)
+                   WITH ORDINALITY AS w(a, s, t, b, p, i)) u;
+
+    -- The key space decides which keys are new: the first occurrence of
+    -- each, in the intents' order.
+    WITH ins AS (
+        INSERT INTO {{.schema}}.keys AS k (key, payload_hash)
+        SELECT f.k, f.h
+          FROM (SELECT DISTINCT ON (u.k) u.k, u.h, u.i
+                  FROM unnest(v_keys, v_hashes) WITH ORDINALITY AS u(k, h, i)
+                 ORDER BY u.k, u.i) f
+         ORDER BY f.i
+        ON CONFLICT (key) DO NOTHING
+        RETURNING k.key
+    )
+    SELECT coalesce(array_agg(ins.key), '{}') INTO v_new FROM ins;
+
+    IF cardinality(v_new) > 0 THEN
+        WITH ins AS (
+            INSERT INTO {{.schema}}.outbox AS o
+                (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash,
+                 status, cancel_cause, last_error, traceparent)
+            SELECT f.k, f.a, f.s, f.t, f.b, 'forward', f.p, f.h,
+                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'cancelled' ELSE 'pending' END,
+                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'run_aborted' END,
+                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'run aborted before this intent was enqueued' END,
+                   nullif(f.tp, '')
+              FROM (SELECT DISTINCT ON (u.k) u.*
+                      FROM unnest(v_keys, v_hashes, agent_run_ids, step_ids, tool_names, business_scopes, payloads,
+                                  coalesce(traceparents, array_fill(NULL::text, ARRAY[n])))
+                           WITH ORDINALITY AS u(k, h, a, s, t, b, p, tp, i)
+                     WHERE u.k = ANY(v_new)
+                     ORDER BY u.k, u.i) f
+              LEFT JOIN {{.schema}}.runs r ON r.agent_run_id = f.a
+             ORDER BY f.i
+            ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
+            RETURNING o.key
+        )
+        SELECT coalesce(array_agg(ins.key), '{}') INTO v_made FROM ins;
+    ELSE
+        v_made := '{}';
+    END IF;
+
+    IF cardinality(v_made) < n THEN
+        -- Some intents repeat a tuple (of this batch, or enqueued before):
+        -- the first one whose payload differs from the tuple's recorded
+        -- payload is refused, as single enqueues in order would refuse it,
+        -- after counting the repeats before it. A new key whose outbox row
+        -- existed already (written by hand) compares with that row.
+        SELECT d.i, d.k INTO v_bad, v_key
+          FROM unnest(v_keys, v_hashes, v_legacy) WITH ORDINALITY AS d(k, h, l, i)
+          LEFT JOIN {{.schema}}.keys x ON x.key = d.k
+          LEFT JOIN {{.schema}}.outbox o ON o.key = d.k AND d.k = ANY(v_new) AND d.k <> ALL(v_made)
+         WHERE coalesce(o.payload_hash, x.payload_hash) IS DISTINCT FROM d.h
+           AND coalesce(o.payload_hash, x.payload_hash) IS DISTINCT FROM d.l
+         ORDER BY d.i
+         LIMIT 1;
+        IF FOUND THEN
+            PERFORM {{.schema}}.count_enqueue_duplicate()
+               FROM (SELECT u.i, u.k, row_number() OVER (PARTITION BY u.k ORDER BY u.i) AS nth
+                       FROM unnest(v_keys) WITH ORDINALITY AS u(k, i)) d
+               LEFT JOIN unnest(v_made) AS m(k) ON m.k = d.k
+              WHERE d.i < v_bad AND (m.k IS NULL OR d.nth > 1);
+            PERFORM {{.schema}}.count_enqueue_mismatch();
+            RAISE EXCEPTION USING ERRCODE = '23505',
+                MESSAGE = format('drainer.enqueue_batch: intent %s: key %s already enqueued with a different payload', v_bad, v_key);
+        END IF;
+    END IF;
+
+    -- Answers: created for the first occurrence of each inserted key.
+    RETURN QUERY
+        SELECT f.i::integer, f.k, (m.k IS NOT NULL AND f.nth = 1)
+          FROM (SELECT u.k, u.i, row_number() OVER (PARTITION BY u.k ORDER BY u.i) AS nth
+                  FROM unnest(v_keys) WITH ORDINALITY AS u(k, i)) f
+          LEFT JOIN unnest(v_made) AS m(k) ON m.k = f.k
+         ORDER BY f.i;
+    v_dups := n - cardinality(v_made);
+    IF v_dups > 0 THEN
+        PERFORM {{.schema}}.count_enqueue_duplicate() FROM generate_series(1, v_dups);
+    END IF;
+END
+$function$;

@@ -1,0 +1,55 @@
+-- prune_rows moves up to p_limit rows of one terminal status, last
+-- changed before p_before, to the tombstones (their keys stay in the key
+-- space, marked pruned). Rows of a run whose saga is still open stay, and so
+-- does a succeeded forward row of a tool in p_comp_tools (a tool whose route
+-- names a compensation) until its run's saga has settled or
+-- p_windows_ms[i] (the route's compensation_window) has passed since it
+-- succeeded: its run can still be aborted and need it undone. Pruning a
+-- run's rows stamps the run's rows_pruned_at, so its abort outlives their
+-- tombstones.
+CREATE OR REPLACE FUNCTION {{.schema}}.prune_rows(p_status text, p_before timestamp with time zone, p_limit integer, p_comp_tools text[], p_windows_ms bigint[])
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    n integer;
+BEGIN
+    IF p_status NOT IN ('succeeded', 'failed', 'compensated', 'cancelled') THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('drainer.prune_rows: %s rows are never pruned automatically', p_status);
+    END IF;
+    WITH victims AS (
+        SELECT o.seq FROM {{.schema}}.outbox o
+          LEFT JOIN {{.schema}}.runs r ON r.agent_run_id = o.agent_run_id
+          LEFT JOIN unnest(p_comp_tools, p_windows_ms) AS w(tool, ms)
+                 ON p_status = 'succeeded' AND o.kind = 'forward' AND w.tool = o.tool_name
+         WHERE o.status = p_status AND o.updated_at < p_before
+           AND (r.agent_run_id IS NULL OR r.saga_state = 'done')
+           AND (w.tool IS NULL OR r.saga_state = 'done'
+                OR o.updated_at < now() - w.ms * interval '1 millisecond')
+         ORDER BY o.updated_at
+         LIMIT p_limit
+         FOR UPDATE OF o SKIP LOCKED
+    ), moved AS (
+        DELETE FROM {{.schema}}.outbox o USING victims v
+         WHERE o.seq = v.seq AND o.status = p_status
+        RETURNING o.key, o.payload_hash, o.status, o.agent_run_id
+    ), stamped AS (
+        UPDATE {{.schema}}.runs r SET rows_pruned_at = now()
+         WHERE r.agent_run_id IN (SELECT m.agent_run_id FROM moved m)
+    )
+    INSERT INTO {{.schema}}.keys AS k (key, payload_hash, final_status, pruned_at)
+    SELECT m.key, m.payload_hash, m.status, now() FROM moved m
+    ON CONFLICT (key) DO UPDATE SET final_status = excluded.final_status, pruned_at = excluded.pruned_at;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$function$;
+
+-- The form daemons of release 14 call: no compensable tools known.
+CREATE OR REPLACE FUNCTION {{.schema}}.prune_rows(p_status text, p_before timestamp with time zone, p_limit integer)
+ RETURNS integer
+ LANGUAGE sql
+AS $function$
+    SELECT {{.schema}}.prune_rows(p_status, p_before, p_limit, '{}'::text[], '{}'::bigint[])
+$function$;

@@ -1,0 +1,51 @@
+-- The current definition of every function, view and trigger of the
+-- schema, one file each; `drainer migrate` installs them after the
+-- numbered migrations (which keep tables and data, and the history).
+-- Function bodies are checked when they run, not here, so the order of
+-- the functions does not matter; views follow the functions they call,
+-- triggers the functions they run.
+SET LOCAL check_function_bodies = off;
+
+{{ template "functions/abort_run.sql" . }}
+{{ template "functions/abort_run_internal.sql" . }}
+{{ template "functions/advance_saga.sql" . }}
+{{ template "functions/alert_tool.sql" . }}
+{{ template "functions/audit_actor.sql" . }}
+{{ template "functions/audit_append.sql" . }}
+{{ template "functions/audit_event.sql" . }}
+{{ template "functions/audit_hash.sql" . }}
+{{ template "functions/audit_head.sql" . }}
+{{ template "functions/audit_rows.sql" . }}
+{{ template "functions/audit_verify.sql" . }}
+{{ template "functions/canonical_payload.sql" . }}
+{{ template "functions/canonical_tuple.sql" . }}
+{{ template "functions/check_tuple.sql" . }}
+{{ template "functions/count_enqueue_duplicate.sql" . }}
+{{ template "functions/count_enqueue_mismatch.sql" . }}
+{{ template "functions/enqueue.sql" . }}
+{{ template "functions/enqueue_batch.sql" . }}
+{{ template "functions/idempotency_key.sql" . }}
+{{ template "functions/intent_key.sql" . }}
+{{ template "functions/keep_not_before.sql" . }}
+{{ template "functions/notify_outbox.sql" . }}
+{{ template "functions/on_compensation_succeeded.sql" . }}
+{{ template "functions/on_forward_failed.sql" . }}
+{{ template "functions/payload_hash.sql" . }}
+{{ template "functions/payload_text.sql" . }}
+{{ template "functions/prune_audit.sql" . }}
+{{ template "functions/prune_rows.sql" . }}
+{{ template "functions/result.sql" . }}
+{{ template "functions/saga_lock_key.sql" . }}
+{{ template "functions/session_role.sql" . }}
+{{ template "functions/sweep_sagas.sql" . }}
+{{ template "functions/traceparent_error.sql" . }}
+
+{{ template "views/sagas.sql" . }}
+{{ template "views/tombstones.sql" . }}
+
+{{ template "triggers/outbox_audit_insert.sql" . }}
+{{ template "triggers/outbox_audit_update.sql" . }}
+{{ template "triggers/outbox_compensation_succeeded.sql" . }}
+{{ template "triggers/outbox_forward_failed.sql" . }}
+{{ template "triggers/outbox_keep_not_before.sql" . }}
+{{ template "triggers/outbox_notify.sql" . }}

@@ -1,0 +1,7 @@
+-- A forward row that ends failed (not an alert row) aborts its run.
+CREATE OR REPLACE TRIGGER outbox_forward_failed
+    AFTER UPDATE OF status ON {{.schema}}.outbox
+    FOR EACH ROW
+    WHEN (NEW.status = 'failed' AND OLD.status IS DISTINCT FROM 'failed' AND NEW.kind = 'forward'
+          AND NEW.tool_name <> {{.schema}}.alert_tool())
+    EXECUTE FUNCTION {{.schema}}.on_forward_failed();
