@@ -30,6 +30,7 @@ type seqModel struct {
 	order   int // creation order of rows (their seq order)
 	txN     int
 	tally   map[string]int // what the sequence did, for its summary line
+	faulted bool           // a replica was killed or stopped, or Postgres restarted
 }
 
 type mRun struct {
@@ -56,6 +57,7 @@ type mIntent struct {
 	// abortBeforeStmt: even before the enqueue statement ran.
 	abortSeen, abortBeforeStmt bool
 	opCancelled                bool // an operator cancelled it (its effect may exist)
+	humanUndone                bool // its compensation_failed row was resolved by an operator
 	recreated                  bool // created again after its tombstone expired
 }
 
@@ -235,7 +237,11 @@ func (m *seqModel) actOperator(rt *rapid.T) bool {
 			}
 			args = append(args, "--outcome", outcome)
 		}
+		run, step := m.rowTuple(key)
 		res = m.e.cli(args...)
+		if in := m.intentByTuple(run, step); res.code == 0 && in != nil && m.intentByKey(key) == nil {
+			in.humanUndone = true // its compensation row was resolved: a human undid the effect
+		}
 	}
 	m.tally[fmt.Sprintf("%s exit %d", op, res.code)]++
 	if res.code == 2 {
@@ -255,6 +261,9 @@ func (m *seqModel) actPrune(rt *rapid.T) bool {
 	r := store.Retention{
 		ByStatus:   map[string]time.Duration{"succeeded": 0, "cancelled": 0, "compensated": 0, "failed": 0},
 		Tombstones: modelTombstones, Audit: time.Hour, BatchSize: 500,
+		// As the daemons pass it: charge names a compensation, whose
+		// window is the default (7 days).
+		Compensable: map[string]time.Duration{toolCharge: 7 * 24 * time.Hour},
 	}
 	var out map[string]int
 	err = withRetry(func(ctx context.Context) error {
@@ -273,6 +282,7 @@ func (m *seqModel) actPrune(rt *rapid.T) bool {
 // SIGSTOPped (until a later SIGCONT or the settle), or a Postgres restart.
 func (m *seqModel) actFault(rt *rapid.T) bool {
 	e := m.e
+	m.faulted = true
 	switch rapid.SampledFrom([]string{"sigkill", "sigstop", "sigcont", "pg_restart"}).Draw(rt, "fault") {
 	case "sigkill":
 		i := rapid.IntRange(0, len(e.replicas)-1).Draw(rt, "replica")
@@ -702,4 +712,26 @@ func (m *seqModel) parkedRows() []string {
 		m.rt.Fatalf("read parked rows: %v", err)
 	}
 	return keys
+}
+
+// rowTuple returns the run and step of a row of the outbox ("" if gone).
+func (m *seqModel) rowTuple(key string) (run, step string) {
+	_ = withRetry(func(ctx context.Context) error {
+		err := m.e.pool.QueryRow(ctx, "SELECT agent_run_id, step_id FROM drainer.outbox WHERE key = $1", key).Scan(&run, &step)
+		if err == pgx.ErrNoRows {
+			return nil
+		}
+		return err
+	})
+	return run, step
+}
+
+// intentByTuple returns the committed intent of a run's step.
+func (m *seqModel) intentByTuple(run, step string) *mIntent {
+	for _, in := range m.intents {
+		if in.run.id == run && in.step == step && in.committed {
+			return in
+		}
+	}
+	return nil
 }
