@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -33,9 +34,23 @@ import (
 // invariants are checked against the database and the provider. See
 // docs/reliability.md, "The model-checked random test".
 
-// modelSeeds are the fixed seeds every run checks (sequences that found
-// bugs are added here, with the bug in a comment).
-var modelSeeds = []uint64{1, 2}
+// modelCase is a fixed sequence every run checks: a seed, and the
+// features of the alphabet left out when it was found (the same seed draws
+// another sequence with another alphabet).
+type modelCase struct {
+	seed    uint64
+	without string // comma-separated, as DRAINER_MODEL_WITHOUT
+}
+
+// modelCases are sequences (20 actions) that found bugs, each failing on
+// the code before its fix (see docs/reliability.md, "The model-checked
+// random test").
+var modelCases = []modelCase{
+	{seed: 2},                     // a payload equal as a JSON value refused with 23505
+	{seed: 7, without: "variant"}, // a SERIALIZABLE snapshot older than a prune re-created a pruned row (created=true)
+	{seed: 2, without: "variant"}, // enqueue into a run aborted after the snapshot was sent; a parked step did not hold the saga
+	{seed: 8, without: "variant"}, // a compensable succeeded row pruned before its run's abort: no refund
+}
 
 // modelFeatures are the parts of the alphabet DRAINER_MODEL_WITHOUT can
 // leave out: variant (re-enqueues with a payload equal as a JSON value but
@@ -60,23 +75,23 @@ const (
 // those seeds (a seed reproduces the sequence of actions; the daemons'
 // timing may differ between runs).
 func TestChaosModel(t *testing.T) {
-	seeds := slices.Clone(modelSeeds)
+	cases := slices.Clone(modelCases)
 	fresh, steps := 2, 20
 	if chaosFull() {
 		fresh, steps = 30, 50
 	}
 	base := uint64(time.Now().UnixNano())
 	for i := range fresh {
-		seeds = append(seeds, base+uint64(i)*7919)
+		cases = append(cases, modelCase{seed: base + uint64(i)*7919})
 	}
 	if v := os.Getenv("DRAINER_MODEL_SEEDS"); v != "" {
-		seeds = nil
+		cases = nil
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
 			if err != nil {
 				t.Fatalf("DRAINER_MODEL_SEEDS: %v", err)
 			}
-			seeds = append(seeds, n)
+			cases = append(cases, modelCase{seed: n})
 		}
 	}
 	if v := os.Getenv("DRAINER_MODEL_STEPS"); v != "" {
@@ -91,13 +106,13 @@ func TestChaosModel(t *testing.T) {
 	flag.Visit(func(f *flag.Flag) {
 		if f.Name == "rapid.seed" {
 			n, _ := strconv.ParseUint(f.Value.String(), 10, 64)
-			seeds = []uint64{n}
+			cases = []modelCase{{seed: n}}
 		}
 	})
 	// Shrinking reruns the sequence against the real daemons: bounded, so a
 	// failure costs minutes, not an hour (RAPID_SHRINKTIME or
 	// -rapid.shrinktime override it). Seeds, not rapid's fail files, are
-	// what the test keeps (modelSeeds).
+	// what the test keeps (modelCases).
 	flagDefault := func(name, env, v string) {
 		set := os.Getenv(env) != ""
 		flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
@@ -113,23 +128,28 @@ func TestChaosModel(t *testing.T) {
 	}
 	flagDefault("rapid.shrinktime", "RAPID_SHRINKTIME", shrink)
 	flagDefault("rapid.nofailfile", "RAPID_NOFAILFILE", "true")
-	without := map[string]bool{}
-	for _, f := range strings.Split(os.Getenv("DRAINER_MODEL_WITHOUT"), ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			if !slices.Contains(modelFeatures, f) {
-				t.Fatalf("DRAINER_MODEL_WITHOUT: unknown feature %q (known: %v)", f, modelFeatures)
-			}
-			without[f] = true
-		}
+	without, err := parseWithout(os.Getenv("DRAINER_MODEL_WITHOUT"))
+	if err != nil {
+		t.Fatalf("DRAINER_MODEL_WITHOUT: %v", err)
 	}
-	t.Logf("model seeds %v, %d steps per sequence, without %v (rerun one with DRAINER_MODEL_SEEDS=N)", seeds, steps, without)
+	t.Logf("model cases %v, %d steps per sequence, without %v", cases, steps, without)
 	env := newModelEnv(t, without)
 	env.steps = steps
 	env.without = without
-	for _, seed := range seeds {
-		ok := t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+	for _, c := range cases {
+		name := "seed=" + strconv.FormatUint(c.seed, 10)
+		if c.without != "" {
+			name += "/without=" + c.without
+		}
+		ok := t.Run(name, func(t *testing.T) {
+			caseWithout, err := parseWithout(c.without)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env.without = maps.Clone(without)
+			maps.Copy(env.without, caseWithout)
 			for name, v := range map[string]string{
-				"rapid.seed": strconv.FormatUint(seed, 10), "rapid.checks": "1",
+				"rapid.seed": strconv.FormatUint(c.seed, 10), "rapid.checks": "1",
 			} {
 				if err := flag.Set(name, v); err != nil {
 					t.Fatal(err)
@@ -137,15 +157,34 @@ func TestChaosModel(t *testing.T) {
 			}
 			start := time.Now()
 			rapid.Check(t, env.sequence)
-			t.Logf("seed %d: %v", seed, time.Since(start).Round(time.Millisecond))
+			t.Logf("seed %d: %v", c.seed, time.Since(start).Round(time.Millisecond))
 		})
 		if !ok {
-			t.Logf("seed %d failed: rerun it with DRAINER_MODEL_SEEDS=%d go test -count=1 -tags integration -run '^TestChaosModel$' ./integration/", seed, seed)
+			w := c.without
+			if w == "" {
+				w = os.Getenv("DRAINER_MODEL_WITHOUT")
+			}
+			t.Logf("seed %d failed: rerun it with DRAINER_MODEL_SEEDS=%d DRAINER_MODEL_WITHOUT=%s DRAINER_MODEL_STEPS=%d go test -count=1 -tags integration -run '^TestChaosModel$' -v ./integration/",
+				c.seed, c.seed, w, steps)
 			if !chaosFull() {
 				break
 			}
 		}
 	}
+}
+
+// parseWithout parses a comma-separated list of modelFeatures.
+func parseWithout(list string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			if !slices.Contains(modelFeatures, f) {
+				return nil, fmt.Errorf("unknown feature %q (known: %v)", f, modelFeatures)
+			}
+			out[f] = true
+		}
+	}
+	return out, nil
 }
 
 // modelEnv is what every sequence of a run shares: the cluster, the
