@@ -78,7 +78,7 @@ func TestChaosModel(t *testing.T) {
 	cases := slices.Clone(modelCases)
 	fresh, steps := 2, 20
 	if chaosFull() {
-		fresh, steps = 30, 50
+		fresh, steps = 20, 40
 	}
 	base := uint64(time.Now().UnixNano())
 	for i := range fresh {
