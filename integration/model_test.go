@@ -288,7 +288,7 @@ var modelDedupeTools = []string{toolCharge, toolRefund, toolNote}
 // second with windows of a second or two; without, it keeps the defaults
 // (nothing is pruned during a run).
 func modelConfig(baseURL string, prune bool) string {
-	retention := "  interval: 1s\n  batch_size: 100\n  succeeded: 1s\n  cancelled: 1s\n  failed: 2s\n  compensated: 1s\n  audit: 1h\n"
+	retention := "  interval: 1s\n  batch_size: 100\n  succeeded: 1s\n  cancelled: 1s\n  failed: 20s\n  compensated: 1s\n  audit: 1h\n"
 	if !prune {
 		retention = ""
 	}
