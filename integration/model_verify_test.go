@@ -1,0 +1,364 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// settle ends the sequence's faults and pauses, commits the transactions
+// still open, and waits (generously) until every row of the sequence is
+// terminal or parked and every aborted run's saga is done, halted, or held
+// by a parked row.
+func (m *seqModel) settle() {
+	e := m.e
+	for i, r := range e.replicas {
+		if !r.stopped.IsZero() {
+			m.cont(r)
+			m.rt.Logf("settle: SIGCONT replica %d", i)
+		}
+		if r.d.exited() {
+			m.rt.Fatalf("replica %s exited by itself (%v)\noutput:\n%s", r.d.name, r.d.waitErr, tail(r.d.stderr.String(), 4000))
+		}
+	}
+	for tool, paused := range m.paused {
+		if paused {
+			if res := e.cli("resume", tool, "--actor", "model"); res.code != 0 {
+				m.rt.Fatalf("settle: resume %s: %s", tool, res)
+			}
+		}
+	}
+	for len(m.txs) > 0 {
+		m.commit(m.txs[0])
+	}
+	bound := 3 * time.Minute
+	if chaosFull() {
+		bound = 10 * time.Minute
+	}
+	deadline := time.Now().Add(bound)
+	for {
+		var open, sagas int
+		err := withRetry(func(ctx context.Context) error {
+			return e.pool.QueryRow(ctx, `SELECT
+			  (SELECT count(*) FROM drainer.outbox WHERE agent_run_id LIKE $1 AND status IN ('pending', 'in_flight')),
+			  (SELECT count(*) FROM drainer.runs r WHERE r.agent_run_id LIKE $1 AND r.saga_state NOT IN ('done', 'halted')
+			     AND NOT EXISTS (SELECT 1 FROM drainer.outbox o WHERE o.agent_run_id = r.agent_run_id AND o.status = 'outcome_unknown'))`,
+				m.prefix+"%").Scan(&open, &sagas)
+		})
+		if err != nil {
+			m.rt.Fatalf("settle: %v", err)
+		}
+		if open == 0 && sagas == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			m.rt.Fatalf("stuck: after %v, %d rows of the sequence are pending or in_flight and %d aborted runs' sagas neither done, halted nor held by a parked row:\n%s",
+				bound, open, sagas, m.dump())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// dump describes the sequence's rows and runs, for failure messages.
+func (m *seqModel) dump() string {
+	var b strings.Builder
+	_ = withRetry(func(ctx context.Context) error {
+		b.Reset()
+		rows, err := m.e.pool.Query(ctx, `SELECT agent_run_id, step_id, tool_name, kind, key, status, attempts,
+		    coalesce(last_error, ''), next_attempt_at - now() FROM drainer.outbox WHERE agent_run_id LIKE $1 ORDER BY seq`, m.prefix+"%")
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var run, step, tool, kind, key, st, lastErr string
+			var att int
+			var due time.Duration
+			if err := rows.Scan(&run, &step, &tool, &kind, &key, &st, &att, &lastErr, &due); err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "  %s/%s %s %s %s %s attempts=%d due_in=%v %s\n", run, step, tool, kind, key, st, att, due, tail(lastErr, 120))
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = m.e.pool.Query(ctx, `SELECT agent_run_id, saga_state, aborted_by, abort_reason FROM drainer.runs WHERE agent_run_id LIKE $1`, m.prefix+"%")
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var run, st, by, why string
+			if err := rows.Scan(&run, &st, &by, &why); err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "  run %s saga %s aborted by %s (%s)\n", run, st, by, why)
+		}
+		return rows.Err()
+	})
+	return b.String()
+}
+
+// runState is a run's record at the end of a sequence.
+type runState struct{ saga, by string }
+
+// verify checks the model's invariants once the sequence settled.
+func (m *seqModel) verify() {
+	e := m.e
+	var fails []string
+	fail := func(format string, args ...any) { fails = append(fails, fmt.Sprintf(format, args...)) }
+
+	var committed []*mIntent
+	var keys []string
+	for _, in := range m.intents {
+		if in.committed {
+			committed = append(committed, in)
+			keys = append(keys, in.key)
+		}
+	}
+	status := m.statuses(keys)
+	runs := map[string]runState{}
+	if err := withRetry(func(ctx context.Context) error {
+		rows, err := e.pool.Query(ctx, `SELECT agent_run_id, saga_state, aborted_by FROM drainer.runs WHERE agent_run_id LIKE $1`, m.prefix+"%")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var s runState
+			if err := rows.Scan(&id, &s.saga, &s.by); err != nil {
+				return err
+			}
+			runs[id] = s
+		}
+		return rows.Err()
+	}); err != nil {
+		m.rt.Fatalf("read runs: %v", err)
+	}
+
+	// Rows: their outcome against what the provider saw.
+	for _, in := range committed {
+		st, known := status[in.key]
+		pv := e.provider.key(in.key)
+		name := fmt.Sprintf("%s/%s %s (key %s, script %v)", in.run.id, in.step, in.tool, in.key, in.script)
+		if !known {
+			fail("%s: drainer.result knows nothing of it (the row and its tombstone are gone)", name)
+			continue
+		}
+		if pv.effects > 1 {
+			fail("%s: %d effects at the provider (status %s)", name, pv.effects, st)
+		}
+		switch st {
+		case "pending", "in_flight":
+			fail("%s: still %s after the settle", name, st)
+		case "succeeded", "compensated":
+			if pv.effects != 1 {
+				fail("%s: %s with %d effects at the provider", name, st, pv.effects)
+			}
+		case "cancelled":
+			if pv.effects > 0 && !in.opCancelled {
+				fail("%s: cancelled although the provider applied its effect (%d requests)", name, len(pv.requests))
+			}
+		case "failed":
+			// An effect whose answer was lost (cut by the script, or by a
+			// replica killed or stopped, or Postgres restarted) may be
+			// followed by the key-TTL guard or exhausted attempts: the
+			// daemon cannot know the effect happened.
+			lost := m.faulted || slices.ContainsFunc(in.script, func(a string) bool { return a == ansDrop || a == ansLate })
+			if pv.effects > 0 && !lost {
+				fail("%s: failed although the provider applied its effect", name)
+			}
+		case "outcome_unknown":
+			if in.tool != toolSMS {
+				fail("%s: outcome_unknown on a key_idempotent route", name)
+			}
+		default:
+			fail("%s: status %s", name, st)
+		}
+		if in.abortSeen {
+			how := "its RR/SER snapshot or statement predates the abort; the commit does not"
+			if in.abortBeforeStmt {
+				how = "the abort committed before the enqueue statement ran"
+			}
+			if st != "cancelled" || len(pv.requests) > 0 {
+				fail("%s: enqueued into an aborted run (%s) but ended %s after %d requests (want cancelled, never sent)",
+					name, how, st, len(pv.requests))
+			}
+		}
+		if in.tool != toolSMS && !in.recreated && len(pv.requests) > 0 {
+			first := pv.requests[0]
+			for _, at := range pv.requests {
+				if at.Sub(first) > modelSendWindow+1500*time.Millisecond && !e.zombie(at) {
+					fail("%s: request %v after the first, past key_ttl - 1m (%v)", name, at.Sub(first).Round(time.Millisecond), modelSendWindow)
+					break
+				}
+			}
+		}
+	}
+
+	// Runs: aborts remembered, sagas complete and in order.
+	for _, r := range m.runs {
+		rs, aborted := runs[r.id]
+		if !r.abortedAt.IsZero() && !aborted && time.Since(r.abortedAt) < modelTombstones {
+			fail("run %s: aborted by the agent or an operator at %s, but no longer aborted (revived)", r.id, r.abortedAt.Format("15:04:05.000"))
+		}
+		comps := e.provider.compensations(r.id)
+		var fwd []*mIntent
+		for _, in := range committed {
+			if in.run == r {
+				fwd = append(fwd, in)
+			}
+		}
+		if !aborted {
+			if len(comps) > 0 {
+				fail("run %s: not aborted, yet %d compensations were applied", r.id, len(comps))
+			}
+			continue
+		}
+		held := false
+		for _, in := range fwd {
+			held = held || status[in.key] == "outcome_unknown"
+		}
+		seen := map[string]int{}
+		last := -1
+		for _, c := range comps {
+			seen[c.forwardKey]++
+			in := m.intentByKey(c.forwardKey)
+			switch {
+			case in == nil || in.run != r || in.tool != toolCharge:
+				fail("run %s: compensation applied for %s, which is no compensable step of the run", r.id, c.forwardKey)
+			case e.provider.key(in.key).effects == 0:
+				fail("run %s: compensation applied for %s, whose effect never happened", r.id, c.forwardKey)
+			case last >= 0 && in.order > last:
+				fail("run %s: compensation of %s (created #%d) applied after one of a row created earlier (#%d): not reverse seq order", r.id, in.step, in.order, last)
+			}
+			if in != nil {
+				last = in.order
+			}
+		}
+		for k, n := range seen {
+			if n > 1 {
+				fail("run %s: compensation of %s applied %d times", r.id, k, n)
+			}
+		}
+		if rs.saga != "halted" && !held {
+			for _, in := range fwd {
+				st := status[in.key]
+				if in.tool == toolCharge && (st == "succeeded" || st == "compensated") && e.provider.key(in.key).effects == 1 {
+					if st != "compensated" || seen[in.key] != 1 && !(seen[in.key] == 0 && in.humanUndone) {
+						fail("run %s (saga %s, aborted by %s): step %s succeeded with its effect, ends %s with %d compensations applied (want compensated, once)",
+							r.id, rs.saga, rs.by, in.step, st, seen[in.key])
+					}
+				}
+			}
+		}
+		m.checkParkedHold(r, fwd, comps, fail)
+	}
+
+	// Retry-After floors, bad requests, the audit chain.
+	floors := e.provider.floorViolations()
+	for _, v := range floors[e.floorsSeen:] {
+		if !e.zombie(v.at) {
+			fail("key %s: request %v before its Retry-After floor (given at %s)", v.key, v.floor.Sub(v.at).Round(time.Millisecond), v.givenAt.Format("15:04:05.000"))
+		}
+	}
+	e.floorsSeen = len(floors)
+	if bad := e.provider.badRequests(); len(bad) > 0 {
+		fail("provider answered %d malformed requests: %v", len(bad), bad)
+	}
+	if res := e.cli("audit", "verify"); res.code != 0 {
+		fail("drainer audit verify: %s", res)
+	}
+	if len(fails) > 0 {
+		m.rt.Fatalf("%d invariant violations:\n  %s\nrows and runs:\n%s", len(fails), strings.Join(fails, "\n  "), m.dump())
+	}
+	byStatus := map[string]int{}
+	for _, st := range status {
+		byStatus[st]++
+	}
+	e.t.Logf("sequence %s: %d rows %v, %d runs (%d aborted), steps %v: invariants hold",
+		m.prefix, len(committed), byStatus, len(m.runs), len(runs), m.tally)
+}
+
+// checkParkedHold fails when a compensation of run r was applied while a
+// forward row of r was parked outcome_unknown (its audit entries say when).
+func (m *seqModel) checkParkedHold(r *mRun, fwd []*mIntent, comps []compEffect, fail func(string, ...any)) {
+	if len(comps) == 0 {
+		return
+	}
+	var keys []string
+	for _, in := range fwd {
+		if in.tool == toolSMS {
+			keys = append(keys, in.key)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	type span struct {
+		key      string
+		from, to time.Time
+	}
+	var spans []span
+	err := withRetry(func(ctx context.Context) error {
+		spans = nil
+		rows, err := m.e.pool.Query(ctx, `SELECT key, at, from_status, to_status FROM drainer.audit WHERE key = ANY($1) ORDER BY key, id`, keys)
+		if err != nil {
+			return err
+		}
+		type entry struct {
+			key      string
+			at       time.Time
+			from, to *string
+		}
+		es, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (entry, error) {
+			var x entry
+			err := row.Scan(&x.key, &x.at, &x.from, &x.to)
+			return x, err
+		})
+		if err != nil {
+			return err
+		}
+		for _, x := range es {
+			if x.to != nil && *x.to == "outcome_unknown" {
+				spans = append(spans, span{key: x.key, from: x.at})
+			}
+			if x.from != nil && *x.from == "outcome_unknown" && (x.to == nil || *x.to != "outcome_unknown") {
+				for i := range spans {
+					if spans[i].key == x.key && spans[i].to.IsZero() {
+						spans[i].to = x.at
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		m.rt.Fatalf("read audit: %v", err)
+	}
+	const slack = 300 * time.Millisecond
+	for _, c := range comps {
+		for _, s := range spans {
+			if c.at.After(s.from.Add(slack)) && (s.to.IsZero() || c.at.Before(s.to.Add(-slack))) {
+				fail("run %s: compensation of %s applied at %s while step %s was parked outcome_unknown (since %s)",
+					r.id, c.forwardKey, c.at.Format("15:04:05.000"), s.key, s.from.Format("15:04:05.000"))
+			}
+		}
+	}
+}
+
+// zombie reports whether a request at t may come from a replica resumed
+// after a SIGSTOP (prepared before the stop; see seqModel.cont).
+func (e *modelEnv) zombie(t time.Time) bool {
+	for _, w := range e.zombies {
+		if !t.Before(w.from) && !t.After(w.to) {
+			return true
+		}
+	}
+	return false
+}
