@@ -33,13 +33,15 @@ is measured):
   river_jobs_per_s, ratio_vs_river      River at its own bench settings and at --workers
   ceiling_rows_per_s, ratio_vs_ceiling  bare claim + complete loop on a minimal table
   backlog_ratio                         first 10^4 rows of 10^6 (--quick 10^5) ÷ of 10^4
-  latency_p50_ms, latency_p99_ms, latency_achieved_ratio
+  latency_p50_ms, latency_p99_ms, latency_achieved_ratio            producers at 10 % of the drain rate
+  latency_half_p50_ms, latency_half_p99_ms, latency_half_achieved_ratio   at 50 %
+  dead_tuples_after                     dead tuples once the large backlog drained
   xmin_ratio                            drain while a snapshot is held ÷ without
   http_rows_per_s, http_in_flight_max   http adapter, provider answering after 50ms
   enqueue_single_rows_per_s, insert_single_rows_per_s, enqueue_batch_rows_per_s
   peak_rss_bytes                        largest replica process, 1,000 in flight
 
-plus xacts_per_row and wal_bytes_per_row of the drain and how each figure was
+plus xacts_per_row and wal_bytes_per_row of the drain (audit on) and how each figure was
 measured. Progress goes to stderr; the table, or with --json one JSON object,
 to stdout. --quick finishes within 3 minutes on 2 cores; a full run takes
 about 10.

@@ -342,6 +342,9 @@ type Result struct {
 	BacklogLargeRowsPerS float64 `json:"backlog_large_rows_per_s"`
 	BacklogRatio         float64 `json:"backlog_ratio"`
 
+	// The latency with producers offering a tenth of the drain rate
+	// (docs/reference.md §8): the wake-up path at a load the machine
+	// carries with room to spare.
 	LatencyP50Ms            float64 `json:"latency_p50_ms"`
 	LatencyP90Ms            float64 `json:"latency_p90_ms"`
 	LatencyP99Ms            float64 `json:"latency_p99_ms"`
@@ -355,14 +358,23 @@ type Result struct {
 	// after the producers stopped; when positive, the percentiles are
 	// lower bounds.
 	LatencyUndispatched int `json:"latency_undispatched_rows"`
-	// The same measure with producers offering a tenth of the drain rate
-	// (lightLoad): the wake-up path, where the figures above, on a machine
-	// whose cores the producers share with the drain, are mostly queueing.
-	LatencyLightP50Ms           float64 `json:"latency_light_p50_ms"`
-	LatencyLightP90Ms           float64 `json:"latency_light_p90_ms"`
-	LatencyLightP99Ms           float64 `json:"latency_light_p99_ms"`
-	LatencyLightOfferedRowsPerS float64 `json:"latency_light_offered_rows_per_s"`
-	LatencyLightAchievedRatio   float64 `json:"latency_light_achieved_ratio"`
+	// The same measure with producers offering half the drain rate: on a
+	// machine whose cores the producers share with the drain, mostly
+	// queueing.
+	LatencyHalfP50Ms            float64 `json:"latency_half_p50_ms"`
+	LatencyHalfP90Ms            float64 `json:"latency_half_p90_ms"`
+	LatencyHalfP99Ms            float64 `json:"latency_half_p99_ms"`
+	LatencyHalfOfferedRowsPerS  float64 `json:"latency_half_offered_rows_per_s"`
+	LatencyHalfAchievedRowsPerS float64 `json:"latency_half_achieved_rows_per_s"`
+	LatencyHalfAchievedRatio    float64 `json:"latency_half_achieved_ratio"`
+	LatencyHalfRowsPerXact      float64 `json:"latency_half_rows_per_xact"`
+	LatencyHalfSamples          int     `json:"latency_half_samples"`
+	LatencyHalfUndispatched     int     `json:"latency_half_undispatched_rows"`
+
+	// DeadTuplesAfter is n_dead_tup summed over the tables of drainer's
+	// schema right after the large backlog has drained to empty, before
+	// any vacuum the bench triggers.
+	DeadTuplesAfter int64 `json:"dead_tuples_after"`
 
 	XminRatio            float64 `json:"xmin_ratio"`
 	XminRowsPerS         float64 `json:"xmin_rows_per_s"`

@@ -54,20 +54,20 @@ var (
 	numericFields = []string{
 		"drain_rows_per_s", "drain_no_audit_rows_per_s", "river_jobs_per_s", "ratio_vs_river",
 		"ceiling_rows_per_s", "ratio_vs_ceiling", "backlog_ratio", "backlog_rows",
-		"latency_p99_ms", "latency_achieved_ratio", "xmin_ratio", "latency_light_p99_ms", "latency_light_achieved_ratio",
+		"latency_p99_ms", "latency_achieved_ratio", "xmin_ratio", "latency_half_p99_ms", "latency_half_achieved_ratio",
 		"http_rows_per_s", "http_in_flight_max", "enqueue_single_rows_per_s", "insert_single_rows_per_s",
 		"enqueue_batch_rows_per_s", "peak_rss_bytes", "xacts_per_row", "wal_bytes_per_row",
 		"rows", "workers", "replicas", "duration_s",
 	}
 	// finiteFields may be zero or negative on tiny runs (a difference of
 	// two noisy rates; a latency under the clock's resolution).
-	finiteFields = []string{"audit_cost", "latency_p50_ms", "latency_light_p50_ms"}
+	finiteFields = []string{"audit_cost", "latency_p50_ms", "latency_half_p50_ms", "dead_tuples_after"}
 	otherFields  = []string{"postgres_version", "quick", "audit"}
 	// tableFields are the figures the table shows, by JSON name.
 	tableFields = []string{
 		"drain_rows_per_s", "drain_no_audit_rows_per_s", "audit_cost", "river_jobs_per_s", "ratio_vs_river",
 		"ceiling_rows_per_s", "ratio_vs_ceiling", "backlog_ratio", "latency_p50_ms", "latency_p99_ms",
-		"latency_achieved_ratio", "latency_light_p50_ms", "latency_light_p99_ms", "xmin_ratio", "http_rows_per_s", "http_in_flight_max",
+		"latency_achieved_ratio", "latency_half_p50_ms", "latency_half_p99_ms", "latency_half_achieved_ratio", "dead_tuples_after", "xmin_ratio", "http_rows_per_s", "http_in_flight_max",
 		"enqueue_single_rows_per_s", "insert_single_rows_per_s", "enqueue_batch_rows_per_s", "peak_rss_bytes",
 		"xacts_per_row", "wal_bytes_per_row",
 	}
@@ -170,13 +170,16 @@ func TestRunReportsEveryField(t *testing.T) {
 	if !(res.LatencyP50Ms <= res.LatencyP90Ms && res.LatencyP90Ms <= res.LatencyP99Ms) {
 		t.Errorf("latency percentiles out of order: %v %v %v", res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms)
 	}
-	if res.LatencySamples < 1 || res.LatencyOfferedRowsPerS != round(res.DrainRowsPerS/2, 1) {
-		t.Errorf("latency: %d samples at %v rows/s offered; want half of %v", res.LatencySamples, res.LatencyOfferedRowsPerS, res.DrainRowsPerS)
+	if res.LatencySamples < 1 || res.LatencyOfferedRowsPerS != round(res.DrainRowsPerS*lightLoad, 1) {
+		t.Errorf("latency: %d samples at %v rows/s offered; want a tenth of %v", res.LatencySamples, res.LatencyOfferedRowsPerS, res.DrainRowsPerS)
 	}
-	if !(res.LatencyLightP50Ms <= res.LatencyLightP90Ms && res.LatencyLightP90Ms <= res.LatencyLightP99Ms) ||
-		res.LatencyLightOfferedRowsPerS != round(res.DrainRowsPerS*lightLoad, 1) {
-		t.Errorf("light-load latency: %v %v %v ms at %v rows/s offered; want ordered, at a tenth of %v",
-			res.LatencyLightP50Ms, res.LatencyLightP90Ms, res.LatencyLightP99Ms, res.LatencyLightOfferedRowsPerS, res.DrainRowsPerS)
+	if !(res.LatencyHalfP50Ms <= res.LatencyHalfP90Ms && res.LatencyHalfP90Ms <= res.LatencyHalfP99Ms) ||
+		res.LatencyHalfSamples < 1 || res.LatencyHalfOfferedRowsPerS != round(res.DrainRowsPerS*halfLoad, 1) {
+		t.Errorf("half-load latency: %v %v %v ms, %d samples at %v rows/s offered; want ordered, at half of %v",
+			res.LatencyHalfP50Ms, res.LatencyHalfP90Ms, res.LatencyHalfP99Ms, res.LatencyHalfSamples, res.LatencyHalfOfferedRowsPerS, res.DrainRowsPerS)
+	}
+	if res.DeadTuplesAfter < 0 {
+		t.Errorf("dead_tuples_after = %d", res.DeadTuplesAfter)
 	}
 
 	// The table names every figure.

@@ -331,3 +331,41 @@ func (r *runner) backlogRun(ctx context.Context, n int) (float64, error) {
 	}
 	return float64(measured-1) / span.Seconds(), nil
 }
+
+// deadTuplesAfterDrain drains what is left of a filled backlog of n rows,
+// closes the replica pools (a backend reports its table statistics when it
+// exits) and returns n_dead_tup summed over the tables of drainer's schema.
+// The fill settled the tables with VACUUM, so the figure is what the
+// drain left behind.
+func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error) {
+	var left int
+	if err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.schema+".outbox WHERE status = 'pending'").Scan(&left); err != nil {
+		return 0, fmt.Errorf("dead tuples: count pending rows: %w", err)
+	}
+	if left > 0 {
+		r.logf("backlog: draining the %d rows left", left)
+		p := newProbe(left, false)
+		es, err := r.startEngines(ctx, p.adapter())
+		if err != nil {
+			return 0, err
+		}
+		err = r.awaitSucceeded(ctx, p.reached, p.calls.Load, n)
+		if serr := es.stop(); err == nil {
+			err = serr
+		}
+		if err != nil {
+			return 0, fmt.Errorf("dead tuples: %w", err)
+		}
+	}
+	if err := r.closePools(ctx); err != nil {
+		return 0, err
+	}
+	var dead int64
+	err := r.admin.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1`,
+		r.schema).Scan(&dead)
+	if err != nil {
+		return 0, fmt.Errorf("dead tuples: %w", err)
+	}
+	r.logf("backlog of %d drained: %d dead tuples in schema %s", n, dead, r.schema)
+	return dead, r.openPools(ctx)
+}

@@ -78,7 +78,8 @@ func (r *runner) riverPhase(ctx context.Context, res *Result) error {
 }
 
 // backlogPhase measures the drain from the small backlog, then from the
-// large one.
+// large one, then drains the rest of the large one and counts the dead
+// tuples it left (dead_tuples_after).
 func (r *runner) backlogPhase(ctx context.Context, res *Result) error {
 	res.BacklogRows, res.BacklogSmallRows, res.BacklogMeasuredRows = r.sizes.BacklogLarge, r.sizes.BacklogSmall, r.sizes.BacklogMeasured
 	small, err := r.backlog(ctx, r.sizes.BacklogSmall, true)
@@ -90,33 +91,36 @@ func (r *runner) backlogPhase(ctx context.Context, res *Result) error {
 		return err
 	}
 	res.BacklogSmallRowsPerS, res.BacklogLargeRowsPerS = round(small, 1), round(large, 1)
-	return nil
+	res.DeadTuplesAfter, err = r.deadTuplesAfterDrain(ctx, r.sizes.BacklogLarge)
+	return err
 }
 
-// lightLoad is the share of the drain rate the producers offer in the
-// light-load latency run.
-const lightLoad = 0.1
+// halfLoad and lightLoad are the shares of the drain rate the producers
+// offer in the two latency runs (docs/reference.md §8).
+const (
+	halfLoad  = 0.5
+	lightLoad = 0.1
+)
 
-// latencyPhase measures the latency with producers offering half the best
-// drain rate (docs/reference.md §8), then a tenth of it.
+// latencyPhase measures the latency with producers offering a tenth of the
+// best drain rate, then half of it (docs/reference.md §8).
 func (r *runner) latencyPhase(ctx context.Context, res *Result) error {
-	lat, err := r.latency(ctx, res.DrainRowsPerS/2, "half")
-	if err != nil {
-		return err
-	}
 	light, err := r.latency(ctx, res.DrainRowsPerS*lightLoad, "a tenth")
 	if err != nil {
 		return err
 	}
-	res.LatencyLightP50Ms, res.LatencyLightP90Ms, res.LatencyLightP99Ms = round(light.p50, 2), round(light.p90, 2), round(light.p99, 2)
-	res.LatencyLightOfferedRowsPerS = round(light.offered, 1)
-	if light.offered > 0 {
-		res.LatencyLightAchievedRatio = round(light.achieved/light.offered, 3)
+	half, err := r.latency(ctx, res.DrainRowsPerS*halfLoad, "half")
+	if err != nil {
+		return err
 	}
-	res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms = round(lat.p50, 2), round(lat.p90, 2), round(lat.p99, 2)
-	res.LatencyOfferedRowsPerS, res.LatencyAchievedRowsPerS = round(lat.offered, 1), round(lat.achieved, 1)
-	res.LatencyProducers, res.LatencyRowsPerXact = latencyProducers, round(lat.rowsPerXact, 2)
-	res.LatencySamples, res.LatencyUndispatched = lat.samples, lat.undispatched
+	res.LatencyP50Ms, res.LatencyP90Ms, res.LatencyP99Ms = round(light.p50, 2), round(light.p90, 2), round(light.p99, 2)
+	res.LatencyOfferedRowsPerS, res.LatencyAchievedRowsPerS = round(light.offered, 1), round(light.achieved, 1)
+	res.LatencyProducers, res.LatencyRowsPerXact = latencyProducers, round(light.rowsPerXact, 2)
+	res.LatencySamples, res.LatencyUndispatched = light.samples, light.undispatched
+	res.LatencyHalfP50Ms, res.LatencyHalfP90Ms, res.LatencyHalfP99Ms = round(half.p50, 2), round(half.p90, 2), round(half.p99, 2)
+	res.LatencyHalfOfferedRowsPerS, res.LatencyHalfAchievedRowsPerS = round(half.offered, 1), round(half.achieved, 1)
+	res.LatencyHalfRowsPerXact = round(half.rowsPerXact, 2)
+	res.LatencyHalfSamples, res.LatencyHalfUndispatched = half.samples, half.undispatched
 	return nil
 }
 
@@ -129,6 +133,7 @@ func setRatios(res *Result) error {
 	res.RatioVsCeiling, errs = ratio(res.DrainRowsPerS, res.CeilingRowsPerS, "ceiling_rows_per_s", errs)
 	res.BacklogRatio, errs = ratio(res.BacklogLargeRowsPerS, res.BacklogSmallRowsPerS, "backlog_small_rows_per_s", errs)
 	res.LatencyAchievedRatio, errs = ratio(res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS, "latency_offered_rows_per_s", errs)
+	res.LatencyHalfAchievedRatio, errs = ratio(res.LatencyHalfAchievedRowsPerS, res.LatencyHalfOfferedRowsPerS, "latency_half_offered_rows_per_s", errs)
 	res.XminRatio, errs = ratio(res.XminRowsPerS, res.XminBaselineRowsPerS, "xmin_baseline_rows_per_s", errs)
 	res.EnqueueVsInsert, errs = ratio(res.EnqueueSingleRowsPerS, res.InsertSingleRowsPerS, "insert_single_rows_per_s", errs)
 	var withOver float64

@@ -95,19 +95,19 @@ func conditionRows(row tableRow, res *Result) {
 		fmt.Sprintf("first %d rows: %.0f rows/s from %d pending ÷ %.0f rows/s from %d pending",
 			res.BacklogMeasuredRows, res.BacklogLargeRowsPerS, res.BacklogRows, res.BacklogSmallRowsPerS, res.BacklogSmallRows))
 	row("latency p50", fmt.Sprintf("%.2f ms", res.LatencyP50Ms), "latency_p50_ms",
-		fmt.Sprintf("commit → dispatch start, %d rows, %d producers offering %.0f rows/s, %.2f rows per transaction",
+		fmt.Sprintf("commit → dispatch start, %d rows, %d producers offering %.0f rows/s (a tenth of the drain rate), %.2f rows per transaction",
 			res.LatencySamples, res.LatencyProducers, res.LatencyOfferedRowsPerS, res.LatencyRowsPerXact))
 	row("latency p90", fmt.Sprintf("%.2f ms", res.LatencyP90Ms), "latency_p90_ms", "")
-	p99 := ""
-	if res.LatencyUndispatched > 0 {
-		p99 = fmt.Sprintf("lower bounds: %d rows still undispatched 10s after the producers stopped", res.LatencyUndispatched)
-	}
-	row("latency p99", fmt.Sprintf("%.2f ms", res.LatencyP99Ms), "latency_p99_ms", p99)
+	row("latency p99", fmt.Sprintf("%.2f ms", res.LatencyP99Ms), "latency_p99_ms", undispatched(res.LatencyUndispatched))
 	row("latency achieved", fmt.Sprintf("%.3f", res.LatencyAchievedRatio), "latency_achieved_ratio",
 		fmt.Sprintf("%.0f of %.0f rows/s offered (under 0.9: the producers were measured)", res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS))
-	row("light-load latency p50", fmt.Sprintf("%.2f ms", res.LatencyLightP50Ms), "latency_light_p50_ms",
-		fmt.Sprintf("the same with %.0f rows/s offered (a tenth of the drain rate), %.3f of it achieved", res.LatencyLightOfferedRowsPerS, res.LatencyLightAchievedRatio))
-	row("light-load latency p99", fmt.Sprintf("%.2f ms", res.LatencyLightP99Ms), "latency_light_p99_ms", "")
+	row("latency p50 at half load", fmt.Sprintf("%.2f ms", res.LatencyHalfP50Ms), "latency_half_p50_ms",
+		fmt.Sprintf("the same with %.0f rows/s offered (half the drain rate), %.2f rows per transaction", res.LatencyHalfOfferedRowsPerS, res.LatencyHalfRowsPerXact))
+	row("latency p99 at half load", fmt.Sprintf("%.2f ms", res.LatencyHalfP99Ms), "latency_half_p99_ms", undispatched(res.LatencyHalfUndispatched))
+	row("latency achieved at half load", fmt.Sprintf("%.3f", res.LatencyHalfAchievedRatio), "latency_half_achieved_ratio",
+		fmt.Sprintf("%.0f of %.0f rows/s offered", res.LatencyHalfAchievedRowsPerS, res.LatencyHalfOfferedRowsPerS))
+	row("dead tuples after", fmt.Sprintf("%d", res.DeadTuplesAfter), "dead_tuples_after",
+		fmt.Sprintf("n_dead_tup over drainer's tables once the %d-row backlog drained, before any vacuum", res.BacklogRows))
 	row("xmin ratio", fmt.Sprintf("%.3f", res.XminRatio), "xmin_ratio",
 		fmt.Sprintf("%.0f rows/s with a snapshot held ÷ %.0f rows/s without, %.0fs each", res.XminRowsPerS, res.XminBaselineRowsPerS, res.XminDurationS))
 }
@@ -166,4 +166,12 @@ func floats(vs []float64) string {
 		parts[i] = fmt.Sprintf("%.0f", v)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// undispatched says when latency percentiles are lower bounds.
+func undispatched(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("lower bounds: %d rows still undispatched 10s after the producers stopped", n)
 }
