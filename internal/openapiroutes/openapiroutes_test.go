@@ -13,12 +13,17 @@ import (
 
 func importFile(t *testing.T, name string) (*Result, error) {
 	t.Helper()
+	return importFileOpts(t, name, Options{})
+}
+
+func importFileOpts(t *testing.T, name string, opts Options) (*Result, error) {
+	t.Helper()
 	path := filepath.Join("testdata", name)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Import(path, data)
+	return Import(path, data, opts)
 }
 
 // checkSpliced puts the printed routes under a config with an http adapter
@@ -29,7 +34,7 @@ func checkSpliced(t *testing.T, adapter string, res *Result) *config.Config {
 	if err := WriteYAML(&out, "spec", adapter, res); err != nil {
 		t.Fatal(err)
 	}
-	cfgText := "adapters:\n  " + adapter + ":\n    type: http\n    url: https://api.example.com/{tool_name}\n" + out.String()
+	cfgText := "adapters:\n  " + adapter + ":\n    type: http\n    url: https://api.example.com\n" + out.String()
 	cfg, err := config.Parse("spliced.yaml", []byte(cfgText), config.LoadOptions{Check: true})
 	if err != nil {
 		t.Fatalf("drainer check refuses the imported routes:\n%v\nconfig:\n%s", err, cfgText)
@@ -80,7 +85,11 @@ func TestImportPayments30(t *testing.T) {
 }
 
 func TestImportOrders31(t *testing.T) {
-	res, err := importFile(t, "orders-3.1.json")
+	if _, err := importFile(t, "orders-3.1.json"); err == nil ||
+		!strings.Contains(err.Error(), "#/paths/~1v1~1sms/post: x-agent-idempotency.agent_safe: false: the document marks this operation unsafe for agents; refused (pass --allow-unsafe") {
+		t.Fatalf("agent_safe: false routed without --allow-unsafe: %v", err)
+	}
+	res, err := importFileOpts(t, "orders-3.1.json", Options{AllowUnsafe: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +97,21 @@ func TestImportOrders31(t *testing.T) {
 	if len(cfg.Routes) != 4 || cfg.Routes["sendReceipt"].Compensation != "cancelOrder" ||
 		cfg.Routes["createOrder"].KeyTTL != 24*time.Hour || cfg.Routes["sendSms"].Class != "non_idempotent" {
 		t.Fatalf("routes: %s", cfg.Summary())
+	}
+	if r := cfg.Routes["cancelOrder"]; r.Method != "POST" || r.Path != "/v1/orders/{id}/cancel" {
+		t.Errorf("cancelOrder: %s %s", r.Method, r.Path)
+	}
+	var out bytes.Buffer
+	if err := WriteYAML(&out, "spec", "orders", res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"  \"sendSms\":  # #/paths/~1v1~1sms/post\n    # agent_safe: false in the document: routed because --allow-unsafe was given\n",
+		`    # detection "webhook email.delivered" has no detect probe: not a GET request of a path;`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 
@@ -133,9 +157,9 @@ func TestImportNotOpenAPI(t *testing.T) {
 			"      x-agent-idempotency: {class: key_idempotent, ttl_seconds: soon}\n      responses: {\"200\": {description: ok}}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			if res, err := Import("f.yaml", []byte(doc)); err == nil {
+			if res, err := Import("f.yaml", []byte(doc), Options{}); err == nil {
 				t.Fatalf("accepted: %+v", res)
-			} else if !strings.HasPrefix(err.Error(), "f.yaml: ") {
+			} else if !strings.HasPrefix(err.Error(), "f.yaml:") {
 				t.Fatalf("error does not name the file: %v", err)
 			}
 		})
@@ -151,7 +175,7 @@ func FuzzImport(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		res, err := Import("f", data)
+		res, err := Import("f", data, Options{})
 		if err != nil {
 			return
 		}
