@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +185,53 @@ func FuzzImport(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestImportEveryRefusalAtOnce: no problem hides another, within an
+// operation or across operations.
+func TestImportEveryRefusalAtOnce(t *testing.T) {
+	_, err := importFile(t, "refusals.yaml")
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	p := "testdata/refusals.yaml: "
+	got := strings.Split(err.Error(), "\n")
+	want := []string{
+		p + "#/paths/~1charges/post: x-agent-idempotency.ttl_seconds: must be a number",
+		p + "#/paths/~1charges/post: x-agent-idempotency.replay_header: missing (required for key_idempotent: how a replay is marked (replay_header, or replay_status))",
+		p + `#/paths/~1charges~1{id}/put: operationId "create_charge" is also used by #/paths/~1charges/post`,
+		p + `#/paths/~1charges~1{id}/put: x-agent-idempotency.class: unknown class "mostly_idempotent"; valid: read_only, naturally_idempotent, key_idempotent, non_idempotent`,
+		p + `#/paths/~1notes/post: x-agent-idempotency.clas: unknown field; did you mean "class"?`,
+		p + "#/paths/~1notes/post: x-agent-idempotency.class: missing (one of read_only, naturally_idempotent, key_idempotent, non_idempotent)",
+		p + `#/paths/~1payouts/post: x-agent-idempotency.compensation.windw_seconds: unknown field; did you mean "window_seconds"?`,
+		p + "#/paths/~1payouts/post: x-agent-idempotency.compensation.window_seconds: missing (the maximum reversal window)",
+		p + "#/paths/~1payouts~1{payout_id}~1cancel/post: path parameter {payout_id}: missing from the request body schema's properties (the row's payload is the body and supplies the path)",
+		p + "#/paths/~1orders~1{order_id}/patch: path parameter {order_id}: not in the request body schema's required list (a row without it would fail unsent)",
+		p + "#/paths/~1orders~1{order_id}/get: method GET cannot be routed: an http route sends POST, PUT, PATCH, DELETE",
+		p + "#/paths/~1items~1{item.id}/delete: path /items/{item.id}: variable {item.id}: a name is letters, digits, _ and -, not starting with a digit or -",
+		p + "#/paths/~1sms/post: x-agent-idempotency.agent_safe: false: the document marks this operation unsafe for agents; refused (pass --allow-unsafe to route it anyway)",
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("missing problem\n  %s\nin:\n%s", w, err)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", len(got), len(want), err)
+	}
+}
+
+func TestImportSyntaxErrorHasLine(t *testing.T) {
+	for name, tc := range map[string]struct{ doc, want string }{
+		"yaml": {"openapi: 3.0.3\ninfo: {title: x, version: \"1\"}\npaths:\n  /a:\n    post: [\n", "f:5:"},
+		"json": {"{\n  \"openapi\": \"3.1.0\",\n  \"paths\": {\n    \"/a\": {\"post\": {}}\n    \"/b\": {}\n  }\n}\n", "f:5:"},
+		"tab":  {"openapi: 3.0.3\npaths:\n\t/a: {}\n", "f:3:"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Import("f", []byte(tc.doc), Options{})
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !strings.Contains(err.Error(), "invalid YAML or JSON") {
+				t.Fatalf("error %v, want prefix %q", err, tc.want)
+			}
+		})
+	}
 }
