@@ -1,8 +1,10 @@
 package webhook
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -180,4 +182,46 @@ func TestRouteValidate(t *testing.T) {
 	}}); err != nil {
 		t.Fatalf("valid route refused: %v", err)
 	}
+}
+
+// FuzzPathExpand: whatever a payload holds, an expanded path has the
+// template's segments exactly, never a dot segment, and unescapes to the
+// value; a refused value is a *FieldError.
+func FuzzPathExpand(f *testing.F) {
+	for _, s := range []string{"a/b c", "..", ".", "", "%2e%2e", "?#", "\x00", "é/ü", "../../etc/passwd"} {
+		f.Add(s)
+	}
+	tmpl, err := ParsePath("/v1/{tool_name}/items/{id}")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		payload, err := json.Marshal(map[string]string{"id": v})
+		if err != nil {
+			return
+		}
+		var back map[string]string // the value as JSON encoding wrote it
+		if err := json.Unmarshal(payload, &back); err != nil {
+			t.Fatal(err)
+		}
+		v = back["id"]
+		p, err := tmpl.Expand("t/x", payload)
+		if err != nil {
+			if _, ok := errors.AsType[*FieldError](err); !ok {
+				t.Fatalf("error %T %v", err, err)
+			}
+			return
+		}
+		segs := strings.Split(p, "/")
+		if len(segs) != 5 || segs[4] == "." || segs[4] == ".." || segs[2] != "t%2Fx" {
+			t.Fatalf("path %q from %q", p, v)
+		}
+		u, err := url.Parse("http://h" + p)
+		if err != nil {
+			t.Fatalf("path %q does not parse: %v", p, err)
+		}
+		if got, _ := url.PathUnescape(segs[4]); got != v || u.EscapedPath() != p {
+			t.Fatalf("segment %q unescapes to %q, want %q; escaped path %q", segs[4], got, v, u.EscapedPath())
+		}
+	})
 }

@@ -168,7 +168,7 @@ func TestImportNotOpenAPI(t *testing.T) {
 }
 
 func FuzzImport(f *testing.F) {
-	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml"} {
+	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml", "refusals.yaml", "petstore-expanded-3.0.yaml"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -231,6 +231,47 @@ func TestImportSyntaxErrorHasLine(t *testing.T) {
 			_, err := Import("f", []byte(tc.doc), Options{})
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !strings.Contains(err.Error(), "invalid YAML or JSON") {
 				t.Fatalf("error %v, want prefix %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestImportRealWorldSpecs imports trimmed public documents of real APIs
+// (testdata/README.md): `check` accepts the output, and each route carries
+// its operation's method and path.
+func TestImportRealWorldSpecs(t *testing.T) {
+	for _, tc := range []struct {
+		file, adapter, server string
+		want                  map[string][2]string // tool → method, path
+		readOnly              []string
+	}{
+		{"openai-vector-stores-3.1.yaml", "openai", "https://api.openai.com/v1", map[string][2]string{
+			"createVectorStore": {"POST", "/vector_stores"},
+			"modifyVectorStore": {"POST", "/vector_stores/{vector_store_id}"},
+			"deleteVectorStore": {"DELETE", "/vector_stores/{vector_store_id}"},
+			"deleteFile":        {"DELETE", "/files/{file_id}"},
+		}, []string{"getVectorStore"}},
+		{"petstore-expanded-3.0.yaml", "petstore", "https://petstore.swagger.io/v2", map[string][2]string{
+			"addPet":    {"POST", "/pets"},
+			"deletePet": {"DELETE", "/pets/{id}"},
+		}, []string{"findPets"}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			res, err := importFile(t, tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Server != tc.server || !slices.Equal(res.ReadOnly, tc.readOnly) {
+				t.Errorf("server %q read_only %v", res.Server, res.ReadOnly)
+			}
+			cfg := checkSpliced(t, tc.adapter, res)
+			if len(cfg.Routes) != len(tc.want) {
+				t.Fatalf("%d routes, want %d: %s", len(cfg.Routes), len(tc.want), cfg.Summary())
+			}
+			for tool, mp := range tc.want {
+				if r := cfg.Routes[tool]; r == nil || r.Method != mp[0] || r.Path != mp[1] {
+					t.Errorf("route %s = %+v, want %s %s", tool, r, mp[0], mp[1])
+				}
 			}
 		})
 	}
