@@ -52,7 +52,7 @@ func (rec *recorder) byKey(key string) []recorded {
 }
 
 // TestImportedRoutesReachMethodAndPath imports the committed public OpenAPI
-// documents with `drainer routes import`, passes the output through `drainer
+// documents (OpenAI, Box, Petstore) with `drainer routes import`, passes the output through `drainer
 // check`, drains rows with `drainer run` against a recording provider, and
 // finds each row at its operation's method and path; rows whose payload
 // cannot fill the path fail unsent, without an attempt, naming the field.
@@ -74,9 +74,15 @@ func TestImportedRoutesReachMethodAndPath(t *testing.T) {
 		}
 		return routes
 	}
+	// The box routes' detect probe points at the document's server: here,
+	// the recorder (nothing leaves the machine).
+	boxRoutes := strings.ReplaceAll(imported("box-comments-tasks-3.0.json", "box"), "https://api.box.com/2.0", srv.URL+"/box")
 	cfg := fmt.Sprintf("workers: 4\nlease: 15s\nunrouted_recheck: 1s\nadapters:\n"+
-		"  openai: {type: http, url: %q, timeout: 5s}\n  petstore: {type: http, url: %q, timeout: 5s}\nroutes:\n%s%s",
-		srv.URL+"/v1", srv.URL+"/v2", imported("openai-vector-stores-3.1.yaml", "openai"), imported("petstore-expanded-3.0.yaml", "petstore"))
+		"  openai: {type: http, url: %q, timeout: 5s}\n  petstore: {type: http, url: %q, timeout: 5s}\n  box: {type: http, url: %q, timeout: 5s}\nroutes:\n%s%s%s",
+		srv.URL+"/v1", srv.URL+"/v2", srv.URL+"/box", imported("openai-vector-stores-3.1.yaml", "openai"), imported("petstore-expanded-3.0.yaml", "petstore"), boxRoutes)
+	if !strings.Contains(cfg, "detect: {url: \""+srv.URL+"/box/comments/{key}\"}") {
+		t.Fatalf("no detect probe imported:\n%s", cfg)
+	}
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {
 		t.Fatalf("check refuses the imported routes: %s\n%s", res, cfg)
@@ -98,6 +104,11 @@ func TestImportedRoutesReachMethodAndPath(t *testing.T) {
 		{"deleteFile", `{"file_id":"../admin"}`, &want{"DELETE", "/v1/files/..%2Fadmin", false}, ""},
 		{"addPet", `{"name":"rex","tag":"dog"}`, &want{"POST", "/v2/pets", true}, ""},
 		{"deletePet", `{"id":42}`, &want{"DELETE", "/v2/pets/42", false}, ""},
+		{"post_comments", `{"message":"LGTM","item":{"id":"1","type":"file"}}`, &want{"POST", "/box/comments", true}, ""},
+		{"delete_comments_id", `{"comment_id":"c/1"}`, &want{"DELETE", "/box/comments/c%2F1", false}, ""},
+		{"post_tasks", `{"item":{"id":"1","type":"file"},"action":"review"}`, &want{"POST", "/box/tasks", true}, ""},
+		{"delete_tasks_id", `{"task_id":12345}`, &want{"DELETE", "/box/tasks/12345", false}, ""},
+		{"delete_tasks_id", `{"task_id":"a\u0000b"}`, nil, "{task_id}"},
 		{"deletePet", `{"id":".."}`, nil, "{id}"},
 		{"deletePet", `{"id":{"nested":1}}`, nil, "{id}"},
 		{"modifyVectorStore", `{"name":"no id"}`, nil, "{vector_store_id}"},
@@ -151,8 +162,8 @@ func TestImportedRoutesReachMethodAndPath(t *testing.T) {
 		`SELECT count(*) FROM drainer.audit WHERE response_status IS NULL AND to_status = 'failed' AND reason LIKE 'failed before dispatch: the payload cannot build%'`).Scan(&unsent); err != nil {
 		t.Fatalf("read audit: %v", err)
 	}
-	if unsent != 4 {
-		t.Errorf("%d audit entries of rows failed before dispatch, want 4", unsent)
+	if unsent != 5 {
+		t.Errorf("%d audit entries of rows failed before dispatch, want 5", unsent)
 	}
 }
 

@@ -168,7 +168,7 @@ func TestImportNotOpenAPI(t *testing.T) {
 }
 
 func FuzzImport(f *testing.F) {
-	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml", "refusals.yaml", "petstore-expanded-3.0.yaml"} {
+	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml", "refusals.yaml", "petstore-expanded-3.0.yaml", "box-comments-tasks-3.0.json"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -251,6 +251,12 @@ func TestImportRealWorldSpecs(t *testing.T) {
 			"deleteVectorStore": {"DELETE", "/vector_stores/{vector_store_id}"},
 			"deleteFile":        {"DELETE", "/files/{file_id}"},
 		}, []string{"getVectorStore"}},
+		{"box-comments-tasks-3.0.json", "box", "https://api.box.com/2.0", map[string][2]string{
+			"post_comments":      {"POST", "/comments"},
+			"delete_comments_id": {"DELETE", "/comments/{comment_id}"},
+			"post_tasks":         {"POST", "/tasks"},
+			"delete_tasks_id":    {"DELETE", "/tasks/{task_id}"},
+		}, []string{"get_comments_id"}},
 		{"petstore-expanded-3.0.yaml", "petstore", "https://petstore.swagger.io/v2", map[string][2]string{
 			"addPet":    {"POST", "/pets"},
 			"deletePet": {"DELETE", "/pets/{id}"},
@@ -273,6 +279,30 @@ func TestImportRealWorldSpecs(t *testing.T) {
 					t.Errorf("route %s = %+v, want %s %s", tool, r, mp[0], mp[1])
 				}
 			}
+			if r := cfg.Routes["post_comments"]; r != nil && r.Detect.URL != "https://api.box.com/2.0/comments/{key}" {
+				t.Errorf("post_comments detect = %+v, want the detection as a probe", r.Detect)
+			}
 		})
+	}
+}
+
+// TestImportRealWorldPathParamNotInBody: the OpenAI document as published
+// does not list an operation's path parameter in its request body; once
+// annotated, the import names the parameter instead of emitting a route
+// whose rows could never fill their path.
+func TestImportRealWorldPathParamNotInBody(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "openai-vector-stores-3.1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const at = "      operationId: modifyAssistant\n"
+	if !bytes.Contains(data, []byte(at)) {
+		t.Fatal("fixture changed: no modifyAssistant operation")
+	}
+	data = bytes.Replace(data, []byte(at), []byte(at+"      x-agent-idempotency: {class: naturally_idempotent}\n"), 1)
+	_, err = Import("openai.yaml", data, Options{})
+	want := "openai.yaml: #/paths/~1assistants~1{assistant_id}/post: path parameter {assistant_id}: missing from the request body schema's properties"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want %q", err, want)
 	}
 }
