@@ -108,7 +108,7 @@ func TestImportedRoutesReachMethodAndPath(t *testing.T) {
 		{"delete_comments_id", `{"comment_id":"c/1"}`, &want{"DELETE", "/box/comments/c%2F1", false}, ""},
 		{"post_tasks", `{"item":{"id":"1","type":"file"},"action":"review"}`, &want{"POST", "/box/tasks", true}, ""},
 		{"delete_tasks_id", `{"task_id":12345}`, &want{"DELETE", "/box/tasks/12345", false}, ""},
-		{"delete_tasks_id", `{"task_id":"a\u0000b"}`, nil, "{task_id}"},
+		{"delete_tasks_id", `{"task_id":"a\u001fb"}`, nil, "{task_id}"},
 		{"deletePet", `{"id":".."}`, nil, "{id}"},
 		{"deletePet", `{"id":{"nested":1}}`, nil, "{id}"},
 		{"modifyVectorStore", `{"name":"no id"}`, nil, "{vector_store_id}"},
