@@ -47,6 +47,10 @@ func (v *validator) routeRequest(p string, r *Route) {
 			v.errorf(f, "a path is written in the config, not read from a reference")
 		} else if _, err := webhook.ParsePath(r.Path); err != nil {
 			v.errorf(f, "%v", err)
+		} else if a := v.cfg.Adapters[r.Adapter]; a != nil && strings.Contains(a.URL, "{tool_name}") {
+			// The mistake of a config written for POST url/{tool_name}
+			// that then gains imported paths.
+			v.warnf(f, "the path is appended to adapters.%s.url, which holds {tool_name}: requests go to .../%s%s; make that url the API's base", r.Adapter, "{tool_name}", r.Path)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Query)) {

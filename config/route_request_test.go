@@ -61,3 +61,18 @@ routes:
 		t.Errorf("route = %+v", r)
 	}
 }
+
+// TestRouteRequestWarnsToolNameBase: a path appended to a url that still
+// ends in {tool_name} is almost always a leftover; check says so.
+func TestRouteRequestWarnsToolNameBase(t *testing.T) {
+	cfg := mustParse(t, `
+adapters:
+  api: {type: http, url: "https://api.example.com/{tool_name}"}
+routes:
+  update_order: {adapter: api, method: PUT, path: "/v1/orders/{order_id}"}
+`, true)
+	want := "c.yaml:4:45: routes.update_order.path: the path is appended to adapters.api.url, which holds {tool_name}: requests go to .../{tool_name}/v1/orders/{order_id}; make that url the API's base"
+	if len(cfg.Warnings) != 1 || cfg.Warnings[0] != want {
+		t.Fatalf("warnings %q, want %q", cfg.Warnings, want)
+	}
+}
