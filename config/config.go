@@ -253,6 +253,13 @@ type Route struct {
 	// IdempotencyKey overrides the adapter's key placement for this tool
 	// (http adapters only); nil means the adapter's.
 	IdempotencyKey *IdempotencyKey `yaml:"idempotency_key"`
+	// Method, Path and Query shape the request of an http route: POST
+	// (default), PUT, PATCH or DELETE; a path template appended to the
+	// adapter's url ({tool_name}, {field} from the payload); fixed query
+	// parameters. See route_request.go.
+	Method string            `yaml:"method"`
+	Path   string            `yaml:"path"`
+	Query  map[string]string `yaml:"query"`
 
 	// File and Line locate the route's tool_name in the config file.
 	File string `yaml:"-"`

@@ -62,3 +62,7 @@ func unknownNameHint(name string, known []string, what string) string {
 	}
 	return b.String()
 }
+
+// Closest returns the candidate nearest to name, or "" when none is close:
+// the "did you mean" of other packages' messages about names read from files.
+func Closest(name string, candidates []string) string { return closest(name, candidates) }

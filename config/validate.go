@@ -303,6 +303,7 @@ func (v *validator) route(name string, r *Route) {
 	v.fallback(p, r, adapters)
 	v.detect(p, r)
 	v.routeKeyOverrides(p, r)
+	v.routeRequest(p, r)
 }
 
 // detect checks a route's probe: non_idempotent routes only, an absolute URL

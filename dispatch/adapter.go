@@ -108,6 +108,14 @@ type Result struct {
 // does not count it, since the provider was not asked.
 const ReasonNotReady = "not_ready"
 
+// ReasonUnsendable is the Reason of a Terminal, NotSent that says the row
+// can never be sent as it stands: its payload cannot build the request its
+// route describes (a path variable's field is missing, of another type, or
+// not a valid segment). The row fails at once without consuming an attempt;
+// the circuit breaker and auth holds do not count it, since the provider was
+// not asked. Err names the field, never its value.
+const ReasonUnsendable = "unsendable"
+
 // Succeeded reports whether the outcome confirms the effect.
 func (r Result) Succeeded() bool { return r.Outcome == Success || r.Outcome == Replay }
 

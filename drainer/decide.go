@@ -80,6 +80,12 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		}
 	case dispatch.Terminal:
 		c.Status, c.LastError, c.KeepNext = failStatus(row), errText(res, "terminal"), true
+		if res.NotSent && res.Reason == dispatch.ReasonUnsendable {
+			// The row cannot be sent as it stands: nothing left this process,
+			// so the attempt counted at claim is given back.
+			c.GiveBack, c.NoRequest, c.Note = true, true, noteUnsendable
+			c.LastError = errText(res, "failed before dispatch")
+		}
 	case dispatch.Auth:
 		// A broken credential is the adapter's fault, not the row's.
 		c.Status, c.GiveBack, c.Floor = outbox.StatusPending, true, true
@@ -150,6 +156,7 @@ const (
 	notePaused     = "deferred: paused by an operator; no request sent"
 	noteExhausted  = "failed before dispatch: attempts exhausted; no request sent"
 	noteKeyTTL     = "failed before dispatch: key TTL guard; no request sent"
+	noteUnsendable = "failed before dispatch: the payload cannot build the route's request; no request sent"
 	noteRunAborted = "cancelled before dispatch: its run was aborted; no request sent"
 	noteRefusedFmt = "%s; no request sent"
 )

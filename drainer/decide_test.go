@@ -39,6 +39,8 @@ func TestDecideAttemptsTable(t *testing.T) {
 		{"not sent on last attempt still gives back", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: boom}, outbox.StatusPending, true, "retry", 0},
 		{"auth gives back", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Auth, Status: 401, Err: boom}, outbox.StatusPending, true, "auth", 0},
 		{"terminal fails", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: boom}, outbox.StatusFailed, false, "terminal", 0},
+		{"unsendable fails without an attempt", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable, Err: boom}, outbox.StatusFailed, true, "terminal", 0},
+		{"terminal not sent still consumes", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: "invalid_request", Err: boom}, outbox.StatusFailed, false, "terminal", 0},
 		{"terminal compensation", keyRoute, "compensation", 1, dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Err: boom}, outbox.StatusCompensationFailed, false, "terminal", 0},
 		{"exhausted compensation", keyRoute, "compensation", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, outbox.StatusCompensationFailed, false, "retry", 0},
 		{"ambiguous key route retries", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Err: boom}, outbox.StatusPending, false, "ambiguous", 0},

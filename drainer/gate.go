@@ -278,6 +278,13 @@ func (g *gate) noteAuth(route string, res dispatch.Result) (wholeHeld bool) {
 			w.count++
 			w.until, w.probeAt = now.Add(holdFor(w.count)), time.Time{}
 		}
+	case res.Reason == dispatch.ReasonUnsendable:
+		// Never sent: says nothing about the credentials.
+		for _, h := range []*hold{g.whole, g.held[route]} {
+			if h != nil {
+				h.probeAt = time.Time{}
+			}
+		}
 	case res.Succeeded() || res.Outcome == dispatch.Terminal || res.Status > 0:
 		if h := g.held[route]; h != nil {
 			delete(g.held, route)
@@ -398,7 +405,7 @@ func (g *gate) remainingOpen(r *rand.Rand) time.Duration {
 // once it holds the whole adapter); answers that show the provider is up
 // (success, replay, terminal 4xx) are successes; the rest is neutral.
 func breakerVerdict(res dispatch.Result, wholeHeld bool) error {
-	if res.Reason == dispatch.ReasonNotReady {
+	if res.Reason == dispatch.ReasonNotReady || res.Reason == dispatch.ReasonUnsendable {
 		return errBreakerNeutral // the adapter did not ask its provider
 	}
 	switch res.Outcome {

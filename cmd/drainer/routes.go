@@ -22,6 +22,7 @@ func newRoutesCmd() *cobra.Command {
 // routesImportOpts are the flags of `drainer routes import`.
 type routesImportOpts struct {
 	openapi, adapter string
+	allowUnsafe      bool
 }
 
 // Validate checks that both flags are given.
@@ -42,10 +43,15 @@ func newRoutesImportCmd() *cobra.Command {
 		Short: "Print the routes: YAML for the x-agent-idempotency operations of an OpenAPI 3 document",
 		Long: `Reads an OpenAPI 3.0 or 3.1 document (YAML or JSON) whose operations carry
 the x-agent-idempotency extension and prints the routes: section for them on
-stdout: tool_name = operationId, adapter NAME, the class, key_ttl from
-ttl_seconds, idempotency_key from key_field/key_location, and compensation
-from the compensation triplet. read_only operations are not routed.
-Incomplete manifests are refused, all at once (exit 2).`,
+stdout: tool_name = operationId, adapter NAME, the class, the operation's
+method and path, key_ttl from ttl_seconds, idempotency_key from
+key_field/key_location, compensation from the compensation triplet and a
+detect probe from its detection when it is "GET /path" with only {key} and
+{tool_name}. read_only operations are not routed. Each path parameter must
+be a required property of the JSON request body (the row's payload).
+Operations marked agent_safe: false are refused unless --allow-unsafe is
+given. Every problem of every operation is reported at once (exit 2); a
+YAML or JSON syntax error names FILE:LINE:COL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
@@ -55,7 +61,7 @@ Incomplete manifests are refused, all at once (exit 2).`,
 			if err != nil {
 				return usagef("read --openapi: %v", err)
 			}
-			res, err := openapiroutes.Import(o.openapi, data)
+			res, err := openapiroutes.Import(o.openapi, data, openapiroutes.Options{AllowUnsafe: o.allowUnsafe})
 			if err != nil {
 				return usageError{err}
 			}
@@ -67,5 +73,6 @@ Incomplete manifests are refused, all at once (exit 2).`,
 	}
 	cmd.Flags().StringVar(&o.openapi, "openapi", "", "OpenAPI 3 document, YAML or JSON (env DRAINER_OPENAPI)")
 	cmd.Flags().StringVar(&o.adapter, "adapter", "", "adapter name the routes use (env DRAINER_ADAPTER)")
+	cmd.Flags().BoolVar(&o.allowUnsafe, "allow-unsafe", false, "route agent_safe: false operations too, marked with a comment (env DRAINER_ALLOW_UNSAFE)")
 	return cmd
 }

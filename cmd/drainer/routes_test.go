@@ -38,7 +38,14 @@ func TestRoutesImportEnvAndErrors(t *testing.T) {
 	t.Setenv("DRAINER_OPENAPI", specDir+"orders-3.1.json")
 	t.Setenv("DRAINER_ADAPTER", "orders")
 	var out, errOut bytes.Buffer
-	if code := execute([]string{"routes", "import"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), `adapter: "orders"`) {
+	if code := execute([]string{"routes", "import"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "agent_safe: false") || out.Len() != 0 {
+		t.Fatalf("agent_safe: false without --allow-unsafe: exit %d, out %s, err %s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	t.Setenv("DRAINER_ALLOW_UNSAFE", "true")
+	if code := execute([]string{"routes", "import"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), `adapter: "orders"`) ||
+		!strings.Contains(out.String(), "routed because --allow-unsafe was given") {
 		t.Fatalf("from env: exit %d, out %s, err %s", code, out.String(), errOut.String())
 	}
 	for _, tc := range []struct {

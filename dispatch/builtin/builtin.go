@@ -110,7 +110,8 @@ func build(ctx context.Context, cfg *config.Config, name string, a *config.Adapt
 }
 
 // buildHTTP builds an http adapter; the key placement of each route using
-// it that sets idempotency_key becomes a per-tool override.
+// it that sets idempotency_key becomes a per-tool override, and its method,
+// path and query the tool's own request.
 func buildHTTP(c *config.Config, name string, a *config.Adapter, timeout time.Duration, opts Options) (dispatch.Adapter, error) {
 	headers := make(map[string]string, len(a.Headers))
 	for k, v := range a.Headers {
@@ -123,6 +124,12 @@ func buildHTTP(c *config.Config, name string, a *config.Adapter, timeout time.Du
 				cfg.ToolKeyPlacement = map[string]webhook.KeyPlacement{}
 			}
 			cfg.ToolKeyPlacement[tool] = keyPlacement(r.IdempotencyKey)
+		}
+		if r.Adapter == name && (r.Method != "" || r.Path != "" || len(r.Query) > 0) {
+			if cfg.Routes == nil {
+				cfg.Routes = map[string]webhook.Route{}
+			}
+			cfg.Routes[tool] = webhook.Route{Method: r.Method, Path: r.Path, Query: r.Query}
 		}
 	}
 	if opts.Version != "" {

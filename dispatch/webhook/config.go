@@ -54,6 +54,9 @@ type Config struct {
 	// ToolKeyPlacement overrides KeyPlacement per tool_name (routes with an
 	// idempotency_key of their own).
 	ToolKeyPlacement map[string]KeyPlacement
+	// Routes gives tools their own method, path and fixed query (routes with
+	// method, path or query); a tool without one is POSTed to URL.
+	Routes map[string]Route
 	// Transport replaces the adapter's own transport (tests); optional.
 	Transport http.RoundTripper
 }
@@ -94,6 +97,11 @@ func (c Config) Validate() error {
 	for _, tool := range slices.Sorted(maps.Keys(c.ToolKeyPlacement)) {
 		if err := validatePlacement(c.ToolKeyPlacement[tool], c.URL, c.Headers); err != nil {
 			errs = append(errs, fmt.Errorf("idempotency_key of tool %q: %w", tool, err))
+		}
+	}
+	for _, tool := range slices.Sorted(maps.Keys(c.Routes)) {
+		if err := validateRoute(c.Routes[tool], c.placementFor(tool)); err != nil {
+			errs = append(errs, fmt.Errorf("route of tool %q: %w", tool, err))
 		}
 	}
 	if c.Timeout <= 0 {

@@ -20,6 +20,8 @@ type Adapter struct {
 	cfg Config
 	// urlParts is cfg.URL split around {tool_name}.
 	urlParts []string
+	// routes are cfg.Routes with their paths parsed and queries encoded.
+	routes map[string]compiledRoute
 	// header holds the configured headers and the User-Agent; each request
 	// gets a clone completed with the per-row headers.
 	header http.Header
@@ -40,8 +42,13 @@ func New(cfg Config) (*Adapter, error) {
 	for name, value := range cfg.Headers {
 		header.Set(name, value)
 	}
+	routes := make(map[string]compiledRoute, len(cfg.Routes))
+	for tool, r := range cfg.Routes {
+		routes[tool] = compile(r)
+	}
 	return &Adapter{
 		cfg:      cfg,
+		routes:   routes,
 		urlParts: strings.Split(cfg.URL, toolNameVar),
 		header:   header,
 		client:   dispatch.NewHTTPClient(cfg.Timeout, cfg.Transport),
@@ -68,6 +75,9 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	defer cancel()
 	var sent dispatch.SendTracker
 	req, err := a.newRequest(sent.Trace(ctx), m)
+	if _, ok := errors.AsType[*FieldError](err); ok {
+		return unsendable(err)
+	}
 	if err != nil {
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: reasonInvalidRequest, Err: err}
 	}
@@ -83,23 +93,34 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 }
 
 func (a *Adapter) newRequest(ctx context.Context, m *dispatch.Message) (*http.Request, error) {
-	target := strings.Join(a.urlParts, url.PathEscape(m.Tuple.ToolName))
+	route := a.routes[m.Tuple.ToolName]
+	target, query, _ := strings.Cut(strings.Join(a.urlParts, url.PathEscape(m.Tuple.ToolName)), "?")
+	if route.path != nil {
+		p, err := route.path.Expand(m.Tuple.ToolName, m.Payload)
+		if err != nil {
+			return nil, err
+		}
+		target = strings.TrimSuffix(target, "/") + p
+	}
+	query = joinQuery(query, route.query)
 	place := a.cfg.placementFor(m.Tuple.ToolName)
-	body := []byte(m.Payload)
+	var body []byte
+	if route.hasBody() {
+		body = []byte(m.Payload)
+	}
 	switch place.Location {
 	case LocationQuery:
-		sep := "?"
-		if strings.Contains(target, "?") {
-			sep = "&"
-		}
-		target += sep + url.QueryEscape(place.Name) + "=" + url.QueryEscape(m.Key)
+		query = joinQuery(query, url.QueryEscape(place.Name)+"="+url.QueryEscape(m.Key))
 	case LocationBody:
 		var err error
 		if body, err = withKeyField(body, place.Name, m.Key); err != nil {
 			return nil, err
 		}
 	}
-	req, err := dispatch.NewRequest(ctx, http.MethodPost, target, body)
+	if query != "" {
+		target += "?" + query
+	}
+	req, err := dispatch.NewRequest(ctx, route.method(), target, body)
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err // url.Error quotes the URL and its query
@@ -107,7 +128,9 @@ func (a *Adapter) newRequest(ctx context.Context, m *dispatch.Message) (*http.Re
 		return nil, fmt.Errorf("build request: %w", err)
 	}
 	req.Header = a.header.Clone()
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if place.Location == LocationHeader {
 		req.Header.Set(place.Name, m.Key)
 	}

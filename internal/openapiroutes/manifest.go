@@ -1,13 +1,14 @@
 package openapiroutes
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/drainer-io/drainer/config"
 )
 
 // Manifest is the x-agent-idempotency block of one operation.
@@ -31,13 +32,21 @@ type Compensation struct {
 	WindowSeconds *float64 `json:"window_seconds"`
 }
 
-// route checks one manifest; every missing field is one message.
-func route(o op, routed map[string]bool) (Route, []string) {
+// route checks one operation: its manifest (every unknown, mistyped or
+// missing field is one message, none hiding another), its agent_safe mark
+// and its method and path.
+func route(o op, routed map[string]bool, opts Options) (Route, []string) {
 	m := o.m
 	r := Route{Tool: o.id, Pointer: o.pointer, Class: m.Class}
-	errs, known := classErrors(m, routed)
-	if !known {
-		return r, errs
+	errs := append([]string(nil), o.errs...)
+	classErrs, known := classErrors(m, o.bad, routed)
+	errs = append(errs, classErrs...)
+	if m.AgentSafe != nil && !*m.AgentSafe && m.Class != ClassReadOnly {
+		if opts.AllowUnsafe {
+			r.Unsafe = true
+		} else {
+			errs = append(errs, fmt.Sprintf("%s.agent_safe: false: the document marks this operation unsafe for agents; refused (pass --allow-unsafe to route it anyway)", Extension))
+		}
 	}
 	ttl, ttlErrs := keyTTL(m)
 	errs = append(errs, ttlErrs...)
@@ -52,41 +61,52 @@ func route(o op, routed map[string]bool) (Route, []string) {
 	}
 	if m.Compensation != nil && m.Class == ClassNonIdempotent {
 		r.Compensation = m.Compensation.Operation
+		if d := m.Compensation.Detection; d != "" {
+			r.Detection = d
+			r.Detect, r.DetectNote = detectProbe(d, o.server)
+		}
+	}
+	if !known || m.Class != ClassReadOnly {
+		errs = append(errs, request(o, &r)...)
 	}
 	return r, errs
 }
 
-// classErrors checks the fields m's class requires. known is false when the
-// class is missing or unknown; nothing else is checked then.
-func classErrors(m Manifest, routed map[string]bool) (errs []string, known bool) {
+// classErrors checks the fields m's class requires, except those of the
+// wrong type (bad: already reported). known is false when the class is
+// missing or unknown.
+func classErrors(m Manifest, bad, routed map[string]bool) (errs []string, known bool) {
 	switch m.Class {
 	case "":
+		if bad["class"] {
+			return nil, false
+		}
 		return []string{missing("class", "one of "+strings.Join(classes, ", "))}, false
 	case ClassReadOnly, ClassNaturallyIdempotent:
 		return nil, true
 	case ClassKeyIdempotent:
-		return keyIdempotentErrors(m), true
+		return keyIdempotentErrors(m, bad), true
 	case ClassNonIdempotent:
-		return compensationErrors(m, routed), true
+		return compensationErrors(m, bad, routed), true
 	default:
 		return []string{fmt.Sprintf("%s.class: unknown class %q; valid: %s", Extension, m.Class, strings.Join(classes, ", "))}, false
 	}
 }
 
 // keyIdempotentErrors names the fields a key_idempotent manifest lacks.
-func keyIdempotentErrors(m Manifest) []string {
+func keyIdempotentErrors(m Manifest, bad map[string]bool) []string {
 	const why = "required for key_idempotent"
 	var errs []string
-	if m.KeyField == "" {
+	if m.KeyField == "" && !bad["key_field"] {
 		errs = append(errs, missing("key_field", why))
 	}
-	if m.TTLSeconds == nil {
+	if m.TTLSeconds == nil && !bad["ttl_seconds"] {
 		errs = append(errs, missing("ttl_seconds", why))
 	}
-	if m.Scope == "" {
+	if m.Scope == "" && !bad["scope"] {
 		errs = append(errs, missing("scope", why))
 	}
-	if m.ReplayHeader == "" && m.ReplayStatus == nil {
+	if m.ReplayHeader == "" && m.ReplayStatus == nil && !bad["replay_header"] {
 		errs = append(errs, missing("replay_header", why+": how a replay is marked (replay_header, or replay_status)"))
 	}
 	if m.ConflictStatus == nil {
@@ -97,24 +117,26 @@ func keyIdempotentErrors(m Manifest) []string {
 
 // compensationErrors checks the compensation triplet of a non_idempotent
 // manifest; its operation must be a routed operation of the document.
-func compensationErrors(m Manifest, routed map[string]bool) []string {
+func compensationErrors(m Manifest, bad, routed map[string]bool) []string {
 	c := m.Compensation
 	if c == nil {
-		if m.AgentSafe == nil || *m.AgentSafe {
+		if (m.AgentSafe == nil || *m.AgentSafe) && !bad["compensation"] && !bad["agent_safe"] {
 			return []string{missing("compensation", "non_idempotent needs a compensation triplet {operation, detection, window_seconds}, or agent_safe: false")}
 		}
 		return nil
 	}
 	var errs []string
 	if c.Operation == "" {
-		errs = append(errs, missing("compensation.operation", "the operationId of the compensating operation"))
+		if !bad["compensation.operation"] {
+			errs = append(errs, missing("compensation.operation", "the operationId of the compensating operation"))
+		}
 	} else if !routed[c.Operation] {
 		errs = append(errs, fmt.Sprintf("%s.compensation.operation: %q is not an operation of this document with a routed %s class", Extension, c.Operation, Extension))
 	}
-	if c.Detection == "" {
+	if c.Detection == "" && !bad["compensation.detection"] {
 		errs = append(errs, missing("compensation.detection", "how to tell whether the original succeeded"))
 	}
-	if c.WindowSeconds == nil {
+	if c.WindowSeconds == nil && !bad["compensation.window_seconds"] {
 		errs = append(errs, missing("compensation.window_seconds", "the maximum reversal window"))
 	}
 	return errs
@@ -159,24 +181,117 @@ func missing(field, why string) string {
 	return fmt.Sprintf("%s.%s: missing (%s)", Extension, field, why)
 }
 
-func decodeManifest(raw any) (Manifest, error) {
+// manifestFields and compensationFields are the fields the extension
+// knows (docs/reference.md §3); any other is refused with a "did you mean".
+var (
+	manifestFields     = []string{"class", "key_field", "key_location", "ttl_seconds", "scope", "replay_header", "replay_status", "conflict_status", "compensation", "agent_safe"}
+	compensationFields = []string{"operation", "detection", "window_seconds"}
+)
+
+// decodeManifest reads one extension block. It reports every unknown field
+// and every field of the wrong type at once; a field of the wrong type is
+// left unset and marked in the returned set, so it is not also reported
+// missing. A block that is not an object is one error and nothing else.
+func decodeManifest(raw any) (Manifest, map[string]bool, []string) {
 	var m Manifest
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return m, errors.New("cannot be read")
+	obj, ok := raw.(map[string]any)
+	if !ok {
+		return m, nil, []string{Extension + ": must be an object"}
 	}
-	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
-		return m, errors.New("must be an object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&m); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return m, fmt.Errorf("%s: wrong type (%s)", te.Field, te.Value)
+	var errs []string
+	bad := map[string]bool{}
+	unknown := func(prefix, key string, valid []string) {
+		msg := fmt.Sprintf("%s.%s%s: unknown field", Extension, prefix, key)
+		if s := config.Closest(key, valid); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		} else {
+			msg += "; valid fields: " + strings.Join(valid, ", ")
 		}
-		return m, errors.New("cannot be read")
+		errs = append(errs, msg)
 	}
-	return m, nil
+	wrong := func(field, want string) {
+		bad[field] = true
+		errs = append(errs, fmt.Sprintf("%s.%s: must be %s", Extension, field, want))
+	}
+	str := func(v any, field string, dst *string) {
+		if s, ok := v.(string); ok {
+			*dst = s
+		} else {
+			wrong(field, "a string")
+		}
+	}
+	num := func(v any, field string) *float64 {
+		if f, ok := number(v); ok {
+			return &f
+		}
+		wrong(field, "a number")
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		v := obj[k]
+		switch k {
+		case "class":
+			str(v, k, &m.Class)
+		case "key_field":
+			str(v, k, &m.KeyField)
+		case "key_location":
+			str(v, k, &m.KeyLocation)
+		case "scope":
+			str(v, k, &m.Scope)
+		case "replay_header":
+			str(v, k, &m.ReplayHeader)
+		case "ttl_seconds":
+			m.TTLSeconds = num(v, k)
+		case "replay_status":
+			m.ReplayStatus = v
+		case "conflict_status":
+			m.ConflictStatus = v
+		case "agent_safe":
+			if b, ok := v.(bool); ok {
+				m.AgentSafe = &b
+			} else {
+				wrong(k, "true or false")
+			}
+		case "compensation":
+			c, ok := v.(map[string]any)
+			if !ok {
+				wrong(k, "an object {operation, detection, window_seconds}")
+				continue
+			}
+			m.Compensation = &Compensation{}
+			for _, ck := range slices.Sorted(maps.Keys(c)) {
+				switch cv := c[ck]; ck {
+				case "operation":
+					str(cv, "compensation.operation", &m.Compensation.Operation)
+				case "detection":
+					str(cv, "compensation.detection", &m.Compensation.Detection)
+				case "window_seconds":
+					m.Compensation.WindowSeconds = num(cv, "compensation.window_seconds")
+				default:
+					unknown("compensation.", ck, compensationFields)
+				}
+			}
+		default:
+			unknown("", k, manifestFields)
+		}
+	}
+	return m, bad, errs
+}
+
+// number reads a JSON or YAML number (float64 from JSON, int or uint64
+// from YAML).
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	}
+	return 0, false
 }
 
 func validStatus(v any) bool {

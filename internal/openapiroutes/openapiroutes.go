@@ -1,6 +1,7 @@
 package openapiroutes
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -35,10 +36,27 @@ type Route struct {
 	KeyName      string
 	KeyLocation  string
 	Compensation string
+	// Method and Path are the operation's, for the route's method and path.
+	Method, Path string
+	// Detection is the compensation's detection as written; Detect is the
+	// detect probe URL it becomes, or "" with DetectNote saying why not.
+	Detection, Detect, DetectNote string
+	// Unsafe marks an agent_safe: false operation routed on request.
+	Unsafe bool
+}
+
+// Options tune Import.
+type Options struct {
+	// AllowUnsafe routes agent_safe: false operations (with a comment)
+	// instead of refusing them.
+	AllowUnsafe bool
 }
 
 // Result is what Import found.
 type Result struct {
+	// Server is the document's first server URL, the base URL the routes'
+	// paths are appended to (the http adapter's url), or "".
+	Server string
 	Routes []Route
 	// ReadOnly lists the operationIds of read_only operations, not routed.
 	ReadOnly []string
@@ -53,8 +71,9 @@ type Problem struct {
 func (p *Problem) Error() string { return fmt.Sprintf("%s: %s: %s", p.File, p.Pointer, p.Msg) }
 
 // Import reads an OpenAPI 3.0 or 3.1 document (YAML or JSON) and returns its
-// routes, or every problem found, joined.
-func Import(file string, data []byte) (res *Result, err error) {
+// routes, or every problem found, joined. A YAML or JSON syntax error is
+// reported as FILE:LINE:COL.
+func Import(file string, data []byte, opts Options) (res *Result, err error) {
 	defer func() {
 		// The loader handles untrusted input; a panic in it must not end the
 		// command without a message.
@@ -62,6 +81,9 @@ func Import(file string, data []byte) (res *Result, err error) {
 			res, err = nil, fmt.Errorf("%s: cannot read the document as OpenAPI: %v", file, r)
 		}
 	}()
+	if err := syntaxError(file, data); err != nil {
+		return nil, err
+	}
 	if !looksLikeOpenAPI(data) {
 		return nil, fmt.Errorf("%s: not an OpenAPI 3 document (no top-level \"openapi: 3.x\" field)", file)
 	}
@@ -74,7 +96,7 @@ func Import(file string, data []byte) (res *Result, err error) {
 	if !strings.HasPrefix(doc.OpenAPI, "3.") {
 		return nil, fmt.Errorf("%s: not an OpenAPI 3 document (openapi is %q)", file, doc.OpenAPI)
 	}
-	return collect(file, doc)
+	return collect(file, doc, opts)
 }
 
 // looksLikeOpenAPI checks the top-level openapi field before the loader runs,
@@ -90,12 +112,28 @@ func looksLikeOpenAPI(data []byte) bool {
 	return strings.HasPrefix(s, "3.")
 }
 
+// op is one operation carrying the extension.
 type op struct {
-	pointer, id string
-	m           Manifest
+	pointer, id  string
+	method, path string
+	server       string
+	op           *openapi3.Operation
+	itemParams   openapi3.Parameters
+	m            Manifest
+	// bad marks manifest fields of the wrong type; errs are the manifest's
+	// decoding problems (unknown fields, wrong types).
+	bad  map[string]bool
+	errs []string
+	// dup is set when another operation has the same operationId: its
+	// problems are reported, but it is not routed.
+	dup bool
 }
 
-func collect(file string, doc *openapi3.T) (*Result, error) {
+func collect(file string, doc *openapi3.T, opts Options) (*Result, error) {
+	server := ""
+	if len(doc.Servers) > 0 && doc.Servers[0] != nil {
+		server = doc.Servers[0].URL
+	}
 	var ops []op
 	var problems []error
 	bad := func(ptr, format string, args ...any) {
@@ -113,12 +151,14 @@ func collect(file string, doc *openapi3.T) (*Result, error) {
 			for _, method := range methodOrder(ops2) {
 				o := ops2[method]
 				ptr := "#/paths/" + escapePointer(path) + "/" + strings.ToLower(method)
+				dup := false
 				if o.OperationID != "" {
-					if prev, dup := byID[o.OperationID]; dup {
+					if prev, seen := byID[o.OperationID]; seen {
 						bad(ptr, "operationId %q is also used by %s", o.OperationID, prev)
-						continue
+						dup = true
+					} else {
+						byID[o.OperationID] = ptr
 					}
-					byID[o.OperationID] = ptr
 				}
 				raw, ok := o.Extensions[Extension]
 				if !ok {
@@ -126,31 +166,27 @@ func collect(file string, doc *openapi3.T) (*Result, error) {
 				}
 				if o.OperationID == "" {
 					bad(ptr, "operationId: missing; an operation with %s needs one (it becomes the tool_name)", Extension)
-					continue
 				}
-				m, err := decodeManifest(raw)
-				if err != nil {
-					bad(ptr, "%s: %v", Extension, err)
-					continue
-				}
-				ops = append(ops, op{pointer: ptr, id: o.OperationID, m: m})
+				m, badFields, errs := decodeManifest(normalize(raw))
+				ops = append(ops, op{pointer: ptr, id: o.OperationID, method: method, path: path, server: server,
+					op: o, itemParams: item.Parameters, m: m, bad: badFields, errs: errs, dup: dup || o.OperationID == ""})
 			}
 		}
 	}
-	res := &Result{}
+	res := &Result{Server: server}
 	routed := map[string]bool{}
 	for _, o := range ops {
-		if o.m.Class != ClassReadOnly && slices.Contains(classes, o.m.Class) {
+		if !o.dup && o.m.Class != ClassReadOnly && slices.Contains(classes, o.m.Class) {
 			routed[o.id] = true
 		}
 	}
 	for _, o := range ops {
-		r, errs := route(o, routed)
+		r, errs := route(o, routed, opts)
 		for _, e := range errs {
 			bad(o.pointer, "%s", e)
 		}
 		switch {
-		case len(errs) > 0:
+		case len(errs) > 0 || o.dup:
 		case o.m.Class == ClassReadOnly:
 			res.ReadOnly = append(res.ReadOnly, o.id)
 		default:
@@ -158,6 +194,9 @@ func collect(file string, doc *openapi3.T) (*Result, error) {
 		}
 	}
 	if len(problems) > 0 {
+		slices.SortStableFunc(problems, func(a, b error) int {
+			return strings.Compare(a.(*Problem).Pointer, b.(*Problem).Pointer)
+		})
 		return nil, errors.Join(problems...)
 	}
 	if len(res.Routes) == 0 && len(res.ReadOnly) == 0 {
@@ -187,4 +226,36 @@ func methodOrder(ops map[string]*openapi3.Operation) []string {
 		}
 	}
 	return out
+}
+
+// normalize turns an extension's value into plain JSON values (objects as
+// map[string]any, numbers as float64), whatever the loader produced.
+func normalize(raw any) any {
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil
+	}
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return nil
+	}
+	return v
+}
+
+// syntaxError reports a YAML or JSON syntax error of data at its line and
+// column (JSON is YAML, so one parser serves both).
+func syntaxError(file string, data []byte) error {
+	var v any
+	err := yaml.Unmarshal(data, &v)
+	if err == nil {
+		return nil
+	}
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+			return fmt.Errorf("%s:%d:%d: invalid YAML or JSON: %s", file, tk.Position.Line, tk.Position.Column, ye.GetMessage())
+		}
+		return fmt.Errorf("%s: invalid YAML or JSON: %s", file, ye.GetMessage())
+	}
+	return fmt.Errorf("%s: invalid YAML or JSON: %v", file, err)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,12 +14,17 @@ import (
 
 func importFile(t *testing.T, name string) (*Result, error) {
 	t.Helper()
+	return importFileOpts(t, name, Options{})
+}
+
+func importFileOpts(t *testing.T, name string, opts Options) (*Result, error) {
+	t.Helper()
 	path := filepath.Join("testdata", name)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Import(path, data)
+	return Import(path, data, opts)
 }
 
 // checkSpliced puts the printed routes under a config with an http adapter
@@ -29,7 +35,7 @@ func checkSpliced(t *testing.T, adapter string, res *Result) *config.Config {
 	if err := WriteYAML(&out, "spec", adapter, res); err != nil {
 		t.Fatal(err)
 	}
-	cfgText := "adapters:\n  " + adapter + ":\n    type: http\n    url: https://api.example.com/{tool_name}\n" + out.String()
+	cfgText := "adapters:\n  " + adapter + ":\n    type: http\n    url: https://api.example.com\n" + out.String()
 	cfg, err := config.Parse("spliced.yaml", []byte(cfgText), config.LoadOptions{Check: true})
 	if err != nil {
 		t.Fatalf("drainer check refuses the imported routes:\n%v\nconfig:\n%s", err, cfgText)
@@ -80,7 +86,11 @@ func TestImportPayments30(t *testing.T) {
 }
 
 func TestImportOrders31(t *testing.T) {
-	res, err := importFile(t, "orders-3.1.json")
+	if _, err := importFile(t, "orders-3.1.json"); err == nil ||
+		!strings.Contains(err.Error(), "#/paths/~1v1~1sms/post: x-agent-idempotency.agent_safe: false: the document marks this operation unsafe for agents; refused (pass --allow-unsafe") {
+		t.Fatalf("agent_safe: false routed without --allow-unsafe: %v", err)
+	}
+	res, err := importFileOpts(t, "orders-3.1.json", Options{AllowUnsafe: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +98,21 @@ func TestImportOrders31(t *testing.T) {
 	if len(cfg.Routes) != 4 || cfg.Routes["sendReceipt"].Compensation != "cancelOrder" ||
 		cfg.Routes["createOrder"].KeyTTL != 24*time.Hour || cfg.Routes["sendSms"].Class != "non_idempotent" {
 		t.Fatalf("routes: %s", cfg.Summary())
+	}
+	if r := cfg.Routes["cancelOrder"]; r.Method != "POST" || r.Path != "/v1/orders/{id}/cancel" {
+		t.Errorf("cancelOrder: %s %s", r.Method, r.Path)
+	}
+	var out bytes.Buffer
+	if err := WriteYAML(&out, "spec", "orders", res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"  \"sendSms\":  # #/paths/~1v1~1sms/post\n    # agent_safe: false in the document: routed because --allow-unsafe was given\n",
+		`    # detection "webhook email.delivered" has no detect probe: not a GET request of a path;`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 
@@ -133,9 +158,9 @@ func TestImportNotOpenAPI(t *testing.T) {
 			"      x-agent-idempotency: {class: key_idempotent, ttl_seconds: soon}\n      responses: {\"200\": {description: ok}}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			if res, err := Import("f.yaml", []byte(doc)); err == nil {
+			if res, err := Import("f.yaml", []byte(doc), Options{}); err == nil {
 				t.Fatalf("accepted: %+v", res)
-			} else if !strings.HasPrefix(err.Error(), "f.yaml: ") {
+			} else if !strings.HasPrefix(err.Error(), "f.yaml:") {
 				t.Fatalf("error does not name the file: %v", err)
 			}
 		})
@@ -143,7 +168,7 @@ func TestImportNotOpenAPI(t *testing.T) {
 }
 
 func FuzzImport(f *testing.F) {
-	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml"} {
+	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml", "refusals.yaml", "petstore-expanded-3.0.yaml", "box-comments-tasks-3.0.json"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -151,7 +176,7 @@ func FuzzImport(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		res, err := Import("f", data)
+		res, err := Import("f", data, Options{})
 		if err != nil {
 			return
 		}
@@ -160,4 +185,124 @@ func FuzzImport(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestImportEveryRefusalAtOnce: no problem hides another, within an
+// operation or across operations.
+func TestImportEveryRefusalAtOnce(t *testing.T) {
+	_, err := importFile(t, "refusals.yaml")
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	p := "testdata/refusals.yaml: "
+	got := strings.Split(err.Error(), "\n")
+	want := []string{
+		p + "#/paths/~1charges/post: x-agent-idempotency.ttl_seconds: must be a number",
+		p + "#/paths/~1charges/post: x-agent-idempotency.replay_header: missing (required for key_idempotent: how a replay is marked (replay_header, or replay_status))",
+		p + `#/paths/~1charges~1{id}/put: operationId "create_charge" is also used by #/paths/~1charges/post`,
+		p + `#/paths/~1charges~1{id}/put: x-agent-idempotency.class: unknown class "mostly_idempotent"; valid: read_only, naturally_idempotent, key_idempotent, non_idempotent`,
+		p + `#/paths/~1notes/post: x-agent-idempotency.clas: unknown field; did you mean "class"?`,
+		p + "#/paths/~1notes/post: x-agent-idempotency.class: missing (one of read_only, naturally_idempotent, key_idempotent, non_idempotent)",
+		p + `#/paths/~1payouts/post: x-agent-idempotency.compensation.windw_seconds: unknown field; did you mean "window_seconds"?`,
+		p + "#/paths/~1payouts/post: x-agent-idempotency.compensation.window_seconds: missing (the maximum reversal window)",
+		p + "#/paths/~1payouts~1{payout_id}~1cancel/post: path parameter {payout_id}: missing from the request body schema's properties (the row's payload is the body and supplies the path)",
+		p + "#/paths/~1orders~1{order_id}/patch: path parameter {order_id}: not in the request body schema's required list (a row without it would fail unsent)",
+		p + "#/paths/~1orders~1{order_id}/get: method GET cannot be routed: an http route sends POST, PUT, PATCH, DELETE",
+		p + "#/paths/~1items~1{item.id}/delete: path /items/{item.id}: variable {item.id}: a name is letters, digits, _ and -, not starting with a digit or -",
+		p + "#/paths/~1sms/post: x-agent-idempotency.agent_safe: false: the document marks this operation unsafe for agents; refused (pass --allow-unsafe to route it anyway)",
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("missing problem\n  %s\nin:\n%s", w, err)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", len(got), len(want), err)
+	}
+}
+
+func TestImportSyntaxErrorHasLine(t *testing.T) {
+	for name, tc := range map[string]struct{ doc, want string }{
+		"yaml": {"openapi: 3.0.3\ninfo: {title: x, version: \"1\"}\npaths:\n  /a:\n    post: [\n", "f:5:"},
+		"json": {"{\n  \"openapi\": \"3.1.0\",\n  \"paths\": {\n    \"/a\": {\"post\": {}}\n    \"/b\": {}\n  }\n}\n", "f:5:"},
+		"tab":  {"openapi: 3.0.3\npaths:\n\t/a: {}\n", "f:3:"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Import("f", []byte(tc.doc), Options{})
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !strings.Contains(err.Error(), "invalid YAML or JSON") {
+				t.Fatalf("error %v, want prefix %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestImportRealWorldSpecs imports trimmed public documents of real APIs
+// (testdata/README.md): `check` accepts the output, and each route carries
+// its operation's method and path.
+func TestImportRealWorldSpecs(t *testing.T) {
+	for _, tc := range []struct {
+		file, adapter, server string
+		want                  map[string][2]string // tool → method, path
+		readOnly              []string
+	}{
+		{"openai-vector-stores-3.1.yaml", "openai", "https://api.openai.com/v1", map[string][2]string{
+			"createVectorStore": {"POST", "/vector_stores"},
+			"modifyVectorStore": {"POST", "/vector_stores/{vector_store_id}"},
+			"deleteVectorStore": {"DELETE", "/vector_stores/{vector_store_id}"},
+			"deleteFile":        {"DELETE", "/files/{file_id}"},
+		}, []string{"getVectorStore"}},
+		{"box-comments-tasks-3.0.json", "box", "https://api.box.com/2.0", map[string][2]string{
+			"post_comments":      {"POST", "/comments"},
+			"delete_comments_id": {"DELETE", "/comments/{comment_id}"},
+			"post_tasks":         {"POST", "/tasks"},
+			"delete_tasks_id":    {"DELETE", "/tasks/{task_id}"},
+		}, []string{"get_comments_id"}},
+		{"petstore-expanded-3.0.yaml", "petstore", "https://petstore.swagger.io/v2", map[string][2]string{
+			"addPet":    {"POST", "/pets"},
+			"deletePet": {"DELETE", "/pets/{id}"},
+		}, []string{"findPets"}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			res, err := importFile(t, tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Server != tc.server || !slices.Equal(res.ReadOnly, tc.readOnly) {
+				t.Errorf("server %q read_only %v", res.Server, res.ReadOnly)
+			}
+			cfg := checkSpliced(t, tc.adapter, res)
+			if len(cfg.Routes) != len(tc.want) {
+				t.Fatalf("%d routes, want %d: %s", len(cfg.Routes), len(tc.want), cfg.Summary())
+			}
+			for tool, mp := range tc.want {
+				if r := cfg.Routes[tool]; r == nil || r.Method != mp[0] || r.Path != mp[1] {
+					t.Errorf("route %s = %+v, want %s %s", tool, r, mp[0], mp[1])
+				}
+			}
+			if r := cfg.Routes["post_comments"]; r != nil && r.Detect.URL != "https://api.box.com/2.0/comments/{key}" {
+				t.Errorf("post_comments detect = %+v, want the detection as a probe", r.Detect)
+			}
+		})
+	}
+}
+
+// TestImportRealWorldPathParamNotInBody: the OpenAI document as published
+// does not list an operation's path parameter in its request body; once
+// annotated, the import names the parameter instead of emitting a route
+// whose rows could never fill their path.
+func TestImportRealWorldPathParamNotInBody(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "openai-vector-stores-3.1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const at = "      operationId: modifyAssistant\n"
+	if !bytes.Contains(data, []byte(at)) {
+		t.Fatal("fixture changed: no modifyAssistant operation")
+	}
+	data = bytes.Replace(data, []byte(at), []byte(at+"      x-agent-idempotency: {class: naturally_idempotent}\n"), 1)
+	_, err = Import("openai.yaml", data, Options{})
+	want := "openai.yaml: #/paths/~1assistants~1{assistant_id}/post: path parameter {assistant_id}: missing from the request body schema's properties"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want %q", err, want)
+	}
 }

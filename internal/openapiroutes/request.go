@@ -1,0 +1,125 @@
+package openapiroutes
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/drainer-io/drainer/dispatch/webhook"
+	"github.com/getkin/kin-openapi/openapi3"
+)
+
+// request carries an operation's method and path into its route: the
+// method must be one an http route can send, the path a template the http
+// adapter can expand, and each path parameter a required property of the
+// JSON request body schema (the row's payload is that body and supplies the
+// path's values). An operation without a request body (a DELETE) takes its
+// path values from the payload, which is not sent.
+func request(o op, r *Route) []string {
+	var errs []string
+	if !slices.Contains(webhook.Methods, o.method) {
+		errs = append(errs, fmt.Sprintf("method %s cannot be routed: an http route sends %s", o.method, strings.Join(webhook.Methods, ", ")))
+	}
+	if _, err := webhook.ParsePath(o.path); err != nil {
+		errs = append(errs, fmt.Sprintf("path %s: %v", o.path, err))
+		return errs
+	}
+	r.Method, r.Path = o.method, o.path
+	declared := map[string]*openapi3.Parameter{}
+	for _, list := range []openapi3.Parameters{o.itemParams, o.op.Parameters} {
+		for _, ref := range list {
+			if ref != nil && ref.Value != nil && ref.Value.In == openapi3.ParameterInPath {
+				declared[ref.Value.Name] = ref.Value
+			}
+		}
+	}
+	props, required, hasBody := bodySchema(o.op)
+	for _, name := range pathParams(o.path) {
+		p := declared[name]
+		switch {
+		case p == nil:
+			errs = append(errs, fmt.Sprintf("path parameter {%s}: not declared in the operation's parameters", name))
+			continue
+		case !p.Required:
+			errs = append(errs, fmt.Sprintf("path parameter {%s}: must be required (a path variable has no default)", name))
+		}
+		if !hasBody {
+			continue
+		}
+		switch {
+		case !slices.Contains(props, name):
+			errs = append(errs, fmt.Sprintf("path parameter {%s}: missing from the request body schema's properties (the row's payload is the body and supplies the path)", name))
+		case !slices.Contains(required, name):
+			errs = append(errs, fmt.Sprintf("path parameter {%s}: not in the request body schema's required list (a row without it would fail unsent)", name))
+		}
+	}
+	return errs
+}
+
+// bodySchema returns the properties and required fields of the operation's
+// JSON request body schema (allOf parts merged); hasBody is false when it
+// has no JSON request body.
+func bodySchema(op *openapi3.Operation) (props, required []string, hasBody bool) {
+	if op.RequestBody == nil || op.RequestBody.Value == nil {
+		return nil, nil, false
+	}
+	mt := op.RequestBody.Value.Content.Get("application/json")
+	if mt == nil || mt.Schema == nil || mt.Schema.Value == nil {
+		return nil, nil, false
+	}
+	var walk func(s *openapi3.Schema, depth int)
+	walk = func(s *openapi3.Schema, depth int) {
+		if s == nil || depth > 8 {
+			return
+		}
+		for name := range s.Properties {
+			props = append(props, name)
+		}
+		required = append(required, s.Required...)
+		for _, part := range s.AllOf {
+			if part != nil {
+				walk(part.Value, depth+1)
+			}
+		}
+	}
+	walk(mt.Schema.Value, 0)
+	return props, required, true
+}
+
+var pathParam = regexp.MustCompile(`\{([^{}]*)\}`)
+
+// pathParams returns the variables of an OpenAPI path, in order.
+func pathParams(path string) []string {
+	var out []string
+	for _, m := range pathParam.FindAllStringSubmatch(path, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// detectionSyntax is the detection a probe can run: GET and a path whose
+// only variables are the row's key and tool_name.
+var detectionSyntax = regexp.MustCompile(`^GET\s+(/\S*)$`)
+
+// detectProbe turns a compensation's detection into the route's detect
+// probe URL when it can be expressed: "GET /path" whose variables are
+// {key} and {tool_name} only, under the document's first absolute server
+// URL. Otherwise it returns why not, for a comment in the output.
+func detectProbe(detection, server string) (probe, why string) {
+	m := detectionSyntax.FindStringSubmatch(strings.TrimSpace(detection))
+	if m == nil {
+		return "", "not a GET request of a path"
+	}
+	for _, v := range pathParams(m[1]) {
+		if v != "key" && v != "tool_name" {
+			return "", fmt.Sprintf("{%s} is not {key} or {tool_name}, the only variables of a detect probe", v)
+		}
+	}
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(server, "{}") {
+		return "", "the document has no absolute http(s) server URL to send it to"
+	}
+	return strings.TrimSuffix(server, "/") + m[1], ""
+}
