@@ -675,6 +675,26 @@ func TestConcurrentSameKey(t *testing.T) {
 		t.Fatalf("effects %d, answers %v: want one effect, one 201, the rest 200 or 409", effects.Load(), count)
 	}
 	wantStatus(t, f.post("same", `{"a":1}`), http.StatusOK)
+
+	// Once completed, concurrent retries all get the replay (no lock taken).
+	replays := make(chan int, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replays <- f.post("same", `{"a":1}`).Code
+		}()
+	}
+	wg.Wait()
+	close(replays)
+	for c := range replays {
+		if c != http.StatusOK {
+			t.Fatalf("a concurrent retry after completion answered %d, want 200", c)
+		}
+	}
+	if effects.Load() != 1 {
+		t.Fatalf("%d effects", effects.Load())
+	}
 }
 
 // InTransaction: the handler's effect and the record commit together.

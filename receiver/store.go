@@ -168,48 +168,59 @@ func (rc *Receiver) claim(ctx context.Context, scope, key string, fp []byte) (cl
 				headers              map[string][]string
 				body                 []byte
 			)
+			// A plain read decides a replay, a mismatch or an in-flight
+			// answer: a completed record changes only once expired, and a
+			// record's fingerprint only by an expiry overwrite. Only an
+			// overwrite or a takeover reads again under the row lock.
 			// NOWAIT: a record locked by another transaction is being
 			// claimed, completed or (InTransaction) worked on right now.
-			err = tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
-					coalesce(locked_until <= now(), false), status, headers, body
-				FROM `+rc.table+` WHERE scope = $1 AND key = $2 FOR UPDATE NOWAIT`, scope, key).
-				Scan(&storedFP, &state, &expired, &recoverable, &status, &headers, &body)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil // gone meanwhile: try again
-			}
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
-				return errLocked // the transaction is aborted: roll it back
-			}
-			if err != nil {
-				return err
-			}
-			switch {
-			case expired:
-				// An expired key is a new first request.
-				res.outcome, done = claimed, true
-				return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
-						locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
-						created_at = now(), completed_at = NULL, expires_at = now() + $5::bigint * interval '1 microsecond'
-					WHERE scope = $1 AND key = $2 RETURNING locked_until`,
-					scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
-			case string(storedFP) != string(fp):
-				res.outcome, done = mismatch, true
-			case state == stateCompleted:
-				res.outcome, done = replay, true
-				res.answer = stored{status: 200, headers: http.Header(headers), body: body}
-				if status != nil {
-					res.answer.status = int(*status)
+			for _, lock := range []string{"", " FOR UPDATE NOWAIT"} {
+				err = tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
+						coalesce(locked_until <= now(), false), status, headers, body
+					FROM `+rc.table+` WHERE scope = $1 AND key = $2`+lock, scope, key).
+					Scan(&storedFP, &state, &expired, &recoverable, &status, &headers, &body)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil // gone meanwhile: try again
 				}
-			case !recoverable:
-				res.outcome, done = inFlight, true
-			default:
-				// The first request's process stopped before completing:
-				// take the record over.
-				res.outcome, done = claimed, true
-				return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $3::bigint * interval '1 microsecond'
-					WHERE scope = $1 AND key = $2 RETURNING locked_until`,
-					scope, key, rc.opts.RecoveryTimeout.Microseconds()).Scan(&res.token)
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
+					return errLocked // the transaction is aborted: roll it back
+				}
+				if err != nil {
+					return err
+				}
+				sameRequest := string(storedFP) == string(fp)
+				if lock == "" && (expired || (sameRequest && state == stateInFlight && recoverable)) {
+					continue
+				}
+				switch {
+				case expired:
+					// An expired key is a new first request.
+					res.outcome, done = claimed, true
+					return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
+							locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
+							created_at = now(), completed_at = NULL, expires_at = now() + $5::bigint * interval '1 microsecond'
+						WHERE scope = $1 AND key = $2 RETURNING locked_until`,
+						scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
+				case !sameRequest:
+					res.outcome, done = mismatch, true
+				case state == stateCompleted:
+					res.outcome, done = replay, true
+					res.answer = stored{status: 200, headers: http.Header(headers), body: body}
+					if status != nil {
+						res.answer.status = int(*status)
+					}
+				case !recoverable:
+					res.outcome, done = inFlight, true
+				default:
+					// The first request's process stopped before completing:
+					// take the record over.
+					res.outcome, done = claimed, true
+					return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $3::bigint * interval '1 microsecond'
+						WHERE scope = $1 AND key = $2 RETURNING locked_until`,
+						scope, key, rc.opts.RecoveryTimeout.Microseconds()).Scan(&res.token)
+				}
+				return nil
 			}
 			return nil
 		})

@@ -451,6 +451,9 @@ class FlowTest(ReceiverTestCase):
         self.assertEqual(orders.runs, 1, codes)
         self.assertEqual(codes.count(201), 1, codes)
         self.assertEqual(len([c for c in codes if c in (200, 201, 409)]), 50, codes)
+        # Once completed, concurrent retries all get the replay.
+        self.assertEqual(self.run_async(go()), [200] * 50)
+        self.assertEqual(orders.runs, 1)
 
     def test_in_transaction(self) -> None:
         table = unique("py_effects")

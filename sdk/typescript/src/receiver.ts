@@ -693,44 +693,57 @@ class ReceiverImpl implements Receiver {
             await c.query('COMMIT');
             return { outcome: 'claimed', token: ins.rows[0].token };
           }
-          const sel = await c.query(
-            `SELECT fingerprint, state, expires_at <= now() AS expired,
-                    coalesce(locked_until <= now(), false) AS recoverable, status, headers, body
-               FROM ${t} WHERE scope = $1 AND key = $2 FOR UPDATE NOWAIT`,
-            [scope, key],
-          );
-          const row = sel.rows[0];
-          if (!row) {
+          // A plain read decides a replay, a mismatch or an in-flight
+          // answer; only an overwrite or a takeover reads again under the
+          // row lock (NOWAIT: a locked record is being worked on right now).
+          let out: Claim | undefined;
+          let gone = false;
+          for (const lock of ['', ' FOR UPDATE NOWAIT']) {
+            const sel = await c.query(
+              `SELECT fingerprint, state, expires_at <= now() AS expired,
+                      coalesce(locked_until <= now(), false) AS recoverable, status, headers, body
+                 FROM ${t} WHERE scope = $1 AND key = $2${lock}`,
+              [scope, key],
+            );
+            const row = sel.rows[0];
+            if (!row) {
+              gone = true;
+              break;
+            }
+            const same = Buffer.from(row.fingerprint).equals(fp);
+            if (lock === '' && (row.expired || (same && row.state === 'in_flight' && row.recoverable))) continue;
+            if (row.expired) {
+              const u = await c.query(
+                `UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
+                   locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
+                   body = NULL, created_at = now(), completed_at = NULL,
+                   expires_at = now() + $5::bigint * interval '1 microsecond'
+                 WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
+                [scope, key, fp, this.recoveryUs, this.ttlUs],
+              );
+              out = { outcome: 'claimed', token: u.rows[0].token };
+            } else if (!same) {
+              out = { outcome: 'mismatch' };
+            } else if (row.state === 'completed') {
+              out = {
+                outcome: 'replay',
+                answer: { status: row.status ?? 200, headers: row.headers ?? {}, body: Buffer.from(row.body ?? []) },
+              };
+            } else if (!row.recoverable) {
+              out = { outcome: 'in_flight' };
+            } else {
+              const u = await c.query(
+                `UPDATE ${t} SET locked_until = now() + $3::bigint * interval '1 microsecond'
+                 WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
+                [scope, key, this.recoveryUs],
+              );
+              out = { outcome: 'claimed', token: u.rows[0].token };
+            }
+            break;
+          }
+          if (gone || !out) {
             await c.query('ROLLBACK');
             continue; // deleted meanwhile: try again
-          }
-          let out: Claim;
-          if (row.expired) {
-            const u = await c.query(
-              `UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
-                 locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
-                 body = NULL, created_at = now(), completed_at = NULL,
-                 expires_at = now() + $5::bigint * interval '1 microsecond'
-               WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
-              [scope, key, fp, this.recoveryUs, this.ttlUs],
-            );
-            out = { outcome: 'claimed', token: u.rows[0].token };
-          } else if (!Buffer.from(row.fingerprint).equals(fp)) {
-            out = { outcome: 'mismatch' };
-          } else if (row.state === 'completed') {
-            out = {
-              outcome: 'replay',
-              answer: { status: row.status ?? 200, headers: row.headers ?? {}, body: Buffer.from(row.body ?? []) },
-            };
-          } else if (!row.recoverable) {
-            out = { outcome: 'in_flight' };
-          } else {
-            const u = await c.query(
-              `UPDATE ${t} SET locked_until = now() + $3::bigint * interval '1 microsecond'
-               WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
-              [scope, key, this.recoveryUs],
-            );
-            out = { outcome: 'claimed', token: u.rows[0].token };
           }
           await c.query('COMMIT');
           return out;

@@ -485,6 +485,13 @@ test('50 concurrent requests with one key: one effect', { skip: skipDb }, async 
   assert.equal(effects, 1, String(codes));
   assert.equal(codes.filter((c) => c === 201).length, 1, String(codes));
   assert.equal(codes.filter((c) => c === 200 || c === 201 || c === 409).length, 50, String(codes));
+  // Once completed, concurrent retries all get the replay.
+  const replays = await Promise.all(Array.from({ length: 50 }, () => f.post('same', '{"a":1}')));
+  assert.deepEqual(
+    replays.map((a) => a.status),
+    Array.from({ length: 50 }, () => 200),
+  );
+  assert.equal(effects, 1);
 });
 
 test('inTransaction: the effect and the record commit together', { skip: skipDb }, async () => {

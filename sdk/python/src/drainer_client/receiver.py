@@ -374,43 +374,52 @@ class Receiver:
                         row = await cur.fetchone()
                         if row is not None:
                             return "claimed", row[0]
-                        cur = await conn.execute(
-                            sql.SQL(
-                                "SELECT fingerprint, state, expires_at <= now(), coalesce(locked_until <= now(), false), "
-                                "status, headers, body FROM {} WHERE scope = %s AND key = %s FOR UPDATE NOWAIT"
-                            ).format(t),
-                            [scope, key],
-                        )
-                        row = await cur.fetchone()
-                        if row is None:
-                            continue  # deleted meanwhile: try again
-                        stored_fp, state, expired, recoverable, status, headers, body = row
-                        if expired:
+                        # A plain read decides a replay, a mismatch or an
+                        # in-flight answer; only an overwrite or a takeover
+                        # reads again under the row lock (NOWAIT: a locked
+                        # record is being worked on right now).
+                        for lock in ("", " FOR UPDATE NOWAIT"):
                             cur = await conn.execute(
                                 sql.SQL(
-                                    "UPDATE {} SET fingerprint = %s, state = 'in_flight', "
-                                    "locked_until = now() + %s::bigint * interval '1 microsecond', status = NULL, "
-                                    "headers = NULL, body = NULL, created_at = now(), completed_at = NULL, "
-                                    "expires_at = now() + %s::bigint * interval '1 microsecond' "
+                                    "SELECT fingerprint, state, expires_at <= now(), "
+                                    "coalesce(locked_until <= now(), false), status, headers, body "
+                                    "FROM {} WHERE scope = %s AND key = %s" + lock
+                                ).format(t),
+                                [scope, key],
+                            )
+                            row = await cur.fetchone()
+                            if row is None:
+                                break  # deleted meanwhile: try again
+                            stored_fp, state, expired, recoverable, status, headers, body = row
+                            same = bytes(stored_fp) == fp
+                            if not lock and (expired or (same and state == "in_flight" and recoverable)):
+                                continue
+                            if expired:
+                                cur = await conn.execute(
+                                    sql.SQL(
+                                        "UPDATE {} SET fingerprint = %s, state = 'in_flight', "
+                                        "locked_until = now() + %s::bigint * interval '1 microsecond', status = NULL, "
+                                        "headers = NULL, body = NULL, created_at = now(), completed_at = NULL, "
+                                        "expires_at = now() + %s::bigint * interval '1 microsecond' "
+                                        "WHERE scope = %s AND key = %s RETURNING locked_until"
+                                    ).format(t),
+                                    [fp, self.recovery_us, self.ttl_us, scope, key],
+                                )
+                                return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
+                            if not same:
+                                return "mismatch", None
+                            if state == "completed":
+                                return "replay", (status if status is not None else 200, headers or {}, bytes(body or b""))
+                            if not recoverable:
+                                return "in_flight", None
+                            cur = await conn.execute(
+                                sql.SQL(
+                                    "UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
                                     "WHERE scope = %s AND key = %s RETURNING locked_until"
                                 ).format(t),
-                                [fp, self.recovery_us, self.ttl_us, scope, key],
+                                [self.recovery_us, scope, key],
                             )
                             return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
-                        if bytes(stored_fp) != fp:
-                            return "mismatch", None
-                        if state == "completed":
-                            return "replay", (status if status is not None else 200, headers or {}, bytes(body or b""))
-                        if not recoverable:
-                            return "in_flight", None
-                        cur = await conn.execute(
-                            sql.SQL(
-                                "UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
-                                "WHERE scope = %s AND key = %s RETURNING locked_until"
-                            ).format(t),
-                            [self.recovery_us, scope, key],
-                        )
-                        return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
                 except pg_errors.LockNotAvailable:
                     return "in_flight", None
         return "in_flight", None
