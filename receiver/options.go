@@ -3,6 +3,7 @@ package receiver
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -73,6 +74,10 @@ type Options struct {
 	// record's completion is written in that same transaction, so the
 	// handler's effect and the stored answer commit together or not at all.
 	InTransaction bool
+	// Logger receives the store's failures (a claim answered 503, an
+	// answer that could not be stored, a record that could not be
+	// released), with scope, never key or payload. Default slog.Default().
+	Logger *slog.Logger
 }
 
 // DefaultRequireKey is the default of Options.RequireKey: POST, PUT, PATCH
@@ -138,5 +143,8 @@ func (o Options) withDefaults() (Options, error) {
 		stored = append(stored, http.CanonicalHeaderKey(h))
 	}
 	o.StoreHeaders = stored
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	return o, errors.Join(errs...)
 }

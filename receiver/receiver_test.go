@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +24,24 @@ import (
 
 func TestMain(m *testing.M) {
 	dbtest.Main(m)
+}
+
+// syncBuf is a bytes.Buffer safe for concurrent writers.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // fixture is a receiver-wrapped handler on a fresh database.
@@ -513,14 +532,15 @@ func TestDatabaseDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	rc, err := receiver.New(pool, receiver.Options{})
+	var logs syncBuf
+	rc, err := receiver.New(pool, receiver.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var runs atomic.Int64
 	h := rc.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
-	r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(`{}`))
-	r.Header.Set(receiver.DefaultKeyHeader, "k")
+	r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(`{"card":"4242-secret"}`))
+	r.Header.Set(receiver.DefaultKeyHeader, "key-secret-17")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	wantProblem(t, w, http.StatusServiceUnavailable, "unavailable")
@@ -529,6 +549,9 @@ func TestDatabaseDown(t *testing.T) {
 	}
 	if runs.Load() != 0 {
 		t.Fatal("the handler ran with the database down")
+	}
+	if got := logs.String(); !strings.Contains(got, "claim failed") || strings.Contains(got, "secret") {
+		t.Fatalf("log %q: want the claim failure, without key or payload", got)
 	}
 	if err := rc.Migrate(t.Context()); err == nil || !strings.Contains(err.Error(), "drainer_receiver") {
 		t.Fatalf("Migrate with the database down: %v", err)
