@@ -152,18 +152,25 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		return
 	}
 	rec := newRecorder()
-	rc.runHandler(next, rec, r, func() { rc.releaseQuietly(r.Context(), scope, key, res.token) })
+	l := &lease{token: res.token}
+	stop := rc.keepAlive(r.Context(), scope, key, l)
+	rc.runHandler(next, rec, r, func() {
+		stop()
+		rc.releaseQuietly(r.Context(), scope, key, l.get())
+	})
+	stop()
+	token := l.get()
 	a := rec.answer(rc.opts.StoreHeaders)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), completionTimeout)
 	defer cancel()
 	if a.status >= 500 && !rc.opts.StoreServerErrors {
-		if err := rc.release(ctx, scope, key, res.token); err != nil {
+		if err := rc.release(ctx, scope, key, token); err != nil {
 			rc.logFailure("releasing the record after a 5xx failed; it blocks retries until the recovery timeout", scope, err)
 		}
 	} else {
 		// If this fails the answer still goes out (the effect happened);
 		// the record stays in flight until the recovery timeout.
-		switch ok, err := rc.complete(ctx, rc.pool, scope, key, res.token, a); {
+		switch ok, err := rc.complete(ctx, rc.pool, scope, key, token, a); {
 		case err != nil:
 			rc.logFailure("storing the answer failed; a retry after the recovery timeout runs the handler again", scope, err)
 		case !ok:

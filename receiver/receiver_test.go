@@ -830,3 +830,47 @@ func TestOptionsRejected(t *testing.T) {
 		}
 	}
 }
+
+// A handler running longer than the recovery timeout keeps its record: the
+// deadline moves forward while it runs, so a retry past the first deadline
+// still answers in-flight, and the answer is stored under the moved token.
+func TestLongHandlerKeptAlive(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	f := newFixture(t, receiver.Options{RecoveryTimeout: 3 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("slow"))
+	})
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.post("k", `{}`) }()
+	<-entered
+	var first time.Time
+	if err := f.pool.QueryRow(t.Context(), "SELECT locked_until FROM "+f.table).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	// Wait (generously) until the database clock is past the first deadline.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var past bool
+		if err := f.pool.QueryRow(t.Context(), "SELECT now() > $1", first).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the database clock never passed the first deadline")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wantProblem(t, f.post("k", `{}`), http.StatusConflict, "in-flight")
+	close(release)
+	wantStatus(t, <-done, http.StatusCreated)
+	w := f.post("k", `{}`)
+	if w.Code != http.StatusOK || w.Body.String() != "slow" {
+		t.Fatalf("after the slow handler: %d %q, want its stored answer", w.Code, w.Body.String())
+	}
+	f.wantRuns(1)
+}

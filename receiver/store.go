@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -264,4 +265,55 @@ func (rc *Receiver) release(ctx context.Context, scope, key string, token time.T
 	_, err := rc.pool.Exec(ctx, `DELETE FROM `+rc.table+`
 		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3`, scope, key, token)
 	return err
+}
+
+// lease is a claimed record's fencing token, moved forward by keepAlive.
+type lease struct {
+	mu    sync.Mutex
+	token time.Time
+}
+
+func (l *lease) get() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.token
+}
+
+// keepAlive moves the record's recovery deadline forward every third of
+// the recovery timeout while the handler runs, so a handler that runs
+// longer than the timeout is not taken over by a retry; a process that dies
+// stops extending it and a retry takes over as before. stop ends it and
+// waits, after which l holds the final token.
+func (rc *Receiver) keepAlive(ctx context.Context, scope, key string, l *lease) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(rc.opts.RecoveryTimeout / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			l.mu.Lock()
+			var next time.Time
+			err := rc.pool.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $4::bigint * interval '1 microsecond'
+				WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3 RETURNING locked_until`,
+				scope, key, l.token, rc.opts.RecoveryTimeout.Microseconds()).Scan(&next)
+			if err == nil {
+				l.token = next
+			}
+			l.mu.Unlock()
+			if errors.Is(err, pgx.ErrNoRows) {
+				return // taken over or gone: nothing left to extend
+			}
+			// Other errors: try again at the next tick.
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
