@@ -47,9 +47,10 @@ type Options struct {
 	// TTL is how long a key is honoured, from its first request (default
 	// 24h). A request with an expired key runs the handler again.
 	TTL time.Duration
-	// RecoveryTimeout is how long a record stays in flight before a retry
-	// may take it over and run the handler again (default 60s): set it above
-	// the handler's longest run.
+	// RecoveryTimeout is how long the in-flight record of a process that
+	// stopped blocks retries before one takes it over and runs the handler
+	// again (default 60s). While a handler runs, its deadline moves forward
+	// every third of this, so a slow handler keeps its record.
 	RecoveryTimeout time.Duration
 	// Scope returns the key space of a request (an account, user or tenant
 	// id taken from the authenticated request). The same key in two scopes

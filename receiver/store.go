@@ -269,8 +269,9 @@ func (rc *Receiver) release(ctx context.Context, scope, key string, token time.T
 
 // lease is a claimed record's fencing token, moved forward by keepAlive.
 type lease struct {
-	mu    sync.Mutex
-	token time.Time
+	mu      sync.Mutex
+	token   time.Time
+	stopped bool
 }
 
 func (l *lease) get() time.Time {
@@ -298,6 +299,10 @@ func (rc *Receiver) keepAlive(ctx context.Context, scope, key string, l *lease) 
 			case <-t.C:
 			}
 			l.mu.Lock()
+			if l.stopped {
+				l.mu.Unlock()
+				return
+			}
 			var next time.Time
 			err := rc.pool.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $4::bigint * interval '1 microsecond'
 				WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3 RETURNING locked_until`,
@@ -313,6 +318,12 @@ func (rc *Receiver) keepAlive(ctx context.Context, scope, key string, l *lease) 
 		}
 	}()
 	return func() {
+		// Under the lock, so no extension is in flight when ctx is
+		// cancelled: a cancelled UPDATE might have committed a token that
+		// l would then not hold.
+		l.mu.Lock()
+		l.stopped = true
+		l.mu.Unlock()
 		cancel()
 		<-done
 	}

@@ -564,14 +564,16 @@ class ReceiverImpl implements Receiver {
     token: string,
   ): Promise<void> {
     const cap = new Capture(res);
+    const alive = this.keepAlive(scope, key, token);
     try {
       await run(req, res);
       await cap.finished();
     } catch (err) {
       cap.restore();
-      await this.release(scope, key, token);
+      await this.release(scope, key, await alive.stop());
       throw err;
     }
+    token = await alive.stop();
     if (!cap.ended) {
       cap.restore();
       await this.release(scope, key, token);
@@ -661,6 +663,46 @@ class ReceiverImpl implements Receiver {
     } finally {
       c.release(broken);
     }
+  }
+
+  /**
+   * Moves a claimed record's recovery deadline forward every third of the
+   * recovery timeout while the handler runs, so a slow handler is not taken
+   * over by a retry (a dead process stops extending it). stop() resolves to
+   * the current token once no extension is in flight.
+   */
+  private keepAlive(scope: string, key: string, token: string): { stop(): Promise<string> } {
+    let current = token;
+    let stopped = false;
+    let inflight: Promise<void> | undefined;
+    const timer = setInterval(() => {
+      if (stopped || inflight) return;
+      inflight = (async () => {
+        try {
+          const r = await this.pool.query(
+            `UPDATE ${this.table} SET locked_until = now() + $4::bigint * interval '1 microsecond'
+             WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3::timestamptz
+             RETURNING locked_until::text AS token`,
+            [scope, key, current, this.recoveryUs],
+          );
+          if (r.rows.length === 1) current = r.rows[0].token;
+          else clearInterval(timer); // taken over or gone
+        } catch {
+          // try again at the next beat
+        }
+      })().finally(() => {
+        inflight = undefined;
+      });
+    }, Math.max(1, Math.floor(this.recoveryUs / 3000)));
+    timer.unref();
+    return {
+      stop: async () => {
+        stopped = true;
+        clearInterval(timer);
+        await inflight;
+        return current;
+      },
+    };
   }
 
   private replay(res: ServerResponse, a: Stored): void {

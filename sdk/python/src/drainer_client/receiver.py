@@ -553,14 +553,19 @@ class Receiver:
         else:
             await self._run(app, scope, receive, send, body, rscope, key, data)
 
+    def _keep_alive(self, rscope: str, key: str, token: Any) -> "_KeepAlive":
+        return _KeepAlive(self, rscope, key, token)
+
     async def _run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, body: bytes,
                    rscope: str, key: str, token: Any) -> None:
         cap = _Capture()
+        alive = self._keep_alive(rscope, key, token)
         try:
             await app(scope, _replay_receive(body, receive), cap.send)
         except BaseException:
-            await self._release(rscope, key, token)
+            await self._release(rscope, key, await alive.stop())
             raise
+        token = await alive.stop()
         if cap.status is None:  # the app sent no answer: nothing to store
             await self._release(rscope, key, token)
             return
@@ -631,6 +636,52 @@ class Receiver:
                 (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": out})
         await send({"type": "http.response.body", "body": body})
+
+
+class _KeepAlive:
+    """Moves a claimed record's recovery deadline forward every third of the
+    recovery timeout while the app runs, so a slow app is not taken over by
+    a retry (a dead process stops extending it). stop() returns the token."""
+
+    def __init__(self, r: "Receiver", rscope: str, key: str, token: Any):
+        self.r, self.rscope, self.key, self.token = r, rscope, key, token
+        self.lock = asyncio.Lock()
+        self.stopped = False
+        self.task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        interval = self.r.recovery_us / 3 / 1_000_000
+        while True:
+            await asyncio.sleep(interval)
+            # Under the lock: stop() never cancels an extension in flight,
+            # whose new token would then be lost.
+            async with self.lock:
+                if self.stopped:
+                    return
+                try:
+                    async with self.r._pool.connection() as conn:
+                        cur = await conn.execute(
+                            sql.SQL("UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
+                                    "WHERE scope = %s AND key = %s AND state = 'in_flight' AND locked_until = %s "
+                                    "RETURNING locked_until").format(self.r._table),
+                            [self.r.recovery_us, self.rscope, self.key, self.token],
+                        )
+                        row = await cur.fetchone()
+                except (psycopg.Error, OSError):
+                    continue  # try again at the next beat
+                if row is None:
+                    return  # taken over or gone
+                self.token = row[0]
+
+    async def stop(self) -> Any:
+        async with self.lock:
+            self.stopped = True
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+        return self.token
 
 
 def _quote_path(path: str) -> str:
