@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/drainer-io/drainer/ops"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Action verbs of POST /api/v1/actions/{verb}.
@@ -172,6 +173,12 @@ func (s *Server) act(r *http.Request, d *db, verb string, v url.Values, who ops.
 			out.Result, err = d.ops.CancelWhere(ctx, f, who, o)
 		}
 	case verbResolve:
+		if strings.TrimSpace(v.Get("note")) == "" {
+			return nil, badRequest("resolve needs a note saying what was checked or done")
+		}
+		if o := v.Get("outcome"); o != "" && o != outbox.StatusSucceeded && o != outbox.StatusFailed {
+			return nil, badRequest("outcome: %q is not succeeded or failed", o)
+		}
 		out.Resolved, err = d.ops.Resolve(ctx, v.Get("key"), ops.Resolution{Note: v.Get("note"), Outcome: v.Get("outcome")}, who)
 	case verbPause, verbResume:
 		target := v.Get("target")
