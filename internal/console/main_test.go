@@ -177,3 +177,22 @@ func postForm(t testing.TB, c *http.Client, u string, v url.Values, hdr map[stri
 }
 
 var bearer = map[string]string{"Authorization": "Bearer " + testToken, "X-Drainer-Actor": "alice"}
+
+// recorderWriter is a minimal http.ResponseWriter for in-process requests.
+type recorderWriter struct {
+	code int
+	hdr  http.Header
+	body strings.Builder
+}
+
+func newRecorderWriter() *recorderWriter {
+	return &recorderWriter{code: http.StatusOK, hdr: http.Header{}}
+}
+
+func (w *recorderWriter) Header() http.Header         { return w.hdr }
+func (w *recorderWriter) WriteHeader(code int)        { w.code = code }
+func (w *recorderWriter) Write(b []byte) (int, error) { return w.body.Write(b) }
+
+func httptestRequest(path string) *http.Request {
+	return httptest.NewRequest(http.MethodGet, path, nil)
+}
