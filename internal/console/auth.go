@@ -123,10 +123,13 @@ func (a *auth) close(r *http.Request) {
 // site: by Sec-Fetch-Site when the browser sends it, else by Origin.
 func crossSite(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin", "none":
+		return false
+	case "":
 	default:
 		return true
 	}
+	// A client that sends no Sec-Fetch-Site: its Origin, when it sends one.
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return false

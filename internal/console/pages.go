@@ -126,6 +126,15 @@ var funcs = template.FuncMap{
 	},
 	"ms":    func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) },
 	"chart": chart,
+	"busy": func(m map[string]float64) bool {
+		for _, v := range m {
+			if v > 0 {
+				return true
+			}
+		}
+		return false
+	},
+	"span": span,
 	"lastRate": func(h []Sample) string {
 		if len(h) == 0 {
 			return "—"
@@ -326,6 +335,14 @@ func (s *Server) pausesPage(r *http.Request, d *db, p *pageData) (string, error)
 func (s *Server) loginPage(r *http.Request, _ *db, p *pageData) (string, error) {
 	p.Title, p.Back = "Log in", backOf(url.Values{"back": {r.URL.Query().Get("next")}})
 	return "login", nil
+}
+
+// span says how much time the chart covers.
+func span(h []Sample) string {
+	if len(h) < 2 {
+		return "no history yet"
+	}
+	return "the last " + age(h[len(h)-1].At.Sub(h[0].At).Seconds())
 }
 
 // chart draws the backlog history as an inline SVG: pending and parked

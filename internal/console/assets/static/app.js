@@ -64,6 +64,22 @@
     tone(document.querySelector('[data-stat="oldest"]').parentNode, st.oldest_pending_age_seconds > 60 ? 'bad' : 'ok');
     var h = st.history || [];
     set('rate', h.length ? h[h.length - 1].dispatch_per_second.toFixed(1) + '/s' : '—');
+    if (h.length >= 2) set('span', 'the last ' + fmtAge((Date.parse(h[h.length - 1].at) - Date.parse(h[0].at)) / 1000));
+    var rt = document.querySelector('#rates tbody');
+    if (rt) {
+      rt.textContent = '';
+      Object.keys(st.dispatch_rates || {}).sort().forEach(function (k) {
+        var v = st.dispatch_rates[k];
+        if (!(v > 0)) return;
+        var tr = document.createElement('tr');
+        tr.appendChild(cell(k)); tr.appendChild(cell(v.toFixed(1) + '/s', 'n'));
+        rt.appendChild(tr);
+      });
+      if (!rt.firstChild) {
+        var tr0 = document.createElement('tr');
+        var td0 = cell('No dispatch in the last interval.', 'muted'); td0.colSpan = 2; tr0.appendChild(td0); rt.appendChild(tr0);
+      }
+    }
     set('sampled_at', st.sampled_at ? st.sampled_at.replace('T', ' ').replace(/\.\d+/, '') : '—');
     document.querySelectorAll('#by-status td[data-status]').forEach(function (td) {
       td.textContent = fmtNum(by[td.getAttribute('data-status')] || 0);
