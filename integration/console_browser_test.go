@@ -53,12 +53,27 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Cleanup(provider.Close)
 
 	const token = "console-browser-test-token"
-	cfg := httpConfig(baseURL, "console:\n  actions: true\n  token: ${env:CONSOLE_TOKEN}\n", "charge_card", "send_email")
+	cfg := fmt.Sprintf(`workers: 8
+lease: 15s
+unrouted_recheck: 1s
+console:
+  actions: true
+  token: ${env:CONSOLE_TOKEN}
+adapters:
+  provider: {type: http, url: "%s/{tool_name}", timeout: 5s}
+routes:
+  charge_card: {adapter: provider, compensation: refund_card, max_attempts: 20, backoff: {base: 50ms, cap: 500ms}}
+  reserve_stock: {adapter: provider, compensation: release_stock, max_attempts: 20, backoff: {base: 50ms, cap: 500ms}}
+  refund_card: {adapter: provider, max_attempts: 20, backoff: {base: 50ms, cap: 500ms}}
+  release_stock: {adapter: provider, max_attempts: 20, backoff: {base: 50ms, cap: 500ms}}
+  send_email: {adapter: provider, max_attempts: 20, backoff: {base: 50ms, cap: 500ms}}
+`, baseURL)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	if res := runCLI(t, nil, "pause", "send_email", "--reason", "provider maintenance", "--actor", "ops-bot", "--database-url", dbURL); res.code != 0 {
 		t.Fatalf("drainer pause: %s", res)
 	}
 	search := consoleEnqueue(t, pool, "run-console-1", "charge_card", 40)[0]
+	saga := append(consoleEnqueue(t, pool, "run-saga", "reserve_stock", 1), consoleEnqueue(t, pool, "run-saga", "charge_card", 1)...)
 	paused := consoleEnqueue(t, pool, "run-console-2", "send_email", 6)
 	bulk := consoleEnqueue(t, pool, "run-console-3", "refund_payment", 3) // no route: stays as set
 	unknown := consoleEnqueue(t, pool, "run-console-4", "ship_order", 1)[0]
@@ -72,10 +87,22 @@ func TestConsoleInBrowser(t *testing.T) {
 	d := startDaemonEnv(t, "console", []string{"CONSOLE_TOKEN=" + token},
 		"--config", cfgPath, "--database-url", dbURL, "--console-addr", consoleAddr)
 	d.waitReady(time.Minute)
-	waitFor(t, time.Minute, "the searched row to succeed", func() (bool, string) {
+	waitFor(t, time.Minute, "the searched row and the saga's steps to succeed", func() (bool, string) {
 		d.requireRunning()
-		r := readRow(t, pool, search)
-		return r.Status == "succeeded", r.Status
+		var st []string
+		for _, k := range append([]string{search}, saga...) {
+			st = append(st, readRow(t, pool, k).Status)
+		}
+		return strings.Count(strings.Join(st, " "), "succeeded") == len(st), strings.Join(st, " ")
+	})
+	// The agent undoes run-saga: its compensations run in reverse order.
+	if res := runCLI(t, nil, "abort", "run-saga", "--reason", "the agent booked the wrong customer", "--database-url", dbURL); res.code != 0 {
+		t.Fatalf("drainer abort: %s", res)
+	}
+	waitFor(t, time.Minute, "the saga of run-saga to compensate both steps", func() (bool, string) {
+		d.requireRunning()
+		a, b := readRow(t, pool, saga[0]).Status, readRow(t, pool, saga[1]).Status
+		return a == "compensated" && b == "compensated", a + " " + b
 	})
 
 	// A page on another origin that posts to the console.
@@ -103,7 +130,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	cmd.Dir = consoleBrowserDir
 	cmd.Env = append(childEnv(),
 		"CONSOLE_URL=http://"+consoleAddr, "CONSOLE_TOKEN="+token, "ATTACKER_URL=http://"+ln.Addr().String()+"/",
-		"KEY_SEARCH="+search, "KEY_UNKNOWN="+unknown, "KEY_VICTIM="+victim, "RUN_ID=run-console-1",
+		"KEY_SEARCH="+search, "KEY_UNKNOWN="+unknown, "KEY_VICTIM="+victim, "RUN_ID=run-saga",
 		"PAUSED_TOOL=send_email", "BULK_TOOL=refund_payment", "SCREENSHOTS="+shots, "CHROMIUM="+chromiumPath)
 	out, err := cmd.CombinedOutput()
 	t.Logf("browser:\n%s", out)

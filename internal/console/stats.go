@@ -14,13 +14,21 @@ import (
 // default 2s, twenty minutes).
 const historyLen = 600
 
+// Dispatch outcomes that send no request.
+const (
+	outcomeUnrouted    = "unrouted"
+	outcomeBreakerOpen = "breaker_open"
+)
+
 // Sample is one point of the backlog over time.
 type Sample struct {
-	At             time.Time `json:"at"`
-	Pending        int64     `json:"pending"`
-	InFlight       int64     `json:"in_flight"`
-	Parked         int64     `json:"parked"`
-	DispatchPerSec float64   `json:"dispatch_per_second"`
+	At       time.Time `json:"at"`
+	Pending  int64     `json:"pending"`
+	InFlight int64     `json:"in_flight"`
+	Parked   int64     `json:"parked"`
+	// DispatchPerSec is the requests this replica sent per second (every
+	// dispatch outcome but unrouted and breaker_open).
+	DispatchPerSec float64 `json:"dispatch_per_second"`
 }
 
 // Stats is the overview's data (GET /api/v1/stats).
@@ -31,6 +39,8 @@ type Stats struct {
 	// SampledAt is when the backlog was last measured; zero before the
 	// first measurement.
 	SampledAt time.Time `json:"sampled_at"`
+	// SnapshotAt is when the daemons last measured the terminal counts.
+	SnapshotAt *time.Time `json:"snapshot_at"`
 	// RowsByStatus holds every status (from the daemons' snapshot for the
 	// terminal ones, which may be planner estimates: see Estimated).
 	RowsByStatus map[string]int64 `json:"rows_by_status"`
@@ -112,8 +122,10 @@ func (m *sampler) sample(ctx context.Context) {
 	}
 	st.DispatchRates = m.rates()
 	var total float64
-	for _, v := range st.DispatchRates {
-		total += v
+	for k, v := range st.DispatchRates {
+		if k != outcomeUnrouted && k != outcomeBreakerOpen {
+			total += v // requests sent
+		}
 	}
 	smp := Sample{At: st.SampledAt, Pending: st.RowsByStatus[outbox.StatusPending], InFlight: st.RowsByStatus[outbox.StatusInFlight],
 		Parked: st.RowsByStatus[outbox.StatusOutcomeUnknown] + st.RowsByStatus[outbox.StatusCompensationFailed], DispatchPerSec: total}
@@ -141,6 +153,8 @@ func (m *sampler) measure(ctx context.Context, d *db, st *Stats) error {
 			st.RowsByStatus[k] = v
 		}
 		st.Estimated = snap.Stats.Estimated
+		at := snap.TakenAt.UTC()
+		st.SnapshotAt = &at
 		st.OldestPendingAgeSeconds = snap.OldestPendingAge
 	}
 	if st.RowsByTool, err = d.Store.CountsByTool(ctx, d.DB); err != nil {
