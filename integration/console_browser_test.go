@@ -162,7 +162,7 @@ routes:
 	if r := readRow(t, pool, victim); r.Status != "pending" {
 		t.Errorf("the cross-site POST changed its row to %s", r.Status)
 	}
-	for _, name := range []string{"overview", "rows", "row", "run", "parked", "pauses", "login", "notfound", "bulk-dry-run"} {
+	for _, name := range []string{"overview", "overview-drained", "rows", "row-resolve", "row-attempts", "run", "parked", "pauses", "login", "notfound", "bulk-dry-run"} {
 		if st, err := os.Stat(filepath.Join(shots, name+".png")); err != nil || st.Size() == 0 {
 			t.Errorf("screenshot %s.png: %v", name, err)
 		}

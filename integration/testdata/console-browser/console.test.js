@@ -69,11 +69,12 @@ async function main() {
   await visit('/');
   // The chart needs two samples; the overview redraws itself without a reload.
   await page.waitForFunction(() => document.querySelectorAll('#backlog-chart polyline').length === 2, null, { timeout });
-  for (const [p, name] of [['/rows', 'rows'], ['/rows/' + encodeURIComponent(env('KEY_SEARCH')), 'row'],
-    ['/runs/' + encodeURIComponent(env('RUN_ID')), 'run'], ['/parked', 'parked'], ['/pauses', 'pauses'], ['/login', 'login']]) {
+  for (const p of ['/rows', '/rows/' + encodeURIComponent(env('KEY_SEARCH')), '/runs/' + encodeURIComponent(env('RUN_ID')),
+    '/parked', '/pauses']) {
     await visit(p);
-    await shot(name);
   }
+  await visit('/login');
+  await shot('login');
   allowed = new Set([404]);
   await visit('/rows/idem_v1_no_such_key', 404);
   check(await page.getByRole('heading', { name: 'Not found' }).isVisible(), 'not-found page heading');
@@ -99,6 +100,14 @@ async function main() {
   await page.waitForURL(base + "/", { timeout: 15000 });
   check(await page.getByText('console:alice').isVisible(), 'logged in as console:alice');
   pass('log in');
+  // The pages as an operator with actions sees them, before acting.
+  await page.waitForFunction(() => document.querySelectorAll('#backlog-chart polyline').length === 2, null, { timeout });
+  await shot('overview');
+  for (const [p, name] of [['/rows?tool=send_email', 'rows'], ['/rows/' + encodeURIComponent(env('KEY_UNKNOWN')), 'row-resolve'],
+    ['/runs/' + encodeURIComponent(env('RUN_ID')), 'run'], ['/parked', 'parked'], ['/pauses', 'pauses']]) {
+    await visit(p);
+    await shot(name);
+  }
 
   // 4. A cross-site POST is refused although the browser holds a session.
   allowed = new Set([403]);
@@ -119,7 +128,7 @@ async function main() {
   const attempts = await page.locator('#attempts li').allTextContents();
   check(attempts.length >= 1 && /attempt 1/.test(attempts[0]), 'attempts: ' + attempts.join(' | '));
   check(await page.getByText('chain verified').isVisible(), 'audit chain verified');
-  await shot('row');
+  await shot('row-attempts');
   pass('search a key and see its attempts');
 
   // 6. Resolve an outcome_unknown row.
@@ -161,7 +170,7 @@ async function main() {
   // The overview last, with the history of everything above.
   await visit('/');
   await page.waitForTimeout(2500);
-  await shot('overview');
+  await shot('overview-drained');
   check(errors.length === 0, 'console errors: ' + errors.join(' | '));
   check(foreign.length === 0, 'requests leaving 127.0.0.1: ' + foreign.join(' '));
   pass('no console error and no foreign request in the whole session');
