@@ -200,3 +200,22 @@ func mustExec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
+
+// TestConsoleAddrInUse: a console address already taken ends `drainer run`
+// with exit 2, naming the address.
+func TestConsoleAddrInUse(t *testing.T) {
+	dbURL, _ := newMigratedDB(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", httpConfig("http://127.0.0.1:9", "", "charge_card"))
+	d := startDaemon(t, "console-taken", "--config", cfgPath, "--database-url", dbURL, "--console-addr", ln.Addr().String())
+	if code := d.exitCode(time.Minute); code != 2 {
+		t.Fatalf("exit %d, want 2\n%s", code, d.stderr.String())
+	}
+	if out := d.stderr.String(); !strings.Contains(out, "console address "+ln.Addr().String()) {
+		t.Errorf("the error does not name the console address %s:\n%s", ln.Addr(), out)
+	}
+}

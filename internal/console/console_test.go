@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
@@ -426,5 +427,33 @@ func TestAddressInUse(t *testing.T) {
 	var ae *AddrInUseError
 	if !errors.As(err, &ae) || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("listen on a taken address: %v, want an AddrInUseError naming it", err)
+	}
+}
+
+func TestExpiredSessionAndRacedAction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	key := e.enqueue("run-x", "t", "", 1)[0]
+	id, sess := e.srv.auth.open("console:carol")
+	sess.expires = time.Now().Add(-time.Minute) // an expired session
+	jar, _ := cookiejar.New(nil)
+	u, _ := url.Parse(e.http.URL)
+	jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: id, Path: "/"}})
+	c := &http.Client{Jar: jar}
+	code, body := postForm(t, c, e.http.URL+"/api/v1/actions/cancel", url.Values{"key": {key}, "csrf": {sess.csrf}}, nil)
+	if code != http.StatusUnauthorized || !strings.Contains(body, "log in") {
+		t.Errorf("action with an expired session: %d, want 401 asking to log in", code)
+	}
+	// A daemon claimed the row meanwhile: its lease wins, and the page says so.
+	e.exec(`UPDATE drainer.outbox SET status = 'in_flight', attempts = 1, lease_token = gen_random_uuid(),
+	        lease_expires_at = now() + interval '30 seconds', leased_by = 'replica-2' WHERE key = $1`, key)
+	id, sess = e.srv.auth.open("console:carol")
+	jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: id, Path: "/"}})
+	code, body = postForm(t, c, e.http.URL+"/api/v1/actions/cancel", url.Values{"key": {key}, "csrf": {sess.csrf}}, nil)
+	if code != http.StatusConflict || !strings.Contains(body, "is now <span class=\"st st-in_flight\">in_flight</span>") {
+		t.Errorf("cancel of a row a daemon holds: %d, want 409 saying it is in_flight\n%s", code, body)
+	}
+	if s := e.status(key); s != outbox.StatusInFlight {
+		t.Errorf("the refused cancel changed the row to %s", s)
 	}
 }
