@@ -66,10 +66,29 @@ func TestListQueriesUseIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
+	// The secondary indexes are dropped and built again after the fill
+	// (from their own definitions: the schema tested is the migrated one),
+	// which is much faster than maintaining them row by row.
+	var indexDefs []string
+	rows, err := conn.Query(ctx, `SELECT indexdef FROM pg_indexes i
+	    WHERE schemaname = 'drainer' AND tablename = 'outbox'
+	      AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexDefs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(indexDefs) == 0 {
+		t.Fatalf("outbox indexes: %v %v", indexDefs, err)
+	}
+	fill := []string{`SET maintenance_work_mem = '256MB'`}
+	for _, def := range indexDefs {
+		name := strings.Fields(strings.SplitN(def, " ON ", 2)[0])
+		fill = append(fill, `DROP INDEX drainer.`+name[len(name)-1])
+	}
 	// One statement, the audit and notify triggers off (a throwaway
 	// database): 97% succeeded, 2% pending, the rest spread over the other
 	// statuses.
-	for _, sql := range []string{
+	for _, sql := range append(fill,
 		`ALTER TABLE drainer.outbox DISABLE TRIGGER USER`,
 		`INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, business_scope, payload, payload_hash,
 		        status, attempts, lease_token, lease_expires_at, created_at, updated_at)
@@ -88,14 +107,19 @@ func TestListQueriesUseIndexes(t *testing.T) {
 		                WHEN i % 1000 < 998 THEN 'cancelled'
 		                ELSE 'compensated' END AS st
 		           FROM generate_series(1, $1::bigint) AS i) g`,
-		`ALTER TABLE drainer.outbox ENABLE TRIGGER USER`,
-		`ANALYZE drainer.outbox`,
-	} {
+		`ALTER TABLE drainer.outbox ENABLE TRIGGER USER`) {
 		if _, err := conn.Exec(ctx, sql, bigArgs(sql)...); err != nil {
 			t.Fatalf("fill: %v", err)
 		}
 	}
-	t.Logf("filled %d rows in %s", bigRows, time.Since(start).Round(time.Millisecond))
+	inserted := time.Since(start)
+	for _, sql := range append(indexDefs, `ANALYZE drainer.outbox`) {
+		if _, err := conn.Exec(ctx, sql, bigArgs(sql)...); err != nil {
+			t.Fatalf("index: %v", err)
+		}
+	}
+	t.Logf("filled %d rows in %s (insert %s, indexes and analyze %s)", bigRows, time.Since(start).Round(time.Millisecond),
+		inserted.Round(time.Millisecond), (time.Since(start) - inserted).Round(time.Millisecond))
 
 	rec := &recorder{}
 	pc, err := pgxpool.ParseConfig(dbURL)
