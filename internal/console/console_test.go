@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -455,5 +456,34 @@ func TestExpiredSessionAndRacedAction(t *testing.T) {
 	}
 	if s := e.status(key); s != outbox.StatusInFlight {
 		t.Errorf("the refused cancel changed the row to %s", s)
+	}
+}
+
+func TestDatabaseSelectorOnlyWithMany(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	e.enqueue("run-db", "t", "", 2)
+	st := e.srv.cfg.Databases[0].Store
+	two, err := New(Config{Addr: "127.0.0.1:0", Databases: []Database{
+		{Name: "eu", DB: e.pool, Store: st}, {Name: "us", DB: e.pool, Store: st}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newRecorderWriter()
+	two.Handler().ServeHTTP(w, httptestRequest("/rows?database=us"))
+	body := w.body.String()
+	if w.code != http.StatusOK || !strings.Contains(body, `<select id="database" name="database">`) || !strings.Contains(body, "<option selected>us</option>") {
+		t.Errorf("two databases: %d, want a selector with us selected", w.code)
+	}
+	w = newRecorderWriter()
+	two.Handler().ServeHTTP(w, httptestRequest("/api/v1/rows?database=asia"))
+	if w.code != http.StatusBadRequest || !strings.Contains(w.body.String(), "unknown database") {
+		t.Errorf("unknown database: %d %s, want 400", w.code, w.body.String())
+	}
+	w = newRecorderWriter()
+	two.Handler().ServeHTTP(w, httptestRequest("/api/v1/rows?database=eu"))
+	var p RowsPage
+	if err := json.Unmarshal([]byte(w.body.String()), &p); err != nil || p.Database != "eu" || len(p.Rows) != 2 {
+		t.Errorf("rows of eu: %s", w.body.String())
 	}
 }

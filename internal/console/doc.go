@@ -28,7 +28,9 @@
 //
 // Every query takes a database parameter naming one of Config.Databases
 // (the first by default); the header shows a selector when there is more
-// than one.
+// than one. Until the fleet of many databases is built, the overview's
+// sampler measures the first database only, and links between pages do not
+// carry the parameter.
 //
 // # Files
 //
