@@ -1,7 +1,11 @@
--- The operator console filters and searches rows by business_scope ("every
--- row of invoice-555"), in seq order for its keyset pages. Without an index
--- that is a sequential scan of the outbox (about 300 ms at 10^6 rows, and
+-- The operator console filters rows by tool and by business_scope ("every
+-- row of invoice-555"), in seq order for its keyset pages. The existing
+-- indexes serve only the pending and in-flight rows of a tool
+-- (outbox_scope_order_idx), so a filter on a terminal status and a tool, or
+-- on a scope, was a sequential scan of the outbox (300 ms at 10^6 rows, and
 -- growing with the table). Rows change status with non-HOT updates anyway
--- (status is indexed), so this index adds one entry per status change.
--- Expand only: older daemons never read it.
+-- (status is indexed), so each index adds one entry per status change: the
+-- price of an operator's query staying fast on a large table.
+-- Expand only: older daemons never read them.
 CREATE INDEX outbox_scope_idx ON {{.schema}}.outbox (business_scope, seq);
+CREATE INDEX outbox_tool_idx ON {{.schema}}.outbox (tool_name, seq);

@@ -152,6 +152,11 @@ func TestListQueriesUseIndexes(t *testing.T) {
 		"status=pending&older_than=30m",
 		"payload=" + url.QueryEscape(`{"customer":"c42"}`),
 		"status=pending&payload=" + url.QueryEscape(`{"customer":"c42"}`),
+		// Worst cases: filters nothing matches walk the whole key range.
+		"payload=" + url.QueryEscape(`{"customer":"nobody"}`),
+		"status=succeeded&tool=no_such_tool",
+		"tool=no_such_tool",
+		"scope=no_such_scope&status=failed",
 		"search=idem_v1_big123456",
 		"search=run-777",
 		"search=scope-31337",
