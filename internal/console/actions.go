@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"crypto/subtle"
 	"encoding/json"
 	"io"
@@ -95,7 +96,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, v url.Values,
 			refuse(http.StatusUnauthorized, "bearer token refused")
 			return "", false
 		}
-		return actorOf(r.Header.Get("X-Drainer-Actor") + v.Get("actor")), true
+		return actorOf(cmp.Or(r.Header.Get("X-Drainer-Actor"), v.Get("actor"))), true
 	}
 	sess := s.auth.session(r)
 	if sess == nil {

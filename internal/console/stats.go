@@ -88,12 +88,17 @@ func newSampler(s *Server, size int) *sampler {
 }
 
 func (m *sampler) run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	for {
+		start := time.Now()
 		m.sample(ctx)
+		// A measurement that takes long (a huge backlog to count) is
+		// repeated less often: the console never spends more than a tenth
+		// of the database's time on it.
+		wait := max(every, 10*time.Since(start))
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 		}
