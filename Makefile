@@ -11,7 +11,7 @@ export PATH := $(GOBIN_DIR):$(PATH)
 STRIPE_MOCK_VERSION := v0.203.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo test lint tools stripe-mock promtool python-deps node-deps mcp-everything chaos fuzz bench clean
+.PHONY: all build demo test lint tools stripe-mock promtool python-deps node-deps mcp-everything console-browser console-screenshots chaos fuzz bench clean
 
 all: build
 
@@ -33,7 +33,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet -tags integration ./...
 
-tools: stripe-mock promtool python-deps node-deps mcp-everything
+tools: stripe-mock promtool python-deps node-deps mcp-everything console-browser
 
 # python-deps: what sdk/python needs, from Debian (no PyPI on the build machines).
 python-deps:
@@ -50,6 +50,17 @@ node-deps:
 # locked) the integration tests restart under the daemon.
 mcp-everything:
 	cd integration/testdata/mcp-everything && npm ci --no-audit --no-fund --loglevel=error
+
+# console-browser: Debian's chromium and the locked npm playwright-core that drive the
+# operator console in integration/console_browser_test.go.
+console-browser:
+	@command -v /usr/bin/chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	cd integration/testdata/console-browser && npm ci --no-audit --no-fund --loglevel=error
+
+# console-screenshots: the console's screenshots in docs/console/, from the browser test.
+console-screenshots: console-browser
+	DRAINER_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -tags integration -run '^TestConsoleInBrowser$$' ./integration/
 
 # stripe-mock: the Stripe API double the stripe adapter's tests run against.
 stripe-mock:

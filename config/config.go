@@ -70,6 +70,8 @@ type Config struct {
 	Routes map[string]*Route `yaml:"routes"`
 	// Retention prunes terminal rows and old audit entries.
 	Retention Retention `yaml:"retention"`
+	// Console is the operator console (docs/reference.md §10).
+	Console Console `yaml:"console"`
 
 	// Warnings are non-fatal findings (e.g. an unset ${env:X} in check mode),
 	// each rendered like an Error: FILE:LINE:COL: field.path: message.
@@ -111,6 +113,19 @@ type Retention struct {
 
 // IsEnabled reports whether pruning runs (default true).
 func (r Retention) IsEnabled() bool { return r.Enabled == nil || *r.Enabled }
+
+// Console configures the operator console served by `drainer run`
+// (docs/reference.md §10). The --console-addr flag wins over Addr.
+type Console struct {
+	// Addr is the console's listen address; empty: no console.
+	Addr string `yaml:"addr"`
+	// Actions enables Requeue, Cancel, Resolve, Pause and Resume; the
+	// console is read-only without it.
+	Actions bool `yaml:"actions"`
+	// Token opens actions (bearer token or session); required with actions,
+	// from ${env:X} or ${file:/path} only.
+	Token Secret `yaml:"token"`
+}
 
 // Alerts names adapters notified on events a human must act on.
 type Alerts struct {

@@ -154,7 +154,20 @@ func (v *validator) validate() {
 		v.errorf(p, "unknown adapter %s%s", v.quoted(p), v.hint(p, c.Alerts.CompensationFailed, adapters, "adapter"))
 	}
 	v.retention()
+	v.console()
 	v.unused(adapters)
+}
+
+// console checks the operator console: actions need a token, and the token
+// comes from a reference.
+func (v *validator) console() {
+	c := v.cfg.Console
+	if p := "console.token"; v.set(p) && !hasReference(v.src[p].raw) {
+		v.errorf(p, errInlineSecret)
+	}
+	if p := "console.actions"; v.usable(p) && c.Actions && !v.set("console.token") {
+		v.errorf(p, "actions need console.token (from ${env:NAME} or ${file:/path})")
+	}
 }
 
 // retention checks the pruning schedule.

@@ -25,7 +25,25 @@ lease: 30s
 			yaml: `
 colour: blue
 `,
-			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, database_url, lease, retention, routes, unrouted_recheck, workers`},
+			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, console, database_url, lease, retention, routes, unrouted_recheck, workers`},
+		},
+		{
+			name: "console token inline",
+			yaml: `
+console:
+  actions: true
+  token: hunter2
+`,
+			want: []string{`c.yaml:3:10: console.token: secret values must come from ${env:NAME} or ${file:/path}, not the config text`},
+		},
+		{
+			name: "console actions without a token",
+			yaml: `
+console:
+  addr: 127.0.0.1:9754
+  actions: true
+`,
+			want: []string{`c.yaml:3:12: console.actions: actions need console.token (from ${env:NAME} or ${file:/path})`},
 		},
 		{
 			name: "unknown field in an adapter",

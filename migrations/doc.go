@@ -52,4 +52,5 @@
 //	                          keeps what a saga needs; a parked step holds its saga
 //	016_failures.sql          reclaimed_lease: the expired lease a reclaimed row keeps, so
 //	                          its replica's late completion can still be written
+//	017_console_scope.sql     outbox_scope_idx, outbox_tool_idx: the console's scope and tool filters
 package migrations

@@ -56,7 +56,7 @@
 // # Files
 //
 //	ops.go      Client, Who, the action and read-only transactions
-//	filter.go   Filter and List
+//	filter.go   Filter (status, run, tool, age, scope, payload containment) and List
 //	inspect.go  Inspect: a row, its run, its saga and its audit trail
 //	bulk.go     one key or a filter in batches: plan, apply, Result
 //	requeue.go  requeue's rules and its writes

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,6 +24,10 @@ type Filter struct {
 	OlderThan time.Duration
 	// AfterSeq matches rows with seq > AfterSeq (pagination).
 	AfterSeq int64
+	Scope    string // business_scope
+	// Payload matches rows whose payload contains this JSON value (jsonb
+	// containment: {"customer":"c1"} matches every payload with that field).
+	Payload json.RawMessage
 }
 
 // ValidateStatus reports whether s is one of the eight statuses.
@@ -47,12 +52,15 @@ func (f Filter) Validate() error {
 	if f.AfterSeq < 0 {
 		errs = append(errs, fmt.Errorf("--after-seq: must not be negative, got %d", f.AfterSeq))
 	}
+	if len(f.Payload) > 0 && !json.Valid(f.Payload) {
+		errs = append(errs, errors.New("payload filter: not valid JSON"))
+	}
 	return errors.Join(errs...)
 }
 
 // match is the filter (except AfterSeq) as the store applies it.
 func (f Filter) match() store.Filter {
-	return store.Filter{Status: f.Status, Run: f.Run, Tool: f.Tool, OlderThan: f.OlderThan}
+	return store.Filter{Status: f.Status, Run: f.Run, Tool: f.Tool, OlderThan: f.OlderThan, Scope: f.Scope, Payload: f.Payload}
 }
 
 // Page is one page of List.

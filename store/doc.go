@@ -30,7 +30,8 @@
 //	retention.go    Prune, WithRetentionLock
 //	locks.go        the daemons' advisory lock keys
 //	witness.go      LastSucceeded: a row a detect probe proves itself on
-//	rows.go         Row, Filter, RunRow, Tombstone: ListRows, ReadRow, RowStatus,
+//	rows.go         Row, Filter (status, run, tool, age, scope, payload containment),
+//	                RunRow, Tombstone: ListRows, ReadRow, RowStatus,
 //	                RunRows, ReadTombstone (list, inspect, and the reads of every action)
 //	candidates.go   Candidate: CandidateOf, Candidates, FailedCandidates (requeue, cancel)
 //	actions.go      Requeue, Cancel, Settle, MarkCompensated: the actions' conditional writes
@@ -38,6 +39,7 @@
 //	revive.go       AbortedRuns, LockSagas, LockRuns, Restorable, FirstFailed, DeleteRun,
 //	                RestoreRun: requeue's revival of an aborted run
 //	audit.go        SetActor, AuditAppend, AuditAppendEach, AuditTrail, CountAudit, VerifyAudit
+//	console.go      RowFloor, VerifyAuditKey, CountsByTool: the operator console's reads
 //	progress.go     ReadProgress, CountByStatusKind (the demo's progress and summary)
 //
 // The daemon's statements wrap their errors with the operation they

@@ -55,6 +55,10 @@ type Filter struct {
 	// OlderThan matches rows whose updated_at is more than this long ago,
 	// by the database clock.
 	OlderThan time.Duration
+	Scope     string // business_scope
+	// Payload matches rows whose payload contains this JSON value
+	// (payload @> Payload), passed as a parameter.
+	Payload json.RawMessage
 }
 
 // where renders the filter as SQL conditions on outbox o, appending its
@@ -76,6 +80,12 @@ func (f Filter) where(args *[]any) string {
 	}
 	if f.OlderThan > 0 {
 		add("o.updated_at < now() - $?::bigint * interval '1 microsecond'", f.OlderThan.Microseconds())
+	}
+	if f.Scope != "" {
+		add("o.business_scope = $?", f.Scope)
+	}
+	if len(f.Payload) > 0 {
+		add("o.payload @> $?::jsonb", string(f.Payload))
 	}
 	return strings.Join(conds, " AND ")
 }

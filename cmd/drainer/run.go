@@ -20,7 +20,8 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run --config FILE",
 		Short: "Run the drain daemon",
-		Long: `Run the drain daemon. It serves /metrics, /healthz and /readyz on --metrics-addr.
+		Long: `Run the drain daemon. It serves /metrics, /healthz and /readyz on --metrics-addr,
+and the operator console on --console-addr when set.
 
 SIGTERM or SIGINT: stop claiming, wait for calls under way up to
 --shutdown-timeout, then cancel them. Rows not yet sent go back to pending with
@@ -70,6 +71,7 @@ running one kept.`,
 	cmd.Flags().StringVar(&opts.ConfigPath, "config", "", "config file (YAML)")
 	cmd.Flags().IntVar(&opts.Workers, "workers", 0, fmt.Sprintf("worker slots (default: the config's workers, else %d)", config.DefaultWorkers))
 	cmd.Flags().StringVar(&opts.MetricsAddr, "metrics-addr", ":9753", "address serving /metrics, /healthz and /readyz")
+	cmd.Flags().StringVar(&opts.ConsoleAddr, "console-addr", "", "address serving the operator console, e.g. 127.0.0.1:9754 (default: the config's console.addr; off when neither is set)")
 	cmd.Flags().DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for calls under way")
 	addDBFlags(cmd, g)
 	return cmd

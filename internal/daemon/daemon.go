@@ -33,11 +33,17 @@ type Options struct {
 	DatabaseURL string
 	Schema      string
 	// Workers wins over the config file when > 0.
-	Workers         int
-	MetricsAddr     string
-	ShutdownTimeout time.Duration
-	Logger          *slog.Logger
-	Version         string
+	Workers     int
+	MetricsAddr string
+	// ConsoleAddr wins over the config's console.addr; empty: no console
+	// unless the config names one.
+	ConsoleAddr string
+	// ConsoleSampleEvery is how often the console samples the backlog
+	// (zero: its default).
+	ConsoleSampleEvery time.Duration
+	ShutdownTimeout    time.Duration
+	Logger             *slog.Logger
+	Version            string
 	// Reload receives a value per SIGHUP.
 	Reload <-chan struct{}
 	// Started, when set, is called once the engine runs.
@@ -174,6 +180,13 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		_ = srv.Shutdown(sctx)
 	})
 
+	// The console's address is taken before anything slow, so a taken one
+	// is refused at once.
+	consoleLn, err := d.listenConsole()
+	if err != nil {
+		return nil, err
+	}
+
 	registry, err := buildAdapters(ctx, st.cfg, builtin.Options{Logger: log, Version: d.opts.Version}, log)
 	if err != nil {
 		return nil, err
@@ -211,6 +224,9 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	}
 	eng, err := drainer.New(p, NewRouting(st.cfg, registry), engCfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.startConsole(ctx, consoleLn, p, reg); err != nil {
 		return nil, err
 	}
 	if err := startEngine(ctx, eng, 500*time.Millisecond, log); err != nil {

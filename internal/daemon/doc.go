@@ -7,6 +7,8 @@
 //	daemon.go   Options, ConfigError, Run: settings merged; health and metrics
 //	            server, adapters, pool, schema (waited for with backoff), engine;
 //	            reload; cleanup, last first
+//	console.go  the operator console (internal/console) on --console-addr or
+//	            console.addr: its address taken first, served once the pool is up
 //	health.go   readyz: 503 while starting/stopping or the database is down;
 //	            200 otherwise, naming the adapters that cannot send
 //	routing.go  NewRouting: config to the engine's Routing (routes, gate policies,

@@ -1,0 +1,357 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/drainer-io/drainer/ops"
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
+)
+
+// Limits of the API.
+const (
+	defaultPageSize = 50
+	maxPageSize     = 500
+	// maxPayloadView is the largest payload or response shown whole; a
+	// larger one is shown as its first maxPayloadView bytes.
+	maxPayloadView = 64 << 10
+	maxFilterLen   = 4096
+	maxBodyBytes   = 64 << 10
+)
+
+// apiError is an answer other than 200 with its message.
+type apiError struct {
+	Status int
+	Msg    string
+	// Refused carries a refused transition (409).
+	Refused *ops.TransitionError
+}
+
+func (e *apiError) Error() string { return e.Msg }
+
+func badRequest(format string, args ...any) error {
+	return &apiError{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...)}
+}
+
+// classify maps an error of the operator code to its HTTP status.
+func classify(err error) *apiError {
+	var ae *apiError
+	var nf *ops.NotFoundError
+	var te *ops.TransitionError
+	var pe *ops.PauseError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &nf):
+		return &apiError{Status: http.StatusNotFound, Msg: nf.Error()}
+	case errors.As(err, &te):
+		return &apiError{Status: http.StatusConflict, Msg: te.Error(), Refused: te}
+	case errors.As(err, &pe):
+		return &apiError{Status: http.StatusConflict, Msg: pe.Error()}
+	case errors.Is(err, ops.ErrOutcomeRequired), errors.Is(err, ops.ErrOutcomeNotAllowed), errors.Is(err, ops.ErrNoActor):
+		return &apiError{Status: http.StatusBadRequest, Msg: err.Error()}
+	}
+	return &apiError{Status: http.StatusInternalServerError, Msg: "internal error; see the daemon's log"}
+}
+
+// RowsPage is the answer of GET /api/v1/rows.
+type RowsPage struct {
+	Database string    `json:"database"`
+	Rows     []RowView `json:"rows"`
+	// NextAfter is the after= of the next page (keyset on seq), 0 on the last.
+	NextAfter int64 `json:"next_after"`
+	// Matched says how the search box was read: key, agent_run_id or
+	// business_scope ("" without a search).
+	Matched string `json:"matched,omitempty"`
+}
+
+// RowView is a row of a list: the §2 columns without payload and response.
+type RowView struct {
+	Key            string    `json:"key"`
+	Seq            int64     `json:"seq"`
+	AgentRunID     string    `json:"agent_run_id"`
+	StepID         string    `json:"step_id"`
+	ToolName       string    `json:"tool_name"`
+	BusinessScope  string    `json:"business_scope"`
+	Kind           string    `json:"kind"`
+	Status         string    `json:"status"`
+	Attempts       int       `json:"attempts"`
+	NextAttemptAt  time.Time `json:"next_attempt_at"`
+	LastError      *string   `json:"last_error"`
+	ResponseStatus *int      `json:"response_status"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+}
+
+func viewOf(r store.Row) RowView {
+	return RowView{Key: r.Key, Seq: r.Seq, AgentRunID: r.AgentRunID, StepID: r.StepID, ToolName: r.ToolName,
+		BusinessScope: r.BusinessScope, Kind: r.Kind, Status: r.Status, Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
+		LastError: truncStr(r.LastError, 2048), ResponseStatus: r.ResponseStatus, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+func truncStr(p *string, n int) *string {
+	if p == nil || len(*p) <= n {
+		return p
+	}
+	s := validUTF8Prefix(*p, n) + "…"
+	return &s
+}
+
+func validUTF8Prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// filterOf reads a rows filter from query or form values.
+func filterOf(v url.Values) (ops.Filter, error) {
+	f := ops.Filter{Status: v.Get("status"), Tool: v.Get("tool"), Run: v.Get("run"), Scope: v.Get("scope")}
+	for name, val := range map[string]string{"status": f.Status, "tool": f.Tool, "run": f.Run, "scope": f.Scope,
+		"payload": v.Get("payload"), "search": v.Get("search")} {
+		if len(val) > maxFilterLen {
+			return f, badRequest("%s: longer than %d bytes", name, maxFilterLen)
+		}
+	}
+	if f.Status != "" {
+		if err := ops.ValidateStatus(f.Status); err != nil {
+			return f, badRequest("status: %v", err)
+		}
+	}
+	if a := v.Get("older_than"); a != "" {
+		d, err := time.ParseDuration(a)
+		if err != nil || d < 0 {
+			return f, badRequest("older_than: %q is not a duration such as 90s, 15m or 2h", a)
+		}
+		f.OlderThan = d
+	}
+	if p := strings.TrimSpace(v.Get("payload")); p != "" {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(p), &obj); err != nil {
+			return f, badRequest(`payload: not a JSON object such as {"customer":"c1"}: %v`, err)
+		}
+		f.Payload = json.RawMessage(p)
+	}
+	if a := v.Get("after"); a != "" {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n < 0 {
+			return f, badRequest("after: %q is not a seq", a)
+		}
+		f.AfterSeq = n
+	}
+	return f, nil
+}
+
+// rows lists rows for GET /api/v1/rows and the rows pages. A search is
+// tried as a key, then a run id, then a scope.
+func (s *Server) rows(ctx context.Context, d *db, v url.Values) (*RowsPage, error) {
+	f, err := filterOf(v)
+	if err != nil {
+		return nil, err
+	}
+	limit := defaultPageSize
+	if l := v.Get("limit"); l != "" {
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > maxPageSize {
+			return nil, badRequest("limit: must be between 1 and %d", maxPageSize)
+		}
+	}
+	out := &RowsPage{Database: d.Name, Rows: []RowView{}}
+	if q := strings.TrimSpace(v.Get("search")); q != "" {
+		row, err := d.Store.ReadRow(ctx, d.DB, q)
+		if err != nil {
+			return nil, err
+		}
+		if row != nil {
+			out.Matched = "key"
+			if f.AfterSeq == 0 {
+				out.Rows = append(out.Rows, viewOf(*row))
+			}
+			return out, nil
+		}
+		probe := f
+		probe.Run, probe.AfterSeq = q, 0
+		p, err := d.ops.List(ctx, probe, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(p.Rows) > 0 {
+			out.Matched, f.Run = "agent_run_id", q
+		} else {
+			out.Matched, f.Scope = "business_scope", q
+		}
+	}
+	p, err := d.ops.List(ctx, f, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range p.Rows {
+		out.Rows = append(out.Rows, viewOf(r))
+	}
+	out.NextAfter = p.NextAfterSeq
+	return out, nil
+}
+
+// RowDetail is the answer of GET /api/v1/rows/{key}.
+type RowDetail struct {
+	*ops.Inspection
+	// NotBefore is the row's Retry-After (or backoff) floor, when it has one.
+	NotBefore *time.Time `json:"not_before"`
+	// Attempts are the audit entries that record an attempt, oldest first.
+	AttemptLog []ops.AuditEntry `json:"attempt_log"`
+	// AuditVerified: the row's audit chain verifies; AuditBroken lists its
+	// broken links otherwise.
+	AuditVerified bool               `json:"audit_verified"`
+	AuditBroken   []store.BrokenLink `json:"audit_broken"`
+	// PayloadBytes is the payload's size; PayloadTruncated says payload
+	// holds only a preview (payload_preview) of a payload too large to show.
+	PayloadBytes     int    `json:"payload_bytes"`
+	PayloadTruncated bool   `json:"payload_truncated"`
+	PayloadPreview   string `json:"payload_preview,omitempty"`
+	// ResponseTruncated, likewise for the response.
+	ResponseTruncated bool   `json:"response_truncated"`
+	ResponsePreview   string `json:"response_preview,omitempty"`
+}
+
+// row reads one row with its attempts, floor and verified audit chain.
+func (s *Server) row(ctx context.Context, d *db, key string) (*RowDetail, error) {
+	in, err := d.ops.Inspect(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	out := &RowDetail{Inspection: in, AttemptLog: []ops.AuditEntry{}}
+	if in.Row != nil {
+		r := *in.Row // a copy: the preview replaces the payload
+		in.Row = &r
+		out.PayloadBytes = len(r.Payload)
+		if len(r.Payload) > maxPayloadView {
+			out.PayloadTruncated, out.PayloadPreview = true, validUTF8Prefix(string(r.Payload), maxPayloadView)
+			r.Payload = nil
+		}
+		if len(r.Response) > maxPayloadView {
+			out.ResponseTruncated, out.ResponsePreview = true, validUTF8Prefix(string(r.Response), maxPayloadView)
+			r.Response = nil
+		}
+		r.LastError = truncStr(r.LastError, maxPayloadView)
+		if out.NotBefore, err = d.Store.RowFloor(ctx, d.DB, key); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range in.Audit {
+		if e.Attempts != nil && (e.ResponseStatus != nil || e.FromStatus != nil && *e.FromStatus == outbox.StatusInFlight) {
+			out.AttemptLog = append(out.AttemptLog, e)
+		}
+	}
+	if out.AuditBroken, err = d.Store.VerifyAuditKey(ctx, d.DB, key); err != nil {
+		return nil, err
+	}
+	out.AuditVerified = len(out.AuditBroken) == 0
+	return out, nil
+}
+
+// RunDetail is the answer of GET /api/v1/runs/{run}.
+type RunDetail struct {
+	AgentRunID string `json:"agent_run_id"`
+	// Steps are the run's rows in seq order (forward and compensation).
+	Steps []store.RunRow `json:"steps"`
+	// Saga is the run's saga when the run is aborted, else null.
+	Saga *store.Saga `json:"saga"`
+	// Compensations are the run's compensation rows in the order the saga
+	// ran them; Halted lists those that halted it (compensation_failed).
+	Compensations []store.RunRow `json:"compensations"`
+	Halted        []string       `json:"halted"`
+	Truncated     bool           `json:"truncated"`
+}
+
+func (s *Server) run(ctx context.Context, d *db, id string) (*RunDetail, error) {
+	out := &RunDetail{AgentRunID: id, Compensations: []store.RunRow{}, Halted: []string{}}
+	var err error
+	if out.Steps, err = d.Store.RunRows(ctx, d.DB, id, ops.MaxRunRows+1); err != nil {
+		return nil, err
+	}
+	if len(out.Steps) > ops.MaxRunRows {
+		out.Steps, out.Truncated = out.Steps[:ops.MaxRunRows], true
+	}
+	if out.Saga, err = d.Store.ReadSaga(ctx, d.DB, id); err != nil {
+		return nil, err
+	}
+	if len(out.Steps) == 0 && out.Saga == nil {
+		return nil, &ops.NotFoundError{What: "run with agent_run_id " + id}
+	}
+	for _, r := range out.Steps {
+		if r.Kind == outbox.KindCompensation {
+			out.Compensations = append(out.Compensations, r)
+			if r.Status == outbox.StatusCompensationFailed {
+				out.Halted = append(out.Halted, r.Key)
+			}
+		}
+	}
+	return out, nil
+}
+
+// writeJSON writes v as the answer.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(true)
+	_ = enc.Encode(v)
+}
+
+// api wraps a JSON handler: errors become {"error": …} with their status.
+func (s *Server) api(h func(*http.Request, *db) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		d, err := s.database(r)
+		var v any
+		if err == nil {
+			v, err = h(r, d)
+		}
+		if err != nil {
+			s.writeAPIError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+func (s *Server) writeAPIError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := classify(err)
+	if ae.Status >= 500 {
+		s.log.Error("console: request failed", "path", r.URL.Path, "err", err)
+	}
+	body := map[string]any{"error": ae.Msg}
+	if ae.Refused != nil {
+		body["refused"] = ae.Refused
+	}
+	writeJSON(w, ae.Status, body)
+}
+
+func (s *Server) apiStats(_ *http.Request, _ *db) (any, error) { return s.stats.snapshot(), nil }
+
+func (s *Server) apiRows(r *http.Request, d *db) (any, error) {
+	return s.rows(r.Context(), d, r.URL.Query())
+}
+
+func (s *Server) apiRow(r *http.Request, d *db) (any, error) {
+	return s.row(r.Context(), d, r.PathValue("key"))
+}
+
+func (s *Server) apiRun(r *http.Request, d *db) (any, error) {
+	return s.run(r.Context(), d, r.PathValue("run"))
+}
+
+func (s *Server) apiPauses(r *http.Request, d *db) (any, error) {
+	return d.ops.Pauses(r.Context())
+}

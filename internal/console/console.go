@@ -1,0 +1,251 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/ops"
+	"github.com/drainer-io/drainer/store"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Config configures a console.
+type Config struct {
+	// Addr is the listen address (host:port).
+	Addr string
+	// Listener, when set, is listened on instead of Addr (the daemon takes
+	// the address before it connects, to refuse a taken one at once).
+	Listener net.Listener
+	// Actions enables the operator actions; Token then opens them.
+	Actions bool
+	// Token is the bearer token (the revealed secret).
+	Token string
+	// Databases are the databases shown; one for now. The first is the
+	// default of every query.
+	Databases []Database
+	// Adapters returns the adapters' breakers and holds (nil: none known).
+	Adapters func() []drainer.AdapterState
+	// Gatherer, when set, supplies drainer_dispatch_total for the dispatch
+	// rates.
+	Gatherer prometheus.Gatherer
+	// SampleEvery is how often the backlog is sampled for the overview
+	// (default 2s).
+	SampleEvery time.Duration
+	Logger      *slog.Logger
+}
+
+// Database is one database the console shows.
+type Database struct {
+	Name  string
+	DB    store.TxDB
+	Store *store.Store
+}
+
+// db is a Database with its operator client.
+type db struct {
+	Database
+	ops *ops.Client
+}
+
+// Server is a running console.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	dbs    []*db
+	pages  map[string]*template.Template
+	static http.Handler
+	auth   *auth
+	stats  *sampler
+	srv    *http.Server
+	ln     net.Listener
+	wg     sync.WaitGroup
+	stop   context.CancelFunc
+}
+
+// DefaultSampleEvery is how often the overview's backlog is sampled.
+const DefaultSampleEvery = 2 * time.Second
+
+// AddrInUseError is a console address that cannot be listened on: the CLI
+// exits 2 naming it.
+type AddrInUseError struct {
+	Addr string
+	Err  error
+}
+
+func (e *AddrInUseError) Error() string {
+	return fmt.Sprintf("console address %s: %v", e.Addr, e.Err)
+}
+func (e *AddrInUseError) Unwrap() error { return e.Err }
+
+// Listen takes the console's address: an *AddrInUseError when it cannot.
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &AddrInUseError{Addr: addr, Err: err}
+	}
+	return ln, nil
+}
+
+// New checks cfg and prepares a console; Start serves it.
+func New(cfg Config) (*Server, error) {
+	if len(cfg.Databases) == 0 {
+		return nil, errors.New("console: no database")
+	}
+	if cfg.Actions && cfg.Token == "" {
+		return nil, errors.New("console: actions need a token (console.token)")
+	}
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = DefaultSampleEvery
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: log}
+	for _, d := range cfg.Databases {
+		s.dbs = append(s.dbs, &db{Database: d, ops: ops.New(d.DB, d.Store)})
+	}
+	var err error
+	if s.pages, err = parsePages(); err != nil {
+		return nil, err
+	}
+	sub, _ := fs.Sub(assets, "assets/static")
+	s.static = http.StripPrefix("/static/", http.FileServerFS(sub))
+	s.auth = newAuth(cfg.Actions, cfg.Token)
+	s.stats = newSampler(s, historyLen)
+	return s, nil
+}
+
+// Start listens on cfg.Addr (an *AddrInUseError when it cannot) and serves
+// until Shutdown.
+func (s *Server) Start(ctx context.Context) error {
+	ln := s.cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = Listen(s.cfg.Addr); err != nil {
+			return err
+		}
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop = cancel
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("console server stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.stats.run(sctx, s.cfg.SampleEvery)
+	}()
+	return nil
+}
+
+// Addr is the address the console listens on (after Start).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return s.cfg.Addr
+	}
+	return s.ln.Addr().String()
+}
+
+// Shutdown stops serving and sampling.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.srv == nil {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	s.stop()
+	s.wg.Wait()
+	return err
+}
+
+// Handler is the console's routes behind its security headers.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", s.static)
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/static/favicon.svg", http.StatusMovedPermanently)
+	})
+	// Pages.
+	mux.HandleFunc("GET /{$}", s.page(s.overviewPage))
+	mux.HandleFunc("GET /rows", s.page(s.rowsPage))
+	mux.HandleFunc("GET /rows/{key}", s.page(s.rowPage))
+	mux.HandleFunc("GET /runs/{run}", s.page(s.runPage))
+	mux.HandleFunc("GET /parked", s.page(s.parkedPage))
+	mux.HandleFunc("GET /pauses", s.page(s.pausesPage))
+	mux.HandleFunc("GET /login", s.page(s.loginPage))
+	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("POST /logout", s.logout)
+	// API.
+	mux.HandleFunc("GET /api/v1/stats", s.api(s.apiStats))
+	mux.HandleFunc("GET /api/v1/rows", s.api(s.apiRows))
+	mux.HandleFunc("GET /api/v1/rows/{key}", s.api(s.apiRow))
+	mux.HandleFunc("GET /api/v1/runs/{run}", s.api(s.apiRun))
+	mux.HandleFunc("GET /api/v1/pauses", s.api(s.apiPauses))
+	mux.HandleFunc("POST /api/v1/actions/{verb}", s.action)
+	mux.HandleFunc("/", s.notFound)
+	return secure(mux)
+}
+
+// secure sets the security headers of every answer.
+func secure(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+			"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "same-origin")
+		hd.Set("Cross-Origin-Opener-Policy", "same-origin")
+		hd.Set("Cross-Origin-Resource-Policy", "same-origin")
+		if !strings.HasPrefix(r.URL.Path, "/static/") {
+			hd.Set("Cache-Control", "no-store")
+		}
+		if r.TLS != nil {
+			hd.Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// database picks the database a request names (parameter database), the
+// first one by default.
+func (s *Server) database(r *http.Request) (*db, error) {
+	name := r.URL.Query().Get("database")
+	if name == "" {
+		return s.dbs[0], nil
+	}
+	for _, d := range s.dbs {
+		if d.Name == name {
+			return d, nil
+		}
+	}
+	return nil, badRequest("database: unknown database %q", name)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

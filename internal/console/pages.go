@@ -1,0 +1,375 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"math"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/drainer-io/drainer/ops"
+	"github.com/drainer-io/drainer/outbox"
+)
+
+// pageData is what every page template receives.
+type pageData struct {
+	Title string
+	Nav   string // the nav entry of the page
+	// Actions: the console takes actions; Session: this browser opened a
+	// session (CSRF is its form token).
+	Actions bool
+	Session bool
+	Actor   string
+	CSRF    string
+	// Databases names the databases, shown as a selector when more than one.
+	Databases []string
+	Database  string
+	// Back is the page an action returns to.
+	Back string
+	// Self is this page's local URL (path and query).
+	Self string
+
+	Error   string
+	Refused *ops.TransitionError
+
+	Stats    *Stats
+	Rows     *RowsPage
+	Query    url.Values
+	Statuses []string
+	Tools    []string
+	Row      *RowDetail
+	Run      *RunDetail
+	Result   *ActionResult
+	Pauses   []ops.Pause
+	Parked   []RowView
+	Render   time.Duration
+}
+
+var funcs = template.FuncMap{
+	"path": url.PathEscape,
+	"query": func(v url.Values, kv ...string) string {
+		q := url.Values{}
+		for k, x := range v {
+			q[k] = slices.Clone(x)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] == "" {
+				q.Del(kv[i])
+			} else {
+				q.Set(kv[i], kv[i+1])
+			}
+		}
+		return q.Encode()
+	},
+	"when": func(t any) string {
+		switch t := t.(type) {
+		case time.Time:
+			if t.IsZero() {
+				return "—"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		case *time.Time:
+			if t == nil {
+				return "—"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		}
+		return "—"
+	},
+	"ago": func(t time.Time) string { return age(time.Since(t).Seconds()) },
+	"age": age,
+	"str": func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	},
+	"int": func(p *int) string {
+		if p == nil {
+			return "—"
+		}
+		return fmt.Sprint(*p)
+	},
+	"pretty": func(raw json.RawMessage) string {
+		if len(raw) == 0 || string(raw) == "null" {
+			return "null"
+		}
+		var b bytes.Buffer
+		if json.Indent(&b, raw, "", "  ") != nil {
+			return string(raw)
+		}
+		return b.String()
+	},
+	"num":  num,
+	"rate": func(f float64) string { return fmt.Sprintf("%.1f/s", f) },
+	"parked": func(s string) bool {
+		return s == outbox.StatusOutcomeUnknown || s == outbox.StatusCompensationFailed
+	},
+	"requeueable": func(s string) bool {
+		return s == outbox.StatusFailed || s == outbox.StatusPending || s == outbox.StatusCancelled
+	},
+	"bytes": func(n int) string {
+		switch {
+		case n >= 1<<20:
+			return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+		case n >= 1<<10:
+			return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+		}
+		return fmt.Sprintf("%d B", n)
+	},
+	"ms":    func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) },
+	"chart": chart,
+	"busy": func(m map[string]float64) bool {
+		for _, v := range m {
+			if v > 0 {
+				return true
+			}
+		}
+		return false
+	},
+	"span": span,
+	"lastRate": func(h []Sample) string {
+		if len(h) == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f/s", h[len(h)-1].DispatchPerSec)
+	},
+}
+
+// age renders seconds as a short age: 42s, 3m10s, 2h05m, 3d4h.
+func age(sec float64) string {
+	if sec <= 0 {
+		return "0s"
+	}
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// num renders a count with thousands separators.
+func num(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// pageNames are the page templates; each is rendered inside layout.html.
+var pageNames = []string{"overview", "rows", "row", "run", "parked", "pauses", "login", "result", "notfound"}
+
+func parsePages() (map[string]*template.Template, error) {
+	out := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/layout.html", path.Join("assets", name+".html"))
+		if err != nil {
+			return nil, fmt.Errorf("console template %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	if _, err := fs.Stat(assets, "assets/static/app.js"); err != nil {
+		return nil, fmt.Errorf("console assets: %w", err)
+	}
+	return out, nil
+}
+
+// render writes a page. The page is rendered to a buffer first, so a
+// failed template never leaves half a page.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p pageData) {
+	p.Actions = s.cfg.Actions
+	if sess := s.auth.session(r); sess != nil {
+		p.Session, p.Actor, p.CSRF = true, sess.actor, sess.csrf
+	}
+	for _, d := range s.dbs {
+		p.Databases = append(p.Databases, d.Name)
+	}
+	if p.Database == "" {
+		p.Database = s.dbs[0].Name
+	}
+	if p.Self == "" {
+		p.Self = r.URL.RequestURI()
+	}
+	if p.Back == "" {
+		p.Back = p.Self
+	}
+	var b bytes.Buffer
+	if err := s.pages[name].Execute(&b, p); err != nil {
+		s.log.Error("console: render failed", "page", name, "err", err)
+		http.Error(w, "the page could not be rendered; see the daemon's log", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}
+
+// page wraps a page handler: an error becomes its page (404 not found,
+// 400 bad filter, 500 otherwise).
+func (s *Server) page(h func(*http.Request, *db, *pageData) (string, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		p := pageData{}
+		d, err := s.database(r)
+		name := ""
+		if err == nil {
+			p.Database = d.Name
+			name, err = h(r, d, &p)
+		}
+		if err != nil {
+			ae := classify(err)
+			if ae.Status >= 500 {
+				s.log.Error("console: page failed", "path", r.URL.Path, "err", err)
+			}
+			title := "Error"
+			if ae.Status == http.StatusNotFound {
+				title = "Not found"
+			}
+			s.render(w, r, ae.Status, "notfound", pageData{Title: title, Error: ae.Msg})
+			return
+		}
+		p.Render = time.Since(start)
+		s.render(w, r, http.StatusOK, name, p)
+	}
+}
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such API endpoint"})
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	s.render(w, r, http.StatusNotFound, "notfound", pageData{Title: "Not found", Error: "no page at this address"})
+}
+
+func (s *Server) overviewPage(_ *http.Request, _ *db, p *pageData) (string, error) {
+	st := s.stats.snapshot()
+	p.Title, p.Nav, p.Stats, p.Statuses = "Overview", "overview", &st, outbox.Statuses
+	return "overview", nil
+}
+
+func (s *Server) rowsPage(r *http.Request, d *db, p *pageData) (string, error) {
+	q := r.URL.Query()
+	if k := strings.TrimSpace(q.Get("search")); k != "" && q.Get("after") == "" {
+		// A key goes straight to its row page.
+		if row, err := d.Store.ReadRow(r.Context(), d.DB, k); err == nil && row != nil {
+			p.Title, p.Nav = "Row", "rows"
+			p.Row, err = s.row(r.Context(), d, k)
+			return "row", err
+		}
+	}
+	rows, err := s.rows(r.Context(), d, q)
+	if err != nil {
+		return "", err
+	}
+	st := s.stats.snapshot()
+	p.Title, p.Nav, p.Rows, p.Query, p.Statuses = "Rows", "rows", rows, q, outbox.Statuses
+	p.Tools = toolsOf(st)
+	return "rows", nil
+}
+
+func toolsOf(st Stats) []string {
+	var out []string
+	for _, tc := range st.RowsByTool {
+		if !slices.Contains(out, tc.Tool) {
+			out = append(out, tc.Tool)
+		}
+	}
+	return out
+}
+
+func (s *Server) rowPage(r *http.Request, d *db, p *pageData) (string, error) {
+	row, err := s.row(r.Context(), d, r.PathValue("key"))
+	p.Title, p.Nav, p.Row = "Row", "rows", row
+	return "row", err
+}
+
+func (s *Server) runPage(r *http.Request, d *db, p *pageData) (string, error) {
+	run, err := s.run(r.Context(), d, r.PathValue("run"))
+	p.Title, p.Nav, p.Run = "Run", "rows", run
+	return "run", err
+}
+
+func (s *Server) parkedPage(r *http.Request, d *db, p *pageData) (string, error) {
+	p.Title, p.Nav, p.Parked = "Parked rows", "parked", []RowView{}
+	for _, st := range []string{outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed} {
+		page, err := s.rows(r.Context(), d, url.Values{"status": {st}, "limit": {"200"}})
+		if err != nil {
+			return "", err
+		}
+		p.Parked = append(p.Parked, page.Rows...)
+	}
+	return "parked", nil
+}
+
+func (s *Server) pausesPage(r *http.Request, d *db, p *pageData) (string, error) {
+	st := s.stats.snapshot()
+	ps, err := d.ops.Pauses(r.Context())
+	p.Title, p.Nav, p.Pauses, p.Stats, p.Tools = "Pauses, breakers and holds", "pauses", ps, &st, toolsOf(st)
+	return "pauses", err
+}
+
+func (s *Server) loginPage(r *http.Request, _ *db, p *pageData) (string, error) {
+	p.Title, p.Back = "Log in", backOf(url.Values{"back": {r.URL.Query().Get("next")}})
+	return "login", nil
+}
+
+// span says how much time the chart covers.
+func span(h []Sample) string {
+	if len(h) < 2 {
+		return "no history yet"
+	}
+	return "the last " + age(h[len(h)-1].At.Sub(h[0].At).Seconds())
+}
+
+// chart draws the backlog history as an inline SVG: pending and parked
+// rows over time (the page's script redraws it from /api/v1/stats).
+func chart(h []Sample) template.HTML {
+	const w, ht, pad = 800.0, 180.0, 4.0
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg id="backlog-chart" viewBox="0 0 %d %d" role="img" aria-label="Backlog over time" preserveAspectRatio="none">`, int(w), int(ht))
+	if len(h) < 2 {
+		b.WriteString(`<text x="10" y="90" class="muted">collecting samples…</text></svg>`)
+		return template.HTML(b.String())
+	}
+	top := int64(1)
+	for _, s := range h {
+		top = max(top, s.Pending+s.InFlight, s.Parked)
+	}
+	line := func(val func(Sample) int64) string {
+		var pts []string
+		for i, s := range h {
+			x := pad + (w-2*pad)*float64(i)/float64(len(h)-1)
+			y := ht - pad - (ht-2*pad)*float64(val(s))/float64(top)
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, math.Max(pad, y)))
+		}
+		return strings.Join(pts, " ")
+	}
+	fmt.Fprintf(&b, `<polyline class="l-backlog" points="%s"/>`, line(func(s Sample) int64 { return s.Pending + s.InFlight }))
+	fmt.Fprintf(&b, `<polyline class="l-parked" points="%s"/>`, line(func(s Sample) int64 { return s.Parked }))
+	fmt.Fprintf(&b, `<text x="8" y="16" class="axis">%s</text></svg>`, num(top))
+	return template.HTML(b.String())
+}

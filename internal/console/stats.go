@@ -1,0 +1,267 @@
+package console
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
+)
+
+// historyLen is how many samples the overview's chart keeps (at the
+// default 2s, twenty minutes).
+const historyLen = 600
+
+// Dispatch outcomes that send no request.
+const (
+	outcomeUnrouted    = "unrouted"
+	outcomeBreakerOpen = "breaker_open"
+)
+
+// Sample is one point of the backlog over time.
+type Sample struct {
+	At       time.Time `json:"at"`
+	Pending  int64     `json:"pending"`
+	InFlight int64     `json:"in_flight"`
+	Parked   int64     `json:"parked"`
+	// DispatchPerSec is the requests this replica sent per second (every
+	// dispatch outcome but unrouted and breaker_open).
+	DispatchPerSec float64 `json:"dispatch_per_second"`
+}
+
+// Stats is the overview's data (GET /api/v1/stats).
+type Stats struct {
+	Database string `json:"database"`
+	// Databases names every database the console shows.
+	Databases []string `json:"databases"`
+	// SampledAt is when the backlog was last measured; zero before the
+	// first measurement.
+	SampledAt time.Time `json:"sampled_at"`
+	// SnapshotAt is when the daemons last measured the terminal counts.
+	SnapshotAt *time.Time `json:"snapshot_at"`
+	// RowsByStatus holds every status (from the daemons' snapshot for the
+	// terminal ones, which may be planner estimates: see Estimated).
+	RowsByStatus map[string]int64 `json:"rows_by_status"`
+	Estimated    []string         `json:"estimated,omitempty"`
+	// RowsByTool counts the rows that hold work, by tool and status.
+	RowsByTool              []store.ToolCount `json:"rows_by_tool"`
+	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
+	// DispatchRates are this replica's dispatches per second by outcome,
+	// over the last sampling interval.
+	DispatchRates map[string]float64 `json:"dispatch_rates"`
+	Adapters      []AdapterState     `json:"adapters"`
+	Pauses        []store.Pause      `json:"pauses"`
+	History       []Sample           `json:"history"`
+	Error         string             `json:"error,omitempty"`
+}
+
+// AdapterState is an adapter's breaker and its auth holds.
+type AdapterState struct {
+	Adapter string `json:"adapter"`
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason,omitempty"`
+	Holds   []Hold `json:"holds"`
+}
+
+// Hold is one auth hold under way.
+type Hold struct {
+	Route string    `json:"route"`
+	Since time.Time `json:"since"`
+}
+
+// sampler measures the backlog periodically and keeps its history.
+type sampler struct {
+	s    *Server
+	size int
+
+	mu      sync.Mutex
+	last    Stats
+	history []Sample
+	prev    map[string]float64 // dispatch counters at the last sample
+	prevAt  time.Time
+}
+
+func newSampler(s *Server, size int) *sampler {
+	return &sampler{s: s, size: size, last: Stats{RowsByStatus: map[string]int64{}}}
+}
+
+func (m *sampler) run(ctx context.Context, every time.Duration) {
+	for {
+		start := time.Now()
+		m.sample(ctx)
+		// A measurement that takes long (a huge backlog to count) is
+		// repeated less often: the console never spends more than a tenth
+		// of the database's time on it.
+		wait := max(every, 10*time.Since(start))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sample measures the first database's backlog once.
+func (m *sampler) sample(ctx context.Context) {
+	d := m.s.dbs[0]
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st := Stats{Database: d.Name, RowsByStatus: map[string]int64{}, SampledAt: time.Now().UTC()}
+	for _, x := range m.s.dbs {
+		st.Databases = append(st.Databases, x.Name)
+	}
+	err := m.measure(qctx, d, &st)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		m.s.log.Warn("console: backlog sample failed", "err", err)
+		m.mu.Lock()
+		m.last.Error = "the last measurement failed: " + err.Error()
+		m.mu.Unlock()
+		return
+	}
+	st.DispatchRates = m.rates()
+	var total float64
+	for k, v := range st.DispatchRates {
+		if k != outcomeUnrouted && k != outcomeBreakerOpen {
+			total += v // requests sent
+		}
+	}
+	smp := Sample{At: st.SampledAt, Pending: st.RowsByStatus[outbox.StatusPending], InFlight: st.RowsByStatus[outbox.StatusInFlight],
+		Parked: st.RowsByStatus[outbox.StatusOutcomeUnknown] + st.RowsByStatus[outbox.StatusCompensationFailed], DispatchPerSec: total}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.history = append(m.history, smp)
+	if len(m.history) > m.size {
+		m.history = slices.Delete(m.history, 0, len(m.history)-m.size)
+	}
+	m.last = st
+}
+
+// measure reads the backlog: the snapshot the daemons keep, the work rows
+// counted exactly by tool, the pauses, the adapters.
+func (m *sampler) measure(ctx context.Context, d *db, st *Stats) error {
+	snap, ok, err := d.Store.ReadSnapshot(ctx, d.DB)
+	if err != nil {
+		return err
+	}
+	for _, s := range outbox.Statuses {
+		st.RowsByStatus[s] = 0
+	}
+	if ok {
+		for k, v := range snap.RowsByStatus {
+			st.RowsByStatus[k] = v
+		}
+		st.Estimated = snap.Stats.Estimated
+		at := snap.TakenAt.UTC()
+		st.SnapshotAt = &at
+		st.OldestPendingAgeSeconds = snap.OldestPendingAge
+	}
+	if st.RowsByTool, err = d.Store.CountsByTool(ctx, d.DB); err != nil {
+		return err
+	}
+	// The work statuses, exact and fresher than the snapshot.
+	work := map[string]int64{}
+	for _, tc := range st.RowsByTool {
+		work[tc.Status] += tc.Rows
+	}
+	for _, s := range []string{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed} {
+		st.RowsByStatus[s] = work[s]
+	}
+	if st.Pauses, err = d.ops.Pauses(ctx); err != nil {
+		return err
+	}
+	st.Adapters = m.adapters()
+	return nil
+}
+
+func (m *sampler) adapters() []AdapterState {
+	out := []AdapterState{}
+	if m.s.cfg.Adapters == nil {
+		return out
+	}
+	for _, a := range m.s.cfg.Adapters() {
+		x := AdapterState{Adapter: a.Adapter, Ready: a.Ready, Reason: a.Reason, Holds: []Hold{}}
+		for _, h := range a.Holds {
+			x.Holds = append(x.Holds, Hold{Route: h.Route, Since: h.Since.UTC()})
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// rates turns drainer_dispatch_total into per-second rates by outcome
+// since the previous sample.
+func (m *sampler) rates() map[string]float64 {
+	out := map[string]float64{}
+	g := m.s.cfg.Gatherer
+	if g == nil {
+		return out
+	}
+	mfs, err := g.Gather()
+	if err != nil {
+		return out
+	}
+	now := time.Now()
+	cur := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "drainer_dispatch_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "outcome" {
+					cur[l.GetValue()] += mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	m.mu.Lock()
+	prev, prevAt := m.prev, m.prevAt
+	m.prev, m.prevAt = cur, now
+	m.mu.Unlock()
+	if prev == nil {
+		return out
+	}
+	dt := now.Sub(prevAt).Seconds()
+	if dt <= 0 {
+		return out
+	}
+	for k, v := range cur {
+		if d := v - prev[k]; d > 0 {
+			out[k] = d / dt
+		} else {
+			out[k] = 0
+		}
+	}
+	return out
+}
+
+// snapshot returns the latest stats with the history.
+func (m *sampler) snapshot() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.last
+	st.History = slices.Clone(m.history)
+	if st.History == nil {
+		st.History = []Sample{}
+	}
+	if st.RowsByTool == nil {
+		st.RowsByTool = []store.ToolCount{}
+	}
+	if st.Pauses == nil {
+		st.Pauses = []store.Pause{}
+	}
+	if st.Adapters == nil {
+		st.Adapters = []AdapterState{}
+	}
+	if st.DispatchRates == nil {
+		st.DispatchRates = map[string]float64{}
+	}
+	return st
+}
