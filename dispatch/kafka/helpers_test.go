@@ -158,3 +158,6 @@ func payloadN(i int) string { return fmt.Sprintf(`{"order_id":"o-%d","amount":%d
 
 // kfakeSeed seeds more single-partition topics.
 func kfakeSeed(topics ...string) kfake.Opt { return kfake.SeedTopics(1, topics...) }
+
+// saslOpt authenticates a test client as s does.
+func saslOpt(s SASL) kgo.Opt { return kgo.SASL(mechanism(s)) }

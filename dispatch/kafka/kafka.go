@@ -27,11 +27,15 @@ const (
 	HeaderTraceparent    = "traceparent"
 )
 
-// produceTries is how many times the client sends a record within one
-// attempt before failing it with the broker's last error (a leader move
-// is absorbed; a broker that keeps refusing becomes the row's retry, and
-// the engine's backoff, not a worker slot, does the waiting).
-const produceTries = 3
+// produceRetries is how many times the client sends a record again within
+// one attempt, after a retriable refusal, before failing it with the
+// broker's last error: a leader move is absorbed; a broker that keeps
+// refusing becomes the row's retry, and the engine's backoff, not a worker
+// slot, does the waiting.
+const produceRetries = 3
+
+// metadataMinAge is the least time between two metadata requests.
+const metadataMinAge = 250 * time.Millisecond
 
 // notReadyRetry is the floor under the next try of a row held back while
 // the adapter has not reached a broker since startup.
@@ -50,6 +54,10 @@ type Adapter struct {
 	// lastDialErr is the latest failure to connect to a broker, for the
 	// message of an attempt that got no acknowledgement.
 	lastDialErr atomic.Pointer[string]
+	// openConns counts the open broker connections and connects the
+	// connections ever opened: an attempt that began with none open and
+	// saw none opened cannot have written its record.
+	openConns, connects atomic.Int64
 
 	bgMu   sync.Mutex
 	stopBG context.CancelFunc
@@ -72,11 +80,18 @@ func New(cfg Config) (*Adapter, error) {
 		kgo.SeedBrokers(cfg.SeedBrokers()...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.RecordRetries(produceTries),
-		kgo.UnknownTopicRetries(produceTries),
-		kgo.RecordDeliveryTimeout(cfg.Timeout),
+		kgo.RecordRetries(produceRetries),
+		kgo.UnknownTopicRetries(produceRetries),
 		kgo.ProduceRequestTimeout(cfg.Timeout),
+		// A connection whose request goes unanswered this much longer
+		// than asked is cut, and its records sent again on a new one.
+		kgo.RequestTimeoutOverhead(cfg.Timeout),
 		kgo.ProducerLinger(0),
+		// A refused produce triggers a metadata refresh before the
+		// next try: allow it sooner than the client's 5s default, so
+		// that a leader move costs well under an attempt's timeout.
+		kgo.MetadataMinAge(metadataMinAge),
+		kgo.DisableClientMetrics(),
 		kgo.WithLogger(logger{cfg.Logger}),
 		kgo.WithHooks(dialHook{a}),
 	}
@@ -221,6 +236,8 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason, Err: fmt.Errorf("not sent: %w", err)}
 	}
 	rec := a.record(topic, m)
+	epoch := a.connects.Load()
+	unconnected := a.openConns.Load() == 0
 	promised := make(chan error, 1)
 	// The promise outlives this call when the attempt ends first: it
 	// records the acknowledgement, so a retry of the key is a Replay.
@@ -236,12 +253,23 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	case err := <-promised:
 		if err != nil {
 			r := classify(err, topic)
-			r.Err = a.describe(r.Err)
+			if r.Outcome == dispatch.Ambiguous || r.Reason == dispatch.ReasonConnect {
+				r.Err = a.describe(r.Err)
+			}
 			return r
 		}
 		return dispatch.Result{Outcome: dispatch.Success, Reason: ReasonAcknowledged,
 			Response: ack{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}.JSON()}
 	case <-ctx.Done():
+		if unconnected && a.connects.Load() == epoch {
+			// No connection was open at any time during the attempt.
+			reason := dispatch.ReasonConnect
+			if errors.Is(ctx.Err(), context.Canceled) {
+				reason = dispatch.ReasonCancelled
+			}
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason,
+				Err: a.describe(fmt.Errorf("not sent to topic %s: no broker connection within the attempt: %w", topic, ctx.Err()))}
+		}
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: dispatch.ReasonCancelled,
 				Err: fmt.Errorf("cancelled while waiting for the acknowledgement of topic %s, the record may be written: %w", topic, context.Canceled)}
@@ -298,18 +326,26 @@ func (k ack) JSON() json.RawMessage {
 	return b
 }
 
-// dialHook keeps the latest connection failure and forgets it once a
-// connection succeeds.
+// dialHook counts the open connections and keeps the latest connection
+// failure, forgotten once a connection succeeds.
 type dialHook struct{ a *Adapter }
 
-var _ kgo.HookBrokerConnect = dialHook{}
+var (
+	_ kgo.HookBrokerConnect    = dialHook{}
+	_ kgo.HookBrokerDisconnect = dialHook{}
+)
 
 // OnBrokerConnect implements kgo.HookBrokerConnect.
 func (h dialHook) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	if err == nil {
+		h.a.openConns.Add(1)
+		h.a.connects.Add(1)
 		h.a.lastDialErr.Store(nil)
 		return
 	}
 	s := fmt.Sprintf("%s:%d: %v", meta.Host, meta.Port, err)
 	h.a.lastDialErr.Store(&s)
 }
+
+// OnBrokerDisconnect implements kgo.HookBrokerDisconnect.
+func (h dialHook) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h.a.openConns.Add(-1) }
