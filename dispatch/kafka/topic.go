@@ -28,6 +28,9 @@ func ParseTopic(tmpl string) (Topic, error) {
 	if tmpl == "" {
 		return Topic{}, errors.New("required: a topic name, or a template with {tool_name}")
 	}
+	if strings.ContainsAny(strings.ReplaceAll(tmpl, ToolNameVar, ""), "{}") {
+		return Topic{}, fmt.Errorf("%q: {tool_name} is the only variable of a topic", tmpl)
+	}
 	parts := strings.Split(tmpl, ToolNameVar)
 	if len(parts) == 1 {
 		if err := CheckTopicName(tmpl); err != nil {
@@ -37,9 +40,6 @@ func ParseTopic(tmpl string) (Topic, error) {
 	}
 	fixed := 0
 	for _, p := range parts {
-		if strings.ContainsAny(p, "{}") {
-			return Topic{}, fmt.Errorf("%q: {tool_name} is the only variable of a topic", tmpl)
-		}
 		if i := strings.IndexFunc(p, func(r rune) bool { return !topicRune(r) }); i >= 0 {
 			return Topic{}, fmt.Errorf("%q: %q is not allowed in a topic name (letters, digits, '.', '_' and '-' only)", tmpl, p[i:i+1])
 		}
