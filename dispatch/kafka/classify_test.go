@@ -210,3 +210,28 @@ func incompressible(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// TestLostAcknowledgement: a broker that writes the record but whose
+// answer is lost (REQUEST_TIMED_OUT after the append) makes the attempt
+// ambiguous. A new producer session (a restarted
+// drainer, another replica) writes a second copy with the same
+// Idempotency-Key header, which is why consumers deduplicate on it.
+func TestLostAcknowledgement(t *testing.T) {
+	c := newCluster(t)
+	a := newAdapter(t, c, Config{Timeout: time.Second})
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topicOrders, Err: kerr.RequestTimedOut, Count: -1})
+	m := newMessage("create_order", "order-7", `{"order_id":"7"}`)
+	r := dispatchOnce(t, a, m)
+	h.Remove()
+	// The client keeps sending it (the broker may have written it) until
+	// the attempt's deadline.
+	wantOutcome(t, "answer lost", r, dispatch.Ambiguous, "")
+	wantErrText(t, r, "may be written")
+
+	restarted := newAdapter(t, c, Config{})
+	wantOutcome(t, "sent again by a new producer session", dispatchOnce(t, restarted, attemptN(m, 2)), dispatch.Success, "")
+	copies := copiesByKey(readAll(t, c.ListenAddrs(), topicOrders))
+	if copies[m.Key] != 2 {
+		t.Errorf("%d records carry the key, want 2 (the lost acknowledgement's and the retry's)", copies[m.Key])
+	}
+}

@@ -161,3 +161,10 @@ func kfakeSeed(topics ...string) kfake.Opt { return kfake.SeedTopics(1, topics..
 
 // saslOpt authenticates a test client as s does.
 func saslOpt(s SASL) kgo.Opt { return kgo.SASL(mechanism(s)) }
+
+// attemptN returns a copy of m as its n-th attempt.
+func attemptN(m *dispatch.Message, n int) *dispatch.Message {
+	c := *m
+	c.Attempt = n
+	return &c
+}

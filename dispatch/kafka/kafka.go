@@ -3,6 +3,8 @@ package kafka
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +56,9 @@ type Adapter struct {
 	// lastDialErr is the latest failure to connect to a broker, for the
 	// message of an attempt that got no acknowledgement.
 	lastDialErr atomic.Pointer[string]
+	// tlsRefused is true when the latest connection failed to verify the
+	// broker's certificate (or the broker refused the client's).
+	tlsRefused atomic.Bool
 	// openConns counts the open broker connections and connects the
 	// connections ever opened: an attempt that began with none open and
 	// saw none opened cannot have written its record.
@@ -140,6 +145,9 @@ func (a *Adapter) Probe(ctx context.Context) error {
 	}
 	if r := classify(err, ""); r.Outcome == dispatch.Auth {
 		return fmt.Errorf("kafka: %w", r.Err)
+	}
+	if a.tlsRefused.Load() {
+		return fmt.Errorf("kafka: TLS refused: %w", a.describe(err))
 	}
 	return dispatch.MarkUnavailable(fmt.Errorf("kafka: no broker answered: %w", a.describe(err)))
 }
@@ -341,11 +349,33 @@ func (h dialHook) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ ne
 		h.a.openConns.Add(1)
 		h.a.connects.Add(1)
 		h.a.lastDialErr.Store(nil)
+		h.a.tlsRefused.Store(false)
 		return
 	}
+	h.a.tlsRefused.Store(tlsRefusal(err))
 	s := fmt.Sprintf("%s:%d: %v", meta.Host, meta.Port, err)
 	h.a.lastDialErr.Store(&s)
 }
 
 // OnBrokerDisconnect implements kgo.HookBrokerDisconnect.
 func (h dialHook) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h.a.openConns.Add(-1) }
+
+// tlsRefusal reports whether err is a failed TLS verification: a broker
+// certificate not signed by the configured CA, for another name, expired;
+// or the broker refusing the client's certificate.
+func tlsRefusal(err error) bool {
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.CertificateInvalidError](err); ok {
+		return true
+	}
+	_, ok := errors.AsType[tls.AlertError](err)
+	return ok
+}
