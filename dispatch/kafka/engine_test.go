@@ -205,3 +205,24 @@ func TestEngineBrokerRestart(t *testing.T) {
 	t.Logf("drained %d rows across a broker restart in %s (%.0f rows/s); rows retried: %d; extra copies: %d",
 		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), retried, extra)
 }
+
+// BenchmarkEngineDrain drains b.N rows (at least 10^4) through the engine
+// into an in-process broker and reports rows/s and the extra copies found.
+func BenchmarkEngineDrain(b *testing.B) {
+	n := max(b.N, 10_000)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "agent."+drainTool))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	pool := storetest.NewPool(b)
+	keys := enqueue(b, pool, n)
+	b.ResetTimer()
+	start := time.Now()
+	startDrain(b, pool, c.ListenAddrs(), 64)
+	waitDrained(b, pool, n, nil)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "rows/s")
+	b.ReportMetric(float64(checkCopies(b, c.ListenAddrs(), keys)), "extra-copies")
+}
