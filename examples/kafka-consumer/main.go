@@ -113,7 +113,9 @@ func Consume(ctx context.Context, c Config, d Deduper, apply Apply, log *slog.Lo
 			return err
 		}
 		var ferr error
-		fs.EachError(func(topic string, p int32, err error) { ferr = errors.Join(ferr, fmt.Errorf("fetch %s/%d: %w", topic, p, err)) })
+		fs.EachError(func(topic string, p int32, err error) {
+			ferr = errors.Join(ferr, fmt.Errorf("fetch %s/%d: %w", topic, p, err))
+		})
 		if ferr != nil {
 			return ferr
 		}
