@@ -35,6 +35,7 @@ adapters:
     brokers: [%q]
     topic: agent.{tool_name}
     timeout: 5s
+    breaker: {consecutive_failures: 5, open_for: 2s}
 routes:
   %s:
     adapter: events
@@ -150,9 +151,9 @@ func TestEngineDrain(t *testing.T) {
 	t.Logf("drained %d rows through kfake in %s: %.0f rows/s; extra copies: %d", n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), extra)
 }
 
-// TestEngineBrokerRestart stops the broker in the middle of a drain and
-// starts it again on the same port and data directory: every row is
-// written, and the copies a lost acknowledgement produced are counted by
+// TestEngineBrokerRestart stops the broker in the middle of a drain for
+// longer than an attempt's timeout and starts it again on the same port and
+// data directory: rows are retried, every row is written, and the copies a lost acknowledgement produced are counted by
 // their Idempotency-Key header (and logged: consumers drop them).
 func TestEngineBrokerRestart(t *testing.T) {
 	const n = 20_000
@@ -182,7 +183,9 @@ func TestEngineBrokerRestart(t *testing.T) {
 		restarted = true
 		c.Close()
 		t.Logf("broker stopped after %d rows succeeded", succeeded)
-		time.Sleep(time.Second) // the drain meets a dead broker for a while
+		// Down for longer than an attempt's timeout (5s): the attempts in
+		// flight end without an answer, and new ones find no broker.
+		time.Sleep(7 * time.Second)
 		var p int
 		fmt.Sscan(port, &p)
 		c2, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(p), kfake.DataDir(dir))

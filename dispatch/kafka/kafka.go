@@ -39,6 +39,12 @@ const produceRetries = 3
 // metadataMinAge is the least time between two metadata requests.
 const metadataMinAge = 250 * time.Millisecond
 
+// retryBackoff is the client's wait before its n-th retry of a request or
+// a connection: 100ms doubling, at most 1s.
+func retryBackoff(n int) time.Duration {
+	return min(100*time.Millisecond<<min(max(n-1, 0), 4), time.Second)
+}
+
 // notReadyRetry is the floor under the next try of a row held back while
 // the adapter has not reached a broker since startup.
 const notReadyRetry = time.Second
@@ -96,6 +102,9 @@ func New(cfg Config) (*Adapter, error) {
 		// next try: allow it sooner than the client's 5s default, so
 		// that a leader move costs well under an attempt's timeout.
 		kgo.MetadataMinAge(metadataMinAge),
+		// Reconnect and retry within a second of a broker's return (the
+		// client's default backoff grows to 5s).
+		kgo.RetryBackoffFn(retryBackoff),
 		kgo.DisableClientMetrics(),
 		kgo.WithLogger(logger{cfg.Logger}),
 		kgo.WithHooks(dialHook{a}),
