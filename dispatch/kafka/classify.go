@@ -100,6 +100,10 @@ func classify(err error, topic string) dispatch.Result {
 	case errors.Is(err, kgo.ErrClientClosed):
 		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: ReasonClosed, Err: fmt.Errorf("not sent: %w", err)}
 	}
+	if tlsRefusal(err) {
+		return dispatch.Result{Outcome: dispatch.Auth, NotSent: true, Reason: dispatch.ReasonAuth,
+			Err: fmt.Errorf("not sent%s, TLS refused: %w", where, err)}
+	}
 	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
 		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonConnect,
 			Err: fmt.Errorf("not sent%s, no broker reachable: %w", where, err)}

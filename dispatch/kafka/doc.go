@@ -24,8 +24,9 @@
 //
 // Outcomes, beyond Success and Replay:
 //
-//   - not authorized (topic or cluster), SASL authentication failed: Auth,
-//     not sent.
+//   - not authorized (topic or cluster), SASL authentication failed, TLS
+//     refused (a broker certificate the configured CA did not sign, or the
+//     client's certificate refused): Auth, not sent.
 //   - the topic does not exist: Retry, not sent (a configuration problem:
 //     rows wait for it to be fixed; the breaker and metrics show it).
 //   - record too large (above the broker's or the topic's limit, or the

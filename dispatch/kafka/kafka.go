@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -270,14 +271,18 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	case err := <-promised:
 		if err != nil {
 			r := classify(err, topic)
-			if r.Outcome == dispatch.Ambiguous || r.Reason == dispatch.ReasonConnect {
-				r.Err = a.describe(r.Err)
+			if _, answered := errors.AsType[*kerr.Error](err); !answered {
+				r.Err = a.describe(r.Err) // which broker could not be reached
 			}
 			return r
 		}
 		return dispatch.Result{Outcome: dispatch.Success, Reason: ReasonAcknowledged,
 			Response: ack{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}.JSON()}
 	case <-ctx.Done():
+		if a.tlsRefused.Load() && unconnected && a.connects.Load() == epoch {
+			return dispatch.Result{Outcome: dispatch.Auth, NotSent: true, Reason: dispatch.ReasonAuth,
+				Err: a.describe(fmt.Errorf("not sent to topic %s: TLS refused", topic))}
+		}
 		if unconnected && a.connects.Load() == epoch {
 			// No connection was open at any time during the attempt.
 			reason := dispatch.ReasonConnect

@@ -73,8 +73,8 @@ func newTestCA(t *testing.T, name string) testCA {
 
 // TestTLS: a broker behind TLS is written to with the configured CA (and a
 // client certificate when the broker asks for one); a broker whose
-// certificate the CA did not sign is refused, named in the error, nothing
-// sent, and Probe reports a refusal rather than an outage.
+// certificate the CA did not sign is refused (auth: the adapter's
+// configuration, not the row), named in the error, nothing sent, and Probe reports a refusal rather than an outage.
 func TestTLS(t *testing.T) {
 	ca := newTestCA(t, "good")
 	pool := x509.NewCertPool()
@@ -88,7 +88,7 @@ func TestTLS(t *testing.T) {
 	other := newTestCA(t, "other")
 	bad := newAdapter(t, c, Config{Timeout: time.Second, TLS: &TLS{CAFile: other.caFile, CertFile: ca.certFile, KeyFile: ca.keyFile}})
 	r := dispatchOnce(t, bad, newMessage("create_order", "s", `{}`))
-	wantOutcome(t, "unknown CA", r, dispatch.Retry, dispatch.ReasonConnect)
+	wantOutcome(t, "unknown CA", r, dispatch.Auth, dispatch.ReasonAuth)
 	wantErrText(t, r, "certificate", c.ListenAddrs()[0])
 	if !r.NotSent {
 		t.Error("a refused TLS handshake: NotSent false")
