@@ -22,9 +22,14 @@ adapters:
     tls: {ca_file: /etc/kafka/ca.pem, cert_file: /etc/kafka/client.pem, key_file: /etc/kafka/client.key, server_name: kafka.internal}
     sasl: {mechanism: SCRAM-SHA-512, username: drainer, password: "${env:KAFKA_PASSWORD}"}
     timeout: 5s
+  plain_tls: {type: kafka, brokers: ["k:9092"], topic: orders, tls: {}}
 routes:
   create_order: {adapter: events}
+  ship_order: {adapter: plain_tls}
 `, true)
+	if cfg.Adapters["plain_tls"].TLS == nil {
+		t.Error("tls: {} decoded as no TLS; it means TLS with the system roots")
+	}
 	a := cfg.Adapters["events"]
 	if !slices.Equal(a.Brokers, []string{"k1:9092,k2:9093", "k3:9092"}) || a.Topic != "agents.{tool_name}" {
 		t.Errorf("brokers %q, topic %q", a.Brokers, a.Topic)
