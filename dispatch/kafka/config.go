@@ -208,3 +208,9 @@ func redactKeyErr(err error) error {
 	}
 	return errors.New(strings.TrimPrefix(err.Error(), "tls: "))
 }
+
+// String shows the mechanism and the user, never the password.
+func (s SASL) String() string { return s.Mechanism + " as " + s.Username + " (password redacted)" }
+
+// GoString hides the password from %#v.
+func (s SASL) GoString() string { return s.String() }

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -189,6 +190,16 @@ func TestParseTopic(t *testing.T) {
 	for _, tool := range []string{".", ".."} {
 		if _, err := whole.Expand(tool); err == nil {
 			t.Errorf("topic %q accepted", tool)
+		}
+	}
+}
+
+// TestSASLRedacted: printing a SASL config never shows the password.
+func TestSASLRedacted(t *testing.T) {
+	s := &SASL{Mechanism: MechanismPlain, Username: "u", Password: "pw-9d1f"}
+	for _, text := range []string{fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s", *s, s, *s, s), fmt.Sprintf("%+v", Config{SASL: s})} {
+		if strings.Contains(text, "pw-9d1f") {
+			t.Errorf("printed: %s", text)
 		}
 	}
 }
