@@ -25,6 +25,7 @@ var adapterKinds = []adapterKind{
 	{TypeNATS, []string{"servers", "subject", "stream"}, (*validator).natsAdapter},
 	{TypePlugin, []string{"command", "args", "sha256"}, (*validator).pluginAdapter},
 	{TypeMCP, []string{"url", "headers"}, (*validator).mcpAdapter},
+	{TypeKafka, []string{"brokers", "topic", "tls", "sasl"}, (*validator).kafkaAdapter},
 }
 
 // AdapterTypes returns the valid adapter types, in documentation order.

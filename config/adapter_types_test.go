@@ -32,7 +32,7 @@ func TestAdapterKindsTable(t *testing.T) {
 	if !slices.Equal(common, want) {
 		t.Errorf("common adapter fields = %v, want %v (list type-specific fields in adapterKinds)", common, want)
 	}
-	if got := AdapterTypes(); !slices.Equal(got, []string{"http", "stripe", "postgres", "river", "nats", "plugin", "mcp"}) {
+	if got := AdapterTypes(); !slices.Equal(got, []string{"http", "stripe", "postgres", "river", "nats", "plugin", "mcp", "kafka"}) {
 		t.Errorf("AdapterTypes = %v", got)
 	}
 }

@@ -51,6 +51,7 @@ const (
 	TypeNATS     = "nats"
 	TypePlugin   = "plugin"
 	TypeMCP      = "mcp"
+	TypeKafka    = "kafka"
 )
 
 // Config is a loaded, expanded and validated configuration file.
@@ -178,6 +179,13 @@ type Adapter struct {
 	Servers []string `yaml:"servers"`
 	Subject string   `yaml:"subject"`
 	Stream  string   `yaml:"stream"`
+
+	// kafka: seed brokers, the topic (a name, or a template with
+	// {tool_name}), TLS and SASL (see KafkaTLS, KafkaSASL).
+	Brokers []string   `yaml:"brokers"`
+	Topic   string     `yaml:"topic"`
+	TLS     *KafkaTLS  `yaml:"tls"`
+	SASL    *KafkaSASL `yaml:"sasl"`
 
 	// plugin: the executable (absolute path), its arguments, and the
 	// lower-case hex SHA-256 the executable must have, when set.

@@ -239,11 +239,11 @@ routes:
 			yaml: `
 adapters:
   events:
-    type: kafka
+    type: rabbitmq
 routes:
   t: {adapter: events}
 `,
-			want: []string{`c.yaml:3:11: adapters.events.type: unknown adapter type "kafka"; valid types: http, stripe, postgres, river, nats, plugin, mcp`},
+			want: []string{`c.yaml:3:11: adapters.events.type: unknown adapter type "rabbitmq"; valid types: http, stripe, postgres, river, nats, plugin, mcp, kafka`},
 		},
 		{
 			name: "adapter without type, route without adapter",

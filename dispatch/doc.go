@@ -3,7 +3,7 @@
 // interface that sends it, and the classified Result it returns.
 //
 // Adapters live in their own subpackages (webhook, stripe, pgtable, riverjob,
-// natsjs, execplugin) and import this package, never the engine. The Registry
+// natsjs, execplugin, mcp, kafka) and import this package, never the engine. The Registry
 // maps configured adapter names to built adapters; dispatch/builtin is the one
 // place that turns configuration into adapters.
 package dispatch

@@ -28,7 +28,7 @@ type Hold struct {
 	Since time.Time
 }
 
-// readier is an adapter that connects in the background (mcp): not ready
+// readier is an adapter that connects in the background (mcp, kafka): not ready
 // until its provider answered once.
 type readier interface{ Ready() bool }
 

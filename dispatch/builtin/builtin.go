@@ -11,6 +11,7 @@ import (
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/kafka"
 	"github.com/drainer-io/drainer/dispatch/webhook"
 )
 
@@ -28,6 +29,7 @@ var DefaultKeyTTL = map[string]time.Duration{
 	"stripe":   24 * time.Hour,
 	"postgres": 0,
 	"mcp":      24 * time.Hour,
+	"kafka":    kafka.DefaultKeyTTL,
 }
 
 // Build builds every configured adapter. Errors are joined, each naming the
@@ -88,6 +90,8 @@ func build(ctx context.Context, cfg *config.Config, name string, a *config.Adapt
 		entry.Adapter, err = buildPlugin(ctx, name, a, opts)
 	case config.TypeMCP:
 		entry.Adapter, err = buildMCP(ctx, cfg, name, a, timeout, opts)
+	case config.TypeKafka:
+		entry.Adapter, err = buildKafka(ctx, name, a, timeout, opts)
 	default:
 		return nil, fmt.Errorf("unknown adapter type %q (valid: %s)", a.Type, strings.Join(config.AdapterTypes(), ", "))
 	}

@@ -14,4 +14,6 @@
 //	               key_ttl gets the type's default
 //	mcp.go         the mcp adapter: its routes checked against the server's
 //	               tools/list
+//	kafka.go       the kafka adapter: asks the brokers for metadata; brokers
+//	               not reachable yet are tried again in the background
 package builtin

@@ -1,0 +1,7 @@
+package kafka
+
+// Helpers of the internal tests, for the engine tests (package kafka_test).
+var (
+	ReadAllForTest     = readAll
+	CopiesByKeyForTest = copiesByKey
+)

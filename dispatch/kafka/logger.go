@@ -1,0 +1,31 @@
+package kafka
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// logger passes the client's warnings and errors to slog. The client never
+// logs record contents or the SASL password.
+type logger struct{ l *slog.Logger }
+
+var _ kgo.Logger = logger{}
+
+// Level implements kgo.Logger.
+func (logger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+// Log implements kgo.Logger.
+func (g logger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lv := slog.LevelInfo
+	switch level {
+	case kgo.LogLevelError:
+		lv = slog.LevelError
+	case kgo.LogLevelWarn:
+		lv = slog.LevelWarn
+	case kgo.LogLevelDebug:
+		lv = slog.LevelDebug
+	}
+	g.l.Log(context.Background(), lv, "kafka client: "+msg, keyvals...)
+}
