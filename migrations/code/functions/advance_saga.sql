@@ -112,11 +112,16 @@ BEGIN
         INSERT INTO {{.schema}}.keys (key, payload_hash)
         VALUES (v_key, {{.schema}}.payload_hash(v_payload))
         ON CONFLICT (key) DO NOTHING;
-        INSERT INTO {{.schema}}.outbox
-            (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, forward_key)
-        VALUES (v_key, p_run, f.step_id, v_comp, f.business_scope, 'compensation', v_payload,
-                {{.schema}}.payload_hash(v_payload), f.key)
-        ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING;
+        WITH i AS (
+            INSERT INTO {{.schema}}.intents AS i
+                (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, forward_key)
+            VALUES (v_key, p_run, f.step_id, v_comp, f.business_scope, 'compensation', v_payload,
+                    {{.schema}}.payload_hash(v_payload), f.key)
+            ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
+            RETURNING i.seq, i.tool_name, i.business_scope
+        )
+        INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind)
+        SELECT i.seq, i.tool_name, i.business_scope, 'compensation' FROM i;
         v_state := 'compensating';
         EXIT;
     END LOOP;
