@@ -33,10 +33,11 @@ BEGIN
 
     -- A row enqueued concurrently with the abort (neither saw the other)
     -- is cancelled here, as the abort would have done.
-    UPDATE {{.schema}}.outbox o
+    UPDATE {{.schema}}.queue o
        SET status = 'cancelled', cancel_cause = 'run_aborted', updated_at = now(),
            last_error = 'run aborted: ' || (SELECT r.abort_reason FROM {{.schema}}.runs r WHERE r.agent_run_id = p_run)
-     WHERE o.agent_run_id = p_run AND o.kind = 'forward' AND o.status = 'pending' AND o.attempts = 0;
+      FROM {{.schema}}.intents i
+     WHERE i.agent_run_id = p_run AND o.seq = i.seq AND o.kind = 'forward' AND o.status = 'pending' AND o.attempts = 0;
 
     LOOP
         -- Attempted forward rows finish first: their effect may exist.
@@ -99,8 +100,8 @@ BEGIN
             END IF;
             IF v_existing.status IN ('succeeded', 'cancelled') THEN
                 -- Undone (or resolved by a human) already: record it and go on.
-                UPDATE {{.schema}}.outbox SET status = 'compensated', updated_at = now()
-                 WHERE key = f.key AND status = 'succeeded';
+                UPDATE {{.schema}}.queue SET status = 'compensated', updated_at = now()
+                 WHERE seq = f.seq AND status = 'succeeded';
                 CONTINUE;
             END IF;
             v_state := 'compensating';

@@ -4,13 +4,33 @@
 -- them changed, the intent's columns, a delete removes both. The triggers
 -- on queue then audit the change as for any other writer. RETURNING sees
 -- what was stored (a floor the queue's trigger kept included).
+--
+-- A statement on the view reads its rows without locking them, so an update
+-- or delete is written only while the queue row is still exactly the one
+-- the statement read (compared under the row's lock): a row that another
+-- transaction changed meanwhile (a claim, a completion, a reclaim) is left
+-- as that transaction made it, and the statement does not count it, as a
+-- table's UPDATE skips a row that no longer matches its WHERE. A blind
+-- write would put back the state the statement read and undo the other
+-- transaction's change.
 CREATE OR REPLACE FUNCTION {{.schema}}.outbox_write()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        DELETE FROM {{.schema}}.queue q WHERE q.seq = OLD.seq;
+        DELETE FROM {{.schema}}.queue q
+         WHERE q.seq = OLD.seq
+           AND (q.status, q.attempts, q.next_attempt_at, q.not_before, q.first_attempt_at, q.lease_token,
+                q.lease_expires_at, q.leased_by, q.reclaimed_lease, q.last_error, q.last_problem, q.response,
+                q.response_status, q.note, q.cancel_cause, q.updated_at)
+               IS NOT DISTINCT FROM
+               (OLD.status, OLD.attempts, OLD.next_attempt_at, OLD.not_before, OLD.first_attempt_at, OLD.lease_token,
+                OLD.lease_expires_at, OLD.leased_by, OLD.reclaimed_lease, OLD.last_error, OLD.last_problem, OLD.response,
+                OLD.response_status, OLD.note, OLD.cancel_cause, OLD.updated_at);
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
         DELETE FROM {{.schema}}.intents i WHERE i.seq = OLD.seq;
         RETURN OLD;
     END IF;
@@ -44,6 +64,25 @@ BEGIN
              INTO NEW.status, NEW.attempts, NEW.next_attempt_at, NEW.updated_at;
         RETURN NEW;
     END IF;
+    UPDATE {{.schema}}.queue q
+       SET status = NEW.status, attempts = NEW.attempts, next_attempt_at = NEW.next_attempt_at,
+           not_before = NEW.not_before, first_attempt_at = NEW.first_attempt_at, lease_token = NEW.lease_token,
+           lease_expires_at = NEW.lease_expires_at, leased_by = NEW.leased_by,
+           reclaimed_lease = NEW.reclaimed_lease, last_error = NEW.last_error, last_problem = NEW.last_problem,
+           response = NEW.response, response_status = NEW.response_status, note = NEW.note,
+           cancel_cause = NEW.cancel_cause, updated_at = NEW.updated_at
+     WHERE q.seq = OLD.seq
+       AND (q.status, q.attempts, q.next_attempt_at, q.not_before, q.first_attempt_at, q.lease_token,
+            q.lease_expires_at, q.leased_by, q.reclaimed_lease, q.last_error, q.last_problem, q.response,
+            q.response_status, q.note, q.cancel_cause, q.updated_at)
+           IS NOT DISTINCT FROM
+           (OLD.status, OLD.attempts, OLD.next_attempt_at, OLD.not_before, OLD.first_attempt_at, OLD.lease_token,
+            OLD.lease_expires_at, OLD.leased_by, OLD.reclaimed_lease, OLD.last_error, OLD.last_problem, OLD.response,
+            OLD.response_status, OLD.note, OLD.cancel_cause, OLD.updated_at)
+    RETURNING q.next_attempt_at INTO NEW.next_attempt_at;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
     IF (NEW.key, NEW.agent_run_id, NEW.step_id, NEW.tool_name, NEW.business_scope, NEW.kind, NEW.payload,
         NEW.payload_hash, NEW.forward_key, NEW.traceparent, NEW.created_at, NEW.seq)
        IS DISTINCT FROM
@@ -60,15 +99,6 @@ BEGIN
                created_at = NEW.created_at
          WHERE i.seq = OLD.seq;
     END IF;
-    UPDATE {{.schema}}.queue q
-       SET status = NEW.status, attempts = NEW.attempts, next_attempt_at = NEW.next_attempt_at,
-           not_before = NEW.not_before, first_attempt_at = NEW.first_attempt_at, lease_token = NEW.lease_token,
-           lease_expires_at = NEW.lease_expires_at, leased_by = NEW.leased_by,
-           reclaimed_lease = NEW.reclaimed_lease, last_error = NEW.last_error, last_problem = NEW.last_problem,
-           response = NEW.response, response_status = NEW.response_status, note = NEW.note,
-           cancel_cause = NEW.cancel_cause, updated_at = NEW.updated_at
-     WHERE q.seq = OLD.seq
-    RETURNING q.next_attempt_at INTO NEW.next_attempt_at;
     RETURN NEW;
 END
 $function$;
