@@ -19,7 +19,7 @@ func BenchmarkDrain(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			pool := newPool(b)
 			if !audit {
-				if _, err := pool.Exec(context.Background(), "ALTER TABLE drainer.outbox DISABLE TRIGGER outbox_audit_update, DISABLE TRIGGER outbox_audit_insert"); err != nil {
+				if _, err := pool.Exec(context.Background(), "ALTER TABLE drainer.queue DISABLE TRIGGER queue_audit_update, DISABLE TRIGGER queue_audit_insert"); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -54,13 +54,16 @@ func BenchmarkSnapshot(b *testing.B) {
 	pool := newPool(b)
 	ctx := context.Background()
 	for _, q := range []string{
-		"ALTER TABLE drainer.outbox DISABLE TRIGGER USER",
-		`INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, payload, payload_hash, status)
-		 SELECT 'k' || g, 'run-' || (g % 1000), 's' || g, 't', '{}', '\x00',
-		        CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'succeeded' END
+		"ALTER TABLE drainer.queue DISABLE TRIGGER USER",
+		`INSERT INTO drainer.intents (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
+		 SELECT 'k' || g, 'run-' || (g % 1000), 's' || g, 't', '', 'forward', '{}', '\x00'
 		   FROM generate_series(1, 1000000) g`,
-		"ALTER TABLE drainer.outbox ENABLE TRIGGER USER",
-		"VACUUM ANALYZE drainer.outbox",
+		`INSERT INTO drainer.queue (seq, tool_name, business_scope, kind, status)
+		 SELECT seq, tool_name, business_scope, kind, CASE WHEN seq % 10 = 0 THEN 'pending' ELSE 'succeeded' END
+		   FROM drainer.intents`,
+		"ALTER TABLE drainer.queue ENABLE TRIGGER USER",
+		"VACUUM ANALYZE drainer.queue",
+		"VACUUM ANALYZE drainer.intents",
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
 			b.Fatal(err)

@@ -189,7 +189,7 @@ func TestSnapshotEstimatesAtScale(t *testing.T) {
 	        FROM generate_series(1, 4000) g`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "ANALYZE drainer.outbox"); err != nil {
+	if _, err := pool.Exec(ctx, "ANALYZE drainer.queue"); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := testStore.RefreshSnapshot(ctx, pool, time.Hour, []string{"t"}); err != nil || !ok {

@@ -146,7 +146,7 @@ func TestSagaStepFailureIsIsolated(t *testing.T) {
 	        END IF;
 	        RETURN NEW;
 	    END $$;
-	    CREATE TRIGGER test_poison BEFORE INSERT ON drainer.outbox FOR EACH ROW EXECUTE FUNCTION drainer.test_poison();`); err != nil {
+	    CREATE TRIGGER test_poison BEFORE INSERT ON drainer.intents FOR EACH ROW EXECUTE FUNCTION drainer.test_poison();`); err != nil {
 		t.Fatal(err)
 	}
 	m := compensations.NewMap(map[string]string{"charge_card": "refund_card"})

@@ -650,7 +650,8 @@ func secSnapshot(t *testing.T, pool *pgxpool.Pool, exclude []string) secFingerpr
 	    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'drainer'`)
 	q(&f.Functions, `SELECT string_agg(p.oid::regprocedure::text || ':' || md5(p.prosrc), ',' ORDER BY p.oid::regprocedure::text)
 	    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'drainer'`)
-	q(&f.Triggers, `SELECT string_agg(tgname, ',' ORDER BY tgname) FROM pg_trigger WHERE tgrelid = 'drainer.outbox'::regclass`)
+	q(&f.Triggers, `SELECT string_agg(tgname, ',' ORDER BY tgname) FROM pg_trigger
+	    WHERE tgrelid IN ('drainer.outbox'::regclass, 'drainer.queue'::regclass, 'drainer.intents'::regclass)`)
 	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(md5(string_agg(o::text, E'\n' ORDER BY o.seq)), '')
 	    FROM drainer.outbox o WHERE NOT (o.key = ANY($1))`, exclude).Scan(&f.OutboxRows, &f.Outbox); err != nil {
 		t.Fatal(err)
@@ -1296,9 +1297,11 @@ retention: {interval: 1s, cancelled: 1s}
 		`CREATE FUNCTION drainer.f() RETURNS int LANGUAGE sql AS 'SELECT 1'`,
 		`ALTER TABLE drainer.outbox ADD COLUMN x int`,
 		`DROP TABLE drainer.outbox`,
-		`DROP TRIGGER outbox_audit_update ON drainer.outbox`,
-		`ALTER TABLE drainer.outbox DISABLE TRIGGER outbox_audit_update`,
-		`TRUNCATE drainer.outbox`,
+		`DROP TRIGGER queue_audit_update ON drainer.queue`,
+		`ALTER TABLE drainer.queue DISABLE TRIGGER queue_audit_update`,
+		`DROP TRIGGER outbox_write ON drainer.outbox`,
+		`TRUNCATE drainer.queue`,
+		`TRUNCATE drainer.intents`,
 		`TRUNCATE drainer.audit`,
 		`UPDATE drainer.audit SET actor = 'x'`,
 		`INSERT INTO drainer.audit (key, at, event, actor, hash) VALUES ('`+someKey+`', now(), 'note', 'someone', '\x00')`,

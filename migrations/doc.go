@@ -18,7 +18,8 @@
 // says so); a change that needs new tables or data also adds a migration.
 // TestDefinitionsEqualTheFiles proves that the database holds exactly what
 // the files say, and TestUpgradeTo015KeepsEveryKey that an upgraded schema
-// holds what a fresh one does.
+// holds what a fresh one does; TestUpgradeTo017KeepsRowsInFlight that
+// release 16's daemons keep working through the move.
 //
 // # Files
 //
@@ -52,5 +53,7 @@
 //	                          keeps what a saga needs; a parked step holds its saga
 //	016_failures.sql          reclaimed_lease: the expired lease a reclaimed row keeps, so
 //	                          its replica's late completion can still be written
-//	017_console_scope.sql     outbox_scope_idx, outbox_tool_idx: the console's scope and tool filters
+//	017_narrow_queue.sql      the outbox becomes intents (written once) and queue (the
+//	                          narrow row the drain rewrites); drainer.outbox their view
+//	018_console_scope.sql     intents_scope_idx, intents_tool_idx: the console's scope and tool filters
 package migrations

@@ -131,6 +131,17 @@ func Check(ctx context.Context, q Querier, schema string) (version int, err erro
 		return version, fmt.Errorf("%w: schema %q (version %d) needs a daemon that knows schema version %d or later; this release knows %d: upgrade drainer",
 			ErrSchemaNotReady, schema, version, minVersion, latest)
 	}
+	// The numbered migrations and the code package commit apart: a schema
+	// whose tables are this release's but whose functions and triggers are
+	// not installed yet is not ready (a migrate is under way, or failed).
+	var revText string
+	if err := q.QueryRow(ctx, "SELECT coalesce(max(value), '0') FROM "+schema+".schema_meta WHERE name = 'code_revision'").Scan(&revText); err != nil {
+		return version, fmt.Errorf("read schema_meta: %w", err)
+	}
+	if rev, _ := strconv.Atoi(revText); rev < CodeRevision {
+		return version, fmt.Errorf("%w: schema %q holds functions of code revision %s, this release needs %d: run `drainer migrate`",
+			ErrSchemaNotReady, schema, revText, CodeRevision)
+	}
 	return version, nil
 }
 

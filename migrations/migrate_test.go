@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,6 +84,18 @@ func TestCheckUnmigratedAndTooNew(t *testing.T) {
 	_, err = migrations.Check(ctx, conn, "other_schema")
 	if err == nil || !strings.Contains(err.Error(), "upgrade drainer") || !strings.Contains(err.Error(), "999") {
 		t.Fatalf("schema needing a newer daemon: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE other_schema.schema_meta SET value = '1' WHERE name = 'min_daemon_schema_version'"); err != nil {
+		t.Fatal(err)
+	}
+	// Tables migrated, functions and triggers of an older revision (a
+	// migrate under way between its two transactions, or one that failed).
+	if _, err := conn.Exec(ctx, "UPDATE other_schema.schema_meta SET value = '0' WHERE name = 'code_revision'"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = migrations.Check(ctx, conn, "other_schema")
+	if err == nil || !errors.Is(err, migrations.ErrSchemaNotReady) || !strings.Contains(err.Error(), "code revision 0") {
+		t.Fatalf("schema whose functions are not installed: %v", err)
 	}
 	if err := migrations.ValidateSchema("Bad-Name"); err == nil {
 		t.Fatal("invalid schema name accepted")

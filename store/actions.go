@@ -2,23 +2,23 @@ package store
 
 import "context"
 
-// The operator actions' writes. Each is conditional on the status the
-// action read: a row the daemon changed meanwhile is not written, and the
-// caller learns which rows were.
+// The operator actions' writes, on the queue rows (the intents by key).
+// Each is conditional on the status the action read: a row the daemon
+// changed meanwhile is not written, and the caller learns which rows were.
 
 // requeueSQL makes rows pending and due now, each only while it still has
 // the status read. next_attempt_at = now() stops at the row's not_before
 // floor (a schema trigger), unless $3 clears the floor.
-const requeueSQL = `UPDATE {s}.outbox o
+const requeueSQL = `UPDATE {s}.queue o
        SET status = 'pending',
            cancel_cause = NULL,
            attempts = CASE WHEN o.status = 'failed' THEN 0 ELSE o.attempts END,
            not_before = CASE WHEN $3 THEN NULL ELSE o.not_before END,
            next_attempt_at = now(),
            updated_at = now()
-      FROM unnest($1::text[], $2::text[]) AS c(key, status)
-     WHERE o.key = c.key AND o.status = c.status
- RETURNING o.key`
+      FROM unnest($1::text[], $2::text[]) AS c(key, status), {s}.intents i
+     WHERE i.key = c.key AND o.seq = i.seq AND o.status = c.status
+ RETURNING i.key`
 
 // Requeue makes the rows of keys pending and due now (a failed row with a
 // fresh attempt budget), each only while its status is still from[i], and
@@ -31,17 +31,18 @@ func (s *Store) Requeue(ctx context.Context, db DB, keys, from []string, clearFl
 // Cancel cancels the pending forward rows among keys, noting lastError,
 // and returns the keys it changed.
 func (s *Store) Cancel(ctx context.Context, db DB, keys []string, lastError string) ([]string, error) {
-	return keysOf(db.Query(ctx, s.sql(`UPDATE {s}.outbox o
+	return keysOf(db.Query(ctx, s.sql(`UPDATE {s}.queue o
        SET status = 'cancelled', cancel_cause = 'operator', last_error = $2, updated_at = now()
-     WHERE o.key = ANY($1) AND o.status = 'pending' AND o.kind = 'forward'
- RETURNING o.key`), keys, lastError))
+      FROM {s}.intents i
+     WHERE i.key = ANY($1) AND o.seq = i.seq AND o.status = 'pending' AND o.kind = 'forward'
+ RETURNING i.key`), keys, lastError))
 }
 
 // Settle moves the row of key from status from to to, with lastError and a
 // note, and reports whether it did (false: the row is no longer from).
 func (s *Store) Settle(ctx context.Context, db DB, key, from, to string, lastError *string, note string) (bool, error) {
-	tag, err := db.Exec(ctx, s.sql(`UPDATE {s}.outbox SET status = $3, last_error = $4, note = $5, updated_at = now()
-	    WHERE key = $1 AND status = $2`), key, from, to, lastError, note)
+	tag, err := db.Exec(ctx, s.sql(`UPDATE {s}.queue o SET status = $3, last_error = $4, note = $5, updated_at = now()
+	      FROM {s}.intents i WHERE i.key = $1 AND o.seq = i.seq AND o.status = $2`), key, from, to, lastError, note)
 	if err != nil {
 		return false, err
 	}
@@ -54,8 +55,8 @@ func (s *Store) Settle(ctx context.Context, db DB, key, from, to string, lastErr
 func (s *Store) MarkCompensated(ctx context.Context, db DB, key string) (string, error) {
 	var status string
 	err := db.QueryRow(ctx, s.sql(`WITH u AS (
-	        UPDATE {s}.outbox SET status = 'compensated', updated_at = now()
-	         WHERE key = $1 AND status = 'succeeded' RETURNING status)
+	        UPDATE {s}.queue o SET status = 'compensated', updated_at = now()
+	          FROM {s}.intents i WHERE i.key = $1 AND o.seq = i.seq AND o.status = 'succeeded' RETURNING o.status)
 	    SELECT coalesce((SELECT status FROM u), (SELECT status FROM {s}.outbox WHERE key = $1), '')`), key).Scan(&status)
 	return status, err
 }

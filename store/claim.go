@@ -72,32 +72,39 @@ func (p Position) Later(q Position) bool {
 	return p.Due.After(q.Due) || (p.Due.Equal(q.Due) && p.Seq > q.Seq)
 }
 
-// claimSQL leases due rows in one short statement. The locking subquery is
-// MATERIALIZED so it runs once, whatever plan the UPDATE gets. The attempt
+// claimSQL leases due rows in one short statement: the lease is written on
+// the narrow queue row, and the intent (tuple, payload) is read beside it,
+// never rewritten. The locking subquery is MATERIALIZED so it runs once,
+// whatever plan the UPDATE gets. The attempt
 // is counted here, before dispatch, so a worker that dies mid-call has
 // consumed it; outcomes that consume none give it back.
 const claimSQL = `
 WITH due AS MATERIALIZED (
-    SELECT seq FROM {s}.outbox o
+    SELECT seq FROM {s}.queue o
      WHERE status = 'pending' AND next_attempt_at <= now()%s
      ORDER BY next_attempt_at, seq
      LIMIT $1
      FOR UPDATE SKIP LOCKED
+), leased AS (
+    UPDATE {s}.queue o
+       SET status = 'in_flight',
+           attempts = o.attempts + 1,
+           lease_token = gen_random_uuid(),
+           lease_expires_at = now() + $2 * interval '1 millisecond',
+           leased_by = $3,
+           first_attempt_at = coalesce(o.first_attempt_at, now()),
+           updated_at = now()
+      FROM due
+     WHERE o.seq = due.seq
+    RETURNING o.seq, o.attempts, o.lease_token, o.first_attempt_at, o.next_attempt_at
 )
-UPDATE {s}.outbox o
-   SET status = 'in_flight',
-       attempts = o.attempts + 1,
-       lease_token = gen_random_uuid(),
-       lease_expires_at = now() + $2 * interval '1 millisecond',
-       leased_by = $3,
-       first_attempt_at = coalesce(o.first_attempt_at, now()),
-       updated_at = now()
-  FROM due
- WHERE o.seq = due.seq
-RETURNING o.seq, o.key, o.agent_run_id, o.step_id, o.tool_name, o.business_scope, o.kind,
-          o.payload, o.attempts, o.lease_token, o.first_attempt_at, now(), o.traceparent, o.forward_key, o.next_attempt_at,
-          o.kind = 'forward' AND o.attempts = 1
-              AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = o.agent_run_id)`
+SELECT l.seq, i.key, i.agent_run_id, i.step_id, i.tool_name, i.business_scope, i.kind,
+       i.payload, l.attempts, l.lease_token, l.first_attempt_at, now(), i.traceparent, i.forward_key, l.next_attempt_at,
+       i.kind = 'forward' AND l.attempts = 1
+           AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id)
+  FROM leased l
+  JOIN {s}.intents i ON i.seq = l.seq
+ ORDER BY l.next_attempt_at, l.seq`
 
 // afterClause starts the scan of the due index past a position.
 const afterClause = `
@@ -107,7 +114,7 @@ const afterClause = `
 // earlier row of their scope that is still pending or in flight.
 const orderedClause = `
        AND (o.tool_name <> ALL($%d::text[]) OR NOT EXISTS (
-            SELECT 1 FROM {s}.outbox p
+            SELECT 1 FROM {s}.queue p
              WHERE p.tool_name = o.tool_name AND p.business_scope = o.business_scope
                AND p.seq < o.seq AND p.status IN ('pending', 'in_flight')))`
 
@@ -115,7 +122,7 @@ const orderedClause = `
 const excludedClause = `
        AND o.tool_name <> ALL($%d::text[])`
 
-// claimPlanSettings pin the claim to the ordered scan of outbox_due_idx,
+// claimPlanSettings pin the claim to the ordered scan of queue_due_idx,
 // whatever the statistics say. Planned from stale statistics (a backlog that
 // grew faster than autovacuum analyzes, or a statement prepared while the
 // table was empty) the claim would otherwise bitmap-scan and sort every due

@@ -29,11 +29,11 @@ func statRead(t *testing.T, conn *pgxpool.Conn, query string) int64 {
 }
 
 // tuplesRead returns how many outbox tuples this connection's session has
-// read (sequential scans) and fetched (index scans).
+// read (sequential scans) and fetched (index scans): the queue's, which the claim scans.
 func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 	t.Helper()
-	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.outbox'::regclass)
-	        + pg_stat_get_tuples_fetched('drainer.outbox'::regclass)`)
+	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.queue'::regclass)
+	        + pg_stat_get_tuples_fetched('drainer.queue'::regclass)`)
 }
 
 // TestClaimStaysCheapAfterEmptyTablePlan guards the plan pitfall: a claim
@@ -74,7 +74,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 // connection's session has read.
 func indexEntriesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 	t.Helper()
-	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.outbox_due_idx'::regclass)`)
+	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.queue_due_idx'::regclass)`)
 }
 
 // TestClaimFromPositionSkipsTheDeadPrefix: while a transaction holds back

@@ -76,7 +76,7 @@ type Completed struct {
 // provider's own, or records the success. Every completion clears
 // reclaimed_lease, so a row claimed again is never written by the old lease.
 const completeSQL = `
-UPDATE {s}.outbox o
+UPDATE {s}.queue o
    SET status = u.status,
        attempts = o.attempts - u.give_back,
        first_attempt_at = CASE WHEN o.attempts - u.give_back = 0 THEN NULL ELSE o.first_attempt_at END,
@@ -97,16 +97,17 @@ UPDATE {s}.outbox o
        leased_by = NULL,
        updated_at = now()
   FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::int[])
-       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor, attempts)
- WHERE o.seq = u.seq
+       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor, attempts),
+       {s}.intents i
+ WHERE o.seq = u.seq AND i.seq = o.seq
    AND (o.lease_token = u.token
         OR (o.reclaimed_lease = u.token AND o.attempts = u.attempts
             AND o.status IN ('pending', 'outcome_unknown')))
 RETURNING o.seq,
        CASE WHEN u.status <> 'pending'
              AND (o.kind = 'compensation' OR u.status = 'failed'
-                  OR EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = o.agent_run_id))
-            THEN o.agent_run_id END`
+                  OR EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id))
+            THEN i.agent_run_id END`
 
 // Response status of a completion: the answer to the request sent, or,
 // with no request, the row's last answer.

@@ -11,19 +11,19 @@ import (
 // rows already due later are left alone. Each batch is a short transaction.
 const deferSQL = `
 WITH batch AS (
-    SELECT seq FROM {s}.outbox
+    SELECT seq FROM {s}.queue
      WHERE status = 'pending' AND tool_name = $1
        AND next_attempt_at < now() + $2 * interval '1 millisecond' * 0.5
      LIMIT $3
      FOR UPDATE SKIP LOCKED
 )
-UPDATE {s}.outbox o
+UPDATE {s}.queue o
    SET next_attempt_at = now() + $2 * interval '1 millisecond' * (0.75 + random() / 2)
   FROM batch WHERE o.seq = batch.seq`
 
 // wakeSQL makes the deferred rows of some tools due now; the not_before
 // floor of each row still holds (schema trigger).
-const wakeSQL = `UPDATE {s}.outbox SET next_attempt_at = now()
+const wakeSQL = `UPDATE {s}.queue SET next_attempt_at = now()
       WHERE status = 'pending' AND tool_name = ANY($1) AND next_attempt_at > now()`
 
 // DeferBatch bounds one deferral statement.

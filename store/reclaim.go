@@ -25,7 +25,7 @@ import (
 // provider's own.
 const reclaimSQL = `
 WITH expired AS MATERIALIZED (
-    SELECT seq, tool_name FROM {s}.outbox
+    SELECT seq, tool_name FROM {s}.queue
      WHERE status = 'in_flight' AND lease_expires_at < now()
      ORDER BY lease_expires_at
      LIMIT $2
@@ -35,7 +35,7 @@ WITH expired AS MATERIALIZED (
       FROM expired e
       LEFT JOIN unnest($3::text[], $4::bigint[]) AS x(tool, ms) ON x.tool = e.tool_name
 )
-UPDATE {s}.outbox o
+UPDATE {s}.queue o
    SET status = CASE WHEN o.tool_name = ANY($1::text[]) THEN 'outcome_unknown' ELSE 'pending' END,
        last_error = format('lease of %s expired during attempt %s: the worker was lost mid-call; the attempt counts%s%s',
                            o.leased_by, o.attempts,
@@ -97,7 +97,7 @@ func (s *Store) Reclaim(ctx context.Context, db DB, p ReclaimPolicy) (int, error
 // in_flight under that lease token.
 const stillLeasedSQL = `
 SELECT count(*)
-  FROM {s}.outbox o
+  FROM {s}.queue o
   JOIN unnest($1::bigint[], $2::uuid[]) AS u(seq, token) ON o.seq = u.seq AND o.lease_token = u.token
  WHERE o.status = 'in_flight'`
 

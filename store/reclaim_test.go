@@ -15,8 +15,8 @@ import (
 // read from the outbox table (sequential scans) and from all its indexes.
 func outboxEntriesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 	t.Helper()
-	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.outbox'::regclass)
-	        + (SELECT sum(pg_stat_get_tuples_returned(indexrelid)) FROM pg_index WHERE indrelid = 'drainer.outbox'::regclass)`)
+	return statRead(t, conn, `SELECT pg_stat_get_tuples_returned('drainer.queue'::regclass)
+	        + (SELECT sum(pg_stat_get_tuples_returned(indexrelid)) FROM pg_index WHERE indrelid = 'drainer.queue'::regclass)`)
 }
 
 // TestReclaimSkipsSettledLeases: while a transaction holds back vacuum,
@@ -29,7 +29,7 @@ func TestReclaimSkipsSettledLeases(t *testing.T) {
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()
 	storetest.Enqueue(t, pool, "run", "t", 20000)
-	if _, err := pool.Exec(ctx, "ANALYZE drainer.outbox"); err != nil {
+	if _, err := pool.Exec(ctx, "ANALYZE drainer.queue"); err != nil {
 		t.Fatal(err)
 	}
 	holder, err := pool.Begin(ctx)

@@ -88,9 +88,11 @@ func (s *Store) DeleteRun(ctx context.Context, db DB, run string) error {
 // RestoreRun makes the rows that the abort of run cancelled pending and due
 // again, and returns their keys.
 func (s *Store) RestoreRun(ctx context.Context, db DB, run string) ([]string, error) {
-	return keysOf(db.Query(ctx, s.sql(`UPDATE {s}.outbox o
+	return keysOf(db.Query(ctx, s.sql(`UPDATE {s}.queue q
 	       SET status = 'pending', cancel_cause = NULL, last_error = NULL, next_attempt_at = now(), updated_at = now()
-	     WHERE `+restoredWhere+` RETURNING o.key`), run))
+	      FROM {s}.outbox o
+	     WHERE q.seq = o.seq AND `+restoredWhere+` AND q.status = 'cancelled' AND q.attempts = 0
+	       AND q.cancel_cause = 'run_aborted' RETURNING o.key`), run))
 }
 
 // keysOf collects a statement's column of keys; never a nil slice.

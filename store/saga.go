@@ -87,12 +87,16 @@ WITH failed AS (
     SELECT p.alert_key, {s}.payload_hash(p.payload) FROM payloads p
     ON CONFLICT (key) DO NOTHING
     RETURNING key
+), intended AS (
+    INSERT INTO {s}.intents AS i (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
+    SELECT p.alert_key, $1, p.key, {s}.alert_tool(), p.agent_run_id, 'forward', p.payload, {s}.payload_hash(p.payload)
+      FROM payloads p JOIN registered r ON r.key = p.alert_key
+    ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
+    RETURNING i.seq, i.key, i.tool_name, i.business_scope
 )
-INSERT INTO {s}.outbox (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
-SELECT p.alert_key, $1, p.key, {s}.alert_tool(), p.agent_run_id, 'forward', p.payload, {s}.payload_hash(p.payload)
-  FROM payloads p JOIN registered r ON r.key = p.alert_key
-ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
-RETURNING key`
+INSERT INTO {s}.queue AS q (seq, tool_name, business_scope, kind)
+SELECT n.seq, n.tool_name, n.business_scope, 'forward' FROM intended n
+RETURNING (SELECT n.key FROM intended n WHERE n.seq = q.seq)`
 
 // QueueAlerts queues the alert of each compensation_failed row of runs (nil:
 // of every run) that has none yet, and returns how many it queued.

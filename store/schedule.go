@@ -12,7 +12,7 @@ func (s *Store) Reschedule(ctx context.Context, db DB, keys []string, in []time.
 	for i, d := range in {
 		ms[i] = d.Milliseconds()
 	}
-	_, err := db.Exec(ctx, s.sql(`UPDATE {s}.outbox o SET next_attempt_at = now() + d.ms * interval '1 millisecond'
-	      FROM unnest($1::text[], $2::bigint[]) AS d(key, ms) WHERE o.key = d.key`), keys, ms)
+	_, err := db.Exec(ctx, s.sql(`UPDATE {s}.queue o SET next_attempt_at = now() + d.ms * interval '1 millisecond'
+	      FROM unnest($1::text[], $2::bigint[]) AS d(key, ms), {s}.intents i WHERE i.key = d.key AND o.seq = i.seq`), keys, ms)
 	return err
 }

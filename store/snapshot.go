@@ -57,9 +57,9 @@ INSERT INTO {s}.backlog_snapshot AS b
        (id, taken_at, rows_by_status, oldest_pending_age_seconds, oldest_in_flight_age_seconds, cost_seconds, stats)
 SELECT true, now(), $1::jsonb,
        (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8
-          FROM {s}.outbox WHERE status = 'pending' AND next_attempt_at <= now()),
+          FROM {s}.queue WHERE status = 'pending' AND next_attempt_at <= now()),
        (SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8
-          FROM {s}.outbox WHERE status = 'in_flight'),
+          FROM {s}.queue WHERE status = 'in_flight'),
        extract(epoch FROM clock_timestamp() - now()), $2::jsonb
 ON CONFLICT (id) DO UPDATE SET
        taken_at = excluded.taken_at,
@@ -115,7 +115,7 @@ func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string)
 	counts := map[string]int64{}
 	var st SnapshotStats
 	var reltuples float64
-	table := s.schema + ".outbox"
+	table := s.schema + ".queue"
 	if err := tx.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", table).Scan(&reltuples); err != nil {
 		return nil, st, err
 	}
@@ -125,7 +125,7 @@ func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string)
 	if !estimate {
 		exact = append(exact, terminal...)
 	}
-	rows, err := tx.Query(ctx, s.sql("SELECT status, count(*) FROM {s}.outbox WHERE status = ANY($1) GROUP BY status"), exact)
+	rows, err := tx.Query(ctx, s.sql("SELECT status, count(*) FROM {s}.queue WHERE status = ANY($1) GROUP BY status"), exact)
 	if err != nil {
 		return nil, st, err
 	}
@@ -138,7 +138,7 @@ func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string)
 		var vals []string
 		var freqs []float64
 		err := tx.QueryRow(ctx, `SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats
-		                          WHERE schemaname = $1 AND tablename = 'outbox' AND attname = 'status'`, s.schema).Scan(&vals, &freqs)
+		                          WHERE schemaname = $1 AND tablename = 'queue' AND attname = 'status'`, s.schema).Scan(&vals, &freqs)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, st, err
 		}
@@ -164,9 +164,10 @@ func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string)
 	if err != nil {
 		return nil, st, err
 	}
-	rows, err = tx.Query(ctx, s.sql(`SELECT tool_name, count(*), extract(epoch FROM now() - min(created_at))::float8
-	      FROM {s}.outbox WHERE status = 'pending' AND NOT (tool_name = ANY($1))
-	     GROUP BY tool_name ORDER BY count(*) DESC LIMIT $2`), routed, maxUnroutedTools)
+	rows, err = tx.Query(ctx, s.sql(`SELECT q.tool_name, count(*), extract(epoch FROM now() - min(i.created_at))::float8
+	      FROM {s}.queue q JOIN {s}.intents i ON i.seq = q.seq
+	     WHERE q.status = 'pending' AND NOT (q.tool_name = ANY($1))
+	     GROUP BY q.tool_name ORDER BY count(*) DESC LIMIT $2`), routed, maxUnroutedTools)
 	if err != nil {
 		return nil, st, err
 	}

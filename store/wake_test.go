@@ -99,13 +99,17 @@ func TestWakeGate(t *testing.T) {
 	if notified(300 * time.Millisecond) {
 		t.Fatalf("a row due at infinity notified (%q)", last.Payload)
 	}
-	// A statement of several rows names its first pending row in claim
-	// order: not the first inserted (due later), nor a cancelled one.
-	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox
-		(key, agent_run_id, step_id, tool_name, payload, payload_hash, next_attempt_at, status) VALUES
-		('k-late', 'run-d', 'late', 't', '{}', '\x00', now() + interval '1 hour', 'pending'),
-		('k-early', 'run-d', 'early', 't', '{}', '\x00', now() - interval '1 hour', 'pending'),
-		('k-gone', 'run-d', 'gone', 't', '{}', '\x00', now() - interval '2 hours', 'cancelled')`); err != nil {
+	// A statement that queues several rows (as enqueue_batch does) names
+	// its first pending row in claim order: not the first inserted (due
+	// later), nor a cancelled one.
+	if _, err := pool.Exec(ctx, `WITH v(key, step, due, status) AS (VALUES
+		    ('k-late', 'late', now() + interval '1 hour', 'pending'),
+		    ('k-early', 'early', now() - interval '1 hour', 'pending'),
+		    ('k-gone', 'gone', now() - interval '2 hours', 'cancelled')),
+		i AS (INSERT INTO drainer.intents (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
+		      SELECT key, 'run-d', step, 't', '', 'forward', '{}', '\x00' FROM v RETURNING seq, key)
+		INSERT INTO drainer.queue (seq, tool_name, business_scope, kind, next_attempt_at, status)
+		SELECT i.seq, 't', '', 'forward', v.due, v.status FROM i JOIN v ON v.key = i.key ORDER BY i.seq`); err != nil {
 		t.Fatal(err)
 	}
 	if !notified(10 * time.Second) {

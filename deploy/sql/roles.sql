@@ -27,12 +27,14 @@ GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role", :"producer_role";
 -- requeue, cancel, resolve, abort, pause, resume, audit verify). It changes
 -- rows, never the schema.
 GRANT SELECT ON TABLE :"schema".schema_version, :"schema".schema_meta, :"schema".sagas TO :"runtime_role";
--- keys is the key space (every key from its enqueue until its tombstone
--- expires); tombstones is its view of the pruned keys.
-GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".outbox, :"schema".runs, :"schema".keys, :"schema".tombstones
+-- outbox is the view of intents (written once) joined to queue (the rows
+-- the drain rewrites); keys is the key space (every key from its enqueue
+-- until its tombstone expires); tombstones is its view of the pruned keys.
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".outbox, :"schema".intents, :"schema".queue,
+    :"schema".runs, :"schema".keys, :"schema".tombstones
     TO :"runtime_role";
 GRANT SELECT, INSERT, DELETE ON TABLE :"schema".pauses TO :"runtime_role";
--- Audit entries are written by the outbox's audit trigger and by
+-- Audit entries are written by the queue's audit triggers and by
 -- audit_append, with the owner's rights: the role reads them (audit verify,
 -- inspect) and prunes them (retention), and never inserts one itself.
 GRANT SELECT, DELETE ON TABLE :"schema".audit TO :"runtime_role";

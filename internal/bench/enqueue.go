@@ -21,10 +21,18 @@ const enqueueConnections = 8
 // enqueueBatchSizes are the EnqueueBatchTx sizes tried; the best counts.
 var enqueueBatchSizes = []int{100, 1000}
 
-// insertShapeSQL creates the plain insert's table: the outbox's shape
-// (columns, defaults, constraints, indexes) without its triggers.
+// insertShapeSQL creates the plain insert's table: an outbox in one table
+// with no trigger, the columns an enqueue writes (the intent's, with their
+// defaults, constraints and indexes, and a status, attempts and due time)
+// and the due index a claim would need.
 const insertShapeSQL = `
-CREATE TABLE %[1]s.insert_shape (LIKE %[1]s.outbox INCLUDING ALL);
+CREATE TABLE %[1]s.insert_shape (LIKE %[1]s.intents INCLUDING ALL);
+ALTER TABLE %[1]s.insert_shape
+    ADD COLUMN status text NOT NULL DEFAULT 'pending',
+    ADD COLUMN attempts integer NOT NULL DEFAULT 0,
+    ADD COLUMN next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now();
+CREATE INDEX insert_shape_due_idx ON %[1]s.insert_shape (next_attempt_at, seq) WHERE status = 'pending';
 `
 
 // insertSingleSQL is the plain insert enqueue_single_rows_per_s is compared with.
@@ -116,7 +124,7 @@ func (r *runner) produceRows(ctx context.Context, what string, n, batch int, not
 	if err := r.reset(ctx); err != nil {
 		return 0, err
 	}
-	if err := r.settle(ctx, r.schema+".outbox"); err != nil {
+	if err := r.settle(ctx, r.schema+".queue", r.schema+".intents"); err != nil {
 		return 0, err
 	}
 	pc, err := pgxpool.ParseConfig(r.url)

@@ -21,13 +21,14 @@ const fillChunk = 50_000
 // rowsPerRun groups the bench rows into agent runs of this many steps.
 const rowsPerRun = 100
 
-// fillColumns are the outbox columns a fill writes; the rest take their
-// defaults (status pending, attempts 0, due now).
+// fillColumns are the intent columns a fill writes; each intent's queue row
+// takes its defaults (status pending, attempts 0, due now).
 var fillColumns = []string{"key", "agent_run_id", "step_id", "tool_name", "business_scope", "kind", "payload", "payload_hash"}
 
-// fill empties the outbox and COPYs n pending rows into it, each with the
-// key and payload hash drainer.enqueue would have given it, then settles
-// the table. The insert triggers (audit) fire as for any insert.
+// fill empties the outbox and COPYs n intents into it, each with the key
+// and payload hash drainer.enqueue would have given it, queues each one
+// pending, then settles the tables. The queue's insert triggers (audit)
+// fire as for any insert.
 func (r *runner) fill(ctx context.Context, n int) error {
 	if err := r.reset(ctx); err != nil {
 		return err
@@ -37,8 +38,14 @@ func (r *runner) fill(ctx context.Context, n int) error {
 	begin := time.Now()
 	for from := 0; from < n; from += fillChunk {
 		src := &rowSource{prefix: prefix, next: from, end: min(from+fillChunk, n)}
-		if _, err := r.admin.CopyFrom(ctx, pgx.Identifier{r.schema, "outbox"}, fillColumns, src); err != nil {
-			return fmt.Errorf("fill outbox: %w", err)
+		if _, err := r.admin.CopyFrom(ctx, pgx.Identifier{r.schema, "intents"}, fillColumns, src); err != nil {
+			return fmt.Errorf("fill intents: %w", err)
+		}
+		_, err := r.admin.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s.queue (seq, tool_name, business_scope, kind)
+		    SELECT i.seq, i.tool_name, i.business_scope, i.kind FROM %[1]s.intents i
+		     WHERE i.seq > (SELECT coalesce(max(q.seq), 0) FROM %[1]s.queue q) ORDER BY i.seq`, r.schema))
+		if err != nil {
+			return fmt.Errorf("fill queue: %w", err)
 		}
 		if n > fillChunk {
 			r.logf("  filled %d of %d rows", min(from+fillChunk, n), n)
@@ -47,7 +54,7 @@ func (r *runner) fill(ctx context.Context, n int) error {
 	if n >= 10*fillChunk {
 		r.logf("  fill took %s", time.Since(begin).Round(100*time.Millisecond))
 	}
-	return r.settle(ctx, r.schema+".outbox", r.schema+".audit")
+	return r.settle(ctx, r.schema+".queue", r.schema+".intents", r.schema+".audit")
 }
 
 // rowSource generates rows [next, end) for CopyFrom one at a time, so a

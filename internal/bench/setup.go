@@ -61,8 +61,8 @@ func (r *runner) setup(ctx context.Context, url string) error {
 	}
 	// The audit triggers are on as shipped; say so from the catalog, not by assumption.
 	err = admin.QueryRow(ctx, `SELECT count(*) = 2 AND bool_and(tgenabled <> 'D')
-	    FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname IN ('outbox_audit_insert', 'outbox_audit_update')`,
-		r.schema+".outbox").Scan(&r.audit)
+	    FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname IN ('queue_audit_insert', 'queue_audit_update')`,
+		r.schema+".queue").Scan(&r.audit)
 	if err != nil {
 		return fmt.Errorf("read audit triggers: %w", err)
 	}
@@ -206,7 +206,7 @@ func (r *runner) setAudit(ctx context.Context, on bool) error {
 	if on {
 		verb = "ENABLE"
 	}
-	_, err := r.admin.Exec(ctx, fmt.Sprintf("ALTER TABLE %[1]s.outbox %[2]s TRIGGER outbox_audit_insert, %[2]s TRIGGER outbox_audit_update", r.schema, verb))
+	_, err := r.admin.Exec(ctx, fmt.Sprintf("ALTER TABLE %[1]s.queue %[2]s TRIGGER queue_audit_insert, %[2]s TRIGGER queue_audit_update", r.schema, verb))
 	if err != nil {
 		return fmt.Errorf("%s audit triggers: %w", strings.ToLower(verb), err)
 	}
@@ -269,7 +269,7 @@ func (r *runner) since(ctx context.Context, m serverMark, rows int) (serverCost,
 // phase starts from the same state.
 func (r *runner) reset(ctx context.Context) error {
 	s := r.schema
-	_, err := r.admin.Exec(ctx, fmt.Sprintf("TRUNCATE %[1]s.outbox, %[1]s.audit, %[1]s.audit_anchors, %[1]s.keys, %[1]s.runs", s))
+	_, err := r.admin.Exec(ctx, fmt.Sprintf("TRUNCATE %[1]s.queue, %[1]s.intents, %[1]s.audit, %[1]s.audit_anchors, %[1]s.keys, %[1]s.runs", s))
 	if err != nil {
 		return fmt.Errorf("reset %s: %w", s, err)
 	}

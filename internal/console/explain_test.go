@@ -71,14 +71,14 @@ func TestListQueriesUseIndexes(t *testing.T) {
 	// which is much faster than maintaining them row by row.
 	var indexDefs []string
 	rows, err := conn.Query(ctx, `SELECT indexdef FROM pg_indexes i
-	    WHERE schemaname = 'drainer' AND tablename = 'outbox'
+	    WHERE schemaname = 'drainer' AND tablename IN ('intents', 'queue')
 	      AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	indexDefs, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil || len(indexDefs) == 0 {
-		t.Fatalf("outbox indexes: %v %v", indexDefs, err)
+		t.Fatalf("intents and queue indexes: %v %v", indexDefs, err)
 	}
 	fill := []string{`SET maintenance_work_mem = '256MB'`}
 	for _, def := range indexDefs {
@@ -89,31 +89,33 @@ func TestListQueriesUseIndexes(t *testing.T) {
 	// database): 97% succeeded, 2% pending, the rest spread over the other
 	// statuses.
 	for _, sql := range append(fill,
-		`ALTER TABLE drainer.outbox DISABLE TRIGGER USER`,
-		`INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, business_scope, payload, payload_hash,
-		        status, attempts, lease_token, lease_expires_at, created_at, updated_at)
-		 SELECT 'idem_v1_big' || i, 'run-' || (i / 5), 's' || (i % 5), 'tool_' || (i % 20), 'scope-' || (i % 50000),
+		`ALTER TABLE drainer.queue DISABLE TRIGGER USER`,
+		`INSERT INTO drainer.intents (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, created_at)
+		 SELECT 'idem_v1_big' || i, 'run-' || (i / 5), 's' || (i % 5), 'tool_' || (i % 20), 'scope-' || (i % 50000), 'forward',
 		        jsonb_build_object('customer', 'c' || (i % 1000), 'amount', i), '\x00'::bytea,
-		        st, CASE WHEN st = 'pending' THEN 0 ELSE 1 END,
+		        now() - ($1::bigint - i) * interval '10 milliseconds'
+		   FROM generate_series(1, $1::bigint) AS i`,
+		`INSERT INTO drainer.queue (seq, tool_name, business_scope, kind, status, attempts, lease_token, lease_expires_at, updated_at)
+		 SELECT seq, tool_name, business_scope, kind, st, CASE WHEN st = 'pending' THEN 0 ELSE 1 END,
 		        CASE WHEN st = 'in_flight' THEN gen_random_uuid() END,
 		        CASE WHEN st = 'in_flight' THEN now() + interval '30 seconds' END,
-		        now() - (bigN - i) * interval '10 milliseconds', now() - (bigN - i) * interval '10 milliseconds'
-		   FROM (SELECT i, $1::bigint AS bigN, CASE
-		                WHEN i % 1000 < 970 THEN 'succeeded'
-		                WHEN i % 1000 < 990 THEN 'pending'
-		                WHEN i % 1000 = 990 THEN 'in_flight'
-		                WHEN i % 1000 < 994 THEN 'failed'
-		                WHEN i % 1000 < 996 THEN 'outcome_unknown'
-		                WHEN i % 1000 < 998 THEN 'cancelled'
+		        created_at
+		   FROM (SELECT i.*, CASE
+		                WHEN i.seq % 1000 < 970 THEN 'succeeded'
+		                WHEN i.seq % 1000 < 990 THEN 'pending'
+		                WHEN i.seq % 1000 = 990 THEN 'in_flight'
+		                WHEN i.seq % 1000 < 994 THEN 'failed'
+		                WHEN i.seq % 1000 < 996 THEN 'outcome_unknown'
+		                WHEN i.seq % 1000 < 998 THEN 'cancelled'
 		                ELSE 'compensated' END AS st
-		           FROM generate_series(1, $1::bigint) AS i) g`,
-		`ALTER TABLE drainer.outbox ENABLE TRIGGER USER`) {
+		           FROM drainer.intents i) g`,
+		`ALTER TABLE drainer.queue ENABLE TRIGGER USER`) {
 		if _, err := conn.Exec(ctx, sql, bigArgs(sql)...); err != nil {
 			t.Fatalf("fill: %v", err)
 		}
 	}
 	inserted := time.Since(start)
-	for _, sql := range append(indexDefs, `ANALYZE drainer.outbox`) {
+	for _, sql := range append(indexDefs, `ANALYZE drainer.intents`, `ANALYZE drainer.queue`) {
 		if _, err := conn.Exec(ctx, sql, bigArgs(sql)...); err != nil {
 			t.Fatalf("index: %v", err)
 		}
@@ -201,7 +203,8 @@ func bigArgs(sql string) []any {
 }
 
 // checkPlan explains one statement and fails on a sequential scan of the
-// outbox, or on a statement that reads the outbox through no index.
+// tables behind the outbox view (intents, queue), or on a statement that
+// reads them through no index.
 func checkPlan(t *testing.T, pool *pgxpool.Pool, q string, st recorded) {
 	t.Helper()
 	var raw []byte
@@ -219,10 +222,10 @@ func checkPlan(t *testing.T, pool *pgxpool.Pool, q string, st recorded) {
 	walk = func(n map[string]any) {
 		typ, _ := n["Node Type"].(string)
 		rel, _ := n["Relation Name"].(string)
-		if rel == "outbox" && typ == "Seq Scan" {
+		if (rel == "intents" || rel == "queue") && typ == "Seq Scan" {
 			seq = append(seq, typ)
 		}
-		if name, _ := n["Index Name"].(string); strings.HasPrefix(name, "outbox_") {
+		if name, _ := n["Index Name"].(string); strings.HasPrefix(name, "intents_") || strings.HasPrefix(name, "queue_") {
 			idx = append(idx, typ+" on "+name)
 		}
 		if kids, ok := n["Plans"].([]any); ok {

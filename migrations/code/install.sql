@@ -30,6 +30,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/notify_outbox.sql" . }}
 {{ template "functions/on_compensation_succeeded.sql" . }}
 {{ template "functions/on_forward_failed.sql" . }}
+{{ template "functions/outbox_write.sql" . }}
 {{ template "functions/payload_hash.sql" . }}
 {{ template "functions/payload_text.sql" . }}
 {{ template "functions/prune_audit.sql" . }}
@@ -40,12 +41,14 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/sweep_sagas.sql" . }}
 {{ template "functions/traceparent_error.sql" . }}
 
+{{ template "views/outbox.sql" . }}
 {{ template "views/sagas.sql" . }}
 {{ template "views/tombstones.sql" . }}
 
-{{ template "triggers/outbox_audit_insert.sql" . }}
-{{ template "triggers/outbox_audit_update.sql" . }}
-{{ template "triggers/outbox_compensation_succeeded.sql" . }}
-{{ template "triggers/outbox_forward_failed.sql" . }}
-{{ template "triggers/outbox_keep_not_before.sql" . }}
-{{ template "triggers/outbox_notify.sql" . }}
+{{ template "triggers/outbox_write.sql" . }}
+{{ template "triggers/queue_audit_insert.sql" . }}
+{{ template "triggers/queue_audit_update.sql" . }}
+{{ template "triggers/queue_compensation_succeeded.sql" . }}
+{{ template "triggers/queue_forward_failed.sql" . }}
+{{ template "triggers/queue_keep_not_before.sql" . }}
+{{ template "triggers/queue_notify.sql" . }}

@@ -23,12 +23,14 @@ BEGIN
         PERFORM {{.schema}}.audit_append('run:' || p_run, 'agent:abort', p_reason);
     END IF;
 
-    UPDATE {{.schema}}.outbox o
+    UPDATE {{.schema}}.queue o
        SET status = 'cancelled',
            cancel_cause = 'run_aborted',
            last_error = 'run aborted: ' || p_reason,
            updated_at = now()
-     WHERE o.agent_run_id = p_run
+      FROM {{.schema}}.intents i
+     WHERE i.agent_run_id = p_run
+       AND o.seq = i.seq
        AND o.kind = 'forward'
        AND o.status = 'pending'
        AND o.attempts = 0;

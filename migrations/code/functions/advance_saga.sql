@@ -33,10 +33,11 @@ BEGIN
 
     -- A row enqueued concurrently with the abort (neither saw the other)
     -- is cancelled here, as the abort would have done.
-    UPDATE {{.schema}}.outbox o
+    UPDATE {{.schema}}.queue o
        SET status = 'cancelled', cancel_cause = 'run_aborted', updated_at = now(),
            last_error = 'run aborted: ' || (SELECT r.abort_reason FROM {{.schema}}.runs r WHERE r.agent_run_id = p_run)
-     WHERE o.agent_run_id = p_run AND o.kind = 'forward' AND o.status = 'pending' AND o.attempts = 0;
+      FROM {{.schema}}.intents i
+     WHERE i.agent_run_id = p_run AND o.seq = i.seq AND o.kind = 'forward' AND o.status = 'pending' AND o.attempts = 0;
 
     LOOP
         -- Attempted forward rows finish first: their effect may exist.
@@ -99,8 +100,8 @@ BEGIN
             END IF;
             IF v_existing.status IN ('succeeded', 'cancelled') THEN
                 -- Undone (or resolved by a human) already: record it and go on.
-                UPDATE {{.schema}}.outbox SET status = 'compensated', updated_at = now()
-                 WHERE key = f.key AND status = 'succeeded';
+                UPDATE {{.schema}}.queue SET status = 'compensated', updated_at = now()
+                 WHERE seq = f.seq AND status = 'succeeded';
                 CONTINUE;
             END IF;
             v_state := 'compensating';
@@ -112,11 +113,16 @@ BEGIN
         INSERT INTO {{.schema}}.keys (key, payload_hash)
         VALUES (v_key, {{.schema}}.payload_hash(v_payload))
         ON CONFLICT (key) DO NOTHING;
-        INSERT INTO {{.schema}}.outbox
-            (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, forward_key)
-        VALUES (v_key, p_run, f.step_id, v_comp, f.business_scope, 'compensation', v_payload,
-                {{.schema}}.payload_hash(v_payload), f.key)
-        ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING;
+        WITH i AS (
+            INSERT INTO {{.schema}}.intents AS i
+                (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, forward_key)
+            VALUES (v_key, p_run, f.step_id, v_comp, f.business_scope, 'compensation', v_payload,
+                    {{.schema}}.payload_hash(v_payload), f.key)
+            ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
+            RETURNING i.seq, i.tool_name, i.business_scope
+        )
+        INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind)
+        SELECT i.seq, i.tool_name, i.business_scope, 'compensation' FROM i;
         v_state := 'compensating';
         EXIT;
     END LOOP;

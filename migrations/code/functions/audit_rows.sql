@@ -1,7 +1,8 @@
 -- audit_rows appends one entry per row to the row's hash chain for every
--- insert, and for every update that changes a row's status or attempts, in
--- the statement that made the change (statement triggers with transition
--- tables). A claim (pending -> in_flight) writes none: the entry that ends
+-- insert into queue, and for every update of queue that changes a row's
+-- status or attempts, in the statement that made the change (statement
+-- triggers with transition tables; the row's key and payload hash are its
+-- intent's, which never change). A claim (pending -> in_flight) writes none: the entry that ends
 -- the attempt records it. The chain's head is looked up inline; JIT is off
 -- (a transition table has no statistics, and compiling cost more than the
 -- statement).
@@ -26,26 +27,28 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO {{.schema}}.audit (key, at, event, from_status, to_status, attempts, response_status,
                                        actor, reason, detail_sha256, prev_hash, hash)
-        SELECT n.key, t.at, e.event, NULL, n.status, n.attempts, n.response_status, v_actor, v_reason,
-               n.payload_hash, p.hash,
-               {{.schema}}.audit_hash(p.hash, n.key, t.at, e.event, NULL, n.status, n.attempts,
-                                      n.response_status, v_actor, v_reason, n.payload_hash)
+        SELECT i.key, t.at, e.event, NULL, n.status, n.attempts, n.response_status, v_actor, v_reason,
+               i.payload_hash, p.hash,
+               {{.schema}}.audit_hash(p.hash, i.key, t.at, e.event, NULL, n.status, n.attempts,
+                                      n.response_status, v_actor, v_reason, i.payload_hash)
           FROM new_rows n
+          JOIN {{.schema}}.intents i ON i.seq = n.seq
          CROSS JOIN LATERAL (SELECT clock_timestamp() AS at) t
          CROSS JOIN LATERAL (SELECT {{.schema}}.audit_event(NULL, n.status) AS event) e
          CROSS JOIN LATERAL (SELECT coalesce(
-                (SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = n.key ORDER BY a.id DESC LIMIT 1),
-                (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = n.key)) AS hash) p
+                (SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1),
+                (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = i.key)) AS hash) p
          ORDER BY n.seq;
     ELSE
         INSERT INTO {{.schema}}.audit (key, at, event, from_status, to_status, attempts, response_status,
                                        actor, reason, detail_sha256, prev_hash, hash)
-        SELECT n.key, t.at, e.event, o.status, n.status, n.attempts, r.status, v_actor, r.reason,
+        SELECT i.key, t.at, e.event, o.status, n.status, n.attempts, r.status, v_actor, r.reason,
                d.detail, p.hash,
-               {{.schema}}.audit_hash(p.hash, n.key, t.at, e.event, o.status, n.status, n.attempts,
+               {{.schema}}.audit_hash(p.hash, i.key, t.at, e.event, o.status, n.status, n.attempts,
                                       r.status, v_actor, r.reason, d.detail)
           FROM new_rows n
           JOIN old_rows o ON o.seq = n.seq
+          JOIN {{.schema}}.intents i ON i.seq = n.seq
          CROSS JOIN LATERAL (SELECT clock_timestamp() AS at) t
          CROSS JOIN LATERAL (SELECT {{.schema}}.audit_event(o.status, n.status) AS event) e
          -- an answer only from the completion of a request sent; the
@@ -55,8 +58,8 @@ BEGIN
          CROSS JOIN LATERAL (SELECT CASE WHEN n.last_error IS DISTINCT FROM o.last_error AND n.last_error IS NOT NULL
                                          THEN sha256(convert_to(n.last_error, 'UTF8')) END AS detail) d
          CROSS JOIN LATERAL (SELECT coalesce(
-                (SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = n.key ORDER BY a.id DESC LIMIT 1),
-                (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = n.key)) AS hash) p
+                (SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1),
+                (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = i.key)) AS hash) p
          WHERE (o.status IS DISTINCT FROM n.status OR o.attempts IS DISTINCT FROM n.attempts)
            -- the claim: its attempt is recorded by the entry that ends it
            AND NOT (o.status = 'pending' AND n.status = 'in_flight')

@@ -59,23 +59,27 @@ BEGIN
     ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
     IF FOUND THEN
         v_aborted := EXISTS (SELECT 1 FROM {{.schema}}.runs r WHERE r.agent_run_id = enqueue.agent_run_id);
-        INSERT INTO {{.schema}}.outbox AS o
-            (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash,
-             status, cancel_cause, last_error, traceparent)
-        VALUES (v_key, agent_run_id, step_id, tool_name, business_scope, 'forward', payload, v_hash,
-                CASE WHEN v_aborted THEN 'cancelled' ELSE 'pending' END,
-                CASE WHEN v_aborted THEN 'run_aborted' END,
-                CASE WHEN v_aborted THEN 'run aborted before this intent was enqueued' END,
-                v_tp)
-        ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
-        RETURNING o.seq INTO v_seq;
+        WITH i AS (
+            INSERT INTO {{.schema}}.intents AS i
+                (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, traceparent)
+            VALUES (v_key, agent_run_id, step_id, tool_name, business_scope, 'forward', payload, v_hash, v_tp)
+            ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
+            RETURNING i.seq, i.tool_name, i.business_scope
+        )
+        INSERT INTO {{.schema}}.queue AS q (seq, tool_name, business_scope, kind, status, cancel_cause, last_error)
+        SELECT i.seq, i.tool_name, i.business_scope, 'forward',
+               CASE WHEN v_aborted THEN 'cancelled' ELSE 'pending' END,
+               CASE WHEN v_aborted THEN 'run_aborted' END,
+               CASE WHEN v_aborted THEN 'run aborted before this intent was enqueued' END
+          FROM i
+        RETURNING q.seq INTO v_seq;
         IF v_seq IS NOT NULL THEN
             RETURN QUERY SELECT v_key, true;
             RETURN;
         END IF;
-        -- An outbox row the key space did not know (written by hand):
-        -- its hash is the stored one.
-        SELECT o.payload_hash INTO v_old FROM {{.schema}}.outbox o WHERE o.key = v_key;
+        -- An intent the key space did not know (written by hand): its
+        -- hash is the stored one.
+        SELECT i.payload_hash INTO v_old FROM {{.schema}}.intents i WHERE i.key = v_key;
     ELSE
         SELECT k.payload_hash INTO v_old FROM {{.schema}}.keys k WHERE k.key = v_key;
     END IF;

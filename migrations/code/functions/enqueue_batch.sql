@@ -1,6 +1,6 @@
 -- enqueue_batch records many intents with one INSERT per table: the same
 -- answers, errors and counters as calling enqueue once per intent in order,
--- but the outbox's statement triggers (audit, notification) fire once per
+-- but the queue's statement triggers (audit, notification) fire once per
 -- batch and the checks run as set operations instead of a call per row.
 --
 -- Answers: one row per intent, in the intents' order (ord from 1). An
@@ -111,24 +111,27 @@ BEGIN
 
     IF cardinality(v_new) > 0 THEN
         WITH ins AS (
-            INSERT INTO {{.schema}}.outbox AS o
-                (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash,
-                 status, cancel_cause, last_error, traceparent)
-            SELECT f.k, f.a, f.s, f.t, f.b, 'forward', f.p, f.h,
-                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'cancelled' ELSE 'pending' END,
-                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'run_aborted' END,
-                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'run aborted before this intent was enqueued' END,
-                   nullif(f.tp, '')
+            INSERT INTO {{.schema}}.intents AS o
+                (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, traceparent)
+            SELECT f.k, f.a, f.s, f.t, f.b, 'forward', f.p, f.h, nullif(f.tp, '')
               FROM (SELECT DISTINCT ON (u.k) u.*
                       FROM unnest(v_keys, v_hashes, agent_run_ids, step_ids, tool_names, business_scopes, payloads,
                                   coalesce(traceparents, array_fill(NULL::text, ARRAY[n])))
                            WITH ORDINALITY AS u(k, h, a, s, t, b, p, tp, i)
                      WHERE u.k = ANY(v_new)
                      ORDER BY u.k, u.i) f
-              LEFT JOIN {{.schema}}.runs r ON r.agent_run_id = f.a
              ORDER BY f.i
-            ON CONFLICT ON CONSTRAINT outbox_key_unique DO NOTHING
-            RETURNING o.key
+            ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
+            RETURNING o.seq, o.key, o.agent_run_id, o.tool_name, o.business_scope
+        ), queued AS (
+            INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, cancel_cause, last_error)
+            SELECT ins.seq, ins.tool_name, ins.business_scope, 'forward',
+                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'cancelled' ELSE 'pending' END,
+                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'run_aborted' END,
+                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'run aborted before this intent was enqueued' END
+              FROM ins
+              LEFT JOIN {{.schema}}.runs r ON r.agent_run_id = ins.agent_run_id
+             ORDER BY ins.seq
         )
         SELECT coalesce(array_agg(ins.key), '{}') INTO v_made FROM ins;
     ELSE
@@ -139,12 +142,12 @@ BEGIN
         -- Some intents repeat a tuple (of this batch, or enqueued before):
         -- the first one whose payload differs from the tuple's recorded
         -- payload is refused, as single enqueues in order would refuse it,
-        -- after counting the repeats before it. A new key whose outbox row
+        -- after counting the repeats before it. A new key whose intent
         -- existed already (written by hand) compares with that row.
         SELECT d.i, d.k INTO v_bad, v_key
           FROM unnest(v_keys, v_hashes, v_legacy) WITH ORDINALITY AS d(k, h, l, i)
           LEFT JOIN {{.schema}}.keys x ON x.key = d.k
-          LEFT JOIN {{.schema}}.outbox o ON o.key = d.k AND d.k = ANY(v_new) AND d.k <> ALL(v_made)
+          LEFT JOIN {{.schema}}.intents o ON o.key = d.k AND d.k = ANY(v_new) AND d.k <> ALL(v_made)
          WHERE coalesce(o.payload_hash, x.payload_hash) IS DISTINCT FROM d.h
            AND coalesce(o.payload_hash, x.payload_hash) IS DISTINCT FROM d.l
          ORDER BY d.i

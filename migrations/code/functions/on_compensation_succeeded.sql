@@ -5,9 +5,11 @@ CREATE OR REPLACE FUNCTION {{.schema}}.on_compensation_succeeded()
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    UPDATE {{.schema}}.outbox f
+    UPDATE {{.schema}}.queue f
        SET status = 'compensated', updated_at = now()
-     WHERE f.key = NEW.forward_key AND f.status = 'succeeded';
+      FROM {{.schema}}.intents c
+      JOIN {{.schema}}.intents fi ON fi.key = c.forward_key
+     WHERE c.seq = NEW.seq AND f.seq = fi.seq AND f.status = 'succeeded';
     PERFORM pg_notify('{{.schema}}.outbox', '');
     RETURN NULL;
 END

@@ -6,9 +6,12 @@ CREATE OR REPLACE FUNCTION {{.schema}}.on_forward_failed()
  SECURITY DEFINER
  SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_run  text;
+    v_step text;
 BEGIN
-    PERFORM {{.schema}}.abort_run_internal(NEW.agent_run_id,
-        format('step %s (%s) failed', NEW.step_id, NEW.tool_name), 'drainer');
+    SELECT i.agent_run_id, i.step_id INTO v_run, v_step FROM {{.schema}}.intents i WHERE i.seq = NEW.seq;
+    PERFORM {{.schema}}.abort_run_internal(v_run, format('step %s (%s) failed', v_step, NEW.tool_name), 'drainer');
     RETURN NULL;
 END
 $function$;

@@ -19,8 +19,9 @@ BEGIN
             MESSAGE = format('drainer.prune_rows: %s rows are never pruned automatically', p_status);
     END IF;
     WITH victims AS (
-        SELECT o.seq FROM {{.schema}}.outbox o
-          LEFT JOIN {{.schema}}.runs r ON r.agent_run_id = o.agent_run_id
+        SELECT o.seq FROM {{.schema}}.queue o
+          JOIN {{.schema}}.intents i ON i.seq = o.seq
+          LEFT JOIN {{.schema}}.runs r ON r.agent_run_id = i.agent_run_id
           LEFT JOIN unnest(p_comp_tools, p_windows_ms) AS w(tool, ms)
                  ON p_status = 'succeeded' AND o.kind = 'forward' AND w.tool = o.tool_name
          WHERE o.status = p_status AND o.updated_at < p_before
@@ -30,10 +31,14 @@ BEGIN
          ORDER BY o.updated_at
          LIMIT p_limit
          FOR UPDATE OF o SKIP LOCKED
+    ), dequeued AS (
+        DELETE FROM {{.schema}}.queue q USING victims v
+         WHERE q.seq = v.seq AND q.status = p_status
+        RETURNING q.seq, q.status
     ), moved AS (
-        DELETE FROM {{.schema}}.outbox o USING victims v
-         WHERE o.seq = v.seq AND o.status = p_status
-        RETURNING o.key, o.payload_hash, o.status, o.agent_run_id
+        DELETE FROM {{.schema}}.intents i USING dequeued d
+         WHERE i.seq = d.seq
+        RETURNING i.key, i.payload_hash, d.status, i.agent_run_id
     ), stamped AS (
         UPDATE {{.schema}}.runs r SET rows_pruned_at = now()
          WHERE r.agent_run_id IN (SELECT m.agent_run_id FROM moved m)
