@@ -78,8 +78,10 @@ routes:
 	bulk := consoleEnqueue(t, pool, "run-console-3", "refund_payment", 3) // no route: stays as set
 	unknown := consoleEnqueue(t, pool, "run-console-4", "ship_order", 1)[0]
 	victim := consoleEnqueue(t, pool, "run-console-5", "close_account", 1)[0]
-	mustExec(t, pool, `UPDATE drainer.outbox SET status = 'failed', attempts = 20, first_attempt_at = now(),
-	    last_error = '422 Unprocessable Entity: card declined' WHERE key = ANY($1)`, bulk)
+	// One statement on the queue, so that the three rows of the run fail
+	// together before the first failure's trigger aborts the run.
+	mustExec(t, pool, `UPDATE drainer.queue q SET status = 'failed', attempts = 20, first_attempt_at = now(),
+	    last_error = '422 Unprocessable Entity: card declined' FROM drainer.intents i WHERE q.seq = i.seq AND i.key = ANY($1)`, bulk)
 	mustExec(t, pool, `UPDATE drainer.outbox SET status = 'outcome_unknown', attempts = 1, first_attempt_at = now(),
 	    last_error = 'connection reset after the request was sent' WHERE key = $1`, unknown)
 
