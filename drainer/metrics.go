@@ -150,15 +150,15 @@ func (m *Metrics) registerBacklog(f promauto.Factory) {
 	})
 	m.LiveTuples = f.NewGauge(prometheus.GaugeOpts{
 		Name: "drainer_outbox_live_tuples",
-		Help: "Live tuples of the outbox table (pg_stat_user_tables).",
+		Help: "Live tuples of the queue table behind the outbox view, the one the drain rewrites (pg_stat_user_tables).",
 	})
 	m.DeadTuples = f.NewGauge(prometheus.GaugeOpts{
 		Name: "drainer_outbox_dead_tuples",
-		Help: "Dead tuples of the outbox table awaiting vacuum (pg_stat_user_tables).",
+		Help: "Dead tuples of the queue table behind the outbox view awaiting vacuum (pg_stat_user_tables).",
 	})
 	m.LastVacuumAge = f.NewGauge(prometheus.GaugeOpts{
 		Name: "drainer_outbox_last_autovacuum_age_seconds",
-		Help: "Seconds since the outbox was last vacuumed; -1 if never.",
+		Help: "Seconds since the queue table behind the outbox view was last vacuumed; -1 if never.",
 	})
 	m.XminHorizonAge = f.NewGauge(prometheus.GaugeOpts{
 		Name: "drainer_db_xmin_horizon_age_seconds",
