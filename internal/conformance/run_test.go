@@ -1,0 +1,340 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// run probes h (served on loopback) in mode m and returns the report.
+func run(t *testing.T, h http.Handler, m Mode, concurrency int) Report {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	rep, err := Run(context.Background(), Options{URL: srv.URL + "/v1/orders", Mode: m, Concurrency: concurrency, Payload: []byte(`{"sku":"A-1","qty":2}`)})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Checks) != len(Checks) {
+		t.Fatalf("report has %d checks, want %d: %+v", len(rep.Checks), len(Checks), rep.Checks)
+	}
+	for i, c := range Checks {
+		if rep.Checks[i].Name != c {
+			t.Fatalf("check %d is %s, want %s", i, rep.Checks[i].Name, c)
+		}
+	}
+	return rep
+}
+
+func textOf(rep Report) string {
+	var b bytes.Buffer
+	_ = rep.WriteText(&b)
+	return b.String()
+}
+
+// TestCorrectEndpointPasses: an endpoint that honours the contract passes
+// every check in its mode, and its handler ran once per key. A burst's
+// first write is held until another request was answered in flight, so the
+// in-flight answer is always observed.
+func TestCorrectEndpointPasses(t *testing.T) {
+	t.Parallel()
+	for _, m := range []Mode{ModeSeed, ModeIETF} {
+		t.Run(string(m), func(t *testing.T) {
+			t.Parallel()
+			e := newEndpoint(m, flawNone, 0)
+			rep := run(t, e, m, 10)
+			if !rep.Passed || len(rep.Failed()) != 0 {
+				t.Fatalf("a correct %s endpoint failed:\n%s", m, textOf(rep))
+			}
+			for _, line := range strings.Split(strings.TrimSpace(textOf(rep)), "\n") {
+				if !strings.HasPrefix(line, "PASS ") {
+					t.Errorf("line %q does not start with PASS", line)
+				}
+			}
+			if r, _ := rep.Result(CheckInFlight); strings.Contains(r.Seen, "not observed") {
+				t.Errorf("a held first write showed no in-flight answer: %s", r.Seen)
+			}
+			if n := e.maxEffects(); n != 1 {
+				t.Errorf("some key had %d effects, want 1", n)
+			}
+		})
+	}
+}
+
+// TestFastCorrectEndpointPasses: a correct endpoint whose handler returns at
+// once passes too, whether or not a request overlapped the first write.
+func TestFastCorrectEndpointPasses(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(ModeSeed, flawNone, 0)
+	e.holdBursts = false
+	rep := run(t, e, ModeSeed, 4)
+	if !rep.Passed {
+		t.Fatalf("a fast correct endpoint failed:\n%s", textOf(rep))
+	}
+}
+
+// TestBrokenEndpointsFail: each deliberately broken endpoint fails, naming
+// the check its flaw breaks, and passes the checks it does not touch.
+// Checks in maybe depend on how a burst interleaves with the first write
+// (a late request meets the flaw or not) and are not asserted.
+func TestBrokenEndpointsFail(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		flaw  flaw
+		mode  Mode
+		fails []Check // these fail, every other check not in maybe passes
+		maybe []Check
+	}{
+		{flawNoMarker, ModeSeed, []Check{CheckReplay, CheckOneEffect}, []Check{CheckInFlight}},
+		{flawNoMarker, ModeIETF, []Check{CheckReplay, CheckOneEffect}, []Check{CheckInFlight}},
+		{flawChangedBody, ModeSeed, []Check{CheckReplay, CheckOneEffect}, nil},
+		{flawNoPayloadCheck, ModeSeed, []Check{CheckPayloadMismatch}, nil},
+		{flawCachesNothing, ModeSeed, []Check{CheckReplay, CheckPayloadMismatch, CheckInFlight, CheckOneEffect}, nil},
+		{flawRunsTwice, ModeSeed, []Check{CheckInFlight, CheckOneEffect}, nil},
+		{flawRunsTwice, ModeIETF, []Check{CheckInFlight, CheckOneEffect}, nil},
+		{flawMismatchNoHeader, ModeSeed, []Check{CheckPayloadMismatch}, nil},
+		{flawInFlightNoRetry, ModeSeed, []Check{CheckInFlight}, nil},
+		{flawInFlightNoRetry, ModeIETF, []Check{CheckInFlight}, nil},
+		{flawNoTupleCheck, ModeSeed, []Check{CheckTupleMismatch}, nil},
+		{flawKeyOptional, ModeSeed, []Check{CheckMissingKey}, nil},
+		{flawReplayKeepsStatus, ModeSeed, []Check{CheckReplay}, nil},
+		{flawOnlyIdempotentReplayed, ModeSeed, []Check{CheckReplay}, nil},
+	}
+	for _, c := range cases {
+		t.Run(string(c.mode)+"/"+c.flaw.String(), func(t *testing.T) {
+			t.Parallel()
+			rep := run(t, newEndpoint(c.mode, c.flaw, 20*time.Millisecond), c.mode, 8)
+			if rep.Passed {
+				t.Fatalf("a broken endpoint (%s) passed:\n%s", c.flaw, textOf(rep))
+			}
+			for _, r := range rep.Checks {
+				switch {
+				case slices.Contains(c.maybe, r.Name):
+				case slices.Contains(c.fails, r.Name) && r.Passed:
+					t.Errorf("%s passed against an endpoint with %s:\n%s", r.Name, c.flaw, textOf(rep))
+				case !slices.Contains(c.fails, r.Name) && !r.Passed:
+					t.Errorf("%s failed against an endpoint whose only flaw is %s:\n%s", r.Name, c.flaw, textOf(rep))
+				}
+			}
+			for _, name := range c.fails {
+				if !strings.Contains(textOf(rep), "\nFAIL "+string(name)+": ") {
+					t.Errorf("no line FAIL %s:\n%s", name, textOf(rep))
+				}
+			}
+		})
+	}
+}
+
+// TestModesDiffer: a seed endpoint probed as ietf fails where the modes
+// differ (the replay status, the mismatch status), and the reverse.
+func TestModesDiffer(t *testing.T) {
+	t.Parallel()
+	rep := run(t, newEndpoint(ModeSeed, flawNone, 0), ModeIETF, 4)
+	if got, want := rep.Failed(), []Check{CheckReplay, CheckPayloadMismatch}; !slices.Equal(got, want) {
+		t.Fatalf("seed endpoint as ietf: failed %v, want %v:\n%s", got, want, textOf(rep))
+	}
+	rep = run(t, newEndpoint(ModeIETF, flawNone, 0), ModeSeed, 4)
+	if got, want := rep.Failed(), []Check{CheckReplay, CheckPayloadMismatch}; !slices.Equal(got, want) {
+		t.Fatalf("ietf endpoint as seed: failed %v, want %v:\n%s", got, want, textOf(rep))
+	}
+}
+
+// TestDownEndpointFailsEveryCheck: nothing listening is a FAIL of every
+// check, each naming the missing answer, not an error.
+func TestDownEndpointFailsEveryCheck(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	rep, err := Run(context.Background(), Options{URL: "http://" + addr + "/x", Concurrency: 2, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := rep.Failed(); !slices.Equal(got, Checks) {
+		t.Fatalf("failed %v, want all:\n%s", got, textOf(rep))
+	}
+	if r, _ := rep.Result(CheckFirstWrite); !strings.Contains(r.Seen, "no answer") {
+		t.Errorf("first-write says %q, want it to name the missing answer", r.Seen)
+	}
+}
+
+// TestBurstUsesOneConnectionPerRequest: a burst of N opens N connections
+// (the requests really come from many connections at once).
+func TestBurstUsesOneConnectionPerRequest(t *testing.T) {
+	t.Parallel()
+	e := newEndpoint(ModeSeed, flawNone, 0)
+	srv := httptest.NewUnstartedServer(e)
+	var conns atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	o, u, err := Options{URL: srv.URL, Concurrency: 12}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProber(o, u)
+	defer p.close()
+	b := p.burst(context.Background(), ModeSeed, 12, o.Payload)
+	if len(b.answers) != 12 {
+		t.Fatalf("%d answers, want 12", len(b.answers))
+	}
+	if n := conns.Load(); n < 12 {
+		t.Fatalf("the burst of 12 opened %d connections", n)
+	}
+	if tl := count(ModeSeed, b); tl.first != 1 || tl.inFlight == 0 {
+		t.Fatalf("burst against a held first write: %s", tl)
+	}
+}
+
+// TestSendsOnlyToTheURL: a redirect is never followed; the place it points
+// to gets no request.
+func TestSendsOnlyToTheURL(t *testing.T) {
+	t.Parallel()
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	redirect := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL, http.StatusTemporaryRedirect)
+	})
+	rep := run(t, redirect, ModeSeed, 2)
+	if rep.Passed {
+		t.Fatal("a redirecting endpoint passed")
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the redirect target got %d requests", n)
+	}
+	if r, _ := rep.Result(CheckFirstWrite); !strings.HasPrefix(r.Seen, "307") {
+		t.Errorf("first-write says %q, want the 307", r.Seen)
+	}
+}
+
+// TestCredentialsNeverShown: header values sent with every request appear
+// in no result, nor does the URL's password.
+func TestCredentialsNeverShown(t *testing.T) {
+	t.Parallel()
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"title":"unauthorized","detail":"bad token"}`))
+	}))
+	defer srv.Close()
+	u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1)
+	rep, err := Run(context.Background(), Options{URL: u, Concurrency: 2, Header: http.Header{"Authorization": {"Bearer s3cr3t-token"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Load() != "Bearer s3cr3t-token" {
+		t.Fatalf("the endpoint got Authorization %q", got.Load())
+	}
+	var b bytes.Buffer
+	_ = rep.WriteJSON(&b)
+	_ = rep.WriteText(&b)
+	for _, secret := range []string{"s3cr3t", "hunter2"} {
+		if strings.Contains(b.String(), secret) {
+			t.Errorf("output shows %q:\n%s", secret, b.String())
+		}
+	}
+	if r, _ := rep.Result(CheckFirstWrite); !strings.Contains(r.Seen, "--header") {
+		t.Errorf("a 401 first write says %q, want the --header hint", r.Seen)
+	}
+}
+
+// TestOptionErrors: bad options are refused before anything is sent, every
+// problem named at once.
+func TestOptionErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		o    Options
+		want []string
+	}{
+		{Options{}, []string{"url: missing"}},
+		{Options{URL: "ftp://x/y"}, []string{"url: ftp://x/y: scheme must be http or https"}},
+		{Options{URL: "http:///path"}, []string{"no host"}},
+		{Options{URL: "http://a b/"}, []string{"url: not a URL"}},
+		{Options{URL: "http://x/#frag"}, []string{"fragment"}},
+		{Options{URL: "http://u:pw@/x"}, []string{"no host"}},
+		{Options{URL: "http://x/", Mode: "strict"}, []string{`mode: "strict" is not seed or ietf`}},
+		{Options{URL: "http://x/", Concurrency: 1}, []string{"concurrency: 1 is outside 2..1000"}},
+		{Options{URL: "http://x/", Method: "PO ST"}, []string{"method"}},
+		{Options{URL: "http://x/", Payload: []byte(`{"a":`)}, []string{"payload: not valid JSON"}},
+		{Options{URL: "http://x/", Header: http.Header{"Idempotency-Key": {"k"}}}, []string{"header: Idempotency-Key is set by the checks"}},
+		{Options{URL: "ftp://x/", Mode: "x", Concurrency: -1}, []string{"url:", "mode:", "concurrency:"}},
+	}
+	for _, c := range cases {
+		_, err := Run(context.Background(), c.o)
+		if err == nil {
+			t.Errorf("%+v: no error", c.o)
+			continue
+		}
+		var oe *OptionError
+		if !errors.As(err, &oe) {
+			t.Errorf("%+v: %v is not an *OptionError", c.o, err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%+v: error %q does not contain %q", c.o, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "pw@") {
+			t.Errorf("error shows the URL's password: %v", err)
+		}
+	}
+}
+
+func TestParseHeader(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string][2]string{
+		"Authorization=Bearer a=b": {"Authorization", "Bearer a=b"},
+		"X-Tenant=":                {"X-Tenant", ""},
+		" X-A =v":                  {"X-A", "v"},
+	} {
+		n, v, err := ParseHeader(in)
+		if err != nil || n != want[0] || v != want[1] {
+			t.Errorf("ParseHeader(%q) = %q, %q, %v; want %q, %q", in, n, v, err, want[0], want[1])
+		}
+	}
+	for in, want := range map[string]string{
+		"Authorization: Bearer secret": `"Authorization…" is not Name=value`,
+		"=v":                           "not a valid header name",
+		"X Y=v":                        "not a valid header name",
+		"X-A=a\nb":                     "X-A holds a character",
+	} {
+		_, _, err := ParseHeader(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseHeader(%q) error %v, want it to contain %q", in, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("ParseHeader(%q) error shows the value: %v", in, err)
+		}
+	}
+}
+
+func TestVariantDiffers(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{`{}`, ` { } `, `{"a":1}`, `[1,2]`, `"s"`, `null`, `3`} {
+		v := variant([]byte(p))
+		if !jsonValid(v) {
+			t.Errorf("variant(%s) = %s is not JSON", p, v)
+		}
+		if bytes.Equal(bytes.TrimSpace(v), bytes.TrimSpace([]byte(p))) {
+			t.Errorf("variant(%s) is the same", p)
+		}
+	}
+}
