@@ -8,8 +8,6 @@ import (
 	"testing"
 )
 
-func jsonValid(b []byte) bool { return json.Valid(b) }
-
 // ans builds an answer: status, body and header pairs.
 func ans(status int, body string, kv ...string) Answer {
 	h := http.Header{}

@@ -1,4 +1,4 @@
-package conformance
+package conformance_test
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	. "github.com/drainer-io/drainer/internal/conformance"
+	"github.com/drainer-io/drainer/internal/conformance/conformancetest"
 )
 
 // run probes h (served on loopback) in mode m and returns the report.
@@ -49,7 +52,7 @@ func TestCorrectEndpointPasses(t *testing.T) {
 	for _, m := range []Mode{ModeSeed, ModeIETF} {
 		t.Run(string(m), func(t *testing.T) {
 			t.Parallel()
-			e := newEndpoint(m, flawNone, 0)
+			e := endpoint(m, conformancetest.FlawNone, 0)
 			rep := run(t, e, m, 10)
 			if !rep.Passed || len(rep.Failed()) != 0 {
 				t.Fatalf("a correct %s endpoint failed:\n%s", m, textOf(rep))
@@ -62,7 +65,7 @@ func TestCorrectEndpointPasses(t *testing.T) {
 			if r, _ := rep.Result(CheckInFlight); strings.Contains(r.Seen, "not observed") {
 				t.Errorf("a held first write showed no in-flight answer: %s", r.Seen)
 			}
-			if n := e.maxEffects(); n != 1 {
+			if n := e.MaxEffects(); n != 1 {
 				t.Errorf("some key had %d effects, want 1", n)
 			}
 		})
@@ -73,8 +76,8 @@ func TestCorrectEndpointPasses(t *testing.T) {
 // once passes too, whether or not a request overlapped the first write.
 func TestFastCorrectEndpointPasses(t *testing.T) {
 	t.Parallel()
-	e := newEndpoint(ModeSeed, flawNone, 0)
-	e.holdBursts = false
+	e := endpoint(ModeSeed, conformancetest.FlawNone, 0)
+	e.HoldBursts = false
 	rep := run(t, e, ModeSeed, 4)
 	if !rep.Passed {
 		t.Fatalf("a fast correct endpoint failed:\n%s", textOf(rep))
@@ -88,30 +91,30 @@ func TestFastCorrectEndpointPasses(t *testing.T) {
 func TestBrokenEndpointsFail(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		flaw  flaw
+		flaw  conformancetest.Flaw
 		mode  Mode
 		fails []Check // these fail, every other check not in maybe passes
 		maybe []Check
 	}{
-		{flawNoMarker, ModeSeed, []Check{CheckReplay, CheckOneEffect}, []Check{CheckInFlight}},
-		{flawNoMarker, ModeIETF, []Check{CheckReplay, CheckOneEffect}, []Check{CheckInFlight}},
-		{flawChangedBody, ModeSeed, []Check{CheckReplay, CheckOneEffect}, nil},
-		{flawNoPayloadCheck, ModeSeed, []Check{CheckPayloadMismatch}, nil},
-		{flawCachesNothing, ModeSeed, []Check{CheckReplay, CheckPayloadMismatch, CheckInFlight, CheckOneEffect}, nil},
-		{flawRunsTwice, ModeSeed, []Check{CheckInFlight, CheckOneEffect}, nil},
-		{flawRunsTwice, ModeIETF, []Check{CheckInFlight, CheckOneEffect}, nil},
-		{flawMismatchNoHeader, ModeSeed, []Check{CheckPayloadMismatch}, nil},
-		{flawInFlightNoRetry, ModeSeed, []Check{CheckInFlight}, nil},
-		{flawInFlightNoRetry, ModeIETF, []Check{CheckInFlight}, nil},
-		{flawNoTupleCheck, ModeSeed, []Check{CheckTupleMismatch}, nil},
-		{flawKeyOptional, ModeSeed, []Check{CheckMissingKey}, nil},
-		{flawReplayKeepsStatus, ModeSeed, []Check{CheckReplay}, nil},
-		{flawOnlyIdempotentReplayed, ModeSeed, []Check{CheckReplay}, nil},
+		{conformancetest.FlawNoMarker, ModeSeed, []Check{CheckReplay, CheckOneEffect}, []Check{CheckInFlight}},
+		{conformancetest.FlawNoMarker, ModeIETF, []Check{CheckReplay, CheckOneEffect}, []Check{CheckInFlight}},
+		{conformancetest.FlawChangedBody, ModeSeed, []Check{CheckReplay, CheckOneEffect}, nil},
+		{conformancetest.FlawNoPayloadCheck, ModeSeed, []Check{CheckPayloadMismatch}, nil},
+		{conformancetest.FlawCachesNothing, ModeSeed, []Check{CheckReplay, CheckPayloadMismatch, CheckInFlight, CheckOneEffect}, nil},
+		{conformancetest.FlawRunsTwice, ModeSeed, []Check{CheckInFlight, CheckOneEffect}, nil},
+		{conformancetest.FlawRunsTwice, ModeIETF, []Check{CheckInFlight, CheckOneEffect}, nil},
+		{conformancetest.FlawMismatchNoHeader, ModeSeed, []Check{CheckPayloadMismatch}, nil},
+		{conformancetest.FlawInFlightNoRetry, ModeSeed, []Check{CheckInFlight}, nil},
+		{conformancetest.FlawInFlightNoRetry, ModeIETF, []Check{CheckInFlight}, nil},
+		{conformancetest.FlawNoTupleCheck, ModeSeed, []Check{CheckTupleMismatch}, nil},
+		{conformancetest.FlawKeyOptional, ModeSeed, []Check{CheckMissingKey}, nil},
+		{conformancetest.FlawReplayKeepsStatus, ModeSeed, []Check{CheckReplay}, nil},
+		{conformancetest.FlawOnlyIdempotentReplayed, ModeSeed, []Check{CheckReplay}, nil},
 	}
 	for _, c := range cases {
 		t.Run(string(c.mode)+"/"+c.flaw.String(), func(t *testing.T) {
 			t.Parallel()
-			rep := run(t, newEndpoint(c.mode, c.flaw, 20*time.Millisecond), c.mode, 8)
+			rep := run(t, endpoint(c.mode, c.flaw, 20*time.Millisecond), c.mode, 8)
 			if rep.Passed {
 				t.Fatalf("a broken endpoint (%s) passed:\n%s", c.flaw, textOf(rep))
 			}
@@ -137,11 +140,11 @@ func TestBrokenEndpointsFail(t *testing.T) {
 // differ (the replay status, the mismatch status), and the reverse.
 func TestModesDiffer(t *testing.T) {
 	t.Parallel()
-	rep := run(t, newEndpoint(ModeSeed, flawNone, 0), ModeIETF, 4)
+	rep := run(t, endpoint(ModeSeed, conformancetest.FlawNone, 0), ModeIETF, 4)
 	if got, want := rep.Failed(), []Check{CheckReplay, CheckPayloadMismatch}; !slices.Equal(got, want) {
 		t.Fatalf("seed endpoint as ietf: failed %v, want %v:\n%s", got, want, textOf(rep))
 	}
-	rep = run(t, newEndpoint(ModeIETF, flawNone, 0), ModeSeed, 4)
+	rep = run(t, endpoint(ModeIETF, conformancetest.FlawNone, 0), ModeSeed, 4)
 	if got, want := rep.Failed(), []Check{CheckReplay, CheckPayloadMismatch}; !slices.Equal(got, want) {
 		t.Fatalf("ietf endpoint as seed: failed %v, want %v:\n%s", got, want, textOf(rep))
 	}
@@ -166,38 +169,6 @@ func TestDownEndpointFailsEveryCheck(t *testing.T) {
 	}
 	if r, _ := rep.Result(CheckFirstWrite); !strings.Contains(r.Seen, "no answer") {
 		t.Errorf("first-write says %q, want it to name the missing answer", r.Seen)
-	}
-}
-
-// TestBurstUsesOneConnectionPerRequest: a burst of N opens N connections
-// (the requests really come from many connections at once).
-func TestBurstUsesOneConnectionPerRequest(t *testing.T) {
-	t.Parallel()
-	e := newEndpoint(ModeSeed, flawNone, 0)
-	srv := httptest.NewUnstartedServer(e)
-	var conns atomic.Int64
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
-	o, u, err := Options{URL: srv.URL, Concurrency: 12}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newProber(o, u)
-	defer p.close()
-	b := p.burst(context.Background(), ModeSeed, 12, o.Payload)
-	if len(b.answers) != 12 {
-		t.Fatalf("%d answers, want 12", len(b.answers))
-	}
-	if n := conns.Load(); n < 12 {
-		t.Fatalf("the burst of 12 opened %d connections", n)
-	}
-	if tl := count(ModeSeed, b); tl.first != 1 || tl.inFlight == 0 {
-		t.Fatalf("burst against a held first write: %s", tl)
 	}
 }
 
@@ -326,15 +297,10 @@ func TestParseHeader(t *testing.T) {
 	}
 }
 
-func TestVariantDiffers(t *testing.T) {
-	t.Parallel()
-	for _, p := range []string{`{}`, ` { } `, `{"a":1}`, `[1,2]`, `"s"`, `null`, `3`} {
-		v := variant([]byte(p))
-		if !jsonValid(v) {
-			t.Errorf("variant(%s) = %s is not JSON", p, v)
-		}
-		if bytes.Equal(bytes.TrimSpace(v), bytes.TrimSpace([]byte(p))) {
-			t.Errorf("variant(%s) is the same", p)
-		}
-	}
+// endpoint returns a conformancetest endpoint in mode m with flaw f whose
+// handler takes delay.
+func endpoint(m Mode, f conformancetest.Flaw, delay time.Duration) *conformancetest.Endpoint {
+	e := conformancetest.New(string(m), f)
+	e.Delay = delay
+	return e
 }

@@ -1,4 +1,4 @@
-package conformance
+package conformancetest
 
 import (
 	"crypto/rand"
@@ -13,36 +13,58 @@ import (
 	"time"
 )
 
-// flaw is one way an endpoint gets the replay contract wrong.
-type flaw int
-
+// Wire names of the replay contract (docs/reference.md §5, §11).
 const (
-	flawNone                   flaw = iota
-	flawNoMarker                    // replays carry no replay marker
-	flawChangedBody                 // a replay's body is rebuilt, not the stored bytes
-	flawNoPayloadCheck              // a different body under a used key gets the stored answer
-	flawCachesNothing               // every request runs the handler
-	flawRunsTwice                   // check-then-act without a lock: overlapping requests all run
-	flawMismatchNoHeader            // payload mismatch: 409 without Idempotency-Conflict
-	flawInFlightNoRetry             // in-flight 409 without Retry-After
-	flawNoTupleCheck                // the tuple header is ignored
-	flawKeyOptional                 // a request without a key runs
-	flawReplayKeepsStatus           // seed mode replays a stored 201 as 201
-	flawOnlyIdempotentReplayed      // replays carry only Idempotent-Replayed: true
+	headerKey        = "Idempotency-Key"
+	headerTuple      = "X-Agent-Idempotency-Tuple"
+	headerReplay     = "Idempotency-Replay"
+	headerReplayed   = "Idempotent-Replayed"
+	headerConflict   = "Idempotency-Conflict"
+	headerRetryAfter = "Retry-After"
+	conflictMismatch = "payload-mismatch"
+	conflictInFlight = "in-flight"
+	// burstStep is the step_id of the tuples of `drainer conformance`'s
+	// bursts (its in-flight check).
+	burstStep = "in-flight"
 )
 
-// endpoint is an in-memory service behind an idempotency layer that follows
-// the replay contract of docs/reference.md §11 in mode, except for its flaw.
-// Its handler answers 201 with a fresh id and counts effects per key.
-type endpoint struct {
-	mode  Mode
-	flaw  flaw
-	delay time.Duration // how long the handler runs
-	// holdBursts makes the handler of a burst's key (its tuple's step_id
+// Modes of the answers (docs/reference.md §11).
+const (
+	ModeSeed = "seed"
+	ModeIETF = "ietf"
+)
+
+// Flaw is one way an endpoint gets the replay contract wrong.
+type Flaw int
+
+const (
+	FlawNone                   Flaw = iota
+	FlawNoMarker                    // replays carry no replay marker
+	FlawChangedBody                 // a replay's body is rebuilt, not the stored bytes
+	FlawNoPayloadCheck              // a different body under a used key gets the stored answer
+	FlawCachesNothing               // every request runs the handler
+	FlawRunsTwice                   // check-then-act without a lock: overlapping requests all run
+	FlawMismatchNoHeader            // payload mismatch: 409 without Idempotency-Conflict
+	FlawInFlightNoRetry             // in-flight 409 without Retry-After
+	FlawNoTupleCheck                // the tuple header is ignored
+	FlawKeyOptional                 // a request without a key runs
+	FlawReplayKeepsStatus           // seed mode replays a stored 201 as 201
+	FlawOnlyIdempotentReplayed      // replays carry only Idempotent-Replayed: true
+)
+
+// Endpoint is an in-memory service behind an idempotency layer that follows
+// the replay contract of docs/reference.md §11 in its mode, except for its
+// flaw. Its handler answers 201 with a fresh id and counts effects per key.
+// Set the exported fields before serving.
+type Endpoint struct {
+	mode  string
+	flaw  Flaw
+	Delay time.Duration // how long the handler runs
+	// HoldBursts makes the handler of a burst's key (its tuple's step_id
 	// is the in-flight check) wait until another request with that key
 	// was answered 409 in flight or a second handler started for it, so a
 	// burst always overlaps the first write.
-	holdBursts bool
+	HoldBursts bool
 
 	mu        sync.Mutex
 	records   map[string]*record
@@ -58,13 +80,15 @@ type record struct {
 	body        []byte
 }
 
-func newEndpoint(m Mode, f flaw, delay time.Duration) *endpoint {
-	return &endpoint{mode: m, flaw: f, delay: delay, holdBursts: true,
+// New returns an endpoint answering in mode (ModeSeed or ModeIETF) with
+// flaw f (FlawNone: a correct one), holding bursts.
+func New(mode string, f Flaw) *Endpoint {
+	return &Endpoint{mode: mode, flaw: f, HoldBursts: true,
 		records: map[string]*record{}, effects: map[string]int{}, running: map[string]int{}, conflicts: map[string]int{}}
 }
 
-// maxEffects returns the largest number of effects any key had.
-func (e *endpoint) maxEffects() int {
+// MaxEffects returns the largest number of effects any key had.
+func (e *Endpoint) MaxEffects() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0
@@ -81,14 +105,14 @@ func problem(w http.ResponseWriter, status int, slug string) {
 }
 
 // handle is the service's handler: one effect, a fresh body.
-func (e *endpoint) handle(key string, inBurst bool) (int, []byte) {
+func (e *Endpoint) handle(key string, inBurst bool) (int, []byte) {
 	e.mu.Lock()
 	e.running[key]++
 	e.mu.Unlock()
-	if inBurst && e.holdBursts {
+	if inBurst && e.HoldBursts {
 		e.waitOverlap(key)
 	}
-	time.Sleep(e.delay)
+	time.Sleep(e.Delay)
 	e.mu.Lock()
 	e.effects[key]++
 	n := e.effects[key]
@@ -97,8 +121,8 @@ func (e *endpoint) handle(key string, inBurst bool) (int, []byte) {
 	return http.StatusCreated, body
 }
 
-// waitOverlap waits (at most 10s) until key saw the overlap holdBursts wants.
-func (e *endpoint) waitOverlap(key string) {
+// waitOverlap waits (at most 10s) until key saw the overlap HoldBursts wants.
+func (e *Endpoint) waitOverlap(key string) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		e.mu.Lock()
 		ok := e.conflicts[key] > 0 || e.running[key] > 1
@@ -112,21 +136,21 @@ func (e *endpoint) waitOverlap(key string) {
 // inBurst reports whether r belongs to a burst: its tuple's step_id names
 // the in-flight check.
 func inBurst(r *http.Request) bool {
-	canonical, err := base64.RawURLEncoding.DecodeString(r.Header.Get(HeaderTuple))
+	canonical, err := base64.RawURLEncoding.DecodeString(r.Header.Get(headerTuple))
 	var t struct {
 		StepID string `json:"step_id"`
 	}
-	return err == nil && json.Unmarshal(canonical, &t) == nil && t.StepID == string(CheckInFlight)
+	return err == nil && json.Unmarshal(canonical, &t) == nil && t.StepID == burstStep
 }
 
-func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	key := r.Header.Get(HeaderKey)
-	if key == "" && e.flaw != flawKeyOptional {
+	key := r.Header.Get(headerKey)
+	if key == "" && e.flaw != FlawKeyOptional {
 		problem(w, http.StatusBadRequest, "missing-key")
 		return
 	}
-	if tuple := r.Header.Get(HeaderTuple); tuple != "" && e.flaw != flawNoTupleCheck {
+	if tuple := r.Header.Get(headerTuple); tuple != "" && e.flaw != FlawNoTupleCheck {
 		canonical, err := base64.RawURLEncoding.DecodeString(tuple)
 		sum := sha256.Sum256(canonical)
 		if err != nil || "idem_v1_"+hex.EncodeToString(sum[:16]) != key {
@@ -136,7 +160,7 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	burst := inBurst(r)
 	fp := sha256.Sum256([]byte(r.Method + "\n" + r.URL.Path + "\n" + string(body)))
-	if e.flaw == flawCachesNothing {
+	if e.flaw == FlawCachesNothing {
 		status, out := e.handle(key, burst)
 		e.answer(w, status, out, false)
 		return
@@ -144,7 +168,7 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	rec := e.records[key]
 	switch {
-	case rec == nil && e.flaw == flawRunsTwice:
+	case rec == nil && e.flaw == FlawRunsTwice:
 		e.mu.Unlock()
 		status, out := e.handle(key, burst)
 		e.mu.Lock()
@@ -160,59 +184,60 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.done, rec.status, rec.body = true, status, out
 		e.mu.Unlock()
 		e.answer(w, status, out, false)
-	case rec.fingerprint != fp && e.flaw != flawNoPayloadCheck:
+	case rec.fingerprint != fp && e.flaw != FlawNoPayloadCheck:
 		e.mu.Unlock()
 		switch {
 		case e.mode == ModeIETF:
 			problem(w, http.StatusUnprocessableEntity, "payload-mismatch")
-		case e.flaw == flawMismatchNoHeader:
+		case e.flaw == FlawMismatchNoHeader:
 			problem(w, http.StatusConflict, "payload-mismatch")
 		default:
-			w.Header().Set(HeaderConflict, ConflictMismatch)
+			w.Header().Set(headerConflict, conflictMismatch)
 			problem(w, http.StatusConflict, "payload-mismatch")
 		}
 	case !rec.done:
 		e.conflicts[key]++
 		e.mu.Unlock()
-		if e.flaw != flawInFlightNoRetry {
-			w.Header().Set(HeaderRetryAfter, "1")
+		if e.flaw != FlawInFlightNoRetry {
+			w.Header().Set(headerRetryAfter, "1")
 		}
-		w.Header().Set(HeaderConflict, ConflictInFlight)
+		w.Header().Set(headerConflict, conflictInFlight)
 		problem(w, http.StatusConflict, "in-flight")
 	default:
 		status, out := rec.status, rec.body
 		e.mu.Unlock()
-		if e.flaw == flawChangedBody {
+		if e.flaw == FlawChangedBody {
 			var v map[string]any
 			_ = json.Unmarshal(out, &v)
 			v["served_at"] = time.Now().UnixNano()
 			out, _ = json.Marshal(v)
 		}
-		if e.mode == ModeSeed && e.flaw != flawReplayKeepsStatus {
+		if e.mode == ModeSeed && e.flaw != FlawReplayKeepsStatus {
 			status = http.StatusOK
 		}
 		e.answer(w, status, out, true)
 	}
 }
 
-func (e *endpoint) answer(w http.ResponseWriter, status int, body []byte, replay bool) {
+func (e *Endpoint) answer(w http.ResponseWriter, status int, body []byte, replay bool) {
 	w.Header().Set("Content-Type", "application/json")
 	switch {
-	case replay && e.flaw == flawNoMarker:
-	case replay && e.flaw == flawOnlyIdempotentReplayed:
-		w.Header().Set(HeaderReplayed, "true")
+	case replay && e.flaw == FlawNoMarker:
+	case replay && e.flaw == FlawOnlyIdempotentReplayed:
+		w.Header().Set(headerReplayed, "true")
 	case replay:
-		w.Header().Set(HeaderReplay, "true")
-		w.Header().Set(HeaderReplayed, "true")
+		w.Header().Set(headerReplay, "true")
+		w.Header().Set(headerReplayed, "true")
 	default:
-		w.Header().Set(HeaderReplay, "false")
+		w.Header().Set(headerReplay, "false")
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
 
-func (f flaw) String() string {
+// String names the flaw.
+func (f Flaw) String() string {
 	return [...]string{"none", "no replay marker", "changed body on replay", "no payload check",
 		"caches nothing", "runs the handler twice under concurrency", "mismatch 409 without header",
 		"in-flight 409 without Retry-After", "tuple not verified", "key optional",
