@@ -1,0 +1,38 @@
+// Package receiver is the provider's half of drainer's idempotency
+// contract: HTTP middleware that makes a handler answer the retries of one
+// idempotency key with one effect and a byte-identical stored answer
+// (docs/reference.md §11; layout and request flow in docs/receiver.md).
+//
+//	rc, err := receiver.New(pool, receiver.Options{Scope: accountOf})
+//	if err != nil { ... }
+//	if err := rc.Migrate(ctx); err != nil { ... }
+//	http.ListenAndServe(addr, rc.Wrap(mux))
+//
+// Records live in Postgres (table <schema>.records, default schema
+// drainer_receiver), keyed by (scope, key) and holding a fingerprint of the
+// request (method, path and the RFC 8785 canonical JSON body), so every
+// replica of a service, and services written with the Python and TypeScript
+// receivers of sdk/, share one store. All time decisions use the database
+// clock, so clock skew between replicas does not matter.
+//
+// A first request claims the key with an in-flight record, runs the handler
+// and stores its answer (not a 5xx, by default); a retry gets the stored
+// answer with Idempotency-Replay: true; the same key with another request
+// gets 409 payload-mismatch; a retry while the first still runs gets 409
+// in-flight with Retry-After. A handler that panics releases its record and
+// the panic goes on to the server; a process that dies leaves an in-flight
+// record that a retry takes over after Options.RecoveryTimeout. With
+// Options.InTransaction the handler writes its effect through Tx(ctx) in the
+// transaction that completes the record, so both commit together.
+//
+// # Files
+//
+//	options.go      Options, Mode, the defaults, DefaultRequireKey
+//	receiver.go     New, Wrap, Tx: the request flow, key and tuple checks,
+//	                replays
+//	store.go        Migrate, Prune, RunPruner and the SQL of the flow (claim,
+//	                complete, release), fenced by the claim's locked_until
+//	fingerprint.go  Fingerprint and CanonicalBody (JCS via gowebpki/jcs)
+//	recorder.go     the buffered ResponseWriter of a keyed request
+//	problem.go      RFC 9457 problem+json answers
+package receiver

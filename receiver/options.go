@@ -1,0 +1,142 @@
+package receiver
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Mode selects the status codes of the answers that differ between the
+// documentation spec the project follows (seed) and the IETF
+// Idempotency-Key draft (ietf). See docs/reference.md §11.
+type Mode string
+
+const (
+	// ModeSeed is the default: a replayed 201 answers 200, a payload
+	// mismatch 409.
+	ModeSeed Mode = "seed"
+	// ModeIETF replays the stored status unchanged and answers a payload
+	// mismatch with 422.
+	ModeIETF Mode = "ietf"
+)
+
+// Defaults of the options left zero.
+const (
+	DefaultSchema          = "drainer_receiver"
+	DefaultKeyHeader       = "Idempotency-Key"
+	DefaultTTL             = 24 * time.Hour
+	DefaultRecoveryTimeout = 60 * time.Second
+	DefaultMaxBody         = 1 << 20
+	// MaxKeyBytes is the longest accepted idempotency key, in bytes.
+	MaxKeyBytes = 255
+)
+
+// Options configure a Receiver. The zero value is valid: every field left
+// zero takes its default.
+type Options struct {
+	// Schema holds the records table (default "drainer_receiver"); Migrate
+	// creates it.
+	Schema string
+	// KeyHeader is the request header carrying the key (default
+	// "Idempotency-Key").
+	KeyHeader string
+	// TTL is how long a key is honoured, from its first request (default
+	// 24h). A request with an expired key runs the handler again.
+	TTL time.Duration
+	// RecoveryTimeout is how long a record stays in flight before a retry
+	// may take it over and run the handler again (default 60s): set it above
+	// the handler's longest run.
+	RecoveryTimeout time.Duration
+	// Scope returns the key space of a request (an account, user or tenant
+	// id taken from the authenticated request). The same key in two scopes
+	// is two records. Default: one global scope ("").
+	Scope func(*http.Request) string
+	// Mode is ModeSeed (default) or ModeIETF.
+	Mode Mode
+	// RequireKey says which requests need a key; the others pass straight
+	// through to the handler. Default: POST, PUT, PATCH and DELETE.
+	RequireKey func(*http.Request) bool
+	// MaxBody is the largest request body accepted, in bytes (default
+	// 1 MiB); a larger one is answered 413 before anything is stored.
+	MaxBody int64
+	// StoreServerErrors stores 5xx answers too; by default they are not
+	// stored and the record is released, so a retry runs the handler again.
+	StoreServerErrors bool
+	// StoreHeaders lists response headers stored and replayed besides
+	// Content-Type and Location.
+	StoreHeaders []string
+	// InTransaction runs each keyed request's handler inside a database
+	// transaction that the handler reaches with Tx(r.Context()); the
+	// record's completion is written in that same transaction, so the
+	// handler's effect and the stored answer commit together or not at all.
+	InTransaction bool
+}
+
+// DefaultRequireKey is the default of Options.RequireKey: POST, PUT, PATCH
+// and DELETE need a key.
+func DefaultRequireKey(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// withDefaults returns o with defaults filled in, or an error naming every
+// invalid option.
+func (o Options) withDefaults() (Options, error) {
+	var errs []error
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	} else if !utf8.ValidString(o.Schema) || strings.IndexByte(o.Schema, 0) >= 0 || len(o.Schema) > 63 {
+		errs = append(errs, fmt.Errorf("receiver: option Schema %q must be valid UTF-8 without NUL, at most 63 bytes", o.Schema))
+	}
+	if o.KeyHeader == "" {
+		o.KeyHeader = DefaultKeyHeader
+	}
+	o.KeyHeader = http.CanonicalHeaderKey(o.KeyHeader)
+	switch {
+	case o.TTL == 0:
+		o.TTL = DefaultTTL
+	case o.TTL < time.Millisecond:
+		errs = append(errs, fmt.Errorf("receiver: option TTL is %v, must be at least 1ms", o.TTL))
+	}
+	switch {
+	case o.RecoveryTimeout == 0:
+		o.RecoveryTimeout = DefaultRecoveryTimeout
+	case o.RecoveryTimeout < time.Millisecond:
+		errs = append(errs, fmt.Errorf("receiver: option RecoveryTimeout is %v, must be at least 1ms", o.RecoveryTimeout))
+	}
+	if o.Scope == nil {
+		o.Scope = func(*http.Request) string { return "" }
+	}
+	switch o.Mode {
+	case "":
+		o.Mode = ModeSeed
+	case ModeSeed, ModeIETF:
+	default:
+		errs = append(errs, fmt.Errorf("receiver: option Mode is %q, must be %q or %q", o.Mode, ModeSeed, ModeIETF))
+	}
+	if o.RequireKey == nil {
+		o.RequireKey = DefaultRequireKey
+	}
+	switch {
+	case o.MaxBody == 0:
+		o.MaxBody = DefaultMaxBody
+	case o.MaxBody < 0:
+		errs = append(errs, fmt.Errorf("receiver: option MaxBody is %d, must not be negative", o.MaxBody))
+	}
+	stored := []string{"Content-Type", "Location"}
+	for _, h := range o.StoreHeaders {
+		if h == "" {
+			errs = append(errs, errors.New("receiver: option StoreHeaders holds an empty header name"))
+			continue
+		}
+		stored = append(stored, http.CanonicalHeaderKey(h))
+	}
+	o.StoreHeaders = stored
+	return o, errors.Join(errs...)
+}

@@ -1,0 +1,343 @@
+package receiver
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/drainer-io/drainer/idemkey"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Headers the receiver reads and writes (docs/reference.md §11).
+const (
+	HeaderTuple         = "X-Agent-Idempotency-Tuple"
+	HeaderReplay        = "Idempotency-Replay"
+	HeaderReplayed      = "Idempotent-Replayed"
+	HeaderConflict      = "Idempotency-Conflict"
+	conflictPayload     = "payload-mismatch"
+	conflictInFlight    = "in-flight"
+	retryAfterSeconds   = "1"
+	completionTimeout   = 30 * time.Second
+	problemContentType  = "application/problem+json"
+	headerRetryAfter    = "Retry-After"
+	headerContentType   = "Content-Type"
+	headerContentLength = "Content-Length"
+	replayTrue          = "true"
+	replayFalse         = "false"
+)
+
+// Receiver makes an HTTP handler answer retries of one idempotency key the
+// way drainer expects: one effect, byte-identical replays.
+type Receiver struct {
+	pool   *pgxpool.Pool
+	opts   Options
+	schema string // quoted identifier
+	table  string // quoted schema.records
+}
+
+// New returns a Receiver storing its records through pool. It does not touch
+// the database: call Migrate once (at startup) to create the store.
+func New(pool *pgxpool.Pool, opts Options) (*Receiver, error) {
+	if pool == nil {
+		return nil, errors.New("receiver: New needs a connection pool, got nil")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	schema := pgx.Identifier{o.Schema}.Sanitize()
+	return &Receiver{pool: pool, opts: o, schema: schema, table: schema + ".records"}, nil
+}
+
+// txKey is the context key of the InTransaction transaction.
+type txKey struct{}
+
+// Tx returns the transaction a keyed request's handler runs in when the
+// Receiver has Options.InTransaction set, or nil. Whatever the handler
+// writes through it commits together with the stored answer; the handler
+// must not commit or roll it back itself.
+func Tx(ctx context.Context) pgx.Tx {
+	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
+	return tx
+}
+
+// Wrap returns next behind the receiver. Requests that need no key (see
+// Options.RequireKey) go straight to next.
+func (rc *Receiver) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !rc.opts.RequireKey(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc.serve(w, r, next)
+	})
+}
+
+// serve runs the request flow of docs/receiver.md for a request that needs a key.
+func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	// 1. Checks that store nothing: body size, key, tuple.
+	if r.ContentLength > rc.opts.MaxBody {
+		rc.tooLarge(w)
+		return
+	}
+	body, err := readBody(w, r, rc.opts.MaxBody)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			rc.tooLarge(w)
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, "unreadable-body", "Request body unreadable",
+			"the request body could not be read completely", nil)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+
+	key, prob := rc.requestKey(r)
+	if prob != nil {
+		prob.write(w)
+		return
+	}
+	scope := rc.opts.Scope(r)
+	if !utf8.ValidString(scope) || bytes.IndexByte([]byte(scope), 0) >= 0 {
+		writeProblem(w, http.StatusBadRequest, "invalid-scope", "Invalid scope",
+			"the request's scope is not valid UTF-8 or contains a NUL byte", nil)
+		return
+	}
+	fp := Fingerprint(r.Method, requestPath(r), r.Header.Get(headerContentType), body)
+
+	// 2. Claim the record.
+	res, err := rc.claim(r.Context(), scope, key, fp[:])
+	if err != nil {
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Idempotency store unavailable",
+			"the idempotency store could not be reached; the request was not processed, retry it with the same key",
+			http.Header{headerRetryAfter: {retryAfterSeconds}})
+		return
+	}
+	switch res.outcome {
+	case replay:
+		rc.replay(w, res.answer)
+		return
+	case mismatch:
+		status := http.StatusConflict
+		if rc.opts.Mode == ModeIETF {
+			status = http.StatusUnprocessableEntity
+		}
+		writeProblem(w, status, conflictPayload, "Idempotency key reused with a different request",
+			"this key was first used with another method, path or body; use a new key for a new request",
+			http.Header{HeaderConflict: {conflictPayload}})
+		return
+	case inFlight:
+		writeProblem(w, http.StatusConflict, conflictInFlight, "Request with this key in flight",
+			"a request with this key is still being processed; retry later with the same key",
+			http.Header{HeaderConflict: {conflictInFlight}, headerRetryAfter: {retryAfterSeconds}})
+		return
+	}
+
+	// 3-4. Run the handler and store its answer.
+	if rc.opts.InTransaction {
+		rc.runInTransaction(w, r, next, scope, key, res.token)
+		return
+	}
+	rec := newRecorder()
+	rc.runHandler(next, rec, r, func() { rc.releaseQuietly(r.Context(), scope, key, res.token) })
+	a := rec.answer(rc.opts.StoreHeaders)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), completionTimeout)
+	defer cancel()
+	if a.status >= 500 && !rc.opts.StoreServerErrors {
+		_ = rc.release(ctx, scope, key, res.token)
+	} else {
+		// If this fails the answer still goes out (the effect happened);
+		// the record stays in flight until the recovery timeout.
+		_, _ = rc.complete(ctx, rc.pool, scope, key, res.token, a)
+	}
+	rec.flush(w)
+}
+
+// runHandler calls next; if it panics, onPanic releases the record and the
+// panic goes on to the server.
+func (rc *Receiver) runHandler(next http.Handler, w http.ResponseWriter, r *http.Request, onPanic func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			onPanic()
+			panic(v)
+		}
+	}()
+	next.ServeHTTP(w, r)
+}
+
+// runInTransaction runs next inside a transaction that also completes the
+// record (Options.InTransaction).
+func (rc *Receiver) runInTransaction(w http.ResponseWriter, r *http.Request, next http.Handler, scope, key string, token time.Time) {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), completionTimeout)
+	defer cancel()
+	unavailable := func() {
+		rc.releaseQuietly(r.Context(), scope, key, token)
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Idempotency store unavailable",
+			"the idempotency store failed while processing; nothing was committed, retry with the same key",
+			http.Header{headerRetryAfter: {retryAfterSeconds}})
+	}
+	tx, err := rc.pool.Begin(r.Context())
+	if err != nil {
+		unavailable()
+		return
+	}
+	defer func() { _ = tx.Rollback(bg) }()
+	// Hold the record for the handler's whole run: a retry after the
+	// recovery timeout finds it locked and answers in-flight.
+	var held bool
+	if err := tx.QueryRow(r.Context(), `SELECT true FROM `+rc.table+`
+		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3 FOR UPDATE`,
+		scope, key, token).Scan(&held); err != nil {
+		unavailable()
+		return
+	}
+	rec := newRecorder()
+	rc.runHandler(next, rec, r.WithContext(context.WithValue(r.Context(), txKey{}, tx)), func() {
+		_ = tx.Rollback(bg)
+		rc.releaseQuietly(r.Context(), scope, key, token)
+	})
+	a := rec.answer(rc.opts.StoreHeaders)
+	if a.status >= 500 && !rc.opts.StoreServerErrors {
+		_ = tx.Rollback(bg)
+		_ = rc.release(bg, scope, key, token)
+		rec.flush(w)
+		return
+	}
+	if ok, err := rc.complete(bg, tx, scope, key, token, a); err != nil || !ok {
+		unavailable()
+		return
+	}
+	if err := tx.Commit(bg); err != nil {
+		unavailable()
+		return
+	}
+	rec.flush(w)
+}
+
+func (rc *Receiver) releaseQuietly(ctx context.Context, scope, key string, token time.Time) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completionTimeout)
+	defer cancel()
+	_ = rc.release(ctx, scope, key, token)
+}
+
+// replay writes a stored answer.
+func (rc *Receiver) replay(w http.ResponseWriter, a stored) {
+	h := w.Header()
+	for name, vs := range a.headers {
+		h[http.CanonicalHeaderKey(name)] = vs
+	}
+	h.Set(HeaderReplay, replayTrue)
+	h.Set(HeaderReplayed, replayTrue)
+	h.Set(headerContentLength, strconv.Itoa(len(a.body)))
+	status := a.status
+	if rc.opts.Mode == ModeSeed && status == http.StatusCreated {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(a.body)
+}
+
+func (rc *Receiver) tooLarge(w http.ResponseWriter) {
+	writeProblem(w, http.StatusRequestEntityTooLarge, "too-large", "Request body too large",
+		fmt.Sprintf("the request body is larger than the limit of %d bytes", rc.opts.MaxBody), nil)
+}
+
+// requestKey returns the request's key, checked, and its tuple verified.
+func (rc *Receiver) requestKey(r *http.Request) (string, *problem) {
+	vals := r.Header.Values(rc.opts.KeyHeader)
+	if len(vals) == 0 || (len(vals) == 1 && vals[0] == "") {
+		return "", newProblem(http.StatusBadRequest, "missing-key", "Idempotency key missing",
+			fmt.Sprintf("this request needs an idempotency key in header %s", rc.opts.KeyHeader))
+	}
+	if len(vals) > 1 {
+		return "", newProblem(http.StatusBadRequest, "invalid-key", "Invalid idempotency key",
+			fmt.Sprintf("header %s appears %d times; send it once", rc.opts.KeyHeader, len(vals)))
+	}
+	key := vals[0]
+	if why := CheckKey(key); why != "" {
+		return "", newProblem(http.StatusBadRequest, "invalid-key", "Invalid idempotency key",
+			fmt.Sprintf("header %s: %s", rc.opts.KeyHeader, why))
+	}
+	if tv := r.Header.Values(HeaderTuple); len(tv) > 0 {
+		if why := checkTuple(tv, key); why != "" {
+			return "", newProblem(http.StatusBadRequest, "tuple-mismatch", "Idempotency tuple does not match the key",
+				fmt.Sprintf("header %s: %s", HeaderTuple, why))
+		}
+	}
+	return key, nil
+}
+
+// CheckKey returns why key is not an acceptable idempotency key (1 to 255
+// bytes of UTF-8 without control characters), or "".
+func CheckKey(key string) string {
+	switch {
+	case key == "":
+		return "the key is empty"
+	case len(key) > MaxKeyBytes:
+		return fmt.Sprintf("the key is %d bytes, more than the limit of %d", len(key), MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return "the key is not valid UTF-8"
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c == 0x7f {
+			return fmt.Sprintf("the key contains a control character at byte %d", i)
+		}
+	}
+	return ""
+}
+
+// checkTuple decodes the tuple header and recomputes its key (docs/reference.md §1).
+func checkTuple(vals []string, key string) string {
+	if len(vals) > 1 {
+		return fmt.Sprintf("the header appears %d times", len(vals))
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(vals[0])
+	if err != nil {
+		return "not unpadded base64url"
+	}
+	var t idemkey.Tuple
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil || dec.More() {
+		return "not the JSON object of the four tuple fields"
+	}
+	if t.Key() != key {
+		return "the key recomputed from the tuple differs from the request's key"
+	}
+	return ""
+}
+
+// readBody reads the whole body, at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return []byte{}, nil
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if b == nil {
+		b = []byte{}
+	}
+	return b, err
+}
+
+// requestPath is the request target's path as received, without the query.
+func requestPath(r *http.Request) string {
+	p := r.RequestURI
+	if p == "" || p[0] != '/' {
+		return r.URL.EscapedPath()
+	}
+	if i := bytes.IndexByte([]byte(p), '?'); i >= 0 {
+		p = p[:i]
+	}
+	return p
+}

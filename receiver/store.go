@@ -1,0 +1,256 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Record states (column state of <schema>.records).
+const (
+	stateInFlight  = "in_flight"
+	stateCompleted = "completed"
+)
+
+// migrateLockKey names the advisory lock that serialises Migrate across
+// processes (the Python and TypeScript receivers take the same one).
+const migrateLockKey = "drainer_receiver.migrate"
+
+// pruneBatch is how many expired records one Prune statement deletes.
+const pruneBatch = 1000
+
+// migrateSQL creates the store; %[1]s is the quoted schema. Every statement
+// is idempotent.
+const migrateSQL = `
+CREATE SCHEMA IF NOT EXISTS %[1]s;
+CREATE TABLE IF NOT EXISTS %[1]s.records (
+    scope         text        NOT NULL,
+    key           text        NOT NULL,
+    fingerprint   bytea       NOT NULL,
+    state         text        NOT NULL,
+    locked_until  timestamptz,
+    status        integer,
+    headers       jsonb,
+    body          bytea,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    completed_at  timestamptz,
+    expires_at    timestamptz NOT NULL,
+    PRIMARY KEY (scope, key),
+    CHECK (state IN ('in_flight', 'completed'))
+);
+CREATE INDEX IF NOT EXISTS records_expires_idx ON %[1]s.records (expires_at);
+`
+
+// Migrate creates the schema, the records table and its index if they do
+// not exist. It is safe to run from many processes at once.
+func (rc *Receiver) Migrate(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, rc.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, migrateLockKey); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf(migrateSQL, rc.schema))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("receiver: migrate schema %s: %w", rc.schema, err)
+	}
+	return nil
+}
+
+// Prune deletes expired records in batches of 1000 until none is left and
+// returns how many it deleted. Expired records are never replayed (a request
+// with an expired key runs the handler again), so pruning only reclaims
+// space.
+func (rc *Receiver) Prune(ctx context.Context) (int64, error) {
+	q := `DELETE FROM ` + rc.table + ` WHERE (scope, key) IN (
+		SELECT scope, key FROM ` + rc.table + ` WHERE expires_at <= now()
+		LIMIT ` + fmt.Sprint(pruneBatch) + ` FOR UPDATE SKIP LOCKED)`
+	var total int64
+	for {
+		tag, err := rc.pool.Exec(ctx, q)
+		if err != nil {
+			return total, fmt.Errorf("receiver: prune %s: %w", rc.table, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < pruneBatch {
+			return total, nil
+		}
+	}
+}
+
+// RunPruner calls Prune every interval until ctx is done; it returns
+// ctx.Err(). Prune errors are passed to onError when it is not nil, and the
+// pruner keeps going.
+func (rc *Receiver) RunPruner(ctx context.Context, interval time.Duration, onError func(error)) error {
+	if interval <= 0 {
+		interval = time.Hour
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := rc.Prune(ctx); err != nil && onError != nil && ctx.Err() == nil {
+			onError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// pgLockNotAvailable is the SQLSTATE of a NOWAIT lock that is taken.
+const pgLockNotAvailable = "55P03"
+
+// errLocked ends a claim transaction whose record another transaction holds.
+var errLocked = errors.New("receiver: record locked")
+
+// claimOutcome is what the claim step decided for one request.
+type claimOutcome int
+
+const (
+	// claimed: this request owns the in-flight record; run the handler.
+	claimed claimOutcome = iota
+	// replay: the record completed with the same fingerprint.
+	replay
+	// mismatch: the record holds another request's fingerprint.
+	mismatch
+	// inFlight: another request with the key is running.
+	inFlight
+)
+
+// stored is a completed record's answer.
+type stored struct {
+	status  int
+	headers http.Header
+	body    []byte
+}
+
+// claimResult is the claim step's decision; token fences the completion of
+// a claimed record (its locked_until, set from the database clock).
+type claimResult struct {
+	outcome claimOutcome
+	token   time.Time
+	answer  stored
+}
+
+// claim runs step 2 of the request flow (docs/receiver.md) in one short
+// transaction: insert the in-flight record, or decide from the existing one.
+// All times come from the database clock.
+func (rc *Receiver) claim(ctx context.Context, scope, key string, fp []byte) (claimResult, error) {
+	var res claimResult
+	// A row deleted between the insert and the select (its handler answered
+	// 5xx) is inserted again: loop a few times.
+	for range 3 {
+		done := false
+		err := pgx.BeginFunc(ctx, rc.pool, func(tx pgx.Tx) error {
+			err := tx.QueryRow(ctx, `INSERT INTO `+rc.table+` (scope, key, fingerprint, state, locked_until, expires_at)
+				VALUES ($1, $2, $3, 'in_flight', now() + $4::bigint * interval '1 microsecond', now() + $5::bigint * interval '1 microsecond')
+				ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until`,
+				scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
+			if err == nil {
+				res.outcome, done = claimed, true
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			var (
+				storedFP             []byte
+				state                string
+				expired, recoverable bool
+				status               *int32
+				headers              map[string][]string
+				body                 []byte
+			)
+			// NOWAIT: a record locked by another transaction is being
+			// claimed, completed or (InTransaction) worked on right now.
+			err = tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
+					coalesce(locked_until <= now(), false), status, headers, body
+				FROM `+rc.table+` WHERE scope = $1 AND key = $2 FOR UPDATE NOWAIT`, scope, key).
+				Scan(&storedFP, &state, &expired, &recoverable, &status, &headers, &body)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // gone meanwhile: try again
+			}
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
+				return errLocked // the transaction is aborted: roll it back
+			}
+			if err != nil {
+				return err
+			}
+			switch {
+			case expired:
+				// An expired key is a new first request.
+				res.outcome, done = claimed, true
+				return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
+						locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
+						created_at = now(), completed_at = NULL, expires_at = now() + $5::bigint * interval '1 microsecond'
+					WHERE scope = $1 AND key = $2 RETURNING locked_until`,
+					scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
+			case string(storedFP) != string(fp):
+				res.outcome, done = mismatch, true
+			case state == stateCompleted:
+				res.outcome, done = replay, true
+				res.answer = stored{status: 200, headers: http.Header(headers), body: body}
+				if status != nil {
+					res.answer.status = int(*status)
+				}
+			case !recoverable:
+				res.outcome, done = inFlight, true
+			default:
+				// The first request's process stopped before completing:
+				// take the record over.
+				res.outcome, done = claimed, true
+				return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $3::bigint * interval '1 microsecond'
+					WHERE scope = $1 AND key = $2 RETURNING locked_until`,
+					scope, key, rc.opts.RecoveryTimeout.Microseconds()).Scan(&res.token)
+			}
+			return nil
+		})
+		if errors.Is(err, errLocked) {
+			return claimResult{outcome: inFlight}, nil
+		}
+		if err != nil {
+			return claimResult{}, err
+		}
+		if done {
+			return res, nil
+		}
+	}
+	// Three rounds each found the record deleted right after colliding
+	// with it: handlers keep failing with 5xx right now.
+	return claimResult{outcome: inFlight}, nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// complete stores the answer on the record this request claimed; it reports
+// false if the record is no longer this request's (taken over after the
+// recovery timeout).
+func (rc *Receiver) complete(ctx context.Context, q querier, scope, key string, token time.Time, a stored) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE `+rc.table+` SET state = 'completed', locked_until = NULL,
+			status = $4, headers = $5, body = $6, completed_at = now()
+		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3`,
+		scope, key, token, a.status, map[string][]string(a.headers), a.body)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// release deletes the record this request claimed, so a retry runs the
+// handler again.
+func (rc *Receiver) release(ctx context.Context, scope, key string, token time.Time) error {
+	_, err := rc.pool.Exec(ctx, `DELETE FROM `+rc.table+`
+		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3`, scope, key, token)
+	return err
+}
