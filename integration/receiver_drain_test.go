@@ -1,0 +1,234 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/receiver"
+)
+
+// receiverDrainRows is the number of intents drained into the receiver.
+const receiverDrainRows = 500
+
+// answerDropper cuts the connection instead of answering the first
+// successful request of one key in five (chosen by the key's hash): the
+// wrapped receiver has run the handler and stored its answer, the client
+// never hears of it, exactly the loss a retry must survive.
+type answerDropper struct {
+	next http.Handler
+
+	mu      sync.Mutex
+	seen    map[string]bool
+	dropped map[string]bool
+}
+
+func newAnswerDropper(next http.Handler) *answerDropper {
+	return &answerDropper{next: next, seen: map[string]bool{}, dropped: map[string]bool{}}
+}
+
+// dropsAnswerOf reports whether the first answer of key is cut: one key in five.
+func dropsAnswerOf(key string) bool {
+	sum := sha256.Sum256([]byte(key))
+	return sum[0]%5 == 0
+}
+
+func (d *answerDropper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	d.mu.Lock()
+	first := !d.seen[key]
+	d.seen[key] = true
+	d.mu.Unlock()
+	if !first || !dropsAnswerOf(key) {
+		d.next.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	d.next.ServeHTTP(rec, r)
+	if rec.Code/100 != 2 {
+		// No effect yet (the receiver refused or the handler failed):
+		// answer normally, and cut the next attempt's answer instead.
+		d.mu.Lock()
+		delete(d.seen, key)
+		d.mu.Unlock()
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return
+	}
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(fmt.Sprintf("hijack: %v", err))
+	}
+	_ = conn.Close()
+	d.mu.Lock()
+	d.dropped[key] = true
+	d.mu.Unlock()
+}
+
+func (d *answerDropper) droppedKeys() map[string]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]bool, len(d.dropped))
+	for k := range d.dropped {
+		out[k] = true
+	}
+	return out
+}
+
+// TestDrainIntoReceiverLosingAnswers: the real daemon drains 500 intents
+// into a service behind the Go receiver (the handler writes its effect in
+// the transaction that stores the answer) that loses the answer of one
+// intent in five after the effect. Every intent ends succeeded with exactly
+// one effect; each lost answer comes back as a replay, counted as `replay`,
+// carrying the first answer's body.
+func TestDrainIntoReceiverLosingAnswers(t *testing.T) {
+	dbURL, pool := newMigratedDB(t)
+	svcPool := receiverPool(t)
+	ctx := context.Background()
+	rc, err := receiver.New(svcPool, receiver.Options{InTransaction: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svcPool.Exec(ctx, `CREATE TABLE effects (id bigserial PRIMARY KEY, key text NOT NULL, body jsonb NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := receiver.Tx(r.Context())
+		if tx == nil {
+			http.Error(w, "no transaction", http.StatusInternalServerError)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "cannot read the body", http.StatusBadRequest)
+			return
+		}
+		var id int64
+		if err := tx.QueryRow(r.Context(), `INSERT INTO effects (key, body) VALUES ($1, $2) RETURNING id`,
+			r.Header.Get("Idempotency-Key"), string(body)).Scan(&id); err != nil {
+			http.Error(w, "database error", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"effect_id":%d}`, id)
+	})
+	dropper := newAnswerDropper(rc.Wrap(handler))
+	srv := httptest.NewServer(dropper)
+	defer srv.Close()
+
+	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", httpConfig(srv.URL, "", "charge_card"))
+	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {
+		t.Fatalf("drainer check: %s", res)
+	}
+	keys := enqueueCharges(t, pool, receiverDrainRows)
+	d := startDaemon(t, "receiver-drain", "--config", cfgPath, "--database-url", dbURL)
+	waitFor(t, 3*time.Minute, "every intent to succeed", func() (bool, string) {
+		d.requireRunning()
+		c := statusCounts(t, pool)
+		return c["succeeded"] == receiverDrainRows, fmt.Sprint(c)
+	})
+	replays := d.metric("drainer_dispatch_total", `outcome="replay"`)
+	successes := d.metric("drainer_dispatch_total", `outcome="success"`)
+
+	// Exactly one effect per intent.
+	effects := map[string][]int64{}
+	rows, err := svcPool.Query(ctx, `SELECT key, id FROM effects`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		var id int64
+		if err := rows.Scan(&k, &id); err != nil {
+			t.Fatal(err)
+		}
+		effects[k] = append(effects[k], id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(effects) != receiverDrainRows {
+		t.Errorf("%d keys took effect, want %d", len(effects), receiverDrainRows)
+	}
+	for _, k := range keys {
+		if n := len(effects[k]); n != 1 {
+			t.Errorf("key %s: %d effects, want 1", k, n)
+		}
+	}
+
+	// Each row holds its own effect's answer: a replay after a lost answer
+	// carries the first answer's body (seed mode: status 200 for a replay).
+	dropped := dropper.droppedKeys()
+	if len(dropped) == 0 {
+		t.Fatal("no answer was lost: the test did not exercise a replay")
+	}
+	outbox, err := pool.Query(ctx, `SELECT key, status, response->>'effect_id', response_status FROM drainer.outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrong int
+	for outbox.Next() {
+		var key, status string
+		var effectID *string
+		var respStatus *int
+		if err := outbox.Scan(&key, &status, &effectID, &respStatus); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus := http.StatusCreated
+		if dropped[key] {
+			wantStatus = http.StatusOK
+		}
+		ids := effects[key]
+		if status != "succeeded" || effectID == nil || len(ids) != 1 || *effectID != strconv.FormatInt(ids[0], 10) ||
+			respStatus == nil || *respStatus != wantStatus {
+			wrong++
+			if wrong <= 10 {
+				t.Errorf("row %s: status %s, effect_id %v, response_status %v; want succeeded, %v, %d (answer lost: %v)",
+					key, status, deref(effectID), deref(respStatus), ids, wantStatus, dropped[key])
+			}
+		}
+	}
+	outbox.Close()
+	if err := outbox.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if int(replays) != len(dropped) {
+		t.Errorf("drainer_dispatch_total{outcome=\"replay\"} = %.0f, want %d (one per lost answer)", replays, len(dropped))
+	}
+	if int(successes) != receiverDrainRows-len(dropped) {
+		t.Errorf("drainer_dispatch_total{outcome=\"success\"} = %.0f, want %d", successes, receiverDrainRows-len(dropped))
+	}
+	var records int
+	if err := svcPool.QueryRow(ctx, `SELECT count(*) FROM drainer_receiver.records WHERE state = 'completed'`).Scan(&records); err != nil {
+		t.Fatal(err)
+	}
+	if records != receiverDrainRows {
+		t.Errorf("%d completed receiver records, want %d", records, receiverDrainRows)
+	}
+	t.Logf("drained %d intents into the receiver; %d answers lost after the effect (%.0f%%), each answered again as a replay; %.0f replays, %.0f first successes counted",
+		receiverDrainRows, len(dropped), 100*float64(len(dropped))/receiverDrainRows, replays, successes)
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
