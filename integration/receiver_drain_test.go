@@ -5,16 +5,22 @@ package integration
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/receiver"
+	"github.com/jackc/pgx/v5"
 )
 
 // receiverDrainRows is the number of intents drained into the receiver.
@@ -231,4 +237,157 @@ func deref[T any](p *T) any {
 		return nil
 	}
 	return *p
+}
+
+// TestDrainerReadsReceiverConflicts: the daemon reads the receiver's
+// conflicts as docs/reference.md §5 says. An intent whose key another
+// request holds in flight gets 409 in-flight and is retried until the
+// holder finishes, then succeeds with the holder's answer as a replay (the
+// handler ran once, for the holder); an intent whose key was first used
+// with another body gets 409 payload-mismatch and fails at once.
+func TestDrainerReadsReceiverConflicts(t *testing.T) {
+	dbURL, pool := newMigratedDB(t)
+	ctx := context.Background()
+	rc, err := receiver.New(receiverPool(t), receiver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	holding := make(chan struct{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	conflicts := map[string][]string{} // Idempotency-Conflict of each 409, per key
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		runs[key]++
+		n := runs[key]
+		mu.Unlock()
+		if r.Header.Get("X-Test-Hold") != "" {
+			close(holding)
+			<-gate
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":%q,"run":%d}`, key, n)
+	})
+	wrapped := rc.Wrap(handler)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		wrapped.ServeHTTP(sw, r)
+		if sw.status == http.StatusConflict {
+			mu.Lock()
+			key := r.Header.Get("Idempotency-Key")
+			conflicts[key] = append(conflicts[key], w.Header().Get("Idempotency-Conflict"))
+			mu.Unlock()
+		}
+	}))
+	defer srv.Close()
+
+	held := producer.Intent{Tuple: idemkey.Tuple{AgentRunID: "run-1", StepID: "held", ToolName: "charge_card"}, Payload: json.RawMessage(`{"amount_cents": 100, "currency": "EUR"}`)}
+	mismatched := producer.Intent{Tuple: idemkey.Tuple{AgentRunID: "run-1", StepID: "reused", ToolName: "charge_card"}, Payload: json.RawMessage(`{"amount_cents": 200}`)}
+	direct := func(in producer.Intent, body string, hold bool) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charge_card", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", in.Key())
+		req.Header.Set("X-Agent-Idempotency-Tuple", in.Tuple.Encoded())
+		if hold {
+			req.Header.Set("X-Test-Hold", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// The same charge, formatted otherwise (the fingerprint is over the
+	// canonical JSON), held in its handler; the other key used first with
+	// another amount.
+	type answer struct {
+		status int
+		body   string
+	}
+	holder := make(chan answer, 1)
+	go func() {
+		s, b := direct(held, `{"currency":"EUR","amount_cents":100}`, true)
+		holder <- answer{s, b}
+	}()
+	<-holding
+	if s, b := direct(mismatched, `{"amount_cents": 999}`, false); s != http.StatusCreated {
+		t.Fatalf("first use of the reused key: %d %s", s, b)
+	}
+	for _, in := range []producer.Intent{held, mismatched} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, _, err := producer.EnqueueTx(ctx, tx, in)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", httpConfig(srv.URL, "", "charge_card"))
+	d := startDaemon(t, "receiver-conflicts", "--config", cfgPath, "--database-url", dbURL)
+
+	waitFor(t, time.Minute, "the held key to be refused in flight and the reused one to fail", func() (bool, string) {
+		d.requireRunning()
+		mu.Lock()
+		n := len(conflicts[held.Key()])
+		mu.Unlock()
+		r := readRow(t, pool, mismatched.Key())
+		return n >= 2 && r.Status == "failed", fmt.Sprintf("%d in-flight answers; reused key %s", n, r.Status)
+	})
+	if r := readRow(t, pool, held.Key()); r.Status != "pending" && r.Status != "in_flight" {
+		t.Errorf("held key while in flight upstream: %s, want pending (retrying)", r.Status)
+	}
+	close(gate)
+	first := <-holder
+	if first.status != http.StatusCreated {
+		t.Fatalf("holder: %d %s", first.status, first.body)
+	}
+	waitFor(t, time.Minute, "the held key to succeed", func() (bool, string) {
+		d.requireRunning()
+		r := readRow(t, pool, held.Key())
+		return r.Status == "succeeded", r.Status
+	})
+
+	r := readRow(t, pool, held.Key())
+	var resp map[string]any
+	if r.Response == nil || json.Unmarshal([]byte(*r.Response), &resp) != nil || resp["run"] != float64(1) || resp["charge"] != held.Key() ||
+		r.ResponseStatus == nil || *r.ResponseStatus != http.StatusOK || r.Attempts < 2 {
+		t.Errorf("held key: response %v, status %v, attempts %d; want the holder's answer %s replayed (200) after retries", deref(r.Response), deref(r.ResponseStatus), r.Attempts, first.body)
+	}
+	m := readRow(t, pool, mismatched.Key())
+	if m.Attempts != 1 || m.LastError == nil || !strings.Contains(strings.ToLower(*m.LastError), "409") {
+		t.Errorf("reused key: attempts %d, last_error %v; want one attempt refused 409 payload-mismatch", m.Attempts, deref(m.LastError))
+	}
+	mu.Lock()
+	heldRuns, reusedRuns := runs[held.Key()], runs[mismatched.Key()]
+	heldConflicts, reusedConflicts := slices.Clone(conflicts[held.Key()]), slices.Clone(conflicts[mismatched.Key()])
+	mu.Unlock()
+	if heldRuns != 1 || reusedRuns != 1 {
+		t.Errorf("handler runs: held key %d, reused key %d; want 1 each (the direct requests)", heldRuns, reusedRuns)
+	}
+	for _, c := range heldConflicts {
+		if c != "in-flight" {
+			t.Errorf("held key got a 409 with Idempotency-Conflict %q, want in-flight", c)
+		}
+	}
+	if !slices.Equal(reusedConflicts, []string{"payload-mismatch"}) {
+		t.Errorf("reused key: conflicts %v, want one payload-mismatch", reusedConflicts)
+	}
+	if n := d.metric("drainer_dispatch_total", `outcome="replay"`); n != 1 {
+		t.Errorf(`drainer_dispatch_total{outcome="replay"} = %.0f, want 1`, n)
+	}
+	if n := d.metric("drainer_dispatch_total", `outcome="retry"`); int(n) != len(heldConflicts) {
+		t.Errorf(`drainer_dispatch_total{outcome="retry"} = %.0f, want %d (one per in-flight answer)`, n, len(heldConflicts))
+	}
+	if n := d.metric("drainer_dispatch_total", `outcome="terminal"`); n != 1 {
+		t.Errorf(`drainer_dispatch_total{outcome="terminal"} = %.0f, want 1`, n)
+	}
+	t.Logf("held key: %d in-flight answers retried, then replayed; reused key: last_error %q", len(heldConflicts), deref(m.LastError))
 }
