@@ -1,0 +1,684 @@
+"""The idempotency receiver for ASGI services (docs/receiver.md).
+
+The provider's half of drainer's contract (docs/reference.md §11): ASGI
+middleware that makes an app answer the retries of one idempotency key with
+one effect and a byte-identical stored answer. It keeps its records in
+Postgres with the same table layout, fingerprint and request flow as the Go
+package ``receiver`` and the TypeScript ``@drainer/client/receiver``, so
+services in all three languages can share one store::
+
+    from drainer_client.receiver import Receiver
+
+    receiver = Receiver(os.environ["DATABASE_URL"], scope=lambda s: account_of(s))
+    receiver.migrate()
+    app = receiver.wrap(app)        # any ASGI app, under any ASGI server
+
+Options (keyword arguments of :class:`Receiver`): ``schema``
+(``"drainer_receiver"``), ``key_header`` (``"Idempotency-Key"``), ``ttl``
+(seconds, 86400), ``recovery_timeout`` (seconds, 60), ``scope`` (a function
+of the ASGI scope returning the key space, default one global scope),
+``mode`` (``"seed"`` or ``"ietf"``), ``require_key`` (a function of the ASGI
+scope; default POST, PUT, PATCH and DELETE), ``max_body`` (bytes, 1 MiB),
+``store_server_errors`` (False), ``store_headers`` (response headers stored
+besides Content-Type and Location), ``in_transaction`` (False: see
+:func:`current_connection`), ``pool_size`` (connections kept when given a
+conninfo string, 10).
+
+All time decisions use the database clock. The body is read in full (every
+``http.request`` chunk) before anything is decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import json
+import re
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Sequence, Tuple
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from ._jcs import canonical_json
+from ._key import TUPLE_FIELDS, idempotency_key
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "MAX_KEY_BYTES",
+    "Receiver",
+    "canonical_body",
+    "current_connection",
+    "fingerprint",
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+DEFAULT_SCHEMA = "drainer_receiver"
+DEFAULT_KEY_HEADER = "Idempotency-Key"
+DEFAULT_TTL = 24 * 3600.0
+DEFAULT_RECOVERY_TIMEOUT = 60.0
+DEFAULT_MAX_BODY = 1 << 20
+#: The longest accepted idempotency key, in bytes of UTF-8.
+MAX_KEY_BYTES = 255
+SEED, IETF = "seed", "ietf"
+
+_MIGRATE_LOCK = "drainer_receiver.migrate"
+_PRUNE_BATCH = 1000
+_PROBLEM_BASE = "https://drainer.dev/problems/"
+_KEYED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_BASE64URL = re.compile(r"^[A-Za-z0-9_-]*$")
+#: The ASGI scope entry holding the in_transaction connection.
+CONNECTION_SCOPE_KEY = "drainer_receiver.connection"
+
+_MIGRATE_SQL = """
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.records (
+    scope         text        NOT NULL,
+    key           text        NOT NULL,
+    fingerprint   bytea       NOT NULL,
+    state         text        NOT NULL,
+    locked_until  timestamptz,
+    status        integer,
+    headers       jsonb,
+    body          bytea,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    completed_at  timestamptz,
+    expires_at    timestamptz NOT NULL,
+    PRIMARY KEY (scope, key),
+    CHECK (state IN ('in_flight', 'completed'))
+);
+CREATE INDEX IF NOT EXISTS records_expires_idx ON {schema}.records (expires_at);
+"""
+
+
+def _is_json(content_type: str) -> bool:
+    mt = content_type.split(";", 1)[0].strip().lower()
+    return mt == "application/json" or (mt.startswith("application/") and mt.endswith("+json"))
+
+
+def canonical_body(content_type: str, body: bytes) -> bytes:
+    """The body as the fingerprint sees it: JCS canonical JSON for a JSON
+    content type whose body parses as strict JSON, else the bytes unchanged."""
+    if not _is_json(content_type):
+        return body
+    c = canonical_json(body)
+    return body if c is None else c
+
+
+def fingerprint(method: str, path: str, content_type: str, body: bytes) -> bytes:
+    """SHA-256 over METHOD "\\n" PATH "\\n" BODY (docs/receiver.md): the same
+    bytes as the Go receiver's ``receiver.Fingerprint``."""
+    h = hashlib.sha256()
+    h.update(method.upper().encode("utf-8"))
+    h.update(b"\n")
+    h.update(path.encode("utf-8"))
+    h.update(b"\n")
+    h.update(canonical_body(content_type, body))
+    return h.digest()
+
+
+def check_key(key: str) -> Optional[str]:
+    """Why key is not acceptable (1 to 255 bytes of UTF-8, no control
+    characters), or None."""
+    if key == "":
+        return "the key is empty"
+    n = len(key.encode("utf-8", "surrogatepass"))
+    if n > MAX_KEY_BYTES:
+        return f"the key is {n} bytes, more than the limit of {MAX_KEY_BYTES}"
+    for i, ch in enumerate(key):
+        if ord(ch) < 0x20 or ord(ch) == 0x7F:
+            return f"the key contains a control character at index {i}"
+    return None
+
+
+def _check_tuple(values: List[bytes], key: str) -> Optional[str]:
+    if len(values) > 1:
+        return f"the header appears {len(values)} times"
+    raw = values[0].decode("latin-1")
+    if not _BASE64URL.match(raw) or len(raw) % 4 == 1:
+        return "not unpadded base64url"
+    try:
+        decoded = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+        obj = json.loads(decoded.decode("utf-8"))
+    except (binascii.Error, ValueError, UnicodeError):
+        return "not the JSON object of the four tuple fields"
+    if not isinstance(obj, dict) or any(k not in TUPLE_FIELDS or not isinstance(v, str) for k, v in obj.items()):
+        return "not the JSON object of the four tuple fields"
+    try:
+        recomputed = idempotency_key(*(obj.get(f, "") for f in TUPLE_FIELDS))
+    except Exception:  # a lone surrogate: no key
+        return "not the JSON object of the four tuple fields"
+    if recomputed != key:
+        return "the key recomputed from the tuple differs from the request's key"
+    return None
+
+
+def current_connection(scope: Scope) -> "Optional[psycopg.AsyncConnection[Any]]":
+    """The connection whose open transaction a keyed request's app runs in
+    when the receiver has ``in_transaction=True``, else None. What the app
+    writes through it commits together with the stored answer; the app must
+    not commit or roll back itself."""
+    return scope.get(CONNECTION_SCOPE_KEY)
+
+
+class _Problem(Exception):
+    def __init__(self, status: int, slug: str, title: str, detail: str, headers: Sequence[Tuple[str, str]] = ()):
+        super().__init__(detail)
+        self.status, self.slug, self.title, self.detail, self.headers = status, slug, title, detail, list(headers)
+
+    async def send(self, send: Send) -> None:
+        body = json.dumps({"type": _PROBLEM_BASE + self.slug, "title": self.title, "status": self.status,
+                           "detail": self.detail}).encode("utf-8")
+        headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _unavailable(detail: str) -> _Problem:
+    return _Problem(503, "unavailable", "Idempotency store unavailable", detail, [("Retry-After", "1")])
+
+
+class _Pool:
+    """A few autocommit AsyncConnections kept open, for a conninfo string."""
+
+    def __init__(self, conninfo: str, size: int):
+        self.conninfo, self.size = conninfo, size
+        self.idle: List["psycopg.AsyncConnection[Any]"] = []
+        self.sem: Optional[asyncio.Semaphore] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def connection(self) -> "_Lease":
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:
+            # Connections and the semaphore belong to one event loop: a new
+            # loop (another asyncio.run) starts afresh.
+            for c in self.idle:
+                c.pgconn.finish()
+            self.idle, self.sem, self.loop = [], asyncio.Semaphore(self.size), loop
+        return _Lease(self)
+
+    async def close(self) -> None:
+        idle, self.idle = self.idle, []
+        for c in idle:
+            await c.close()
+
+
+class _Lease:
+    def __init__(self, pool: _Pool):
+        self.pool = pool
+        self.conn: "Optional[psycopg.AsyncConnection[Any]]" = None
+
+    async def __aenter__(self) -> "psycopg.AsyncConnection[Any]":
+        p = self.pool
+        assert p.sem is not None
+        await p.sem.acquire()
+        try:
+            while p.idle:
+                c = p.idle.pop()
+                if not c.closed:
+                    self.conn = c
+                    return c
+            self.conn = await psycopg.AsyncConnection.connect(p.conninfo, autocommit=True)
+            return self.conn
+        except BaseException:
+            p.sem.release()
+            raise
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        p, c = self.pool, self.conn
+        assert p.sem is not None
+        try:
+            if c is not None:
+                if et is None and not c.closed and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    p.idle.append(c)
+                else:
+                    await c.close()
+        finally:
+            p.sem.release()
+
+
+class Receiver:
+    """Postgres-backed idempotency middleware for ASGI apps.
+
+    ``conninfo_or_pool`` is a libpq connection string or URL (the receiver
+    keeps up to ``pool_size`` connections of its own), or an object with an
+    async ``connection()`` context manager yielding an AsyncConnection in
+    autocommit mode (e.g. ``psycopg_pool.AsyncConnectionPool`` created with
+    ``kwargs={"autocommit": True}``).
+    """
+
+    def __init__(
+        self,
+        conninfo_or_pool: Any,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        key_header: str = DEFAULT_KEY_HEADER,
+        ttl: float = DEFAULT_TTL,
+        recovery_timeout: float = DEFAULT_RECOVERY_TIMEOUT,
+        scope: Optional[Callable[[Scope], str]] = None,
+        mode: str = SEED,
+        require_key: Optional[Callable[[Scope], bool]] = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        store_server_errors: bool = False,
+        store_headers: Sequence[str] = (),
+        in_transaction: bool = False,
+        pool_size: int = 10,
+    ):
+        problems = []
+        if not schema or "\x00" in schema or len(schema.encode("utf-8")) > 63:
+            problems.append(f"schema {schema!r} must be 1 to 63 bytes without NUL")
+        if not key_header:
+            problems.append("key_header must not be empty")
+        if not ttl or ttl < 0.001:
+            problems.append(f"ttl is {ttl!r}, must be at least 0.001 seconds")
+        if not recovery_timeout or recovery_timeout < 0.001:
+            problems.append(f"recovery_timeout is {recovery_timeout!r}, must be at least 0.001 seconds")
+        if mode not in (SEED, IETF):
+            problems.append(f"mode is {mode!r}, must be {SEED!r} or {IETF!r}")
+        if max_body < 0:
+            problems.append(f"max_body is {max_body}, must not be negative")
+        if pool_size < 1:
+            problems.append(f"pool_size is {pool_size}, must be at least 1")
+        if problems:
+            raise ValueError("drainer_client.receiver: " + "; ".join(problems))
+        if isinstance(conninfo_or_pool, str):
+            self._conninfo: Optional[str] = conninfo_or_pool
+            self._pool: Any = _Pool(conninfo_or_pool, pool_size)
+        elif hasattr(conninfo_or_pool, "connection"):
+            self._conninfo = getattr(conninfo_or_pool, "conninfo", None)
+            self._pool = conninfo_or_pool
+        else:
+            raise TypeError("drainer_client.receiver: Receiver needs a conninfo string or a pool with connection()")
+        self.schema = schema
+        self.key_header = key_header.lower().encode("latin-1")
+        self._key_header_name = key_header
+        self.ttl_us = int(ttl * 1_000_000)
+        self.recovery_us = int(recovery_timeout * 1_000_000)
+        self.scope = scope or (lambda s: "")
+        self.mode = mode
+        self.require_key = require_key or (lambda s: s.get("method", "").upper() in _KEYED_METHODS)
+        self.max_body = max_body or DEFAULT_MAX_BODY
+        self.store_server_errors = store_server_errors
+        self.store_headers = {b"content-type", b"location"} | {h.lower().encode("latin-1") for h in store_headers}
+        self.in_transaction = in_transaction
+        self._table = sql.SQL("{}.records").format(sql.Identifier(schema))
+
+    async def aclose(self) -> None:
+        """Close the idle connections the receiver keeps (for a conninfo)."""
+        if isinstance(self._pool, _Pool):
+            await self._pool.close()
+
+    # -- store ---------------------------------------------------------------
+
+    def _migrate_statements(self) -> sql.Composed:
+        return sql.SQL(_MIGRATE_SQL).format(schema=sql.Identifier(self.schema))
+
+    def migrate(self) -> None:
+        """Create the schema, table and index if missing (safe from many
+        processes at once). Synchronous: call it at startup. With a pool that
+        has no ``conninfo``, use :meth:`amigrate`."""
+        if not self._conninfo:
+            raise TypeError("drainer_client.receiver: migrate() needs a conninfo; await amigrate() instead")
+        with psycopg.connect(self._conninfo) as conn:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_MIGRATE_LOCK])
+                conn.execute(self._migrate_statements())
+
+    async def amigrate(self) -> None:
+        """:meth:`migrate` on the receiver's own connections."""
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_MIGRATE_LOCK])
+                await conn.execute(self._migrate_statements())
+
+    async def prune(self) -> int:
+        """Delete expired records in batches of 1000 until none is left;
+        return how many were deleted."""
+        q = sql.SQL(
+            "DELETE FROM {t} WHERE (scope, key) IN (SELECT scope, key FROM {t} WHERE expires_at <= now() "
+            "LIMIT {n} FOR UPDATE SKIP LOCKED)"
+        ).format(t=self._table, n=sql.Literal(_PRUNE_BATCH))
+        total = 0
+        async with self._pool.connection() as conn:
+            while True:
+                cur = await conn.execute(q)
+                total += cur.rowcount
+                if cur.rowcount < _PRUNE_BATCH:
+                    return total
+
+    async def _claim(self, scope: str, key: str, fp: bytes) -> Tuple[str, Any]:
+        """Step 2 of the flow: ("claimed", token), ("replay", (status,
+        headers, body)), ("mismatch", None) or ("in_flight", None)."""
+        t = self._table
+        async with self._pool.connection() as conn:
+            for _ in range(3):
+                try:
+                    async with conn.transaction():
+                        cur = await conn.execute(
+                            sql.SQL(
+                                "INSERT INTO {} (scope, key, fingerprint, state, locked_until, expires_at) "
+                                "VALUES (%s, %s, %s, 'in_flight', now() + %s::bigint * interval '1 microsecond', "
+                                "now() + %s::bigint * interval '1 microsecond') "
+                                "ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until"
+                            ).format(t),
+                            [scope, key, fp, self.recovery_us, self.ttl_us],
+                        )
+                        row = await cur.fetchone()
+                        if row is not None:
+                            return "claimed", row[0]
+                        cur = await conn.execute(
+                            sql.SQL(
+                                "SELECT fingerprint, state, expires_at <= now(), coalesce(locked_until <= now(), false), "
+                                "status, headers, body FROM {} WHERE scope = %s AND key = %s FOR UPDATE NOWAIT"
+                            ).format(t),
+                            [scope, key],
+                        )
+                        row = await cur.fetchone()
+                        if row is None:
+                            continue  # deleted meanwhile: try again
+                        stored_fp, state, expired, recoverable, status, headers, body = row
+                        if expired:
+                            cur = await conn.execute(
+                                sql.SQL(
+                                    "UPDATE {} SET fingerprint = %s, state = 'in_flight', "
+                                    "locked_until = now() + %s::bigint * interval '1 microsecond', status = NULL, "
+                                    "headers = NULL, body = NULL, created_at = now(), completed_at = NULL, "
+                                    "expires_at = now() + %s::bigint * interval '1 microsecond' "
+                                    "WHERE scope = %s AND key = %s RETURNING locked_until"
+                                ).format(t),
+                                [fp, self.recovery_us, self.ttl_us, scope, key],
+                            )
+                            return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
+                        if bytes(stored_fp) != fp:
+                            return "mismatch", None
+                        if state == "completed":
+                            return "replay", (status if status is not None else 200, headers or {}, bytes(body or b""))
+                        if not recoverable:
+                            return "in_flight", None
+                        cur = await conn.execute(
+                            sql.SQL(
+                                "UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
+                                "WHERE scope = %s AND key = %s RETURNING locked_until"
+                            ).format(t),
+                            [self.recovery_us, scope, key],
+                        )
+                        return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
+                except pg_errors.LockNotAvailable:
+                    return "in_flight", None
+        return "in_flight", None
+
+    async def _complete(self, conn: Any, scope: str, key: str, token: Any, status: int,
+                        headers: Dict[str, List[str]], body: bytes) -> bool:
+        cur = await conn.execute(
+            sql.SQL(
+                "UPDATE {} SET state = 'completed', locked_until = NULL, status = %s, headers = %s::jsonb, body = %s, "
+                "completed_at = now() WHERE scope = %s AND key = %s AND state = 'in_flight' AND locked_until = %s"
+            ).format(self._table),
+            [status, json.dumps(headers), body, scope, key, token],
+        )
+        return cur.rowcount == 1
+
+    async def _release(self, scope: str, key: str, token: Any) -> None:
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE scope = %s AND key = %s AND state = 'in_flight' AND locked_until = %s")
+                    .format(self._table),
+                    [scope, key, token],
+                )
+        except psycopg.Error:
+            pass  # the record expires after the recovery timeout instead
+
+    # -- ASGI ----------------------------------------------------------------
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """Return app behind the receiver, as an ASGI app."""
+
+        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope.get("type") != "http" or not self.require_key(scope):
+                await app(scope, receive, send)
+                return
+            await self._serve(app, scope, receive, send)
+
+        return wrapped
+
+    def _header_values(self, scope: Scope, name: bytes) -> List[bytes]:
+        return [v for k, v in scope.get("headers", []) if k.lower() == name]
+
+    def _key(self, scope: Scope) -> str:
+        vals = self._header_values(scope, self.key_header)
+        name = self._key_header_name
+        if not vals or (len(vals) == 1 and vals[0] == b""):
+            raise _Problem(400, "missing-key", "Idempotency key missing",
+                           f"this request needs an idempotency key in header {name}")
+        if len(vals) > 1:
+            raise _Problem(400, "invalid-key", "Invalid idempotency key",
+                           f"header {name} appears {len(vals)} times; send it once")
+        try:
+            key = vals[0].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Problem(400, "invalid-key", "Invalid idempotency key",
+                           f"header {name}: the key is not valid UTF-8") from None
+        why = check_key(key)
+        if why:
+            raise _Problem(400, "invalid-key", "Invalid idempotency key", f"header {name}: {why}")
+        tuple_vals = self._header_values(scope, b"x-agent-idempotency-tuple")
+        if tuple_vals:
+            why = _check_tuple(tuple_vals, key)
+            if why:
+                raise _Problem(400, "tuple-mismatch", "Idempotency tuple does not match the key",
+                               f"header X-Agent-Idempotency-Tuple: {why}")
+        return key
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> Optional[bytes]:
+        """The whole body (every chunk); None if the client went away."""
+        for v in self._header_values(scope, b"content-length"):
+            try:
+                if int(v) > self.max_body:
+                    raise self._too_large()
+            except ValueError:
+                pass
+        chunks: List[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return None
+            if msg["type"] != "http.request":
+                continue
+            chunk = msg.get("body", b"") or b""
+            size += len(chunk)
+            if size > self.max_body:
+                raise self._too_large()
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                return b"".join(chunks)
+
+    def _too_large(self) -> _Problem:
+        return _Problem(413, "too-large", "Request body too large",
+                        f"the request body is larger than the limit of {self.max_body} bytes")
+
+    async def _serve(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body = await self._read_body(scope, receive)
+            if body is None:
+                return
+            key = self._key(scope)
+            rscope = self.scope(scope)
+            if not isinstance(rscope, str) or "\x00" in rscope:
+                raise _Problem(400, "invalid-scope", "Invalid scope", "the request's scope is not a str without NUL")
+            ctype = b"".join(self._header_values(scope, b"content-type")[:1]).decode("latin-1")
+            raw_path = scope.get("raw_path")
+            path = raw_path.split(b"?", 1)[0].decode("latin-1") if raw_path else _quote_path(scope.get("path", "/"))
+            fp = fingerprint(scope.get("method", ""), path, ctype, body)
+            try:
+                outcome, data = await self._claim(rscope, key, fp)
+            except (psycopg.Error, OSError):
+                raise _unavailable("the idempotency store could not be reached; the request was not processed, "
+                                   "retry it with the same key") from None
+            if outcome == "replay":
+                await self._replay(send, *data)
+                return
+            if outcome == "mismatch":
+                raise _Problem(422 if self.mode == IETF else 409, "payload-mismatch",
+                               "Idempotency key reused with a different request",
+                               "this key was first used with another method, path or body; use a new key for a new request",
+                               [("Idempotency-Conflict", "payload-mismatch")])
+            if outcome == "in_flight":
+                raise _Problem(409, "in-flight", "Request with this key in flight",
+                               "a request with this key is still being processed; retry later with the same key",
+                               [("Idempotency-Conflict", "in-flight"), ("Retry-After", "1")])
+        except _Problem as p:
+            await p.send(send)
+            return
+        if self.in_transaction:
+            await self._run_in_transaction(app, scope, receive, send, body, rscope, key, data)
+        else:
+            await self._run(app, scope, receive, send, body, rscope, key, data)
+
+    async def _run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, body: bytes,
+                   rscope: str, key: str, token: Any) -> None:
+        cap = _Capture()
+        try:
+            await app(scope, _replay_receive(body, receive), cap.send)
+        except BaseException:
+            await self._release(rscope, key, token)
+            raise
+        if cap.status is None:  # the app sent no answer: nothing to store
+            await self._release(rscope, key, token)
+            return
+        if cap.status >= 500 and not self.store_server_errors:
+            await self._release(rscope, key, token)
+        else:
+            try:
+                async with self._pool.connection() as conn:
+                    await self._complete(conn, rscope, key, token, cap.status, cap.stored_headers(self.store_headers),
+                                         cap.body())
+            except (psycopg.Error, OSError):
+                pass  # the answer still goes out; the record stays in flight until the recovery timeout
+        await cap.flush(send)
+
+    async def _run_in_transaction(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, body: bytes,
+                                  rscope: str, key: str, token: Any) -> None:
+        cap = _Capture()
+        app_error: Optional[BaseException] = None
+        stored = False
+        try:
+            async with self._pool.connection() as conn:
+                async with conn.transaction() as tx:
+                    # Hold the record for the app's whole run: a retry after
+                    # the recovery timeout finds it locked and answers in-flight.
+                    cur = await conn.execute(
+                        sql.SQL("SELECT true FROM {} WHERE scope = %s AND key = %s AND state = 'in_flight' "
+                                "AND locked_until = %s FOR UPDATE").format(self._table),
+                        [rscope, key, token],
+                    )
+                    if await cur.fetchone() is None:
+                        raise psycopg.OperationalError("the in-flight record is no longer this request's")
+                    child = dict(scope)
+                    child[CONNECTION_SCOPE_KEY] = conn
+                    try:
+                        await app(child, _replay_receive(body, receive), cap.send)
+                    except BaseException as e:  # rolled back, released, re-raised below
+                        app_error = e
+                        raise psycopg.Rollback(tx) from None
+                    if cap.status is None or (cap.status >= 500 and not self.store_server_errors):
+                        raise psycopg.Rollback(tx)
+                    if not await self._complete(conn, rscope, key, token, cap.status,
+                                                cap.stored_headers(self.store_headers), cap.body()):
+                        raise psycopg.OperationalError("the in-flight record is no longer this request's")
+                    stored = True
+        except (psycopg.Error, OSError):
+            if app_error is None:
+                await self._release(rscope, key, token)
+                await _unavailable("the idempotency store failed while processing; nothing was committed, "
+                                   "retry with the same key").send(send)
+                return
+        if app_error is not None:
+            await self._release(rscope, key, token)
+            raise app_error
+        if not stored:
+            await self._release(rscope, key, token)
+            if cap.status is None:
+                return
+        await cap.flush(send)
+
+    async def _replay(self, send: Send, status: int, headers: Dict[str, List[str]], body: bytes) -> None:
+        if self.mode == SEED and status == 201:
+            status = 200
+        out: List[Tuple[bytes, bytes]] = []
+        for name, values in headers.items():
+            for v in values:
+                out.append((name.lower().encode("latin-1"), v.encode("latin-1")))
+        out += [(b"idempotency-replay", b"true"), (b"idempotent-replayed", b"true"),
+                (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _quote_path(path: str) -> str:
+    from urllib.parse import quote
+
+    return quote(path, safe="/:@!$&'()*+,;=-._~")
+
+
+def _replay_receive(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def inner() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # waits for http.disconnect
+
+    return inner
+
+
+class _Capture:
+    """Buffers the app's answer so it can be stored before it is sent."""
+
+    def __init__(self) -> None:
+        self.status: Optional[int] = None
+        self.headers: List[Tuple[bytes, bytes]] = []
+        self.chunks: List[bytes] = []
+        self.trailers = False
+
+    async def send(self, msg: Message) -> None:
+        t = msg.get("type")
+        if t == "http.response.start":
+            self.status = int(msg["status"])
+            self.headers = [(bytes(k).lower(), bytes(v)) for k, v in msg.get("headers", [])]
+            self.trailers = bool(msg.get("trailers", False))
+        elif t == "http.response.body":
+            self.chunks.append(bytes(msg.get("body", b"")))
+
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def stored_headers(self, keep: Any) -> Dict[str, List[str]]:
+        out: Dict[str, List[str]] = {}
+        for k, v in self.headers:
+            if k in keep:
+                out.setdefault(_canonical_header(k.decode("latin-1")), []).append(v.decode("latin-1"))
+        return out
+
+    async def flush(self, send: Send) -> None:
+        body = self.body()
+        headers = [(k, v) for k, v in self.headers if k not in (b"content-length", b"idempotency-replay")]
+        headers += [(b"idempotency-replay", b"false"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _canonical_header(name: str) -> str:
+    """Header names stored as Go's http.CanonicalHeaderKey writes them."""
+    return "-".join(p[:1].upper() + p[1:].lower() for p in name.split("-"))

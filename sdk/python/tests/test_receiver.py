@@ -1,0 +1,573 @@
+"""drainer_client.receiver: the ASGI idempotency receiver (docs/receiver.md).
+
+The fingerprint tests need nothing; the others need DRAINER_TEST_DATABASE_URL
+(each test works in a schema of its own, dropped afterwards). The ASGI app is
+driven directly, and once through a real HTTP/1.1 server (the stdlib server
+of examples/receiver/python).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import pathlib
+import socket
+import threading
+import unittest
+import urllib.request
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import psycopg
+from psycopg import sql
+
+import support
+from support import unique
+
+import drainer_client as dc
+from drainer_client import receiver as rcv
+from drainer_client._jcs import es6_number
+
+VECTORS = support.REPO_ROOT / "receiver" / "testdata" / "fingerprint-vectors.json"
+EXAMPLE = support.REPO_ROOT / "examples" / "receiver" / "python"
+
+
+class FingerprintTest(unittest.TestCase):
+    def test_vectors_match_go(self) -> None:
+        vectors = json.loads(VECTORS.read_text(encoding="utf-8"))
+        self.assertGreater(len(vectors), 10)
+        for v in vectors:
+            with self.subTest(v["name"]):
+                body = v["body"].encode("utf-8")
+                self.assertEqual(rcv.canonical_body(v["content_type"], body).decode("utf-8"), v["canonical"])
+                self.assertEqual(rcv.fingerprint(v["method"], v["path"], v["content_type"], body).hex(), v["fingerprint"])
+
+    def test_es6_numbers(self) -> None:
+        for x, want in [(1.0, "1"), (-0.0, "0"), (1e21, "1e+21"), (1e20, "100000000000000000000"), (1e-7, "1e-7"),
+                        (0.000001, "0.000001"), (123.456, "123.456"), (-1.5e-10, "-1.5e-10"), (5e-324, "5e-324"),
+                        (1.7976931348623157e308, "1.7976931348623157e+308"), (0.1 + 0.2, "0.30000000000000004"),
+                        (4.35, "4.35"), (2 ** 53, "9007199254740992"), (1.5e300, "1.5e+300")]:
+            self.assertEqual(es6_number(x), want, x)
+
+    def test_check_key(self) -> None:
+        self.assertIsNone(rcv.check_key("k" * 255))
+        self.assertIsNone(rcv.check_key("ключ é"))
+        for bad in ["", "k" * 256, "é" * 128, "a\nb", "a\x7fb", "a\x00b"]:
+            self.assertIsNotNone(rcv.check_key(bad), repr(bad))
+
+    def test_bad_options(self) -> None:
+        with self.assertRaises(ValueError) as cm:
+            rcv.Receiver("postgresql://x", mode="strict", ttl=-1, max_body=-1)
+        for name in ("mode", "ttl", "max_body"):
+            self.assertIn(name, str(cm.exception))
+
+
+Answer = Tuple[int, Dict[str, str], bytes]
+
+
+async def call(app: Any, method: str, path: str, headers: Sequence[Tuple[str, str]] = (),
+               chunks: Sequence[bytes] = (b"",)) -> Answer:
+    """Drive an ASGI app with one request; the body arrives in chunks."""
+    pending = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": [(k.lower().encode("utf-8"), v.encode("utf-8")) for k, v in headers]}
+    never = asyncio.Event()
+
+    async def receive() -> Dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        await never.wait()
+        return {"type": "http.disconnect"}
+
+    out: Dict[str, Any] = {"headers": {}, "body": b""}
+
+    async def send(msg: Dict[str, Any]) -> None:
+        if msg["type"] == "http.response.start":
+            out["status"] = msg["status"]
+            for k, v in msg["headers"]:
+                out["headers"][k.decode("latin-1")] = v.decode("latin-1")
+        else:
+            out["body"] += msg.get("body", b"")
+
+    await app(scope, receive, send)
+    return out.get("status", 0), out["headers"], out["body"]
+
+
+class Orders:
+    """An ASGI app counting its runs: 201 with a JSON body, or what the test sets."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.status = 201
+        self.fail: Optional[BaseException] = None
+        self.gate: Optional[asyncio.Event] = None
+        self.entered: Optional[asyncio.Event] = None
+        self.seen: List[bytes] = []
+        self.effect = None  # async (scope) -> None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.runs += 1
+        n = self.runs
+        body = b""
+        while True:
+            m = await receive()
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        self.seen.append(body)
+        if self.entered:
+            self.entered.set()
+        if self.gate:
+            await self.gate.wait()
+        if self.effect:
+            await self.effect(scope)
+        if self.fail:
+            raise self.fail
+        out = json.dumps({"run": n, "spacing": "kept"}, indent=1).encode()
+        await send({"type": "http.response.start", "status": self.status,
+                    "headers": [(b"content-type", b"application/json"), (b"location", b"/v1/orders/%d" % n),
+                                (b"x-custom", b"kept"), (b"x-not-stored", b"dropped")]})
+        await send({"type": "http.response.body", "body": out[:5], "more_body": True})
+        await send({"type": "http.response.body", "body": out[5:]})
+
+
+class ReceiverTestCase(support.DatabaseTestCase):
+    """Each test gets a schema of its own."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.schema = unique("py_recv")
+        self.receivers: List[rcv.Receiver] = []
+        self.addCleanup(self._drop)
+
+    def _drop(self) -> None:
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            c.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+
+    def make(self, **opts: Any) -> Tuple[Any, Orders, rcv.Receiver]:
+        r = rcv.Receiver(support.DATABASE_URL, schema=self.schema, store_headers=["X-Custom"], **opts)
+        r.migrate()
+        self.receivers.append(r)
+        app = Orders()
+        return r.wrap(app), app, r
+
+    def records(self, where: str = "true") -> int:
+        return self.count(f'SELECT count(*) FROM "{self.schema}".records WHERE {where}')
+
+    def sql(self, q: str) -> None:
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            c.execute(q.replace("RECORDS", f'"{self.schema}".records'))
+
+    def run_async(self, coro: Any) -> Any:
+        async def run() -> Any:
+            try:
+                return await coro
+            finally:
+                for r in self.receivers:
+                    await r.aclose()
+
+        return asyncio.run(run())
+
+    def assertProblem(self, a: Answer, status: int, slug: str) -> None:
+        self.assertEqual(a[0], status, a)
+        self.assertEqual(a[1].get("content-type"), "application/problem+json")
+        p = json.loads(a[2])
+        self.assertEqual(p["type"], "https://drainer.dev/problems/" + slug)
+        self.assertEqual(p["status"], status)
+        self.assertTrue(p["title"] and p["detail"])
+
+
+JSON = ("content-type", "application/json")
+
+
+def post(app: Any, key: Optional[str], body: bytes = b"{}", path: str = "/v1/orders", extra: Sequence[Tuple[str, str]] = (),
+         method: str = "POST", ctype: Tuple[str, str] = JSON) -> Any:
+    headers = [ctype] + ([("idempotency-key", key)] if key is not None else []) + list(extra)
+    return call(app, method, path, headers, [body])
+
+
+class FlowTest(ReceiverTestCase):
+    def test_first_then_replay(self) -> None:
+        for mode, replay_status in (("seed", 200), ("ietf", 201)):
+            with self.subTest(mode):
+                self.schema = unique("py_recv")
+                self.addCleanup(self._drop)
+                app, orders, _ = self.make(mode=mode)
+
+                async def go() -> None:
+                    first = await post(app, "k1", b'{"amount":5}')
+                    self.assertEqual(first[0], 201)
+                    self.assertEqual(first[1]["idempotency-replay"], "false")
+                    for _ in range(2):
+                        again = await post(app, "k1", b'{ "amount" : 5.0 }')
+                        self.assertEqual(again[0], replay_status)
+                        self.assertEqual(again[2], first[2])
+                        h = again[1]
+                        self.assertEqual((h["idempotency-replay"], h["idempotent-replayed"]), ("true", "true"))
+                        self.assertEqual((h["location"], h["x-custom"], h["content-type"]),
+                                         ("/v1/orders/1", "kept", "application/json"))
+                        self.assertNotIn("x-not-stored", h)
+                    self.assertEqual(orders.runs, 1)
+
+                self.run_async(go())
+
+    def test_mismatch(self) -> None:
+        for mode, status in (("seed", 409), ("ietf", 422)):
+            with self.subTest(mode):
+                self.schema = unique("py_recv")
+                self.addCleanup(self._drop)
+                app, orders, _ = self.make(mode=mode)
+
+                async def go() -> None:
+                    self.assertEqual((await post(app, "k", b'{"a":1}'))[0], 201)
+                    for a in [await post(app, "k", b'{"a":2}'), await post(app, "k", b'{"a":1}', path="/v1/other"),
+                              await post(app, "k", b'{"a":1}', method="PUT")]:
+                        self.assertProblem(a, status, "payload-mismatch")
+                        self.assertEqual(a[1]["idempotency-conflict"], "payload-mismatch")
+                    self.assertEqual(orders.runs, 1)
+
+                self.run_async(go())
+
+    def test_non_json_bytes(self) -> None:
+        app, orders, _ = self.make()
+
+        async def go() -> None:
+            text = ("content-type", "text/plain")
+            self.assertEqual((await post(app, "k", b'{"a":1}', ctype=text))[0], 201)
+            self.assertProblem(await post(app, "k", b'{"a": 1}', ctype=text), 409, "payload-mismatch")
+            self.assertEqual((await post(app, "k", b'{"a":1}', ctype=text))[0], 200)
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 1)
+
+    def test_in_flight(self) -> None:
+        app, orders, _ = self.make()
+
+        async def go() -> None:
+            orders.gate, orders.entered = asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(post(app, "k"))
+            await orders.entered.wait()
+            a = await post(app, "k")
+            self.assertProblem(a, 409, "in-flight")
+            self.assertEqual((a[1]["idempotency-conflict"], a[1]["retry-after"]), ("in-flight", "1"))
+            orders.gate.set()
+            self.assertEqual((await first)[0], 201)
+            self.assertEqual((await post(app, "k"))[1]["idempotency-replay"], "true")
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 1)
+
+    def test_tuple_header(self) -> None:
+        app, orders, _ = self.make()
+        t = ("run-1", "s1", "charge", "inv:5")
+        key = dc.idempotency_key(*t)
+        enc = base64.urlsafe_b64encode(dc.canonical_tuple(*t).encode()).rstrip(b"=").decode()
+        other = base64.urlsafe_b64encode(dc.canonical_tuple("run-1", "s2", "charge", "inv:5").encode()).rstrip(b"=").decode()
+
+        async def go() -> None:
+            self.assertEqual((await post(app, key, extra=[("x-agent-idempotency-tuple", enc)]))[0], 201)
+            for bad in [other, "***", enc + "==", "eyJ4IjoxfQ", "bm90IGpzb24"]:
+                self.assertProblem(await post(app, key, extra=[("x-agent-idempotency-tuple", bad)]), 400, "tuple-mismatch")
+            self.assertProblem(await post(app, "other-key", extra=[("x-agent-idempotency-tuple", enc)]), 400, "tuple-mismatch")
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 1)
+        self.assertEqual(self.records(), 1)
+
+    def test_missing_and_invalid_key_and_pass_through(self) -> None:
+        app, orders, _ = self.make()
+
+        async def go() -> None:
+            for m in ("POST", "PUT", "PATCH", "DELETE"):
+                self.assertProblem(await post(app, None, method=m), 400, "missing-key")
+            for bad in ["k" * 256, "a\tb", "a\x7fb"]:
+                self.assertProblem(await post(app, bad), 400, "invalid-key")
+            raw = await call(app, "POST", "/x", [("idempotency-key", "a"), ("idempotency-key", "b")])
+            self.assertProblem(raw, 400, "invalid-key")
+            self.assertEqual(orders.runs, 0)
+            g = await call(app, "GET", "/x")
+            self.assertEqual(g[0], 201)
+            self.assertNotIn("idempotency-replay", g[1])
+            self.assertEqual((await post(app, "k" * 255))[0], 201)
+
+        self.run_async(go())
+        # A key that is not UTF-8.
+        scope_app = app
+
+        async def latin() -> Answer:
+            out: Dict[str, Any] = {}
+
+            async def receive() -> Dict[str, Any]:
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(m: Dict[str, Any]) -> None:
+                out.setdefault("status", m.get("status"))
+
+            await scope_app({"type": "http", "method": "POST", "path": "/", "headers": [(b"idempotency-key", b"\xff")]},
+                            receive, send)
+            return out["status"], {}, b""
+
+        self.assertEqual(self.run_async(latin())[0], 400)
+        self.assertEqual(orders.runs, 2)
+
+    def test_too_large_and_chunks(self) -> None:
+        app, orders, _ = self.make(max_body=64)
+
+        async def go() -> None:
+            self.assertProblem(await call(app, "POST", "/x", [("idempotency-key", "k"), ("content-length", "65")],
+                                          [b"x" * 65]), 413, "too-large")
+            self.assertProblem(await call(app, "POST", "/x", [("idempotency-key", "k")], [b"x" * 40, b"x" * 25]),
+                               413, "too-large")
+            self.assertEqual(self.records(), 0)
+            self.assertEqual(orders.runs, 0)
+            self.assertEqual((await call(app, "POST", "/x", [("idempotency-key", "k")], [b"x" * 32, b"y" * 32]))[0], 201)
+            self.assertEqual(orders.seen[-1], b"x" * 32 + b"y" * 32)
+            # Only the last chunk differs: a different request.
+            self.assertEqual((await call(app, "POST", "/x", [("idempotency-key", "k")], [b"x" * 32, b"z" * 32]))[0], 409)
+            self.assertEqual((await call(app, "POST", "/x", [("idempotency-key", "k")], [b"x" * 32, b"y" * 32]))[0], 200)
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 1)
+
+    def test_server_errors_not_stored(self) -> None:
+        app, orders, _ = self.make()
+
+        async def go() -> None:
+            orders.status = 503
+            self.assertEqual((await post(app, "k"))[0], 503)
+            self.assertEqual(self.records(), 0)
+            orders.status = 422
+            self.assertEqual((await post(app, "k"))[0], 422)
+            orders.status = 201
+            a = await post(app, "k")
+            self.assertEqual((a[0], a[1]["idempotency-replay"]), (422, "true"))
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 2)
+
+        self.schema = unique("py_recv")
+        self.addCleanup(self._drop)
+        app, orders, _ = self.make(store_server_errors=True)
+
+        async def go5() -> None:
+            orders.status = 500
+            await post(app, "k")
+            orders.status = 201
+            self.assertEqual((await post(app, "k"))[0], 500)
+
+        self.run_async(go5())
+        self.assertEqual(orders.runs, 1)
+
+    def test_exception_releases_and_reraises(self) -> None:
+        app, orders, _ = self.make()
+        orders.fail = RuntimeError("handler bug")
+        with self.assertRaisesRegex(RuntimeError, "handler bug"):
+            self.run_async(post(app, "k"))
+        self.assertEqual(self.records(), 0)
+        orders.fail = None
+        self.assertEqual(self.run_async(post(app, "k"))[0], 201)
+        self.assertEqual(orders.runs, 2)
+
+    def test_database_down(self) -> None:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        r = rcv.Receiver(f"postgresql://u@127.0.0.1:{port}/db?connect_timeout=5")
+        orders = Orders()
+        a = self.run_async(post(r.wrap(orders), "k"))
+        self.assertProblem(a, 503, "unavailable")
+        self.assertEqual(a[1]["retry-after"], "1")
+        self.assertEqual(orders.runs, 0)
+
+    def test_recovery_takeover(self) -> None:
+        app, orders, _ = self.make()
+
+        async def go() -> None:
+            orders.gate, orders.entered = asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(post(app, "k"))
+            await orders.entered.wait()
+            self.assertProblem(await post(app, "k"), 409, "in-flight")
+            self.sql("UPDATE RECORDS SET locked_until = now() - interval '1 second'")
+            gate, orders.gate = orders.gate, None
+            second = await post(app, "k")
+            self.assertEqual((second[0], json.loads(second[2])["run"]), (201, 2))
+            # Release the first: its late completion is fenced off.
+            gate.set()
+            await first
+            a = await post(app, "k")
+            self.assertEqual((a[1]["idempotency-replay"], json.loads(a[2])["run"]), ("true", 2))
+
+        self.run_async(go())
+
+    def test_expiry_by_database_clock(self) -> None:
+        app, orders, _ = self.make(ttl=3600)
+
+        async def go() -> None:
+            self.assertEqual((await post(app, "k", b'{"a":1}'))[0], 201)
+            self.assertEqual(self.records("expires_at - created_at = interval '1 hour'"), 1)
+            self.assertEqual((await post(app, "k", b'{"a":1}'))[0], 200)
+            self.sql("UPDATE RECORDS SET created_at = now() + interval '1 year', expires_at = now() + interval '1 year'")
+            self.assertEqual((await post(app, "k", b'{"a":1}'))[0], 200)
+            self.sql("UPDATE RECORDS SET expires_at = now() - interval '1 microsecond'")
+            a = await post(app, "k", b'{"a":2}')
+            self.assertEqual((a[0], a[1]["idempotency-replay"]), (201, "false"))
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 2)
+
+    def test_scopes(self) -> None:
+        r = rcv.Receiver(support.DATABASE_URL, schema=self.schema,
+                         scope=lambda s: dict(s["headers"]).get(b"x-account", b"").decode())
+        r.migrate()
+        self.receivers.append(r)
+        orders = Orders()
+        app = r.wrap(orders)
+
+        async def go() -> None:
+            self.assertEqual((await post(app, "k", b'{"a":1}', extra=[("x-account", "a1")]))[0], 201)
+            self.assertEqual((await post(app, "k", b'{"a":2}', extra=[("x-account", "a2")]))[0], 201)
+            self.assertEqual((await post(app, "k", b'{"a":1}', extra=[("x-account", "a1")]))[0], 200)
+            self.assertProblem(await post(app, "k", b'{"a":1}', extra=[("x-account", "a2")]), 409, "payload-mismatch")
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 2)
+        self.assertEqual(self.records(), 2)
+
+    def test_concurrent_same_key(self) -> None:
+        app, orders, _ = self.make()
+
+        async def slow(scope: Any) -> None:
+            await asyncio.sleep(0.02)
+
+        orders.effect = slow
+
+        async def go() -> List[int]:
+            answers = await asyncio.gather(*(post(app, "same", b'{"a":1}') for _ in range(50)))
+            return [a[0] for a in answers]
+
+        codes = self.run_async(go())
+        self.assertEqual(orders.runs, 1, codes)
+        self.assertEqual(codes.count(201), 1, codes)
+        self.assertEqual(len([c for c in codes if c in (200, 201, 409)]), 50, codes)
+
+    def test_in_transaction(self) -> None:
+        table = unique("py_effects")
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            c.execute(sql.SQL("CREATE TABLE {} (k text)").format(sql.Identifier(table)))
+        self.addCleanup(lambda: psycopg.connect(support.DATABASE_URL, autocommit=True).execute(
+            sql.SQL("DROP TABLE {}").format(sql.Identifier(table))).connection.close())
+        app, orders, _ = self.make(in_transaction=True)
+
+        async def effect(scope: Any) -> None:
+            conn = rcv.current_connection(scope)
+            assert conn is not None
+            await conn.execute(sql.SQL("INSERT INTO {} VALUES ('x')").format(sql.Identifier(table)))
+
+        orders.effect = effect
+        effects = lambda: self.count(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))  # noqa: E731
+
+        orders.status = 500
+        self.assertEqual(self.run_async(post(app, "k"))[0], 500)
+        orders.fail = RuntimeError("after the effect")
+        with self.assertRaises(RuntimeError):
+            self.run_async(post(app, "k"))
+        self.assertEqual((effects(), self.records()), (0, 0))
+        orders.fail, orders.status = None, 201
+        self.assertEqual(self.run_async(post(app, "k"))[0], 201)
+        self.assertEqual(self.run_async(post(app, "k"))[0], 200)
+        self.assertEqual((effects(), self.records(), orders.runs), (1, 1, 3))
+
+    def test_prune(self) -> None:
+        _, _, r = self.make()
+        self.sql("INSERT INTO RECORDS (scope, key, fingerprint, state, status, headers, body, expires_at) "
+                 "SELECT '', 'old' || i, '\\x00', 'completed', 201, '{}', '', now() - interval '1 second' "
+                 "FROM generate_series(1, 2500) i")
+        self.sql("INSERT INTO RECORDS (scope, key, fingerprint, state, locked_until, expires_at) "
+                 "SELECT '', 'live' || i, '\\x00', 'in_flight', now() + interval '1 minute', now() + interval '1 hour' "
+                 "FROM generate_series(1, 10) i")
+        self.assertEqual(self.run_async(r.prune()), 2500)
+        self.assertEqual(self.records(), 10)
+
+    def test_migrate_concurrently(self) -> None:
+        errors: List[BaseException] = []
+
+        def m() -> None:
+            try:
+                rcv.Receiver(support.DATABASE_URL, schema=self.schema).migrate()
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=m) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(self.records(), 0)
+
+
+class HTTPServerTest(ReceiverTestCase):
+    """The example service over real HTTP/1.1 connections."""
+
+    def test_example_server(self) -> None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("receiver_example_server", EXAMPLE / "server.py")
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.ensure_tables(support.DATABASE_URL)
+        app, r = mod.build_app(support.DATABASE_URL, schema=self.schema)
+        r.migrate()
+
+        urls: List[str] = []
+        ready = threading.Event()
+        loop = asyncio.new_event_loop()
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            task = loop.create_task(mod.serve(app, "127.0.0.1", 0, lambda u: (urls.append(u), ready.set())))
+            try:
+                loop.run_until_complete(task)
+            except asyncio.CancelledError:
+                pass
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        self.assertTrue(ready.wait(30), "the example server did not start")
+
+        def stop() -> None:
+            asyncio.run_coroutine_threadsafe(r.aclose(), loop).result(30)
+            for task in asyncio.all_tasks(loop):
+                loop.call_soon_threadsafe(task.cancel)
+            t.join(30)
+            loop.close()
+
+        self.addCleanup(stop)
+        base = urls[0]
+        key = unique("order")
+
+        def send(body: bytes, chunked: bool = False) -> Tuple[int, Dict[str, str], bytes]:
+            data: Any = body
+            if chunked:
+                data = iter([body[:3], body[3:]])
+            req = urllib.request.Request(base + "/v1/orders", data=data, method="POST",
+                                         headers={"Idempotency-Key": key, "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+            except urllib.error.HTTPError as e:
+                return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+        c1, h1, b1 = send(b'{"sku":"A","qty":1}')
+        c2, h2, b2 = send(b'{"qty": 1, "sku": "A"}', chunked=True)
+        c3, h3, _ = send(b'{"sku":"B","qty":1}')
+        self.assertEqual((c1, h1["idempotency-replay"]), (201, "false"))
+        self.assertEqual((c2, h2["idempotency-replay"], b2), (200, "true", b1))
+        self.assertEqual((c3, h3["idempotency-conflict"]), (409, "payload-mismatch"))
+
+
+if __name__ == "__main__":
+    unittest.main()
