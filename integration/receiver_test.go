@@ -50,9 +50,9 @@ func runConformance(t *testing.T, url string, args ...string) (cliResult, confor
 	return res, rep
 }
 
-// requireAllPass fails the test unless every check of rep passed and the
-// in-flight answer was observed.
-func requireAllPass(t *testing.T, res cliResult, rep conformanceReport) {
+// requireAllPass fails the test unless every check of rep passed and, when
+// observed, the in-flight answer was observed.
+func requireAllPass(t *testing.T, res cliResult, rep conformanceReport, observed bool) {
 	t.Helper()
 	if res.code != 0 || !rep.Passed || len(rep.Checks) != 7 {
 		t.Fatalf("conformance: exit %d, passed %v, %d checks\n%s", res.code, rep.Passed, len(rep.Checks), res)
@@ -61,7 +61,7 @@ func requireAllPass(t *testing.T, res cliResult, rep conformanceReport) {
 		if !c.Passed {
 			t.Errorf("FAIL %s: %s", c.Name, c.Seen)
 		}
-		if c.Name == "in-flight" && strings.Contains(c.Seen, "not observed") {
+		if observed && c.Name == "in-flight" && strings.Contains(c.Seen, "not observed") {
 			t.Errorf("in-flight: the burst never met the key in flight: %s", c.Seen)
 		}
 	}
@@ -199,7 +199,7 @@ func TestConformanceGoReceiver(t *testing.T) {
 
 			res, rep := runConformance(t, srv.URL+"/v1/orders", "--mode", string(mode), "--concurrency", "10",
 				"--payload", `{"sku": "A-1", "qty": 2}`, "--header", "Authorization=Bearer test-token")
-			requireAllPass(t, res, rep)
+			requireAllPass(t, res, rep, true)
 			if strings.Contains(res.stdout+res.stderr, "test-token") {
 				t.Errorf("the output shows a --header value:\n%s", res)
 			}

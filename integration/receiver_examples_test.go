@@ -1,0 +1,129 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/internal/dbtest"
+)
+
+// The example receivers of examples/receiver, started as processes as a
+// team would run them, must pass `drainer conformance` in both modes.
+
+// listeningRE matches the line an example prints once it serves.
+var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
+
+// startExample starts cmd, waits (at most a minute) for its "listening on
+// URL" line and returns the URL. The process is killed and waited for when
+// the test ends; its output is shown if the test failed.
+func startExample(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	var out syncBuffer
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = out.Write([]byte(line + "\n"))
+			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s output:\n%s\nstderr:\n%s", filepath.Base(cmd.Path), tail(out.String(), 4000), tail(stderr.String(), 4000))
+		}
+	})
+	select {
+	case u := <-urls:
+		return u
+	case <-time.After(time.Minute):
+		t.Fatalf("%s printed no \"listening on\" line within a minute\nstdout:\n%s\nstderr:\n%s",
+			strings.Join(cmd.Args, " "), tail(out.String(), 4000), tail(stderr.String(), 4000))
+	}
+	return ""
+}
+
+// roundsRE reads the number of bursts from the in-flight line.
+var roundsRE = regexp.MustCompile(`^(\d+) round\(s\)`)
+
+// requireExamplePasses runs `drainer conformance` against an example's
+// POST /v1/orders in mode and checks, through GET /v1/orders/count, that
+// the handler took one effect per fresh key that reached it: the first
+// write's and one per burst.
+func requireExamplePasses(t *testing.T, base, mode string) {
+	t.Helper()
+	res, rep := runConformance(t, base+"/v1/orders", "--mode", mode, "--concurrency", "8",
+		"--payload", `{"sku": "A-1", "qty": 2}`, "--header", "X-Account=acct-1")
+	requireAllPass(t, res, rep, false)
+	rounds := 0
+	for _, c := range rep.Checks {
+		if c.Name == "in-flight" {
+			if m := roundsRE.FindStringSubmatch(c.Seen); m != nil {
+				rounds, _ = strconv.Atoi(m[1])
+			}
+		}
+	}
+	if rounds == 0 {
+		t.Fatalf("no burst count in the in-flight line:\n%s", res.stdout)
+	}
+	code, body := httpGet(base + "/v1/orders/count")
+	var count struct {
+		Count int `json:"count"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &count) != nil {
+		t.Fatalf("GET /v1/orders/count: %d %s", code, body)
+	}
+	if count.Count != 1+rounds {
+		t.Errorf("%d orders were created, want %d (one for the first write, one per burst of %d)", count.Count, 1+rounds, rounds)
+	}
+	t.Logf("%s mode: %d orders for %d keys\n%s", mode, count.Count, 1+rounds, res.stdout)
+}
+
+// TestConformancePythonReceiver: examples/receiver/python/server.py (the
+// ASGI receiver of drainer_client under the example's stdlib server)
+// passes every check in seed and ietf mode, one order per key.
+func TestConformancePythonReceiver(t *testing.T) {
+	dir := pyRequireInterpreter(t)
+	server, err := filepath.Abs("../examples/receiver/python/server.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"seed", "ietf"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			cmd := exec.CommandContext(ctx, pyInterpreter, server, "--addr", "127.0.0.1:0", "--mode", mode, "--delay", "0.2")
+			cmd.Dir = dir
+			cmd.Env = append(childEnv(), "DATABASE_URL="+dbtest.NewDatabase(t), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
+			requireExamplePasses(t, startExample(t, cmd), mode)
+		})
+	}
+}
