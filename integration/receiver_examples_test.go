@@ -127,3 +127,21 @@ func TestConformancePythonReceiver(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceGoExample: examples/receiver/go, built and started as a
+// process, passes every check in seed and ietf mode, one order per key.
+func TestConformanceGoExample(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "receiver-example")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/drainer-io/drainer/examples/receiver/go").CombinedOutput(); err != nil {
+		t.Fatalf("go build examples/receiver/go: %v\n%s", err, out)
+	}
+	for _, mode := range []string{"seed", "ietf"} {
+		t.Run(mode, func(t *testing.T) {
+			cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-mode", mode, "-delay", "200ms")
+			cmd.Env = append(childEnv(), "DATABASE_URL="+dbtest.NewDatabase(t))
+			requireExamplePasses(t, startExample(t, cmd), mode)
+		})
+	}
+}
