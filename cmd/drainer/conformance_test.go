@@ -87,6 +87,7 @@ func TestConformanceUsageErrors(t *testing.T) {
 			t.Errorf("%v: stderr shows the header value: %s", tc.args, errOut.String())
 		}
 	}
+	t.Setenv("DRAINER_OUTPUT", "table") // as set for the operator commands: text
 	t.Setenv("DRAINER_MODE", "nope")
 	var out, errOut bytes.Buffer
 	if code := execute([]string{"conformance", "--url", "http://127.0.0.1:1/"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `"nope" is not seed or ietf`) {
