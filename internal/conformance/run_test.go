@@ -3,12 +3,16 @@ package conformance_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -303,4 +307,62 @@ func endpoint(m Mode, f conformancetest.Flaw, delay time.Duration) *conformancet
 	e := conformancetest.New(string(m), f)
 	e.Delay = delay
 	return e
+}
+
+// TestFreshKeysEveryRun: every key is an idem_v1_ key never sent by an
+// earlier run, sent with the tuple header that hashes to it (except by
+// tuple-mismatch, which sends another tuple's), and the one request without
+// a key carries no tuple either.
+func TestFreshKeysEveryRun(t *testing.T) {
+	t.Parallel()
+	e := endpoint(ModeSeed, conformancetest.FlawNone, 0)
+	var mu sync.Mutex
+	type sent struct{ key, tuple string }
+	var all []sent
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		all = append(all, sent{r.Header.Get(HeaderKey), r.Header.Get(HeaderTuple)})
+		mu.Unlock()
+		e.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	runKeys := make([]map[string]bool, 2)
+	for i := range runKeys {
+		mu.Lock()
+		all = nil
+		mu.Unlock()
+		if _, err := Run(context.Background(), Options{URL: srv.URL, Concurrency: 3}); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		runKeys[i] = map[string]bool{}
+		mismatched, keyless := 0, 0
+		for _, s := range all {
+			switch {
+			case s.key == "" && s.tuple == "":
+				keyless++
+				continue
+			case !strings.HasPrefix(s.key, "idem_v1_") || len(s.key) != len("idem_v1_")+32:
+				t.Errorf("key %q is not an idem_v1_ key", s.key)
+			}
+			raw, err := base64.RawURLEncoding.DecodeString(s.tuple)
+			sum := sha256.Sum256(raw)
+			if err != nil || "idem_v1_"+hex.EncodeToString(sum[:16]) != s.key {
+				mismatched++
+			}
+			runKeys[i][s.key] = true
+		}
+		mu.Unlock()
+		if keyless != 1 || mismatched != 1 {
+			t.Errorf("run %d: %d keyless requests, %d whose tuple does not hash to the key; want 1 each", i+1, keyless, mismatched)
+		}
+	}
+	for k := range runKeys[1] {
+		if runKeys[0][k] {
+			t.Errorf("key %s was sent by both runs", k)
+		}
+	}
+	if len(runKeys[0]) < 3 {
+		t.Errorf("run 1 sent %d keys, want at least 3 (first write, burst, tuple mismatch)", len(runKeys[0]))
+	}
 }
