@@ -189,7 +189,7 @@ func TestDrainIntoReceiverLosingAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wrong int
+	var wrong, replayed int
 	for outbox.Next() {
 		var key, status string
 		var effectID *string
@@ -197,29 +197,33 @@ func TestDrainIntoReceiverLosingAnswers(t *testing.T) {
 		if err := outbox.Scan(&key, &status, &effectID, &respStatus); err != nil {
 			t.Fatal(err)
 		}
-		wantStatus := http.StatusCreated
-		if dropped[key] {
-			wantStatus = http.StatusOK
-		}
+		// A lost answer must come back as a replay (200); any other row
+		// ends with its first write (201), or with a replay should an
+		// attempt have timed out on a loaded machine after the effect.
 		ids := effects[key]
-		if status != "succeeded" || effectID == nil || len(ids) != 1 || *effectID != strconv.FormatInt(ids[0], 10) ||
-			respStatus == nil || *respStatus != wantStatus {
+		okStatus := respStatus != nil && (*respStatus == http.StatusOK || (*respStatus == http.StatusCreated && !dropped[key]))
+		if status != "succeeded" || effectID == nil || len(ids) != 1 || *effectID != strconv.FormatInt(ids[0], 10) || !okStatus {
 			wrong++
 			if wrong <= 10 {
-				t.Errorf("row %s: status %s, effect_id %v, response_status %v; want succeeded, %v, %d (answer lost: %v)",
-					key, status, deref(effectID), deref(respStatus), ids, wantStatus, dropped[key])
+				t.Errorf("row %s: status %s, effect_id %v, response_status %v; want succeeded with effect %v (answer lost: %v, so 200)",
+					key, status, deref(effectID), deref(respStatus), ids, dropped[key])
 			}
+		}
+		if respStatus != nil && *respStatus == http.StatusOK {
+			replayed++
 		}
 	}
 	outbox.Close()
 	if err := outbox.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if int(replays) != len(dropped) {
-		t.Errorf("drainer_dispatch_total{outcome=\"replay\"} = %.0f, want %d (one per lost answer)", replays, len(dropped))
+	// Every row's final answer was counted once: a replay as `replay`, a
+	// first write as `success`; each lost answer is one of the replays.
+	if int(replays) != replayed || replayed < len(dropped) {
+		t.Errorf("drainer_dispatch_total{outcome=\"replay\"} = %.0f, %d rows ended with a replay, %d answers lost; want the first two equal and at least the third", replays, replayed, len(dropped))
 	}
-	if int(successes) != receiverDrainRows-len(dropped) {
-		t.Errorf("drainer_dispatch_total{outcome=\"success\"} = %.0f, want %d", successes, receiverDrainRows-len(dropped))
+	if int(successes) != receiverDrainRows-replayed {
+		t.Errorf("drainer_dispatch_total{outcome=\"success\"} = %.0f, want %d", successes, receiverDrainRows-replayed)
 	}
 	var records int
 	if err := svcPool.QueryRow(ctx, `SELECT count(*) FROM drainer_receiver.records WHERE state = 'completed'`).Scan(&records); err != nil {
