@@ -1,0 +1,813 @@
+// @drainer/client/receiver: the idempotency receiver for Node services
+// (docs/receiver.md, docs/reference.md §11). The provider's half of
+// drainer's contract: it makes a handler answer the retries of one
+// idempotency key with one effect and a byte-identical stored answer. Same
+// table layout, fingerprint and request flow as the Go package receiver and
+// Python's drainer_client.receiver, so services in all three share one store.
+
+import { Buffer } from 'node:buffer';
+import { createHash } from 'node:crypto';
+import { IncomingMessage, type ServerResponse } from 'node:http';
+
+import { canonicalJSON } from './jcs.js';
+import { idempotencyKey } from './key.js';
+
+/** A node-postgres PoolClient, as far as the receiver uses it. */
+export interface ReceiverClient {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+  release(err?: Error | boolean): void;
+}
+
+/** A node-postgres Pool, as far as the receiver uses it. */
+export interface ReceiverPool {
+  connect(): Promise<ReceiverClient>;
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+
+export type Mode = 'seed' | 'ietf';
+
+export interface ReceiverOptions {
+  /** Schema of the records table (default drainer_receiver); migrate() creates it. */
+  schema?: string;
+  /** Request header carrying the key (default Idempotency-Key). */
+  keyHeader?: string;
+  /** How long a key is honoured from its first request, in ms (default 24h). */
+  ttlMs?: number;
+  /** How long a record stays in flight before a retry may take it over, in ms (default 60s). */
+  recoveryTimeoutMs?: number;
+  /** The key space of a request (account, user, tenant); default one global scope. */
+  scope?: (req: IncomingMessage) => string;
+  /** 'seed' (default): a replayed 201 answers 200, a mismatch 409; 'ietf': stored status, mismatch 422. */
+  mode?: Mode;
+  /** Which requests need a key; default POST, PUT, PATCH and DELETE. Others pass through. */
+  requireKey?: (req: IncomingMessage) => boolean;
+  /** Largest request body accepted, in bytes (default 1 MiB); larger: 413 before anything is stored. */
+  maxBody?: number;
+  /** Store 5xx answers too (default false: the record is released and a retry runs the handler again). */
+  storeServerErrors?: boolean;
+  /** Response headers stored and replayed besides Content-Type and Location. */
+  storeHeaders?: string[];
+  /**
+   * Run each keyed request's handler inside a transaction that also stores
+   * its answer; the handler reaches it with currentClient(req) and must not
+   * commit or roll back itself.
+   */
+  inTransaction?: boolean;
+}
+
+/** A Node `(req, res)` handler; it may return a promise. */
+export type Handler = (req: IncomingMessage, res: ServerResponse) => unknown;
+
+/** An Express-style middleware. */
+export type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
+
+export interface Receiver {
+  /** Creates the schema, table and index if missing (safe from many processes at once). */
+  migrate(): Promise<void>;
+  /** Returns handler behind the receiver. The returned promise rejects with the handler's error (after its record was released). */
+  wrap(handler: Handler): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  /**
+   * Express-style middleware. It reads the whole body before deciding, so it
+   * hands it on as req.rawBody (a Buffer) and req.body (the parsed JSON for
+   * a JSON content type, else the Buffer) with req._body set, as
+   * express.json() does.
+   */
+  middleware(): Middleware;
+  /** Deletes expired records in batches of 1000; resolves to how many. */
+  prune(): Promise<number>;
+}
+
+export const DEFAULT_SCHEMA = 'drainer_receiver';
+export const DEFAULT_KEY_HEADER = 'Idempotency-Key';
+export const MAX_KEY_BYTES = 255;
+const DEFAULT_TTL_MS = 24 * 3600 * 1000;
+const DEFAULT_RECOVERY_MS = 60 * 1000;
+const DEFAULT_MAX_BODY = 1 << 20;
+const MIGRATE_LOCK = 'drainer_receiver.migrate';
+const PRUNE_BATCH = 1000;
+const PROBLEM_BASE = 'https://drainer.dev/problems/';
+const KEYED = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+const LOCK_NOT_AVAILABLE = '55P03';
+
+const clients = new WeakMap<IncomingMessage, ReceiverClient>();
+
+/** The client whose open transaction a keyed request's handler runs in (inTransaction), else undefined. */
+export function currentClient(req: IncomingMessage): ReceiverClient | undefined {
+  return clients.get(req);
+}
+
+function isJSON(contentType: string): boolean {
+  const mt = (contentType.split(';', 1)[0] ?? '').trim().toLowerCase();
+  return mt === 'application/json' || (mt.startsWith('application/') && mt.endsWith('+json'));
+}
+
+/** The body as the fingerprint sees it: JCS canonical JSON for a JSON body that parses strictly, else the bytes. */
+export function canonicalBody(contentType: string, body: Uint8Array): Buffer {
+  if (isJSON(contentType)) {
+    const c = canonicalJSON(body);
+    if (c) return c;
+  }
+  return Buffer.from(body);
+}
+
+/** SHA-256 over METHOD "\n" PATH "\n" BODY: the same bytes as Go's receiver.Fingerprint. */
+export function fingerprint(method: string, path: string, contentType: string, body: Uint8Array): Buffer {
+  return createHash('sha256')
+    .update(method.toUpperCase(), 'utf8')
+    .update('\n')
+    .update(path, 'utf8')
+    .update('\n')
+    .update(canonicalBody(contentType, body))
+    .digest();
+}
+
+/** Why a key is not acceptable (1 to 255 bytes of UTF-8, no control characters), or undefined. */
+export function checkKey(key: string): string | undefined {
+  if (key === '') return 'the key is empty';
+  const n = Buffer.byteLength(key, 'utf8');
+  if (n > MAX_KEY_BYTES) return `the key is ${n} bytes, more than the limit of ${MAX_KEY_BYTES}`;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    if (c < 0x20 || c === 0x7f) return `the key contains a control character at index ${i}`;
+  }
+  return undefined;
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** Node decodes header values as latin1: recover the bytes, then read them as UTF-8. */
+function headerUTF8(v: string): string | undefined {
+  try {
+    return utf8.decode(Buffer.from(v, 'latin1'));
+  } catch {
+    return undefined;
+  }
+}
+
+const TUPLE_FIELDS = ['agent_run_id', 'step_id', 'tool_name', 'business_scope'] as const;
+
+function checkTuple(values: string[], key: string): string | undefined {
+  if (values.length > 1) return `the header appears ${values.length} times`;
+  const raw = values[0] ?? '';
+  if (!/^[A-Za-z0-9_-]*$/.test(raw) || raw.length % 4 === 1) return 'not unpadded base64url';
+  const notTuple = 'not the JSON object of the four tuple fields';
+  let obj: unknown;
+  try {
+    obj = JSON.parse(utf8.decode(Buffer.from(raw, 'base64url')));
+  } catch {
+    return notTuple;
+  }
+  if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) return notTuple;
+  const o = obj as Record<string, unknown>;
+  for (const [k, v] of Object.entries(o)) {
+    if (!(TUPLE_FIELDS as readonly string[]).includes(k) || typeof v !== 'string') return notTuple;
+  }
+  const f = (k: string) => (o[k] as string | undefined) ?? '';
+  let recomputed: string;
+  try {
+    recomputed = idempotencyKey({
+      agentRunId: f('agent_run_id'),
+      stepId: f('step_id'),
+      toolName: f('tool_name'),
+      businessScope: f('business_scope'),
+    });
+  } catch {
+    return notTuple;
+  }
+  return recomputed === key ? undefined : "the key recomputed from the tuple differs from the request's key";
+}
+
+class Problem {
+  constructor(
+    readonly status: number,
+    readonly slug: string,
+    readonly title: string,
+    readonly detail: string,
+    readonly headers: Record<string, string> = {},
+  ) {}
+
+  send(res: ServerResponse, write = res.writeHead.bind(res), end = res.end.bind(res)): void {
+    const body = Buffer.from(
+      JSON.stringify({ type: PROBLEM_BASE + this.slug, title: this.title, status: this.status, detail: this.detail }),
+    );
+    write(this.status, {
+      ...this.headers,
+      'Content-Type': 'application/problem+json',
+      'Content-Length': String(body.length),
+    });
+    end(body);
+  }
+}
+
+function unavailable(detail: string): Problem {
+  return new Problem(503, 'unavailable', 'Idempotency store unavailable', detail, { 'Retry-After': '1' });
+}
+
+/** Header names stored as Go's http.CanonicalHeaderKey writes them. */
+function canonicalHeader(name: string): string {
+  return name
+    .split('-')
+    .map((p) => p.slice(0, 1).toUpperCase() + p.slice(1).toLowerCase())
+    .join('-');
+}
+
+function quoteIdent(s: string): string {
+  return '"' + s.replaceAll('"', '""') + '"';
+}
+
+interface Stored {
+  status: number;
+  headers: Record<string, string[]>;
+  body: Buffer;
+}
+
+type Claim =
+  | { outcome: 'claimed'; token: string }
+  | { outcome: 'replay'; answer: Stored }
+  | { outcome: 'mismatch' }
+  | { outcome: 'in_flight' };
+
+/** Buffers a handler's answer so it can be stored before it is sent. */
+class Capture {
+  readonly chunks: Buffer[] = [];
+  ended = false;
+  private readonly done: Promise<void>;
+  private resolveDone!: () => void;
+  private readonly orig: { writeHead: any; write: any; end: any; flushHeaders: any };
+
+  constructor(private readonly res: ServerResponse) {
+    this.done = new Promise((resolve) => (this.resolveDone = resolve));
+    const r = res as any;
+    this.orig = { writeHead: r.writeHead, write: r.write, end: r.end, flushHeaders: r.flushHeaders };
+    const toBuf = (chunk: unknown, enc?: unknown): Buffer | undefined => {
+      if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined;
+      if (typeof chunk === 'string') return Buffer.from(chunk, typeof enc === 'string' ? (enc as BufferEncoding) : 'utf8');
+      return Buffer.from(chunk as Uint8Array);
+    };
+    r.writeHead = (status: number, reason?: unknown, headers?: unknown) => {
+      res.statusCode = status;
+      const h = typeof reason === 'string' ? headers : reason;
+      if (Array.isArray(h)) {
+        for (let i = 0; i + 1 < h.length; i += 2) res.setHeader(String(h[i]), h[i + 1]);
+      } else if (h && typeof h === 'object') {
+        for (const [k, v] of Object.entries(h as Record<string, unknown>)) {
+          if (v !== undefined) res.setHeader(k, v as string | string[]);
+        }
+      }
+      return res;
+    };
+    r.flushHeaders = () => {};
+    r.write = (chunk: unknown, enc?: unknown, cb?: unknown) => {
+      const b = toBuf(chunk, enc);
+      if (b) this.chunks.push(b);
+      const callback = typeof enc === 'function' ? enc : cb;
+      if (typeof callback === 'function') queueMicrotask(() => (callback as () => void)());
+      return true;
+    };
+    r.end = (chunk?: unknown, enc?: unknown, cb?: unknown) => {
+      if (this.ended) return res;
+      const b = toBuf(chunk, enc);
+      if (b) this.chunks.push(b);
+      this.ended = true;
+      const callback = typeof chunk === 'function' ? chunk : typeof enc === 'function' ? enc : cb;
+      if (typeof callback === 'function') res.once('finish', callback as () => void);
+      this.resolveDone();
+      return res;
+    };
+    res.once('close', () => this.resolveDone());
+  }
+
+  /** Resolves once the handler ended the answer (or the connection closed). */
+  finished(): Promise<void> {
+    return this.done;
+  }
+
+  body(): Buffer {
+    return Buffer.concat(this.chunks);
+  }
+
+  stored(keep: Set<string>): Stored {
+    const headers: Record<string, string[]> = {};
+    for (const [name, v] of Object.entries(this.res.getHeaders())) {
+      if (!keep.has(name.toLowerCase()) || v === undefined) continue;
+      headers[canonicalHeader(name)] = Array.isArray(v) ? v.map(String) : [String(v)];
+    }
+    return { status: this.res.statusCode, headers, body: this.body() };
+  }
+
+  restore(): void {
+    Object.assign(this.res as any, this.orig);
+  }
+
+  /** Sends the buffered answer, marked as no replay. */
+  flush(): void {
+    this.restore();
+    const body = this.body();
+    const res = this.res;
+    if (res.headersSent || res.writableEnded || res.destroyed) return;
+    res.setHeader('Idempotency-Replay', 'false');
+    res.setHeader('Content-Length', String(body.length));
+    res.end(body);
+  }
+}
+
+class ReceiverImpl implements Receiver {
+  private readonly schema: string;
+  private readonly table: string;
+  private readonly keyHeader: string;
+  private readonly keyHeaderName: string;
+  private readonly ttlUs: number;
+  private readonly recoveryUs: number;
+  private readonly scopeOf: (req: IncomingMessage) => string;
+  private readonly mode: Mode;
+  private readonly requireKey: (req: IncomingMessage) => boolean;
+  private readonly maxBody: number;
+  private readonly storeServerErrors: boolean;
+  private readonly keep: Set<string>;
+  private readonly inTransaction: boolean;
+
+  constructor(
+    private readonly pool: ReceiverPool,
+    o: ReceiverOptions,
+  ) {
+    const problems: string[] = [];
+    this.schema = o.schema ?? DEFAULT_SCHEMA;
+    if (this.schema === '' || this.schema.includes('\0') || Buffer.byteLength(this.schema) > 63) {
+      problems.push(`schema ${JSON.stringify(this.schema)} must be 1 to 63 bytes without NUL`);
+    }
+    this.keyHeaderName = o.keyHeader ?? DEFAULT_KEY_HEADER;
+    this.keyHeader = this.keyHeaderName.toLowerCase();
+    const ttl = o.ttlMs ?? DEFAULT_TTL_MS;
+    const rec = o.recoveryTimeoutMs ?? DEFAULT_RECOVERY_MS;
+    if (!(ttl >= 1)) problems.push(`ttlMs is ${ttl}, must be at least 1`);
+    if (!(rec >= 1)) problems.push(`recoveryTimeoutMs is ${rec}, must be at least 1`);
+    this.ttlUs = Math.round(ttl * 1000);
+    this.recoveryUs = Math.round(rec * 1000);
+    this.mode = o.mode ?? 'seed';
+    if (this.mode !== 'seed' && this.mode !== 'ietf') problems.push(`mode is ${JSON.stringify(this.mode)}, must be "seed" or "ietf"`);
+    this.maxBody = o.maxBody ?? DEFAULT_MAX_BODY;
+    if (!(this.maxBody >= 0)) problems.push(`maxBody is ${this.maxBody}, must not be negative`);
+    if (problems.length) throw new TypeError('@drainer/client/receiver: ' + problems.join('; '));
+    this.table = quoteIdent(this.schema) + '.records';
+    this.scopeOf = o.scope ?? (() => '');
+    this.requireKey = o.requireKey ?? ((req) => KEYED.has((req.method ?? '').toUpperCase()));
+    this.storeServerErrors = o.storeServerErrors ?? false;
+    this.keep = new Set(['content-type', 'location', ...(o.storeHeaders ?? []).map((h) => h.toLowerCase())]);
+    this.inTransaction = o.inTransaction ?? false;
+  }
+
+  async migrate(): Promise<void> {
+    const s = quoteIdent(this.schema);
+    const c = await this.pool.connect();
+    try {
+      await c.query('BEGIN');
+      try {
+        await c.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [MIGRATE_LOCK]);
+        await c.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+        await c.query(`CREATE TABLE IF NOT EXISTS ${s}.records (
+    scope         text        NOT NULL,
+    key           text        NOT NULL,
+    fingerprint   bytea       NOT NULL,
+    state         text        NOT NULL,
+    locked_until  timestamptz,
+    status        integer,
+    headers       jsonb,
+    body          bytea,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    completed_at  timestamptz,
+    expires_at    timestamptz NOT NULL,
+    PRIMARY KEY (scope, key),
+    CHECK (state IN ('in_flight', 'completed'))
+)`);
+        await c.query(`CREATE INDEX IF NOT EXISTS records_expires_idx ON ${s}.records (expires_at)`);
+        await c.query('COMMIT');
+      } catch (err) {
+        await c.query('ROLLBACK').catch(() => {});
+        throw err;
+      }
+    } finally {
+      c.release();
+    }
+  }
+
+  async prune(): Promise<number> {
+    const q = `DELETE FROM ${this.table} WHERE (scope, key) IN (SELECT scope, key FROM ${this.table}
+      WHERE expires_at <= now() LIMIT ${PRUNE_BATCH} FOR UPDATE SKIP LOCKED)`;
+    let total = 0;
+    for (;;) {
+      const r = await this.pool.query(q);
+      const n = r.rowCount ?? 0;
+      total += n;
+      if (n < PRUNE_BATCH) return total;
+    }
+  }
+
+  wrap(handler: Handler): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+    return async (req, res) => {
+      if (!this.requireKey(req)) {
+        await handler(req, res);
+        return;
+      }
+      const body = await this.readBody(req, res);
+      if (body === undefined) return;
+      await this.serve(req, res, body, handler, replayRequest(req, body));
+    };
+  }
+
+  middleware(): Middleware {
+    return (req, res, next) => {
+      if (!this.requireKey(req)) {
+        next();
+        return;
+      }
+      void (async () => {
+        const body = await this.readBody(req, res);
+        if (body === undefined) return;
+        const r = req as IncomingMessage & { rawBody?: Buffer; body?: unknown; _body?: boolean };
+        r.rawBody = body;
+        r.body = body;
+        if (isJSON(String(req.headers['content-type'] ?? ''))) {
+          try {
+            r.body = body.length ? JSON.parse(body.toString('utf8')) : {};
+          } catch {
+            r.body = body;
+          }
+        }
+        r._body = true;
+        // The rest of the chain answers (or fails into Express's error handler, which answers).
+        await this.serve(req, res, body, () => next(), req);
+      })().catch((err) => next(err));
+    };
+  }
+
+  /** The whole body, or undefined when an answer (413) was sent already. */
+  private readBody(req: IncomingMessage, res: ServerResponse): Promise<Buffer | undefined> {
+    const tooLarge = () =>
+      new Problem(413, 'too-large', 'Request body too large', `the request body is larger than the limit of ${this.maxBody} bytes`, {
+        Connection: 'close',
+      }).send(res);
+    const declared = Number(req.headers['content-length'] ?? NaN);
+    if (declared > this.maxBody) {
+      tooLarge();
+      req.resume();
+      return Promise.resolve(undefined);
+    }
+    return new Promise((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      let over = false;
+      req.on('data', (c: Buffer) => {
+        if (over) return;
+        size += c.length;
+        if (size > this.maxBody) {
+          over = true;
+          tooLarge();
+          resolve(undefined);
+          return;
+        }
+        chunks.push(c);
+      });
+      req.on('end', () => {
+        if (!over) resolve(Buffer.concat(chunks));
+      });
+      req.on('error', (err) => (over ? undefined : reject(err)));
+    });
+  }
+
+  private requestKey(req: IncomingMessage): string {
+    const name = this.keyHeaderName;
+    const vals = headerValues(req, this.keyHeader);
+    if (vals.length === 0 || (vals.length === 1 && vals[0] === '')) {
+      throw new Problem(400, 'missing-key', 'Idempotency key missing', `this request needs an idempotency key in header ${name}`);
+    }
+    if (vals.length > 1) {
+      throw new Problem(400, 'invalid-key', 'Invalid idempotency key', `header ${name} appears ${vals.length} times; send it once`);
+    }
+    const key = headerUTF8(vals[0] ?? '');
+    if (key === undefined) {
+      throw new Problem(400, 'invalid-key', 'Invalid idempotency key', `header ${name}: the key is not valid UTF-8`);
+    }
+    const why = checkKey(key);
+    if (why) throw new Problem(400, 'invalid-key', 'Invalid idempotency key', `header ${name}: ${why}`);
+    const tuple = headerValues(req, 'x-agent-idempotency-tuple');
+    if (tuple.length) {
+      const w = checkTuple(tuple, key);
+      if (w) {
+        throw new Problem(400, 'tuple-mismatch', 'Idempotency tuple does not match the key', `header X-Agent-Idempotency-Tuple: ${w}`);
+      }
+    }
+    return key;
+  }
+
+  private async serve(
+    req: IncomingMessage,
+    res: ServerResponse,
+    body: Buffer,
+    run: (req: IncomingMessage, res: ServerResponse) => unknown,
+    handlerReq: IncomingMessage,
+  ): Promise<void> {
+    let key: string;
+    let scope: string;
+    let claim: Claim;
+    try {
+      key = this.requestKey(req);
+      scope = this.scopeOf(req);
+      if (typeof scope !== 'string' || scope.includes('\0')) {
+        throw new Problem(400, 'invalid-scope', 'Invalid scope', "the request's scope is not a string without NUL");
+      }
+      const path = (req.url ?? '/').split('?', 1)[0] ?? '/';
+      const fp = fingerprint(req.method ?? '', path, String(req.headers['content-type'] ?? ''), body);
+      try {
+        claim = await this.claim(scope, key, fp);
+      } catch {
+        throw unavailable('the idempotency store could not be reached; the request was not processed, retry it with the same key');
+      }
+      if (claim.outcome === 'replay') {
+        this.replay(res, claim.answer);
+        return;
+      }
+      if (claim.outcome === 'mismatch') {
+        throw new Problem(
+          this.mode === 'ietf' ? 422 : 409,
+          'payload-mismatch',
+          'Idempotency key reused with a different request',
+          'this key was first used with another method, path or body; use a new key for a new request',
+          { 'Idempotency-Conflict': 'payload-mismatch' },
+        );
+      }
+      if (claim.outcome === 'in_flight') {
+        throw new Problem(
+          409,
+          'in-flight',
+          'Request with this key in flight',
+          'a request with this key is still being processed; retry later with the same key',
+          { 'Idempotency-Conflict': 'in-flight', 'Retry-After': '1' },
+        );
+      }
+    } catch (err) {
+      if (err instanceof Problem) {
+        err.send(res);
+        return;
+      }
+      throw err;
+    }
+    if (this.inTransaction) await this.runInTransaction(handlerReq, res, run, scope, key, claim.token);
+    else await this.run(handlerReq, res, run, scope, key, claim.token);
+  }
+
+  private async run(
+    req: IncomingMessage,
+    res: ServerResponse,
+    run: (req: IncomingMessage, res: ServerResponse) => unknown,
+    scope: string,
+    key: string,
+    token: string,
+  ): Promise<void> {
+    const cap = new Capture(res);
+    try {
+      await run(req, res);
+      await cap.finished();
+    } catch (err) {
+      cap.restore();
+      await this.release(scope, key, token);
+      throw err;
+    }
+    if (!cap.ended) {
+      cap.restore();
+      await this.release(scope, key, token);
+      return;
+    }
+    const answer = cap.stored(this.keep);
+    if (answer.status >= 500 && !this.storeServerErrors) {
+      await this.release(scope, key, token);
+    } else {
+      // If this fails the answer still goes out; the record stays in flight until the recovery timeout.
+      await this.complete(this.pool, scope, key, token, answer).catch(() => false);
+    }
+    cap.flush();
+  }
+
+  private async runInTransaction(
+    req: IncomingMessage,
+    res: ServerResponse,
+    run: (req: IncomingMessage, res: ServerResponse) => unknown,
+    scope: string,
+    key: string,
+    token: string,
+  ): Promise<void> {
+    const fail = () =>
+      unavailable('the idempotency store failed while processing; nothing was committed, retry with the same key').send(res);
+    let c: ReceiverClient;
+    try {
+      c = await this.pool.connect();
+    } catch {
+      await this.release(scope, key, token);
+      fail();
+      return;
+    }
+    let broken: Error | undefined;
+    const cap = new Capture(res);
+    try {
+      try {
+        await c.query('BEGIN');
+        // Hold the record for the handler's whole run: a retry after the
+        // recovery timeout finds it locked and answers in-flight.
+        const held = await c.query(
+          `SELECT true FROM ${this.table} WHERE scope = $1 AND key = $2 AND state = 'in_flight'
+             AND locked_until = $3::timestamptz FOR UPDATE`,
+          [scope, key, token],
+        );
+        if (held.rows.length !== 1) throw new Error("the in-flight record is no longer this request's");
+      } catch (err) {
+        broken = err as Error;
+        cap.restore();
+        await c.query('ROLLBACK').catch(() => {});
+        await this.release(scope, key, token);
+        fail();
+        return;
+      }
+      clients.set(req, c);
+      try {
+        await run(req, res);
+        await cap.finished();
+      } catch (err) {
+        cap.restore();
+        await c.query('ROLLBACK').catch((e: Error) => (broken = e));
+        await this.release(scope, key, token);
+        throw err;
+      } finally {
+        clients.delete(req);
+      }
+      const answer = cap.ended ? cap.stored(this.keep) : undefined;
+      if (!answer || (answer.status >= 500 && !this.storeServerErrors)) {
+        await c.query('ROLLBACK').catch((e: Error) => (broken = e));
+        await this.release(scope, key, token);
+        if (answer) cap.flush();
+        else cap.restore();
+        return;
+      }
+      try {
+        if (!(await this.complete(c, scope, key, token, answer))) throw new Error("the in-flight record is no longer this request's");
+        await c.query('COMMIT');
+      } catch (err) {
+        broken = err as Error;
+        await c.query('ROLLBACK').catch(() => {});
+        await this.release(scope, key, token);
+        cap.restore();
+        fail();
+        return;
+      }
+      cap.flush();
+    } finally {
+      c.release(broken);
+    }
+  }
+
+  private replay(res: ServerResponse, a: Stored): void {
+    let status = a.status;
+    if (this.mode === 'seed' && status === 201) status = 200;
+    for (const [name, values] of Object.entries(a.headers)) res.setHeader(name, values);
+    res.setHeader('Idempotency-Replay', 'true');
+    res.setHeader('Idempotent-Replayed', 'true');
+    res.setHeader('Content-Length', String(a.body.length));
+    res.statusCode = status;
+    res.end(a.body);
+  }
+
+  private async claim(scope: string, key: string, fp: Buffer): Promise<Claim> {
+    const t = this.table;
+    const c = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      for (let round = 0; round < 3; round++) {
+        await c.query('BEGIN');
+        try {
+          const ins = await c.query(
+            `INSERT INTO ${t} (scope, key, fingerprint, state, locked_until, expires_at)
+             VALUES ($1, $2, $3, 'in_flight', now() + $4::bigint * interval '1 microsecond',
+                     now() + $5::bigint * interval '1 microsecond')
+             ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until::text AS token`,
+            [scope, key, fp, this.recoveryUs, this.ttlUs],
+          );
+          if (ins.rows.length === 1) {
+            await c.query('COMMIT');
+            return { outcome: 'claimed', token: ins.rows[0].token };
+          }
+          const sel = await c.query(
+            `SELECT fingerprint, state, expires_at <= now() AS expired,
+                    coalesce(locked_until <= now(), false) AS recoverable, status, headers, body
+               FROM ${t} WHERE scope = $1 AND key = $2 FOR UPDATE NOWAIT`,
+            [scope, key],
+          );
+          const row = sel.rows[0];
+          if (!row) {
+            await c.query('ROLLBACK');
+            continue; // deleted meanwhile: try again
+          }
+          let out: Claim;
+          if (row.expired) {
+            const u = await c.query(
+              `UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
+                 locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
+                 body = NULL, created_at = now(), completed_at = NULL,
+                 expires_at = now() + $5::bigint * interval '1 microsecond'
+               WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
+              [scope, key, fp, this.recoveryUs, this.ttlUs],
+            );
+            out = { outcome: 'claimed', token: u.rows[0].token };
+          } else if (!Buffer.from(row.fingerprint).equals(fp)) {
+            out = { outcome: 'mismatch' };
+          } else if (row.state === 'completed') {
+            out = {
+              outcome: 'replay',
+              answer: { status: row.status ?? 200, headers: row.headers ?? {}, body: Buffer.from(row.body ?? []) },
+            };
+          } else if (!row.recoverable) {
+            out = { outcome: 'in_flight' };
+          } else {
+            const u = await c.query(
+              `UPDATE ${t} SET locked_until = now() + $3::bigint * interval '1 microsecond'
+               WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
+              [scope, key, this.recoveryUs],
+            );
+            out = { outcome: 'claimed', token: u.rows[0].token };
+          }
+          await c.query('COMMIT');
+          return out;
+        } catch (err) {
+          await c.query('ROLLBACK').catch((e: Error) => (broken = e));
+          if ((err as { code?: string }).code === LOCK_NOT_AVAILABLE) return { outcome: 'in_flight' };
+          throw err;
+        }
+      }
+      return { outcome: 'in_flight' };
+    } catch (err) {
+      broken = err as Error;
+      throw err;
+    } finally {
+      c.release(broken);
+    }
+  }
+
+  private async complete(
+    q: { query: ReceiverClient['query'] },
+    scope: string,
+    key: string,
+    token: string,
+    a: Stored,
+  ): Promise<boolean> {
+    const r = await q.query(
+      `UPDATE ${this.table} SET state = 'completed', locked_until = NULL, status = $4, headers = $5::jsonb,
+         body = $6, completed_at = now()
+       WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3::timestamptz`,
+      [scope, key, token, a.status, JSON.stringify(a.headers), a.body],
+    );
+    return r.rowCount === 1;
+  }
+
+  private async release(scope: string, key: string, token: string): Promise<void> {
+    try {
+      await this.pool.query(
+        `DELETE FROM ${this.table} WHERE scope = $1 AND key = $2 AND state = 'in_flight'
+           AND locked_until = $3::timestamptz`,
+        [scope, key, token],
+      );
+    } catch {
+      // The record expires after the recovery timeout instead.
+    }
+  }
+}
+
+function headerValues(req: IncomingMessage, name: string): string[] {
+  const out: string[] = [];
+  const raw = req.rawHeaders;
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if ((raw[i] ?? '').toLowerCase() === name) out.push(raw[i + 1] ?? '');
+  }
+  return out;
+}
+
+/** A fresh IncomingMessage carrying req's head and the body already read. */
+function replayRequest(req: IncomingMessage, body: Buffer): IncomingMessage {
+  const r = new IncomingMessage(req.socket);
+  r.method = req.method;
+  r.url = req.url;
+  r.headers = req.headers;
+  r.rawHeaders = req.rawHeaders;
+  r.httpVersion = req.httpVersion;
+  r.httpVersionMajor = req.httpVersionMajor;
+  r.httpVersionMinor = req.httpVersionMinor;
+  r.complete = true; // else ending it would destroy the shared socket
+  r.push(body);
+  r.push(null);
+  return r;
+}
+
+/**
+ * Creates a receiver storing its records through a node-postgres Pool.
+ * Call migrate() once at startup, then serve wrap(handler) or use
+ * middleware().
+ */
+export function createReceiver(pool: ReceiverPool, options: ReceiverOptions = {}): Receiver {
+  return new ReceiverImpl(pool, options);
+}

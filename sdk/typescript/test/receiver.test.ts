@@ -1,0 +1,545 @@
+// @drainer/client/receiver (docs/receiver.md). The fingerprint tests need
+// nothing; the others need DRAINER_TEST_DATABASE_URL and work in a schema
+// of their own, dropped afterwards. Requests go over real HTTP to a Node
+// http server (wrap) and to an Express-style chain (middleware).
+
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { after, before, test } from 'node:test';
+
+import pg from 'pg';
+
+import { canonicalTuple, encodedTuple, idempotencyKey } from '@drainer/client';
+import {
+  canonicalBody,
+  checkKey,
+  createReceiver,
+  currentClient,
+  fingerprint,
+  type Handler,
+  type Receiver,
+  type ReceiverOptions,
+} from '@drainer/client/receiver';
+
+const url = process.env['DRAINER_TEST_DATABASE_URL'] ?? '';
+const skipDb = url === '' ? 'DRAINER_TEST_DATABASE_URL is not set' : false;
+const vectorsURL = new URL('../../../../receiver/testdata/fingerprint-vectors.json', import.meta.url);
+
+interface Vector {
+  name: string;
+  method: string;
+  path: string;
+  content_type: string;
+  body: string;
+  canonical: string;
+  fingerprint: string;
+}
+
+test('fingerprints every vector of receiver/testdata/fingerprint-vectors.json like the Go receiver', () => {
+  const vectors = JSON.parse(readFileSync(vectorsURL, 'utf8')) as Vector[];
+  assert.ok(vectors.length > 10);
+  for (const v of vectors) {
+    const body = Buffer.from(v.body, 'utf8');
+    assert.equal(canonicalBody(v.content_type, body).toString('utf8'), v.canonical, v.name);
+    assert.equal(fingerprint(v.method, v.path, v.content_type, body).toString('hex'), v.fingerprint, v.name);
+  }
+});
+
+test('checkKey: 1 to 255 bytes, no control characters', () => {
+  assert.equal(checkKey('k'.repeat(255)), undefined);
+  assert.equal(checkKey('ключ é'), undefined);
+  for (const bad of ['', 'k'.repeat(256), 'é'.repeat(128), 'a\nb', 'a\x7fb', 'a\x00b']) {
+    assert.notEqual(checkKey(bad), undefined, JSON.stringify(bad));
+  }
+});
+
+test('bad options are refused, naming each', () => {
+  const fake = { connect: async () => ({}) as never, query: async () => ({}) as never };
+  assert.throws(() => createReceiver(fake, { mode: 'strict' as never, ttlMs: -1, maxBody: -1 }), /mode.*ttlMs|ttlMs.*mode/s);
+});
+
+let pool!: pg.Pool;
+const schemas: string[] = [];
+
+before(() => {
+  if (url) pool = new pg.Pool({ connectionString: url, max: 20 });
+});
+after(async () => {
+  if (!pool) return;
+  for (const s of schemas) await pool.query(`DROP SCHEMA IF EXISTS "${s}" CASCADE`);
+  await pool.end();
+});
+
+interface Answer {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: Buffer;
+}
+
+/** One request over a fresh connection; body chunks are written one by one. */
+function request(base: string, method: string, path: string, headers: Record<string, string>, chunks: Buffer[] = []): Promise<Answer> {
+  const framed = { ...headers };
+  if (!Object.keys(framed).some((h) => h.toLowerCase() === 'transfer-encoding')) {
+    framed['Content-Length'] = String(chunks.reduce((n, c) => n + c.length, 0));
+  }
+  return new Promise((resolve, reject) => {
+    const req = http.request(base + path, { method, headers: framed, agent: false }, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(parts) }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    for (const c of chunks) req.write(c);
+    req.end();
+  });
+}
+
+interface Fixture {
+  base: string;
+  rc: Receiver;
+  runs: () => number;
+  schema: string;
+  records: () => Promise<number>;
+  post: (key: string | undefined, body?: string, extra?: Record<string, string>, path?: string, method?: string) => Promise<Answer>;
+  set: (h: Handler) => void;
+}
+
+async function fixture(opts: ReceiverOptions = {}, viaMiddleware = false): Promise<Fixture> {
+  const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+  schemas.push(schema);
+  const rc = createReceiver(pool, { schema, storeHeaders: ['X-Custom'], ...opts });
+  await rc.migrate();
+  let runs = 0;
+  let current: Handler = (req, res) =>
+    new Promise<void>((resolve) => {
+      const parts: Buffer[] = [];
+      req.on('data', (c: Buffer) => parts.push(c));
+      req.on('end', () => {
+        const n = runs;
+        res.setHeader('Content-Type', 'application/json');
+        res.setHeader('Location', `/v1/orders/${n}`);
+        res.setHeader('X-Custom', 'kept');
+        res.setHeader('X-Not-Stored', 'dropped');
+        res.statusCode = 201;
+        res.write(`{"run": ${n},`);
+        res.end(` "bytes": ${Buffer.concat(parts).length}}`);
+        resolve();
+      });
+    });
+  const counted: Handler = (req, res) => {
+    runs++;
+    return current(req, res);
+  };
+  let server: http.Server;
+  if (viaMiddleware) {
+    const mw = rc.middleware();
+    server = http.createServer((req, res) => {
+      mw(req, res, (err?: unknown) => {
+        if (err) {
+          res.statusCode = 500;
+          res.end('error');
+          return;
+        }
+        // A route that uses the body the middleware read.
+        const r = req as http.IncomingMessage & { rawBody?: Buffer; body?: unknown };
+        runs++;
+        res.statusCode = 201;
+        res.setHeader('Content-Type', 'application/json');
+        res.end(JSON.stringify({ run: runs, got: r.body, raw: r.rawBody?.length ?? null }));
+      });
+    });
+  } else {
+    const h = rc.wrap(counted);
+    server = http.createServer((req, res) => {
+      h(req, res).catch(() => {
+        if (!res.headersSent) {
+          res.statusCode = 500;
+          res.end('handler failed');
+        }
+      });
+    });
+  }
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const base = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+  return {
+    base,
+    rc,
+    schema,
+    runs: () => runs,
+    records: async () => Number((await pool.query(`SELECT count(*) AS n FROM "${schema}".records`)).rows[0].n),
+    post: (key, body = '{}', extra = {}, path = '/v1/orders', method = 'POST') =>
+      request(
+        base,
+        method,
+        path,
+        { 'Content-Type': 'application/json', ...(key === undefined ? {} : { 'Idempotency-Key': key }), ...extra },
+        [Buffer.from(body)],
+      ),
+    set: (h) => {
+      current = h;
+    },
+  };
+}
+
+function assertProblem(a: Answer, status: number, slug: string): void {
+  assert.equal(a.status, status, a.body.toString());
+  assert.equal(a.headers['content-type'], 'application/problem+json');
+  const p = JSON.parse(a.body.toString());
+  assert.equal(p.type, `https://drainer.dev/problems/${slug}`);
+  assert.equal(p.status, status);
+  assert.ok(p.title && p.detail);
+}
+
+for (const [mode, replayStatus, mismatchStatus] of [
+  ['seed', 200, 409],
+  ['ietf', 201, 422],
+] as const) {
+  test(`${mode}: first request, byte-identical replays, mismatch`, { skip: skipDb }, async () => {
+    const f = await fixture({ mode });
+    const first = await f.post('k1', '{"amount":5}');
+    assert.equal(first.status, 201);
+    assert.equal(first.headers['idempotency-replay'], 'false');
+    for (let i = 0; i < 2; i++) {
+      const again = await f.post('k1', '{ "amount" : 5.0 }');
+      assert.equal(again.status, replayStatus);
+      assert.deepEqual(again.body, first.body);
+      assert.equal(again.headers['idempotency-replay'], 'true');
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      assert.equal(again.headers['location'], '/v1/orders/1');
+      assert.equal(again.headers['x-custom'], 'kept');
+      assert.equal(again.headers['x-not-stored'], undefined);
+      assert.equal(again.headers['content-type'], 'application/json');
+    }
+    for (const a of [
+      await f.post('k1', '{"amount":6}'),
+      await f.post('k1', '{"amount":5}', {}, '/v1/other'),
+      await f.post('k1', '{"amount":5}', {}, '/v1/orders', 'PUT'),
+    ]) {
+      assertProblem(a, mismatchStatus, 'payload-mismatch');
+      assert.equal(a.headers['idempotency-conflict'], 'payload-mismatch');
+    }
+    assert.equal(f.runs(), 1);
+  });
+}
+
+test('a non-JSON body is fingerprinted over its bytes', { skip: skipDb }, async () => {
+  const f = await fixture();
+  const text = { 'Content-Type': 'text/plain' };
+  assert.equal((await f.post('k', '{"a":1}', text)).status, 201);
+  assertProblem(await f.post('k', '{"a": 1}', text), 409, 'payload-mismatch');
+  assert.equal((await f.post('k', '{"a":1}', text)).status, 200);
+  assert.equal(f.runs(), 1);
+});
+
+test('in flight: 409 with Retry-After, then the replay', { skip: skipDb }, async () => {
+  const f = await fixture();
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => (entered = r));
+  f.set(async (req, res) => {
+    req.resume();
+    entered();
+    await gate;
+    res.statusCode = 201;
+    res.end('made');
+  });
+  const first = f.post('k');
+  await inside;
+  const a = await f.post('k');
+  assertProblem(a, 409, 'in-flight');
+  assert.equal(a.headers['idempotency-conflict'], 'in-flight');
+  assert.equal(a.headers['retry-after'], '1');
+  release();
+  assert.equal((await first).status, 201);
+  const r = await f.post('k');
+  assert.equal(r.headers['idempotency-replay'], 'true');
+  assert.equal(r.body.toString(), 'made');
+  assert.equal(f.runs(), 1);
+});
+
+test('the tuple header is checked against the key', { skip: skipDb }, async () => {
+  const f = await fixture();
+  const t = { agentRunId: 'run-1', stepId: 's1', toolName: 'charge', businessScope: 'inv:5' };
+  const key = idempotencyKey(t);
+  const enc = encodedTuple(t);
+  assert.equal(Buffer.from(enc, 'base64url').toString(), canonicalTuple(t));
+  assert.equal((await f.post(key, '{}', { 'X-Agent-Idempotency-Tuple': enc })).status, 201);
+  for (const bad of [encodedTuple({ ...t, stepId: 's2' }), '***', enc + '==', 'eyJ4IjoxfQ', 'bm90IGpzb24']) {
+    assertProblem(await f.post(key, '{}', { 'X-Agent-Idempotency-Tuple': bad }), 400, 'tuple-mismatch');
+  }
+  assertProblem(await f.post('other-key', '{}', { 'X-Agent-Idempotency-Tuple': enc }), 400, 'tuple-mismatch');
+  assert.equal(f.runs(), 1);
+  assert.equal(await f.records(), 1);
+});
+
+/** Sends raw bytes (header values Node's client refuses to send) and reads the status. */
+function rawStatus(base: string, head: string): Promise<number> {
+  const port = Number(new URL(base).port);
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write(Buffer.from(head, 'latin1')));
+    let data = '';
+    s.on('data', (c) => {
+      data += c.toString('latin1');
+      const m = /^HTTP\/1\.1 (\d{3})/.exec(data);
+      if (m) {
+        s.destroy();
+        resolve(Number(m[1]));
+      }
+    });
+    s.on('error', reject);
+  });
+}
+
+test('missing and invalid keys: 400; other methods pass through', { skip: skipDb }, async () => {
+  const f = await fixture();
+  for (const m of ['POST', 'PUT', 'PATCH', 'DELETE']) assertProblem(await f.post(undefined, '{}', {}, '/x', m), 400, 'missing-key');
+  assertProblem(await f.post('k'.repeat(256)), 400, 'invalid-key');
+  const head = (key: string) => `POST /x HTTP/1.1\r\nHost: x\r\nIdempotency-Key: ${key}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`;
+  assert.equal(await rawStatus(f.base, head('a\tb')), 400);
+  assert.equal(await rawStatus(f.base, head('a\x7fb')), 400);
+  assert.equal(await rawStatus(f.base, head('\xff\xfe')), 400); // not UTF-8
+  assert.equal(
+    await rawStatus(f.base, 'POST /x HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\nContent-Length: 0\r\n\r\n'),
+    400,
+  );
+  assert.equal(f.runs(), 0);
+  const g = await request(f.base, 'GET', '/x', {});
+  assert.equal(g.status, 201);
+  assert.equal(g.headers['idempotency-replay'], undefined);
+  assert.equal((await f.post('k'.repeat(255))).status, 201);
+  assert.equal(await rawStatus(f.base, head(Buffer.from('ключ', 'utf8').toString('latin1'))), 201);
+  assert.equal(f.runs(), 3);
+});
+
+test('a body over the limit: 413 before anything is stored; the whole body is read', { skip: skipDb }, async () => {
+  const f = await fixture({ maxBody: 64 });
+  assertProblem(await f.post('k', 'x'.repeat(65)), 413, 'too-large');
+  const chunked = await request(f.base, 'POST', '/x', { 'Idempotency-Key': 'k', 'Transfer-Encoding': 'chunked' }, [
+    Buffer.from('x'.repeat(40)),
+    Buffer.from('x'.repeat(25)),
+  ]);
+  assertProblem(chunked, 413, 'too-large');
+  assert.equal(await f.records(), 0);
+  assert.equal(f.runs(), 0);
+  const send = (last: string) =>
+    request(f.base, 'POST', '/x', { 'Idempotency-Key': 'k', 'Transfer-Encoding': 'chunked' }, [
+      Buffer.from('x'.repeat(32)),
+      Buffer.from(last.repeat(32)),
+    ]);
+  const first = await send('y');
+  assert.equal(first.status, 201);
+  assert.match(first.body.toString(), /"bytes": 64/);
+  assert.equal((await send('z')).status, 409);
+  assert.equal((await send('y')).status, 200);
+  assert.equal(f.runs(), 1);
+});
+
+test('5xx answers are not stored; 4xx are', { skip: skipDb }, async () => {
+  const f = await fixture();
+  let status = 503;
+  f.set((req, res) => {
+    req.resume();
+    res.writeHead(status, { 'Content-Type': 'text/plain' });
+    res.end('answer');
+  });
+  assert.equal((await f.post('k')).status, 503);
+  assert.equal(await f.records(), 0);
+  status = 422;
+  assert.equal((await f.post('k')).status, 422);
+  status = 201;
+  const a = await f.post('k');
+  assert.equal(a.status, 422);
+  assert.equal(a.headers['idempotency-replay'], 'true');
+  assert.equal(a.headers['content-type'], 'text/plain');
+  assert.equal(f.runs(), 2);
+
+  const g = await fixture({ storeServerErrors: true });
+  g.set((req, res) => {
+    req.resume();
+    res.statusCode = status;
+    res.end();
+  });
+  status = 500;
+  await g.post('k');
+  status = 201;
+  assert.equal((await g.post('k')).status, 500);
+  assert.equal(g.runs(), 1);
+});
+
+test('a handler that throws: the record is released and the error passed on', { skip: skipDb }, async () => {
+  const f = await fixture();
+  let fail = true;
+  f.set(async (req, res) => {
+    req.resume();
+    if (fail) throw new Error('handler bug');
+    res.statusCode = 201;
+    res.end();
+  });
+  const a = await f.post('k');
+  assert.equal(a.status, 500);
+  assert.equal(a.body.toString(), 'handler failed'); // the server's own error path ran
+  assert.equal(await f.records(), 0);
+  fail = false;
+  assert.equal((await f.post('k')).status, 201);
+  assert.equal(f.runs(), 2);
+});
+
+test('a database down: 503 with Retry-After, the handler not run', async () => {
+  const probe = net.createServer();
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+  const port = (probe.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => probe.close(() => r()));
+  const down = new pg.Pool({ connectionString: `postgresql://u@127.0.0.1:${port}/db`, connectionTimeoutMillis: 5000 });
+  const rc = createReceiver(down);
+  let runs = 0;
+  const h = rc.wrap((_req, res) => {
+    runs++;
+    res.end();
+  });
+  const server = http.createServer((req, res) => void h(req, res));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const a = await request(`http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, 'POST', '/x', { 'Idempotency-Key': 'k' }, [
+      Buffer.from('{}'),
+    ]);
+    assertProblem(a, 503, 'unavailable');
+    assert.equal(a.headers['retry-after'], '1');
+    assert.equal(runs, 0);
+  } finally {
+    await new Promise<void>((r) => server.close(() => r()));
+    await down.end();
+  }
+});
+
+test('recovery: a stale in-flight record is taken over; the late first completion is fenced off', { skip: skipDb }, async () => {
+  const f = await fixture();
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => (entered = r));
+  let calls = 0;
+  f.set(async (req, res) => {
+    req.resume();
+    const n = ++calls;
+    if (n === 1) {
+      entered();
+      await gate;
+    }
+    res.statusCode = 201;
+    res.end(`call ${n}`);
+  });
+  const first = f.post('k');
+  await inside;
+  assertProblem(await f.post('k'), 409, 'in-flight');
+  await pool.query(`UPDATE "${f.schema}".records SET locked_until = now() - interval '1 second'`);
+  const second = await f.post('k');
+  assert.equal(second.status, 201);
+  assert.equal(second.body.toString(), 'call 2');
+  release();
+  await first;
+  const r = await f.post('k');
+  assert.equal(r.body.toString(), 'call 2');
+  assert.equal(r.headers['idempotency-replay'], 'true');
+});
+
+test('expiry by the database clock; the same key in two scopes is two records', { skip: skipDb }, async () => {
+  const f = await fixture({ ttlMs: 3600_000 });
+  assert.equal((await f.post('k', '{"a":1}')).status, 201);
+  const ttl = await pool.query(`SELECT expires_at - created_at = interval '1 hour' AS ok FROM "${f.schema}".records`);
+  assert.equal(ttl.rows[0].ok, true);
+  await pool.query(`UPDATE "${f.schema}".records SET created_at = now() + interval '1 year', expires_at = now() + interval '1 year'`);
+  assert.equal((await f.post('k', '{"a":1}')).status, 200);
+  await pool.query(`UPDATE "${f.schema}".records SET expires_at = now() - interval '1 microsecond'`);
+  const a = await f.post('k', '{"a":2}');
+  assert.equal(a.status, 201);
+  assert.equal(a.headers['idempotency-replay'], 'false');
+  assert.equal(f.runs(), 2);
+
+  const g = await fixture({ scope: (req) => String(req.headers['x-account'] ?? '') });
+  assert.equal((await g.post('k', '{"a":1}', { 'X-Account': 'a1' })).status, 201);
+  assert.equal((await g.post('k', '{"a":2}', { 'X-Account': 'a2' })).status, 201);
+  assert.equal((await g.post('k', '{"a":1}', { 'X-Account': 'a1' })).status, 200);
+  assertProblem(await g.post('k', '{"a":1}', { 'X-Account': 'a2' }), 409, 'payload-mismatch');
+  assert.equal(g.runs(), 2);
+  assert.equal(await g.records(), 2);
+});
+
+test('50 concurrent requests with one key: one effect', { skip: skipDb }, async () => {
+  const f = await fixture();
+  let effects = 0;
+  f.set(async (req, res) => {
+    req.resume();
+    effects++;
+    await new Promise((r) => setTimeout(r, 20));
+    res.statusCode = 201;
+    res.end('{"id":1}');
+  });
+  const answers = await Promise.all(Array.from({ length: 50 }, () => f.post('same', '{"a":1}')));
+  const codes = answers.map((a) => a.status);
+  assert.equal(effects, 1, String(codes));
+  assert.equal(codes.filter((c) => c === 201).length, 1, String(codes));
+  assert.equal(codes.filter((c) => c === 200 || c === 201 || c === 409).length, 50, String(codes));
+});
+
+test('inTransaction: the effect and the record commit together', { skip: skipDb }, async () => {
+  const f = await fixture({ inTransaction: true });
+  const table = `"${f.schema}".effects`;
+  await pool.query(`CREATE TABLE ${table} (k text)`);
+  let mode: 'ok' | '500' | 'throw' = '500';
+  f.set(async (req, res) => {
+    req.resume();
+    const c = currentClient(req);
+    assert.ok(c, 'no transaction client');
+    await c.query(`INSERT INTO ${table} VALUES ('x')`);
+    if (mode === 'throw') throw new Error('after the effect');
+    res.statusCode = mode === '500' ? 500 : 201;
+    res.end();
+  });
+  const effects = async () => Number((await pool.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n);
+  assert.equal((await f.post('k')).status, 500);
+  mode = 'throw';
+  assert.equal((await f.post('k')).status, 500);
+  assert.equal(await effects(), 0);
+  assert.equal(await f.records(), 0);
+  mode = 'ok';
+  assert.equal((await f.post('k')).status, 201);
+  assert.equal((await f.post('k')).status, 200);
+  assert.equal(await effects(), 1);
+  assert.equal(await f.records(), 1);
+  assert.equal(f.runs(), 3);
+});
+
+test('middleware(): an Express-style chain gets the body it read', { skip: skipDb }, async () => {
+  const f = await fixture({}, true);
+  const a = await f.post('k', '{"b":1, "a":[2]}');
+  assert.equal(a.status, 201);
+  assert.deepEqual(JSON.parse(a.body.toString()), { run: 1, got: { b: 1, a: [2] }, raw: 16 });
+  const b = await f.post('k', '{"a":[2],"b":1}');
+  assert.equal(b.status, 200);
+  assert.deepEqual(b.body, a.body);
+  assertProblem(await f.post('k', '{"a":[3]}'), 409, 'payload-mismatch');
+  assert.equal(f.runs(), 1);
+});
+
+test('prune deletes expired records in batches, and only those', { skip: skipDb }, async () => {
+  const f = await fixture();
+  await pool.query(`INSERT INTO "${f.schema}".records (scope, key, fingerprint, state, status, headers, body, expires_at)
+    SELECT '', 'old' || i, '\\x00', 'completed', 201, '{}', '', now() - interval '1 second' FROM generate_series(1, 2500) i`);
+  await pool.query(`INSERT INTO "${f.schema}".records (scope, key, fingerprint, state, locked_until, expires_at)
+    SELECT '', 'live' || i, '\\x00', 'in_flight', now() + interval '1 minute', now() + interval '1 hour' FROM generate_series(1, 10) i`);
+  assert.equal(await f.rc.prune(), 2500);
+  assert.equal(await f.records(), 10);
+});
+
+test('migrate is safe from many callers at once', { skip: skipDb }, async () => {
+  const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+  schemas.push(schema);
+  await Promise.all(Array.from({ length: 6 }, () => createReceiver(pool, { schema }).migrate()));
+  assert.equal(Number((await pool.query(`SELECT count(*) AS n FROM "${schema}".records`)).rows[0].n), 0);
+});
