@@ -145,3 +145,27 @@ func TestConformanceGoExample(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceTypeScriptReceiver: a Node http service behind
+// @drainer/client/receiver (integration/testdata/receiver-node/server.mjs,
+// on the built library) passes every check in seed and ietf mode, one
+// order per key.
+func TestConformanceTypeScriptReceiver(t *testing.T) {
+	dir := tsPrepareSDK(t)
+	if !tsExists(filepath.Join(dir, "dist", "receiver.js")) {
+		if out, errOut, code := tsRunNPM(t, dir, 5*time.Minute, nil, "run", "build"); code != 0 {
+			t.Fatalf("npm run build in %s exited %d:\n%s\n%s", dir, code, tail(out, 4000), tail(errOut, 4000))
+		}
+	}
+	server, err := filepath.Abs("testdata/receiver-node/server.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"seed", "ietf"} {
+		t.Run(mode, func(t *testing.T) {
+			cmd := exec.Command("node", server, mode, "200")
+			cmd.Env = append(childEnv(), "DATABASE_URL="+dbtest.NewDatabase(t))
+			requireExamplePasses(t, startExample(t, cmd), mode)
+		})
+	}
+}
