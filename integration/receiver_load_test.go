@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -301,8 +302,8 @@ func TestReceiverDistinctKeysLatency(t *testing.T) {
 	fp50, fp99 := percentiles(firstLat)
 	rp50, rp99 := percentiles(replayLat)
 	lines := []string{
-		fmt.Sprintf("RECEIVER LOAD: %d distinct keys, %d connections, Postgres from dbtest (pgtemp: fsync and synchronous_commit off); %s for the alternating bare and first-write passes",
-			loadKeys, loadWorkers, elapsed.Round(time.Millisecond)),
+		fmt.Sprintf("RECEIVER LOAD: %d distinct keys, %d connections, Postgres from dbtest (pgtemp: fsync and synchronous_commit off)%s; %s for the alternating bare and first-write passes",
+			loadKeys, loadWorkers, raceNote(), elapsed.Round(time.Millisecond)),
 		fmt.Sprintf("RECEIVER LOAD: bare handler      p50 %v  p99 %v", bp50, bp99),
 		fmt.Sprintf("RECEIVER LOAD: first write       p50 %v  p99 %v  (added: p50 %v, p99 %v)", fp50, fp99, fp50-bp50, fp99-bp99),
 		fmt.Sprintf("RECEIVER LOAD: replay            p50 %v  p99 %v  (added: p50 %v, p99 %v)", rp50, rp99, rp50-bp50, rp99-bp99),
@@ -311,6 +312,19 @@ func TestReceiverDistinctKeysLatency(t *testing.T) {
 		t.Log(l)
 		fmt.Println(l)
 	}
+}
+
+// raceNote says when the test binary runs under the race detector, which
+// slows the in-process receiver (and the handler) several times over.
+func raceNote() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				return "; built with -race: figures several times those of a normal build"
+			}
+		}
+	}
+	return ""
 }
 
 // percentiles returns the p50 and p99 of lat (nearest rank), rounded to
