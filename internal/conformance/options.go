@@ -150,7 +150,7 @@ func (o Options) withDefaults() (Options, *url.URL, error) {
 }
 
 // ParseURL checks an endpoint URL: absolute, http or https, with a host and
-// without a fragment. Errors never repeat user information (a password).
+// without a fragment. Errors never repeat a password or the query.
 func ParseURL(raw string) (*url.URL, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, errors.New("missing: give the endpoint to probe, e.g. http://localhost:8080/v1/orders")
@@ -165,13 +165,26 @@ func ParseURL(raw string) (*url.URL, error) {
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("%s: scheme must be http or https", u.Redacted())
+		return nil, fmt.Errorf("%s: scheme must be http or https", Display(u))
 	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("%s: no host", u.Redacted())
+		return nil, fmt.Errorf("%s: no host", Display(u))
 	case u.Fragment != "":
-		return nil, fmt.Errorf("%s: a fragment is never sent; drop #%s", u.Redacted(), u.Fragment)
+		return nil, fmt.Errorf("%s: a fragment is never sent; drop the #", Display(u))
 	}
 	return u, nil
+}
+
+// Display renders u for output: a password is masked and the query, which
+// may carry a credential (?api_key=...), is shown as "?…".
+func Display(u *url.URL) string {
+	v := *u
+	q := v.RawQuery != "" || v.ForceQuery
+	v.RawQuery, v.ForceQuery, v.Fragment, v.RawFragment = "", false, "", ""
+	s := v.Redacted()
+	if q {
+		s += "?…"
+	}
+	return s
 }
 
 // ParseHeader parses one --header value "Name=value" (the first = splits).

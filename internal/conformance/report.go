@@ -65,7 +65,7 @@ func (r Result) Line() string {
 
 // Report is the outcome of one run. Its JSON field names are stable.
 type Report struct {
-	URL         string   `json:"url"` // without user information
+	URL         string   `json:"url"` // password masked, query shown as ?…
 	Method      string   `json:"method"`
 	Mode        Mode     `json:"mode"`
 	Concurrency int      `json:"concurrency"`

@@ -17,7 +17,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	p := newProber(o, u)
 	defer p.close()
 	m := o.Mode
-	rep := Report{URL: u.Redacted(), Method: o.Method, Mode: m, Concurrency: o.Concurrency}
+	rep := Report{URL: Display(u), Method: o.Method, Mode: m, Concurrency: o.Concurrency}
 	add := func(r Result) { rep.Checks = append(rep.Checks, r) }
 
 	// first-write, replay, payload-mismatch: one key, three requests.
