@@ -78,6 +78,7 @@ func TestConformanceUsageErrors(t *testing.T) {
 		{[]string{"conformance", "--url", "http://127.0.0.1:1/", "--output", "yaml"}, `--output: "yaml" is not text or json`},
 		{[]string{"conformance", "--url", "http://127.0.0.1:1/", "--timeout", "0s"}, "--timeout: must be positive"},
 		{[]string{"conformance", "--url", "http://127.0.0.1:1/", "extra"}, "unknown command"},
+		{[]string{"conformance", "--url", "ftp://h/x", "--concurrency", "5000"}, "--url: ftp://h/x: scheme must be http or https\n--concurrency: 5000 is outside 2..1000"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := execute(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) || out.Len() != 0 {
