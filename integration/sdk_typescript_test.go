@@ -178,7 +178,8 @@ func tsPrepareSDK(t *testing.T) string {
 	}
 	installed := tsExists(filepath.Join(dir, "node_modules", "typescript", "package.json")) &&
 		tsExists(filepath.Join(dir, "node_modules", "pg", "package.json"))
-	built := tsExists(filepath.Join(dir, "dist", "index.js")) && tsExists(filepath.Join(dir, "dist", "index.d.ts"))
+	built := tsExists(filepath.Join(dir, "dist", "index.js")) && tsExists(filepath.Join(dir, "dist", "index.d.ts")) &&
+		tsExists(filepath.Join(dir, "dist", "receiver.js"))
 	if installed && built {
 		return dir
 	}

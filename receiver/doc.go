@@ -35,4 +35,10 @@
 //	fingerprint.go  Fingerprint and CanonicalBody (JCS via gowebpki/jcs)
 //	recorder.go     the buffered ResponseWriter of a keyed request
 //	problem.go      RFC 9457 problem+json answers
+//
+// Tests: receiver_test.go (every case of docs/receiver.md on a real
+// Postgres), fingerprint_test.go (testdata/fingerprint-vectors.json, shared
+// with the Python and TypeScript receivers; -update rewrites it),
+// bench_test.go (BenchmarkOverhead: p50/p99 latency with and without the
+// receiver).
 package receiver

@@ -35,7 +35,9 @@ type fixture struct {
 	table string
 }
 
-func newPool(t *testing.T) *pgxpool.Pool {
+func newPool(t *testing.T) *pgxpool.Pool { return newPoolB(t) }
+
+func newPoolB(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(t.Context(), dbtest.NewDatabase(t))
 	if err != nil {
