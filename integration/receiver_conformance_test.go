@@ -20,10 +20,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// This file proves the provider's half of the contract end to end: `drainer
-// conformance` (the binary) against the Go receiver in both modes and
-// against a broken endpoint, and the real daemon draining into a
-// receiver-wrapped service that loses one answer in five after the effect.
+// `drainer conformance` (the binary) against a handler behind the Go
+// receiver in both modes, and against deliberately broken endpoints. The
+// example services are probed in receiver_examples_test.go, the daemon
+// draining into a receiver in receiver_drain_test.go, the load figures in
+// receiver_load_test.go.
 
 // conformanceReport is the JSON report of `drainer conformance --output json`.
 type conformanceReport struct {
