@@ -50,6 +50,12 @@ func TestPythonInstallFromClone(t *testing.T) {
 	if len(lines) < 2 || lines[len(lines)-2] != installTuple.Key() || !strings.Contains(lines[len(lines)-1], "site-packages") {
 		t.Fatalf("installed drainer_client printed %q; want the key %s and a module under site-packages", out, installTuple.Key())
 	}
+	// The receiver module ships in the package too.
+	out = installRun(t, t.TempDir(), env, filepath.Join(clone, ".venv", "bin", "python"), "-c",
+		`from drainer_client.receiver import Receiver; print(callable(Receiver.wrap))`)
+	if strings.TrimSpace(out) != "True" {
+		t.Fatalf("installed drainer_client.receiver printed %q, want True", out)
+	}
 }
 
 // TestTypeScriptInstallFromClone installs @drainer/client into a new project
@@ -87,6 +93,12 @@ func TestTypeScriptInstallFromClone(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out); !strings.HasSuffix(got, installTuple.Key()) {
 		t.Fatalf("the README's last step printed %q, want the key %s", got, installTuple.Key())
+	}
+	// The subpath export of the receiver resolves in the installed package.
+	out = installRun(t, project, env, "node", "--input-type=module", "-e",
+		`const m = await import('@drainer/client/receiver'); console.log(typeof m.createReceiver)`)
+	if got := strings.TrimSpace(out); !strings.HasSuffix(got, "function") {
+		t.Fatalf("import('@drainer/client/receiver') printed %q, want function", got)
 	}
 }
 

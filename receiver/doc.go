@@ -20,8 +20,9 @@
 // answer with Idempotency-Replay: true; the same key with another request
 // gets 409 payload-mismatch; a retry while the first still runs gets 409
 // in-flight with Retry-After. A handler that panics releases its record and
-// the panic goes on to the server; a process that dies leaves an in-flight
-// record that a retry takes over after Options.RecoveryTimeout. With
+// the panic goes on to the server; a running handler's record has its
+// deadline moved forward, and a process that dies leaves an in-flight record
+// that a retry takes over after Options.RecoveryTimeout. With
 // Options.InTransaction the handler writes its effect through Tx(ctx) in the
 // transaction that completes the record, so both commit together.
 //
@@ -31,7 +32,7 @@
 //	receiver.go     New, Wrap, Tx: the request flow, key and tuple checks,
 //	                replays
 //	store.go        Migrate, Prune, RunPruner and the SQL of the flow (claim,
-//	                complete, release), fenced by the claim's locked_until
+//	                keepAlive, complete, release), fenced by locked_until
 //	fingerprint.go  Fingerprint and CanonicalBody (JCS via gowebpki/jcs)
 //	recorder.go     the buffered ResponseWriter of a keyed request
 //	problem.go      RFC 9457 problem+json answers

@@ -3,6 +3,7 @@ package receiver
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -46,9 +47,10 @@ type Options struct {
 	// TTL is how long a key is honoured, from its first request (default
 	// 24h). A request with an expired key runs the handler again.
 	TTL time.Duration
-	// RecoveryTimeout is how long a record stays in flight before a retry
-	// may take it over and run the handler again (default 60s): set it above
-	// the handler's longest run.
+	// RecoveryTimeout is how long the in-flight record of a process that
+	// stopped blocks retries before one takes it over and runs the handler
+	// again (default 60s). While a handler runs, its deadline moves forward
+	// every third of this, so a slow handler keeps its record.
 	RecoveryTimeout time.Duration
 	// Scope returns the key space of a request (an account, user or tenant
 	// id taken from the authenticated request). The same key in two scopes
@@ -73,6 +75,10 @@ type Options struct {
 	// record's completion is written in that same transaction, so the
 	// handler's effect and the stored answer commit together or not at all.
 	InTransaction bool
+	// Logger receives the store's failures (a claim answered 503, an
+	// answer that could not be stored, a record that could not be
+	// released), with scope, never key or payload. Default slog.Default().
+	Logger *slog.Logger
 }
 
 // DefaultRequireKey is the default of Options.RequireKey: POST, PUT, PATCH
@@ -138,5 +144,8 @@ func (o Options) withDefaults() (Options, error) {
 		stored = append(stored, http.CanonicalHeaderKey(h))
 	}
 	o.StoreHeaders = stored
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	return o, errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -119,6 +120,7 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 	// 2. Claim the record.
 	res, err := rc.claim(r.Context(), scope, key, fp[:])
 	if err != nil {
+		rc.logFailure("claim failed; answered 503", scope, err)
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Idempotency store unavailable",
 			"the idempotency store could not be reached; the request was not processed, retry it with the same key",
 			http.Header{headerRetryAfter: {retryAfterSeconds}})
@@ -150,16 +152,30 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		return
 	}
 	rec := newRecorder()
-	rc.runHandler(next, rec, r, func() { rc.releaseQuietly(r.Context(), scope, key, res.token) })
+	l := &lease{token: res.token}
+	stop := rc.keepAlive(r.Context(), scope, key, l)
+	rc.runHandler(next, rec, r, func() {
+		stop()
+		rc.releaseQuietly(r.Context(), scope, key, l.get())
+	})
+	stop()
+	token := l.get()
 	a := rec.answer(rc.opts.StoreHeaders)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), completionTimeout)
 	defer cancel()
 	if a.status >= 500 && !rc.opts.StoreServerErrors {
-		_ = rc.release(ctx, scope, key, res.token)
+		if err := rc.release(ctx, scope, key, token); err != nil {
+			rc.logFailure("releasing the record after a 5xx failed; it blocks retries until the recovery timeout", scope, err)
+		}
 	} else {
 		// If this fails the answer still goes out (the effect happened);
 		// the record stays in flight until the recovery timeout.
-		_, _ = rc.complete(ctx, rc.pool, scope, key, res.token, a)
+		switch ok, err := rc.complete(ctx, rc.pool, scope, key, token, a); {
+		case err != nil:
+			rc.logFailure("storing the answer failed; a retry after the recovery timeout runs the handler again", scope, err)
+		case !ok:
+			rc.logFailure("the answer was not stored: the record was taken over after the recovery timeout (raise RecoveryTimeout above the handler's longest run)", scope, nil)
+		}
 	}
 	rec.flush(w)
 }
@@ -181,7 +197,8 @@ func (rc *Receiver) runHandler(next http.Handler, w http.ResponseWriter, r *http
 func (rc *Receiver) runInTransaction(w http.ResponseWriter, r *http.Request, next http.Handler, scope, key string, token time.Time) {
 	bg, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), completionTimeout)
 	defer cancel()
-	unavailable := func() {
+	unavailable := func(err error) {
+		rc.logFailure("the in-transaction run failed; nothing committed, answered 503", scope, err)
 		rc.releaseQuietly(r.Context(), scope, key, token)
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Idempotency store unavailable",
 			"the idempotency store failed while processing; nothing was committed, retry with the same key",
@@ -189,7 +206,7 @@ func (rc *Receiver) runInTransaction(w http.ResponseWriter, r *http.Request, nex
 	}
 	tx, err := rc.pool.Begin(r.Context())
 	if err != nil {
-		unavailable()
+		unavailable(err)
 		return
 	}
 	defer func() { _ = tx.Rollback(bg) }()
@@ -199,7 +216,7 @@ func (rc *Receiver) runInTransaction(w http.ResponseWriter, r *http.Request, nex
 	if err := tx.QueryRow(r.Context(), `SELECT true FROM `+rc.table+`
 		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3 FOR UPDATE`,
 		scope, key, token).Scan(&held); err != nil {
-		unavailable()
+		unavailable(err)
 		return
 	}
 	rec := newRecorder()
@@ -215,11 +232,14 @@ func (rc *Receiver) runInTransaction(w http.ResponseWriter, r *http.Request, nex
 		return
 	}
 	if ok, err := rc.complete(bg, tx, scope, key, token, a); err != nil || !ok {
-		unavailable()
+		if err == nil {
+			err = errors.New("the record is no longer this request's")
+		}
+		unavailable(err)
 		return
 	}
 	if err := tx.Commit(bg); err != nil {
-		unavailable()
+		unavailable(err)
 		return
 	}
 	rec.flush(w)
@@ -228,7 +248,18 @@ func (rc *Receiver) runInTransaction(w http.ResponseWriter, r *http.Request, nex
 func (rc *Receiver) releaseQuietly(ctx context.Context, scope, key string, token time.Time) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completionTimeout)
 	defer cancel()
-	_ = rc.release(ctx, scope, key, token)
+	if err := rc.release(ctx, scope, key, token); err != nil {
+		rc.logFailure("releasing the record failed; it blocks retries until the recovery timeout", scope, err)
+	}
+}
+
+// logFailure logs a store failure with the scope (never the key or payload).
+func (rc *Receiver) logFailure(msg, scope string, err error) {
+	attrs := []any{slog.String("schema", rc.opts.Schema), slog.String("scope", scope)}
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	}
+	rc.opts.Logger.Warn("receiver: "+msg, attrs...)
 }
 
 // replay writes a stored answer.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +24,24 @@ import (
 
 func TestMain(m *testing.M) {
 	dbtest.Main(m)
+}
+
+// syncBuf is a bytes.Buffer safe for concurrent writers.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // fixture is a receiver-wrapped handler on a fresh database.
@@ -513,14 +532,15 @@ func TestDatabaseDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	rc, err := receiver.New(pool, receiver.Options{})
+	var logs syncBuf
+	rc, err := receiver.New(pool, receiver.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var runs atomic.Int64
 	h := rc.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
-	r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(`{}`))
-	r.Header.Set(receiver.DefaultKeyHeader, "k")
+	r := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader(`{"card":"4242-secret"}`))
+	r.Header.Set(receiver.DefaultKeyHeader, "key-secret-17")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	wantProblem(t, w, http.StatusServiceUnavailable, "unavailable")
@@ -529,6 +549,9 @@ func TestDatabaseDown(t *testing.T) {
 	}
 	if runs.Load() != 0 {
 		t.Fatal("the handler ran with the database down")
+	}
+	if got := logs.String(); !strings.Contains(got, "claim failed") || strings.Contains(got, "secret") {
+		t.Fatalf("log %q: want the claim failure, without key or payload", got)
 	}
 	if err := rc.Migrate(t.Context()); err == nil || !strings.Contains(err.Error(), "drainer_receiver") {
 		t.Fatalf("Migrate with the database down: %v", err)
@@ -675,6 +698,26 @@ func TestConcurrentSameKey(t *testing.T) {
 		t.Fatalf("effects %d, answers %v: want one effect, one 201, the rest 200 or 409", effects.Load(), count)
 	}
 	wantStatus(t, f.post("same", `{"a":1}`), http.StatusOK)
+
+	// Once completed, concurrent retries all get the replay (no lock taken).
+	replays := make(chan int, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replays <- f.post("same", `{"a":1}`).Code
+		}()
+	}
+	wg.Wait()
+	close(replays)
+	for c := range replays {
+		if c != http.StatusOK {
+			t.Fatalf("a concurrent retry after completion answered %d, want 200", c)
+		}
+	}
+	if effects.Load() != 1 {
+		t.Fatalf("%d effects", effects.Load())
+	}
 }
 
 // InTransaction: the handler's effect and the record commit together.
@@ -786,4 +829,48 @@ func TestOptionsRejected(t *testing.T) {
 			t.Errorf("error %v does not name %s", err, want)
 		}
 	}
+}
+
+// A handler running longer than the recovery timeout keeps its record: the
+// deadline moves forward while it runs, so a retry past the first deadline
+// still answers in-flight, and the answer is stored under the moved token.
+func TestLongHandlerKeptAlive(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	f := newFixture(t, receiver.Options{RecoveryTimeout: 3 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("slow"))
+	})
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.post("k", `{}`) }()
+	<-entered
+	var first time.Time
+	if err := f.pool.QueryRow(t.Context(), "SELECT locked_until FROM "+f.table).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	// Wait (generously) until the database clock is past the first deadline.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var past bool
+		if err := f.pool.QueryRow(t.Context(), "SELECT now() > $1", first).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the database clock never passed the first deadline")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wantProblem(t, f.post("k", `{}`), http.StatusConflict, "in-flight")
+	close(release)
+	wantStatus(t, <-done, http.StatusCreated)
+	w := f.post("k", `{}`)
+	if w.Code != http.StatusOK || w.Body.String() != "slow" {
+		t.Fatalf("after the slow handler: %d %q, want its stored answer", w.Code, w.Body.String())
+	}
+	f.wantRuns(1)
 }

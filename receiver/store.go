@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -168,48 +169,59 @@ func (rc *Receiver) claim(ctx context.Context, scope, key string, fp []byte) (cl
 				headers              map[string][]string
 				body                 []byte
 			)
+			// A plain read decides a replay, a mismatch or an in-flight
+			// answer: a completed record changes only once expired, and a
+			// record's fingerprint only by an expiry overwrite. Only an
+			// overwrite or a takeover reads again under the row lock.
 			// NOWAIT: a record locked by another transaction is being
 			// claimed, completed or (InTransaction) worked on right now.
-			err = tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
-					coalesce(locked_until <= now(), false), status, headers, body
-				FROM `+rc.table+` WHERE scope = $1 AND key = $2 FOR UPDATE NOWAIT`, scope, key).
-				Scan(&storedFP, &state, &expired, &recoverable, &status, &headers, &body)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil // gone meanwhile: try again
-			}
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
-				return errLocked // the transaction is aborted: roll it back
-			}
-			if err != nil {
-				return err
-			}
-			switch {
-			case expired:
-				// An expired key is a new first request.
-				res.outcome, done = claimed, true
-				return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
-						locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
-						created_at = now(), completed_at = NULL, expires_at = now() + $5::bigint * interval '1 microsecond'
-					WHERE scope = $1 AND key = $2 RETURNING locked_until`,
-					scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
-			case string(storedFP) != string(fp):
-				res.outcome, done = mismatch, true
-			case state == stateCompleted:
-				res.outcome, done = replay, true
-				res.answer = stored{status: 200, headers: http.Header(headers), body: body}
-				if status != nil {
-					res.answer.status = int(*status)
+			for _, lock := range []string{"", " FOR UPDATE NOWAIT"} {
+				err = tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
+						coalesce(locked_until <= now(), false), status, headers, body
+					FROM `+rc.table+` WHERE scope = $1 AND key = $2`+lock, scope, key).
+					Scan(&storedFP, &state, &expired, &recoverable, &status, &headers, &body)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil // gone meanwhile: try again
 				}
-			case !recoverable:
-				res.outcome, done = inFlight, true
-			default:
-				// The first request's process stopped before completing:
-				// take the record over.
-				res.outcome, done = claimed, true
-				return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $3::bigint * interval '1 microsecond'
-					WHERE scope = $1 AND key = $2 RETURNING locked_until`,
-					scope, key, rc.opts.RecoveryTimeout.Microseconds()).Scan(&res.token)
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
+					return errLocked // the transaction is aborted: roll it back
+				}
+				if err != nil {
+					return err
+				}
+				sameRequest := string(storedFP) == string(fp)
+				if lock == "" && (expired || (sameRequest && state == stateInFlight && recoverable)) {
+					continue
+				}
+				switch {
+				case expired:
+					// An expired key is a new first request.
+					res.outcome, done = claimed, true
+					return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
+							locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
+							created_at = now(), completed_at = NULL, expires_at = now() + $5::bigint * interval '1 microsecond'
+						WHERE scope = $1 AND key = $2 RETURNING locked_until`,
+						scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
+				case !sameRequest:
+					res.outcome, done = mismatch, true
+				case state == stateCompleted:
+					res.outcome, done = replay, true
+					res.answer = stored{status: 200, headers: http.Header(headers), body: body}
+					if status != nil {
+						res.answer.status = int(*status)
+					}
+				case !recoverable:
+					res.outcome, done = inFlight, true
+				default:
+					// The first request's process stopped before completing:
+					// take the record over.
+					res.outcome, done = claimed, true
+					return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $3::bigint * interval '1 microsecond'
+						WHERE scope = $1 AND key = $2 RETURNING locked_until`,
+						scope, key, rc.opts.RecoveryTimeout.Microseconds()).Scan(&res.token)
+				}
+				return nil
 			}
 			return nil
 		})
@@ -253,4 +265,66 @@ func (rc *Receiver) release(ctx context.Context, scope, key string, token time.T
 	_, err := rc.pool.Exec(ctx, `DELETE FROM `+rc.table+`
 		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3`, scope, key, token)
 	return err
+}
+
+// lease is a claimed record's fencing token, moved forward by keepAlive.
+type lease struct {
+	mu      sync.Mutex
+	token   time.Time
+	stopped bool
+}
+
+func (l *lease) get() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.token
+}
+
+// keepAlive moves the record's recovery deadline forward every third of
+// the recovery timeout while the handler runs, so a handler that runs
+// longer than the timeout is not taken over by a retry; a process that dies
+// stops extending it and a retry takes over as before. stop ends it and
+// waits, after which l holds the final token.
+func (rc *Receiver) keepAlive(ctx context.Context, scope, key string, l *lease) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(rc.opts.RecoveryTimeout / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			l.mu.Lock()
+			if l.stopped {
+				l.mu.Unlock()
+				return
+			}
+			var next time.Time
+			err := rc.pool.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $4::bigint * interval '1 microsecond'
+				WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3 RETURNING locked_until`,
+				scope, key, l.token, rc.opts.RecoveryTimeout.Microseconds()).Scan(&next)
+			if err == nil {
+				l.token = next
+			}
+			l.mu.Unlock()
+			if errors.Is(err, pgx.ErrNoRows) {
+				return // taken over or gone: nothing left to extend
+			}
+			// Other errors: try again at the next tick.
+		}
+	}()
+	return func() {
+		// Under the lock, so no extension is in flight when ctx is
+		// cancelled: a cancelled UPDATE might have committed a token that
+		// l would then not hold.
+		l.mu.Lock()
+		l.stopped = true
+		l.mu.Unlock()
+		cancel()
+		<-done
+	}
 }

@@ -4,7 +4,7 @@ HTTP/1.1 server written with the standard library only (asyncio).
 Usage::
 
     DATABASE_URL=postgres://... PYTHONPATH=sdk/python/src /usr/bin/python3 examples/receiver/python/server.py \\
-        [--addr 127.0.0.1:8080] [--mode seed|ietf] [--schema drainer_receiver] [--delay 0] [--in-transaction]
+        [--addr 127.0.0.1:8080] [--mode seed|ietf] [--schema drainer_receiver] [--delay 0s] [--in-transaction]
 
 ``--addr`` defaults to $ADDR, else 127.0.0.1:$PORT, else 127.0.0.1:8080;
 port 0 picks a free port. Once listening it prints
@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import pathlib
+import re
 import sys
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
@@ -192,13 +193,21 @@ async def _answer(send: Any, status: int, body: bytes, extra: Optional[List[Tupl
     await send({"type": "http.response.body", "body": body})
 
 
+def _duration(text: str) -> float:
+    """A duration as the Go example's -delay takes it: 500ms, 2s, 1.5s (or bare seconds)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s)?", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 500ms or 2s")
+    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+
+
 def main() -> None:
     default_addr = os.environ.get("ADDR") or "127.0.0.1:" + (os.environ.get("PORT") or "8080")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--addr", default=default_addr)
     p.add_argument("--mode", default="seed", choices=["seed", "ietf"])
     p.add_argument("--schema", default="drainer_receiver")
-    p.add_argument("--delay", type=float, default=0.0, help="seconds to hold each order before answering")
+    p.add_argument("--delay", type=_duration, default=0.0, help="hold each order this long before answering (500ms, 2s)")
     p.add_argument("--in-transaction", action="store_true")
     args = p.parse_args()
     url = os.environ.get("DATABASE_URL")

@@ -6,7 +6,7 @@
 //
 //   (cd sdk/typescript && npm ci && npm run build)
 //   DATABASE_URL=postgres://... node examples/receiver/typescript/server.mjs \
-//       [--addr 127.0.0.1:8080] [--mode seed|ietf] [--schema drainer_receiver] [--delay-ms 0] [--in-transaction]
+//       [--addr 127.0.0.1:8080] [--mode seed|ietf] [--schema drainer_receiver] [--delay 0s] [--in-transaction]
 //
 // --addr defaults to $ADDR, else 127.0.0.1:$PORT, else 127.0.0.1:8080; port
 // 0 picks a free port. Once listening it prints "listening on http://HOST:PORT".
@@ -28,7 +28,7 @@ const { values: args } = parseArgs({
     addr: { type: 'string', default: process.env.ADDR || `127.0.0.1:${process.env.PORT || '8080'}` },
     mode: { type: 'string', default: 'seed' },
     schema: { type: 'string', default: 'drainer_receiver' },
-    'delay-ms': { type: 'string', default: '0' },
+    delay: { type: 'string', default: '0s' },
     'in-transaction': { type: 'boolean', default: false },
   },
 });
@@ -37,7 +37,13 @@ if (!url) {
   console.error('receiver-example: set DATABASE_URL to a postgres:// URL');
   process.exit(2);
 }
-const delayMs = Number(args['delay-ms']);
+// A duration as the Go example's -delay takes it: 500ms, 2s, 1.5s (or bare seconds).
+const m = /^(\d+(?:\.\d+)?)(ms|s)?$/.exec(args.delay.trim());
+if (!m) {
+  console.error(`receiver-example: --delay ${JSON.stringify(args.delay)} is not a duration such as 500ms or 2s`);
+  process.exit(2);
+}
+const delayMs = Number(m[1]) * (m[2] === 'ms' ? 1 : 1000);
 
 const pool = new pg.Pool({ connectionString: url });
 const receiver = createReceiver(pool, {

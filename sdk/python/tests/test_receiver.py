@@ -401,6 +401,30 @@ class FlowTest(ReceiverTestCase):
 
         self.run_async(go())
 
+    def test_long_handler_kept_alive(self) -> None:
+        app, orders, _ = self.make(recovery_timeout=3)
+
+        async def go() -> None:
+            orders.gate, orders.entered = asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(post(app, "k"))
+            await orders.entered.wait()
+            with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+                deadline = c.execute(f'SELECT locked_until FROM "{self.schema}".records').fetchone()[0]  # type: ignore[index]
+                for _ in range(1200):  # wait (generously) until the database clock passed the first deadline
+                    if c.execute("SELECT now() > %s", [deadline]).fetchone()[0]:  # type: ignore[index]
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    self.fail("the database clock never passed the first deadline")
+            self.assertProblem(await post(app, "k"), 409, "in-flight")
+            orders.gate.set()
+            self.assertEqual((await first)[0], 201)
+            a = await post(app, "k")
+            self.assertEqual((a[0], a[1]["idempotency-replay"]), (200, "true"))
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 1)
+
     def test_expiry_by_database_clock(self) -> None:
         app, orders, _ = self.make(ttl=3600)
 
@@ -451,6 +475,9 @@ class FlowTest(ReceiverTestCase):
         self.assertEqual(orders.runs, 1, codes)
         self.assertEqual(codes.count(201), 1, codes)
         self.assertEqual(len([c for c in codes if c in (200, 201, 409)]), 50, codes)
+        # Once completed, concurrent retries all get the replay.
+        self.assertEqual(self.run_async(go()), [200] * 50)
+        self.assertEqual(orders.runs, 1)
 
     def test_in_transaction(self) -> None:
         table = unique("py_effects")

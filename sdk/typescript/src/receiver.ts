@@ -564,14 +564,16 @@ class ReceiverImpl implements Receiver {
     token: string,
   ): Promise<void> {
     const cap = new Capture(res);
+    const alive = this.keepAlive(scope, key, token);
     try {
       await run(req, res);
       await cap.finished();
     } catch (err) {
       cap.restore();
-      await this.release(scope, key, token);
+      await this.release(scope, key, await alive.stop());
       throw err;
     }
+    token = await alive.stop();
     if (!cap.ended) {
       cap.restore();
       await this.release(scope, key, token);
@@ -663,6 +665,46 @@ class ReceiverImpl implements Receiver {
     }
   }
 
+  /**
+   * Moves a claimed record's recovery deadline forward every third of the
+   * recovery timeout while the handler runs, so a slow handler is not taken
+   * over by a retry (a dead process stops extending it). stop() resolves to
+   * the current token once no extension is in flight.
+   */
+  private keepAlive(scope: string, key: string, token: string): { stop(): Promise<string> } {
+    let current = token;
+    let stopped = false;
+    let inflight: Promise<void> | undefined;
+    const timer = setInterval(() => {
+      if (stopped || inflight) return;
+      inflight = (async () => {
+        try {
+          const r = await this.pool.query(
+            `UPDATE ${this.table} SET locked_until = now() + $4::bigint * interval '1 microsecond'
+             WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3::timestamptz
+             RETURNING locked_until::text AS token`,
+            [scope, key, current, this.recoveryUs],
+          );
+          if (r.rows.length === 1) current = r.rows[0].token;
+          else clearInterval(timer); // taken over or gone
+        } catch {
+          // try again at the next beat
+        }
+      })().finally(() => {
+        inflight = undefined;
+      });
+    }, Math.max(1, Math.floor(this.recoveryUs / 3000)));
+    timer.unref();
+    return {
+      stop: async () => {
+        stopped = true;
+        clearInterval(timer);
+        await inflight;
+        return current;
+      },
+    };
+  }
+
   private replay(res: ServerResponse, a: Stored): void {
     let status = a.status;
     if (this.mode === 'seed' && status === 201) status = 200;
@@ -693,44 +735,57 @@ class ReceiverImpl implements Receiver {
             await c.query('COMMIT');
             return { outcome: 'claimed', token: ins.rows[0].token };
           }
-          const sel = await c.query(
-            `SELECT fingerprint, state, expires_at <= now() AS expired,
-                    coalesce(locked_until <= now(), false) AS recoverable, status, headers, body
-               FROM ${t} WHERE scope = $1 AND key = $2 FOR UPDATE NOWAIT`,
-            [scope, key],
-          );
-          const row = sel.rows[0];
-          if (!row) {
+          // A plain read decides a replay, a mismatch or an in-flight
+          // answer; only an overwrite or a takeover reads again under the
+          // row lock (NOWAIT: a locked record is being worked on right now).
+          let out: Claim | undefined;
+          let gone = false;
+          for (const lock of ['', ' FOR UPDATE NOWAIT']) {
+            const sel = await c.query(
+              `SELECT fingerprint, state, expires_at <= now() AS expired,
+                      coalesce(locked_until <= now(), false) AS recoverable, status, headers, body
+                 FROM ${t} WHERE scope = $1 AND key = $2${lock}`,
+              [scope, key],
+            );
+            const row = sel.rows[0];
+            if (!row) {
+              gone = true;
+              break;
+            }
+            const same = Buffer.from(row.fingerprint).equals(fp);
+            if (lock === '' && (row.expired || (same && row.state === 'in_flight' && row.recoverable))) continue;
+            if (row.expired) {
+              const u = await c.query(
+                `UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
+                   locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
+                   body = NULL, created_at = now(), completed_at = NULL,
+                   expires_at = now() + $5::bigint * interval '1 microsecond'
+                 WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
+                [scope, key, fp, this.recoveryUs, this.ttlUs],
+              );
+              out = { outcome: 'claimed', token: u.rows[0].token };
+            } else if (!same) {
+              out = { outcome: 'mismatch' };
+            } else if (row.state === 'completed') {
+              out = {
+                outcome: 'replay',
+                answer: { status: row.status ?? 200, headers: row.headers ?? {}, body: Buffer.from(row.body ?? []) },
+              };
+            } else if (!row.recoverable) {
+              out = { outcome: 'in_flight' };
+            } else {
+              const u = await c.query(
+                `UPDATE ${t} SET locked_until = now() + $3::bigint * interval '1 microsecond'
+                 WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
+                [scope, key, this.recoveryUs],
+              );
+              out = { outcome: 'claimed', token: u.rows[0].token };
+            }
+            break;
+          }
+          if (gone || !out) {
             await c.query('ROLLBACK');
             continue; // deleted meanwhile: try again
-          }
-          let out: Claim;
-          if (row.expired) {
-            const u = await c.query(
-              `UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
-                 locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
-                 body = NULL, created_at = now(), completed_at = NULL,
-                 expires_at = now() + $5::bigint * interval '1 microsecond'
-               WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
-              [scope, key, fp, this.recoveryUs, this.ttlUs],
-            );
-            out = { outcome: 'claimed', token: u.rows[0].token };
-          } else if (!Buffer.from(row.fingerprint).equals(fp)) {
-            out = { outcome: 'mismatch' };
-          } else if (row.state === 'completed') {
-            out = {
-              outcome: 'replay',
-              answer: { status: row.status ?? 200, headers: row.headers ?? {}, body: Buffer.from(row.body ?? []) },
-            };
-          } else if (!row.recoverable) {
-            out = { outcome: 'in_flight' };
-          } else {
-            const u = await c.query(
-              `UPDATE ${t} SET locked_until = now() + $3::bigint * interval '1 microsecond'
-               WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
-              [scope, key, this.recoveryUs],
-            );
-            out = { outcome: 'claimed', token: u.rows[0].token };
           }
           await c.query('COMMIT');
           return out;

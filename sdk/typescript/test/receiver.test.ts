@@ -448,6 +448,37 @@ test('recovery: a stale in-flight record is taken over; the late first completio
   assert.equal(r.headers['idempotency-replay'], 'true');
 });
 
+test('a handler running longer than the recovery timeout keeps its record', { skip: skipDb }, async () => {
+  const f = await fixture({ recoveryTimeoutMs: 3000 });
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => (entered = r));
+  f.set(async (req, res) => {
+    req.resume();
+    entered();
+    await gate;
+    res.statusCode = 201;
+    res.end('slow');
+  });
+  const first = f.post('k');
+  await inside;
+  const deadline = (await pool.query(`SELECT locked_until::text AS t FROM "${f.schema}".records`)).rows[0].t;
+  // Wait (generously) until the database clock passed the first deadline.
+  for (let i = 0; ; i++) {
+    if ((await pool.query('SELECT now() > $1::timestamptz AS past', [deadline])).rows[0].past) break;
+    assert.ok(i < 1200, 'the database clock never passed the first deadline');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assertProblem(await f.post('k'), 409, 'in-flight');
+  release();
+  assert.equal((await first).status, 201);
+  const a = await f.post('k');
+  assert.equal(a.status, 200);
+  assert.equal(a.body.toString(), 'slow');
+  assert.equal(f.runs(), 1);
+});
+
 test('expiry by the database clock; the same key in two scopes is two records', { skip: skipDb }, async () => {
   const f = await fixture({ ttlMs: 3600_000 });
   assert.equal((await f.post('k', '{"a":1}')).status, 201);
@@ -485,6 +516,13 @@ test('50 concurrent requests with one key: one effect', { skip: skipDb }, async 
   assert.equal(effects, 1, String(codes));
   assert.equal(codes.filter((c) => c === 201).length, 1, String(codes));
   assert.equal(codes.filter((c) => c === 200 || c === 201 || c === 409).length, 50, String(codes));
+  // Once completed, concurrent retries all get the replay.
+  const replays = await Promise.all(Array.from({ length: 50 }, () => f.post('same', '{"a":1}')));
+  assert.deepEqual(
+    replays.map((a) => a.status),
+    Array.from({ length: 50 }, () => 200),
+  );
+  assert.equal(effects, 1);
 });
 
 test('inTransaction: the effect and the record commit together', { skip: skipDb }, async () => {

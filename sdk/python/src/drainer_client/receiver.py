@@ -374,43 +374,52 @@ class Receiver:
                         row = await cur.fetchone()
                         if row is not None:
                             return "claimed", row[0]
-                        cur = await conn.execute(
-                            sql.SQL(
-                                "SELECT fingerprint, state, expires_at <= now(), coalesce(locked_until <= now(), false), "
-                                "status, headers, body FROM {} WHERE scope = %s AND key = %s FOR UPDATE NOWAIT"
-                            ).format(t),
-                            [scope, key],
-                        )
-                        row = await cur.fetchone()
-                        if row is None:
-                            continue  # deleted meanwhile: try again
-                        stored_fp, state, expired, recoverable, status, headers, body = row
-                        if expired:
+                        # A plain read decides a replay, a mismatch or an
+                        # in-flight answer; only an overwrite or a takeover
+                        # reads again under the row lock (NOWAIT: a locked
+                        # record is being worked on right now).
+                        for lock in ("", " FOR UPDATE NOWAIT"):
                             cur = await conn.execute(
                                 sql.SQL(
-                                    "UPDATE {} SET fingerprint = %s, state = 'in_flight', "
-                                    "locked_until = now() + %s::bigint * interval '1 microsecond', status = NULL, "
-                                    "headers = NULL, body = NULL, created_at = now(), completed_at = NULL, "
-                                    "expires_at = now() + %s::bigint * interval '1 microsecond' "
+                                    "SELECT fingerprint, state, expires_at <= now(), "
+                                    "coalesce(locked_until <= now(), false), status, headers, body "
+                                    "FROM {} WHERE scope = %s AND key = %s" + lock
+                                ).format(t),
+                                [scope, key],
+                            )
+                            row = await cur.fetchone()
+                            if row is None:
+                                break  # deleted meanwhile: try again
+                            stored_fp, state, expired, recoverable, status, headers, body = row
+                            same = bytes(stored_fp) == fp
+                            if not lock and (expired or (same and state == "in_flight" and recoverable)):
+                                continue
+                            if expired:
+                                cur = await conn.execute(
+                                    sql.SQL(
+                                        "UPDATE {} SET fingerprint = %s, state = 'in_flight', "
+                                        "locked_until = now() + %s::bigint * interval '1 microsecond', status = NULL, "
+                                        "headers = NULL, body = NULL, created_at = now(), completed_at = NULL, "
+                                        "expires_at = now() + %s::bigint * interval '1 microsecond' "
+                                        "WHERE scope = %s AND key = %s RETURNING locked_until"
+                                    ).format(t),
+                                    [fp, self.recovery_us, self.ttl_us, scope, key],
+                                )
+                                return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
+                            if not same:
+                                return "mismatch", None
+                            if state == "completed":
+                                return "replay", (status if status is not None else 200, headers or {}, bytes(body or b""))
+                            if not recoverable:
+                                return "in_flight", None
+                            cur = await conn.execute(
+                                sql.SQL(
+                                    "UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
                                     "WHERE scope = %s AND key = %s RETURNING locked_until"
                                 ).format(t),
-                                [fp, self.recovery_us, self.ttl_us, scope, key],
+                                [self.recovery_us, scope, key],
                             )
                             return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
-                        if bytes(stored_fp) != fp:
-                            return "mismatch", None
-                        if state == "completed":
-                            return "replay", (status if status is not None else 200, headers or {}, bytes(body or b""))
-                        if not recoverable:
-                            return "in_flight", None
-                        cur = await conn.execute(
-                            sql.SQL(
-                                "UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
-                                "WHERE scope = %s AND key = %s RETURNING locked_until"
-                            ).format(t),
-                            [self.recovery_us, scope, key],
-                        )
-                        return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
                 except pg_errors.LockNotAvailable:
                     return "in_flight", None
         return "in_flight", None
@@ -544,14 +553,19 @@ class Receiver:
         else:
             await self._run(app, scope, receive, send, body, rscope, key, data)
 
+    def _keep_alive(self, rscope: str, key: str, token: Any) -> "_KeepAlive":
+        return _KeepAlive(self, rscope, key, token)
+
     async def _run(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, body: bytes,
                    rscope: str, key: str, token: Any) -> None:
         cap = _Capture()
+        alive = self._keep_alive(rscope, key, token)
         try:
             await app(scope, _replay_receive(body, receive), cap.send)
         except BaseException:
-            await self._release(rscope, key, token)
+            await self._release(rscope, key, await alive.stop())
             raise
+        token = await alive.stop()
         if cap.status is None:  # the app sent no answer: nothing to store
             await self._release(rscope, key, token)
             return
@@ -622,6 +636,52 @@ class Receiver:
                 (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": out})
         await send({"type": "http.response.body", "body": body})
+
+
+class _KeepAlive:
+    """Moves a claimed record's recovery deadline forward every third of the
+    recovery timeout while the app runs, so a slow app is not taken over by
+    a retry (a dead process stops extending it). stop() returns the token."""
+
+    def __init__(self, r: "Receiver", rscope: str, key: str, token: Any):
+        self.r, self.rscope, self.key, self.token = r, rscope, key, token
+        self.lock = asyncio.Lock()
+        self.stopped = False
+        self.task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        interval = self.r.recovery_us / 3 / 1_000_000
+        while True:
+            await asyncio.sleep(interval)
+            # Under the lock: stop() never cancels an extension in flight,
+            # whose new token would then be lost.
+            async with self.lock:
+                if self.stopped:
+                    return
+                try:
+                    async with self.r._pool.connection() as conn:
+                        cur = await conn.execute(
+                            sql.SQL("UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
+                                    "WHERE scope = %s AND key = %s AND state = 'in_flight' AND locked_until = %s "
+                                    "RETURNING locked_until").format(self.r._table),
+                            [self.r.recovery_us, self.rscope, self.key, self.token],
+                        )
+                        row = await cur.fetchone()
+                except (psycopg.Error, OSError):
+                    continue  # try again at the next beat
+                if row is None:
+                    return  # taken over or gone
+                self.token = row[0]
+
+    async def stop(self) -> Any:
+        async with self.lock:
+            self.stopped = True
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+        return self.token
 
 
 def _quote_path(path: str) -> str:
