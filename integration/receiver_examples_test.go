@@ -25,8 +25,9 @@ import (
 var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
 
 // startExample starts cmd, waits (at most a minute) for its "listening on
-// URL" line and returns the URL. The process is killed and waited for when
-// the test ends; its output is shown if the test failed.
+// URL" line and returns the URL; a process that closes its output first
+// (it exited) fails the test at once. The process is killed and waited for
+// when the test ends; its output is shown if the test failed.
 func startExample(t *testing.T, cmd *exec.Cmd) string {
 	t.Helper()
 	stdout, err := cmd.StdoutPipe()
@@ -40,7 +41,9 @@ func startExample(t *testing.T, cmd *exec.Cmd) string {
 	}
 	var out syncBuffer
 	urls := make(chan string, 1)
+	eof := make(chan struct{})
 	go func() {
+		defer close(eof)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
@@ -64,11 +67,32 @@ func startExample(t *testing.T, cmd *exec.Cmd) string {
 	select {
 	case u := <-urls:
 		return u
+	case <-eof:
+		select {
+		case u := <-urls:
+			return u
+		default:
+		}
+		time.Sleep(100 * time.Millisecond) // let stderr arrive
+		t.Fatalf("%s exited before it printed \"listening on\"\nstdout:\n%s\nstderr:\n%s",
+			strings.Join(cmd.Args, " "), tail(out.String(), 4000), tail(stderr.String(), 4000))
 	case <-time.After(time.Minute):
 		t.Fatalf("%s printed no \"listening on\" line within a minute\nstdout:\n%s\nstderr:\n%s",
 			strings.Join(cmd.Args, " "), tail(out.String(), 4000), tail(stderr.String(), 4000))
 	}
 	return ""
+}
+
+// exampleArgs are the flags every example takes (examples/receiver/README.md):
+// a free port, the mode, each order held 200ms so a burst meets it in
+// flight, and in ietf mode the order written in the transaction that stores
+// the answer.
+func exampleArgs(mode string) []string {
+	args := []string{"--addr", "127.0.0.1:0", "--mode", mode, "--delay", "200ms"}
+	if mode == "ietf" {
+		args = append(args, "--in-transaction")
+	}
+	return args
 }
 
 // roundsRE reads the number of bursts from the in-flight line.
@@ -121,11 +145,7 @@ func TestConformancePythonExample(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			args := []string{server, "--addr", "127.0.0.1:0", "--mode", mode, "--delay", "0.2"}
-			if mode == "ietf" {
-				args = append(args, "--in-transaction")
-			}
-			cmd := exec.CommandContext(ctx, pyInterpreter, args...)
+			cmd := exec.CommandContext(ctx, pyInterpreter, append([]string{server}, exampleArgs(mode)...)...)
 			cmd.Dir = dir
 			cmd.Env = append(childEnv(), "DATABASE_URL="+dbtest.NewDatabase(t), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
 			requireExamplePasses(t, startExample(t, cmd), mode)
@@ -146,11 +166,7 @@ func TestConformanceGoExample(t *testing.T) {
 	}
 	for _, mode := range []string{"seed", "ietf"} {
 		t.Run(mode, func(t *testing.T) {
-			args := []string{"-addr", "127.0.0.1:0", "-mode", mode, "-delay", "200ms"}
-			if mode == "ietf" {
-				args = append(args, "-in-transaction")
-			}
-			cmd := exec.Command(bin, args...)
+			cmd := exec.Command(bin, exampleArgs(mode)...)
 			cmd.Env = append(childEnv(), "DATABASE_URL="+dbtest.NewDatabase(t))
 			requireExamplePasses(t, startExample(t, cmd), mode)
 		})
@@ -170,11 +186,7 @@ func TestConformanceTypeScriptExample(t *testing.T) {
 	}
 	for _, mode := range []string{"seed", "ietf"} {
 		t.Run(mode, func(t *testing.T) {
-			args := []string{server, "--addr", "127.0.0.1:0", "--mode", mode, "--delay-ms", "200"}
-			if mode == "ietf" {
-				args = append(args, "--in-transaction")
-			}
-			cmd := exec.Command("node", args...)
+			cmd := exec.Command("node", append([]string{server}, exampleArgs(mode)...)...)
 			cmd.Env = append(childEnv(), "DATABASE_URL="+dbtest.NewDatabase(t))
 			requireExamplePasses(t, startExample(t, cmd), mode)
 		})
