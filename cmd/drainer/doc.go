@@ -18,6 +18,8 @@
 //     pause.go, audit.go: the operator commands (package ops); output.go
 //     renders their aligned tables and `--output json`.
 //   - routes.go: `drainer routes import` (OpenAPI idempotency manifests).
+//   - conformance.go: `drainer conformance` (package internal/conformance):
+//     probes a provider endpoint for the replay contract.
 //   - demo.go: `drainer demo` (package internal/demo); bench.go: `drainer
 //     bench` (package internal/bench); version.go: `drainer version`.
 package main

@@ -88,6 +88,7 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 		newResumeCmd(),
 		newAuditCmd(),
 		newRoutesCmd(),
+		newConformanceCmd(),
 	)
 	wrapArgs(root)
 	return root
