@@ -5,10 +5,8 @@ import (
 	_ "embed"
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/tern/v2/migrate"
 )
 
 // The claim and completion statements release 16's daemon sends: a replica
@@ -30,25 +28,7 @@ var (
 // saga goes on, and that every audit chain still verifies.
 func TestUpgradeTo017KeepsRowsInFlight(t *testing.T) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA drainer"); err != nil {
-		t.Fatal(err)
-	}
-	m, err := migrate.NewMigrator(ctx, conn, "drainer.schema_version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Data["schema"] = "drainer"
-	if err := m.LoadMigrations(files); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.MigrateTo(ctx, 16); err != nil {
-		t.Fatal(err)
-	}
+	conn := connectAtVersion(t, 16)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {

@@ -16,25 +16,7 @@ import (
 // operator's abort counts as a request, and the audit chains still verify.
 func TestUpgradeTo015KeepsEveryKey(t *testing.T) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA drainer"); err != nil {
-		t.Fatal(err)
-	}
-	m, err := migrate.NewMigrator(ctx, conn, "drainer.schema_version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Data["schema"] = "drainer"
-	if err := m.LoadMigrations(files); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.MigrateTo(ctx, 14); err != nil {
-		t.Fatal(err)
-	}
+	conn := connectAtVersion(t, 14)
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
@@ -103,4 +85,32 @@ func TestUpgradeTo015KeepsEveryKey(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("the upgraded schema has %d definitions, a fresh one %d", len(got), len(want))
 	}
+}
+
+// connectAtVersion returns a connection to a fresh database whose drainer
+// schema is migrated to version (no code package installed: the functions
+// are those the numbered migrations define).
+func connectAtVersion(t *testing.T, version int32) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA drainer"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrate.NewMigrator(ctx, conn, "drainer.schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Data["schema"] = "drainer"
+	if err := m.LoadMigrations(files); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, version); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
