@@ -22,8 +22,9 @@ func (s *Store) RowFloor(ctx context.Context, db DB, key string) (*time.Time, er
 	return nb, err
 }
 
-// VerifyAuditKey checks the hash chain of one key (as audit_verify does for
-// every chain) and returns its broken links, first first.
+// VerifyAuditKey checks the hash chain of one key, and that its row stands
+// where the chain ends (as audit_verify does for every chain), and returns
+// its broken links, first first.
 func (s *Store) VerifyAuditKey(ctx context.Context, db DB, key string) ([]BrokenLink, error) {
 	return collect[BrokenLink](ctx, db, s.sql(`
 	WITH chain AS (
@@ -41,7 +42,23 @@ func (s *Store) VerifyAuditKey(ctx context.Context, db DB, key string) ([]Broken
 	 WHERE c.hash IS DISTINCT FROM {s}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,
 	             c.to_status, c.attempts, c.response_status, c.actor, c.reason, c.detail_sha256)
 	    OR c.prev_hash IS DISTINCT FROM c.expected_prev
-	 ORDER BY c.id`), key)
+	UNION ALL
+	SELECT h.id, i.key,
+	       CASE WHEN q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash)
+	            THEN 'the row''s audit head is not its chain''s last entry (an entry was removed)'
+	            ELSE format('the row is %s but its chain''s last entry records %s (a change was not recorded)',
+	                        q.status, h.to_status)
+	       END
+	  FROM {s}.intents i
+	  JOIN {s}.queue q ON q.seq = i.seq
+	  LEFT JOIN LATERAL (SELECT a.id, a.hash, a.to_status FROM {s}.audit a
+	                      WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1) h ON true
+	  LEFT JOIN {s}.audit_anchors x ON x.key = i.key
+	 WHERE i.key = $1
+	   AND ((q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash))
+	        OR (h.id IS NOT NULL AND q.status IS DISTINCT FROM h.to_status
+	            AND NOT (q.status = 'in_flight' AND h.to_status = 'pending')))
+	 ORDER BY 1`), key)
 }
 
 // ToolCount is the number of rows of one tool in one status.

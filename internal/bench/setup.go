@@ -199,8 +199,9 @@ func (r *runner) close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// setAudit enables or disables the audit triggers: drain_no_audit_rows_per_s
-// is the drain with them disabled (ALTER TABLE … DISABLE TRIGGER).
+// setAudit enables or disables the audit: drain_no_audit_rows_per_s is the
+// drain with the audit triggers disabled (ALTER TABLE … DISABLE TRIGGER)
+// and engines whose completions write no entries (drainer.Config.Unaudited).
 func (r *runner) setAudit(ctx context.Context, on bool) error {
 	verb := "DISABLE"
 	if on {
@@ -210,6 +211,7 @@ func (r *runner) setAudit(ctx context.Context, on bool) error {
 	if err != nil {
 		return fmt.Errorf("%s audit triggers: %w", strings.ToLower(verb), err)
 	}
+	r.auditOff = !on
 	r.logf("audit triggers %sd", strings.ToLower(verb))
 	return nil
 }

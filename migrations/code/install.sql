@@ -12,6 +12,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/alert_tool.sql" . }}
 {{ template "functions/audit_actor.sql" . }}
 {{ template "functions/audit_append.sql" . }}
+{{ template "functions/audit_change.sql" . }}
 {{ template "functions/audit_event.sql" . }}
 {{ template "functions/audit_hash.sql" . }}
 {{ template "functions/audit_head.sql" . }}

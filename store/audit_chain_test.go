@@ -1,0 +1,184 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
+	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TestAuditHeadCatchesTheLastEntryAndABypass: the completion writes its
+// entries itself and moves the row's head; a change by another role is
+// still recorded (by the trigger, as that role); audit verify then catches
+// the deletion of a chain's last entry (which leaves the chain itself
+// intact) and a change of status made with the audit switched off.
+func TestAuditHeadCatchesTheLastEntryAndABypass(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := context.Background()
+	keys := storetest.Enqueue(t, pool, "run", "t", 3)
+	rows, err := st.Claim(ctx, pool, store.Claim{Limit: 3, Lease: time.Minute, Replica: "r"})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	var cs []store.Completion
+	for _, r := range rows {
+		cs = append(cs, store.Completion{Seq: r.Seq, Token: r.LeaseToken, Attempts: r.Attempts, Status: outbox.StatusSucceeded, ResponseStatus: 200})
+	}
+	if _, err := st.Complete(ctx, pool, cs); err != nil {
+		t.Fatal(err)
+	}
+	verify := func() []store.BrokenLink {
+		t.Helper()
+		broken, err := st.VerifyAudit(ctx, pool, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return broken
+	}
+	if b := verify(); len(b) != 0 {
+		t.Fatalf("after the completion: %v", b)
+	}
+	var heads int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.queue q JOIN drainer.intents i USING (seq)
+	    WHERE q.audit_head = (SELECT a.hash FROM drainer.audit a WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1)`).Scan(&heads); err != nil || heads != 3 {
+		t.Fatalf("rows whose head is their chain's last entry: %d (%v), want 3", heads, err)
+	}
+
+	// Another role's edit is recorded, as that role.
+	if _, err := pool.Exec(ctx, `UPDATE drainer.queue q SET status = 'compensated' FROM drainer.intents i
+	    WHERE i.seq = q.seq AND i.key = $1`, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	trail, err := st.AuditTrail(ctx, pool, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := trail[len(trail)-1]
+	if deref(last.ToStatus) != outbox.StatusCompensated || !strings.HasPrefix(last.Actor, "db:") {
+		t.Fatalf("another role's edit recorded as %s by %s", deref(last.ToStatus), last.Actor)
+	}
+	if b := verify(); len(b) != 0 {
+		t.Fatalf("after another role's recorded edit: %v", b)
+	}
+
+	// The last entry of a chain deleted: the chain still links, the head does not.
+	if _, err := pool.Exec(ctx, `DELETE FROM drainer.audit WHERE id = (SELECT max(id) FROM drainer.audit WHERE key = $1)`, keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	b := verify()
+	if len(b) != 1 || b[0].Key != keys[1] || !strings.Contains(b[0].Problem, "removed") {
+		t.Fatalf("after deleting a chain's last entry: %v", b)
+	}
+
+	// A change made with the audit switched off.
+	if _, err := pool.Exec(ctx, `ALTER TABLE drainer.queue DISABLE TRIGGER queue_audit_update`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE drainer.queue q SET status = 'failed' FROM drainer.intents i
+	    WHERE i.seq = q.seq AND i.key = $1`, keys[2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE drainer.queue ENABLE TRIGGER queue_audit_update`); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, l := range verify() {
+		found = found || (l.Key == keys[2] && strings.Contains(l.Problem, "not recorded"))
+	}
+	if !found {
+		t.Fatalf("a change with the audit off was not reported: %v", verify())
+	}
+}
+
+// TestAuditChainsHoldUnderRandomInterleavings: replicas claiming and
+// completing, a reclaimer, operators requeueing and cancelling and another
+// role editing rows, all at once on the same few rows in random order.
+// Whatever the interleaving, every chain verifies and every row stands
+// where its chain ends.
+func TestAuditChainsHoldUnderRandomInterleavings(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := context.Background()
+	keys := storetest.Enqueue(t, pool, "run", "t", 24)
+	statuses := []string{outbox.StatusPending, outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusOutcomeUnknown, outbox.StatusCancelled}
+	// Conflicts between concurrent statements are the database's to
+	// refuse; anything else fails the test.
+	benign := func(err error) bool {
+		var pe *pgconn.PgError
+		return err == nil || (errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001"))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 20))
+			for range 120 {
+				var err error
+				switch rng.IntN(6) {
+				case 0, 1:
+					lease := time.Minute
+					if rng.IntN(3) == 0 {
+						lease = time.Millisecond
+					}
+					var rows []store.ClaimedRow
+					rows, err = st.Claim(ctx, pool, store.Claim{Limit: 1 + rng.IntN(4), Lease: lease, Replica: "r"})
+					if err == nil && len(rows) > 0 {
+						if lease == time.Millisecond {
+							time.Sleep(2 * time.Millisecond)
+						}
+						var cs []store.Completion
+						for _, r := range rows {
+							c := store.Completion{Seq: r.Seq, Token: r.LeaseToken, Attempts: r.Attempts,
+								Status: statuses[rng.IntN(len(statuses))], GiveBack: rng.IntN(4) == 0,
+								NoRequest: rng.IntN(3) == 0, Note: "note"}
+							msg := "boom"
+							if rng.IntN(2) == 0 {
+								c.LastError = &msg
+							}
+							cs = append(cs, c)
+						}
+						_, err = st.Complete(ctx, pool, cs)
+					}
+				case 2:
+					_, err = st.Reclaim(ctx, pool, store.ReclaimPolicy{})
+				case 3:
+					k := keys[rng.IntN(len(keys))]
+					_, err = st.Requeue(ctx, pool, []string{k}, []string{statuses[rng.IntN(len(statuses))]}, true)
+				case 4:
+					_, err = st.Cancel(ctx, pool, []string{keys[rng.IntN(len(keys))]}, "operator")
+				case 5:
+					_, err = pool.Exec(ctx, `UPDATE drainer.queue q SET attempts = q.attempts + 1
+					    FROM drainer.intents i WHERE i.seq = q.seq AND i.key = $1 AND q.status <> 'in_flight'`, keys[rng.IntN(len(keys))])
+				}
+				if !benign(err) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	broken, err := st.VerifyAudit(ctx, pool, 20)
+	if err != nil || len(broken) != 0 {
+		t.Fatalf("audit verify after the interleaving: %v %v", broken, err)
+	}
+	var entries int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.audit`).Scan(&entries); err != nil || entries <= len(keys) {
+		t.Fatalf("%d audit entries (%v): the interleaving changed nothing", entries, err)
+	}
+}
