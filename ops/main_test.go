@@ -8,11 +8,10 @@ import (
 	"testing"
 
 	"github.com/drainer-io/drainer/internal/dbtest"
-	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/store"
-	"github.com/jackc/pgx/v5"
+	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -29,21 +28,7 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	url := dbtest.NewDatabase(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close(ctx)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := storetest.NewPool(t)
 	return &env{t: t, pool: pool, c: New(pool, store.MustNew(""))}
 }
 
@@ -55,18 +40,7 @@ func (e *env) enqueue(run, tool string, n int) []string {
 		ins[i].AgentRunID, ins[i].StepID, ins[i].ToolName = run, "s"+strconv.Itoa(i), tool
 		ins[i].Payload = []byte(fmt.Sprintf(`{"i":%d}`, i))
 	}
-	var keys []string
-	err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
-		res, err := producer.EnqueueBatchTx(context.Background(), tx, ins)
-		for _, r := range res {
-			keys = append(keys, r.Key)
-		}
-		return err
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return keys
+	return storetest.EnqueueIntents(e.t, e.pool, ins)
 }
 
 // exec runs SQL as the daemon would (no operator settings).

@@ -13,10 +13,9 @@ import (
 	"testing"
 
 	"github.com/drainer-io/drainer/internal/dbtest"
-	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/store"
-	"github.com/jackc/pgx/v5"
+	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -34,21 +33,7 @@ type env struct {
 
 func newEnv(t testing.TB, actions bool) *env {
 	t.Helper()
-	dbURL := dbtest.NewDatabase(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close(ctx)
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := storetest.NewPool(t)
 	cfg := Config{Addr: "127.0.0.1:0", Actions: actions, Databases: []Database{{Name: "default", DB: pool, Store: store.MustNew("")}}}
 	if actions {
 		cfg.Token = testToken
@@ -71,18 +56,7 @@ func (e *env) enqueue(run, tool, scope string, n int) []string {
 		ins[i].AgentRunID, ins[i].StepID, ins[i].ToolName, ins[i].BusinessScope = run, "s"+strconv.Itoa(i), tool, scope
 		ins[i].Payload = []byte(fmt.Sprintf(`{"i":%d,"customer":"c%d"}`, i, i%2))
 	}
-	var keys []string
-	err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
-		res, err := producer.EnqueueBatchTx(context.Background(), tx, ins)
-		for _, r := range res {
-			keys = append(keys, r.Key)
-		}
-		return err
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return keys
+	return storetest.EnqueueIntents(e.t, e.pool, ins)
 }
 
 func (e *env) exec(sql string, args ...any) {

@@ -57,6 +57,13 @@ func Enqueue(t testing.TB, pool *pgxpool.Pool, run, tool string, n int) []string
 		ins[i] = producer.Intent{Payload: []byte(`{"i":` + strconv.Itoa(i) + `}`)}
 		ins[i].AgentRunID, ins[i].StepID, ins[i].ToolName = run, "step-"+strconv.Itoa(i), tool
 	}
+	return EnqueueIntents(t, pool, ins)
+}
+
+// EnqueueIntents enqueues ins in one transaction, as an agent does, and
+// returns their keys in order.
+func EnqueueIntents(t testing.TB, pool *pgxpool.Pool, ins []producer.Intent) []string {
+	t.Helper()
 	var keys []string
 	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
 		res, err := producer.EnqueueBatchTx(context.Background(), tx, ins)
