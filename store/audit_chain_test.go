@@ -25,6 +25,27 @@ func TestAuditHeadCatchesTheLastEntryAndABypass(t *testing.T) {
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()
 	keys := storetest.Enqueue(t, pool, "run", "t", 3)
+	storetest.Insert(t, pool, storetest.Row{AgentRunID: "other", ToolName: "x"}) // another writer's insert
+	if _, err := pool.Exec(ctx, `SELECT drainer.enqueue('run2', 's', 'x', '', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	headsAtEnd := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.queue q JOIN drainer.intents i USING (seq)
+		    WHERE q.audit_head = (SELECT a.hash FROM drainer.audit a WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Enqueued (batch, single) or inserted by another writer: each row
+	// carries its first entry's hash.
+	if n := headsAtEnd(); n != 5 {
+		t.Fatalf("after the enqueues: %d rows carry their chain's last hash, want 5", n)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM drainer.queue q USING drainer.intents i WHERE i.seq = q.seq AND i.key <> ALL($1)`, keys); err != nil {
+		t.Fatal(err)
+	}
 	rows, err := st.Claim(ctx, pool, store.Claim{Limit: 3, Lease: time.Minute, Replica: "r"})
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
@@ -47,10 +68,8 @@ func TestAuditHeadCatchesTheLastEntryAndABypass(t *testing.T) {
 	if b := verify(); len(b) != 0 {
 		t.Fatalf("after the completion: %v", b)
 	}
-	var heads int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.queue q JOIN drainer.intents i USING (seq)
-	    WHERE q.audit_head = (SELECT a.hash FROM drainer.audit a WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1)`).Scan(&heads); err != nil || heads != 3 {
-		t.Fatalf("rows whose head is their chain's last entry: %d (%v), want 3", heads, err)
+	if n := headsAtEnd(); n != 3 {
+		t.Fatalf("after the completion: %d rows carry their chain's last hash, want 3", n)
 	}
 
 	// Another role's edit is recorded, as that role.

@@ -15,7 +15,7 @@ import (
 const benchTool = "bench_noop"
 
 // fillChunk bounds the rows of one COPY statement (and so of one
-// transaction and one audit-trigger transition table).
+// transaction).
 const fillChunk = 50_000
 
 // rowsPerRun groups the bench rows into agent runs of this many steps.

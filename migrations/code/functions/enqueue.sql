@@ -27,6 +27,13 @@ DECLARE
     v_aborted boolean;
     v_seq     bigint;
     v_tp      text := nullif(traceparent, '');
+    v_status  text;
+    v_at      timestamptz;
+    v_actor   text;
+    v_reason  text;
+    v_event   text;
+    v_prev    bytea;
+    v_head    bytea;
 BEGIN
     IF agent_run_id IS NULL OR step_id IS NULL OR tool_name IS NULL OR business_scope IS NULL
        OR agent_run_id = '' OR step_id = '' OR tool_name = ''
@@ -59,6 +66,16 @@ BEGIN
     ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
     IF FOUND THEN
         v_aborted := EXISTS (SELECT 1 FROM {{.schema}}.runs r WHERE r.agent_run_id = enqueue.agent_run_id);
+        v_status := CASE WHEN v_aborted THEN 'cancelled' ELSE 'pending' END;
+        -- The chain's first entry, appended below with the row, which
+        -- carries its hash as audit_head (the insert trigger then stays
+        -- quiet).
+        v_at := clock_timestamp();
+        v_actor := {{.schema}}.audit_actor();
+        v_reason := nullif(current_setting('drainer.reason', true), '');
+        v_event := {{.schema}}.audit_event(NULL, v_status);
+        v_prev := {{.schema}}.audit_head(v_key);
+        v_head := {{.schema}}.audit_hash(v_prev, v_key, v_at, v_event, NULL, v_status, 0, NULL, v_actor, v_reason, v_hash);
         WITH i AS (
             INSERT INTO {{.schema}}.intents AS i
                 (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, traceparent)
@@ -66,14 +83,17 @@ BEGIN
             ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
             RETURNING i.seq, i.tool_name, i.business_scope
         )
-        INSERT INTO {{.schema}}.queue AS q (seq, tool_name, business_scope, kind, status, cancel_cause, last_error)
-        SELECT i.seq, i.tool_name, i.business_scope, 'forward',
-               CASE WHEN v_aborted THEN 'cancelled' ELSE 'pending' END,
+        INSERT INTO {{.schema}}.queue AS q (seq, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head)
+        SELECT i.seq, i.tool_name, i.business_scope, 'forward', v_status,
                CASE WHEN v_aborted THEN 'run_aborted' END,
-               CASE WHEN v_aborted THEN 'run aborted before this intent was enqueued' END
+               CASE WHEN v_aborted THEN 'run aborted before this intent was enqueued' END,
+               v_head
           FROM i
         RETURNING q.seq INTO v_seq;
         IF v_seq IS NOT NULL THEN
+            INSERT INTO {{.schema}}.audit (key, at, event, from_status, to_status, attempts, response_status,
+                                           actor, reason, detail_sha256, prev_hash, hash)
+            VALUES (v_key, v_at, v_event, NULL, v_status, 0, NULL, v_actor, v_reason, v_hash, v_prev, v_head);
             RETURN QUERY SELECT v_key, true;
             RETURN;
         END IF;

@@ -36,6 +36,8 @@ DECLARE
     v_new    text[];
     v_made   text[];
     v_dups   integer;
+    v_actor  text := {{.schema}}.audit_actor();
+    v_reason text := nullif(current_setting('drainer.reason', true), '');
 BEGIN
     IF coalesce(cardinality(step_ids), 0) <> n OR coalesce(cardinality(tool_names), 0) <> n
        OR coalesce(cardinality(business_scopes), 0) <> n OR coalesce(cardinality(payloads), 0) <> n
@@ -122,16 +124,33 @@ BEGIN
                      ORDER BY u.k, u.i) f
              ORDER BY f.i
             ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
-            RETURNING o.seq, o.key, o.agent_run_id, o.tool_name, o.business_scope
-        ), queued AS (
-            INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, cancel_cause, last_error)
-            SELECT ins.seq, ins.tool_name, ins.business_scope, 'forward',
-                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'cancelled' ELSE 'pending' END,
-                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'run_aborted' END,
-                   CASE WHEN r.agent_run_id IS NOT NULL THEN 'run aborted before this intent was enqueued' END
+            RETURNING o.seq, o.key, o.agent_run_id, o.tool_name, o.business_scope, o.payload_hash
+        ), entries AS (
+            -- each row's first audit entry: appended beside the row, whose
+            -- audit_head it is (the insert trigger then stays quiet)
+            SELECT ins.seq, ins.key, ins.tool_name, ins.business_scope, ins.payload_hash, s.status,
+                   (r.agent_run_id IS NOT NULL) AS aborted, e.at, e.event, e.prev,
+                   {{.schema}}.audit_hash(e.prev, ins.key, e.at, e.event, NULL, s.status, 0, NULL,
+                                          v_actor, v_reason, ins.payload_hash) AS head
               FROM ins
               LEFT JOIN {{.schema}}.runs r ON r.agent_run_id = ins.agent_run_id
-             ORDER BY ins.seq
+             CROSS JOIN LATERAL (SELECT CASE WHEN r.agent_run_id IS NOT NULL THEN 'cancelled' ELSE 'pending' END AS status) s
+             CROSS JOIN LATERAL (SELECT clock_timestamp() AS at, {{.schema}}.audit_event(NULL, s.status) AS event,
+                                        {{.schema}}.audit_head(ins.key) AS prev) e
+        ), queued AS (
+            INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head)
+            SELECT n.seq, n.tool_name, n.business_scope, 'forward', n.status,
+                   CASE WHEN n.aborted THEN 'run_aborted' END,
+                   CASE WHEN n.aborted THEN 'run aborted before this intent was enqueued' END,
+                   n.head
+              FROM entries n
+             ORDER BY n.seq
+        ), audited AS (
+            INSERT INTO {{.schema}}.audit (key, at, event, from_status, to_status, attempts, response_status,
+                                           actor, reason, detail_sha256, prev_hash, hash)
+            SELECT n.key, n.at, n.event, NULL, n.status, 0, NULL, v_actor, v_reason, n.payload_hash, n.prev, n.head
+              FROM entries n
+             ORDER BY n.seq
         )
         SELECT coalesce(array_agg(ins.key), '{}') INTO v_made FROM ins;
     ELSE
