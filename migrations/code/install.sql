@@ -15,6 +15,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/audit_change.sql" . }}
 {{ template "functions/audit_event.sql" . }}
 {{ template "functions/audit_hash.sql" . }}
+{{ template "functions/audit_problems.sql" . }}
 {{ template "functions/audit_head.sql" . }}
 {{ template "functions/audit_rows.sql" . }}
 {{ template "functions/audit_verify.sql" . }}

@@ -1,49 +1,9 @@
--- audit_verify checks every chain and returns its broken links, first first:
--- an entry whose prev_hash is not the hash of the entry before it (an entry
--- was deleted or inserted), or whose hash does not match its content (it was
--- edited). After pruning, a chain's first remaining entry links to the
--- anchor kept in audit_anchors. And every queue row must be where its
--- chain ends: its audit_head the chain's last hash, its status the last
--- entry's (so deleting a chain's last entry, or a change made with the
--- audit bypassed, is caught too).
+-- audit_verify checks every chain and returns its broken links, first
+-- first, at most p_limit (audit_problems says what is checked).
 CREATE OR REPLACE FUNCTION {{.schema}}.audit_verify(p_limit integer DEFAULT 100)
  RETURNS TABLE(id bigint, key text, problem text)
  LANGUAGE sql
  STABLE
 AS $function$
-    WITH chain AS (
-        SELECT a.*, coalesce(lag(a.hash) OVER (PARTITION BY a.key ORDER BY a.id),
-                             (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = a.key)) AS expected_prev
-          FROM {{.schema}}.audit a
-    )
-    SELECT c.id, c.key,
-           CASE WHEN c.hash IS DISTINCT FROM {{.schema}}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,
-                      c.to_status, c.attempts, c.response_status, c.actor, c.reason, c.detail_sha256)
-                THEN 'entry content does not match its hash (edited)'
-                ELSE 'prev_hash does not match the previous entry of this key (an entry was removed or inserted)'
-           END
-      FROM chain c
-     WHERE c.hash IS DISTINCT FROM {{.schema}}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,
-                 c.to_status, c.attempts, c.response_status, c.actor, c.reason, c.detail_sha256)
-        OR c.prev_hash IS DISTINCT FROM c.expected_prev
-    UNION ALL
-    -- every row's state is its chain's last entry: a change made with the
-    -- audit bypassed, or the last entry deleted, shows here (a claim writes
-    -- no entry: an in_flight row's last entry is the pending it came from)
-    SELECT h.id, i.key,
-           CASE WHEN q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash)
-                THEN 'the row''s audit head is not its chain''s last entry (an entry was removed)'
-                ELSE format('the row is %s but its chain''s last entry records %s (a change was not recorded)',
-                            q.status, h.to_status)
-           END
-      FROM {{.schema}}.queue q
-      JOIN {{.schema}}.intents i ON i.seq = q.seq
-      LEFT JOIN LATERAL (SELECT a.id, a.hash, a.to_status FROM {{.schema}}.audit a
-                          WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1) h ON true
-      LEFT JOIN {{.schema}}.audit_anchors x ON x.key = i.key
-     WHERE (q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash))
-        OR (h.id IS NOT NULL AND q.status IS DISTINCT FROM h.to_status
-            AND NOT (q.status = 'in_flight' AND h.to_status = 'pending'))
-     ORDER BY 1
-     LIMIT p_limit
+    SELECT p.id, p.key, p.problem FROM {{.schema}}.audit_problems(NULL) p ORDER BY p.id LIMIT p_limit
 $function$;
