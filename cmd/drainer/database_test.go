@@ -108,6 +108,7 @@ databases:
 		msg  string
 	}{
 		{[]string{"migrate", "--all"}, "--all needs --config FILE"},
+		{[]string{"migrate", "--config", cfg2}, "give --all to migrate every database"},
 		{[]string{"migrate", "--all", "--config", cfg2, "--database", "tenant-a"}, "leave out --database and --database-url"},
 		{[]string{"migrate", "--all", "--config", cfg2, "--parallel", "0"}, "--parallel: must be between 1 and 64, got 0"},
 		{[]string{"migrate", "--all", "--config", writeTemp(t, dir, "none.yaml", "workers: 2\n")}, "none.yaml has no databases: section"},

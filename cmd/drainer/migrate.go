@@ -37,6 +37,9 @@ and after, or the error) and exits 1 if any failed.`,
 			if all {
 				return migrateAll(cmd, g, parallel)
 			}
+			if g.configPath != "" && g.database == "" && g.databaseURL == "" {
+				return usagef("--config: give --all to migrate every database of its databases: section, or --database NAME for one")
+			}
 			if err := g.requireDB(cmd.Context()); err != nil {
 				return err
 			}
