@@ -73,6 +73,9 @@ type Config struct {
 	Retention Retention `yaml:"retention"`
 	// Console is the operator console (docs/reference.md §10).
 	Console Console `yaml:"console"`
+	// Databases, when set, lists the databases one fleet drains; nil: the
+	// one database of database_url (or --database-url).
+	Databases *Databases `yaml:"databases"`
 
 	// Warnings are non-fatal findings (e.g. an unset ${env:X} in check mode),
 	// each rendered like an Error: FILE:LINE:COL: field.path: message.
@@ -356,8 +359,16 @@ func (c *Config) Summary() string {
 	if len(parts) > 0 {
 		adapters = strings.Join(parts, ", ")
 	}
-	return fmt.Sprintf("adapters: %s; routes: %d; workers: %d; lease: %s",
+	s := fmt.Sprintf("adapters: %s; routes: %d; workers: %d; lease: %s",
 		adapters, len(c.Routes), c.Workers, formatDuration(c.Lease))
+	if d := c.Databases; d != nil {
+		s += fmt.Sprintf("; databases: %d static", len(d.Static))
+		if d.Query != nil {
+			s += " + catalog"
+		}
+		s += " (refresh " + formatDuration(d.Refresh) + ")"
+	}
+	return s
 }
 
 // applyDefaults fills the fields the file left unset. It runs after
@@ -373,6 +384,9 @@ func (c *Config) applyDefaults(src map[string]*source) {
 	}
 	if c.Routes == nil {
 		c.Routes = make(map[string]*Route)
+	}
+	if c.Databases != nil {
+		c.Databases.Refresh = cmp.Or(c.Databases.Refresh, DefaultDatabasesRefresh)
 	}
 	r := &c.Retention
 	r.Interval = cmp.Or(r.Interval, DefaultRetentionInterval)
