@@ -119,8 +119,8 @@ func TestAuditHeadCatchesTheLastEntryAndABypass(t *testing.T) {
 }
 
 // TestAuditChainsHoldUnderRandomInterleavings: replicas claiming and
-// completing, a reclaimer, operators requeueing and cancelling and another
-// role editing rows, all at once on the same few rows in random order.
+// completing, a reclaimer, operators requeueing, cancelling and noting on
+// rows, and another role editing rows, all at once on the same few rows in random order.
 // Whatever the interleaving, every chain verifies and every row stands
 // where its chain ends.
 func TestAuditChainsHoldUnderRandomInterleavings(t *testing.T) {
@@ -135,16 +135,18 @@ func TestAuditChainsHoldUnderRandomInterleavings(t *testing.T) {
 		var pe *pgconn.PgError
 		return err == nil || (errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001"))
 	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for w := range 6 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 20))
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			for range 120 {
 				var err error
-				switch rng.IntN(6) {
+				switch rng.IntN(7) {
 				case 0, 1:
 					lease := time.Minute
 					if rng.IntN(3) == 0 {
@@ -176,6 +178,9 @@ func TestAuditChainsHoldUnderRandomInterleavings(t *testing.T) {
 					_, err = st.Requeue(ctx, pool, []string{k}, []string{statuses[rng.IntN(len(statuses))]}, true)
 				case 4:
 					_, err = st.Cancel(ctx, pool, []string{keys[rng.IntN(len(keys))]}, "operator")
+				case 6:
+					// an operator's note on a row that changes nothing else
+					err = st.AuditAppendEach(ctx, pool, []string{keys[rng.IntN(len(keys))]}, "operator:requeue", nil)
 				case 5:
 					_, err = pool.Exec(ctx, `UPDATE drainer.queue q SET attempts = q.attempts + 1
 					    FROM drainer.intents i WHERE i.seq = q.seq AND i.key = $1 AND q.status <> 'in_flight'`, keys[rng.IntN(len(keys))])

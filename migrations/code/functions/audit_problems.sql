@@ -32,19 +32,23 @@ AS $function$
     -- every row's state is its chain's last entry: a change made with the
     -- audit bypassed, or the last entry deleted, shows here (a claim writes
     -- no entry: an in_flight row's last entry is the pending it came from)
-    SELECT h.id, i.key,
+    SELECT coalesce(h.id, st.id), i.key,
            CASE WHEN q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash)
                 THEN 'the row''s audit head is not its chain''s last entry (an entry was removed)'
-                ELSE format('the row is %s but its chain''s last entry records %s (a change was not recorded)',
-                            q.status, h.to_status)
+                ELSE format('the row is %s but its chain''s last change records %s (a change was not recorded)',
+                            q.status, st.to_status)
            END
       FROM {{.schema}}.queue q
       JOIN {{.schema}}.intents i ON i.seq = q.seq
-      LEFT JOIN LATERAL (SELECT a.id, a.hash, a.to_status FROM {{.schema}}.audit a
+      LEFT JOIN LATERAL (SELECT a.id, a.hash FROM {{.schema}}.audit a
                           WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1) h ON true
+      -- the last entry that records a status (an operator's note on the
+      -- row, audit_append, records none)
+      LEFT JOIN LATERAL (SELECT a.id, a.to_status FROM {{.schema}}.audit a
+                          WHERE a.key = i.key AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1) st ON true
       LEFT JOIN {{.schema}}.audit_anchors x ON x.key = i.key
      WHERE (p_key IS NULL OR i.key = p_key)
        AND ((q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash))
-            OR (h.id IS NOT NULL AND q.status IS DISTINCT FROM h.to_status
-                AND NOT (q.status = 'in_flight' AND h.to_status = 'pending')))
+            OR (st.id IS NOT NULL AND q.status IS DISTINCT FROM st.to_status
+                AND NOT (q.status = 'in_flight' AND st.to_status = 'pending')))
 $function$;
