@@ -73,6 +73,9 @@ type Config struct {
 	Retention Retention `yaml:"retention"`
 	// Console is the operator console (docs/reference.md §10).
 	Console Console `yaml:"console"`
+	// Databases, when set, lists the databases one fleet drains; nil: the
+	// one database of database_url (or --database-url).
+	Databases *Databases `yaml:"databases"`
 
 	// Warnings are non-fatal findings (e.g. an unset ${env:X} in check mode),
 	// each rendered like an Error: FILE:LINE:COL: field.path: message.
@@ -373,6 +376,9 @@ func (c *Config) applyDefaults(src map[string]*source) {
 	}
 	if c.Routes == nil {
 		c.Routes = make(map[string]*Route)
+	}
+	if c.Databases != nil {
+		c.Databases.Refresh = cmp.Or(c.Databases.Refresh, DefaultDatabasesRefresh)
 	}
 	r := &c.Retention
 	r.Interval = cmp.Or(r.Interval, DefaultRetentionInterval)

@@ -132,6 +132,7 @@ func (d *decoder) decodeFile(data []byte, cfg *Config) {
 	for name, r := range cfg.Routes {
 		r.ToolName, r.File, r.Line = name, d.file, d.src["routes."+name].keyLine
 	}
+	d.recordDatabaseSources(cfg)
 }
 
 // parseYAML parses data, turning a panic inside the YAML parser into an
@@ -298,6 +299,8 @@ func (d *decoder) value(n ast.Node, path string, fv reflect.Value, s *source) {
 		}
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
 		d.list(n, path, fv, s)
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		d.structList(n, path, fv, s)
 	case t.Kind() == reflect.Map:
 		d.mapping(n, path, fv, s)
 	case t.Kind() == reflect.Struct:
@@ -392,6 +395,30 @@ func (d *decoder) list(n ast.Node, path string, fv reflect.Value, s *source) {
 			s.bad = true
 		case es.bad:
 			s.bad = true
+		}
+		out = reflect.Append(out, elem)
+	}
+	fv.Set(out)
+}
+
+// structList decodes a list of mappings (databases.static); element paths
+// are path[i], so every element is kept (an unusable one empty) to keep
+// the indexes of the slice and of the paths the same. A null element is an
+// error.
+func (d *decoder) structList(n ast.Node, path string, fv reflect.Value, s *source) {
+	seq, ok := n.(*ast.SequenceNode)
+	if !ok {
+		d.valueError(s, path, "must be a list of mappings, got %s", kindOf(n))
+		return
+	}
+	out := reflect.MakeSlice(fv.Type(), 0, len(seq.Values))
+	for i, item := range seq.Values {
+		elem := reflect.New(fv.Type().Elem()).Elem()
+		p := fmt.Sprintf("%s[%d]", path, i)
+		d.field(entry{key: strconv.Itoa(i), keyNode: item, value: item}, p, elem)
+		if d.src[p] == nil { // null
+			line, col := position(item)
+			d.errorAt(line, col, p, "must be a mapping, got null")
 		}
 		out = reflect.Append(out, elem)
 	}

@@ -29,7 +29,8 @@
 // Secret values never sit in the config text: header values whose name is
 // Authorization, Proxy-Authorization or contains token, key, secret,
 // password or cookie; every Secret field (api_key); and the password of a
-// connection string or URL (database_url, dsn, a nats server, an http url)
+// connection string or URL (database_url, dsn, the urls of databases:, a
+// nats server, an http url)
 // must come from a reference. Secret fields have the type Secret, which
 // prints as <redacted>.
 //
@@ -38,10 +39,18 @@
 // Fields left unset (or null) get the Default* constants after validation:
 // workers 16, lease 30s, unrouted_recheck 15s, adapter timeout 10s, breaker
 // 5 failures / 30s, max_attempts 10, backoff 1s / 10m / max_retry_after 1h,
-// class key_idempotent, ordering none, critical true. An explicit zero where
+// class key_idempotent, ordering none, critical true, databases.refresh 30s. An explicit zero where
 // a default exists is an error, except max_retry_after: 0s, which is kept
 // (Retry-After then adds no floor). key_ttl stays 0 when unset: the adapter
 // type's default applies (see dispatch.KeyTTLer).
+//
+// # Many databases
+//
+// databases: (databases.go) lists the databases one fleet drains: static
+// entries {name, url} and/or a catalog query; it excludes database_url in
+// the same file. Each url keeps its text as written, so
+// DatabaseEntry.ResolveURL reads its ${file:…} and ${env:…} again (rotated
+// credentials) without reloading the config.
 //
 // YAML anchors, aliases and merge keys (<<: *base) work; errors in merged
 // fields point at the anchored text.

@@ -23,6 +23,8 @@ func FuzzParse(f *testing.F) {
 		"adapters:\n  a: &x {type: http, <<: *x}\n",
 		"adapters: {p: {type: http, url: 'http://h/{tool_name}', headers: {Authorization: 'Bearer ${env:T}'}}}\nroutes: {t: {adapter: p}}\n",
 		"database_url: ${file:/secret}\nworkers: ${env:T}\n",
+		"databases:\n  static:\n    - {name: a, url: '${env:A}'}\n    - ~\n    - {name: '${env:N}', url: x}\n  query: {url: '${file:/c}', sql: SELECT 1}\n  refresh: 0s\n",
+		"databases:\n  static: [&e {name: a, url: 'host=a'}, *e, {<<: *e, name: b}]\n",
 	} {
 		f.Add([]byte(seed), true)
 	}

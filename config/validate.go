@@ -155,6 +155,7 @@ func (v *validator) validate() {
 	}
 	v.retention()
 	v.console()
+	v.databases()
 	v.unused(adapters)
 }
 

@@ -25,7 +25,7 @@ lease: 30s
 			yaml: `
 colour: blue
 `,
-			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, console, database_url, lease, retention, routes, unrouted_recheck, workers`},
+			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, console, database_url, databases, lease, retention, routes, unrouted_recheck, workers`},
 		},
 		{
 			name: "console token inline",

@@ -1,0 +1,197 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// DefaultDatabasesRefresh is how often the catalog query of databases: is
+// run again (databases.refresh).
+const DefaultDatabasesRefresh = 30 * time.Second
+
+// Databases lists the databases one fleet drains (the databases: section):
+// a fixed list, a catalog query, or both. Each database has its own drainer
+// schema. With databases:, the top-level database_url is refused in the
+// same file, and `run` ignores --database-url and DRAINER_DATABASE_URL.
+type Databases struct {
+	// Static is a fixed list of databases.
+	Static []DatabaseEntry `yaml:"static"`
+	// Query reads more databases from a catalog database.
+	Query *DatabaseQuery `yaml:"query"`
+	// Refresh is how often the catalog is read again (default 30s).
+	Refresh time.Duration `yaml:"refresh"`
+}
+
+// DatabaseEntry is one database of databases.static.
+type DatabaseEntry struct {
+	// Name identifies the database in logs, metrics (the database label)
+	// and commands (--database NAME); see ValidDatabaseName.
+	Name string `yaml:"name"`
+	// URL is the connection string, expanded when the config was loaded.
+	URL Secret `yaml:"url"`
+
+	// ref re-expands the URL as written (see ResolveURL).
+	ref reference
+	// File and Line locate the entry's name in the config file.
+	File string `yaml:"-"`
+	Line int    `yaml:"-"`
+}
+
+// DatabaseQuery is databases.query: SQL run on the catalog database at URL
+// that returns rows of (name text, url text).
+type DatabaseQuery struct {
+	URL Secret `yaml:"url"`
+	SQL string `yaml:"sql"`
+
+	ref reference
+}
+
+// ResolveURL expands the entry's url as written in the config file again,
+// reading its ${env:…} and ${file:…} references anew, so that a rotated
+// credentials file is picked up without a reload. The error names the
+// entry and the reference, never a value.
+func (e DatabaseEntry) ResolveURL() (Secret, error) {
+	return e.ref.resolve(e.URL, "databases "+e.Name)
+}
+
+// ResolveURL expands the catalog's url again, like DatabaseEntry.ResolveURL.
+func (q DatabaseQuery) ResolveURL() (Secret, error) {
+	return q.ref.resolve(q.URL, "databases.query")
+}
+
+// reference is a Secret value as written (with its references unexpanded)
+// and the options that expand it.
+type reference struct {
+	raw  string
+	opts *LoadOptions
+}
+
+// resolve expands the reference, or returns loaded when there is nothing to
+// expand again (a value built in code, or written without references).
+func (r reference) resolve(loaded Secret, what string) (Secret, error) {
+	if r.opts == nil || !hasReference(r.raw) {
+		return loaded, nil
+	}
+	opts := *r.opts
+	opts.Check = false
+	x := (&expander{opts: opts}).expand(r.raw)
+	if len(x.errs) > 0 {
+		return "", fmt.Errorf("%s: url: %s", what, strings.Join(x.errs, "; "))
+	}
+	return Secret(x.value), nil
+}
+
+// databaseName is the form of a database name: fit for a metric label, a
+// log field and a command-line argument.
+var databaseName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// ValidateDatabaseName checks a database name: 1 to 63 characters, lower-case
+// letters, digits, '_', '.' and '-', starting with a letter or a digit. The
+// error quotes the name (names are not secret).
+func ValidateDatabaseName(name string) error {
+	if !databaseName.MatchString(name) {
+		return fmt.Errorf("invalid database name %q: use 1 to 63 lower-case letters, digits, '_', '.' and '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// DatabaseNames returns the names of the static entries, in file order.
+func (d *Databases) DatabaseNames() []string {
+	names := make([]string, len(d.Static))
+	for i, e := range d.Static {
+		names[i] = e.Name
+	}
+	return names
+}
+
+// recordDatabaseSources keeps, for each url of databases:, the value as
+// written and the options that expand it, so it can be expanded again later.
+func (d *decoder) recordDatabaseSources(cfg *Config) {
+	dbs := cfg.Databases
+	if dbs == nil {
+		return
+	}
+	opts := d.exp.opts
+	for i := range dbs.Static {
+		e := &dbs.Static[i]
+		p := fmt.Sprintf("databases.static[%d]", i)
+		if s := d.src[p+".url"]; s != nil {
+			e.ref = reference{raw: s.raw, opts: &opts}
+		}
+		e.File = d.file
+		if s := d.src[p+".name"]; s != nil {
+			e.Line = s.keyLine
+		} else if s := d.src[p]; s != nil {
+			e.Line = s.line
+		}
+	}
+	if q := dbs.Query; q != nil {
+		if s := d.src["databases.query.url"]; s != nil {
+			q.ref = reference{raw: s.raw, opts: &opts}
+		}
+	}
+}
+
+// databases checks the databases: section: at least one source, names
+// well-formed and unique, every url present (its password from a
+// reference), the catalog's sql present, refresh positive; and database_url
+// not set beside it.
+func (v *validator) databases() {
+	dbs := v.cfg.Databases
+	if dbs == nil {
+		return
+	}
+	if v.set("database_url") {
+		v.keyErrorf("database_url", "database_url and databases are exclusive: with databases, each database's url is in its entry")
+	}
+	static := "databases.static"
+	if noStatic := !v.set(static) || v.usable(static) && len(dbs.Static) == 0; noStatic && !v.set("databases.query") {
+		v.keyErrorf("databases", "list at least one database in databases.static or a catalog in databases.query")
+	}
+	seen := make(map[string]string, len(dbs.Static))
+	for i, e := range dbs.Static {
+		p := fmt.Sprintf("databases.static[%d]", i)
+		if !v.usable(p) {
+			continue // null, or not a mapping: reported while decoding
+		}
+		if f := p + ".name"; v.require(f) {
+			if err := ValidateDatabaseName(e.Name); err != nil {
+				if v.src[f].refs > 0 { // never quote an expanded value
+					err = fmt.Errorf("invalid database name %s", v.quoted(f))
+				}
+				v.errorf(f, "%v", err)
+			} else if first, dup := seen[e.Name]; dup {
+				line, _ := v.at(first)
+				v.errorf(f, "database name %s is already used (line %d)", v.quoted(f), line)
+			} else {
+				seen[e.Name] = f
+			}
+		}
+		v.databaseURL(p + ".url")
+	}
+	if q := "databases.query"; v.set(q) && dbs.Query != nil {
+		v.databaseURL(q + ".url")
+		if f := q + ".sql"; v.require(f) && strings.TrimSpace(dbs.Query.SQL) == "" {
+			v.errorf(f, "must not be empty: a query returning rows of (name text, url text)")
+		}
+	}
+	v.positive("databases.refresh", dbs.Refresh)
+}
+
+// databaseURL checks a url of databases: it is required, and its password
+// must come from a reference.
+func (v *validator) databaseURL(path string) {
+	if !v.set(path) {
+		v.keyErrorf(path, "required field is missing")
+		return
+	}
+	if literalPassword(v.src[path].raw) {
+		v.errorf(path, errInlineSecret)
+		return
+	}
+	if v.usable(path) && strings.TrimSpace(v.src[path].raw) == "" {
+		v.errorf(path, "must not be empty")
+	}
+}
