@@ -182,7 +182,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	// see each other, rather than each taking every database for a beat.
 	f.heartbeat(ctx, mem)
 	f.list(ctx)
-	if !sleep(ctx, min(f.cfg.Heartbeat/2, 2*time.Second)) {
+	if !sleep(ctx, min(f.cfg.Heartbeat, 3*time.Second)) {
 		f.shutdown(mem)
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -72,7 +73,7 @@ func (cl *cluster) createDBs(t testing.TB, names []string) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(names))
-	sem := make(chan struct{}, 4)
+	sem := make(chan struct{}, 8)
 	for _, n := range names {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -130,19 +131,23 @@ func (cl *cluster) statuses(t testing.TB, db string) map[string]int {
 	return out
 }
 
-// connections counts server connections to the given databases.
-func (cl *cluster) connections(t testing.TB, dbs []string) int {
+// connections returns a function counting server connections to the given
+// databases, on a connection of its own opened now (so that it is not
+// refused while the server is full).
+func (cl *cluster) connections(t testing.TB, dbs []string) func() int {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), cl.url("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
-	var n int
-	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = ANY($1)", dbs).Scan(&n); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return func() int {
+		var n int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = ANY($1)", dbs).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
-	return n
 }
 
 // counter is the provider: it counts attempts per key and records when
@@ -152,6 +157,7 @@ type counter struct {
 	start       time.Time
 	n           map[string]int
 	dups        int
+	retries     int // dispatches of an attempt after the first (a lease expired)
 	total       int
 	first, last map[string]time.Duration // by agent run
 	delay       time.Duration
@@ -169,6 +175,9 @@ func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	defer c.mu.Unlock()
 	c.n[m.Key]++
 	c.total++
+	if m.Attempt > 1 {
+		c.retries++
+	}
 	if c.n[m.Key] > 1 {
 		c.dups++
 	}
@@ -199,7 +208,7 @@ func (c *counter) check(t testing.TB, keys []string) {
 		}
 	}
 	if c.dups != 0 || len(c.n) != len(keys) {
-		t.Errorf("%d keys dispatched (%d more than once), want %d exactly once", len(c.n), c.dups, len(keys))
+		t.Errorf("%d keys dispatched (%d more than once, %d dispatches of a later attempt), want %d exactly once", len(c.n), c.dups, c.retries, len(keys))
 	}
 }
 
@@ -244,7 +253,10 @@ func startReplica(t testing.TB, coord string, src Source, rt func() *drainer.Rou
 	cfg := Config{
 		MemberID: id, Source: src, CoordinationURL: coord, Lease: 3 * time.Second, Refresh: 300 * time.Millisecond,
 		StopTimeout: 5 * time.Second, Routing: rt, Registerer: reg, Version: "test",
-		Engine: drainer.Config{Workers: 8, Lease: 3 * time.Second, LeaseMargin: 500 * time.Millisecond,
+		// The rows' lease is long enough that none expires on a busy box
+		// (a row whose lease expires is sent again, by design), so a
+		// second dispatch can only come from a broken claim or fence.
+		Engine: drainer.Config{Workers: 8, Lease: 20 * time.Second, LeaseMargin: time.Second,
 			PollInterval: 100 * time.Millisecond, ReclaimInterval: 200 * time.Millisecond, SnapshotInterval: time.Second},
 	}
 	if mod != nil {
@@ -283,13 +295,38 @@ func (r *replica) stop(t testing.TB) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, deadline time.Duration, cond func() bool) {
 	t.Helper()
+	waitForState(t, what, deadline, func() (bool, string) { return cond(), "" })
+}
+
+// waitForState is waitFor naming, on a timeout, the last state cond saw.
+func waitForState(t testing.TB, what string, deadline time.Duration, cond func() (bool, string)) {
+	t.Helper()
 	end := time.Now().Add(deadline)
-	for !cond() {
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", deadline, what)
+			t.Fatalf("timed out after %s waiting for %s; last: %s", deadline, what, state)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// state describes the replicas for a timeout message.
+func state(c *counter, rs ...*replica) string {
+	n, dups, total := c.distinct()
+	out := fmt.Sprintf("%d keys dispatched (%d dispatches, %d duplicates);", n, total, dups)
+	for _, r := range rs {
+		if r.cancel == nil {
+			continue
+		}
+		out += fmt.Sprintf(" %s drains %d, members %v, unreachable %v, schema_mismatch %v;", r.ID(), len(r.Draining()),
+			testutil.ToFloat64(r.m.members), testutil.ToFloat64(r.m.databases.WithLabelValues(stateUnreachable)),
+			testutil.ToFloat64(r.m.databases.WithLabelValues(stateSchemaMismatch)))
+	}
+	return out
 }
 
 // owners maps each database to the replicas draining it.
