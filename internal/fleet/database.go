@@ -65,6 +65,12 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 	f.signal() // it may be owned again (a new URL, a member that came back)
 }
 
+// startTimeout bounds one attempt to start a database's engine (connect,
+// check the schema, start): generous, since a replica starting hundreds of
+// engines at once on a busy host is slow, and an attempt cut short only
+// starts again later.
+const startTimeout = 30 * time.Second
+
 // running is one database's engine with what it holds.
 type running struct {
 	pool *pgxpool.Pool
@@ -92,7 +98,7 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 			reg.unregisterAll()
 		}
 	}()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if _, err := migrations.Check(cctx, pool, f.cfg.Schema); err != nil {
 		return nil, err
