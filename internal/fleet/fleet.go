@@ -160,6 +160,20 @@ func (f *Fleet) Draining() []string {
 	return out
 }
 
+// Unsettled returns how many databases are starting, retrying or being let
+// go here: zero once this replica drains exactly its share.
+func (f *Fleet) Unsettled() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, e := range f.entries {
+		if e.stopping || e.state.Load() != "running" {
+			n++
+		}
+	}
+	return n
+}
+
 // Run drains until ctx is cancelled, then leaves the membership (so the
 // others take over at once) and stops every engine, each within
 // StopTimeout. It returns an error only when it could not start.

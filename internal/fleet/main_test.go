@@ -354,6 +354,17 @@ func exactlyOneOwner(dbs []string, rs ...*replica) bool {
 	return len(o) == len(dbs)
 }
 
+// settled reports whether each of dbs is drained by exactly one replica
+// and no replica is still starting or letting go of a database.
+func settled(dbs []string, rs ...*replica) bool {
+	for _, r := range rs {
+		if r.cancel != nil && r.Unsettled() != 0 {
+			return false
+		}
+	}
+	return exactlyOneOwner(dbs, rs...)
+}
+
 func names(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
