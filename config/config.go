@@ -359,8 +359,16 @@ func (c *Config) Summary() string {
 	if len(parts) > 0 {
 		adapters = strings.Join(parts, ", ")
 	}
-	return fmt.Sprintf("adapters: %s; routes: %d; workers: %d; lease: %s",
+	s := fmt.Sprintf("adapters: %s; routes: %d; workers: %d; lease: %s",
 		adapters, len(c.Routes), c.Workers, formatDuration(c.Lease))
+	if d := c.Databases; d != nil {
+		s += fmt.Sprintf("; databases: %d static", len(d.Static))
+		if d.Query != nil {
+			s += " + catalog"
+		}
+		s += " (refresh " + formatDuration(d.Refresh) + ")"
+	}
+	return s
 }
 
 // applyDefaults fills the fields the file left unset. It runs after

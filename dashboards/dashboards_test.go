@@ -488,3 +488,88 @@ func TestYAMLFilesMatchMakefileGlobs(t *testing.T) {
 		}
 	}
 }
+
+// databaseVar is the dashboard's database template variable.
+const databaseVar = "database"
+
+// databaseMetrics are the families whose series depend on a database: with
+// databases: in the config they carry a database label (absent with a single
+// database). The other families describe a process (workers, breakers,
+// build) and never carry it.
+var databaseMetrics = []string{
+	"drainer_outbox_rows", "drainer_outbox_oldest_pending_age_seconds", "drainer_outbox_oldest_in_flight_age_seconds",
+	"drainer_outbox_snapshot_age_seconds", "drainer_dispatch_total", "drainer_dispatch_duration_seconds",
+	"drainer_claim_batch_size", "drainer_leases_expired_total", "drainer_leases_lost_total",
+	"drainer_completions_refused_total", "drainer_compensations_total", "drainer_compensation_failed_total",
+	"drainer_unrouted_rows", "drainer_unrouted_oldest_age_seconds", "drainer_enqueue_duplicates_total",
+	"drainer_enqueue_mismatches_total",
+}
+
+// TestDashboardDatabaseVariable: the dashboard has a multi-value database
+// variable whose All is ".*", and every selector of a database's series
+// filters on it while process series do not (choosing a database must not
+// blank the workers or build panels). ".*" also matches a series without
+// the label, so a single-database deployment shows everything under All.
+func TestDashboardDatabaseVariable(t *testing.T) {
+	d := loadDashboard(t)
+	var v map[string]any
+	for _, tv := range templateVars(d) {
+		if tv["name"] == databaseVar {
+			v = tv
+		}
+	}
+	if v == nil {
+		t.Fatalf("no template variable %q", databaseVar)
+	}
+	q, _ := v["definition"].(string)
+	if v["type"] != "query" || v["includeAll"] != true || v["multi"] != true || v["allValue"] != ".*" ||
+		!regexp.MustCompile(`^label_values\(drainer_\w+\{.*\}, database\)$`).MatchString(q) {
+		t.Errorf("variable %s = %v", databaseVar, v)
+	}
+	m, err := labels.NewMatcher(labels.MatchRegexp, databaseVar, ".*")
+	if err != nil || !m.Matches("") {
+		t.Fatalf(`database=~".*" must match a series without the label`)
+	}
+
+	exp := exported(t)
+	filtered := 0
+	for _, q := range dashboardQueries(t, d) {
+		if strings.HasPrefix(q.where, "variable ") {
+			continue
+		}
+		e, err := promql.ParseExpr(grafanaVars.ReplaceAllString(q.expr, "5m"))
+		if err != nil {
+			continue // reported by TestDashboardQueriesUseExportedMetrics
+		}
+		parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			want := slices.Contains(databaseMetrics, resolve(vs.Name, exp))
+			has := false
+			for _, lm := range vs.LabelMatchers {
+				if lm.Name == databaseVar {
+					has = lm.Type == labels.MatchRegexp && lm.Value == "$"+databaseVar
+				}
+			}
+			switch {
+			case want && !has:
+				t.Errorf("%s: %s lacks database=~\"$%s\"", q.where, vs.Name, databaseVar)
+			case !want && has:
+				t.Errorf("%s: %s is not a database's series but filters on $%s", q.where, vs.Name, databaseVar)
+			case has:
+				filtered++
+			}
+			return nil
+		})
+	}
+	if filtered < 10 {
+		t.Errorf("only %d selectors filter on $%s", filtered, databaseVar)
+	}
+	for _, name := range databaseMetrics {
+		if _, ok := exp[name]; !ok {
+			t.Errorf("databaseMetrics names %s, which the daemon does not export", name)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -889,6 +890,9 @@ func TestScaledObject(t *testing.T) {
 			t.Errorf("%s: query does not parse: %v", where, err)
 			continue
 		}
+		if err := sumsOverDatabases(tr.Metadata["query"]); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
 		for _, vs := range sels {
 			if !exported[vs.Name] {
 				t.Errorf("%s: metric %s is not exported by the daemon", where, vs.Name)
@@ -901,6 +905,39 @@ func TestScaledObject(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sumsOverDatabases checks that a scaling query reads the snapshot gauges
+// (drainer_outbox_rows, drainer_unrouted_rows: one copy per replica draining
+// a database) as the max per database, summed over databases, so the fleet
+// scales on its total backlog whether it drains one database or many.
+func sumsOverDatabases(query string) error {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(query)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok || (vs.Name != "drainer_outbox_rows" && vs.Name != "drainer_unrouted_rows") {
+			return nil
+		}
+		var aggs []*parser.AggregateExpr
+		for i := len(path) - 1; i >= 0; i-- {
+			if a, ok := path[i].(*parser.AggregateExpr); ok {
+				aggs = append(aggs, a)
+			}
+		}
+		if len(aggs) < 2 || aggs[0].Op != parser.MAX || aggs[0].Without || !slices.Contains(aggs[0].Grouping, "database") ||
+			aggs[1].Op != parser.SUM || len(aggs[1].Grouping) > 0 {
+			problems = append(problems, vs.Name+" must be read as sum(max by (database, …) (…)): the backlog of every database, each counted once")
+		}
+		return nil
+	})
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // TestCustomResourcesMatchCRDSchemas validates the custom resources against

@@ -42,7 +42,7 @@ nothing.`,
 					}
 				}
 			}
-			if err := o.validate(); err != nil {
+			if err := o.validate(cmd.Context()); err != nil {
 				return err
 			}
 			if strings.TrimSpace(b.reason) == "" {

@@ -11,7 +11,11 @@
 //   - logging.go: --log-format and --log-level, the one slog handler every
 //     command logs through (durations written as 30s, 1m30s).
 //   - run.go: `drainer run` (package internal/daemon); check.go: `drainer check`
-//     (package config); migrate.go: `drainer migrate` (package migrations).
+//     (package config); migrate.go: `drainer migrate` (package migrations),
+//     and `migrate --all` over every database of a databases: section.
+//   - database.go: --database NAME with --config FILE, an alternative to
+//     --database-url for every command that touches one database (package
+//     internal/catalog looks up names the static list lacks).
 //   - enqueue.go: `drainer enqueue` (package producer); payload.go: its
 //     --payload JSON|@FILE|- and the position of invalid JSON.
 //   - inspect.go, list.go, requeue.go, cancel.go, resolve.go, abort.go,

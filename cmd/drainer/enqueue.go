@@ -24,7 +24,7 @@ it from standard input. Invalid JSON is refused (exit 2) with the line and
 column of the first problem.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.requireDB(); err != nil {
+			if err := g.requireDB(cmd.Context()); err != nil {
 				return err
 			}
 			p, err := readPayload(payload, cmd.InOrStdin())

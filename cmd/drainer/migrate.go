@@ -1,20 +1,46 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/internal/catalog"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 )
 
+// migrateConnectTimeout bounds connecting to one database of migrate --all,
+// so that an unreachable one fails instead of holding a slot.
+const migrateConnectTimeout = 30 * time.Second
+
 func newMigrateCmd(g *globals) *cobra.Command {
+	var all bool
+	var parallel int
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema migrations (idempotent; safe from many replicas at once)",
-		Args:  cobra.NoArgs,
+		Long: `Apply the schema migrations to one database (--database-url, or --database
+NAME with --config FILE), or with --all to every database of the config's
+databases: section (static entries and catalog rows), --parallel at a time.
+--all prints one line per database (its name, and the schema version before
+and after, or the error) and exits 1 if any failed.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.requireDB(); err != nil {
+			if all {
+				return migrateAll(cmd, g, parallel)
+			}
+			if g.configPath != "" && g.database == "" && g.databaseURL == "" {
+				return usagef("--config: give --all to migrate every database of its databases: section, or --database NAME for one")
+			}
+			if err := g.requireDB(cmd.Context()); err != nil {
 				return err
 			}
 			log := cmdLogger(cmd)
@@ -32,5 +58,156 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		},
 	}
 	addDBFlags(cmd, g)
+	cmd.Flags().BoolVar(&all, "all", false, "migrate every database of the config's databases: section (needs --config)")
+	cmd.Flags().IntVar(&parallel, "parallel", 4, "with --all: databases migrated at once")
 	return cmd
+}
+
+// migrateAll runs `migrate --all`.
+func migrateAll(cmd *cobra.Command, g *globals, parallel int) error {
+	switch {
+	case g.configPath == "":
+		return usagef("--all needs --config FILE (the config whose databases: section lists the databases)")
+	case g.database != "" || g.databaseURL != "":
+		return usagef("--all migrates every database of --config: leave out --database and --database-url")
+	case parallel < 1 || parallel > 64:
+		return usagef("--parallel: must be between 1 and 64, got %d", parallel)
+	}
+	if err := validateSchemaFlag(g.schema); err != nil {
+		return err
+	}
+	dbs, err := loadDatabases(g.configPath)
+	if err != nil {
+		return err
+	}
+	ctx, log := cmd.Context(), cmdLogger(cmd)
+	out := &lineWriter{w: cmd.OutOrStdout()}
+
+	// Static entries, each url resolved now; then the catalog's rows, a
+	// static name winning.
+	type target struct {
+		name string
+		url  config.Secret
+		err  error
+	}
+	var targets []target
+	static := make(map[string]bool)
+	for _, e := range dbs.Static {
+		url, err := e.ResolveURL()
+		targets = append(targets, target{name: e.Name, url: url, err: err})
+		static[e.Name] = true
+	}
+	failed := 0
+	if dbs.Query != nil {
+		c := catalog.New(&config.Databases{Query: dbs.Query}, log)
+		list, err := c.List(ctx)
+		c.Close()
+		if err != nil {
+			failed++
+			out.printf("catalog: error: %v\n", err)
+		}
+		for _, d := range list {
+			if static[d.Name] {
+				log.Warn("databases: catalog row names a static database; the static entry wins", "database", d.Name)
+				continue
+			}
+			targets = append(targets, target{name: d.Name, url: d.URL})
+		}
+	}
+
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failedNames []string
+	for _, t := range targets {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			err := t.err
+			var from, to, applied int
+			if err == nil {
+				from, to, applied, err = migrateOne(ctx, t.url, g.schema, log.With("database", t.name))
+			}
+			if err != nil {
+				mu.Lock()
+				failedNames = append(failedNames, t.name)
+				mu.Unlock()
+				out.printf("%s: error: %s\n", t.name, oneLine(err))
+				return
+			}
+			if applied == 0 && from == to {
+				out.printf("%s: version %d (up to date)\n", t.name, to)
+				return
+			}
+			out.printf("%s: version %d → %d (%d applied)\n", t.name, from, to, applied)
+		})
+	}
+	wg.Wait()
+	failed += len(failedNames)
+	if failed > 0 {
+		what := fmt.Sprintf("%d of %d databases failed", len(failedNames), len(targets))
+		if len(failedNames) > 0 {
+			what += " (" + strings.Join(slices.Sorted(slices.Values(failedNames)), ", ") + ")"
+		}
+		if len(failedNames) < failed {
+			what += "; the catalog could not be read"
+		}
+		return fmt.Errorf("migrate --all: %s", what)
+	}
+	out.printf("%d databases migrated (schema %s, version %d)\n", len(targets), g.schema, migrations.Latest())
+	return nil
+}
+
+// migrateOne migrates one database and reports its schema version before
+// and after. Its errors hold no url.
+func migrateOne(ctx context.Context, url config.Secret, schema string, log *slog.Logger) (from, to, applied int, err error) {
+	cctx, cancel := context.WithTimeout(ctx, migrateConnectTimeout)
+	conn, err := catalog.Connect(cctx, url, "drainer-migrate")
+	cancel()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if from, err = schemaVersion(ctx, conn, schema); err != nil {
+		return 0, 0, 0, err
+	}
+	if applied, err = migrations.Migrate(ctx, conn, schema, log); err != nil {
+		return from, 0, applied, err
+	}
+	to, err = schemaVersion(ctx, conn, schema)
+	return from, to, applied, err
+}
+
+// schemaVersion reads a schema's migration version, 0 when never migrated
+// (schema is a validated identifier).
+func schemaVersion(ctx context.Context, conn *pgx.Conn, schema string) (int, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", schema+".schema_version").Scan(&exists); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+schema+".schema_version").Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// lineWriter serialises lines written by concurrent goroutines.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, format, args...)
+}
+
+// oneLine folds a multi-line error into one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -46,19 +45,12 @@ func addActorFlag(cmd *cobra.Command, o *opFlags) {
 	cmd.Flags().StringVar(&o.actor, "actor", "", `who performs the action, recorded in the audit trail (default $USER, else "unknown")`)
 }
 
-// validate checks the shared flags.
-func (o *opFlags) validate() error {
+// validate checks the shared flags (looking up --database NAME).
+func (o *opFlags) validate(ctx context.Context) error {
 	if o.output != outputTable && o.output != outputJSON {
 		return usagef("--output: %q is not table or json", o.output)
 	}
-	if err := o.g.requireDB(); err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			return err
-		}
-		return usageError{err}
-	}
-	return nil
+	return o.g.requireDB(ctx)
 }
 
 func (o *opFlags) json() bool { return o.output == outputJSON }
@@ -78,7 +70,7 @@ func (o *opFlags) who(reason string) ops.Who {
 // client validates the flags, connects and returns an ops client; close
 // ends the connection.
 func (o *opFlags) client(ctx context.Context) (c *ops.Client, close func(), err error) {
-	if err := o.validate(); err != nil {
+	if err := o.validate(ctx); err != nil {
 		return nil, nil, err
 	}
 	conn, err := pgx.Connect(ctx, o.g.databaseURL)

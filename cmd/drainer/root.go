@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,12 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 type globals struct {
 	databaseURL string
 	schema      string
+	// database names a database of the config's databases: section
+	// (--database NAME with --config FILE); see database.go.
+	database   string
+	configPath string
+	// resolved is set once database has been looked up.
+	resolved bool
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
@@ -94,17 +101,25 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 	return root
 }
 
-// addDBFlags adds --database-url and --schema to a command.
+// addDBFlags adds --database-url and --schema to a command, and --database
+// with --config unless the command has its own --config (run).
 func addDBFlags(cmd *cobra.Command, g *globals) {
 	cmd.Flags().StringVar(&g.databaseURL, "database-url", "", "Postgres URL (env DRAINER_DATABASE_URL)")
 	cmd.Flags().StringVar(&g.schema, "schema", migrations.DefaultSchema, "schema holding the outbox")
+	if cmd.Flags().Lookup("config") == nil {
+		cmd.Flags().StringVar(&g.database, "database", "", "name of a database of the config's databases: section, instead of --database-url (needs --config)")
+		cmd.Flags().StringVar(&g.configPath, "config", "", "config file (YAML) whose databases: section names --database")
+	}
 }
 
-// requireDB checks --database-url and --schema; a problem with either is a
-// usage error (exit 2).
-func (g *globals) requireDB() error {
+// requireDB checks --database-url (or resolves --database NAME through
+// --config) and --schema; a problem with either is a usage error (exit 2).
+func (g *globals) requireDB(ctx context.Context) error {
+	if err := g.resolveDatabase(ctx); err != nil {
+		return err
+	}
 	if g.databaseURL == "" {
-		return usagef("no database URL: set --database-url or DRAINER_DATABASE_URL")
+		return usagef("no database URL: set --database-url or DRAINER_DATABASE_URL, or --database NAME with --config FILE")
 	}
 	return validateSchemaFlag(g.schema)
 }
@@ -113,8 +128,10 @@ func (g *globals) requireDB() error {
 // It runs after parsing, so secrets never show as defaults in --help.
 func applyEnv(cmd *cobra.Command) error {
 	var errs []error
+	onCommandLine := make(map[string]bool)
+	cmd.Flags().Visit(func(f *pflag.Flag) { onCommandLine[f.Name] = true })
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Changed {
+		if f.Changed || onCommandLine[exclusiveFlags[f.Name]] {
 			return
 		}
 		env := "DRAINER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -131,6 +148,10 @@ func applyEnv(cmd *cobra.Command) error {
 	}
 	return nil
 }
+
+// exclusiveFlags pairs flags that say the same thing two ways: one given on
+// the command line makes the environment variable of the other ignored.
+var exclusiveFlags = map[string]string{"database-url": "database", "database": "database-url"}
 
 // execute runs the CLI and maps errors to exit codes.
 func execute(args []string, stdout, stderr io.Writer) int {
