@@ -70,6 +70,13 @@ type Config struct {
 	// Tracer records a span per attempt, continuing the agent's trace
 	// (default: no-op; traceparent is still passed through).
 	Tracer trace.Tracer
+	// PollOnly opens no connection of the engine's own (no LISTEN, no wake
+	// gate): the pool is all it holds, and due rows are found by the poll.
+	// A fleet draining many databases bounds its connections so.
+	PollOnly bool
+	// SharedAdapters leaves the routing's adapters open on Stop and Reload:
+	// their owner (a fleet's one registry for every database) closes them.
+	SharedAdapters bool
 }
 
 // maxDefaultBatch caps the default BatchSize.
@@ -249,8 +256,12 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	// Maintenance first, in this order; Stop stops it last, in reverse.
-	if err := e.maint.Start(ctx, e.sagas, e.deferrer.service(), e.listener(), e.pauseWatcher(),
-		e.reclaimer(), e.snapshotter(), e.pruner(), e.calibrator()); err != nil {
+	services := []maintenance.Service{e.sagas, e.deferrer.service()}
+	if !e.cfg.PollOnly {
+		services = append(services, e.listener())
+	}
+	services = append(services, e.pauseWatcher(), e.reclaimer(), e.snapshotter(), e.pruner(), e.calibrator())
+	if err := e.maint.Start(ctx, services...); err != nil {
 		e.started.Store(false)
 		return err
 	}
@@ -276,7 +287,7 @@ func (e *Engine) Reload(rt *Routing) {
 	e.metrics.InitAdapters(rt.Registry.Names())
 	e.wakeNewlyRouted(old, rt)
 	e.signalFull()
-	if old == nil || old.Registry == rt.Registry {
+	if old == nil || old.Registry == rt.Registry || e.cfg.SharedAdapters {
 		return
 	}
 	old.retire(func() {
@@ -324,8 +335,10 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if err := e.maint.Stop(context.WithoutCancel(ctx)); err != nil {
 		e.log.Warn("stopping maintenance", "err", err)
 	}
-	if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
-		e.log.Warn("closing adapters", "err", err)
+	if !e.cfg.SharedAdapters {
+		if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
+			e.log.Warn("closing adapters", "err", err)
+		}
 	}
 	if n := e.completer.stillLeased(context.WithoutCancel(ctx)); n > 0 {
 		return fmt.Errorf("%d completions could not be written: their rows stay in_flight until the lease expires and are then retried with the same key", n)

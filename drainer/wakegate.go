@@ -48,6 +48,9 @@ func (g *wakeGate) arm(ctx context.Context) gateState {
 	if g.slot >= 0 {
 		return gateKept
 	}
+	if g.e.cfg.PollOnly {
+		return gateDown
+	}
 	if g.conn == nil {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		conn, err := pgx.ConnectConfig(cctx, g.e.pool.Config().ConnConfig.Copy())

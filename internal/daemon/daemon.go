@@ -71,6 +71,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if st.cfg.Databases != nil {
+		return runFleet(ctx, st, opts, log)
+	}
 	d := &daemonRun{opts: opts, st: st, log: log}
 	defer d.cleanup()
 	eng, err := d.start(ctx)
@@ -126,7 +129,7 @@ func resolve(opts Options, log *slog.Logger) (settings, error) {
 		workers: cmp.Or(opts.Workers, cfg.Workers, config.DefaultWorkers),
 		lease:   cmp.Or(cfg.Lease, config.DefaultLease),
 	}
-	if st.dbURL == "" {
+	if st.dbURL == "" && cfg.Databases == nil {
 		return settings{}, &ConfigError{errors.New("no database URL: set --database-url, DRAINER_DATABASE_URL or database_url in the config file")}
 	}
 	if err := migrations.ValidateSchema(st.schema); err != nil {
@@ -170,7 +173,13 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 
 	// Health and metrics first, so /readyz answers "not ready" while a
 	// provider or the database is unreachable.
-	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, &d.pool, &d.engine, log)
+	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, func(ctx context.Context) error { return d.pool.Load().Ping(ctx) },
+		func() []drainer.AdapterState {
+			if eng := d.engine.Load(); eng != nil {
+				return eng.AdapterStates()
+			}
+			return nil
+		}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -385,8 +394,8 @@ func retryStartup(ctx context.Context, delay time.Duration, log *slog.Logger, ms
 	}
 }
 
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, pool *atomic.Pointer[pgxpool.Pool],
-	engine *atomic.Pointer[drainer.Engine], log *slog.Logger) (*http.Server, error) {
+func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, ping func(context.Context) error,
+	adapters func() []drainer.AdapterState, log *slog.Logger) (*http.Server, error) {
 	if addr == "" {
 		addr = ":9753"
 	}
@@ -395,12 +404,7 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, pool *
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("/readyz", readyz(ready, func(ctx context.Context) error { return pool.Load().Ping(ctx) }, func() []drainer.AdapterState {
-		if eng := engine.Load(); eng != nil {
-			return eng.AdapterStates()
-		}
-		return nil
-	}))
+	mux.Handle("/readyz", readyz(ready, ping, adapters))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)

@@ -1,0 +1,68 @@
+package drainer
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// sharedAdapter succeeds and counts its Close calls.
+type sharedAdapter struct{ closed atomic.Int32 }
+
+func (a *sharedAdapter) Dispatch(context.Context, *dispatch.Message) dispatch.Result {
+	return dispatch.Result{Outcome: dispatch.Success, Status: 200}
+}
+
+func (a *sharedAdapter) Close(context.Context) error { a.closed.Add(1); return nil }
+
+// TestPollOnlySharedAdapters: an engine with PollOnly holds no connection
+// beyond its pool (no LISTEN, no wake gate) and still drains by its poll;
+// with SharedAdapters, stopping it leaves the adapters open for their owner.
+func TestPollOnlySharedAdapters(t *testing.T) {
+	base := newPool(t)
+	pc, err := pgxpool.ParseConfig(base.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 2
+	pc.ConnConfig.RuntimeParams["application_name"] = "drainer-pollonly"
+	pool, err := pgxpool.NewWithConfig(t.Context(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	a := &sharedAdapter{}
+	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": a}, &Route{Tool: "t", Adapter: "p"}),
+		Config{Workers: 4, PollOnly: true, SharedAdapters: true})
+	keys := enqueueN(t, base, "run", "t", 40)
+	maxConns := 0
+	waitFor(t, "every row succeeded", 30*time.Second, func() bool {
+		var n int
+		if err := base.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'drainer-pollonly'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		maxConns = max(maxConns, n)
+		for _, k := range keys {
+			if getRow(t, base, k).Status != outbox.StatusSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	if maxConns > 2 {
+		t.Errorf("%d connections for a poll-only engine on a pool of 2", maxConns)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.closed.Load(); n != 0 {
+		t.Errorf("shared adapter closed %d times by the engine's stop", n)
+	}
+}

@@ -1,0 +1,23 @@
+// Package fleet drains many databases with one fleet of `drainer run`
+// replicas (the config's `databases:`): each database is drained by the
+// one replica that rendezvous hashing over the live members assigns it to,
+// with an engine of its own (package drainer) on a pool of its own.
+// Correctness never depends on the assignment: two replicas draining one
+// database during a hand-over are kept exactly-once by the claims' leases
+// and fencing, as two replicas of one database always are.
+//
+// Files:
+//
+//   - fleet.go: Config, Fleet and its loop: heartbeat, read the database
+//     list (Source), reconcile (start engines for databases newly assigned
+//     here, let go of the others), leave on shutdown.
+//   - assign.go: Owner and Assign, the pure rendezvous (highest-random-
+//     weight) assignment.
+//   - members.go: the membership table <schema>.fleet_members in the
+//     coordination database, heartbeats with an expiry on the database clock.
+//   - database.go: one database's life: connect, check the schema, start
+//     its engine (PollOnly, shared adapters, metrics labelled with the
+//     database), retry with backoff while it cannot, stop it when let go.
+//   - metrics.go: the fleet's collectors (drainer_fleet_*) and the
+//     registerer that lets a database's metrics be unregistered.
+package fleet

@@ -1,0 +1,442 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Database is one database the fleet drains: Name appears in logs and in
+// the database label, URL (a secret) never does.
+type Database struct {
+	Name string
+	URL  string
+}
+
+// Source lists the databases to drain. A list returned with an error means
+// "the catalog is down; this is the last known list": the fleet keeps
+// draining it. An error without a list keeps the fleet's previous one.
+type Source func(ctx context.Context) ([]Database, error)
+
+// Config configures a Fleet. Zero values take the defaults noted.
+type Config struct {
+	// MemberID names this replica in the membership and in leases
+	// (default host:pid:random).
+	MemberID string
+	// Source lists the databases (required).
+	Source Source
+	// CoordinationURL is the database holding the membership table
+	// (required): the catalog database when there is one, else the first
+	// static database by name.
+	CoordinationURL string
+	// Schema holds each database's outbox, and the membership table in the
+	// coordination database (default "drainer").
+	Schema string
+	// Lease bounds how long a dead replica's databases wait for a new owner
+	// (default 30s): heartbeats every Lease/3, a member expires 2/3 Lease
+	// after its last one.
+	Lease time.Duration
+	// Heartbeat overrides Lease/3.
+	Heartbeat time.Duration
+	// Refresh is how often Source is read (default 30s).
+	Refresh time.Duration
+	// PoolConns bounds each database's pool (default 2). Engines run
+	// PollOnly, so the pool is every connection a database costs.
+	PoolConns int32
+	// StopTimeout is the grace of an engine whose database is let go
+	// (default 10s): calls under way finish or are cut off, rows not sent
+	// go back to pending, and any left in flight are reclaimed by lease.
+	StopTimeout time.Duration
+	// Engine is each database's engine configuration: Workers bounds rows
+	// in flight per database (required). Schema, ReplicaID, Logger,
+	// Metrics, PollOnly and SharedAdapters are set by the fleet.
+	Engine drainer.Config
+	// Routing returns a routing for one more engine, over adapters shared
+	// by every database and closed by the caller after Run (required).
+	Routing func() *drainer.Routing
+	// Registerer receives the fleet's metrics and, labelled with
+	// database, each engine's (default: a private registry).
+	Registerer prometheus.Registerer
+	Version    string
+	Logger     *slog.Logger
+	// Force, when set, makes this replica drain the databases it returns
+	// true for whatever the assignment says (tests: a deliberate overlap).
+	Force func(name string) bool
+}
+
+// Fleet drains the databases Source lists that rendezvous hashing over the
+// live members assigns to this replica, one engine per database.
+type Fleet struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	abandon atomic.Bool
+	kick    chan struct{}
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	members []string
+	dbs     []Database
+	listed  bool // Source answered at least once
+	closing bool
+}
+
+// entry is one database this replica drains, or is letting go.
+type entry struct {
+	db       Database
+	cancel   context.CancelFunc // lets the database go
+	state    atomic.Value       // string: starting, running, unreachable, schema_mismatch
+	stopping bool               // under Fleet.mu
+	done     chan struct{}
+}
+
+// New checks cfg and returns a fleet ready to Run.
+func New(cfg Config) (*Fleet, error) {
+	if cfg.Source == nil || cfg.Routing == nil || cfg.CoordinationURL == "" {
+		return nil, errors.New("fleet: Source, Routing and CoordinationURL are required")
+	}
+	cfg.Schema = cmp.Or(cfg.Schema, migrations.DefaultSchema)
+	if err := migrations.ValidateSchema(cfg.Schema); err != nil {
+		return nil, err
+	}
+	if cfg.Engine.Workers < 1 {
+		return nil, fmt.Errorf("fleet: workers per database (%d) must be positive", cfg.Engine.Workers)
+	}
+	if cfg.MemberID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.MemberID = fmt.Sprintf("%s:%d:%s", cmp.Or(host, "drainer"), os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	cfg.Lease = cmp.Or(cfg.Lease, 30*time.Second)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, cfg.Lease/3)
+	cfg.Refresh = cmp.Or(cfg.Refresh, 30*time.Second)
+	cfg.PoolConns = cmp.Or(cfg.PoolConns, 2)
+	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, 10*time.Second)
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Fleet{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer),
+		kick: make(chan struct{}, 1), entries: map[string]*entry{}}, nil
+}
+
+// ID is this replica's member id.
+func (f *Fleet) ID() string { return f.cfg.MemberID }
+
+// Abandon makes Run return without deleting the membership row, as a
+// killed process would: the others take its databases once it expires.
+func (f *Fleet) Abandon() { f.abandon.Store(true) }
+
+// Draining returns the databases whose engine runs here, sorted.
+func (f *Fleet) Draining() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for name, e := range f.entries {
+		if !e.stopping && e.state.Load() == "running" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Unsettled returns how many databases are starting, retrying or being let
+// go here: zero once this replica drains exactly its share.
+func (f *Fleet) Unsettled() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, e := range f.entries {
+		if e.stopping || e.state.Load() != "running" {
+			n++
+		}
+	}
+	return n
+}
+
+// Run drains until ctx is cancelled, then leaves the membership (so the
+// others take over at once) and stops every engine, each within
+// StopTimeout. It returns an error only when it could not start.
+func (f *Fleet) Run(ctx context.Context) error {
+	coord, err := f.connectCoordination(ctx)
+	if err != nil {
+		return err
+	}
+	defer coord.Close()
+	mem := newMembership(coord, f.cfg.Schema, f.cfg.MemberID)
+	if err := f.retry(ctx, "fleet membership table", func() error { return mem.ensure(ctx) }); err != nil {
+		return err
+	}
+	f.log.Info("fleet joining", "member", f.cfg.MemberID, "lease", f.cfg.Lease, "heartbeat", f.cfg.Heartbeat, "refresh", f.cfg.Refresh)
+	beat := time.NewTicker(f.cfg.Heartbeat)
+	defer beat.Stop()
+	refresh := time.NewTicker(f.cfg.Refresh)
+	defer refresh.Stop()
+	// Two beats before the first assignment: replicas starting together
+	// see each other, rather than each taking every database for a beat.
+	f.heartbeat(ctx, mem)
+	f.list(ctx)
+	if !sleep(ctx, min(f.cfg.Heartbeat, 3*time.Second)) {
+		f.shutdown(mem)
+		return nil
+	}
+	f.heartbeat(ctx, mem)
+	f.reconcile()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-beat.C:
+			f.heartbeat(ctx, mem)
+			if f.mu.Lock(); !f.listed {
+				f.mu.Unlock()
+				f.list(ctx) // no list yet: ask again at every beat
+			} else {
+				f.mu.Unlock()
+			}
+			f.reconcile()
+		case <-refresh.C:
+			f.list(ctx)
+			f.reconcile()
+		case <-f.kick:
+			f.reconcile()
+		}
+	}
+	f.shutdown(mem)
+	return nil
+}
+
+// shutdown leaves (unless abandoned) and then lets every database go.
+func (f *Fleet) shutdown(mem *membership) {
+	if !f.abandon.Load() {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := mem.leave(lctx); err != nil {
+			f.log.Warn("fleet: could not leave the membership; the others take over when it expires", "err", redact(err))
+		}
+		cancel()
+	}
+	f.mu.Lock()
+	f.closing = true
+	for _, e := range f.entries {
+		if !e.stopping {
+			e.stopping = true
+			e.cancel()
+		}
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+	f.log.Info("fleet left", "member", f.cfg.MemberID, "abandoned", f.abandon.Load())
+}
+
+// heartbeat renews the membership; on failure the last members are kept.
+func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
+	bctx, cancel := context.WithTimeout(ctx, max(f.cfg.Heartbeat, time.Second))
+	members, err := mem.beat(bctx, 2*f.cfg.Heartbeat)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			f.m.coordErrors.Inc()
+			f.log.Error("fleet heartbeat failed; keeping the last known members", "err", redact(err))
+		}
+		return
+	}
+	f.m.members.Set(float64(len(members)))
+	f.mu.Lock()
+	if !slices.Equal(members, f.members) {
+		f.log.Info("fleet members changed", "members", len(members), "was", len(f.members))
+	}
+	f.members = members
+	f.mu.Unlock()
+}
+
+// list reads the databases; a failing Source keeps the last known list.
+func (f *Fleet) list(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, max(f.cfg.Refresh, 5*time.Second))
+	dbs, err := f.cfg.Source(lctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		f.m.catalogErrors.Inc()
+		f.log.Error("listing databases failed; draining the last known list", "err", redact(err), "known", len(dbs))
+		if dbs == nil {
+			return
+		}
+	}
+	seen := map[string]bool{}
+	kept := make([]Database, 0, len(dbs))
+	for _, db := range dbs {
+		if db.Name == "" || seen[db.Name] {
+			f.log.Warn("database listed twice or without a name; ignored", "database", db.Name)
+			continue
+		}
+		seen[db.Name] = true
+		kept = append(kept, db)
+	}
+	f.mu.Lock()
+	f.dbs, f.listed = kept, true
+	f.mu.Unlock()
+	f.m.databases.WithLabelValues(stateKnown).Set(float64(len(kept)))
+}
+
+// reconcile starts an engine for each database newly assigned here and
+// lets go of each database no longer assigned (or listed). A database
+// still being let go is started again once that is done.
+func (f *Fleet) reconcile() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closing {
+		return
+	}
+	members := f.members
+	if !slices.Contains(members, f.cfg.MemberID) {
+		members = append(slices.Clone(members), f.cfg.MemberID)
+	}
+	want := map[string]Database{}
+	for _, db := range f.dbs {
+		if Owner(members, db.Name) == f.cfg.MemberID || (f.cfg.Force != nil && f.cfg.Force(db.Name)) {
+			want[db.Name] = db
+		}
+	}
+	for name, e := range f.entries {
+		if db, ok := want[name]; (!ok || db.URL != e.db.URL) && !e.stopping {
+			e.stopping = true
+			e.cancel()
+		}
+	}
+	for name, db := range want {
+		if _, ok := f.entries[name]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		e := &entry{db: db, cancel: cancel, done: make(chan struct{})}
+		e.state.Store("starting")
+		f.entries[name] = e
+		f.wg.Add(1)
+		go f.drain(ctx, e)
+	}
+	f.m.databases.WithLabelValues(stateOwned).Set(float64(len(want)))
+	f.countStatesLocked()
+}
+
+// countStatesLocked sets the unreachable and schema_mismatch gauges.
+func (f *Fleet) countStatesLocked() {
+	var unreachable, mismatch int
+	for _, e := range f.entries {
+		switch e.state.Load() {
+		case stateUnreachable:
+			unreachable++
+		case stateSchemaMismatch:
+			mismatch++
+		}
+	}
+	f.m.databases.WithLabelValues(stateUnreachable).Set(float64(unreachable))
+	f.m.databases.WithLabelValues(stateSchemaMismatch).Set(float64(mismatch))
+}
+
+func (f *Fleet) setState(e *entry, s string) {
+	e.state.Store(s)
+	f.mu.Lock()
+	f.countStatesLocked()
+	f.mu.Unlock()
+}
+
+// signal asks the main loop to reconcile soon.
+func (f *Fleet) signal() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// retry calls try until it succeeds or ctx ends, with backoff.
+func (f *Fleet) retry(ctx context.Context, what string, try func() error) error {
+	delay := 500 * time.Millisecond
+	for {
+		err := try()
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		f.log.Error(what+" failed; retrying", "err", redact(err), "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return ctx.Err()
+		}
+		delay = min(2*delay, 30*time.Second)
+	}
+}
+
+// connectCoordination opens the one-connection pool of the membership.
+func (f *Fleet) connectCoordination(ctx context.Context) (*pgxpool.Pool, error) {
+	pc, err := poolConfig(f.cfg.CoordinationURL, 1)
+	if err != nil {
+		return nil, fmt.Errorf("fleet coordination database: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("fleet coordination database: %s", redact(err))
+	}
+	return pool, nil
+}
+
+// poolConfig parses url into a pool of at most conns connections.
+func poolConfig(url string, conns int32) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("database URL: " + redact(err))
+	}
+	pc.MaxConns, pc.MinConns = conns, 0
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = "drainer"
+	}
+	if pc.ConnConfig.RuntimeParams["jit"] == "" {
+		pc.ConnConfig.RuntimeParams["jit"] = "off"
+	}
+	return pc, nil
+}
+
+// redact keeps an error's text but drops anything that looks like a password.
+func redact(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "password="); i >= 0 {
+		msg = msg[:i] + "password=<redacted>"
+	}
+	return msg
+}
+
+// sleep waits for d or until ctx is done; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,374 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/compensations"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/internal/pgtemp"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// cluster is a throwaway Postgres holding a migrated template database, so
+// that each test database is a fast CREATE DATABASE … TEMPLATE.
+type cluster struct {
+	c *pgtemp.Cluster
+}
+
+func newCluster(t testing.TB, maxConnections int) *cluster {
+	t.Helper()
+	c, err := pgtemp.Start(t.Context(), pgtemp.Options{Settings: map[string]string{
+		"max_connections": fmt.Sprint(maxConnections),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+	})
+	cl := &cluster{c: c}
+	cl.exec(t, "postgres", "CREATE DATABASE tmpl")
+	conn, err := pgx.Connect(t.Context(), c.URL("tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Migrate(t.Context(), conn, storetest.Schema, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(context.Background())
+	return cl
+}
+
+func (cl *cluster) url(db string) string { return cl.c.URL(db) }
+
+func (cl *cluster) exec(t testing.TB, db, sql string, args ...any) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), cl.url(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// createDBs creates migrated databases named names, four at a time.
+func (cl *cluster) createDBs(t testing.TB, names []string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(names))
+	sem := make(chan struct{}, 8)
+	for _, n := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			conn, err := pgx.Connect(t.Context(), cl.url("postgres"))
+			if err == nil {
+				_, err = conn.Exec(t.Context(), "CREATE DATABASE "+pgx.Identifier{n}.Sanitize()+" TEMPLATE tmpl STRATEGY file_copy")
+				_ = conn.Close(context.Background())
+			}
+			if err != nil {
+				errs <- fmt.Errorf("create %s: %w", n, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// enqueue adds n rows of tool "t" in run "run-<db>-<batch>" to db.
+func (cl *cluster) enqueue(t testing.TB, db, batch string, n int) []string {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(cl.url(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(t.Context(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	return storetest.Enqueue(t, pool, "run-"+db+"-"+batch, "t", n)
+}
+
+// statuses counts db's rows by status.
+func (cl *cluster) statuses(t testing.TB, db string) map[string]int {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), cl.url(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, _ := conn.Query(t.Context(), "SELECT status, count(*) FROM drainer.outbox GROUP BY status")
+	out := map[string]int{}
+	var s string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&s, &n}, func() error { out[s] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// connections returns a function counting server connections to the given
+// databases, on a connection of its own opened now (so that it is not
+// refused while the server is full).
+func (cl *cluster) connections(t testing.TB, dbs []string) func() int {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), cl.url("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return func() int {
+		var n int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = ANY($1)", dbs).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
+// counter is the provider: it counts attempts per key and records when
+// each run saw its first and last one.
+type counter struct {
+	mu          sync.Mutex
+	start       time.Time
+	n           map[string]int
+	dups        int
+	retries     int // dispatches of an attempt after the first (a lease expired)
+	total       int
+	first, last map[string]time.Duration // by agent run
+	delay       time.Duration
+}
+
+func newCounter() *counter {
+	return &counter{start: time.Now(), n: map[string]int{}, first: map[string]time.Duration{}, last: map[string]time.Duration{}}
+}
+
+func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
+	if c.delay > 0 {
+		time.Sleep(c.delay)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[m.Key]++
+	c.total++
+	if m.Attempt > 1 {
+		c.retries++
+	}
+	if c.n[m.Key] > 1 {
+		c.dups++
+	}
+	at := time.Since(c.start)
+	run := m.Tuple.AgentRunID
+	if _, ok := c.first[run]; !ok {
+		c.first[run] = at
+	}
+	c.last[run] = at
+	return dispatch.Result{Outcome: dispatch.Success, Status: 200}
+}
+
+func (c *counter) distinct() (keys, dups, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.n), c.dups, c.total
+}
+
+// check fails t unless every key of keys was dispatched exactly once and
+// nothing else was.
+func (c *counter) check(t testing.TB, keys []string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		if c.n[k] != 1 {
+			t.Errorf("key %s dispatched %d times", k, c.n[k])
+		}
+	}
+	if c.dups != 0 || len(c.n) != len(keys) {
+		t.Errorf("%d keys dispatched (%d more than once, %d dispatches of a later attempt), want %d exactly once", len(c.n), c.dups, c.retries, len(keys))
+	}
+}
+
+// routing returns a routing factory sending tool "t" to c, over one
+// registry shared by every engine, as `drainer run` does.
+func routing(t testing.TB, c *counter) func() *drainer.Routing {
+	reg, err := dispatch.NewRegistry(&dispatch.Entry{Name: "p", Type: "test", Adapter: c, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() *drainer.Routing {
+		return &drainer.Routing{Registry: reg, UnroutedRecheck: 200 * time.Millisecond,
+			Compensations: compensations.NewMap(map[string]string{"t": ""}),
+			Routes: map[string]*drainer.Route{"t": {Tool: "t", Adapter: "p", Class: "key_idempotent", MaxAttempts: 5,
+				Backoff: drainer.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, MaxRetryAfter: time.Second}}}}
+	}
+}
+
+// static is a Source of fixed databases of cl.
+func static(cl *cluster, names []string) Source {
+	return func(context.Context) ([]Database, error) {
+		out := make([]Database, len(names))
+		for i, n := range names {
+			out[i] = Database{Name: n, URL: cl.url(n)}
+		}
+		return out, nil
+	}
+}
+
+// replica is one fleet running in the test.
+type replica struct {
+	*Fleet
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startReplica runs a fleet with short timings; mod adjusts its config.
+func startReplica(t testing.TB, coord string, src Source, rt func() *drainer.Routing, id string, mod func(*Config)) *replica {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg := Config{
+		MemberID: id, Source: src, CoordinationURL: coord, Lease: 3 * time.Second, Refresh: 300 * time.Millisecond,
+		StopTimeout: 5 * time.Second, Routing: rt, Registerer: reg, Version: "test",
+		// The rows' lease is long enough that none expires on a busy box
+		// (a row whose lease expires is sent again, by design), so a
+		// second dispatch can only come from a broken claim or fence.
+		Engine: drainer.Config{Workers: 8, Lease: 20 * time.Second, LeaseMargin: time.Second,
+			PollInterval: 100 * time.Millisecond, ReclaimInterval: 200 * time.Millisecond, SnapshotInterval: time.Second},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{Fleet: f, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- f.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// stop ends the replica (leaving the membership unless abandoned) and
+// waits for it.
+func (r *replica) stop(t testing.TB) {
+	t.Helper()
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("fleet %s: %v", r.ID(), err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Errorf("fleet %s did not stop", r.ID())
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, deadline time.Duration, cond func() bool) {
+	t.Helper()
+	waitForState(t, what, deadline, func() (bool, string) { return cond(), "" })
+}
+
+// waitForState is waitFor naming, on a timeout, the last state cond saw.
+func waitForState(t testing.TB, what string, deadline time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %s waiting for %s; last: %s", deadline, what, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// state describes the replicas for a timeout message.
+func state(c *counter, rs ...*replica) string {
+	n, dups, total := c.distinct()
+	out := fmt.Sprintf("%d keys dispatched (%d dispatches, %d duplicates);", n, total, dups)
+	for _, r := range rs {
+		if r.cancel == nil {
+			continue
+		}
+		out += fmt.Sprintf(" %s drains %d, members %v, unreachable %v, schema_mismatch %v;", r.ID(), len(r.Draining()),
+			testutil.ToFloat64(r.m.members), testutil.ToFloat64(r.m.databases.WithLabelValues(stateUnreachable)),
+			testutil.ToFloat64(r.m.databases.WithLabelValues(stateSchemaMismatch)))
+	}
+	return out
+}
+
+// owners maps each database to the replicas draining it.
+func owners(rs ...*replica) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range rs {
+		if r.cancel == nil {
+			continue
+		}
+		for _, db := range r.Draining() {
+			out[db] = append(out[db], r.ID())
+		}
+	}
+	return out
+}
+
+// exactlyOneOwner reports whether each of dbs is drained by exactly one replica.
+func exactlyOneOwner(dbs []string, rs ...*replica) bool {
+	o := owners(rs...)
+	for _, db := range dbs {
+		if len(o[db]) != 1 {
+			return false
+		}
+	}
+	return len(o) == len(dbs)
+}
+
+// settled reports whether each of dbs is drained by exactly one replica
+// and no replica is still starting or letting go of a database.
+func settled(dbs []string, rs ...*replica) bool {
+	for _, r := range rs {
+		if r.cancel != nil && r.Unsettled() != 0 {
+			return false
+		}
+	}
+	return exactlyOneOwner(dbs, rs...)
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%03d", prefix, i)
+	}
+	return out
+}
