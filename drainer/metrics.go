@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/drainer-io/drainer/outbox"
@@ -49,9 +50,40 @@ type Metrics struct {
 // NewMetrics registers every collector on reg and pre-initialises the label
 // values known at startup, so dashboards show 0 rather than no data.
 func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
+	m := NewDatabaseMetrics(reg)
+	m.BuildInfo = RegisterBuildInfo(reg, version)
+	return m
+}
+
+// RegisterBuildInfo registers drainer_build_info (always 1, labelled with
+// version) on reg. A fleet registers it once for the process.
+// Registering it again on the same reg returns the registered one.
+func RegisterBuildInfo(reg prometheus.Registerer, version string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "drainer_build_info",
+		Help: "Build information; always 1.",
+	}, []string{"version"})
+	if reg != nil {
+		if err := reg.Register(g); err != nil {
+			are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
+			if !ok {
+				panic(err)
+			}
+			g = are.ExistingCollector.(*prometheus.GaugeVec)
+		}
+	}
+	g.WithLabelValues(version).Set(1)
+	return g
+}
+
+// NewDatabaseMetrics registers the collectors of one database's engine:
+// every one NewMetrics registers but drainer_build_info, which describes
+// the process, not a database (a fleet labels these with the database and
+// registers the build info once, RegisterBuildInfo).
+func NewDatabaseMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{}
-	m.registerDispatch(f, version)
+	m.registerDispatch(f)
 	m.registerBacklog(f)
 	if reg != nil {
 		reg.MustRegister(newAdapterCollector(func() []AdapterState {
@@ -66,7 +98,7 @@ func NewMetrics(reg prometheus.Registerer, version string) *Metrics {
 
 // registerDispatch registers what the engine counts as it works: attempts,
 // claims, leases, compensations, breakers, workers.
-func (m *Metrics) registerDispatch(f promauto.Factory, version string) {
+func (m *Metrics) registerDispatch(f promauto.Factory) {
 	m.DispatchTotal = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "drainer_dispatch_total",
 		Help: "Dispatch attempts and decisions by adapter and outcome.",
@@ -105,10 +137,6 @@ func (m *Metrics) registerDispatch(f promauto.Factory, version string) {
 		Name: "drainer_circuit_breaker_state",
 		Help: "Circuit breaker state by adapter: 0 closed, 1 half-open, 2 open.",
 	}, []string{"adapter"})
-	m.BuildInfo = f.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "drainer_build_info",
-		Help: "Build information; always 1.",
-	}, []string{"version"})
 	m.WorkersBusy = f.NewGauge(prometheus.GaugeOpts{
 		Name: "drainer_workers_busy",
 		Help: "Worker slots holding a leased row.",
@@ -117,7 +145,6 @@ func (m *Metrics) registerDispatch(f promauto.Factory, version string) {
 		Name: "drainer_workers",
 		Help: "Configured worker slots.",
 	})
-	m.BuildInfo.WithLabelValues(version).Set(1)
 	for _, o := range outbox.CompensationOutcomes {
 		m.CompensationsTotal.WithLabelValues(o)
 	}

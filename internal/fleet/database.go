@@ -103,7 +103,7 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 	if _, err := migrations.Check(cctx, pool, f.cfg.Schema); err != nil {
 		return nil, err
 	}
-	m, err := newEngineMetrics(r.reg, f.cfg.Version)
+	m, err := newEngineMetrics(r.reg)
 	if err != nil {
 		return nil, err
 	}
@@ -122,13 +122,13 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 
 // newEngineMetrics registers an engine's metrics, turning a registration
 // panic (a collector still registered) into an error.
-func newEngineMetrics(reg prometheus.Registerer, version string) (m *drainer.Metrics, err error) {
+func newEngineMetrics(reg prometheus.Registerer) (m *drainer.Metrics, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("engine metrics: %v", p)
 		}
 	}()
-	return drainer.NewMetrics(reg, version), nil
+	return drainer.NewDatabaseMetrics(reg), nil
 }
 
 // close stops the engine, closes the pool and unregisters the metrics.

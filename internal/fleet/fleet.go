@@ -135,6 +135,7 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	drainer.RegisterBuildInfo(cfg.Registerer, cfg.Version) // once for the process, not per database
 	return &Fleet{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer),
 		kick: make(chan struct{}, 1), entries: map[string]*entry{}}, nil
 }

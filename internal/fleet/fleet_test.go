@@ -169,8 +169,12 @@ func TestFleetFaults(t *testing.T) {
 	if n := testutil.CollectAndCount(r.reg, "drainer_dispatch_total"); n == 0 {
 		t.Error("no drainer_dispatch_total series")
 	}
-	if v := gatherLabel(t, r, "drainer_build_info", "database"); !slices.Contains(v, "good1") {
-		t.Errorf("drainer_build_info database labels %v", v)
+	if v := gatherLabel(t, r, "drainer_workers", "database"); !slices.Contains(v, "good1") {
+		t.Errorf("drainer_workers database labels %v", v)
+	}
+	// The build info describes the process: once, with its version and no database.
+	if v, d := gatherLabel(t, r, "drainer_build_info", "version"), gatherLabel(t, r, "drainer_build_info", "database"); len(v) != 1 || len(d) != 0 {
+		t.Errorf("drainer_build_info: versions %v, databases %v; want one series without a database", v, d)
 	}
 
 	// The catalog goes down: draining goes on over the last known list.
@@ -191,7 +195,7 @@ func TestFleetFaults(t *testing.T) {
 	mu.Unlock()
 	waitFor(t, "the removed database let go", 30*time.Second, func() bool { return !slices.Contains(r.Draining(), "gone") })
 	waitFor(t, "its metrics unregistered", 30*time.Second, func() bool {
-		return !slices.Contains(gatherLabel(t, r, "drainer_build_info", "database"), "gone")
+		return !slices.Contains(gatherLabel(t, r, "drainer_workers", "database"), "gone")
 	})
 	st := cl.statuses(t, "gone")
 	if st["in_flight"] != 0 {

@@ -301,6 +301,9 @@ func waitFor(t testing.TB, what string, deadline time.Duration, cond func() bool
 // waitForState is waitFor naming, on a timeout, the last state cond saw.
 func waitForState(t testing.TB, what string, deadline time.Duration, cond func() (bool, string)) {
 	t.Helper()
+	// Deadlines only bound a failing wait; on a busy machine, running
+	// every package at once, conditions take longer than on an idle one.
+	deadline *= 3
 	end := time.Now().Add(deadline)
 	for {
 		ok, state := cond()
