@@ -24,10 +24,6 @@ import (
 type Config struct {
 	// Schema holds the outbox (default "drainer").
 	Schema string
-	// Unaudited makes completions write no audit entries. It exists for one
-	// measurement, what the audit costs (drainer bench, drain_no_audit),
-	// taken with the audit triggers disabled too; a daemon never sets it.
-	Unaudited bool
 	// ReplicaID names this process in leases (default host:pid).
 	ReplicaID string
 	// Workers bounds rows leased and dispatched at once (required: `drainer
@@ -192,7 +188,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:       cfg,
 		pool:      pool,
-		st:        store.MustNew(cfg.Schema).WithAudit(!cfg.Unaudited),
+		st:        store.MustNew(cfg.Schema),
 		log:       cfg.Logger,
 		metrics:   cfg.Metrics,
 		wake:      make(chan struct{}, 1),

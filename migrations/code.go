@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
@@ -83,4 +84,19 @@ func installCode(ctx context.Context, conn *pgx.Conn, schema string, log *slog.L
 		return err
 	})
 	return installed, err
+}
+
+// Definition returns the current definition of one object of code/ (for
+// example "functions/complete_rows.sql") for schema, as migrate installs
+// it. drainer bench uses it to put a variant in its scratch schema and to
+// put the definition back.
+func Definition(schema, name string) (string, error) {
+	if err := ValidateSchema(schema); err != nil {
+		return "", err
+	}
+	b, err := code.ReadFile("code/" + name)
+	if err != nil {
+		return "", fmt.Errorf("definition %s: %w", name, err)
+	}
+	return strings.ReplaceAll(string(b), "{{.schema}}", schema), nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,131 +62,15 @@ type Completed struct {
 	Runs []string
 }
 
-// completeSQL writes a batch of completions in one statement, and their
-// audit entries with them. Every row is fenced by its lease token: a worker
-// whose lease expired and was reclaimed cannot overwrite the new owner's
-// result.
-//
-// A completion that comes after its lease expired (its replica lost the
-// database, or stalled) is still written while the reclaimed row waits
-// untouched: pending or outcome_unknown, its reclaimed_lease the worker's
-// token, its attempts those of the worker's claim, so nobody sent it since.
-// The worker's answer is then the latest answer for the row, and it
-// replaces the reclaim's conservative floor (see reclaimSQL) with the
-// provider's own, or records the success. Every completion clears
-// reclaimed_lease, so a row claimed again is never written by the old lease.
-//
-// The audit: each row whose status or attempts change gets the next entry
-// of its hash chain, appended by the same statement (ins), after the head
-// the row carries (audit_head; looked up once for a row that carries none
-// yet), and the row's head moves to it. p is the row as the statement's
-// snapshot saw it, what the entry records as "from"; a row changed by
-// someone else since (its status, attempts or head differ) is not written,
-// and counts as lost. The entry's answer is the provider's only for the
-// completion of a request sent (drainer.answer, see Complete); the note of
-// a completion without a request is its reason. Moving audit_head keeps the
-// trigger for other writers (audit_change) from running.
-const completeSQL = `
-WITH done AS (
-UPDATE {s}.queue o
-   SET status = u.status,
-       attempts = n.attempts,
-       first_attempt_at = CASE WHEN n.attempts = 0 THEN NULL ELSE o.first_attempt_at END,
-       next_attempt_at = CASE WHEN u.delay_ms < 0 THEN o.next_attempt_at
-                              ELSE now() + u.delay_ms * interval '1 millisecond' END,
-       not_before = CASE WHEN u.floor THEN now() + u.delay_ms * interval '1 millisecond'
-                         ELSE o.not_before END,
-       last_error = n.last_error,
-       last_problem = CASE WHEN u.status = 'succeeded' THEN NULL
-                           WHEN u.last_error IS NULL THEN o.last_problem
-                           ELSE u.problem::jsonb END,
-       response = CASE WHEN u.status = 'succeeded' THEN u.response::jsonb ELSE o.response END,
-       response_status = n.response_status,
-       cancel_cause = CASE WHEN u.status = 'cancelled' THEN 'run_aborted' ELSE o.cancel_cause END,
-       lease_token = NULL,
-       reclaimed_lease = NULL,
-       lease_expires_at = NULL,
-       leased_by = NULL,
-       updated_at = now(),
-       audit_head = CASE WHEN e.changed
-                         THEN {s}.audit_hash(e.prev, i.key, e.at, e.event, p.status, u.status, n.attempts,
-                                             e.response_status, e.actor, e.reason, e.detail)
-                         ELSE p.audit_head END
-  FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::int[])
-       AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor, attempts)
-  JOIN {s}.queue p ON p.seq = u.seq
-  JOIN {s}.intents i ON i.seq = u.seq
- CROSS JOIN LATERAL (SELECT p.attempts - u.give_back AS attempts,
-                            CASE WHEN u.status = 'succeeded' THEN NULL
-                                 ELSE coalesce(u.last_error, p.last_error) END AS last_error,
-                            {response_status} AS response_status) n
- CROSS JOIN LATERAL (SELECT p.status IS DISTINCT FROM u.status OR p.attempts IS DISTINCT FROM n.attempts AS changed,
-                            clock_timestamp() AS at,
-                            {s}.audit_event(p.status, u.status) AS event,
-                            {s}.audit_actor() AS actor,
-                            coalesce(p.audit_head, {s}.audit_head(i.key)) AS prev,
-                            CASE WHEN current_setting('drainer.answer', true) = 'on' AND p.status = 'in_flight'
-                                 THEN n.response_status END AS response_status,
-                            coalesce(nullif(current_setting('drainer.reason', true), ''),
-                                     CASE WHEN p.status = 'in_flight'
-                                          THEN nullif(current_setting('drainer.note', true), '') END) AS reason,
-                            CASE WHEN n.last_error IS DISTINCT FROM p.last_error AND n.last_error IS NOT NULL
-                                 THEN sha256(convert_to(n.last_error, 'UTF8')) END AS detail) e
- WHERE o.seq = u.seq
-   AND (o.lease_token = u.token
-        OR (o.reclaimed_lease = u.token AND o.attempts = u.attempts
-            AND o.status IN ('pending', 'outcome_unknown')))
-   AND o.status = p.status AND o.attempts = p.attempts
-   AND o.audit_head IS NOT DISTINCT FROM p.audit_head
-RETURNING o.seq,
-       CASE WHEN u.status <> 'pending'
-             AND (o.kind = 'compensation' OR u.status = 'failed'
-                  OR EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id))
-            THEN i.agent_run_id END AS run,
-       e.changed, i.key, e.at, e.event, p.status AS from_status, o.status AS to_status, o.attempts,
-       e.response_status, e.actor, e.reason, e.detail, e.prev, o.audit_head
-), ins AS (
-INSERT INTO {s}.audit (key, at, event, from_status, to_status, attempts, response_status,
-                       actor, reason, detail_sha256, prev_hash, hash)
-SELECT d.key, d.at, d.event, d.from_status, d.to_status, d.attempts, d.response_status,
-       d.actor, d.reason, d.detail, d.prev, d.audit_head
-  FROM done d
- WHERE d.changed
- ORDER BY d.seq
-)
-SELECT d.seq, d.run FROM done d`
+// completeSQL writes a batch of completions and their audit entries in
+// one statement: complete_rows (migrations/code/functions/complete_rows.sql
+// says how each row is fenced and audited), with the owner's rights, the
+// only way the daemon's role appends audit entries. $12: the completions
+// answer requests sent.
+const completeSQL = `SELECT seq, run FROM {s}.complete_rows($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
-// completeUnauditedSQL is completeSQL without the audit, for measuring
-// what the audit costs (Store.WithAudit); the rows' audit_head stays.
-var completeUnauditedSQL = unaudited(completeSQL)
-
-// unaudited cuts the audit out of completeSQL: the head's assignment, the
-// entry's fields, the entries.
-func unaudited(q string) string {
-	for _, cut := range [][2]string{
-		{",\n       audit_head = CASE", "\n  FROM unnest("},
-		{"\n CROSS JOIN LATERAL (SELECT p.status IS DISTINCT FROM", "\n WHERE o.seq = u.seq"},
-		{",\n       e.changed", "\n), ins AS ("},
-		{"\n), ins AS (", "\n)\nSELECT d.seq, d.run FROM done d"},
-	} {
-		from, to := strings.Index(q, cut[0]), strings.Index(q, cut[1])
-		if from < 0 || to < from {
-			panic("store: completeSQL changed shape; update unaudited")
-		}
-		q = q[:from] + q[to:]
-	}
-	return q
-}
-
-// Response status of a completion: the answer to the request sent, or,
-// with no request, the row's last answer.
-const (
-	answeredStatus  = "u.response_status"
-	unchangedStatus = "p.response_status"
-)
-
-// answerOn and noteFor set what the audit entries record (completeSQL, and
-// audit_change in migrations/code for rows written by others):
+// answerOn and noteFor set what the audit entries record (complete_rows,
+// and audit_change for rows written by others, in migrations/code):
 // the entries of the requests' completions record their answers; those of
 // completions without a request record none and give the note as reason.
 const (
@@ -233,12 +116,12 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 	statements := 0
 	if len(sent) > 0 {
 		b.Queue(answerOn)
-		s.queueComplete(b, sent, answeredStatus)
+		s.queueComplete(b, sent, true)
 		statements++
 	}
 	for _, note := range notes {
 		b.Queue(noteFor, note)
-		s.queueComplete(b, unsent[note], unchangedStatus)
+		s.queueComplete(b, unsent[note], false)
 		statements++
 	}
 	b.Queue("COMMIT")
@@ -284,7 +167,7 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 }
 
 // queueComplete queues the statement writing cs (sorted by seq).
-func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, responseStatus string) {
+func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, answered bool) {
 	n := len(cs)
 	seqs := make([]int64, n)
 	tokens := make([]pgtype.UUID, n)
@@ -320,10 +203,5 @@ func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, responseStatus stri
 			codes[i] = &code
 		}
 	}
-	stmt := completeSQL
-	if s.unaudited {
-		stmt = completeUnauditedSQL
-	}
-	b.Queue(strings.Replace(s.sql(stmt), "{response_status}", responseStatus, 1),
-		seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors, attempts)
+	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors, attempts, answered)
 }

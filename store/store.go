@@ -29,8 +29,7 @@ type TxDB interface {
 // Store runs drainer's statements on the tables of one schema. It holds no
 // connection and is safe for concurrent use.
 type Store struct {
-	schema    string
-	unaudited bool
+	schema string
 }
 
 // New returns the store of schema (migrations.DefaultSchema when empty).
@@ -42,18 +41,6 @@ func New(schema string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{schema: schema}, nil
-}
-
-// WithAudit returns the store, or with on false a copy whose completions
-// write no audit entries: only for measuring what the audit costs (drainer
-// bench's drain_no_audit, taken with the audit triggers disabled as well).
-func (s *Store) WithAudit(on bool) *Store {
-	if on {
-		return s
-	}
-	c := *s
-	c.unaudited = true
-	return &c
 }
 
 // MustNew is New for a schema already validated (it panics otherwise).

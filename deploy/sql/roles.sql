@@ -45,9 +45,11 @@ GRANT UPDATE (id) ON TABLE :"schema".audit TO :"runtime_role";
 GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".audit_anchors, :"schema".backlog_snapshot TO :"runtime_role";
 -- drainer_enqueue_duplicates_total and drainer_enqueue_mismatches_total.
 GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatches TO :"runtime_role";
--- `drainer abort` (abort_run_internal) and the operator actions that change
--- no row's status (audit_append). Both run with the owner's rights.
-GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text)
+-- `drainer abort` (abort_run_internal), the operator actions that change
+-- no row's status (audit_append) and the completions with their audit
+-- entries (complete_rows). They run with the owner's rights.
+GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
+    :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean)
     TO :"runtime_role";
 -- The producer's functions are not the runtime role's.
 REVOKE EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text),
@@ -65,5 +67,6 @@ GRANT EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text)
 -- this file, or the upgrade to schema version 9, granted.
 REVOKE ALL ON ALL TABLES IN SCHEMA :"schema" FROM :"producer_role";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA :"schema" FROM :"producer_role";
-REVOKE EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text)
+REVOKE EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
+    :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean)
     FROM :"producer_role";

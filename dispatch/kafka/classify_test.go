@@ -40,6 +40,10 @@ func TestUnknownTopic(t *testing.T) {
 	wantErrText(t, r, "no-such-topic", "does not exist")
 }
 
+// authTimeout bounds an attempt of TestAuthorization: long, so that on a
+// busy machine the broker's refusal, not the attempt's deadline, ends it.
+const authTimeout = 30 * time.Second
+
 // TestAuthorization: a SASL user without write permission on the topic,
 // a refused idempotent producer id (cluster authorization), and a wrong
 // password are each an auth outcome: no attempt consumed.
@@ -54,18 +58,18 @@ func TestAuthorization(t *testing.T) {
 		kfakeSeed("other"))
 
 	t.Run("topic", func(t *testing.T) {
-		a := newAdapter(t, c, Config{SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: pass}})
+		a := newAdapter(t, c, Config{Timeout: authTimeout, SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: pass}})
 		r := dispatchOnce(t, a, newMessage("create_order", "s", `{}`))
 		wantOutcome(t, "topic not authorized", r, dispatch.Auth, dispatch.ReasonAuth)
 		wantErrText(t, r, "TOPIC_AUTHORIZATION_FAILED", topicOrders)
-		ok := newAdapter(t, c, Config{Topic: "other", SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: pass}})
+		ok := newAdapter(t, c, Config{Topic: "other", Timeout: authTimeout, SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: pass}})
 		wantOutcome(t, "authorized topic", dispatchOnce(t, ok, newMessage("create_order", "s", `{}`)), dispatch.Success, "")
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ClusterAuthorizationFailed, Count: -1}).Remove()
 		h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ClusterAuthorizationFailed, Count: -1})
 		defer h.Remove()
-		a := newAdapter(t, c, Config{Topic: "other", SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: pass}})
+		a := newAdapter(t, c, Config{Topic: "other", Timeout: authTimeout, SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: pass}})
 		r := dispatchOnce(t, a, newMessage("create_order", "s", `{}`))
 		wantOutcome(t, "cluster not authorized", r, dispatch.Auth, dispatch.ReasonAuth)
 		wantErrText(t, r, "CLUSTER_AUTHORIZATION_FAILED")
@@ -83,7 +87,7 @@ func TestAuthorization(t *testing.T) {
 			return resp, nil, true
 		})
 		const wrong = "wrong-pass-77ae"
-		a := newAdapter(t, c, Config{Topic: "other", SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: wrong}})
+		a := newAdapter(t, c, Config{Topic: "other", Timeout: authTimeout, SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: wrong}})
 		r := dispatchOnce(t, a, newMessage("create_order", "s", `{}`))
 		wantOutcome(t, "wrong password", r, dispatch.Auth, dispatch.ReasonAuth)
 		if strings.Contains(r.Err.Error(), wrong) {

@@ -586,7 +586,6 @@ type runner struct {
 	batchSize    int
 	pgVersion    string
 	audit        bool
-	auditOff     bool // the no-audit phase: triggers disabled, engines unaudited
 	runSeq       int  // distinguishes the tuples of successive fills
 	noCheckpoint bool // CHECKPOINT was refused once; not tried again
 	// registries hold the metrics of the engines started since the last

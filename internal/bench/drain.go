@@ -113,7 +113,6 @@ func (r *runner) startEnginesWith(ctx context.Context, mk routingFunc) (engines,
 		reg := prometheus.NewRegistry()
 		e, err := drainer.New(pool, rt, drainer.Config{
 			Schema:    r.schema,
-			Unaudited: r.auditOff,
 			ReplicaID: fmt.Sprintf("bench-%d", i+1),
 			Workers:   r.opts.Workers,
 			Lease:     cfg.Lease,

@@ -201,7 +201,9 @@ func (r *runner) close(ctx context.Context) error {
 
 // setAudit enables or disables the audit: drain_no_audit_rows_per_s is the
 // drain with the audit triggers disabled (ALTER TABLE … DISABLE TRIGGER)
-// and engines whose completions write no entries (drainer.Config.Unaudited).
+// and, in the bench's scratch schema only, complete_rows replaced by a
+// variant that writes no entries (unaudited); enabling puts the shipped
+// definition back.
 func (r *runner) setAudit(ctx context.Context, on bool) error {
 	verb := "DISABLE"
 	if on {
@@ -211,9 +213,41 @@ func (r *runner) setAudit(ctx context.Context, on bool) error {
 	if err != nil {
 		return fmt.Errorf("%s audit triggers: %w", strings.ToLower(verb), err)
 	}
-	r.auditOff = !on
-	r.logf("audit triggers %sd", strings.ToLower(verb))
+	def, err := migrations.Definition(r.schema, completeRows)
+	if err != nil {
+		return err
+	}
+	if !on {
+		if def, err = unaudited(def); err != nil {
+			return err
+		}
+	}
+	if _, err := r.admin.Exec(ctx, def); err != nil {
+		return fmt.Errorf("install %s (audit %s): %w", completeRows, strings.ToLower(verb)+"d", err)
+	}
+	r.logf("audit %sd", strings.ToLower(verb))
 	return nil
+}
+
+// completeRows is the completion's definition, which setAudit swaps.
+const completeRows = "functions/complete_rows.sql"
+
+// unaudited cuts the audit out of complete_rows: the head's assignment,
+// the entry's fields, the entries.
+func unaudited(def string) (string, error) {
+	for _, cut := range [][2]string{
+		{",\n           audit_head = CASE", "\n      FROM unnest("},
+		{"\n     CROSS JOIN LATERAL (SELECT p.status IS DISTINCT FROM", "\n     WHERE o.seq = u.seq"},
+		{",\n           e.changed", "\n    ), ins AS ("},
+		{"\n    ), ins AS (", "\n    )\n    SELECT d.seq, d.run FROM done d"},
+	} {
+		from, to := strings.Index(def, cut[0]), strings.Index(def, cut[1])
+		if from < 0 || to < from {
+			return "", fmt.Errorf("%s changed shape: update the bench's unaudited variant", completeRows)
+		}
+		def = def[:from] + def[to:]
+	}
+	return def, nil
 }
 
 // serverCost is what a phase cost the server: committed transactions and WAL bytes.

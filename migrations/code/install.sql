@@ -22,6 +22,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/canonical_payload.sql" . }}
 {{ template "functions/canonical_tuple.sql" . }}
 {{ template "functions/check_tuple.sql" . }}
+{{ template "functions/complete_rows.sql" . }}
 {{ template "functions/count_enqueue_duplicate.sql" . }}
 {{ template "functions/count_enqueue_mismatch.sql" . }}
 {{ template "functions/enqueue.sql" . }}
