@@ -63,26 +63,12 @@ func TestChaosFleet(t *testing.T) {
 		setups[i] = &chaosSetup{dbURL: url, pool: pool, provider: provider,
 			keys: enqueueChargesFrom(t, pool, i*1_000_000, perDB)}
 	}
-	cfg := fmt.Sprintf(`workers: 8
-lease: 7s
-adapters:
-  provider:
-    type: http
-    url: %s/{tool_name}
-    timeout: 1s
-    breaker: {consecutive_failures: 5, open_for: 1s}
-routes:
-  charge_card:
-    adapter: provider
-    class: key_idempotent
-    max_attempts: 50
-    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
-databases:
+	cfg := chaosConfig(baseURL) + fmt.Sprintf(`databases:
   query:
     url: %q
     sql: SELECT name, url FROM tenants WHERE active
   refresh: 1s
-`, baseURL, catalogURL)
+`, catalogURL)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	start := func(name string) *daemon {
 		return startDaemon(t, name, "--config", cfgPath, "--shutdown-timeout", "10s")

@@ -119,21 +119,7 @@ func newChaosSetupVia(t *testing.T, rows int, seed uint64, via func(baseURL stri
 	if via != nil {
 		baseURL = via(baseURL)
 	}
-	cfg := fmt.Sprintf(`workers: 8
-lease: 7s
-adapters:
-  provider:
-    type: http
-    url: %s/{tool_name}
-    timeout: 1s
-    breaker: {consecutive_failures: 5, open_for: 1s}
-routes:
-  charge_card:
-    adapter: provider
-    class: key_idempotent
-    max_attempts: 50
-    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
-`, baseURL)
+	cfg := chaosConfig(baseURL)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	keys := enqueueCharges(t, pool, rows)
 	return &chaosSetup{dbURL: dbURL, pool: pool, provider: provider, cfgPath: cfgPath, keys: keys,
@@ -336,4 +322,24 @@ func chaosSettleBound() time.Duration {
 		return 60 * time.Minute
 	}
 	return 5 * time.Minute
+}
+
+// chaosConfig is the daemons' config of the chaos scenarios: the
+// provider at baseURL behind one key_idempotent route, charge_card.
+func chaosConfig(baseURL string) string {
+	return fmt.Sprintf(`workers: 8
+lease: 7s
+adapters:
+  provider:
+    type: http
+    url: %s/{tool_name}
+    timeout: 1s
+    breaker: {consecutive_failures: 5, open_for: 1s}
+routes:
+  charge_card:
+    adapter: provider
+    class: key_idempotent
+    max_attempts: 50
+    backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
+`, baseURL)
 }
