@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/internal/pgtemp"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestRunFleetCredentialsRotated: a database's url comes from a
+// credentials file (${file:…}). The credentials are rotated: the file now
+// names a new role, and the old role loses its login and its sessions. The
+// fleet reads the file again at its next refresh and drains the database
+// with the new credentials; no row is lost or sent twice, and neither url
+// reaches the logs.
+func TestRunFleetCredentialsRotated(t *testing.T) {
+	ctx := t.Context()
+	c, err := pgtemp.Start(ctx, pgtemp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	admin := func(db, sql string) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, c.URL(db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	admin("postgres", "CREATE DATABASE rotated")
+	admin("postgres", "CREATE ROLE tenant_v1 LOGIN SUPERUSER")
+	admin("postgres", "CREATE ROLE tenant_v2 LOGIN SUPERUSER")
+	conn, err := pgx.Connect(ctx, c.URL("rotated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+
+	as := func(role string) string {
+		u, err := url.Parse(c.URL("rotated"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(role)
+		return u.String()
+	}
+	secret := filepath.Join(t.TempDir(), "rotated.url")
+	if err := os.WriteFile(secret, []byte(as("tenant_v1")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	defer provider.Close()
+	yaml := fmt.Sprintf(`adapters:
+  p: {type: http, url: "%s/{tool_name}", timeout: 2s}
+routes:
+  t: {adapter: p}
+lease: 9s
+databases:
+  static:
+    - {name: rotated, url: "${file:%s}"}
+  refresh: 1s
+`, provider.URL, secret)
+	cfg, err := config.Parse("c.yaml", []byte(yaml), config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuf
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(rctx, Options{Config: cfg, MetricsAddr: "127.0.0.1:0", Registry: prometheus.NewRegistry(),
+			Version: "test", Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("run did not stop")
+		}
+	}()
+
+	var keys []string
+	enqueue := func(batch string, n int) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, c.URL("rotated"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		for i := range n {
+			var key string
+			if err := conn.QueryRow(ctx, "SELECT key FROM drainer.enqueue($1, $2, 't', '', '{}')", "run-"+batch, fmt.Sprint("s", i)).Scan(&key); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, key)
+		}
+	}
+	// sessions counts the fleet's sessions on the database as role.
+	sessions := func(role string) int {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = 'rotated' AND usename = $1", role).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitDispatched := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			mu.Lock()
+			n := len(seen)
+			mu.Unlock()
+			if n >= len(keys) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d rows dispatched; logs:\n%s", what, n, len(keys), logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	enqueue("before", 10)
+	waitDispatched("with the first credentials")
+	if n := sessions("tenant_v1"); n == 0 {
+		t.Fatalf("no session as tenant_v1 while draining with it")
+	}
+
+	// The rotation: the file names the new role; the old one can no longer
+	// log in and its sessions end.
+	if err := os.WriteFile(secret, []byte(as("tenant_v2")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	admin("postgres", "ALTER ROLE tenant_v1 NOLOGIN")
+	admin("postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'tenant_v1'")
+	enqueue("after", 10)
+	waitDispatched("with the rotated credentials")
+	deadline := time.Now().Add(60 * time.Second)
+	for sessions("tenant_v2") == 0 || sessions("tenant_v1") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions as tenant_v2: %d, as tenant_v1: %d; logs:\n%s", sessions("tenant_v2"), sessions("tenant_v1"), logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	mu.Lock()
+	for _, k := range keys {
+		if seen[k] != 1 {
+			t.Errorf("key %s sent %d times", k, seen[k])
+		}
+	}
+	mu.Unlock()
+	out := logs.String()
+	for _, role := range []string{"tenant_v1", "tenant_v2"} {
+		if strings.Contains(out, as(role)) {
+			t.Errorf("the url with %s reached the logs", role)
+		}
+	}
+	if !strings.Contains(out, `"database":"rotated"`) {
+		t.Error("no log names the database")
+	}
+}
