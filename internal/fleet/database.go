@@ -110,7 +110,7 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 	cfg := f.cfg.Engine
 	cfg.Schema, cfg.ReplicaID, cfg.Metrics = f.cfg.Schema, f.cfg.MemberID, m
 	cfg.Logger = f.log.With("database", db.Name)
-	cfg.PollOnly, cfg.SharedAdapters = true, true
+	cfg.ListenPooled, cfg.SharedAdapters = true, true
 	if r.eng, err = drainer.New(pool, f.cfg.Routing(), cfg); err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@
 //   - members.go: the membership table <schema>.fleet_members in the
 //     coordination database, heartbeats with an expiry on the database clock.
 //   - database.go: one database's life: connect, check the schema, start
-//     its engine (PollOnly, shared adapters, metrics labelled with the
+//     its engine (ListenPooled, shared adapters, metrics labelled with the
 //     database), retry with backoff while it cannot, stop it when let go.
 //   - metrics.go: the fleet's collectors (drainer_fleet_*) and the
 //     registerer that lets a database's metrics be unregistered.
