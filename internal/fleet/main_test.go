@@ -161,6 +161,7 @@ type counter struct {
 	total       int
 	first, last map[string]time.Duration // by agent run
 	delay       time.Duration
+	before      func(*dispatch.Message) // when set, runs first on each dispatch
 }
 
 func newCounter() *counter {
@@ -168,6 +169,9 @@ func newCounter() *counter {
 }
 
 func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
+	if c.before != nil {
+		c.before(m)
+	}
 	if c.delay > 0 {
 		time.Sleep(c.delay)
 	}
