@@ -6,9 +6,9 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"testing"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
