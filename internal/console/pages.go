@@ -78,7 +78,7 @@ func (p pageData) Link(path string, kv ...string) template.URL {
 }
 
 var funcs = template.FuncMap{
-	"add": func(a, b int64) int64 { return a + b },
+	"add":  func(a, b int64) int64 { return a + b },
 	"path": url.PathEscape,
 	"query": func(v url.Values, kv ...string) string {
 		q := url.Values{}

@@ -61,7 +61,7 @@ type Stats struct {
 	// History is the backlog over time: of the database, or of the whole
 	// fleet (the sum of RowsByDatabase) with databases: in the config.
 	History []Sample `json:"history"`
-	Error         string             `json:"error,omitempty"`
+	Error   string   `json:"error,omitempty"`
 }
 
 // AdapterState is an adapter's breaker and its auth holds.
