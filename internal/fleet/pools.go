@@ -85,6 +85,10 @@ func (f *Fleet) Pool(name string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database %s: %w", name, err)
 	}
+	if pc.ConnConfig.RuntimeParams["application_name"] == "drainer" {
+		// Told apart from the engines' in pg_stat_activity.
+		pc.ConnConfig.RuntimeParams["application_name"] = "drainer console"
+	}
 	pc.MaxConnIdleTime = l.idle
 	pc.HealthCheckPeriod = max(min(l.idle/2, time.Minute), 100*time.Millisecond)
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
