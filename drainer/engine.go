@@ -171,6 +171,7 @@ type Engine struct {
 	gates      map[string]*gate
 	gatePolicy map[string]GatePolicy
 	pauses     atomic.Pointer[pauseSet]
+	backlog    atomic.Pointer[backlog] // the last snapshot read (Backlog)
 	deferrer   *deferrer
 	sagas      *compensations.Runner
 

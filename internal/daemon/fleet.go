@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,7 +16,9 @@ import (
 	"github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/catalog"
+	"github.com/drainer-io/drainer/internal/console"
 	"github.com/drainer-io/drainer/internal/fleet"
+	"github.com/drainer-io/drainer/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -45,8 +48,14 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	if opts.ConsoleAddr != "" || st.cfg.Console.Addr != "" {
-		log.Warn("the operator console is not served with databases: (it reads one database)")
+	// The console's address is taken before anything slow, so a taken one
+	// is refused at once.
+	var consoleLn net.Listener
+	if addr := cmp.Or(opts.ConsoleAddr, st.cfg.Console.Addr); addr != "" {
+		if consoleLn, err = console.Listen(addr); err != nil {
+			return &ConfigError{err}
+		}
+		defer func() { _ = consoleLn.Close() }()
 	}
 
 	registry, err := buildAdapters(ctx, st.cfg, builtin.Options{Logger: log, Version: opts.Version}, log)
@@ -91,6 +100,13 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	if err != nil {
 		return &ConfigError{err}
 	}
+	if consoleLn != nil {
+		stop, err := startFleetConsole(ctx, consoleLn, st, opts, f, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	go func() {
 		for {
 			select {
@@ -107,6 +123,36 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	ready.Store(true)
 	defer ready.Store(false)
 	return f.Run(ctx)
+}
+
+// startFleetConsole serves the console of the fleet on ln: its overview
+// from the backlogs the replicas publish in the coordination database, one
+// database's pages through a pool of one connection opened on use and
+// closed when idle (fleet.Pool), so the console adds no connection to the
+// fleet's bound while nobody uses it.
+func startFleetConsole(ctx context.Context, ln net.Listener, st settings, opts Options, f *fleet.Fleet,
+	reg prometheus.Gatherer, log *slog.Logger) (stop func(), err error) {
+	sto, err := store.New(st.schema)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	c := st.cfg.Console
+	srv, err := console.New(console.Config{
+		Addr: ln.Addr().String(), Listener: ln, Actions: c.Actions, Token: c.Token.Reveal(),
+		Fleet: f, Store: sto, Gatherer: reg, SampleEvery: opts.ConsoleSampleEvery, Logger: log,
+	})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, &ConfigError{err}
+	}
+	log.Info("console serving", "console_addr", srv.Addr(), "actions", c.Actions, "databases", "fleet")
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
 }
 
 // coordinationURL is where the fleet's membership lives: the catalog

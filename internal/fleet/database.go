@@ -43,10 +43,12 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 		delay = min(2*delay, 30*time.Second)
 	}
 	if d != nil {
+		e.eng.Store(d.eng)
 		f.setState(e, "running")
 		f.m.handoversTotal.WithLabelValues("acquired").Inc()
 		log.Info("draining database")
 		<-ctx.Done()
+		e.eng.Store(nil)
 		sctx, cancel := context.WithTimeout(context.Background(), f.cfg.StopTimeout)
 		if err := d.close(sctx); err != nil {
 			f.m.dbErrors.WithLabelValues(e.db.Name, reasonStop).Inc()

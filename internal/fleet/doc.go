@@ -15,6 +15,12 @@
 //     weight) assignment.
 //   - members.go: the membership table <schema>.fleet_members in the
 //     coordination database, heartbeats with an expiry on the database clock.
+//   - backlogs.go: <schema>.fleet_databases in the coordination database:
+//     each replica publishes the backlog of the databases it drains at its
+//     heartbeat (its engines' last snapshot, one statement); Backlogs reads
+//     the whole fleet's for the console.
+//   - pools.go: Pool, the console's pool of one connection per database,
+//     opened on first use and closed when idle.
 //   - database.go: one database's life: connect, check the schema, start
 //     its engine (ListenPooled, shared adapters, metrics labelled with the
 //     database), retry with backoff while it cannot, stop it when let go.

@@ -74,6 +74,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Version    string
 	Logger     *slog.Logger
+	// PoolIdle is how long a connection of Pool (the console's) stays open
+	// unused (default 1m): an unused console holds no connection.
+	PoolIdle time.Duration
 	// Force, when set, makes this replica drain the databases it returns
 	// true for whatever the assignment says (tests: a deliberate overlap).
 	Force func(name string) bool
@@ -88,6 +91,8 @@ type Fleet struct {
 	abandon atomic.Bool
 	kick    chan struct{}
 	wg      sync.WaitGroup
+	coord   atomic.Pointer[pgxpool.Pool] // while Run is connected
+	pools   lazyPools
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -100,9 +105,10 @@ type Fleet struct {
 // entry is one database this replica drains, or is letting go.
 type entry struct {
 	db       Database
-	cancel   context.CancelFunc // lets the database go
-	state    atomic.Value       // string: starting, running, unreachable, schema_mismatch
-	stopping bool               // under Fleet.mu
+	cancel   context.CancelFunc             // lets the database go
+	state    atomic.Value                   // string: starting, running, unreachable, schema_mismatch
+	eng      atomic.Pointer[drainer.Engine] // while running: its backlog is published
+	stopping bool                           // under Fleet.mu
 	done     chan struct{}
 }
 
@@ -129,6 +135,7 @@ func New(cfg Config) (*Fleet, error) {
 	cfg.Refresh = cmp.Or(cfg.Refresh, 30*time.Second)
 	cfg.PoolConns = cmp.Or(cfg.PoolConns, 2)
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, 10*time.Second)
+	cfg.PoolIdle = cmp.Or(cfg.PoolIdle, time.Minute)
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -137,7 +144,7 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	drainer.RegisterBuildInfo(cfg.Registerer, cfg.Version) // once for the process, not per database
 	return &Fleet{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer),
-		kick: make(chan struct{}, 1), entries: map[string]*entry{}}, nil
+		kick: make(chan struct{}, 1), entries: map[string]*entry{}, pools: lazyPools{idle: cfg.PoolIdle}}, nil
 }
 
 // ID is this replica's member id.
@@ -156,6 +163,19 @@ func (f *Fleet) Draining() []string {
 		if !e.stopping && e.state.Load() == "running" {
 			out = append(out, name)
 		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Databases returns the names of the databases listed now (the catalog's
+// list as last read), sorted.
+func (f *Fleet) Databases() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.dbs))
+	for _, db := range f.dbs {
+		out = append(out, db.Name)
 	}
 	slices.Sort(out)
 	return out
@@ -184,6 +204,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 		return err
 	}
 	defer coord.Close()
+	f.coord.Store(coord)
+	defer f.coord.Store(nil)
+	defer f.pools.closeAll()
 	mem := newMembership(coord, f.cfg.Schema, f.cfg.MemberID)
 	if err := f.retry(ctx, "fleet membership table", func() error { return mem.ensure(ctx) }); err != nil {
 		return err
@@ -250,6 +273,7 @@ func (f *Fleet) shutdown(mem *membership) {
 
 // heartbeat renews the membership; on failure the last members are kept.
 func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
+	start := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, max(f.cfg.Heartbeat, time.Second))
 	members, err := mem.beat(bctx, 2*f.cfg.Heartbeat)
 	cancel()
@@ -267,6 +291,20 @@ func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
 	}
 	f.members = members
 	f.mu.Unlock()
+	// The backlog is published after the membership, which it must never
+	// delay (a late beat makes this replica look dead): it shares the one
+	// coordination connection, so it is skipped when the beat itself was
+	// slow and bounded to a third of a heartbeat. A skipped one only makes
+	// the console's counts a beat older.
+	if time.Since(start) >= f.cfg.Heartbeat/2 {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, f.cfg.Heartbeat/3)
+	defer cancel()
+	if err := f.publish(pctx, mem.pool); err != nil && ctx.Err() == nil {
+		f.m.coordErrors.Inc()
+		f.log.Warn("fleet: publishing the databases' backlog failed", "err", redact(err))
+	}
 }
 
 // list reads the databases; a failing Source keeps the last known list.
@@ -297,6 +335,7 @@ func (f *Fleet) list(ctx context.Context) {
 	f.mu.Lock()
 	f.dbs, f.listed = kept, true
 	f.mu.Unlock()
+	f.pools.keep(kept)
 	f.m.databases.WithLabelValues(stateKnown).Set(float64(len(kept)))
 }
 
