@@ -156,6 +156,7 @@ type counter struct {
 	mu          sync.Mutex
 	start       time.Time
 	n           map[string]int
+	run         map[string]string // key → agent run, to say where duplicates were
 	dups        int
 	retries     int // dispatches of an attempt after the first (a lease expired)
 	total       int
@@ -165,7 +166,7 @@ type counter struct {
 }
 
 func newCounter() *counter {
-	return &counter{start: time.Now(), n: map[string]int{}, first: map[string]time.Duration{}, last: map[string]time.Duration{}}
+	return &counter{start: time.Now(), n: map[string]int{}, run: map[string]string{}, first: map[string]time.Duration{}, last: map[string]time.Duration{}}
 }
 
 func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
@@ -178,6 +179,7 @@ func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n[m.Key]++
+	c.run[m.Key] = m.Tuple.AgentRunID
 	c.total++
 	if m.Attempt > 1 {
 		c.retries++
@@ -212,7 +214,14 @@ func (c *counter) check(t testing.TB, keys []string) {
 		}
 	}
 	if c.dups != 0 || len(c.n) != len(keys) {
-		t.Errorf("%d keys dispatched (%d more than once, %d dispatches of a later attempt), want %d exactly once", len(c.n), c.dups, c.retries, len(keys))
+		runs := map[string]int{}
+		for k, n := range c.n {
+			if n > 1 {
+				runs[c.run[k]]++
+			}
+		}
+		t.Errorf("%d keys dispatched (%d more than once, %d dispatches of a later attempt), want %d exactly once; keys sent more than once by run: %v",
+			len(c.n), c.dups, c.retries, len(keys), runs)
 	}
 }
 
