@@ -9,8 +9,11 @@
 // Files:
 //
 //   - fleet.go: Config, Fleet and its loop: heartbeat, read the database
-//     list (Source), reconcile (start engines for databases newly assigned
+//     list (Source; at once on Relist), reconcile (start engines for databases newly assigned
 //     here, let go of the others), leave on shutdown.
+//   - adapters.go: Reload and the generations of shared adapters: each
+//     engine's routing is counted until it releases it (Routing.Release), and
+//     a replaced generation is closed once the count reaches zero.
 //   - assign.go: Owner and Assign, the pure rendezvous (highest-random-
 //     weight) assignment.
 //   - members.go: the membership table <schema>.fleet_members in the

@@ -67,8 +67,12 @@ type Config struct {
 	// Metrics, ListenPooled and SharedAdapters are set by the fleet.
 	Engine drainer.Config
 	// Routing returns a routing for one more engine, over adapters shared
-	// by every database and closed by the caller after Run (required).
+	// by every database (required). Reload replaces it.
 	Routing func() *drainer.Routing
+	// CloseAdapters closes the adapters Routing builds on. The fleet calls
+	// it once, after Run has returned or a Reload replaced them, when no
+	// engine's claim or attempt uses them any more (nil: nothing to close).
+	CloseAdapters func()
 	// Registerer receives the fleet's metrics and, labelled with
 	// database, each engine's (default: a private registry).
 	Registerer prometheus.Registerer
@@ -90,6 +94,7 @@ type Fleet struct {
 	m       *metrics
 	abandon atomic.Bool
 	kick    chan struct{}
+	relist  chan time.Duration
 	wg      sync.WaitGroup
 	coord   atomic.Pointer[pgxpool.Pool] // while Run is connected
 	pools   lazyPools
@@ -100,6 +105,11 @@ type Fleet struct {
 	dbs     []Database
 	listed  bool // Source answered at least once
 	closing bool
+
+	// gmu orders reloads against engines starting and stopping.
+	gmu     sync.Mutex
+	gen     *generation // the adapters engines start on; nil once Run is over
+	engines map[*drainer.Engine]struct{}
 }
 
 // entry is one database this replica drains, or is letting go.
@@ -144,7 +154,9 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	drainer.RegisterBuildInfo(cfg.Registerer, cfg.Version) // once for the process, not per database
 	return &Fleet{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer),
-		kick: make(chan struct{}, 1), entries: map[string]*entry{}, pools: lazyPools{idle: cfg.PoolIdle}}, nil
+		kick: make(chan struct{}, 1), relist: make(chan time.Duration, 1), entries: map[string]*entry{},
+		gen: newGeneration(cfg.Routing, cfg.CloseAdapters), engines: map[*drainer.Engine]struct{}{},
+		pools: lazyPools{idle: cfg.PoolIdle}}, nil
 }
 
 // ID is this replica's member id.
@@ -199,6 +211,7 @@ func (f *Fleet) Unsettled() int {
 // others take over at once) and stops every engine, each within
 // StopTimeout. It returns an error only when it could not start.
 func (f *Fleet) Run(ctx context.Context) error {
+	defer f.retireAdapters()
 	coord, err := f.connectCoordination(ctx)
 	if err != nil {
 		return err
@@ -243,10 +256,30 @@ func (f *Fleet) Run(ctx context.Context) error {
 			f.reconcile()
 		case <-f.kick:
 			f.reconcile()
+		case d := <-f.relist:
+			if d > 0 && d != f.cfg.Refresh {
+				f.log.Info("fleet refresh changed", "refresh", d, "was", f.cfg.Refresh)
+				f.cfg.Refresh = d
+				refresh.Reset(d)
+			}
+			f.list(ctx)
+			f.reconcile()
 		}
 	}
 	f.shutdown(mem)
 	return nil
+}
+
+// Relist makes Run read Source again now (a reload swapped what it
+// reads), then every refresh (0 keeps the period).
+func (f *Fleet) Relist(refresh time.Duration) {
+	for {
+		select {
+		case f.relist <- refresh:
+			return
+		case <-f.relist: // an earlier request not yet served: this one replaces it
+		}
+	}
 }
 
 // shutdown leaves (unless abandoned) and then lets every database go.
