@@ -70,13 +70,6 @@ type Config struct {
 	// gate): the pool is all it holds, and due rows are found by the poll.
 	// A fleet draining many databases bounds its connections so.
 	PollOnly bool
-	// ListenPooled opens no connection of the engine's own either, but
-	// while the engine sleeps it borrows one connection of its pool to
-	// LISTEN and hold the wake gate, so an idle database's rows are
-	// claimed on their commit rather than at the next poll; a busy engine
-	// gives it back (drainer/wakepool.go). The pool needs at least two
-	// connections. A fleet's engines run so.
-	ListenPooled bool
 	// SharedAdapters leaves the routing's adapters open on Stop and Reload:
 	// their owner (a fleet's one registry for every database) closes them,
 	// told by Routing.Release when this engine is done with a routing.
@@ -190,9 +183,6 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	if routing == nil {
 		return nil, errors.New("engine: routing must not be nil")
 	}
-	if cfg.ListenPooled && (cfg.PollOnly || pool.Config().MaxConns < 2) {
-		return nil, fmt.Errorf("engine: ListenPooled needs a pool of at least 2 connections (has %d) and excludes PollOnly", pool.Config().MaxConns)
-	}
 	seed := cfg.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
@@ -265,7 +255,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	// Maintenance first, in this order; Stop stops it last, in reverse.
 	services := []maintenance.Service{e.sagas, e.deferrer.service()}
-	if !e.cfg.PollOnly && !e.cfg.ListenPooled {
+	if !e.cfg.PollOnly {
 		services = append(services, e.listener())
 	}
 	services = append(services, e.pauseWatcher(), e.reclaimer(), e.snapshotter(), e.pruner(), e.calibrator())

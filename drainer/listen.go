@@ -7,7 +7,6 @@ import (
 	"github.com/drainer-io/drainer/internal/maintenance"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // listener holds a dedicated connection LISTENing on the outbox channel
@@ -18,11 +17,12 @@ func (e *Engine) listener() *maintenance.Loop {
 }
 
 func (e *Engine) listen(ctx context.Context) {
+	channel, sagaChannel := e.st.OutboxChannel(), e.st.SagaChannel()
 	delay := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
 		if err == nil {
-			_, err = conn.Exec(ctx, e.listenSQL())
+			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize())
 			if err == nil {
 				delay = 100 * time.Millisecond
 				e.signalFull() // anything enqueued while not listening
@@ -32,7 +32,16 @@ func (e *Engine) listen(ctx context.Context) {
 						err = werr
 						break
 					}
-					e.notified(n)
+					if n.Channel == sagaChannel {
+						e.sagas.Notify(n.Payload)
+						continue
+					}
+					if p, ok := store.WakePosition(n.Payload); ok {
+						e.floor.lower(p)
+						e.signal()
+					} else {
+						e.signalFull()
+					}
 				}
 			}
 			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -47,25 +56,5 @@ func (e *Engine) listen(ctx context.Context) {
 			return
 		}
 		delay = min(delay*2, 10*time.Second)
-	}
-}
-
-// listenSQL listens on the outbox channel and the saga channel.
-func (e *Engine) listenSQL() string {
-	return "LISTEN " + pgx.Identifier{e.st.OutboxChannel()}.Sanitize() + "; LISTEN " + pgx.Identifier{e.st.SagaChannel()}.Sanitize()
-}
-
-// notified acts on one notification: a saga's abort advances that run's
-// saga; an enqueue wakes the claimer, from the position it carries.
-func (e *Engine) notified(n *pgconn.Notification) {
-	if n.Channel == e.st.SagaChannel() {
-		e.sagas.Notify(n.Payload)
-		return
-	}
-	if p, ok := store.WakePosition(n.Payload); ok {
-		e.floor.lower(p)
-		e.signal()
-	} else {
-		e.signalFull()
 	}
 }

@@ -2,11 +2,9 @@ package drainer
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // wakeHoldWait bounds how long a daemon about to sleep waits for the
@@ -28,15 +26,6 @@ type wakeGate struct {
 	e    *Engine
 	conn *pgx.Conn
 	slot int // held slot, -1 when none
-
-	// With Config.ListenPooled the connection is borrowed from the pool
-	// while the daemon sleeps (pooled, also LISTENing, conn is its
-	// *pgx.Conn) and given back when it is busy; a waiter goroutine reads
-	// its notifications between the gate's statements.
-	pooled     *pgxpool.Conn
-	waitCancel context.CancelFunc
-	waitDone   chan struct{}
-	broken     atomic.Bool // the waiter lost the connection
 }
 
 // gateState is what arm found.
@@ -61,9 +50,6 @@ func (g *wakeGate) arm(ctx context.Context) gateState {
 	}
 	if g.e.cfg.PollOnly {
 		return gateDown
-	}
-	if g.e.cfg.ListenPooled {
-		return g.armPooled(ctx)
 	}
 	if g.conn == nil {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -99,10 +85,6 @@ func (g *wakeGate) arm(ctx context.Context) gateState {
 
 // disarm gives the slot back: the daemon is busy, producers need not notify.
 func (g *wakeGate) disarm() {
-	if g.e.cfg.ListenPooled {
-		g.givePooled()
-		return
-	}
 	if g.slot < 0 {
 		return
 	}
@@ -122,10 +104,6 @@ func (g *wakeGate) fail(err error) {
 }
 
 func (g *wakeGate) close() {
-	if g.e.cfg.ListenPooled {
-		g.dropPooled()
-		return
-	}
 	if g.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = g.conn.Close(ctx)

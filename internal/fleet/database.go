@@ -112,7 +112,7 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 	cfg := f.cfg.Engine
 	cfg.Schema, cfg.ReplicaID, cfg.Metrics = f.cfg.Schema, f.cfg.MemberID, m
 	cfg.Logger = f.log.With("database", db.Name)
-	cfg.ListenPooled, cfg.SharedAdapters = true, true
+	cfg.PollOnly, cfg.SharedAdapters = true, true
 	f.gmu.Lock()
 	if f.gen == nil {
 		f.gmu.Unlock()

@@ -25,7 +25,7 @@
 //   - pools.go: Pool, the console's pool of one connection per database,
 //     opened on first use and closed when idle.
 //   - database.go: one database's life: connect, check the schema, start
-//     its engine (ListenPooled, shared adapters, metrics labelled with the
+//     its engine (PollOnly, shared adapters, metrics labelled with the
 //     database), retry with backoff while it cannot, stop it when let go.
 //   - metrics.go: the fleet's collectors (drainer_fleet_*) and the
 //     registerer that lets a database's metrics be unregistered.

@@ -56,7 +56,7 @@ type Config struct {
 	// Refresh is how often Source is read (default 30s).
 	Refresh time.Duration
 	// PoolConns bounds each database's pool (default 2). Engines run
-	// ListenPooled, so the pool is every connection a database costs.
+	// PollOnly, so the pool is every connection a database costs.
 	PoolConns int32
 	// StopTimeout is the grace of an engine whose database is let go
 	// (default 10s): calls under way finish or are cut off, rows not sent
@@ -64,7 +64,7 @@ type Config struct {
 	StopTimeout time.Duration
 	// Engine is each database's engine configuration: Workers bounds rows
 	// in flight per database (required). Schema, ReplicaID, Logger,
-	// Metrics, ListenPooled and SharedAdapters are set by the fleet.
+	// Metrics, PollOnly and SharedAdapters are set by the fleet.
 	Engine drainer.Config
 	// Routing returns a routing for one more engine, over adapters shared
 	// by every database (required). Reload replaces it.
