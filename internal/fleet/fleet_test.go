@@ -305,6 +305,12 @@ func TestFleetScale(t *testing.T) {
 			// The engines' own defaults, but for a shorter poll: 200
 			// engines polling every few hundred milliseconds are the load.
 			cfg.Refresh = 5 * time.Second
+			// Heartbeats every 5 s, each allowed 5 s: 200 engines starting
+			// on two busy cores (and the race detector) slow every
+			// statement, and a member whose beats time out for 10 s would
+			// expire and the databases move for nothing. The hand-over
+			// times are TestFleetHandOver's, with its 3 s lease.
+			cfg.Lease = 15 * time.Second
 			cfg.Engine.PollInterval = 250 * time.Millisecond
 			cfg.Engine.ReclaimInterval, cfg.Engine.SnapshotInterval = 2*time.Second, 10*time.Second
 		}))
