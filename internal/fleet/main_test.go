@@ -157,6 +157,8 @@ type counter struct {
 	start       time.Time
 	n           map[string]int
 	run         map[string]string // key → agent run, to say where duplicates were
+	sameAttempt int               // dispatches repeating a key's attempt number (a broken claim or fence)
+	attempts    map[string]map[int]bool
 	dups        int
 	retries     int // dispatches of an attempt after the first (a lease expired)
 	total       int
@@ -166,7 +168,7 @@ type counter struct {
 }
 
 func newCounter() *counter {
-	return &counter{start: time.Now(), n: map[string]int{}, run: map[string]string{}, first: map[string]time.Duration{}, last: map[string]time.Duration{}}
+	return &counter{start: time.Now(), n: map[string]int{}, run: map[string]string{}, attempts: map[string]map[int]bool{}, first: map[string]time.Duration{}, last: map[string]time.Duration{}}
 }
 
 func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
@@ -180,6 +182,13 @@ func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	defer c.mu.Unlock()
 	c.n[m.Key]++
 	c.run[m.Key] = m.Tuple.AgentRunID
+	if c.attempts[m.Key] == nil {
+		c.attempts[m.Key] = map[int]bool{}
+	}
+	if c.attempts[m.Key][m.Attempt] {
+		c.sameAttempt++
+	}
+	c.attempts[m.Key][m.Attempt] = true
 	c.total++
 	if m.Attempt > 1 {
 		c.retries++
@@ -222,6 +231,31 @@ func (c *counter) check(t testing.TB, keys []string) {
 		}
 		t.Errorf("%d keys dispatched (%d more than once, %d dispatches of a later attempt), want %d exactly once; keys sent more than once by run: %v",
 			len(c.n), c.dups, c.retries, len(keys), runs)
+	}
+}
+
+// checkFenced fails t unless every key of keys was dispatched and no
+// attempt of a key was dispatched twice (a broken claim or fence). A row
+// sent again with a later attempt after its lease expired is the design
+// (the same key goes upstream): on a machine too slow for the lease it is
+// reported, not failed, so the verdict does not depend on its speed.
+func (c *counter) checkFenced(t testing.TB, keys []string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		if c.n[k] == 0 {
+			t.Errorf("key %s never dispatched", k)
+		}
+	}
+	if len(c.n) != len(keys) {
+		t.Errorf("%d keys dispatched, want %d", len(c.n), len(keys))
+	}
+	if c.sameAttempt != 0 {
+		t.Errorf("%d dispatches repeated an attempt already sent (a broken claim or fence)", c.sameAttempt)
+	}
+	if c.retries > 0 {
+		t.Logf("%d rows sent again with a later attempt after their lease expired (same key upstream)", c.retries)
 	}
 }
 
