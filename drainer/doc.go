@@ -35,7 +35,8 @@
 // row held for its route's max_retry_after: Routing.ReclaimPolicy), the backlog
 // snapshotter (snapshot.go), the pruner (retention.go), the probe
 // calibrator (detect.go) and the saga runner. engine.go holds the
-// lifecycle: Start, Reload (routing.go: routes refcounted across reloads),
+// lifecycle: Start, Reload (routing.go: routes refcounted across reloads;
+// with SharedAdapters, Routing.Release tells the adapters' owner instead),
 // Stop in order (stop claiming, wait for calls up to the grace, cancel,
 // write what is left, stop the services). metrics.go holds the collectors;
 // readiness.go what each adapter's gate says of it (AdapterStates, for

@@ -71,7 +71,8 @@ type Config struct {
 	// A fleet draining many databases bounds its connections so.
 	PollOnly bool
 	// SharedAdapters leaves the routing's adapters open on Stop and Reload:
-	// their owner (a fleet's one registry for every database) closes them.
+	// their owner (a fleet's one registry for every database) closes them,
+	// told by Routing.Release when this engine is done with a routing.
 	SharedAdapters bool
 }
 
@@ -164,6 +165,7 @@ type Engine struct {
 	gates      map[string]*gate
 	gatePolicy map[string]GatePolicy
 	pauses     atomic.Pointer[pauseSet]
+	backlog    atomic.Pointer[backlog] // the last snapshot read (Backlog)
 	deferrer   *deferrer
 	sagas      *compensations.Runner
 
@@ -283,7 +285,18 @@ func (e *Engine) Reload(rt *Routing) {
 	e.metrics.InitAdapters(rt.Registry.Names())
 	e.wakeNewlyRouted(old, rt)
 	e.signalFull()
-	if old == nil || old.Registry == rt.Registry || e.cfg.SharedAdapters {
+	if old == nil || old == rt {
+		return
+	}
+	if e.cfg.SharedAdapters {
+		// The adapters are not the engine's to close: their owner hears
+		// when this engine is done with the old routing.
+		if old.Release != nil {
+			old.retire(old.Release)
+		}
+		return
+	}
+	if old.Registry == rt.Registry {
 		return
 	}
 	old.retire(func() {
@@ -335,6 +348,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 		if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
 			e.log.Warn("closing adapters", "err", err)
 		}
+	} else if rt := e.routing.Load(); rt.Release != nil {
+		rt.Release() // every worker and the claimer have exited
 	}
 	if n := e.completer.stillLeased(context.WithoutCancel(ctx)); n > 0 {
 		return fmt.Errorf("%d completions could not be written: their rows stay in_flight until the lease expires and are then retried with the same key", n)

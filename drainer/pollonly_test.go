@@ -66,3 +66,40 @@ func TestPollOnlySharedAdapters(t *testing.T) {
 		t.Errorf("shared adapter closed %d times by the engine's stop", n)
 	}
 }
+
+// TestSharedAdaptersRelease: with SharedAdapters, the engine never closes
+// the adapters; it tells their owner through Routing.Release, once per
+// routing: when a Reload replaced it (and nothing uses it), and when Stop
+// is over for the routing in force.
+func TestSharedAdaptersRelease(t *testing.T) {
+	pool := newPool(t)
+	a := &sharedAdapter{}
+	var firstReleased, secondReleased atomic.Int32
+	first := testRouting(t, map[string]dispatch.Adapter{"p": a}, &Route{Tool: "t", Adapter: "p"})
+	first.Release = func() { firstReleased.Add(1) }
+	e := startEngine(t, pool, first, Config{Workers: 2, PollOnly: true, SharedAdapters: true})
+	second := testRouting(t, map[string]dispatch.Adapter{"p": a}, &Route{Tool: "t", Adapter: "p"})
+	second.Release = func() { secondReleased.Add(1) }
+	e.Reload(second)
+	waitFor(t, "the replaced routing released", 30*time.Second, func() bool { return firstReleased.Load() == 1 })
+	keys := enqueueN(t, pool, "rel", "t", 5)
+	waitFor(t, "every row succeeded", 30*time.Second, func() bool {
+		for _, k := range keys {
+			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	if n := secondReleased.Load(); n != 0 {
+		t.Errorf("the routing in force released %d times before Stop", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f, s, c := firstReleased.Load(), secondReleased.Load(), a.closed.Load(); f != 1 || s != 1 || c != 0 {
+		t.Errorf("released %d and %d times, adapter closed %d times; want 1, 1, 0", f, s, c)
+	}
+}

@@ -46,6 +46,11 @@ type Routing struct {
 	Policies map[string]GatePolicy
 	// Retention prunes terminal rows, tombstones and audit entries.
 	Retention RetentionPolicy
+	// Release, with SharedAdapters, runs once the engine no longer uses
+	// this routing: a Reload replaced it and its last claim and attempt
+	// ended, or Stop returned. The owner of the shared adapters counts so
+	// when its engines are done with them (nil: nothing to tell).
+	Release func()
 
 	// Derived by the engine when it adopts the routing (attachGates), since the
 	// claim reads them every time.

@@ -30,6 +30,23 @@ func (m *Metrics) apply(s store.Snapshot) {
 	}
 }
 
+// backlog is the snapshot the snapshotter last read, with when it read it.
+type backlog struct {
+	snap   store.Snapshot
+	readAt time.Time
+}
+
+// Backlog returns the backlog snapshot the engine last read for its gauges
+// (drainer_outbox_rows) and its age now; ok is false before the first. It
+// runs no query: a fleet publishes it for the console of every replica.
+func (e *Engine) Backlog() (s store.Snapshot, age time.Duration, ok bool) {
+	b := e.backlog.Load()
+	if b == nil {
+		return s, 0, false
+	}
+	return b.snap, b.snap.Age + time.Since(b.readAt), true
+}
+
 // readEnqueueCounters reads the retry-tax counters of drainer.enqueue.
 func (e *Engine) readEnqueueCounters(ctx context.Context) error {
 	c, err := e.st.ReadEnqueueCounters(ctx, e.pool)
@@ -52,6 +69,7 @@ func (e *Engine) snapshotter() *maintenance.Loop {
 		}
 		if s, ok, err := e.st.ReadSnapshot(ctx, e.pool); err == nil && ok {
 			e.metrics.apply(s)
+			e.backlog.Store(&backlog{snap: s, readAt: time.Now()})
 		}
 		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(ctx, err) {
 			e.log.Warn("reading the enqueue counters failed", "err", err)

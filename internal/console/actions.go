@@ -125,7 +125,9 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d, err := s.database(r)
+	// The database travels in the form (or JSON) like the other
+	// parameters, or in the query.
+	d, err := s.databaseNamed(cmp.Or(v.Get("database"), r.URL.Query().Get("database")))
 	if err != nil {
 		s.writeActionError(w, r, form, err)
 		return
@@ -137,7 +139,7 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("console action", "action", res.Action, "actor", actor, "database", d.Name)
 	if form {
-		s.render(w, r, http.StatusOK, "result", pageData{Title: "Result", Result: res, Back: backOf(v)})
+		s.render(w, r, http.StatusOK, "result", pageData{Title: "Result", Result: res, Back: backOf(v), Database: d.Name})
 		return
 	}
 	writeJSON(w, http.StatusOK, res)

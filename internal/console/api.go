@@ -338,7 +338,14 @@ func (s *Server) writeAPIError(w http.ResponseWriter, r *http.Request, err error
 	writeJSON(w, ae.Status, body)
 }
 
-func (s *Server) apiStats(_ *http.Request, _ *db) (any, error) { return s.stats.snapshot(), nil }
+// apiStats is the overview's data: of the database (without a fleet), of
+// the whole fleet, or of the database named with a fleet.
+func (s *Server) apiStats(r *http.Request, d *db) (any, error) {
+	if s.cfg.Fleet != nil && r.URL.Query().Get("database") != "" {
+		return s.stats.of(r.Context(), d)
+	}
+	return s.stats.snapshot(), nil
+}
 
 func (s *Server) apiRows(r *http.Request, d *db) (any, error) {
 	return s.rows(r.Context(), d, r.URL.Query())

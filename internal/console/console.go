@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/internal/fleet"
 	"github.com/drainer-io/drainer/ops"
 	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,9 +38,13 @@ type Config struct {
 	Actions bool
 	// Token is the bearer token (the revealed secret).
 	Token string
-	// Databases are the databases shown; one for now. The first is the
+	// Databases are the databases shown without a fleet. The first is the
 	// default of every query.
 	Databases []Database
+	// Fleet, when set, is the fleet of databases shown instead (databases:
+	// in the config), each through Store.
+	Fleet Fleet
+	Store *store.Store
 	// Adapters returns the adapters' breakers and holds (nil: none known).
 	Adapters func() []drainer.AdapterState
 	// Gatherer, when set, supplies drainer_dispatch_total for the dispatch
@@ -55,6 +61,16 @@ type Database struct {
 	Name  string
 	DB    store.TxDB
 	Store *store.Store
+}
+
+// Fleet is what the console reads of a fleet of databases (*fleet.Fleet).
+// The overview's counts come from Backlogs, which every replica publishes
+// in the coordination database; one database's details come through Pool,
+// a pool of one connection opened on first use and closed when idle.
+type Fleet interface {
+	Databases() []string
+	Backlogs(ctx context.Context) ([]fleet.Backlog, error)
+	Pool(name string) (*pgxpool.Pool, error)
 }
 
 // db is a Database with its operator client.
@@ -104,7 +120,10 @@ func Listen(addr string) (net.Listener, error) {
 
 // New checks cfg and prepares a console; Start serves it.
 func New(cfg Config) (*Server, error) {
-	if len(cfg.Databases) == 0 {
+	if cfg.Fleet != nil && cfg.Store == nil {
+		return nil, errors.New("console: a fleet needs its Store")
+	}
+	if len(cfg.Databases) == 0 && cfg.Fleet == nil {
 		return nil, errors.New("console: no database")
 	}
 	if cfg.Actions && cfg.Token == "" {
@@ -229,19 +248,62 @@ func secure(h http.Handler) http.Handler {
 	})
 }
 
-// database picks the database a request names (parameter database), the
-// first one by default.
+// names lists the databases shown: the fleet's current list, or the
+// configured ones.
+func (s *Server) names() []string {
+	if s.cfg.Fleet != nil {
+		return s.cfg.Fleet.Databases()
+	}
+	out := make([]string, len(s.dbs))
+	for i, d := range s.dbs {
+		out[i] = d.Name
+	}
+	return out
+}
+
+// scoped says whether pages name their database in links and forms: when
+// the console shows more than one (a single database's pages are as they
+// were before databases existed).
+func (s *Server) scoped() bool { return s.cfg.Fleet != nil || len(s.dbs) > 1 }
+
+// database picks the database a request names (parameter database, else
+// the first listed): a 404 naming an unknown one.
 func (s *Server) database(r *http.Request) (*db, error) {
-	name := r.URL.Query().Get("database")
-	if name == "" {
-		return s.dbs[0], nil
-	}
-	for _, d := range s.dbs {
-		if d.Name == name {
-			return d, nil
+	return s.databaseNamed(r.URL.Query().Get("database"))
+}
+
+func (s *Server) databaseNamed(name string) (*db, error) {
+	if s.cfg.Fleet == nil {
+		if name == "" {
+			return s.dbs[0], nil
 		}
+		for _, d := range s.dbs {
+			if d.Name == name {
+				return d, nil
+			}
+		}
+		return nil, unknownDatabase(name)
 	}
-	return nil, badRequest("database: unknown database %q", name)
+	if name == "" {
+		list := s.cfg.Fleet.Databases()
+		if len(list) == 0 {
+			return nil, &apiError{Status: http.StatusServiceUnavailable, Msg: "the fleet lists no database yet"}
+		}
+		name = list[0]
+	}
+	pool, err := s.cfg.Fleet.Pool(name)
+	var ue *fleet.UnknownDatabaseError
+	if errors.As(err, &ue) {
+		return nil, unknownDatabase(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &db{Database: Database{Name: name, DB: pool, Store: s.cfg.Store}, ops: ops.New(pool, s.cfg.Store)}, nil
+}
+
+func unknownDatabase(name string) error {
+	return &apiError{Status: http.StatusNotFound, Msg: fmt.Sprintf("unknown database %q: not one of the databases this console shows", name)}
 }
 
 func randomHex(n int) string {

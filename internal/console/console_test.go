@@ -66,11 +66,15 @@ func TestRowsFiltersSearchAndPages(t *testing.T) {
 		}
 	}
 	for _, q := range []string{"status=" + url.QueryEscape("pending' OR 1=1 --"), "older_than=yesterday", "payload=" + url.QueryEscape("[1,2"),
-		"payload=42", "after=-1", "limit=100000", "database=other"} {
+		"payload=42", "after=-1", "limit=100000"} {
 		code, body := e.get("/api/v1/rows?" + q)
 		if code != http.StatusBadRequest || !strings.Contains(body, `"error"`) {
 			t.Errorf("%s: %d %s, want 400 with an error", q, code, body)
 		}
+	}
+	// An unknown database is not found, like an unknown key.
+	if code, body := e.get("/api/v1/rows?database=other"); code != http.StatusNotFound || !strings.Contains(body, `unknown database \"other\"`) {
+		t.Errorf("database=other: %d %s, want 404 naming it", code, body)
 	}
 	// The pages use the same functions.
 	code, body := e.get("/rows?tool=send_email")
@@ -477,8 +481,8 @@ func TestDatabaseSelectorOnlyWithMany(t *testing.T) {
 	}
 	w = newRecorderWriter()
 	two.Handler().ServeHTTP(w, httptestRequest("/api/v1/rows?database=asia"))
-	if w.code != http.StatusBadRequest || !strings.Contains(w.body.String(), "unknown database") {
-		t.Errorf("unknown database: %d %s, want 400", w.code, w.body.String())
+	if w.code != http.StatusNotFound || !strings.Contains(w.body.String(), `unknown database \"asia\"`) {
+		t.Errorf("unknown database: %d %s, want 404 naming it", w.code, w.body.String())
 	}
 	w = newRecorderWriter()
 	two.Handler().ServeHTTP(w, httptestRequest("/api/v1/rows?database=eu"))

@@ -26,20 +26,36 @@
 //
 // # Databases
 //
-// Every query takes a database parameter naming one of Config.Databases
-// (the first by default); the header shows a selector when there is more
-// than one. Until the fleet of many databases is built, the overview's
-// sampler measures the first database only, and links between pages do not
-// carry the parameter.
+// Every query takes a database parameter naming one of the databases shown
+// (the first by default; an unknown one is a 404 naming it); the header
+// shows a selector when there is more than one. Then every link between
+// pages and every action's form carries the parameter (pageData.Link, the
+// "dbfield" template), so that a page of database B never leads to A's.
+//
+// Without a fleet the databases are Config.Databases and the sampler
+// measures the first. With a fleet (Config.Fleet: databases: in the config)
+// the list is the fleet's current one, read at each request, and the
+// console keeps no connection to any drained database: the overview (rows
+// by status, by database, the chart) is the sum of the backlogs each
+// replica publishes in <schema>.fleet_databases, read every few seconds on
+// the fleet's coordination connection; one database's pages, its overview
+// (?database=NAME: its counts, work by tool, pauses) and the actions go
+// through fleet.Pool, a pool of one connection opened on first use and
+// closed after a minute unused. So an idle console adds nothing to the
+// fleet's 2·D + 2·R connections, and one in use adds one per database
+// being looked at. Breakers and holds are per engine in a fleet and are
+// not shown there.
 //
 // # Files
 //
-//	console.go   Config, Server, Start (an *AddrInUseError when the address is
-//	             taken), the routes, the security headers
+//	console.go   Config, Fleet, Server, Start (an *AddrInUseError when the
+//	             address is taken), the routes, the security headers, the
+//	             database a request names
 //	auth.go      the token, sessions, login rate limit, cross-site check, actor
 //	api.go       the read API: rows (filters, search, keyset pages), row, run
 //	actions.go   POST /api/v1/actions/{verb}, login and logout
-//	stats.go     the sampler: backlog by status and tool, rates, history
-//	pages.go     page handlers, template functions, the backlog chart
+//	stats.go     the sampler: backlog by status and tool (and by database in
+//	             a fleet), rates, history; one fleet database's overview
+//	pages.go     page handlers, template functions, Link, the backlog chart
 //	assets/      layout and page templates; static/ app.js and app.css
 package console

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -31,6 +32,11 @@ type pageData struct {
 	// Databases names the databases, shown as a selector when more than one.
 	Databases []string
 	Database  string
+	// Scoped is the database links and forms name (Link, "dbfield"): set
+	// when the console shows more than one, so that a page of database B
+	// never leads to database A's. Fleet: databases: in the config.
+	Scoped string
+	Fleet  bool
 	// Back is the page an action returns to.
 	Back string
 	// Self is this page's local URL (path and query).
@@ -52,7 +58,27 @@ type pageData struct {
 	Render   time.Duration
 }
 
+// Link is a local URL: path (its dynamic parts escaped by the caller with
+// path), the query pairs kv (empty values left out), and the page's
+// database when pages name it.
+func (p pageData) Link(path string, kv ...string) template.URL {
+	q := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			q.Set(kv[i], kv[i+1])
+		}
+	}
+	if p.Scoped != "" {
+		q.Set("database", p.Scoped)
+	}
+	if len(q) == 0 {
+		return template.URL(path)
+	}
+	return template.URL(path + "?" + q.Encode())
+}
+
 var funcs = template.FuncMap{
+	"add":  func(a, b int64) int64 { return a + b },
 	"path": url.PathEscape,
 	"query": func(v url.Values, kv ...string) string {
 		q := url.Values{}
@@ -201,11 +227,12 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	if sess := s.auth.session(r); sess != nil {
 		p.Session, p.Actor, p.CSRF = true, sess.actor, sess.csrf
 	}
-	for _, d := range s.dbs {
-		p.Databases = append(p.Databases, d.Name)
-	}
-	if p.Database == "" {
+	p.Databases, p.Fleet = s.names(), s.cfg.Fleet != nil
+	if p.Database == "" && !p.Fleet {
 		p.Database = s.dbs[0].Name
+	}
+	if s.scoped() {
+		p.Scoped = p.Database
 	}
 	if p.Self == "" {
 		p.Self = r.URL.RequestURI()
@@ -230,10 +257,16 @@ func (s *Server) page(h func(*http.Request, *db, *pageData) (string, error)) htt
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		p := pageData{}
-		d, err := s.database(r)
+		var d *db
+		var err error
+		if s.cfg.Fleet == nil || r.URL.Path != "/" || r.URL.Query().Get("database") != "" {
+			d, err = s.database(r) // a fleet's overview needs none
+		}
 		name := ""
 		if err == nil {
-			p.Database = d.Name
+			if d != nil {
+				p.Database = d.Name
+			}
 			name, err = h(r, d, &p)
 		}
 		if err != nil {
@@ -265,8 +298,19 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusNotFound, "notfound", pageData{Title: "Not found", Error: "no page at this address"})
 }
 
-func (s *Server) overviewPage(_ *http.Request, _ *db, p *pageData) (string, error) {
+func (s *Server) overviewPage(r *http.Request, d *db, p *pageData) (string, error) {
 	st := s.stats.snapshot()
+	if s.cfg.Fleet != nil {
+		// The whole fleet unless a database is named.
+		p.Database = ""
+		if r.URL.Query().Get("database") != "" {
+			var err error
+			if st, err = s.stats.of(r.Context(), d); err != nil {
+				return "", err
+			}
+			p.Database = d.Name
+		}
+	}
 	p.Title, p.Nav, p.Stats, p.Statuses = "Overview", "overview", &st, outbox.Statuses
 	return "overview", nil
 }
@@ -284,6 +328,11 @@ func (s *Server) rowsPage(r *http.Request, d *db, p *pageData) (string, error) {
 	rows, err := s.rows(r.Context(), d, q)
 	if err != nil {
 		return "", err
+	}
+	if s.scoped() && q.Get("database") == "" {
+		// The next page and the bulk forms name the database shown.
+		q = maps.Clone(q)
+		q.Set("database", d.Name)
 	}
 	st := s.stats.snapshot()
 	p.Title, p.Nav, p.Rows, p.Query, p.Statuses = "Rows", "rows", rows, q, outbox.Statuses

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/fleet"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 )
@@ -53,8 +54,14 @@ type Stats struct {
 	DispatchRates map[string]float64 `json:"dispatch_rates"`
 	Adapters      []AdapterState     `json:"adapters"`
 	Pauses        []store.Pause      `json:"pauses"`
-	History       []Sample           `json:"history"`
-	Error         string             `json:"error,omitempty"`
+	// RowsByDatabase is each database's backlog as its owner last
+	// published it (a fleet only: databases: in the config), in the order
+	// of the list; a database not yet published has state "unknown".
+	RowsByDatabase []fleet.Backlog `json:"rows_by_database,omitempty"`
+	// History is the backlog over time: of the database, or of the whole
+	// fleet (the sum of RowsByDatabase) with databases: in the config.
+	History []Sample `json:"history"`
+	Error   string   `json:"error,omitempty"`
 }
 
 // AdapterState is an adapter's breaker and its auth holds.
@@ -105,16 +112,20 @@ func (m *sampler) run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// sample measures the first database's backlog once.
+// sample measures the first database's backlog once, or a fleet's from
+// what its replicas published.
 func (m *sampler) sample(ctx context.Context) {
-	d := m.s.dbs[0]
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st := Stats{Database: d.Name, RowsByStatus: map[string]int64{}, SampledAt: time.Now().UTC()}
-	for _, x := range m.s.dbs {
-		st.Databases = append(st.Databases, x.Name)
+	st := Stats{RowsByStatus: map[string]int64{}, SampledAt: time.Now().UTC(), Databases: m.s.names()}
+	var err error
+	if m.s.cfg.Fleet != nil {
+		err = m.measureFleet(qctx, &st)
+	} else {
+		d := m.s.dbs[0]
+		st.Database = d.Name
+		err = m.measure(qctx, d, &st)
 	}
-	err := m.measure(qctx, d, &st)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -141,6 +152,49 @@ func (m *sampler) sample(ctx context.Context) {
 		m.history = slices.Delete(m.history, 0, len(m.history)-m.size)
 	}
 	m.last = st
+}
+
+// measureFleet reads every database's published backlog from the
+// coordination database (no connection to any drained database) and sums
+// it: the overview of a fleet.
+func (m *sampler) measureFleet(ctx context.Context, st *Stats) error {
+	pub, err := m.s.cfg.Fleet.Backlogs(ctx)
+	if err != nil {
+		return err
+	}
+	byName := map[string]fleet.Backlog{}
+	for _, b := range pub {
+		byName[b.Name] = b
+	}
+	for _, s := range outbox.Statuses {
+		st.RowsByStatus[s] = 0
+	}
+	st.RowsByDatabase = []fleet.Backlog{}
+	for _, name := range st.Databases {
+		b, ok := byName[name]
+		if !ok {
+			b = fleet.Backlog{Name: name, State: "unknown", RowsByStatus: map[string]int64{}}
+		}
+		for k, v := range b.RowsByStatus {
+			st.RowsByStatus[k] += v
+		}
+		st.OldestPendingAgeSeconds = max(st.OldestPendingAgeSeconds, b.OldestPendingAgeSeconds)
+		st.RowsByDatabase = append(st.RowsByDatabase, b)
+	}
+	st.Adapters = m.adapters()
+	return nil
+}
+
+// of is the overview of one database of a fleet, measured now through its
+// pool (opened for the asking, closed again when idle): its counts, work by
+// tool and pauses, beside the fleet's table and history.
+func (m *sampler) of(ctx context.Context, d *db) (Stats, error) {
+	st := m.snapshot()
+	st.Database, st.RowsByStatus, st.SnapshotAt, st.Estimated, st.OldestPendingAgeSeconds = d.Name, map[string]int64{}, nil, nil, 0
+	if err := m.measure(ctx, d, &st); err != nil {
+		return st, err
+	}
+	return st, nil
 }
 
 // measure reads the backlog: the snapshot the daemons keep, the work rows

@@ -6,16 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/catalog"
+	"github.com/drainer-io/drainer/internal/console"
 	"github.com/drainer-io/drainer/internal/fleet"
+	"github.com/drainer-io/drainer/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -45,8 +50,14 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	if opts.ConsoleAddr != "" || st.cfg.Console.Addr != "" {
-		log.Warn("the operator console is not served with databases: (it reads one database)")
+	// The console's address is taken before anything slow, so a taken one
+	// is refused at once.
+	var consoleLn net.Listener
+	if addr := cmp.Or(opts.ConsoleAddr, st.cfg.Console.Addr); addr != "" {
+		if consoleLn, err = console.Listen(addr); err != nil {
+			return &ConfigError{err}
+		}
+		defer func() { _ = consoleLn.Close() }()
 	}
 
 	registry, err := buildAdapters(ctx, st.cfg, builtin.Options{Logger: log, Version: opts.Version}, log)
@@ -56,7 +67,14 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		}
 		return err
 	}
-	defer func() { _ = registry.Close(context.Background()) }()
+	// The fleet closes the registry once New took it (after Run, or once a
+	// reload replaced it and no engine uses it any more).
+	owned := false
+	defer func() {
+		if !owned {
+			_ = registry.Close(context.Background())
+		}
+	}()
 
 	tracer, stopTracing, err := newTracer(ctx, opts.Version, log)
 	if err != nil {
@@ -68,15 +86,15 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		stopTracing(sctx)
 	}()
 
-	cat := catalog.New(st.cfg.Databases, log)
-	defer cat.Close()
+	src := &swappableCatalog{cat: catalog.New(st.cfg.Databases, log)}
+	defer src.close()
 	engCfg := opts.Engine
 	engCfg.Workers, engCfg.Lease = st.workers, st.lease
 	if tracer != nil {
 		engCfg.Tracer = tracer
 	}
 	f, err := fleet.New(fleet.Config{
-		Source:          catalogSource(cat),
+		Source:          src.list,
 		CoordinationURL: coordURL,
 		Schema:          st.schema,
 		Lease:           st.lease,
@@ -84,6 +102,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		StopTimeout:     cmp.Or(opts.ShutdownTimeout, 30*time.Second),
 		Engine:          engCfg,
 		Routing:         func() *drainer.Routing { return NewRouting(st.cfg, registry) },
+		CloseAdapters:   closeAdapters(registry, log),
 		Registerer:      reg,
 		Version:         opts.Version,
 		Logger:          log,
@@ -91,13 +110,29 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	if err != nil {
 		return &ConfigError{err}
 	}
+	if consoleLn != nil {
+		stop, err := startFleetConsole(ctx, consoleLn, st, opts, f, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	owned = true
+	reloads := make(chan struct{})
+	defer func() { <-reloads }() // no reload is under way once Run returns
+	rctx, stopReloads := context.WithCancel(ctx)
+	defer stopReloads()
 	go func() {
+		defer close(reloads)
+		running := st
 		for {
 			select {
-			case <-ctx.Done():
+			case <-rctx.Done():
 				return
 			case <-opts.Reload:
-				log.Warn("reload ignored with databases: restart the replica to apply a new config (its databases move to the others meanwhile)")
+				if next, ok := reloadFleet(rctx, f, src, running, opts, log); ok {
+					running = next
+				}
 			}
 		}
 	}()
@@ -107,6 +142,164 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	ready.Store(true)
 	defer ready.Store(false)
 	return f.Run(ctx)
+}
+
+// startFleetConsole serves the console of the fleet on ln: its overview
+// from the backlogs the replicas publish in the coordination database, one
+// database's pages through a pool of one connection opened on use and
+// closed when idle (fleet.Pool), so the console adds no connection to the
+// fleet's bound while nobody uses it.
+func startFleetConsole(ctx context.Context, ln net.Listener, st settings, opts Options, f *fleet.Fleet,
+	reg prometheus.Gatherer, log *slog.Logger) (stop func(), err error) {
+	sto, err := store.New(st.schema)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	c := st.cfg.Console
+	srv, err := console.New(console.Config{
+		Addr: ln.Addr().String(), Listener: ln, Actions: c.Actions, Token: c.Token.Reveal(),
+		Fleet: f, Store: sto, Gatherer: reg, SampleEvery: opts.ConsoleSampleEvery, Logger: log,
+	})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, &ConfigError{err}
+	}
+	log.Info("console serving", "console_addr", srv.Addr(), "actions", c.Actions, "databases", "fleet")
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}
+
+// reloadFleet loads the config again for a running fleet. A bad config is
+// refused and nothing changes. Otherwise new adapters are built once and
+// swapped into every engine (rows leased before finish on the old ones,
+// closed by the fleet once no engine uses them), and a changed databases:
+// section replaces the list the fleet reads. What cannot change live is
+// logged with its running and file values (names, never urls). It returns
+// the settings now in force.
+func reloadFleet(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, running settings, opts Options, log *slog.Logger) (settings, bool) {
+	if opts.ConfigPath == "" {
+		log.Warn("reload ignored: no config file")
+		return running, false
+	}
+	cfg, err := config.Load(opts.ConfigPath, config.LoadOptions{})
+	if err != nil {
+		log.Error("config reload refused; keeping the running config", "err", err)
+		return running, false
+	}
+	if cfg.Databases == nil {
+		log.Error("config reload refused; keeping the running config",
+			"err", "the databases: section was removed: restart the replica to drain a single database")
+		return running, false
+	}
+	registry, err := builtin.Build(ctx, cfg, builtin.Options{Logger: log, Version: opts.Version})
+	if err != nil {
+		log.Error("config reload refused; keeping the running config", "err", err)
+		return running, false
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("config warning", "warning", w)
+	}
+	if lease := cmp.Or(cfg.Lease, config.DefaultLease); lease != running.lease {
+		log.Warn("lease changes take effect on restart", "running", running.lease, "file", lease)
+	}
+	if workers := cmp.Or(opts.Workers, cfg.Workers, config.DefaultWorkers); workers != running.workers {
+		log.Warn("workers per database changes take effect on restart", "running", running.workers, "file", workers)
+	}
+	// The membership stays where it is until restart; the list itself is
+	// read from the new section at once.
+	if was, now := coordinationName(running.cfg.Databases), coordinationName(cfg.Databases); was != now {
+		log.Warn("coordination database changes take effect on restart", "running", was, "file", now)
+	} else if was == catalogCoordination && !sameQueryURL(running.cfg.Databases, cfg.Databases) {
+		log.Warn("coordination database changes take effect on restart: databases.query.url changed (the list is read from the new catalog already)")
+	}
+	f.Reload(func() *drainer.Routing { return NewRouting(cfg, registry) }, closeAdapters(registry, log))
+	changed := !sameDatabases(running.cfg.Databases, cfg.Databases)
+	if changed {
+		src.swap(catalog.New(cfg.Databases, log))
+		f.Relist(cfg.Databases.Refresh)
+	}
+	log.Info("config reloaded", "adapters", adapterSummary(cfg), "routes", len(cfg.Routes), "databases_changed", changed)
+	next := running
+	next.cfg = cfg
+	return next, true
+}
+
+// closeAdapters closes a registry the fleet is done with (replaced by a
+// reload, or at shutdown).
+func closeAdapters(registry *dispatch.Registry, log *slog.Logger) func() {
+	return func() {
+		if err := registry.Close(context.Background()); err != nil {
+			log.Warn("closing adapters", "err", err)
+			return
+		}
+		log.Info("adapters closed: no engine uses them any more")
+	}
+}
+
+// catalogCoordination names the coordination database when it is the
+// catalog's (databases.query.url, never logged).
+const catalogCoordination = "the catalog database"
+
+// coordinationName names the coordination database for logs: the catalog,
+// or the first static database by name (as coordinationURL picks it).
+func coordinationName(dbs *config.Databases) string {
+	if dbs.Query != nil {
+		return catalogCoordination
+	}
+	if len(dbs.Static) == 0 {
+		return ""
+	}
+	return slices.MinFunc(dbs.Static, func(a, b config.DatabaseEntry) int { return strings.Compare(a.Name, b.Name) }).Name
+}
+
+// sameQueryURL reports whether both sections read the catalog at one url.
+func sameQueryURL(a, b *config.Databases) bool {
+	return a.Query != nil && b.Query != nil && a.Query.URL.Reveal() == b.Query.URL.Reveal()
+}
+
+// sameDatabases reports whether two databases: sections list the same
+// databases the same way (static entries, query and refresh).
+func sameDatabases(a, b *config.Databases) bool {
+	if a.Refresh != b.Refresh || (a.Query == nil) != (b.Query == nil) ||
+		(a.Query != nil && (a.Query.SQL != b.Query.SQL || !sameQueryURL(a, b))) {
+		return false
+	}
+	return slices.EqualFunc(a.Static, b.Static, func(x, y config.DatabaseEntry) bool {
+		return x.Name == y.Name && x.URL.Reveal() == y.URL.Reveal()
+	})
+}
+
+// swappableCatalog is the fleet's Source over a catalog a reload may
+// replace. A List and a swap never overlap, so the catalog replaced is
+// closed once and never reopened by a List still under way.
+type swappableCatalog struct {
+	mu  sync.Mutex
+	cat *catalog.Catalog
+}
+
+func (s *swappableCatalog) list(ctx context.Context) ([]fleet.Database, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return catalogSource(s.cat)(ctx)
+}
+
+func (s *swappableCatalog) swap(cat *catalog.Catalog) {
+	s.mu.Lock()
+	old := s.cat
+	s.cat = cat
+	s.mu.Unlock()
+	old.Close()
+}
+
+func (s *swappableCatalog) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cat.Close()
 }
 
 // coordinationURL is where the fleet's membership lives: the catalog

@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -21,7 +24,8 @@ import (
 
 // TestRunFleet: `drainer run` with databases: drains every listed database
 // through one set of adapters; its logs name the databases, never their
-// urls, and its engine metrics carry the database label.
+// urls, and its engine metrics carry the database label; its console
+// shows every database's counts.
 func TestRunFleet(t *testing.T) {
 	ctx := t.Context()
 	c, err := pgtemp.Start(ctx, pgtemp.Options{})
@@ -85,6 +89,7 @@ databases:
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(rctx, Options{Config: cfg, MetricsAddr: "127.0.0.1:0", Registry: reg, Version: "test",
+			ConsoleAddr: "127.0.0.1:0", ConsoleSampleEvery: 200 * time.Millisecond,
 			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	}()
 	defer func() {
@@ -134,6 +139,44 @@ databases:
 		}
 	}
 	mu.Unlock()
+
+	// The console shows both databases' counts, published by the fleet.
+	m := regexp.MustCompile(`"console_addr":"([^"]+)"`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no console address logged; logs:\n%s", logs.String())
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		var st struct {
+			RowsByDatabase []struct {
+				Name         string           `json:"name"`
+				RowsByStatus map[string]int64 `json:"rows_by_status"`
+			} `json:"rows_by_database"`
+		}
+		body := ""
+		if resp, err := http.Get("http://" + m[1] + "/api/v1/stats"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			_ = json.Unmarshal(b, &st)
+		}
+		got := map[string]int64{}
+		for _, d := range st.RowsByDatabase {
+			got[d.Name] = d.RowsByStatus["succeeded"]
+		}
+		if len(got) == 2 && got["tenant-a"] == 5 && got["tenant-b"] == 5 {
+			for _, db := range dbs {
+				if strings.Contains(body, c.URL(db)) {
+					t.Errorf("the url of %s reached the console", db)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("console stats: %s, want 5 succeeded in each database", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	out := logs.String()
 	for _, db := range dbs {

@@ -43,10 +43,12 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 		delay = min(2*delay, 30*time.Second)
 	}
 	if d != nil {
+		e.eng.Store(d.eng)
 		f.setState(e, "running")
 		f.m.handoversTotal.WithLabelValues("acquired").Inc()
 		log.Info("draining database")
 		<-ctx.Done()
+		f.detach(d.eng)
 		sctx, cancel := context.WithTimeout(context.Background(), f.cfg.StopTimeout)
 		if err := d.close(sctx); err != nil {
 			f.m.dbErrors.WithLabelValues(e.db.Name, reasonStop).Inc()
@@ -111,12 +113,22 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 	cfg.Schema, cfg.ReplicaID, cfg.Metrics = f.cfg.Schema, f.cfg.MemberID, m
 	cfg.Logger = f.log.With("database", db.Name)
 	cfg.PollOnly, cfg.SharedAdapters = true, true
-	if r.eng, err = drainer.New(pool, f.cfg.Routing(), cfg); err != nil {
+	f.gmu.Lock()
+	if f.gen == nil {
+		f.gmu.Unlock()
+		return nil, errors.New("fleet stopped")
+	}
+	rt, g := f.newRoutingLocked()
+	f.gmu.Unlock()
+	if r.eng, err = drainer.New(pool, rt, cfg); err != nil {
+		rt.Release()
 		return nil, err
 	}
 	if err := r.eng.Start(cctx); err != nil {
+		rt.Release() // nothing claimed: the engine never ran
 		return nil, err
 	}
+	f.attach(r.eng, g)
 	return r, nil
 }
 

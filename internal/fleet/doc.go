@@ -9,12 +9,21 @@
 // Files:
 //
 //   - fleet.go: Config, Fleet and its loop: heartbeat, read the database
-//     list (Source), reconcile (start engines for databases newly assigned
+//     list (Source; at once on Relist), reconcile (start engines for databases newly assigned
 //     here, let go of the others), leave on shutdown.
+//   - adapters.go: Reload and the generations of shared adapters: each
+//     engine's routing is counted until it releases it (Routing.Release), and
+//     a replaced generation is closed once the count reaches zero.
 //   - assign.go: Owner and Assign, the pure rendezvous (highest-random-
 //     weight) assignment.
 //   - members.go: the membership table <schema>.fleet_members in the
 //     coordination database, heartbeats with an expiry on the database clock.
+//   - backlogs.go: <schema>.fleet_databases in the coordination database:
+//     each replica publishes the backlog of the databases it drains at its
+//     heartbeat (its engines' last snapshot, one statement); Backlogs reads
+//     the whole fleet's for the console.
+//   - pools.go: Pool, the console's pool of one connection per database,
+//     opened on first use and closed when idle.
 //   - database.go: one database's life: connect, check the schema, start
 //     its engine (PollOnly, shared adapters, metrics labelled with the
 //     database), retry with backoff while it cannot, stop it when let go.

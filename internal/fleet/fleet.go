@@ -67,13 +67,20 @@ type Config struct {
 	// Metrics, PollOnly and SharedAdapters are set by the fleet.
 	Engine drainer.Config
 	// Routing returns a routing for one more engine, over adapters shared
-	// by every database and closed by the caller after Run (required).
+	// by every database (required). Reload replaces it.
 	Routing func() *drainer.Routing
+	// CloseAdapters closes the adapters Routing builds on. The fleet calls
+	// it once, after Run has returned or a Reload replaced them, when no
+	// engine's claim or attempt uses them any more (nil: nothing to close).
+	CloseAdapters func()
 	// Registerer receives the fleet's metrics and, labelled with
 	// database, each engine's (default: a private registry).
 	Registerer prometheus.Registerer
 	Version    string
 	Logger     *slog.Logger
+	// PoolIdle is how long a connection of Pool (the console's) stays open
+	// unused (default 1m): an unused console holds no connection.
+	PoolIdle time.Duration
 	// Force, when set, makes this replica drain the databases it returns
 	// true for whatever the assignment says (tests: a deliberate overlap).
 	Force func(name string) bool
@@ -87,7 +94,10 @@ type Fleet struct {
 	m       *metrics
 	abandon atomic.Bool
 	kick    chan struct{}
+	relist  chan time.Duration
 	wg      sync.WaitGroup
+	coord   atomic.Pointer[pgxpool.Pool] // while Run is connected
+	pools   lazyPools
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -95,14 +105,20 @@ type Fleet struct {
 	dbs     []Database
 	listed  bool // Source answered at least once
 	closing bool
+
+	// gmu orders reloads against engines starting and stopping.
+	gmu     sync.Mutex
+	gen     *generation // the adapters engines start on; nil once Run is over
+	engines map[*drainer.Engine]struct{}
 }
 
 // entry is one database this replica drains, or is letting go.
 type entry struct {
 	db       Database
-	cancel   context.CancelFunc // lets the database go
-	state    atomic.Value       // string: starting, running, unreachable, schema_mismatch
-	stopping bool               // under Fleet.mu
+	cancel   context.CancelFunc             // lets the database go
+	state    atomic.Value                   // string: starting, running, unreachable, schema_mismatch
+	eng      atomic.Pointer[drainer.Engine] // while running: its backlog is published
+	stopping bool                           // under Fleet.mu
 	done     chan struct{}
 }
 
@@ -129,6 +145,7 @@ func New(cfg Config) (*Fleet, error) {
 	cfg.Refresh = cmp.Or(cfg.Refresh, 30*time.Second)
 	cfg.PoolConns = cmp.Or(cfg.PoolConns, 2)
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, 10*time.Second)
+	cfg.PoolIdle = cmp.Or(cfg.PoolIdle, time.Minute)
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -137,7 +154,9 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	drainer.RegisterBuildInfo(cfg.Registerer, cfg.Version) // once for the process, not per database
 	return &Fleet{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer),
-		kick: make(chan struct{}, 1), entries: map[string]*entry{}}, nil
+		kick: make(chan struct{}, 1), relist: make(chan time.Duration, 1), entries: map[string]*entry{},
+		gen: newGeneration(cfg.Routing, cfg.CloseAdapters), engines: map[*drainer.Engine]struct{}{},
+		pools: lazyPools{idle: cfg.PoolIdle}}, nil
 }
 
 // ID is this replica's member id.
@@ -161,6 +180,19 @@ func (f *Fleet) Draining() []string {
 	return out
 }
 
+// Databases returns the names of the databases listed now (the catalog's
+// list as last read), sorted.
+func (f *Fleet) Databases() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.dbs))
+	for _, db := range f.dbs {
+		out = append(out, db.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Unsettled returns how many databases are starting, retrying or being let
 // go here: zero once this replica drains exactly its share.
 func (f *Fleet) Unsettled() int {
@@ -179,11 +211,15 @@ func (f *Fleet) Unsettled() int {
 // others take over at once) and stops every engine, each within
 // StopTimeout. It returns an error only when it could not start.
 func (f *Fleet) Run(ctx context.Context) error {
+	defer f.retireAdapters()
 	coord, err := f.connectCoordination(ctx)
 	if err != nil {
 		return err
 	}
 	defer coord.Close()
+	f.coord.Store(coord)
+	defer f.coord.Store(nil)
+	defer f.pools.closeAll()
 	mem := newMembership(coord, f.cfg.Schema, f.cfg.MemberID)
 	if err := f.retry(ctx, "fleet membership table", func() error { return mem.ensure(ctx) }); err != nil {
 		return err
@@ -220,10 +256,30 @@ func (f *Fleet) Run(ctx context.Context) error {
 			f.reconcile()
 		case <-f.kick:
 			f.reconcile()
+		case d := <-f.relist:
+			if d > 0 && d != f.cfg.Refresh {
+				f.log.Info("fleet refresh changed", "refresh", d, "was", f.cfg.Refresh)
+				f.cfg.Refresh = d
+				refresh.Reset(d)
+			}
+			f.list(ctx)
+			f.reconcile()
 		}
 	}
 	f.shutdown(mem)
 	return nil
+}
+
+// Relist makes Run read Source again now (a reload swapped what it
+// reads), then every refresh (0 keeps the period).
+func (f *Fleet) Relist(refresh time.Duration) {
+	for {
+		select {
+		case f.relist <- refresh:
+			return
+		case <-f.relist: // an earlier request not yet served: this one replaces it
+		}
+	}
 }
 
 // shutdown leaves (unless abandoned) and then lets every database go.
@@ -250,6 +306,7 @@ func (f *Fleet) shutdown(mem *membership) {
 
 // heartbeat renews the membership; on failure the last members are kept.
 func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
+	start := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, max(f.cfg.Heartbeat, time.Second))
 	members, err := mem.beat(bctx, 2*f.cfg.Heartbeat)
 	cancel()
@@ -267,6 +324,20 @@ func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
 	}
 	f.members = members
 	f.mu.Unlock()
+	// The backlog is published after the membership, which it must never
+	// delay (a late beat makes this replica look dead): it shares the one
+	// coordination connection, so it is skipped when the beat itself was
+	// slow and bounded to a third of a heartbeat. A skipped one only makes
+	// the console's counts a beat older.
+	if time.Since(start) >= f.cfg.Heartbeat/2 {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, f.cfg.Heartbeat/3)
+	defer cancel()
+	if err := f.publish(pctx, mem.pool); err != nil && ctx.Err() == nil {
+		f.m.coordErrors.Inc()
+		f.log.Warn("fleet: publishing the databases' backlog failed", "err", redact(err))
+	}
 }
 
 // list reads the databases; a failing Source keeps the last known list.
@@ -297,6 +368,7 @@ func (f *Fleet) list(ctx context.Context) {
 	f.mu.Lock()
 	f.dbs, f.listed = kept, true
 	f.mu.Unlock()
+	f.pools.keep(kept)
 	f.m.databases.WithLabelValues(stateKnown).Set(float64(len(kept)))
 }
 

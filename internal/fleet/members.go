@@ -27,7 +27,8 @@ func newMembership(pool *pgxpool.Pool, schema, id string) *membership {
 		table: pgx.Identifier{schema, "fleet_members"}.Sanitize()}
 }
 
-// ensure creates the schema and table if missing. Replicas starting
+// ensure creates the schema and the tables (fleet_members and
+// fleet_databases) if missing. Replicas starting
 // together serialise on an advisory lock, since concurrent CREATE … IF NOT
 // EXISTS of one table can fail.
 func (m *membership) ensure(ctx context.Context) error {
@@ -41,7 +42,8 @@ CREATE TABLE IF NOT EXISTS `+m.table+` (
 	expires_at   timestamptz NOT NULL,
 	heartbeat_at timestamptz NOT NULL DEFAULT now(),
 	joined_at    timestamptz NOT NULL DEFAULT now()
-)`)
+);
+`+newBacklogs(m.schema).createSQL())
 		return err
 	})
 }

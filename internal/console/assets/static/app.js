@@ -90,7 +90,7 @@
       (st.rows_by_tool || []).forEach(function (tc) {
         var tr = document.createElement('tr');
         var a = document.createElement('a');
-        a.href = '/rows?tool=' + encodeURIComponent(tc.tool_name);
+        a.href = '/rows?tool=' + encodeURIComponent(tc.tool_name) + (st.database && st.rows_by_database ? '&database=' + encodeURIComponent(st.database) : '');
         a.textContent = tc.tool_name;
         var td = document.createElement('td'); td.appendChild(a); tr.appendChild(td);
         var sp = document.createElement('span'); sp.className = 'st st-' + tc.status; sp.textContent = tc.status;
@@ -100,9 +100,25 @@
       });
       if (!tb.firstChild) {
         var tr = document.createElement('tr');
-        var td = cell('No work waiting.', 'muted'); td.colSpan = 3; tr.appendChild(td); tb.appendChild(tr);
+        var td = cell(st.rows_by_database && !st.database ? 'Choose a database to see its work by tool.' : 'No work waiting.', 'muted');
+        td.colSpan = 3; tr.appendChild(td); tb.appendChild(tr);
       }
     }
+    // A fleet: each database's published counts.
+    (st.rows_by_database || []).forEach(function (b) {
+      var tr = document.querySelector('#by-database tr[data-database="' + CSS.escape(b.name) + '"]');
+      if (!tr) return;
+      var by = b.rows_by_status || {};
+      var vals = { pending: by.pending || 0, in_flight: by.in_flight || 0, parked: (by.outcome_unknown || 0) + (by.compensation_failed || 0),
+        failed: by.failed || 0, succeeded: by.succeeded || 0 };
+      tr.querySelectorAll('td[data-col]').forEach(function (td) {
+        var k = td.getAttribute('data-col');
+        if (k in vals) td.textContent = fmtNum(vals[k]);
+        else if (k === 'state') td.textContent = b.state;
+        else if (k === 'oldest') td.textContent = fmtAge(b.oldest_pending_age_seconds);
+        else if (k === 'sampled') td.textContent = b.sample_age_seconds == null ? 'never' : fmtAge(b.sample_age_seconds) + ' ago';
+      });
+    });
     drawChart(h);
   }
   function poll() {

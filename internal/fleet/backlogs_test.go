@@ -1,0 +1,81 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestFleetPublishesBacklogs: each replica publishes the backlog of the
+// databases it drains in fleet_databases; anyone reads the whole fleet's
+// there. A database removed from the list is forgotten; one whose owner
+// dies is published by its new owner.
+func TestFleetPublishesBacklogs(t *testing.T) {
+	cl := newCluster(t, 100)
+	dbs := names("con_pub", 3)
+	cl.createDBs(t, dbs)
+	var mu sync.Mutex
+	listed := dbs
+	src := func(ctx context.Context) ([]Database, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return static(cl, listed)(ctx)
+	}
+	rt := routing(t, newCounter())
+	a := startReplica(t, cl.url(dbs[0]), src, rt, "a", nil)
+	b := startReplica(t, cl.url(dbs[0]), src, rt, "b", nil)
+	want := map[string]int64{}
+	for i, db := range dbs {
+		want[db] = int64(5 * (i + 1))
+		cl.enqueue(t, db, "1", 5*(i+1))
+	}
+	// published says whether r reads, for each database, its true count of
+	// succeeded rows published by its owner among live members.
+	published := func(r *replica, owner func(string) string) (bool, string) {
+		bl, err := r.Backlogs(t.Context())
+		if err != nil {
+			return false, err.Error()
+		}
+		got := fmt.Sprint(bl)
+		if len(bl) != len(want) {
+			return false, got
+		}
+		for _, x := range bl {
+			if w, ok := want[x.Name]; !ok || x.RowsByStatus["succeeded"] != w || x.RowsByStatus["pending"] != 0 ||
+				x.State != "running" || x.Member != owner(x.Name) || !x.MemberAlive || x.SampledAt == nil {
+				return false, got
+			}
+		}
+		return true, got
+	}
+	owner2 := func(db string) string { return Owner([]string{"a", "b"}, db) }
+	waitForState(t, "every database's backlog published by its owner", 60*time.Second, func() (bool, string) {
+		if !settled(dbs, a, b) {
+			return false, state(newCounter(), a, b)
+		}
+		return published(b, owner2)
+	})
+	if ok, got := published(a, owner2); !ok {
+		t.Errorf("replica a reads %s", got)
+	}
+
+	// A database no longer listed is forgotten.
+	mu.Lock()
+	listed = dbs[:2]
+	mu.Unlock()
+	delete(want, dbs[2])
+	waitForState(t, "the unlisted database forgotten", 60*time.Second, func() (bool, string) { return published(a, owner2) })
+
+	// The owner of dbs[0] dies: its row stays, then the survivor publishes it.
+	dead, survivor := a, b
+	if owner2(dbs[0]) == "b" {
+		dead, survivor = b, a
+	}
+	dead.Abandon()
+	dead.stop(t)
+	waitForState(t, "the survivor publishing every database", 60*time.Second, func() (bool, string) {
+		return published(survivor, func(string) string { return survivor.ID() })
+	})
+}
