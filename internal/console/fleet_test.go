@@ -123,7 +123,8 @@ func nonZero(m map[string]int64) map[string]int64 {
 // other replica drains included) from the coordination database, one
 // database's pages and actions reach that database only, links keep it,
 // an unknown one is a 404 naming it, and an idle console holds no
-// connection.
+// connection to any database but its overview's one to the coordination
+// database.
 func TestFleetConsole(t *testing.T) {
 	dbs := []string{"con_a", "con_b", "con_c", "con_d"}
 	cl := newFleetCluster(t, dbs)
@@ -387,33 +388,37 @@ func TestFleetConsole(t *testing.T) {
 		t.Errorf("action on an unknown database: %d %s, want 404 naming it", code, body)
 	}
 
-	// Idle, the console holds no connection to any database (its overview
-	// reads the coordination database on the fleet's connection), and the
-	// fleet keeps its bound: two per drained database, one coordination
-	// connection per replica.
+	// Idle, the console holds no connection to any database's pages; its
+	// overview reads the coordination database on a connection of its own
+	// (never the heartbeat's), and the fleet keeps its bound: two per
+	// drained database, one coordination connection per replica, and the
+	// overview's one to the coordination database.
 	pc, err := pgx.Connect(t.Context(), cl.c.URL("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pc.Close(context.Background())
-	conns := func() (console int, by map[string]int) {
-		by = map[string]int{}
+	conns := func() (console int, overview, by map[string]int) {
+		overview, by = map[string]int{}, map[string]int{}
 		rows, _ := pc.Query(t.Context(), `SELECT datname, application_name FROM pg_stat_activity WHERE datname LIKE 'con\_%'`)
 		var db, app string
 		if _, err := pgx.ForEachRow(rows, []any{&db, &app}, func() error {
 			by[db]++
-			if app == "drainer console" {
+			switch app {
+			case "drainer console":
 				console++
+			case "drainer console overview":
+				overview[db]++
 			}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
-		return console, by
+		return console, overview, by
 	}
 	deadline = time.Now().Add(60 * time.Second)
 	for {
-		n, by := conns()
+		n, _, by := conns()
 		if n == 0 {
 			break
 		}
@@ -422,19 +427,27 @@ func TestFleetConsole(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The overview keeps sampling meanwhile; it opens none.
+	// The overview keeps sampling meanwhile; it opens no connection to a
+	// drained database, and at most one to the coordination database.
 	for range 3 {
 		if code, _ := get("/api/v1/stats"); code != http.StatusOK {
 			t.Fatalf("stats: %d", code)
 		}
-		n, by := conns()
+		n, overview, by := conns()
 		if n != 0 {
 			t.Fatalf("the fleet's overview opened a connection to a drained database: %v", by)
+		}
+		total := 0
+		for _, k := range overview {
+			total += k
+		}
+		if total > 1 || total != overview["con_a"] {
+			t.Fatalf("the overview's connections %v, want at most one, to the coordination database con_a", overview)
 		}
 		for _, db := range dbs {
 			bound := 2
 			if db == "con_a" {
-				bound += len(replicas) // the coordination database
+				bound += len(replicas) + 1 // the coordination database: each replica's, the overview's
 			}
 			if by[db] > bound {
 				t.Errorf("%s: %d server connections, want at most %d", db, by[db], bound)

@@ -35,12 +35,12 @@ type Backlog struct {
 	PublishedAt time.Time `json:"published_at"`
 }
 
-// ErrNotJoined is Backlogs before the fleet has connected to the
-// coordination database.
+// ErrNotJoined is Backlogs before the fleet has joined the membership (or
+// after it has left).
 var ErrNotJoined = errors.New("fleet: not connected to the coordination database yet")
 
 // backlogs is the table <schema>.fleet_databases: each replica writes the
-// rows of the databases it drains at every heartbeat, on its coordination
+// rows of the databases it drains after each heartbeat, on its coordination
 // connection, from the snapshot its engines already keep (no query in the
 // drained databases). Anyone reads the whole fleet's backlog from one place.
 type backlogs struct {
@@ -146,13 +146,18 @@ func (b backlogs) read(ctx context.Context, pool *pgxpool.Pool) ([]Backlog, erro
 }
 
 // Backlogs reads every database's last published backlog from the
-// coordination database, on the fleet's coordination connection (no
-// connection to any drained database), sorted by name. It may include a
-// database no longer listed until it is forgotten; Databases is the list.
+// coordination database (no connection to any drained database), sorted by
+// name, on a connection of its own opened on first use and closed after
+// PoolIdle unused: never the heartbeat's, so a slow read cannot delay a
+// beat. It may include a database no longer listed until it is forgotten;
+// Databases is the list. ErrNotJoined until Run has joined the membership.
 func (f *Fleet) Backlogs(ctx context.Context) ([]Backlog, error) {
-	pool := f.coord.Load()
-	if pool == nil {
+	if !f.joined.Load() {
 		return nil, ErrNotJoined
+	}
+	pool, err := f.pools.coordination(f.cfg.CoordinationURL)
+	if err != nil {
+		return nil, err
 	}
 	return newBacklogs(f.cfg.Schema).read(ctx, pool)
 }

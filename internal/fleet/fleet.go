@@ -78,8 +78,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Version    string
 	Logger     *slog.Logger
-	// PoolIdle is how long a connection of Pool (the console's) stays open
-	// unused (default 1m): an unused console holds no connection.
+	// PoolIdle is how long a connection of Pool or Backlogs (the
+	// console's) stays open unused (default 1m): an unused console holds
+	// no connection.
 	PoolIdle time.Duration
 	// Force, when set, makes this replica drain the databases it returns
 	// true for whatever the assignment says (tests: a deliberate overlap).
@@ -96,8 +97,8 @@ type Fleet struct {
 	kick    chan struct{}
 	relist  chan time.Duration
 	wg      sync.WaitGroup
-	coord   atomic.Pointer[pgxpool.Pool] // while Run is connected
-	pools   lazyPools
+	joined  atomic.Bool // while Run is in the membership: Backlogs reads
+	pools   lazyPools   // the console's connections, never the heartbeat's
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -216,14 +217,17 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The coordination connection is the heartbeat's: nothing else but
+	// the membership's statements and the bounded publication after a
+	// beat uses it (the console reads on connections of its own).
 	defer coord.Close()
-	f.coord.Store(coord)
-	defer f.coord.Store(nil)
-	defer f.pools.closeAll()
+	defer f.pools.closeAll(f.cfg.StopTimeout)
 	mem := newMembership(coord, f.cfg.Schema, f.cfg.MemberID)
 	if err := f.retry(ctx, "fleet membership table", func() error { return mem.ensure(ctx) }); err != nil {
 		return err
 	}
+	f.joined.Store(true)
+	defer f.joined.Store(false)
 	f.log.Info("fleet joining", "member", f.cfg.MemberID, "lease", f.cfg.Lease, "heartbeat", f.cfg.Heartbeat, "refresh", f.cfg.Refresh)
 	beat := time.NewTicker(f.cfg.Heartbeat)
 	defer beat.Stop()

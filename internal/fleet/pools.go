@@ -17,18 +17,28 @@ func (e *UnknownDatabaseError) Error() string {
 	return fmt.Sprintf("unknown database %q: the fleet does not list it", e.Name)
 }
 
-// lazyPools are the pools of Pool, one per database asked for. A pool with
-// MinConns 0 holds no connection until it is used, and closes its
-// connection once unused for idle: kept in the map, it costs nothing on
-// the server. A pool is closed when its database leaves the list or its
-// url changes, and all of them when Run returns.
+// errStopped is Pool and Backlogs once Run has returned.
+var errStopped = errors.New("fleet: stopped")
+
+// lazyPools are the console's pools: one per database asked for (Pool),
+// and one to the coordination database (Backlogs), never the heartbeat's.
+// A pool with MinConns 0 holds no connection until it is used, and closes
+// its connection once unused for idle: kept in the map, it costs nothing
+// on the server. A pool is closed when its database leaves the list or its
+// url changes, and all of them when Run returns. A pool is closed outside
+// the lock and without waiting (pgxpool's Close waits for the connections
+// a request still holds), so neither Run's loop nor another request ever
+// waits on a request under way.
 type lazyPools struct {
 	idle time.Duration
 
 	mu     sync.Mutex
 	urls   map[string]string // the list, by name (nil before the first)
 	pools  map[string]*lazyPool
+	coord  *pgxpool.Pool // Backlogs', once asked for
 	closed bool
+
+	closing sync.WaitGroup // pools being closed
 }
 
 type lazyPool struct {
@@ -36,29 +46,100 @@ type lazyPool struct {
 	pool *pgxpool.Pool
 }
 
-// keep records the list: pools of databases gone or moved are closed.
+// keep records the list: pools of databases gone or moved are closed in
+// the background.
 func (l *lazyPools) keep(dbs []Database) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.urls = make(map[string]string, len(dbs))
 	for _, db := range dbs {
 		l.urls[db.Name] = db.URL
 	}
+	var gone []*pgxpool.Pool
 	for name, p := range l.pools {
 		if l.urls[name] != p.url {
-			p.pool.Close()
+			gone = append(gone, p.pool)
 			delete(l.pools, name)
 		}
 	}
+	l.mu.Unlock()
+	l.close(gone)
 }
 
-func (l *lazyPools) closeAll() {
+// close closes pools in the background: each once its connections are
+// released.
+func (l *lazyPools) close(pools []*pgxpool.Pool) {
+	for _, p := range pools {
+		l.closing.Go(p.Close)
+	}
+}
+
+// closeAll closes every pool once Run is over (Pool and Backlogs refuse
+// from then on), and waits for them up to grace: a pool that a request
+// still uses after that closes when the request releases it.
+func (l *lazyPools) closeAll(grace time.Duration) {
+	l.mu.Lock()
+	var all []*pgxpool.Pool
+	for _, p := range l.pools {
+		all = append(all, p.pool)
+	}
+	if l.coord != nil {
+		all = append(all, l.coord)
+	}
+	l.pools, l.coord, l.closed = nil, nil, true
+	l.mu.Unlock()
+	l.close(all)
+	done := make(chan struct{})
+	go func() {
+		l.closing.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// open returns a pool of at most one connection to url, opened on first
+// use and closed after idle unused. Under l.mu (it does not connect).
+func (l *lazyPools) open(url, app string) (*pgxpool.Pool, error) {
+	pc, err := poolConfig(url, 1)
+	if err != nil {
+		return nil, err
+	}
+	if pc.ConnConfig.RuntimeParams["application_name"] == "drainer" {
+		// Told apart from the engines' in pg_stat_activity.
+		pc.ConnConfig.RuntimeParams["application_name"] = app
+	}
+	pc.MaxConnIdleTime = l.idle
+	pc.HealthCheckPeriod = max(min(l.idle/2, time.Minute), 100*time.Millisecond)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		return nil, errors.New(redact(err))
+	}
+	return pool, nil
+}
+
+// coordination returns Backlogs' pool: one connection to the coordination
+// database of its own, opened on first use and closed after PoolIdle
+// unused. The heartbeat's connection is the heartbeat's alone (and the
+// bounded publication's after it), so a slow console read never makes a
+// beat wait.
+func (l *lazyPools) coordination(url string) (*pgxpool.Pool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, p := range l.pools {
-		p.pool.Close()
+	if l.closed {
+		return nil, errStopped
 	}
-	l.pools, l.closed = nil, true
+	if l.coord == nil {
+		pool, err := l.open(url, "drainer console overview")
+		if err != nil {
+			return nil, fmt.Errorf("fleet coordination database: %w", err)
+		}
+		l.coord = pool
+	}
+	return l.coord, nil
 }
 
 // Pool returns a pool of at most one connection to the named database, for
@@ -72,7 +153,7 @@ func (f *Fleet) Pool(name string) (*pgxpool.Pool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil, errors.New("fleet: stopped")
+		return nil, errStopped
 	}
 	url, ok := l.urls[name]
 	if !ok {
@@ -81,19 +162,9 @@ func (f *Fleet) Pool(name string) (*pgxpool.Pool, error) {
 	if p := l.pools[name]; p != nil {
 		return p.pool, nil
 	}
-	pc, err := poolConfig(url, 1)
+	pool, err := l.open(url, "drainer console")
 	if err != nil {
 		return nil, fmt.Errorf("database %s: %w", name, err)
-	}
-	if pc.ConnConfig.RuntimeParams["application_name"] == "drainer" {
-		// Told apart from the engines' in pg_stat_activity.
-		pc.ConnConfig.RuntimeParams["application_name"] = "drainer console"
-	}
-	pc.MaxConnIdleTime = l.idle
-	pc.HealthCheckPeriod = max(min(l.idle/2, time.Minute), 100*time.Millisecond)
-	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		return nil, fmt.Errorf("database %s: %s", name, redact(err))
 	}
 	if l.pools == nil {
 		l.pools = map[string]*lazyPool{}
