@@ -10,7 +10,7 @@
 //	fleet.go    runFleet: with databases:, one fleet (internal/fleet) drains every
 //	            database the catalog lists, on shared adapters; the membership
 //	            lives in the catalog database, else the first static one by name;
-//	            startFleetConsole serves the console of the whole fleet
+//	            startFleetConsole serves the console of the whole fleet;
 //	            reloadFleet: SIGHUP with databases: (new adapters for every
 //	            engine, the catalog swapped when databases: changed)
 //	console.go  the operator console (internal/console) on --console-addr or
