@@ -65,11 +65,13 @@ type Database struct {
 
 // Fleet is what the console reads of a fleet of databases (*fleet.Fleet).
 // The overview's counts come from Backlogs, which every replica publishes
-// in the coordination database; one database's details come through Pool,
-// a pool of one connection opened on first use and closed when idle.
+// in the coordination database and the console's replica reads back at
+// each heartbeat (from memory: no connection); one database's details come
+// through Pool, a pool of one connection opened on first use and closed
+// when idle.
 type Fleet interface {
 	Databases() []string
-	Backlogs(ctx context.Context) ([]fleet.Backlog, error)
+	Backlogs() ([]fleet.Backlog, time.Time, error)
 	Pool(name string) (*pgxpool.Pool, error)
 }
 

@@ -37,15 +37,16 @@
 // the list is the fleet's current one, read at each request, and the
 // console keeps no connection to any drained database: the overview (rows
 // by status, by database, the chart) is the sum of the backlogs each
-// replica publishes in <schema>.fleet_databases, read every few seconds
-// (fleet.Backlogs) on a connection of the console's own to the coordination
-// database, never the heartbeat's; one database's pages, its overview
-// (?database=NAME: its counts, work by tool, pauses) and the actions go
-// through fleet.Pool, a pool of one connection opened on first use and
-// closed after a minute unused. So a console served adds one connection to
-// the fleet's 2·D + 2·R (its overview's, to the coordination database),
-// and one in use one more per database being looked at. Breakers and holds
-// are per engine in a fleet and are not shown there.
+// replica publishes in <schema>.fleet_databases, which the console's
+// replica reads back at each heartbeat in the round trip of its own
+// publication and keeps in memory (fleet.Backlogs, sampled every few
+// seconds): it costs no connection, not even to the coordination database.
+// One database's pages, its overview (?database=NAME: its counts, work by
+// tool, pauses) and the actions go through fleet.Pool, a pool of one
+// connection opened on first use and closed after a minute unused. So an
+// idle console adds nothing to the fleet's 2·D + 2·R connections, and one
+// in use one per database being looked at. Breakers and holds are per
+// engine in a fleet and are not shown there.
 //
 // # Files
 //

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -123,8 +124,8 @@ func nonZero(m map[string]int64) map[string]int64 {
 // other replica drains included) from the coordination database, one
 // database's pages and actions reach that database only, links keep it,
 // an unknown one is a 404 naming it, and an idle console holds no
-// connection to any database but its overview's one to the coordination
-// database.
+// connection to any database, the coordination database included: its
+// overview is what the replica's heartbeat reads back, and keeps changing.
 func TestFleetConsole(t *testing.T) {
 	dbs := []string{"con_a", "con_b", "con_c", "con_d"}
 	cl := newFleetCluster(t, dbs)
@@ -388,71 +389,81 @@ func TestFleetConsole(t *testing.T) {
 		t.Errorf("action on an unknown database: %d %s, want 404 naming it", code, body)
 	}
 
-	// Idle, the console holds no connection to any database's pages; its
-	// overview reads the coordination database on a connection of its own
-	// (never the heartbeat's), and the fleet keeps its bound: two per
-	// drained database, one coordination connection per replica, and the
-	// overview's one to the coordination database.
+	// Idle, the console holds no connection to any database: one
+	// database's pages close theirs when idle, and the overview opens none
+	// (not even to the coordination database, where only each replica's
+	// heartbeat connection is); the fleet keeps its bound of two per
+	// drained database and one coordination connection per replica.
 	pc, err := pgx.Connect(t.Context(), cl.c.URL("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pc.Close(context.Background())
-	conns := func() (console int, overview, by map[string]int) {
-		overview, by = map[string]int{}, map[string]int{}
+	conns := func() (console map[string]int, by map[string]int) {
+		console, by = map[string]int{}, map[string]int{}
 		rows, _ := pc.Query(t.Context(), `SELECT datname, application_name FROM pg_stat_activity WHERE datname LIKE 'con\_%'`)
 		var db, app string
 		if _, err := pgx.ForEachRow(rows, []any{&db, &app}, func() error {
 			by[db]++
-			switch app {
-			case "drainer console":
-				console++
-			case "drainer console overview":
-				overview[db]++
+			if app != "drainer" { // the engines' and the heartbeats'
+				console[db+" "+app]++
 			}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
-		return console, overview, by
+		return console, by
 	}
 	deadline = time.Now().Add(60 * time.Second)
 	for {
-		n, _, by := conns()
-		if n == 0 {
+		console, by := conns()
+		if len(console) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("console connections still open %v after the idle timeout: %v", idle, by)
+			t.Fatalf("console connections still open %v after the idle timeout: %v (all: %v)", idle, console, by)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The overview keeps sampling meanwhile; it opens no connection to a
-	// drained database, and at most one to the coordination database.
-	for range 3 {
-		if code, _ := get("/api/v1/stats"); code != http.StatusOK {
-			t.Fatalf("stats: %d", code)
+	// The overview keeps sampling meanwhile, and what it shows keeps
+	// changing (each read by a later heartbeat, the cancels' counts
+	// among them), with no console connection anywhere.
+	var reads []time.Time
+	wantOther := map[string]int64{"succeeded": want[other]["succeeded"], "pending": want[other]["pending"] - 2, "cancelled": 2}
+	deadline = time.Now().Add(90 * time.Second)
+	for shown := false; len(reads) < 3 || !shown; {
+		code, body := get("/api/v1/stats")
+		var st Stats
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.RowsByDatabaseReadAt == nil {
+			t.Fatalf("stats: %d %s", code, body)
 		}
-		n, overview, by := conns()
-		if n != 0 {
-			t.Fatalf("the fleet's overview opened a connection to a drained database: %v", by)
+		if len(reads) == 0 || st.RowsByDatabaseReadAt.After(reads[len(reads)-1]) {
+			reads = append(reads, *st.RowsByDatabaseReadAt)
 		}
-		total := 0
-		for _, k := range overview {
-			total += k
+		for _, b := range st.RowsByDatabase {
+			if b.Name == other && maps.Equal(nonZero(b.RowsByStatus), wantOther) {
+				shown = true
+			}
 		}
-		if total > 1 || total != overview["con_a"] {
-			t.Fatalf("the overview's connections %v, want at most one, to the coordination database con_a", overview)
+		console, by := conns()
+		if len(console) != 0 {
+			t.Fatalf("the fleet's overview opened connections %v (all: %v), want none: the heartbeat reads it", console, by)
 		}
 		for _, db := range dbs {
 			bound := 2
 			if db == "con_a" {
-				bound += len(replicas) + 1 // the coordination database: each replica's, the overview's
+				bound += len(replicas) // the coordination database: each replica's heartbeat
 			}
 			if by[db] > bound {
 				t.Errorf("%s: %d server connections, want at most %d", db, by[db], bound)
 			}
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the overview read at %v, showing %s's cancels: %v; want three reads and the cancels", reads, other, shown)
+		}
 		time.Sleep(300 * time.Millisecond)
+	}
+	if code, body := get("/"); code != http.StatusOK || !regexp.MustCompile(`data-stat="rows_by_database_read_at">\d{4}-\d\d-\d\d `).MatchString(body) {
+		t.Errorf("overview page: %d, want the time the rows by database were read", code)
 	}
 }

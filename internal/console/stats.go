@@ -58,6 +58,9 @@ type Stats struct {
 	// published it (a fleet only: databases: in the config), in the order
 	// of the list; a database not yet published has state "unknown".
 	RowsByDatabase []fleet.Backlog `json:"rows_by_database,omitempty"`
+	// RowsByDatabaseReadAt is when this replica's heartbeat last read
+	// them from the coordination database (a fleet only).
+	RowsByDatabaseReadAt *time.Time `json:"rows_by_database_read_at,omitempty"`
 	// History is the backlog over time: of the database, or of the whole
 	// fleet (the sum of RowsByDatabase) with databases: in the config.
 	History []Sample `json:"history"`
@@ -120,7 +123,7 @@ func (m *sampler) sample(ctx context.Context) {
 	st := Stats{RowsByStatus: map[string]int64{}, SampledAt: time.Now().UTC(), Databases: m.s.names()}
 	var err error
 	if m.s.cfg.Fleet != nil {
-		err = m.measureFleet(qctx, &st)
+		err = m.measureFleet(&st)
 	} else {
 		d := m.s.dbs[0]
 		st.Database = d.Name
@@ -154,14 +157,15 @@ func (m *sampler) sample(ctx context.Context) {
 	m.last = st
 }
 
-// measureFleet reads every database's published backlog from the
-// coordination database (no connection to any drained database) and sums
-// it: the overview of a fleet.
-func (m *sampler) measureFleet(ctx context.Context, st *Stats) error {
-	pub, err := m.s.cfg.Fleet.Backlogs(ctx)
+// measureFleet sums every database's published backlog, as the fleet's
+// heartbeat last read it from the coordination database (no connection of
+// the console's anywhere): the overview of a fleet.
+func (m *sampler) measureFleet(st *Stats) error {
+	pub, readAt, err := m.s.cfg.Fleet.Backlogs()
 	if err != nil {
 		return err
 	}
+	st.RowsByDatabaseReadAt = &readAt
 	byName := map[string]fleet.Backlog{}
 	for _, b := range pub {
 		byName[b.Name] = b

@@ -145,11 +145,11 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 }
 
 // startFleetConsole serves the console of the fleet on ln: its overview
-// from the backlogs the replicas publish in the coordination database
-// (fleet.Backlogs, on a connection of its own, never the heartbeat's), one
-// database's pages through a pool of one connection opened on use and
-// closed when idle (fleet.Pool), so the console adds no connection to a
-// drained database while nobody uses it.
+// from the backlogs the replicas publish in the coordination database, as
+// this replica's heartbeat reads them back (fleet.Backlogs: no connection
+// of the console's), one database's pages through a pool of one connection
+// opened on use and closed when idle (fleet.Pool), so the console adds no
+// connection while nobody uses it.
 func startFleetConsole(ctx context.Context, ln net.Listener, st settings, opts Options, f *fleet.Fleet,
 	reg prometheus.Gatherer, log *slog.Logger) (stop func(), err error) {
 	sto, err := store.New(st.schema)

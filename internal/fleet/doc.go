@@ -11,7 +11,8 @@
 //   - fleet.go: Config, Fleet and its loop: heartbeat, read the database
 //     list (Source; at once on Relist), reconcile (start engines for
 //     databases newly assigned here, let go of the others), leave on
-//     shutdown. Its coordination connection is the heartbeat's alone.
+//     shutdown. Its coordination connection is the heartbeat's alone (and
+//     the bounded publication's after a beat).
 //   - adapters.go: Reload and the generations of shared adapters: each
 //     engine's routing is counted until it releases it (Routing.Release), and
 //     a replaced generation is closed once the count reaches zero.
@@ -21,12 +22,13 @@
 //     coordination database, heartbeats with an expiry on the database clock.
 //   - backlogs.go: <schema>.fleet_databases in the coordination database:
 //     each replica publishes the backlog of the databases it drains after
-//     its heartbeat (its engines' last snapshot, one statement, skipped when
-//     the beat was slow); Backlogs reads the whole fleet's for the console.
-//   - pools.go: the console's connections, each a pool of one opened on
-//     first use and closed when idle: Pool's, one per database, and
-//     Backlogs', to the coordination database. A replaced pool is closed
-//     in the background, never holding up the loop.
+//     its heartbeat (its engines' last snapshot, skipped when the beat was
+//     slow, cut at a third of a heartbeat) and reads the whole fleet's back
+//     in the same round trip; Backlogs answers the console from that read,
+//     kept in memory, at no connection's cost.
+//   - pools.go: the console's connections to one database's pages (Pool),
+//     each a pool of one opened on first use and closed when idle. A
+//     replaced pool is closed in the background, never holding up the loop.
 //   - database.go: one database's life: connect, check the schema, start
 //     its engine (PollOnly, shared adapters, metrics labelled with the
 //     database), retry with backoff while it cannot, stop it when let go.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -78,9 +79,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Version    string
 	Logger     *slog.Logger
-	// PoolIdle is how long a connection of Pool or Backlogs (the
-	// console's) stays open unused (default 1m): an unused console holds
-	// no connection.
+	// PoolIdle is how long a connection of Pool (the console's pages of
+	// one database) stays open unused (default 1m): an unused console
+	// holds no connection.
 	PoolIdle time.Duration
 	// Force, when set, makes this replica drain the databases it returns
 	// true for whatever the assignment says (tests: a deliberate overlap).
@@ -90,15 +91,16 @@ type Config struct {
 // Fleet drains the databases Source lists that rendezvous hashing over the
 // live members assigns to this replica, one engine per database.
 type Fleet struct {
-	cfg     Config
-	log     *slog.Logger
-	m       *metrics
-	abandon atomic.Bool
-	kick    chan struct{}
-	relist  chan time.Duration
-	wg      sync.WaitGroup
-	joined  atomic.Bool // while Run is in the membership: Backlogs reads
-	pools   lazyPools   // the console's connections, never the heartbeat's
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	abandon  atomic.Bool
+	kick     chan struct{}
+	relist   chan time.Duration
+	wg       sync.WaitGroup
+	joined   atomic.Bool // while Run is in the membership: Backlogs answers
+	overview overview    // the backlogs the heartbeat last read: Backlogs' answer
+	pools    lazyPools   // the console's connections to one database's pages
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -219,7 +221,8 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	// The coordination connection is the heartbeat's: nothing else but
 	// the membership's statements and the bounded publication after a
-	// beat uses it (the console reads on connections of its own).
+	// beat uses it. The publication reads the whole fleet's backlogs back
+	// for the console's overview (Backlogs), which so costs no connection.
 	defer coord.Close()
 	defer f.pools.closeAll(f.cfg.StopTimeout)
 	mem := newMembership(coord, f.cfg.Schema, f.cfg.MemberID)
@@ -328,20 +331,28 @@ func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
 	}
 	f.members = members
 	f.mu.Unlock()
-	// The backlog is published after the membership, which it must never
-	// delay (a late beat makes this replica look dead): it shares the one
+	// The backlog is published, and the fleet's read back for the
+	// console's overview, after the membership, which it must never delay
+	// (a late beat makes this replica look dead): it shares the one
 	// coordination connection, so it is skipped when the beat itself was
-	// slow and bounded to a third of a heartbeat. A skipped one only makes
-	// the console's counts a beat older.
+	// slow and bounded to a third of a heartbeat (a lock on the table cuts
+	// it on the server at half that, keeping the connection). A skipped or
+	// cut one only makes the overview a beat older: it keeps the last read.
 	if time.Since(start) >= f.cfg.Heartbeat/2 {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, f.cfg.Heartbeat/3)
+	bound := f.cfg.Heartbeat / 3
+	pctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	if err := f.publish(pctx, mem.pool); err != nil && ctx.Err() == nil {
-		f.m.coordErrors.Inc()
-		f.log.Warn("fleet: publishing the databases' backlog failed", "err", redact(err))
+	bl, err := f.publish(pctx, mem.pool, bound/2)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.m.coordErrors.Inc()
+			f.log.Warn("fleet: publishing the databases' backlog failed; the console shows the last read", "err", redact(err))
+		}
+		return
 	}
+	f.overview.store(bl, time.Now())
 }
 
 // list reads the databases; a failing Source keeps the last known list.
@@ -463,11 +474,16 @@ func (f *Fleet) retry(ctx context.Context, what string, try func() error) error 
 }
 
 // connectCoordination opens the one-connection pool of the membership.
+// Its statements are sent without a prepare round trip
+// (QueryExecModeExec): a batch is one pipeline, so the publication's
+// lock_timeout is set before its statements are parsed (parsing one
+// already waits on a lock held on its table).
 func (f *Fleet) connectCoordination(ctx context.Context) (*pgxpool.Pool, error) {
 	pc, err := poolConfig(f.cfg.CoordinationURL, 1)
 	if err != nil {
 		return nil, fmt.Errorf("fleet coordination database: %w", err)
 	}
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet coordination database: %s", redact(err))

@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		coordErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "drainer_fleet_heartbeat_errors_total",
-			Help: "Failed heartbeats to the coordination database; the last known members are kept.",
+			Help: "Failed heartbeats to the coordination database (the last known members are kept), and failed or cut backlog publications after a beat.",
 		}),
 		handoversTotal: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "drainer_fleet_handovers_total",

@@ -17,11 +17,10 @@ func (e *UnknownDatabaseError) Error() string {
 	return fmt.Sprintf("unknown database %q: the fleet does not list it", e.Name)
 }
 
-// errStopped is Pool and Backlogs once Run has returned.
+// errStopped is Pool once Run has returned.
 var errStopped = errors.New("fleet: stopped")
 
-// lazyPools are the console's pools: one per database asked for (Pool),
-// and one to the coordination database (Backlogs), never the heartbeat's.
+// lazyPools are the console's pools: one per database asked for (Pool).
 // A pool with MinConns 0 holds no connection until it is used, and closes
 // its connection once unused for idle: kept in the map, it costs nothing
 // on the server. A pool is closed when its database leaves the list or its
@@ -35,7 +34,6 @@ type lazyPools struct {
 	mu     sync.Mutex
 	urls   map[string]string // the list, by name (nil before the first)
 	pools  map[string]*lazyPool
-	coord  *pgxpool.Pool // Backlogs', once asked for
 	closed bool
 
 	closing sync.WaitGroup // pools being closed
@@ -73,8 +71,8 @@ func (l *lazyPools) close(pools []*pgxpool.Pool) {
 	}
 }
 
-// closeAll closes every pool once Run is over (Pool and Backlogs refuse
-// from then on), and waits for them up to grace: a pool that a request
+// closeAll closes every pool once Run is over (Pool refuses from then
+// on), and waits for them up to grace: a pool that a request
 // still uses after that closes when the request releases it.
 func (l *lazyPools) closeAll(grace time.Duration) {
 	l.mu.Lock()
@@ -82,10 +80,7 @@ func (l *lazyPools) closeAll(grace time.Duration) {
 	for _, p := range l.pools {
 		all = append(all, p.pool)
 	}
-	if l.coord != nil {
-		all = append(all, l.coord)
-	}
-	l.pools, l.coord, l.closed = nil, nil, true
+	l.pools, l.closed = nil, true
 	l.mu.Unlock()
 	l.close(all)
 	done := make(chan struct{})
@@ -119,27 +114,6 @@ func (l *lazyPools) open(url, app string) (*pgxpool.Pool, error) {
 		return nil, errors.New(redact(err))
 	}
 	return pool, nil
-}
-
-// coordination returns Backlogs' pool: one connection to the coordination
-// database of its own, opened on first use and closed after PoolIdle
-// unused. The heartbeat's connection is the heartbeat's alone (and the
-// bounded publication's after it), so a slow console read never makes a
-// beat wait.
-func (l *lazyPools) coordination(url string) (*pgxpool.Pool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, errStopped
-	}
-	if l.coord == nil {
-		pool, err := l.open(url, "drainer console overview")
-		if err != nil {
-			return nil, fmt.Errorf("fleet coordination database: %w", err)
-		}
-		l.coord = pool
-	}
-	return l.coord, nil
 }
 
 // Pool returns a pool of at most one connection to the named database, for

@@ -4,26 +4,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestBacklogsReadDoesNotDelayHeartbeat: a console read stuck in the
-// coordination database (here behind a lock on fleet_databases) holds its
-// connection, yet the replica keeps beating: the read is not on the
-// heartbeat's connection.
-func TestBacklogsReadDoesNotDelayHeartbeat(t *testing.T) {
+// TestOverviewNeverDelaysHeartbeat: the console's overview (Backlogs) is
+// what the heartbeat read back in the round trip of its publication, kept
+// in memory. With fleet_databases locked by another session, the replica
+// still beats at every heartbeat: each publication (and its read) waits on
+// the lock, is cut at its bound (by the server's lock_timeout, the
+// connection kept) and counted, and Backlogs answers at once with the last
+// read, unchanged but for its ages. Once the lock is released, the next
+// beat reads again.
+func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
 	cl := newCluster(t, 100)
 	dbs := names("con_hb", 1)
 	cl.createDBs(t, dbs)
-	r := startReplica(t, cl.url(dbs[0]), static(cl, dbs), routing(t, newCounter()), "a", nil)
-	waitForState(t, "the backlog published", 30*time.Second, func() (bool, string) {
-		bl, err := r.Backlogs(t.Context())
-		return err == nil && len(bl) == 1, fmt.Sprint(bl, err)
+	logs := &logBuffer{}
+	r := startReplica(t, cl.url(dbs[0]), static(cl, dbs), routing(t, newCounter()), "a", func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	waitForState(t, "the backlog published and read", 30*time.Second, func() (bool, string) {
+		bl, _, err := r.Backlogs()
+		return err == nil && len(bl) == 1 && bl[0].SampledAt != nil, fmt.Sprint(bl, err)
 	})
 
 	admin, err := pgx.Connect(t.Context(), cl.url(dbs[0]))
@@ -40,27 +51,23 @@ func TestBacklogsReadDoesNotDelayHeartbeat(t *testing.T) {
 	if _, err := locker.Exec(t.Context(), "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
-	type read struct {
-		bl  []Backlog
-		err error
+	errs := func() float64 { return testutil.ToFloat64(r.m.coordErrors) }
+	// The first publication cut by the lock: from then on nothing can
+	// change the overview until the lock is released.
+	cut := errs()
+	waitForState(t, "a publication cut by the lock", 30*time.Second, func() (bool, string) {
+		return errs() > cut, fmt.Sprint(errs(), " heartbeat errors")
+	})
+	before, readAt, err := r.Backlogs()
+	if err != nil || len(before) != 1 {
+		t.Fatalf("the overview once the lock is taken: %v %v", before, err)
 	}
-	done := make(chan read, 1)
-	go func() {
-		bl, err := r.Backlogs(context.Background())
-		done <- read{bl, err}
-	}()
 
 	watch, err := pgx.Connect(t.Context(), cl.url(dbs[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer watch.Close(context.Background())
-	waitForState(t, "the console read waiting on the lock", 30*time.Second, func() (bool, string) {
-		var n int
-		err := watch.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
- WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT d.name, d.member_id%'`).Scan(&n)
-		return err == nil && n == 1, fmt.Sprint(n, err)
-	})
 	beatAt := func() time.Time {
 		var at time.Time
 		if err := watch.QueryRow(t.Context(), "SELECT heartbeat_at FROM "+pgx.Identifier{r.cfg.Schema, "fleet_members"}.Sanitize()+
@@ -69,31 +76,57 @@ func TestBacklogsReadDoesNotDelayHeartbeat(t *testing.T) {
 		}
 		return at
 	}
-	// Two heartbeats after the read was seen waiting, while it still waits.
-	last := beatAt()
-	for i := range 2 {
-		waitForState(t, fmt.Sprintf("heartbeat %d while the console read waits", i+1), 30*time.Second, func() (bool, string) {
+	// Three heartbeats while the table stays locked, each followed by a
+	// publication cut (counted), and the overview answering at once with
+	// the last read.
+	last, cut := beatAt(), errs()
+	for i := range 3 {
+		waitForState(t, fmt.Sprintf("heartbeat %d, and its publication cut, while the table is locked", i+1), 30*time.Second, func() (bool, string) {
 			at := beatAt()
-			if at.After(last) {
-				last = at
-				return true, ""
-			}
-			return false, "last heartbeat at " + at.String()
+			return at.After(last) && errs() > cut, fmt.Sprintf("last heartbeat at %s, %v heartbeat errors", at, errs())
 		})
+		last, cut = beatAt(), errs()
+		bl, at, err := r.Backlogs()
+		if err != nil || !at.Equal(readAt) || len(bl) != 1 || bl[0].Name != before[0].Name || !bl[0].PublishedAt.Equal(before[0].PublishedAt) ||
+			!maps.Equal(bl[0].RowsByStatus, before[0].RowsByStatus) || *bl[0].SampleAgeSeconds < *before[0].SampleAgeSeconds {
+			t.Fatalf("the overview while the table is locked: %v read at %s (%v), want the last read %v read at %s", bl, at, err, before, readAt)
+		}
 	}
-	select {
-	case got := <-done:
-		t.Fatalf("the console read returned while the table was locked: %v %v", got.bl, got.err)
-	default:
+	var lockTimeouts int
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "publishing the databases' backlog failed") && strings.Contains(line, "55P03") {
+			lockTimeouts++
+		}
+	}
+	if lockTimeouts == 0 {
+		t.Errorf("no publication cut by the server's lock_timeout (SQLSTATE 55P03):\n%s", logs)
 	}
 
 	if err := locker.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	got := <-done
-	if got.err != nil || len(got.bl) != 1 || got.bl[0].Name != dbs[0] {
-		t.Fatalf("the console read, once the lock was released: %v %v", got.bl, got.err)
-	}
+	waitForState(t, "the overview read again once the lock is released", 30*time.Second, func() (bool, string) {
+		bl, at, err := r.Backlogs()
+		return err == nil && at.After(readAt) && len(bl) == 1 && bl[0].PublishedAt.After(before[0].PublishedAt), fmt.Sprint(bl, at, err)
+	})
+}
+
+// logBuffer collects a logger's output.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestPoolReplacedWhileInUse: a database leaves the list while a console

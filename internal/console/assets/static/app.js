@@ -81,6 +81,7 @@
       }
     }
     set('sampled_at', st.sampled_at ? st.sampled_at.replace('T', ' ').replace(/\.\d+/, '') : '—');
+    set('rows_by_database_read_at', st.rows_by_database_read_at ? st.rows_by_database_read_at.replace('T', ' ').replace(/\.\d+/, '') : '—');
     document.querySelectorAll('#by-status td[data-status]').forEach(function (td) {
       td.textContent = fmtNum(by[td.getAttribute('data-status')] || 0);
     });
