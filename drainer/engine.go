@@ -100,6 +100,7 @@ func (c Config) WithDefaults() Config {
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, 2*time.Second)
 	c.RotateInterval = cmp.Or(c.RotateInterval, 5*time.Second)
 	c.Rotation.FlipRows = cmp.Or(c.Rotation.FlipRows, store.DefaultRotation.FlipRows)
+	c.Rotation.IdleRows = cmp.Or(c.Rotation.IdleRows, store.DefaultRotation.IdleRows)
 	c.Rotation.FlipAge = cmp.Or(c.Rotation.FlipAge, store.DefaultRotation.FlipAge)
 	c.Rotation.Chunk = cmp.Or(c.Rotation.Chunk, store.DefaultRotation.Chunk)
 	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, 10*time.Second)

@@ -216,7 +216,7 @@ func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 	var steps []string
 	for range 100 {
 		var step string
-		if err := conn.QueryRow(ctx, `SELECT drainer.rotate_queue(1000000, interval '1 millisecond', 100)`).Scan(&step); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT drainer.rotate_queue(1000000, 1000000, interval '1 millisecond', 100)`).Scan(&step); err != nil {
 			t.Fatal(err)
 		}
 		if step == "idle" || step == "waiting" {

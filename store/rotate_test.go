@@ -20,7 +20,7 @@ import (
 
 // testRotation closes a generation as soon as it holds a row, and moves
 // small chunks, so that a test sees every step.
-var testRotation = store.Rotation{FlipRows: 1 << 40, FlipAge: time.Millisecond, Chunk: 50}
+var testRotation = store.Rotation{FlipRows: 1 << 40, IdleRows: 1 << 30, FlipAge: time.Millisecond, Chunk: 50}
 
 // rotateUntilQuiet runs rotation steps until one has nothing more to do
 // and returns the kinds of the steps that did something.
@@ -253,7 +253,7 @@ func TestRotationLosesNoConcurrentWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*20*time.Second)
 	defer cancel()
 
-	rot := store.Rotation{FlipRows: 1 << 40, FlipAge: time.Millisecond, Chunk: 20}
+	rot := store.Rotation{FlipRows: 1 << 40, IdleRows: 1 << 30, FlipAge: time.Millisecond, Chunk: 20}
 	var truncated, retried atomic.Int64
 	var kindsMu sync.Mutex
 	kinds := map[string]int{}
@@ -403,5 +403,31 @@ func writeNote(ctx context.Context, pool *pgxpool.Pool, rng *rand.Rand, seq int6
 			continue
 		}
 		return err
+	}
+}
+
+// TestRotationClosesADrainedBacklog: the current generation is closed
+// early once a backlog of IdleRows rows or more has drained there (nothing
+// due or in flight), not while it drains, nor for fewer settled rows.
+func TestRotationClosesADrainedBacklog(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	rot := store.Rotation{FlipRows: 1 << 40, IdleRows: 100, FlipAge: time.Hour, Chunk: 500}
+	storetest.Enqueue(t, pool, "run-small", "t", 60)
+	drainAll(t, st, pool, func(int) string { return outbox.StatusSucceeded })
+	if kinds := rotateUntilQuiet(t, st, pool, rot); len(kinds) != 0 {
+		t.Fatalf("steps after 60 rows drained (fewer than IdleRows): %v, want none", kinds)
+	}
+	storetest.Enqueue(t, pool, "run-big", "t", 150)
+	if kinds := rotateUntilQuiet(t, st, pool, rot); len(kinds) != 0 {
+		t.Fatalf("steps while 150 rows are due: %v, want none", kinds)
+	}
+	drainAll(t, st, pool, func(int) string { return outbox.StatusSucceeded })
+	kinds := rotateUntilQuiet(t, st, pool, rot)
+	if len(kinds) != 4 || kinds[0] != "flipped" || kinds[3] != "truncated" {
+		t.Fatalf("steps once the backlog drained: %v, want flipped, moved, emptied, truncated", kinds)
+	}
+	if g := countByGen(t, pool); g[0] != 210 || len(g) != 1 {
+		t.Fatalf("rows by generation: %v, want all 210 settled", g)
 	}
 }

@@ -18,10 +18,11 @@
 --   truncated      none of those transactions is running any more: the
 --                  generation is truncated (its dead row versions go with
 --                  it, no vacuum needed) and becomes the next to be current.
---   flipped        the current generation holds p_flip_rows rows or more,
---                  or settled rows and is older than p_flip_age, and the
---                  next one is ready: new rows go to the next one from now
---                  on.
+--   flipped        the next generation is ready and the current one holds
+--                  p_flip_rows rows or more, or its backlog drained (at
+--                  least p_idle_rows settled rows, none due or in flight),
+--                  or it holds settled rows and is older than p_flip_age:
+--                  new rows go to the next one from now on.
 --   waiting, idle  nothing to do now (waiting: for transactions to end,
 --                  or for a backlog to drain).
 --   busy           another replica is rotating, or a lock was not granted
@@ -32,7 +33,7 @@
 -- truncation checks, under the partition's ACCESS EXCLUSIVE lock, that it
 -- is still empty, and moves such rows first. It runs with the owner's
 -- rights: the runtime role reaches the partitions only through queue.
-CREATE OR REPLACE FUNCTION {{.schema}}.rotate_queue(p_flip_rows bigint, p_flip_age interval, p_chunk integer)
+CREATE OR REPLACE FUNCTION {{.schema}}.rotate_queue(p_flip_rows bigint, p_idle_rows integer, p_flip_age interval, p_chunk integer)
  RETURNS text
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -50,6 +51,8 @@ DECLARE
     v_moved  bigint;
     v_rows   bigint;
     v_waited boolean := false;
+    v_flip   boolean;
+    v_settled bigint;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.rotate_queue', 0)) THEN
         RETURN 'busy';
@@ -149,14 +152,22 @@ BEGIN
         -- from when it became current
         SELECT coalesce(s.n_live_tup + s.n_dead_tup, 0) INTO v_rows
           FROM pg_stat_user_tables s WHERE s.relid = v_part::regclass;
-        IF v_rows < p_flip_rows AND v_opened < now() - p_flip_age THEN
-            -- an old generation is closed only for settled rows to take
+        v_flip := v_rows >= p_flip_rows;
+        IF NOT v_flip THEN
+            -- a generation is closed early only for settled rows to take
             -- away: rows that only wait (a retry, a pause) would otherwise
             -- be moved from generation to generation
-            EXECUTE format($q$SELECT EXISTS (SELECT 1 FROM %s WHERE status NOT IN ('pending', 'in_flight'))$q$, v_part) INTO v_any;
-            v_rows := CASE WHEN v_any THEN p_flip_rows END;
+            EXECUTE format($q$SELECT count(*) FROM (SELECT 1 FROM %s WHERE status NOT IN ('pending', 'in_flight') LIMIT %s) s$q$,
+                           v_part, p_idle_rows) INTO v_settled;
+            IF v_settled >= p_idle_rows THEN
+                -- its backlog drained
+                EXECUTE format($q$SELECT NOT EXISTS (SELECT 1 FROM %1$s WHERE status = 'in_flight')
+                                     AND NOT EXISTS (SELECT 1 FROM %1$s WHERE status = 'pending' AND next_attempt_at <= now())$q$,
+                               v_part) INTO v_flip;
+            END IF;
+            v_flip := v_flip OR (v_settled > 0 AND v_opened < now() - p_flip_age);
         END IF;
-        IF v_rows >= p_flip_rows THEN
+        IF v_flip THEN
             UPDATE queue_generations SET current = false, changed_at = now() WHERE gen = v_cur;
             UPDATE queue_generations SET current = true, ready = false, opened_at = now(), changed_at = now()
              WHERE gen = v_next;
@@ -166,3 +177,22 @@ BEGIN
     RETURN CASE WHEN v_waited THEN 'waiting' ELSE 'idle' END;
 END
 $function$;
+
+-- Not PUBLIC's: the roles that may update the queue rotate it (deploy/sql/roles.sql
+-- grants the runtime role).
+REVOKE EXECUTE ON FUNCTION {{.schema}}.rotate_queue(bigint, integer, interval, integer) FROM PUBLIC;
+DO $grants$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT DISTINCT e.grantee
+               FROM pg_catalog.pg_class c
+              CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) e
+              WHERE c.oid = '{{.schema}}.queue'::regclass AND e.privilege_type = 'UPDATE'
+                AND e.grantee <> c.relowner AND e.grantee <> 0
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION {{.schema}}.rotate_queue(bigint, integer, interval, integer) TO %s',
+                       g.grantee::regrole);
+    END LOOP;
+END
+$grants$;
