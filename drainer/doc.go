@@ -33,7 +33,8 @@
 // only then), the pause watcher
 // (pause.go), the reclaimer of expired leases (reclaim.go; each reclaimed
 // row held for its route's max_retry_after: Routing.ReclaimPolicy), the backlog
-// snapshotter (snapshot.go), the pruner (retention.go), the probe
+// snapshotter (snapshot.go), the pruner (retention.go), the rotator of
+// the queue's generations (rotation.go), the probe
 // calibrator (detect.go) and the saga runner. engine.go holds the
 // lifecycle: Start, Reload (routing.go: routes refcounted across reloads;
 // with SharedAdapters, Routing.Release tells the adapters' owner instead),

@@ -43,6 +43,11 @@ type Config struct {
 	FetchCooldown time.Duration
 	// ReclaimInterval is how often expired leases are looked for (default 2s).
 	ReclaimInterval time.Duration
+	// RotateInterval is how often the queue's generations are rotated
+	// (default 5s): settled rows leave by truncation (drainer/rotation.go).
+	RotateInterval time.Duration
+	// Rotation sizes the generations (default store.DefaultRotation).
+	Rotation store.Rotation
 	// SnapshotInterval is how often the backlog snapshot is refreshed (default 10s).
 	SnapshotInterval time.Duration
 	// SagaInterval is how often open sagas are advanced (default 1s); a
@@ -94,6 +99,11 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, 2*time.Millisecond)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, 2*time.Second)
+	c.RotateInterval = cmp.Or(c.RotateInterval, 5*time.Second)
+	c.Rotation.FlipRows = cmp.Or(c.Rotation.FlipRows, store.DefaultRotation.FlipRows)
+	c.Rotation.IdleRows = cmp.Or(c.Rotation.IdleRows, store.DefaultRotation.IdleRows)
+	c.Rotation.FlipAge = cmp.Or(c.Rotation.FlipAge, store.DefaultRotation.FlipAge)
+	c.Rotation.Chunk = cmp.Or(c.Rotation.Chunk, store.DefaultRotation.Chunk)
 	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, 10*time.Second)
 	c.CompleteBatch = cmp.Or(c.CompleteBatch, 256)
 	c.CompleteLinger = cmp.Or(c.CompleteLinger, 5*time.Millisecond)
@@ -258,7 +268,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.cfg.PollOnly {
 		services = append(services, e.listener())
 	}
-	services = append(services, e.pauseWatcher(), e.reclaimer(), e.snapshotter(), e.pruner(), e.calibrator())
+	services = append(services, e.pauseWatcher(), e.reclaimer(), e.snapshotter(), e.pruner(), e.rotator(), e.calibrator())
 	if err := e.maint.Start(ctx, services...); err != nil {
 		e.started.Store(false)
 		return err

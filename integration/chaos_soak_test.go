@@ -345,7 +345,8 @@ func vmHWMKiB(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no VmHWM line", pid)
 }
 
-// soakDeadTuples returns n_dead_tup of drainer.outbox once the replicas'
+// soakDeadTuples returns n_dead_tup of the tables behind drainer.outbox
+// (the queue's generations and intents) once the replicas'
 // sessions are gone (a backend flushes its statistics when it exits),
 // after flushing this session's statistics where the server can (PG15+).
 func soakDeadTuples(t *testing.T, s *chaosSetup) int64 {
@@ -377,9 +378,10 @@ func soakDeadTuples(t *testing.T, s *chaosSetup) int64 {
 	}
 	var dead, live, autovacuums int64
 	if err := s.pool.QueryRow(ctx, `SELECT sum(n_dead_tup)::bigint, sum(n_live_tup)::bigint, sum(autovacuum_count)::bigint
-		FROM pg_stat_user_tables WHERE schemaname = 'drainer' AND relname IN ('queue', 'intents')`).Scan(&dead, &live, &autovacuums); err != nil {
+		FROM pg_stat_user_tables WHERE relid = 'drainer.intents'::regclass
+		   OR relid IN (SELECT relid FROM pg_partition_tree('drainer.queue') WHERE isleaf)`).Scan(&dead, &live, &autovacuums); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("drainer.queue and intents: n_dead_tup %d, n_live_tup %d, autovacuum_count %d", dead, live, autovacuums)
+	t.Logf("drainer.queue (its generations) and intents: n_dead_tup %d, n_live_tup %d, autovacuum_count %d", dead, live, autovacuums)
 	return dead
 }

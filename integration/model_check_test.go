@@ -275,7 +275,36 @@ func (m *seqModel) actPrune(rt *rapid.T) bool {
 		m.rt.Fatalf("prune: %v", err)
 	}
 	m.rt.Logf("prune: %v", out)
+	m.rotate(st)
 	return true
+}
+
+// rotate turns the queue's generations as far as they go now, with sizes
+// that close a generation as soon as it holds a settled row and move three
+// rows at a time, so that the rows of the sequence move between
+// generations, and generations are truncated, among the daemons' claims
+// and completions, the operators' actions and the producers' transactions
+// held open (the daemons rotate too, at their own sizes).
+func (m *seqModel) rotate(st *store.Store) {
+	r := store.Rotation{FlipRows: 1 << 40, IdleRows: 1, FlipAge: time.Millisecond, Chunk: 3}
+	var steps []string
+	for range 200 {
+		var step store.RotateStep
+		err := withRetry(func(ctx context.Context) error {
+			var err error
+			step, err = st.RotateQueue(ctx, m.e.pool, r)
+			return err
+		})
+		if err != nil {
+			m.rt.Fatalf("rotate: %v", err)
+		}
+		if !step.More() {
+			break
+		}
+		steps = append(steps, step.Kind)
+		time.Sleep(2 * time.Millisecond) // a new generation must be older than FlipAge
+	}
+	m.rt.Logf("rotate: %v", steps)
 }
 
 // actFault injects one fault: a replica SIGKILLed (and restarted), one

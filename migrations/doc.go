@@ -56,4 +56,8 @@
 //	017_narrow_queue.sql      the outbox becomes intents (written once) and queue (the
 //	                          narrow row the drain rewrites); drainer.outbox their view
 //	018_console_scope.sql     intents_scope_idx, intents_tool_idx: the console's scope and tool filters
+//	019_audit_head.sql        queue.audit_head: the chain's head on the row, moved by the
+//	                          statement that appends the entry
+//	020_queue_generations.sql queue partitioned by generation (queue_g1 … queue_g3, a ring,
+//	                          and queue_settled, the old table); queue_generations
 package migrations

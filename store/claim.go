@@ -73,14 +73,14 @@ func (p Position) Later(q Position) bool {
 }
 
 // claimSQL leases due rows in one short statement: the lease is written on
-// the narrow queue row, and the intent (tuple, payload) is read beside it,
+// the narrow queue row (in whichever generation it lives), and the intent (tuple, payload) is read beside it,
 // never rewritten. The locking subquery is MATERIALIZED so it runs once,
 // whatever plan the UPDATE gets. The attempt
 // is counted here, before dispatch, so a worker that dies mid-call has
 // consumed it; outcomes that consume none give it back.
 const claimSQL = `
 WITH due AS MATERIALIZED (
-    SELECT seq FROM {s}.queue o
+    SELECT seq, gen FROM {s}.queue o
      WHERE status = 'pending' AND next_attempt_at <= now()%s
      ORDER BY next_attempt_at, seq
      LIMIT $1
@@ -95,7 +95,7 @@ WITH due AS MATERIALIZED (
            first_attempt_at = coalesce(o.first_attempt_at, now()),
            updated_at = now()
       FROM due
-     WHERE o.seq = due.seq
+     WHERE o.seq = due.seq AND o.gen = due.gen
     RETURNING o.seq, o.attempts, o.lease_token, o.first_attempt_at, o.next_attempt_at
 )
 SELECT l.seq, i.key, i.agent_run_id, i.step_id, i.tool_name, i.business_scope, i.kind,
@@ -123,7 +123,9 @@ const excludedClause = `
        AND o.tool_name <> ALL($%d::text[])`
 
 // claimPlanSettings pin the claim to the ordered scan of queue_due_idx,
-// whatever the statistics say. Planned from stale statistics (a backlog that
+// and the lease to one look-up of each claimed row in its own generation
+// (the partition the join's gen prunes to at run time), whatever the
+// statistics say. Planned from stale statistics (a backlog that
 // grew faster than autovacuum analyzes, or a statement prepared while the
 // table was empty) the claim would otherwise bitmap-scan and sort every due
 // row to return a handful: at a 10^6 backlog, seconds per claim exactly when
@@ -138,6 +140,8 @@ const excludedClause = `
 // routing has one, claims wait for their commit to reach disk.
 const claimPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
        set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true),
        set_config('plan_cache_mode', 'force_custom_plan', true),
        set_config('jit', 'off', true),
        set_config('synchronous_commit', $1, true)`

@@ -28,6 +28,8 @@
 //	saga.go         AdvanceSaga, SweepSagas, QueueAlerts
 //	snapshot.go     RefreshSnapshot, ReadSnapshot: the backlog gauges
 //	retention.go    Prune, WithRetentionLock
+//	rotate.go       RotateQueue: one step of the generations' rotation (settled rows
+//	                out of a drained generation, then its truncation)
 //	locks.go        the daemons' advisory lock keys
 //	witness.go      LastSucceeded: a row a detect probe proves itself on
 //	rows.go         Row, Filter (status, run, tool, age, scope, payload containment),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/drainer-io/drainer/outbox"
@@ -116,7 +117,9 @@ func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string)
 	var st SnapshotStats
 	var reltuples float64
 	table := s.schema + ".queue"
-	if err := tx.QueryRow(ctx, "SELECT reltuples FROM pg_class WHERE oid = $1::regclass", table).Scan(&reltuples); err != nil {
+	// queue is partitioned by generation: its size is its partitions'
+	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::float8
+	   FROM pg_partition_tree($1::regclass) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`, table).Scan(&reltuples); err != nil {
 		return nil, st, err
 	}
 	terminal := []string{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled}
@@ -135,25 +138,38 @@ func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string)
 		return nil, st, err
 	}
 	if estimate {
-		var vals []string
-		var freqs []float64
-		err := tx.QueryRow(ctx, `SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats
-		                          WHERE schemaname = $1 AND tablename = 'queue' AND attname = 'status'`, s.schema).Scan(&vals, &freqs)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		// each partition's statistics, weighted by its size
+		rows, err := tx.Query(ctx, `SELECT s.most_common_vals::text::text[], s.most_common_freqs, greatest(c.reltuples, 0)::float8
+		   FROM pg_partition_tree($1::regclass) p
+		   JOIN pg_class c ON c.oid = p.relid
+		   JOIN pg_stats s ON s.schemaname = $2 AND s.tablename = c.relname AND s.attname = 'status'
+		  WHERE p.isleaf`, table, s.schema)
+		if err != nil {
 			return nil, st, err
 		}
-		for i, v := range vals {
-			for _, t := range terminal {
-				if v == t && i < len(freqs) {
-					counts[t] = int64(freqs[i] * reltuples)
+		var vals []string
+		var freqs []float64
+		var size float64
+		estimated := map[string]float64{}
+		if _, err := pgx.ForEachRow(rows, []any{&vals, &freqs, &size}, func() error {
+			for i, v := range vals {
+				if slices.Contains(terminal, v) && i < len(freqs) {
+					estimated[v] += freqs[i] * size
 				}
 			}
+			return nil
+		}); err != nil {
+			return nil, st, err
+		}
+		for status, n := range estimated {
+			counts[status] = int64(n)
 		}
 		st.Estimated = terminal
 	}
-	err = tx.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup,
-	        coalesce(extract(epoch FROM now() - greatest(last_autovacuum, last_vacuum)), -1)::float8
-	   FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&st.LiveTuples, &st.DeadTuples, &st.LastVacuumAge)
+	err = tx.QueryRow(ctx, `SELECT coalesce(sum(t.n_live_tup), 0)::bigint, coalesce(sum(t.n_dead_tup), 0)::bigint,
+	        coalesce(extract(epoch FROM now() - max(greatest(t.last_autovacuum, t.last_vacuum))), -1)::float8
+	   FROM pg_partition_tree($1::regclass) p JOIN pg_stat_user_tables t ON t.relid = p.relid WHERE p.isleaf`,
+		table).Scan(&st.LiveTuples, &st.DeadTuples, &st.LastVacuumAge)
 	if err != nil {
 		return nil, st, err
 	}

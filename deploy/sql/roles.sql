@@ -14,7 +14,7 @@
 
 -- After `drainer migrate`, never before: on an older schema its
 -- grants would break the daemon. This stops with an error naming the order.
-SELECT CASE WHEN version < 15
+SELECT CASE WHEN version < 20
             THEN ('schema version ' || version || ' predates these grants: run drainer migrate first, then this file')::int
        END
   FROM :"schema".schema_version;
@@ -46,10 +46,13 @@ GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".audit_anchors, :"schema".backlog
 -- drainer_enqueue_duplicates_total and drainer_enqueue_mismatches_total.
 GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatches TO :"runtime_role";
 -- `drainer abort` (abort_run_internal), the operator actions that change
--- no row's status (audit_append) and the completions with their audit
--- entries (complete_rows). They run with the owner's rights.
+-- no row's status (audit_append), the completions with their audit
+-- entries (complete_rows), the rotation of the queue's generations
+-- (rotate_queue) and the generation a row inserted into the queue goes to
+-- (queue_generation, queue.gen's default). They run with the owner's rights.
 GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
-    :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean)
+    :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
+    :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation()
     TO :"runtime_role";
 -- The producer's functions are not the runtime role's.
 REVOKE EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text),
@@ -68,5 +71,6 @@ GRANT EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text)
 REVOKE ALL ON ALL TABLES IN SCHEMA :"schema" FROM :"producer_role";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA :"schema" FROM :"producer_role";
 REVOKE EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
-    :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean)
+    :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
+    :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation()
     FROM :"producer_role";

@@ -333,10 +333,12 @@ func (r *runner) backlogRun(ctx context.Context, n int) (float64, error) {
 }
 
 // deadTuplesAfterDrain drains what is left of a filled backlog of n rows,
-// closes the replica pools (a backend reports its table statistics when it
-// exits) and returns n_dead_tup summed over the tables of drainer's schema.
-// The fill settled the tables with VACUUM, so the figure is what the
-// drain left behind.
+// lets the engines rotate the queue's generations until the drained one
+// is truncated (rotate_queue: its settled rows moved out, its dead row
+// versions gone with it), closes the replica pools (a backend reports its
+// table statistics when it exits) and returns n_dead_tup summed over the
+// tables of drainer's schema. The fill settled the tables with VACUUM, so
+// the figure is what the drain and the rotation left behind.
 func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error) {
 	var left int
 	if err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.schema+".outbox WHERE status = 'pending'").Scan(&left); err != nil {
@@ -344,24 +346,29 @@ func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error)
 	}
 	if left > 0 {
 		r.logf("backlog: draining the %d rows left", left)
-		p := newProbe(left, false)
-		es, err := r.startEngines(ctx, p.adapter())
-		if err != nil {
-			return 0, err
-		}
+	}
+	p := newProbe(left, false)
+	es, err := r.startEngines(ctx, p.adapter())
+	if err != nil {
+		return 0, err
+	}
+	if left > 0 {
 		err = r.awaitSucceeded(ctx, p.reached, p.calls.Load, n)
-		if serr := es.stop(); err == nil {
-			err = serr
-		}
-		if err != nil {
-			return 0, fmt.Errorf("dead tuples: %w", err)
-		}
+	}
+	if err == nil {
+		err = r.awaitRotated(ctx)
+	}
+	if serr := es.stop(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dead tuples: %w", err)
 	}
 	if err := r.closePools(ctx); err != nil {
 		return 0, err
 	}
 	var dead int64
-	err := r.admin.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1`,
+	err = r.admin.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1`,
 		r.schema).Scan(&dead)
 	if err != nil {
 		return 0, fmt.Errorf("dead tuples: %w", err)
@@ -369,3 +376,35 @@ func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error)
 	r.logf("backlog of %d drained: %d dead tuples in schema %s", n, dead, r.schema)
 	return dead, r.openPools(ctx)
 }
+
+// awaitRotated waits until the engines' rotation has moved every row out
+// of the hot generations and truncated them: no row outside generation 0
+// (settled) and none of the hot generations waiting to be truncated. It
+// gives up after rotateWait.
+func (r *runner) awaitRotated(ctx context.Context) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, rotateWait)
+	defer cancel()
+	for {
+		var done bool
+		err := r.admin.QueryRow(ctx, fmt.Sprintf(`SELECT NOT EXISTS (SELECT 1 FROM %[1]s.queue WHERE gen <> 0)
+		    AND NOT EXISTS (SELECT 1 FROM %[1]s.queue_generations WHERE NOT current AND NOT ready)`, r.schema)).Scan(&done)
+		if err != nil {
+			return fmt.Errorf("rotation: %w", err)
+		}
+		if done {
+			r.logf("backlog: the drained generation truncated %.1f s after the drain", time.Since(start).Seconds())
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rotation: the drained generation was not truncated within %s", rotateWait)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// rotateWait bounds awaitRotated: a flip waits for the statistics (about a
+// second), then moves of 5,000 rows run one after another, each followed
+// by a pause as long as itself, every RotateInterval (5 s).
+const rotateWait = 3 * time.Minute

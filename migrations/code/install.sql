@@ -38,7 +38,9 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/payload_text.sql" . }}
 {{ template "functions/prune_audit.sql" . }}
 {{ template "functions/prune_rows.sql" . }}
+{{ template "functions/queue_generation.sql" . }}
 {{ template "functions/result.sql" . }}
+{{ template "functions/rotate_queue.sql" . }}
 {{ template "functions/saga_lock_key.sql" . }}
 {{ template "functions/session_role.sql" . }}
 {{ template "functions/sweep_sagas.sql" . }}
@@ -55,3 +57,8 @@ SET LOCAL check_function_bodies = off;
 {{ template "triggers/queue_forward_failed.sql" . }}
 {{ template "triggers/queue_keep_not_before.sql" . }}
 {{ template "triggers/queue_notify.sql" . }}
+
+-- Migration 020's guard, which held writes to queue until the triggers
+-- above were installed.
+DROP TRIGGER IF EXISTS queue_migrating ON {{.schema}}.queue;
+DROP FUNCTION IF EXISTS {{.schema}}.queue_migrating();

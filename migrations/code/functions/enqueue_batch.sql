@@ -38,6 +38,7 @@ DECLARE
     v_dups   integer;
     v_actor  text := {{.schema}}.audit_actor();
     v_reason text := nullif(current_setting('drainer.reason', true), '');
+    v_gen    smallint := {{.schema}}.queue_generation(); -- once, not per row (queue.gen's default)
 BEGIN
     IF coalesce(cardinality(step_ids), 0) <> n OR coalesce(cardinality(tool_names), 0) <> n
        OR coalesce(cardinality(business_scopes), 0) <> n OR coalesce(cardinality(payloads), 0) <> n
@@ -138,11 +139,11 @@ BEGIN
              CROSS JOIN LATERAL (SELECT clock_timestamp() AS at, {{.schema}}.audit_event(NULL, s.status) AS event,
                                         {{.schema}}.audit_head(ins.key) AS prev) e
         ), queued AS (
-            INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head)
+            INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head, gen)
             SELECT n.seq, n.tool_name, n.business_scope, 'forward', n.status,
                    CASE WHEN n.aborted THEN 'run_aborted' END,
                    CASE WHEN n.aborted THEN 'run aborted before this intent was enqueued' END,
-                   n.head
+                   n.head, v_gen
               FROM entries n
              ORDER BY n.seq
         ), audited AS (

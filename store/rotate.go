@@ -1,0 +1,62 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Rotation sizes one step of the queue's generations (rotate_queue): the
+// current generation is closed once it holds FlipRows rows, or once its
+// backlog drained leaving IdleRows settled rows or more, or when it is
+// older than FlipAge and holds settled rows; a closed generation's rows
+// move out Chunk at a time.
+type Rotation struct {
+	FlipRows int64
+	IdleRows int
+	FlipAge  time.Duration
+	Chunk    int
+}
+
+// DefaultRotation: a generation of at most about 50,000 rows, closed early
+// once a backlog of 1,000 rows or more drained, or after an hour; moves of
+// 5,000 rows, each holding the generation's partition for a few tens of
+// milliseconds.
+var DefaultRotation = Rotation{FlipRows: 50_000, IdleRows: 1_000, FlipAge: time.Hour, Chunk: 5_000}
+
+// RotateStep is what one step of the rotation did (rotate_queue's answer).
+type RotateStep struct {
+	// Kind is moved, emptied, truncated, flipped, waiting, idle or busy.
+	Kind string
+	// Moved counts the rows a "moved" step moved.
+	Moved int64
+}
+
+// More reports whether another step may have work right away.
+func (r RotateStep) More() bool {
+	switch r.Kind {
+	case "moved", "emptied", "truncated", "flipped":
+		return true
+	}
+	return false
+}
+
+// RotateQueue runs one step of the generations' rotation in its own short
+// transaction (migrations/code/functions/rotate_queue.sql).
+func (s *Store) RotateQueue(ctx context.Context, db DB, r Rotation) (RotateStep, error) {
+	var answer string
+	err := db.QueryRow(ctx, s.sql(`SELECT {s}.rotate_queue($1, $2, $3 * interval '1 millisecond', $4)`),
+		r.FlipRows, r.IdleRows, r.FlipAge.Milliseconds(), r.Chunk).Scan(&answer)
+	if err != nil {
+		return RotateStep{}, fmt.Errorf("rotate queue: %w", err)
+	}
+	step := RotateStep{Kind: answer}
+	if n, ok := strings.CutPrefix(answer, "moved "); ok {
+		step.Kind = "moved"
+		if _, err := fmt.Sscan(n, &step.Moved); err != nil {
+			return step, fmt.Errorf("rotate queue: unexpected answer %q", answer)
+		}
+	}
+	return step, nil
+}
