@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,6 +114,9 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 	cfg.Schema, cfg.ReplicaID, cfg.Metrics = f.cfg.Schema, f.cfg.MemberID, m
 	cfg.Logger = f.log.With("database", db.Name)
 	cfg.PollOnly, cfg.SharedAdapters = true, true
+	// An idle database's periodic work is what bounds a fleet's size: its
+	// generations are rotated every 30 s rather than every 5.
+	cfg.RotateInterval = cmp.Or(cfg.RotateInterval, 30*time.Second)
 	f.gmu.Lock()
 	if f.gen == nil {
 		f.gmu.Unlock()
