@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/store"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -377,23 +378,25 @@ func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error)
 	return dead, r.openPools(ctx)
 }
 
-// awaitRotated waits until the engines' rotation has moved every row out
-// of the hot generations and truncated them: no row outside generation 0
-// (settled) and none of the hot generations waiting to be truncated. It
-// gives up after rotateWait.
+// awaitRotated waits until the engines' rotation has nothing more to do
+// by its own rules (store.DefaultRotation, as the engines run it): no hot
+// generation waiting to be emptied or truncated, and fewer rows outside
+// generation 0 (settled) than would close a drained generation. It gives
+// up after rotateWait.
 func (r *runner) awaitRotated(ctx context.Context) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, rotateWait)
 	defer cancel()
 	for {
 		var done bool
-		err := r.admin.QueryRow(ctx, fmt.Sprintf(`SELECT NOT EXISTS (SELECT 1 FROM %[1]s.queue WHERE gen <> 0)
-		    AND NOT EXISTS (SELECT 1 FROM %[1]s.queue_generations WHERE NOT current AND NOT ready)`, r.schema)).Scan(&done)
+		err := r.admin.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM (SELECT 1 FROM %[1]s.queue WHERE gen <> 0 LIMIT $1) h) < $1
+		    AND NOT EXISTS (SELECT 1 FROM %[1]s.queue_generations WHERE NOT current AND NOT ready)`, r.schema),
+			store.DefaultRotation.IdleRows).Scan(&done)
 		if err != nil {
 			return fmt.Errorf("rotation: %w", err)
 		}
 		if done {
-			r.logf("backlog: the drained generation truncated %.1f s after the drain", time.Since(start).Seconds())
+			r.logf("backlog: the rotation settled %.1f s after the drain", time.Since(start).Seconds())
 			return nil
 		}
 		select {
