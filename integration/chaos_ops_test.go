@@ -703,12 +703,15 @@ func (o *opsScenario) pauseRoute() {
 	// before a replica has read this one may go out. While none is held
 	// and none of the rows enqueued so far is still open, enqueue more
 	// under the pause, so that the step does not hang on how fast the
-	// rows were claimed.
+	// rows were claimed. A held row is one a replica released with the
+	// pause as its last error, or one deferred in bulk with it (no attempt,
+	// due a minute later), which carries no error of its own.
 	held := o.enqueue(opsOrders("ord4", 10*o.f, 2, 0))
 	waves := 1
 	o.waitUntil("a charge_card row enqueued under the route pause to be held", func() (bool, string) {
 		n := o.count(`SELECT count(*) FROM drainer.outbox WHERE key = ANY($1)
-		    AND status = 'pending' AND last_error LIKE 'paused by an operator%'`, held)
+		    AND status = 'pending' AND (last_error LIKE 'paused by an operator%'
+		         OR (attempts = 0 AND next_attempt_at > now() + interval '10 seconds'))`, held)
 		if n == 0 && o.count(`SELECT count(*) FROM drainer.outbox WHERE key = ANY($1) AND status IN ('pending', 'in_flight')`, held) == 0 {
 			held = append(held, o.enqueue(opsOrders(fmt.Sprintf("ord4w%d", waves), 10*o.f, 2, 0))...)
 			waves++
