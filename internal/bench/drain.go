@@ -338,7 +338,8 @@ func (r *runner) backlogRun(ctx context.Context, n int) (float64, error) {
 // is truncated (rotate_queue: its settled rows moved out, its dead row
 // versions gone with it), closes the replica pools (a backend reports its
 // table statistics when it exits) and returns n_dead_tup summed over the
-// tables of drainer's schema. The fill settled the tables with VACUUM, so
+// tables of drainer's schema (not the ceiling's bare table, which bench
+// keeps in the same scratch schema). The fill settled the tables with VACUUM, so
 // the figure is what the drain and the rotation left behind.
 func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error) {
 	var left int
@@ -369,12 +370,15 @@ func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error)
 		return 0, err
 	}
 	var dead int64
-	err = r.admin.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1`,
-		r.schema).Scan(&dead)
+	var where string
+	err = r.admin.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint,
+	         coalesce(string_agg(relname || ' ' || n_dead_tup, ', ' ORDER BY n_dead_tup DESC) FILTER (WHERE n_dead_tup > 0), 'none')
+	    FROM pg_stat_user_tables WHERE schemaname = $1 AND relname <> $2`,
+		r.schema, ceilingTable).Scan(&dead, &where)
 	if err != nil {
 		return 0, fmt.Errorf("dead tuples: %w", err)
 	}
-	r.logf("backlog of %d drained: %d dead tuples in schema %s", n, dead, r.schema)
+	r.logf("backlog of %d drained: %d dead tuples in schema %s (%s)", n, dead, r.schema, where)
 	return dead, r.openPools(ctx)
 }
 
