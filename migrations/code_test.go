@@ -89,7 +89,9 @@ func TestDefinitionsEqualTheFiles(t *testing.T) {
 	}
 	var files []string
 	err = fs.WalkDir(code, "code", func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && path != "code/install.sql" {
+		// install.sql names the files; grants.sql grants some of the
+		// functions (it declares no object of its own).
+		if err == nil && !d.IsDir() && path != "code/install.sql" && path != "code/grants.sql" {
 			files = append(files, path)
 		}
 		return err
@@ -124,7 +126,7 @@ func TestDefinitionsEqualTheFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range files {
+	for _, path := range append(files, "code/grants.sql") {
 		if !strings.Contains(string(install), `{{ template "`+strings.TrimPrefix(path, "code/")+`" . }}`) {
 			t.Errorf("install.sql does not install %s", path)
 		}

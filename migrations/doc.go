@@ -26,7 +26,8 @@
 //	embed.go                  the embedded *.sql files
 //	migrate.go                DefaultSchema, ValidateSchema, Latest, Migrate, Check
 //	code.go                   the code package: Code, CodeRevision, its install
-//	code/                     install.sql; functions/, views/, triggers/: one file each
+//	code/                     install.sql; functions/, views/, triggers/: one file each;
+//	                          grants.sql: the functions not PUBLIC's, and who runs them
 //	001_init.sql              schema_meta, outbox, runs, tombstones, backlog_snapshot;
 //	                          the key functions, enqueue, result, abort_run, triggers
 //	002_sagas.sql             saga state on runs, advance_saga, its triggers, the sagas view

@@ -46,6 +46,8 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/sweep_sagas.sql" . }}
 {{ template "functions/traceparent_error.sql" . }}
 
+{{ template "grants.sql" . }}
+
 {{ template "views/outbox.sql" . }}
 {{ template "views/sagas.sql" . }}
 {{ template "views/tombstones.sql" . }}

@@ -104,22 +104,5 @@ AS $function$
     SELECT d.seq, d.run FROM done d
 $function$;
 
--- Not PUBLIC's: the roles that may update the queue (the daemon's runtime
--- roles, deploy/sql/roles.sql) run it, and keep doing so across the upgrade
--- that introduced it.
-REVOKE EXECUTE ON FUNCTION {{.schema}}.complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean) FROM PUBLIC;
-DO $grants$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN SELECT DISTINCT e.grantee
-               FROM pg_catalog.pg_class c
-              CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) e
-              WHERE c.oid = '{{.schema}}.queue'::regclass AND e.privilege_type = 'UPDATE'
-                AND e.grantee <> c.relowner AND e.grantee <> 0
-    LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION {{.schema}}.complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean) TO %s',
-                       g.grantee::regrole);
-    END LOOP;
-END
-$grants$;
+-- Not PUBLIC's: code/grants.sql grants it to the roles that may update the
+-- queue.

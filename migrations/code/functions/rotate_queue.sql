@@ -178,21 +178,5 @@ BEGIN
 END
 $function$;
 
--- Not PUBLIC's: the roles that may update the queue rotate it (deploy/sql/roles.sql
--- grants the runtime role).
-REVOKE EXECUTE ON FUNCTION {{.schema}}.rotate_queue(bigint, integer, interval, integer) FROM PUBLIC;
-DO $grants$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN SELECT DISTINCT e.grantee
-               FROM pg_catalog.pg_class c
-              CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) e
-              WHERE c.oid = '{{.schema}}.queue'::regclass AND e.privilege_type = 'UPDATE'
-                AND e.grantee <> c.relowner AND e.grantee <> 0
-    LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION {{.schema}}.rotate_queue(bigint, integer, interval, integer) TO %s',
-                       g.grantee::regrole);
-    END LOOP;
-END
-$grants$;
+-- Not PUBLIC's: code/grants.sql grants it to the roles that may update the
+-- queue (deploy/sql/roles.sql grants the runtime role).
