@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -28,88 +27,13 @@ var (
 // saga goes on, and that every audit chain still verifies.
 func TestUpgradeTo017KeepsRowsInFlight(t *testing.T) {
 	ctx := context.Background()
-	conn := connectAtVersion(t, 16)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	keyOf := func(run, step, tool string) string {
-		t.Helper()
-		var k string
-		if err := conn.QueryRow(ctx, `SELECT drainer.idempotency_key($1, $2, $3, '')`, run, step, tool).Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-
-	// oldClaim runs release 16's claim and returns what it leased.
-	type claimed struct {
-		Seq       int64
-		Key, Kind string
-		Token     pgtype.UUID
-	}
-	oldClaim := func(limit int) []claimed {
-		t.Helper()
-		rows, err := conn.Query(ctx, release16Claim, limit, 60000, "old-replica")
-		if err != nil {
-			t.Fatalf("release 16 claim: %v", err)
-		}
-		var out []claimed
-		for rows.Next() {
-			v, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, claimed{Seq: v[0].(int64), Key: v[1].(string), Kind: v[6].(string), Token: pgtype.UUID{Bytes: v[9].([16]byte), Valid: true}})
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("release 16 claim: %v", err)
-		}
-		return out
-	}
+	o := openOldSchema(t, 16, "release 16", release16Claim)
+	conn, exec, keyOf, oldClaim := o.conn, o.exec, o.keyOf, o.claim
 
 	// Release 16: the row in flight is claimed first (it is due first).
-	exec(`SELECT drainer.enqueue('r1', 'flight', 'charge', '', '{"amount": 1}')`)
-	first := oldClaim(1)
-	if len(first) != 1 {
-		t.Fatalf("release 16 claim before the upgrade leased %d rows", len(first))
-	}
-	flightSeq, flightToken := first[0].Seq, first[0].Token
-	exec(`SELECT drainer.enqueue('r1', 'waiting', 'charge', '', '{"amount": 2}')`)
-	exec(`SELECT drainer.enqueue('r1', 'parked', 'ship', '', '{"order": 7}')`)
-	exec(`UPDATE drainer.outbox SET status = 'outcome_unknown', attempts = 1, updated_at = now() WHERE step_id = 'parked'`)
-	exec(`SELECT drainer.enqueue('r2', 'a', 'charge', '', '{"amount": 3}')`)
-	exec(`UPDATE drainer.outbox SET status = 'succeeded', attempts = 1, response = '{"id": "ch_1"}', updated_at = now() WHERE agent_run_id = 'r2'`)
-	exec(`SELECT drainer.abort_run_internal('r2', 'wrong customer', 'operator:alice')`)
-	var state string
-	if err := conn.QueryRow(ctx, `SELECT drainer.advance_saga('r2', ARRAY['charge'], ARRAY['refund'])`).Scan(&state); err != nil || state != "compensating" {
-		t.Fatalf("saga before the upgrade: %q, %v", state, err)
-	}
-	exec(`SELECT drainer.enqueue('r3', 'old', 'charge', '', '{"amount": 4}')`)
-	exec(`UPDATE drainer.outbox SET status = 'succeeded', attempts = 1, updated_at = now() - interval '1 day' WHERE agent_run_id = 'r3'`)
-	exec(`SELECT drainer.prune_rows('succeeded', now() - interval '1 hour', 100)`)
-
-	type row struct {
-		Key, Status string
-		Attempts    int
-		Payload     string
-	}
-	snapshot := func() map[string]row {
-		t.Helper()
-		rows, err := conn.Query(ctx, `SELECT key, status, attempts, payload::text FROM drainer.outbox ORDER BY seq`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]row{}
-		var r row
-		if _, err := pgx.ForEachRow(rows, []any{&r.Key, &r.Status, &r.Attempts, &r.Payload}, func() error { out[r.Key] = r; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	before := snapshot()
+	flight := o.seedRowsInFlight()
+	flightSeq, flightToken := flight.Seq, flight.Token
+	before := o.snapshot()
 	if len(before) != 5 {
 		t.Fatalf("release 16 outbox holds %d rows, want 5: %v", len(before), before)
 	}
@@ -118,15 +42,7 @@ func TestUpgradeTo017KeepsRowsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	after := snapshot()
-	for k, r := range before {
-		if after[k] != r {
-			t.Errorf("row %s: %+v before the upgrade, %+v after", k, r, after[k])
-		}
-	}
-	if len(after) != len(before) {
-		t.Errorf("%d rows after the upgrade, %d before", len(after), len(before))
-	}
+	o.sameRows(before, o.snapshot())
 
 	// The old replica finishes its call and writes the answer: through the
 	// view, fenced by its lease, audited with the provider's status.

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -30,52 +29,14 @@ var (
 // truncates it, and that every audit chain verifies throughout.
 func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 	ctx := context.Background()
-	conn := connectAtVersion(t, 19)
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := conn.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%.80s: %v", sql, err)
-		}
-	}
+	o := openOldSchema(t, 19, "release 19", release19Claim)
+	conn, exec, keyOf, oldClaim := o.conn, o.exec, o.keyOf, o.claim
 	exec("BEGIN;\n" + release19Code + "\nCOMMIT;")
 	exec(`INSERT INTO drainer.schema_meta (name, value) VALUES ('code_revision', '3')
 	      ON CONFLICT (name) DO UPDATE SET value = excluded.value`)
-	keyOf := func(run, step, tool string) string {
-		t.Helper()
-		var k string
-		if err := conn.QueryRow(ctx, `SELECT drainer.idempotency_key($1, $2, $3, '')`, run, step, tool).Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	type claimed struct {
-		Seq   int64
-		Key   string
-		Kind  string
-		Token pgtype.UUID
-	}
-	oldClaim := func(limit int) []claimed {
-		t.Helper()
-		rows, err := conn.Query(ctx, release19Claim, limit, 60000, "old-replica")
-		if err != nil {
-			t.Fatalf("release 19 claim: %v", err)
-		}
-		var out []claimed
-		for rows.Next() {
-			v, err := rows.Values()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, claimed{Seq: v[0].(int64), Key: v[1].(string), Kind: v[6].(string), Token: pgtype.UUID{Bytes: v[9].([16]byte), Valid: true}})
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("release 19 claim: %v", err)
-		}
-		return out
-	}
 	// complete is the completion release 19 sends (complete_rows, whose
 	// signature this release keeps).
-	complete := func(c claimed, status string, code int) int {
+	complete := func(c oldClaimed, status string, code int) int {
 		t.Helper()
 		var n int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM drainer.complete_rows($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, true)`,
@@ -96,45 +57,9 @@ func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 
 	// Release 19: a row in flight, one waiting, one parked, a saga whose
 	// compensation is queued, a pruned key.
-	exec(`SELECT drainer.enqueue('r1', 'flight', 'charge', '', '{"amount": 1}')`)
-	first := oldClaim(1)
-	if len(first) != 1 {
-		t.Fatalf("release 19 claim before the upgrade leased %d rows", len(first))
-	}
-	exec(`SELECT drainer.enqueue('r1', 'waiting', 'charge', '', '{"amount": 2}')`)
-	exec(`SELECT drainer.enqueue('r1', 'parked', 'ship', '', '{"order": 7}')`)
-	exec(`UPDATE drainer.outbox SET status = 'outcome_unknown', attempts = 1, updated_at = now() WHERE step_id = 'parked'`)
-	exec(`SELECT drainer.enqueue('r2', 'a', 'charge', '', '{"amount": 3}')`)
-	exec(`UPDATE drainer.outbox SET status = 'succeeded', attempts = 1, response = '{"id": "ch_1"}', updated_at = now() WHERE agent_run_id = 'r2'`)
-	exec(`SELECT drainer.abort_run_internal('r2', 'wrong customer', 'operator:alice')`)
-	var state string
-	if err := conn.QueryRow(ctx, `SELECT drainer.advance_saga('r2', ARRAY['charge'], ARRAY['refund'])`).Scan(&state); err != nil || state != "compensating" {
-		t.Fatalf("saga before the upgrade: %q, %v", state, err)
-	}
-	exec(`SELECT drainer.enqueue('r3', 'old', 'charge', '', '{"amount": 4}')`)
-	exec(`UPDATE drainer.outbox SET status = 'succeeded', attempts = 1, updated_at = now() - interval '1 day' WHERE agent_run_id = 'r3'`)
-	exec(`SELECT drainer.prune_rows('succeeded', now() - interval '1 hour', 100)`)
+	first := o.seedRowsInFlight()
 	verify("before the upgrade")
-
-	type row struct {
-		Key, Status string
-		Attempts    int
-		Payload     string
-	}
-	snapshot := func() map[string]row {
-		t.Helper()
-		rows, err := conn.Query(ctx, `SELECT key, status, attempts, payload::text FROM drainer.outbox ORDER BY seq`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]row{}
-		var r row
-		if _, err := pgx.ForEachRow(rows, []any{&r.Key, &r.Status, &r.Attempts, &r.Payload}, func() error { out[r.Key] = r; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	before := snapshot()
+	before := o.snapshot()
 	if len(before) != 5 {
 		t.Fatalf("release 19 outbox holds %d rows, want 5: %v", len(before), before)
 	}
@@ -145,15 +70,7 @@ func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 	if v, err := Check(ctx, conn, "drainer"); err != nil || v != 20 {
 		t.Fatalf("schema after the upgrade: version %d, %v", v, err)
 	}
-	after := snapshot()
-	for k, r := range before {
-		if after[k] != r {
-			t.Errorf("row %s: %+v before the upgrade, %+v after", k, r, after[k])
-		}
-	}
-	if len(after) != len(before) {
-		t.Errorf("%d rows after the upgrade, %d before", len(after), len(before))
-	}
+	o.sameRows(before, o.snapshot())
 	var outside int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM drainer.queue WHERE gen <> 0`).Scan(&outside); err != nil || outside != 0 {
 		t.Fatalf("%d rows outside the settled partition after the upgrade (%v): the old table becomes generation 0 as it is", outside, err)
@@ -162,10 +79,10 @@ func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 
 	// The old replica writes the answer of the row it leased before the
 	// upgrade, fenced by its lease; a stale lease is refused.
-	if n := complete(first[0], "succeeded", 201); n != 1 {
+	if n := complete(first, "succeeded", 201); n != 1 {
 		t.Fatalf("release 19 completion after the upgrade wrote %d rows, want its 1 leased row", n)
 	}
-	stale := first[0]
+	stale := first
 	stale.Token = pgtype.UUID{Bytes: [16]byte{1}, Valid: true}
 	if n := complete(stale, "failed", 500); n != 0 {
 		t.Fatalf("a completion under a stale lease wrote %d rows, want 0", n)
