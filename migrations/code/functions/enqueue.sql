@@ -83,8 +83,11 @@ BEGIN
             ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
             RETURNING i.seq, i.tool_name, i.business_scope
         )
-        INSERT INTO {{.schema}}.queue AS q (seq, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head)
-        SELECT i.seq, i.tool_name, i.business_scope, 'forward', v_status,
+        -- The generation is read here rather than by queue.gen's default:
+        -- a SQL function in a default is planned anew on every execution.
+        INSERT INTO {{.schema}}.queue AS q (seq, gen, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head)
+        SELECT i.seq, (SELECT g.gen FROM {{.schema}}.queue_generations g WHERE g.current),
+               i.tool_name, i.business_scope, 'forward', v_status,
                CASE WHEN v_aborted THEN 'run_aborted' END,
                CASE WHEN v_aborted THEN 'run aborted before this intent was enqueued' END,
                v_head
