@@ -1291,6 +1291,9 @@ retention: {interval: 1s, cancelled: 1s}
 		`SELECT * FROM drainer.sagas`,
 		`SELECT nextval('drainer.enqueue_duplicates')`,
 		`SELECT drainer.prune_rows('succeeded', now(), 10)`,
+		`SELECT drainer.rotate_audit(interval '1 hour', interval '1 hour')`,
+		`SELECT drainer.rotate_queue(1, 1, interval '1 hour', 1)`,
+		`TRUNCATE drainer.audit_p1`,
 		`CREATE TABLE drainer.x (i int)`,
 	)
 	runtime := r.connect(t, r.runtimeURL)
@@ -1313,7 +1316,14 @@ retention: {interval: 1s, cancelled: 1s}
 		`UPDATE drainer.schema_meta SET value = '99'`,
 		`DELETE FROM drainer.schema_version`,
 		`SELECT nextval('drainer.enqueue_duplicates')`,
+		`TRUNCATE drainer.audit_p1`,
+		`UPDATE drainer.audit_generations SET current = false`,
 	)
+	// The retention pass turns the audit's generations as this role.
+	var step string
+	if err := runtime.QueryRow(context.Background(), `SELECT drainer.rotate_audit(interval '90 days', interval '30 days')`).Scan(&step); err != nil {
+		t.Errorf("rotate_audit as the runtime role: %v", err)
+	}
 	if res := runCLI(t, operator, "migrate"); res.code != 1 || !strings.Contains(res.stderr, "permission denied") {
 		t.Errorf("drainer migrate as the runtime role: %s\nwant exit 1, permission denied", res)
 	}

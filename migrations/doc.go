@@ -61,4 +61,6 @@
 //	                          statement that appends the entry
 //	020_queue_generations.sql queue partitioned by generation (queue_g1 … queue_g3, a ring,
 //	                          and queue_settled, the old table); queue_generations
+//	021_audit_generations.sql audit partitioned by generation (audit_p0, the old table,
+//	                          … audit_p3, a ring); audit_generations; audit_anchors.replaced
 package migrations

@@ -26,7 +26,9 @@ var (
 // (fenced by its lease, audited), that its claim keeps working on the rows
 // of before and after the upgrade, that the saga goes on, that the
 // rotation then moves the settled rows out of the new generation and
-// truncates it, and that every audit chain verifies throughout.
+// truncates it, and that every audit chain verifies throughout. The same
+// upgrade passes 021: the old audit table becomes generation 0 and the
+// entries written after it go to generation 1, with later ids.
 func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 	ctx := context.Background()
 	o := openOldSchema(t, 19, "release 19", release19Claim)
@@ -67,7 +69,7 @@ func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 	if _, err := Migrate(ctx, conn, "drainer", nil); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := Check(ctx, conn, "drainer"); err != nil || v != 20 {
+	if v, err := Check(ctx, conn, "drainer"); err != nil || v != Latest() {
 		t.Fatalf("schema after the upgrade: version %d, %v", v, err)
 	}
 	o.sameRows(before, o.snapshot())
@@ -76,6 +78,12 @@ func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 		t.Fatalf("%d rows outside the settled partition after the upgrade (%v): the old table becomes generation 0 as it is", outside, err)
 	}
 	verify("after the upgrade")
+	// The audit table before 021 is generation 0, closed; new entries go
+	// to generation 1, with ids after the old ones.
+	var oldMax int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE part <> 0), coalesce(max(id), 0) FROM drainer.audit`).Scan(&outside, &oldMax); err != nil || outside != 0 || oldMax == 0 {
+		t.Fatalf("audit after the upgrade: %d entries outside generation 0, last id %d (%v)", outside, oldMax, err)
+	}
 
 	// The old replica writes the answer of the row it leased before the
 	// upgrade, fenced by its lease; a stale lease is refused.
@@ -123,6 +131,12 @@ func TestUpgradeTo020KeepsRowsInFlight(t *testing.T) {
 		t.Fatalf("re-enqueue of a key pruned before the upgrade: created %v (%v), want false", created, err)
 	}
 	verify("after the old replica's claims and completions")
+	var newEntries, wrongPart, lowID int
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE part <> 1), count(*) FILTER (WHERE id <= $1)
+	      FROM drainer.audit WHERE part <> 0 OR id > $1`, oldMax).Scan(&newEntries, &wrongPart, &lowID); err != nil ||
+		newEntries == 0 || wrongPart != 0 || lowID != 0 {
+		t.Fatalf("entries written after the upgrade: %d, %d outside generation 1, %d with an old id (%v)", newEntries, wrongPart, lowID, err)
+	}
 
 	// The rotation moves the new generation's settled row out and
 	// truncates it; nothing is appended to any chain by the move.

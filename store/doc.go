@@ -27,7 +27,7 @@
 //	pause_admin.go  ListPauses, InsertPause, DeletePause, ReadPause: the operator's side
 //	saga.go         AdvanceSaga, SweepSagas, QueueAlerts
 //	snapshot.go     RefreshSnapshot, ReadSnapshot: the backlog gauges
-//	retention.go    Prune, WithRetentionLock
+//	retention.go    Prune, RotateAudit (the audit's generations), WithRetentionLock
 //	rotate.go       RotateQueue: one step of the generations' rotation (settled rows
 //	                out of a drained generation, then its truncation)
 //	locks.go        the daemons' advisory lock keys

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -10,7 +12,8 @@ import (
 
 // Retention says what one pruning pass removes: terminal rows last changed
 // longer ago than their status's age (they leave a tombstone), tombstones
-// and audit entries older than theirs, and finished runs without rows.
+// and audit entries older than theirs (a whole generation at a time:
+// rotateAudit), and finished runs without rows.
 type Retention struct {
 	// ByStatus maps each terminal status to the age past which its rows go.
 	ByStatus   map[string]time.Duration
@@ -79,11 +82,48 @@ func (s *Store) Prune(ctx context.Context, db DB, r Retention, budget time.Durat
 	if err := loop("tombstone", pruneTombstonesSQL, r.Tombstones.Milliseconds(), r.BatchSize); err != nil {
 		return out, err
 	}
-	if err := loop("audit", "SELECT {s}.prune_audit(now() - $1 * interval '1 millisecond', $2)", r.Audit.Milliseconds(), r.BatchSize); err != nil {
+	if err := s.rotateAudit(ctx, db, r.Audit, deadline, out); err != nil {
 		return out, err
 	}
 	err := loop("run", pruneRunsSQL, r.Tombstones.Milliseconds(), r.BatchSize)
 	return out, err
+}
+
+// rotateAudit turns the audit's generations until there is nothing more
+// to do now or the deadline passes; the entries truncated count as
+// "audit".
+func (s *Store) rotateAudit(ctx context.Context, db DB, retention time.Duration, deadline time.Time, out map[string]int) error {
+	for time.Now().Before(deadline) {
+		step, err := s.RotateAudit(ctx, db, retention, retention/3)
+		if err != nil {
+			return err
+		}
+		word, count, _ := strings.Cut(step, " ")
+		switch word {
+		case "truncated":
+			n, _ := strconv.Atoi(count)
+			out["audit"] += n
+		case "sealed", "anchored", "emptied", "flipped":
+		default: // idle, waiting, busy
+			return nil
+		}
+	}
+	return nil
+}
+
+// RotateAudit runs one step of the audit's generations
+// (migrations/code/functions/rotate_audit.sql) and returns it ("sealed",
+// "anchored N", "emptied", "truncated N", "flipped", "waiting", "idle" or
+// "busy"). A generation is truncated once every entry in it is older than
+// retention; one is opened every span. The retention pass gives retention
+// ÷ 3 as span, so an entry is kept between retention and 4/3 of it.
+func (s *Store) RotateAudit(ctx context.Context, db DB, retention, span time.Duration) (string, error) {
+	var step string
+	if err := db.QueryRow(ctx, s.sql("SELECT {s}.rotate_audit($1 * interval '1 microsecond', $2 * interval '1 microsecond')"),
+		retention.Microseconds(), span.Microseconds()).Scan(&step); err != nil {
+		return "", fmt.Errorf("rotate audit: %w", err)
+	}
+	return step, nil
 }
 
 // WithRetentionLock runs fn on a connection holding the schema's retention

@@ -14,7 +14,7 @@
 
 -- After `drainer migrate`, never before: on an older schema its
 -- grants would break the daemon. This stops with an error naming the order.
-SELECT CASE WHEN version < 20
+SELECT CASE WHEN version < 21
             THEN ('schema version ' || version || ' predates these grants: run drainer migrate first, then this file')::int
        END
   FROM :"schema".schema_version;
@@ -48,11 +48,13 @@ GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatc
 -- `drainer abort` (abort_run_internal), the operator actions that change
 -- no row's status (audit_append), the completions with their audit
 -- entries (complete_rows), the rotation of the queue's generations
--- (rotate_queue) and the generation a row inserted into the queue goes to
--- (queue_generation, queue.gen's default). They run with the owner's rights.
+-- (rotate_queue), the generation a row inserted into the queue goes to
+-- (queue_generation, queue.gen's default) and the audit's rotation
+-- (rotate_audit, retention). They run with the owner's rights.
 GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
-    :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation()
+    :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation(),
+    :"schema".rotate_audit(interval, interval)
     TO :"runtime_role";
 -- The producer's functions are not the runtime role's.
 REVOKE EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text),
@@ -72,5 +74,6 @@ REVOKE ALL ON ALL TABLES IN SCHEMA :"schema" FROM :"producer_role";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA :"schema" FROM :"producer_role";
 REVOKE EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
-    :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation()
+    :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation(),
+    :"schema".rotate_audit(interval, interval), :"schema".audit_generation()
     FROM :"producer_role";

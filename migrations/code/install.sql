@@ -14,6 +14,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/audit_append.sql" . }}
 {{ template "functions/audit_change.sql" . }}
 {{ template "functions/audit_event.sql" . }}
+{{ template "functions/audit_generation.sql" . }}
 {{ template "functions/audit_hash.sql" . }}
 {{ template "functions/audit_problems.sql" . }}
 {{ template "functions/audit_head.sql" . }}
@@ -40,6 +41,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/prune_rows.sql" . }}
 {{ template "functions/queue_generation.sql" . }}
 {{ template "functions/result.sql" . }}
+{{ template "functions/rotate_audit.sql" . }}
 {{ template "functions/rotate_queue.sql" . }}
 {{ template "functions/saga_lock_key.sql" . }}
 {{ template "functions/session_role.sql" . }}

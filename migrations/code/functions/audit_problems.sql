@@ -2,7 +2,9 @@
 -- their broken links (unordered): an entry whose prev_hash is not the hash
 -- of the entry before it (an entry was deleted or inserted), or whose hash
 -- does not match its content (it was edited); after pruning, a chain's
--- first remaining entry links to the anchor kept in audit_anchors. And
+-- first remaining entry links to the anchor kept in audit_anchors (or to
+-- the one it replaced, while the entries it stands for are still there:
+-- rotate_audit). And
 -- every queue row must stand where its chain ends: its audit_head the
 -- chain's last hash, its status the last entry's (so deleting a chain's
 -- last entry, or a change made with the audit bypassed, is caught too).
@@ -13,10 +15,16 @@ CREATE OR REPLACE FUNCTION {{.schema}}.audit_problems(p_key text)
  STABLE
 AS $function$
     WITH chain AS (
-        SELECT a.*, coalesce(lag(a.hash) OVER (PARTITION BY a.key ORDER BY a.id),
-                             (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = a.key)) AS expected_prev
+        SELECT a.*, CASE WHEN lag(a.id) OVER w IS NOT NULL THEN lag(a.hash) OVER w
+                         -- an anchor whose entries are still here (their
+                         -- generation not truncated yet): the chain
+                         -- starts where the anchor it replaced stood
+                         WHEN x.hash IN (SELECT o.hash FROM {{.schema}}.audit o WHERE o.key = a.key) THEN x.replaced
+                         ELSE x.hash END AS expected_prev
           FROM {{.schema}}.audit a
+          LEFT JOIN {{.schema}}.audit_anchors x ON x.key = a.key
          WHERE p_key IS NULL OR a.key = p_key
+        WINDOW w AS (PARTITION BY a.key ORDER BY a.id)
     )
     SELECT c.id, c.key,
            CASE WHEN c.hash IS DISTINCT FROM {{.schema}}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,

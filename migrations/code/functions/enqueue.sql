@@ -83,8 +83,9 @@ BEGIN
             ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
             RETURNING i.seq, i.tool_name, i.business_scope
         )
-        -- The generation is read here rather than by queue.gen's default:
-        -- a SQL function in a default is planned anew on every execution.
+        -- The generation is read here rather than by queue.gen's default
+        -- (a SQL function in a default is planned anew on every
+        -- execution), and so is the audit's below.
         INSERT INTO {{.schema}}.queue AS q (seq, gen, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head)
         SELECT i.seq, (SELECT g.gen FROM {{.schema}}.queue_generations g WHERE g.current),
                i.tool_name, i.business_scope, 'forward', v_status,
@@ -95,8 +96,9 @@ BEGIN
         RETURNING q.seq INTO v_seq;
         IF v_seq IS NOT NULL THEN
             INSERT INTO {{.schema}}.audit (key, at, event, from_status, to_status, attempts, response_status,
-                                           actor, reason, detail_sha256, prev_hash, hash)
-            VALUES (v_key, v_at, v_event, NULL, v_status, 0, NULL, v_actor, v_reason, v_hash, v_prev, v_head);
+                                           actor, reason, detail_sha256, prev_hash, hash, part)
+            VALUES (v_key, v_at, v_event, NULL, v_status, 0, NULL, v_actor, v_reason, v_hash, v_prev, v_head,
+                    (SELECT a.part FROM {{.schema}}.audit_generations a WHERE a.current));
             RETURN QUERY SELECT v_key, true;
             RETURN;
         END IF;
