@@ -10,6 +10,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/abort_run_internal.sql" . }}
 {{ template "functions/advance_saga.sql" . }}
 {{ template "functions/alert_tool.sql" . }}
+{{ template "functions/any_running.sql" . }}
 {{ template "functions/audit_actor.sql" . }}
 {{ template "functions/audit_append.sql" . }}
 {{ template "functions/audit_change.sql" . }}
@@ -34,6 +35,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/notify_outbox.sql" . }}
 {{ template "functions/on_compensation_succeeded.sql" . }}
 {{ template "functions/on_forward_failed.sql" . }}
+{{ template "functions/open_transactions.sql" . }}
 {{ template "functions/outbox_write.sql" . }}
 {{ template "functions/payload_hash.sql" . }}
 {{ template "functions/payload_text.sql" . }}

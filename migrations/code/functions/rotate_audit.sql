@@ -62,9 +62,7 @@ BEGIN
         v_part := format('%I.%I', '{{.schema}}', 'audit_p' || g.part);
         IF g.wait_for IS NULL THEN
             UPDATE audit_generations a
-               SET wait_for = coalesce((SELECT array_agg(l.virtualxid::text) FROM pg_locks l
-                                         WHERE l.locktype = 'virtualxid' AND l.granted
-                                           AND l.pid IS DISTINCT FROM pg_backend_pid()), '{}'),
+               SET wait_for = {{.schema}}.open_transactions(),
                    changed_at = now()
              WHERE a.part = g.part;
             RETURN CASE WHEN g.anchored_to IS NULL THEN 'sealed' ELSE 'emptied' END;
@@ -73,8 +71,7 @@ BEGIN
             CONTINUE;
         END IF;
         v_older := true;
-        IF EXISTS (SELECT 1 FROM pg_locks l
-                    WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid::text = ANY (g.wait_for)) THEN
+        IF {{.schema}}.any_running(g.wait_for) THEN
             v_waited := true;
             CONTINUE;
         END IF;

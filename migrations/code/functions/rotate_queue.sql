@@ -112,15 +112,12 @@ BEGIN
         END IF;
         IF g.wait_for IS NULL THEN
             UPDATE queue_generations q
-               SET wait_for = coalesce((SELECT array_agg(l.virtualxid::text) FROM pg_locks l
-                                         WHERE l.locktype = 'virtualxid' AND l.granted
-                                           AND l.pid IS DISTINCT FROM pg_backend_pid()), '{}'),
+               SET wait_for = {{.schema}}.open_transactions(),
                    changed_at = now()
              WHERE q.gen = g.gen;
             RETURN 'emptied';
         END IF;
-        IF EXISTS (SELECT 1 FROM pg_locks l
-                    WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid::text = ANY (g.wait_for)) THEN
+        IF {{.schema}}.any_running(g.wait_for) THEN
             v_waited := true;
             CONTINUE;
         END IF;
