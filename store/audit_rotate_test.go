@@ -51,13 +51,6 @@ func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
 		}
 		return steps
 	}
-	scalar := func(sql string, args ...any) (n int) {
-		t.Helper()
-		if err := pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return n
-	}
 	verify := func(when string) {
 		t.Helper()
 		if broken, err := st.VerifyAudit(ctx, pool, 20); err != nil || len(broken) != 0 {
@@ -80,7 +73,7 @@ func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
 	if err := st.AuditAppendEach(ctx, pool, []string{"route:t"}, "operator:pause", nil); err != nil {
 		t.Fatal(err)
 	}
-	inOne := scalar(`SELECT count(*) FROM drainer.audit WHERE part = 1`)
+	inOne := scalar[int](t, pool, `SELECT count(*) FROM drainer.audit WHERE part = 1`)
 	if inOne < 10 {
 		t.Fatalf("%d entries in generation 1, want the enqueues, the completions and the note", inOne)
 	}
@@ -89,18 +82,18 @@ func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
 	// then 2 is closed (3 becomes current), and both are sealed; nothing
 	// is past a retention of an hour, so nothing is anchored.
 	until("generation 2 current", keep, now, func() bool {
-		return scalar(`SELECT count(*) FROM drainer.audit_generations WHERE current AND part = 2`) == 1
+		return scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_generations WHERE current AND part = 2`) == 1
 	})
 	if err := st.AuditAppendEach(ctx, pool, []string{"route:t"}, "operator:note", nil); err != nil {
 		t.Fatal(err)
 	}
 	until("generation 3 current", keep, now, func() bool {
-		return scalar(`SELECT count(*) FROM drainer.audit_generations WHERE current AND part = 3`) == 1
+		return scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_generations WHERE current AND part = 3`) == 1
 	})
 	until("generations 1 and 2 sealed", keep, keep, func() bool {
-		return scalar(`SELECT count(*) FROM drainer.audit_generations WHERE part IN (1, 2) AND wait_for IS NOT NULL`) == 2
+		return scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_generations WHERE part IN (1, 2) AND wait_for IS NOT NULL`) == 2
 	})
-	if n := scalar(`SELECT count(*) FROM drainer.audit_anchors`); n != 0 {
+	if n := scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_anchors`); n != 0 {
 		t.Fatalf("%d anchors before any generation was past the retention", n)
 	}
 	// Generation 0 (the table before migration 021, empty here) goes
@@ -110,9 +103,9 @@ func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	until("generation 0 truncated", keep, keep, func() bool {
-		return scalar(`SELECT count(*) FROM drainer.audit_generations WHERE part = 0 AND ready`) == 1
+		return scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_generations WHERE part = 0 AND ready`) == 1
 	})
-	if n := scalar(`SELECT count(*) FROM drainer.audit_generations WHERE part = 1 AND anchored_to IS NULL`); n != 1 {
+	if n := scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_generations WHERE part = 1 AND anchored_to IS NULL`); n != 1 {
 		t.Fatal("generation 1 was anchored under a retention of an hour")
 	}
 
@@ -141,9 +134,9 @@ func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
 	// Everything is past a retention of zero now: generation 1 is
 	// anchored, but not truncated while the reader is open.
 	steps := until("generation 1 anchored", now, keep, func() bool {
-		return scalar(`SELECT count(*) FROM drainer.audit_generations WHERE part = 1 AND anchored_to IS NOT NULL`) == 1
+		return scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_generations WHERE part = 1 AND anchored_to IS NOT NULL`) == 1
 	})
-	if n := scalar(`SELECT count(*) FROM drainer.audit_anchors WHERE key = ANY($1) OR key = 'route:t'`, keys); n != len(keys)+1 {
+	if n := scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_anchors WHERE key = ANY($1) OR key = 'route:t'`, keys); n != len(keys)+1 {
 		t.Fatalf("%d anchors after %v, want one per chain (%d)", n, steps, len(keys)+1)
 	}
 	// A reader that sees both the anchors and the entries they stand for
@@ -155,10 +148,10 @@ func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
 	for range 5 {
 		steps = append(steps, step(now, keep))
 	}
-	if n := scalar(`SELECT count(*) FROM drainer.audit_generations WHERE part = 2 AND anchored_to IS NULL`); n != 1 {
+	if n := scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_generations WHERE part = 2 AND anchored_to IS NULL`); n != 1 {
 		t.Fatalf("after %v generation 2 was anchored before generation 1 was truncated", steps)
 	}
-	if n := scalar(`SELECT count(*) FROM drainer.audit WHERE part = 1`); n != inOne {
+	if n := scalar[int](t, pool, `SELECT count(*) FROM drainer.audit WHERE part = 1`); n != inOne {
 		t.Fatalf("with the old snapshot open, steps %v left %d of %d entries in generation 1", steps, n, inOne)
 	}
 	readerSees("after the rotation steps that ran while it was open")
@@ -176,15 +169,15 @@ func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
 	}
 
 	steps = until("generation 1 truncated", now, keep, func() bool {
-		return scalar(`SELECT count(*) FROM drainer.audit_generations WHERE part = 1 AND ready`) == 1
+		return scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_generations WHERE part = 1 AND ready`) == 1
 	})
 	if !slices.Contains(steps, "anchored 0") {
 		t.Fatalf("steps after the reader ended: %v, want the hand-written entry found under the lock (anchored 0) before the truncation", steps)
 	}
-	if n := scalar(`SELECT count(*) FROM drainer.audit WHERE part = 1`); n != 0 {
+	if n := scalar[int](t, pool, `SELECT count(*) FROM drainer.audit WHERE part = 1`); n != 0 {
 		t.Fatalf("%d entries left in the truncated generation", n)
 	}
-	if n := scalar(`SELECT count(*) FROM drainer.audit_anchors a WHERE a.key = 'route:u' AND a.hash = drainer.audit_head('route:u')
+	if n := scalar[int](t, pool, `SELECT count(*) FROM drainer.audit_anchors a WHERE a.key = 'route:u' AND a.hash = drainer.audit_head('route:u')
 	                   AND NOT EXISTS (SELECT 1 FROM drainer.audit e WHERE e.key = 'route:u')`); n != 1 {
 		t.Fatal("the hand-written entry's hash is not the anchor of its chain")
 	}
