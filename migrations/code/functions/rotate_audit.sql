@@ -101,13 +101,16 @@ BEGIN
              WHERE part = g.part;
             RETURN 'anchored ' || v_n;
         END IF;
-        -- Anchored, and no snapshot from before the anchors remains.
+        -- Anchored, and no snapshot from before the anchors remains. The
+        -- entries are counted before the lock (readers of audit wait for
+        -- it); under it only the newest id is read, from the index.
+        EXECUTE format('SELECT count(*) FROM %s', v_part) INTO v_n;
         BEGIN
             EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_part);
         EXCEPTION WHEN lock_not_available THEN
             RETURN 'busy';
         END;
-        EXECUTE format('SELECT coalesce(max(id), 0), count(*) FROM %s', v_part) INTO v_max, v_n;
+        EXECUTE format('SELECT coalesce(max(id), 0) FROM %s', v_part) INTO v_max;
         IF v_max > g.anchored_to THEN
             -- an entry written there since (by hand, naming the
             -- generation): anchored again first
