@@ -30,10 +30,16 @@
 -- (audit_change) from running.
 CREATE OR REPLACE FUNCTION {{.schema}}.complete_rows(p_seqs bigint[], p_tokens uuid[], p_statuses text[], p_give_back integer[], p_delay_ms bigint[], p_last_errors text[], p_problems text[], p_responses text[], p_codes integer[], p_floors boolean[], p_attempts integer[], p_answered boolean)
  RETURNS TABLE(seq bigint, run text)
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
+BEGIN
+    -- PL/pgSQL, not SQL: its statement's plan is kept between calls
+    -- (a SQL function's is made anew on every call, and planning an
+    -- UPDATE of every queue generation costs more than the batch).
+    RETURN QUERY
     WITH done AS (
     UPDATE {{.schema}}.queue o
        SET status = u.status,
@@ -94,14 +100,18 @@ AS $function$
            e.response_status, e.actor, e.reason, e.detail, e.prev, o.audit_head
     ), ins AS (
     INSERT INTO {{.schema}}.audit (key, at, event, from_status, to_status, attempts, response_status,
-                           actor, reason, detail_sha256, prev_hash, hash)
+                           actor, reason, detail_sha256, prev_hash, hash, part)
     SELECT d.key, d.at, d.event, d.from_status, d.to_status, d.attempts, d.response_status,
-           d.actor, d.reason, d.detail, d.prev, d.audit_head
+           d.actor, d.reason, d.detail, d.prev, d.audit_head,
+           -- read here, not by audit.part's default (a SQL function there
+           -- is planned anew on every execution)
+           (SELECT g.part FROM {{.schema}}.audit_generations g WHERE g.current)
       FROM done d
      WHERE d.changed
      ORDER BY d.seq
     )
-    SELECT d.seq, d.run FROM done d
+    SELECT d.seq, d.run FROM done d;
+END
 $function$;
 
 -- Not PUBLIC's: code/grants.sql grants it to the roles that may update the
