@@ -49,6 +49,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/session_role.sql" . }}
 {{ template "functions/sweep_sagas.sql" . }}
 {{ template "functions/traceparent_error.sql" . }}
+{{ template "functions/try_lock.sql" . }}
 
 {{ template "grants.sql" . }}
 

@@ -83,11 +83,11 @@ BEGIN
                 CONTINUE; -- its newest entries are not past the retention yet
             END IF;
             -- Each chain's last hash in this generation (the generations
-            -- go oldest first, so an anchor only moves forward).
-            -- Until the truncation a reader sees both the anchor and the
-            -- entries it stands for: the anchor replaced (the hash the
-            -- chain's first entry here links to) is kept beside it, unless
-            -- it was this generation's own (anchored again).
+            -- go oldest first, so an anchor only moves forward). Until the
+            -- truncation a reader sees both the anchor and the entries it
+            -- stands for, so the anchor it replaces (the hash the chain's
+            -- first entry here links to) is kept beside it, unless it was
+            -- this generation's own (anchored again).
             EXECUTE format($q$
                 INSERT INTO {{.schema}}.audit_anchors AS x (key, hash)
                 SELECT DISTINCT ON (e.key) e.key, e.hash FROM %1$s e ORDER BY e.key, e.id DESC
@@ -105,11 +105,9 @@ BEGIN
         -- entries are counted before the lock (readers of audit wait for
         -- it); under it only the newest id is read, from the index.
         EXECUTE format('SELECT count(*) FROM %s', v_part) INTO v_n;
-        BEGIN
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_part);
-        EXCEPTION WHEN lock_not_available THEN
+        IF NOT {{.schema}}.try_lock(v_part::regclass, 'ACCESS EXCLUSIVE') THEN
             RETURN 'busy';
-        END;
+        END IF;
         EXECUTE format('SELECT coalesce(max(id), 0) FROM %s', v_part) INTO v_max;
         IF v_max > g.anchored_to THEN
             -- an entry written there since (by hand, naming the

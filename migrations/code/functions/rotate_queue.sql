@@ -76,11 +76,9 @@ BEGIN
                 v_waited := true; -- its backlog is still draining there
                 CONTINUE;
             END IF;
-            BEGIN
-                EXECUTE format('LOCK TABLE %s IN EXCLUSIVE MODE', v_part);
-            EXCEPTION WHEN lock_not_available THEN
+            IF NOT {{.schema}}.try_lock(v_part::regclass, 'EXCLUSIVE') THEN
                 RETURN 'busy';
-            END;
+            END IF;
             EXECUTE format($q$
                 WITH moved AS (
                     DELETE FROM %1$s q
@@ -121,11 +119,9 @@ BEGIN
             v_waited := true;
             CONTINUE;
         END IF;
-        BEGIN
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_part);
-        EXCEPTION WHEN lock_not_available THEN
+        IF NOT {{.schema}}.try_lock(v_part::regclass, 'ACCESS EXCLUSIVE') THEN
             RETURN 'busy';
-        END;
+        END IF;
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_part) INTO v_any;
         IF v_any THEN
             -- rows inserted late (a snapshot from before the flip): moved
