@@ -30,4 +30,9 @@
 // schema without that mark, and drops them when done, also when its context
 // is cancelled. Otherwise it starts a throwaway durable cluster and removes
 // it.
+//
+// replay.sql is not run by bench: it is the in-server replay, the engine's
+// claim and completion statements and the ceiling's looped inside the
+// server with no client, run by hand with psql (docs/benchmarks.md,
+// "Reproduce"); replay_test.go keeps it in step with the schema.
 package bench

@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/migrations"
+)
+
+// replayStatements reads replay.sql as psql would run it with -v
+// rows=ROWS: its backslash commands dropped, one statement at a time (the
+// procedures' bodies kept whole), so VACUUM runs outside a transaction.
+func replayStatements(t *testing.T, rows string) []string {
+	t.Helper()
+	text, err := os.ReadFile("replay.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var cur strings.Builder
+	inBody := false
+	for line := range strings.Lines(string(text)) {
+		trimmed := strings.TrimSpace(line)
+		if !inBody && (strings.HasPrefix(trimmed, `\`) || strings.HasPrefix(trimmed, "--") || trimmed == "") {
+			continue
+		}
+		if strings.Count(line, "$$")%2 == 1 {
+			inBody = !inBody
+		}
+		cur.WriteString(strings.ReplaceAll(line, ":rows", rows))
+		if !inBody && strings.HasSuffix(trimmed, ";") {
+			out = append(out, cur.String())
+			cur.Reset()
+		}
+	}
+	if strings.TrimSpace(cur.String()) != "" || inBody {
+		t.Fatalf("replay.sql ends inside a statement: %q", cur.String())
+	}
+	return out
+}
+
+// TestReplayScriptRunsTheEnginesStatements: the in-server replay
+// (replay.sql) still matches the schema: it fills the queue through
+// enqueue_batch and the minimal table alike, its drain leaves every row
+// succeeded with its completion audited and every chain whole, and its
+// ceiling drains the minimal table.
+func TestReplayScriptRunsTheEnginesStatements(t *testing.T) {
+	url := dbtest.NewDatabase(t)
+	conn := connect(t, url)
+	if _, err := migrations.Migrate(t.Context(), conn, migrations.DefaultSchema, nil); err != nil {
+		t.Fatal(err)
+	}
+	const rows = 2500 // more than one enqueue_batch call, not a multiple of it
+	for range 2 {     // run again: the refill must start from empty tables
+		for _, stmt := range replayStatements(t, "2500") {
+			if _, err := conn.Exec(t.Context(), stmt); err != nil {
+				t.Fatalf("replay.sql: %v\n%s", err, stmt)
+			}
+		}
+		for _, proc := range []string{"drain", "ceiling"} {
+			var n int64
+			var seconds, wal float64
+			if err := conn.QueryRow(t.Context(), "CALL replay."+proc+"(150, NULL, NULL, NULL)").Scan(&n, &seconds, &wal); err != nil {
+				t.Fatalf("replay.%s: %v", proc, err)
+			}
+			if n != rows || seconds <= 0 || wal <= 0 {
+				t.Errorf("replay.%s: %d rows in %v s, %v WAL bytes; want %d rows, positive time and WAL", proc, n, seconds, wal, rows)
+			}
+		}
+	}
+	var succeeded, entries, problems, minimal int
+	if err := conn.QueryRow(t.Context(), `SELECT
+	        (SELECT count(*) FROM drainer.outbox WHERE status = 'succeeded' AND attempts = 1 AND response_status = 200),
+	        (SELECT count(*) FROM drainer.audit WHERE to_status = 'succeeded'),
+	        (SELECT count(*) FROM drainer.audit_problems(NULL)),
+	        (SELECT count(*) FROM replay.ceiling_outbox WHERE status = 'succeeded' AND attempts = 1)`).
+		Scan(&succeeded, &entries, &problems, &minimal); err != nil {
+		t.Fatal(err)
+	}
+	if succeeded != rows || entries != rows || problems != 0 || minimal != rows {
+		t.Errorf("after the replay: %d rows succeeded, %d completions audited, %d chain problems, %d minimal rows succeeded; want %d, %d, 0, %d",
+			succeeded, entries, problems, minimal, rows, rows, rows)
+	}
+}
