@@ -36,7 +36,7 @@ type completion struct {
 
 // newCompletion starts the completion of row.
 func newCompletion(row *claimedRow, status string) completion {
-	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Attempts: row.Attempts, Status: status}, row: row}
+	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Attempts: row.Attempts, Status: status, Gen: row.Gen}, row: row}
 }
 
 // decision inputs that do not come from the row or result.

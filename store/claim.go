@@ -28,6 +28,9 @@ type ClaimedRow struct {
 	Due         time.Time
 	Traceparent *string
 	ForwardKey  *string
+	// Gen is the generation (queue partition) the row was claimed in: its
+	// completion looks for it there first (Completion.Gen).
+	Gen int16
 	// RunAborted: a forward row about to be sent for the first time whose
 	// run is aborted (its enqueue committed after the abort, from a
 	// snapshot that could not see it). It must be cancelled, not sent.
@@ -96,12 +99,13 @@ WITH due AS MATERIALIZED (
            updated_at = now()
       FROM due
      WHERE o.seq = due.seq AND o.gen = due.gen
-    RETURNING o.seq, o.attempts, o.lease_token, o.first_attempt_at, o.next_attempt_at
+    RETURNING o.seq, o.attempts, o.lease_token, o.first_attempt_at, o.next_attempt_at, o.gen
 )
 SELECT l.seq, i.key, i.agent_run_id, i.step_id, i.tool_name, i.business_scope, i.kind,
        i.payload, l.attempts, l.lease_token, l.first_attempt_at, now(), i.traceparent, i.forward_key, l.next_attempt_at,
        i.kind = 'forward' AND l.attempts = 1
-           AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id)
+           AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id),
+       l.gen
   FROM leased l
   JOIN {s}.intents i ON i.seq = l.seq
  ORDER BY l.next_attempt_at, l.seq`
@@ -186,7 +190,7 @@ func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedRow, error) {
 		var c ClaimedRow
 		err := r.Scan(&c.Seq, &c.Key, &c.AgentRunID, &c.StepID, &c.ToolName, &c.BusinessScope, &c.Kind,
-			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due, &c.RunAborted)
+			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due, &c.RunAborted, &c.Gen)
 		return c, err
 	})
 	if err != nil {

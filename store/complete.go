@@ -20,6 +20,10 @@ type Completion struct {
 	// completion written after the lease expired land on the reclaimed row,
 	// as long as nobody claimed it since (see completeSQL).
 	Attempts int
+	// Gen is the generation the row was claimed in (ClaimedRow.Gen), where
+	// the completion looks for it first; a row found elsewhere (moved since,
+	// or Gen unknown) costs a second look-up by seq alone (complete_rows).
+	Gen int16
 	// Status is the new status.
 	Status string
 	// GiveBack returns the attempt counted at claim: the request never
@@ -67,7 +71,7 @@ type Completed struct {
 // says how each row is fenced and audited), with the owner's rights, the
 // only way the daemon's role appends audit entries. $12: the completions
 // answer requests sent.
-const completeSQL = `SELECT seq, run FROM {s}.complete_rows($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+const completeSQL = `SELECT seq, run FROM {s}.complete_rows($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
 
 // answerOn and noteFor set what the audit entries record (complete_rows,
 // and audit_change for rows written by others, in migrations/code):
@@ -180,8 +184,9 @@ func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, answered bool) {
 	codes := make([]*int32, n)
 	floors := make([]bool, n)
 	attempts := make([]int32, n)
+	gens := make([]int16, n)
 	for i, c := range cs {
-		seqs[i], tokens[i], statuses[i], errs[i], attempts[i] = c.Seq, c.Token, c.Status, c.LastError, int32(c.Attempts)
+		seqs[i], tokens[i], statuses[i], errs[i], attempts[i], gens[i] = c.Seq, c.Token, c.Status, c.LastError, int32(c.Attempts), c.Gen
 		floors[i] = c.Floor && !c.KeepNext
 		if c.GiveBack {
 			giveBack[i] = 1
@@ -203,5 +208,5 @@ func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, answered bool) {
 			codes[i] = &code
 		}
 	}
-	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors, attempts, answered)
+	b.Queue(s.sql(completeSQL), seqs, tokens, statuses, giveBack, delays, errs, problems, responses, codes, floors, attempts, answered, gens)
 }

@@ -159,3 +159,100 @@ func TestReclaimHoldsAndLateCompletionLands(t *testing.T) {
 		t.Fatalf("row after the stale completion: %+v; want attempts 2, due at once (no hold)", r)
 	}
 }
+
+// TestCompletionFindsARowMovedSinceItsClaim: a completion looks for its row
+// in the generation it was claimed from; a row the rotation moved since
+// (reclaimed and held, its answer late) is still found and written, once,
+// and a replica of an older release, which passes no generation, still
+// completes its rows.
+func TestCompletionFindsARowMovedSinceItsClaim(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := t.Context()
+	storetest.Enqueue(t, pool, "run-moved", "t", 3)
+	mine, err := st.Claim(ctx, pool, store.Claim{Limit: 3, Lease: 10 * time.Millisecond, Replica: "a", Durable: true})
+	if err != nil || len(mine) != 3 {
+		t.Fatalf("claim: %d rows, %v", len(mine), err)
+	}
+	var current int16
+	if err := pool.QueryRow(ctx, `SELECT gen FROM `+storetest.Schema+`.queue_generations WHERE current`).Scan(&current); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range mine {
+		if r.Gen != current {
+			t.Fatalf("claimed row %d: generation %d, want the current one, %d", r.Seq, r.Gen, current)
+		}
+	}
+	// A settled row lets the rotation close the generation.
+	if done, err := st.Complete(ctx, pool, []store.Completion{{Seq: mine[2].Seq, Token: mine[2].LeaseToken, Attempts: mine[2].Attempts,
+		Gen: mine[2].Gen, Status: outbox.StatusSucceeded, KeepNext: true, Response: []byte(`{}`), ResponseStatus: 200}}); err != nil || len(done.Lost) != 0 {
+		t.Fatalf("complete the third row: lost %v, %v", done.Lost, err)
+	}
+	mine = mine[:2]
+	time.Sleep(50 * time.Millisecond)
+	if n, err := st.Reclaim(ctx, pool, store.ReclaimPolicy{Hold: map[string]time.Duration{"t": time.Hour}}); err != nil || n != 2 {
+		t.Fatalf("reclaim: %d %v", n, err)
+	}
+	rotateUntilQuiet(t, st, pool, testRotation)
+	for _, r := range mine {
+		var gen int16
+		if err := pool.QueryRow(ctx, `SELECT gen FROM `+storetest.Schema+`.queue WHERE seq = $1`, r.Seq).Scan(&gen); err != nil {
+			t.Fatal(err)
+		}
+		if gen == r.Gen {
+			t.Fatalf("row %d still in generation %d after the rotation: the test needs it moved", r.Seq, gen)
+		}
+	}
+
+	msg := "attempt 1 of 5: http 503"
+	late := []store.Completion{
+		{Seq: mine[0].Seq, Token: mine[0].LeaseToken, Attempts: mine[0].Attempts, Gen: mine[0].Gen, Status: outbox.StatusPending,
+			Delay: 30 * time.Second, Floor: true, LastError: &msg, ResponseStatus: 503},
+		{Seq: mine[1].Seq, Token: mine[1].LeaseToken, Attempts: mine[1].Attempts, Gen: mine[1].Gen, Status: outbox.StatusSucceeded,
+			KeepNext: true, Response: []byte(`{"ok":true}`), ResponseStatus: 200},
+	}
+	done, err := st.Complete(ctx, pool, late)
+	if err != nil || len(done.Lost) != 0 {
+		t.Fatalf("late completions of moved rows: lost %v, err %v; want both written", done.Lost, err)
+	}
+	if r := storetest.Get(t, pool, mine[0].Key); r.Status != outbox.StatusPending || r.DueIn < 25*time.Second || r.DueIn > 35*time.Second {
+		t.Fatalf("moved row answered 503 Retry-After 30 s: status %s, due in %s; want pending, due in 30 s", r.Status, r.DueIn)
+	}
+	if r := storetest.Get(t, pool, mine[1].Key); r.Status != outbox.StatusSucceeded || r.Attempts != 1 {
+		t.Fatalf("moved row answered 200: %+v; want succeeded after 1 attempt", r)
+	}
+	if done, err := st.Complete(ctx, pool, late); err != nil || len(done.Lost) != 2 {
+		t.Fatalf("the same late completions again: lost %v, err %v; want both fenced off", done.Lost, err)
+	}
+
+	// An older replica's call: no generations.
+	keys := storetest.Enqueue(t, pool, "run-old-replica", "t", 1)
+	old, err := st.Claim(ctx, pool, store.Claim{Limit: 1, Lease: time.Minute, Replica: "old", Durable: true})
+	if err != nil || len(old) != 1 {
+		t.Fatalf("claim: %d rows, %v", len(old), err)
+	}
+	var written []int64
+	rows, err := pool.Query(ctx, `SELECT seq FROM `+storetest.Schema+`.complete_rows(ARRAY[$1::bigint], ARRAY[$2::uuid], ARRAY['succeeded'],
+	        ARRAY[0], ARRAY[-1::bigint], ARRAY[NULL::text], ARRAY[NULL::text], ARRAY['{}'], ARRAY[200], ARRAY[false], ARRAY[$3::int], true)`,
+		old[0].Seq, old[0].LeaseToken, old[0].Attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s int64
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(written) != 1 || written[0] != old[0].Seq {
+		t.Fatalf("complete_rows without generations wrote %v; want [%d]", written, old[0].Seq)
+	}
+	if r := storetest.Get(t, pool, keys[0]); r.Status != outbox.StatusSucceeded {
+		t.Fatalf("row completed without its generation: %+v", r)
+	}
+	assertAuditVerifies(t, pool)
+}

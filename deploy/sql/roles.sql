@@ -52,6 +52,7 @@ GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatc
 -- (queue_generation, queue.gen's default) and the audit's rotation
 -- (rotate_audit, retention). They run with the owner's rights.
 GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
+    :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean, smallint[]),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
     :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation(),
     :"schema".rotate_audit(interval, interval)
@@ -73,6 +74,7 @@ GRANT EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text)
 REVOKE ALL ON ALL TABLES IN SCHEMA :"schema" FROM :"producer_role";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA :"schema" FROM :"producer_role";
 REVOKE EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
+    :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean, smallint[]),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
     :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation(),
     :"schema".rotate_audit(interval, interval), :"schema".audit_generation()

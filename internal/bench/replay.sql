@@ -40,6 +40,7 @@ DECLARE
     v_seqs     bigint[];
     v_tokens   uuid[];
     v_attempts integer[];
+    v_gens     smallint[];
     v_n        integer;
     v_start    timestamptz := clock_timestamp();
     v_lsn      pg_lsn := pg_current_wal_lsn();
@@ -63,11 +64,11 @@ BEGIN
                    first_attempt_at = coalesce(o.first_attempt_at, now()), updated_at = now()
               FROM due
              WHERE o.seq = due.seq AND o.gen = due.gen
-            RETURNING o.seq, o.attempts, o.lease_token
+            RETURNING o.seq, o.attempts, o.lease_token, o.gen
         )
         SELECT array_agg(l.seq ORDER BY l.seq), array_agg(l.lease_token ORDER BY l.seq),
-               array_agg(l.attempts ORDER BY l.seq), count(i.payload)
-          INTO v_seqs, v_tokens, v_attempts, v_n
+               array_agg(l.attempts ORDER BY l.seq), array_agg(l.gen ORDER BY l.seq), count(i.payload)
+          INTO v_seqs, v_tokens, v_attempts, v_gens, v_n
           FROM leased l JOIN drainer.intents i ON i.seq = l.seq;
         COMMIT;
         EXIT WHEN v_n = 0;
@@ -77,7 +78,7 @@ BEGIN
                                       array_fill(0, ARRAY[v_n]), array_fill(-1::bigint, ARRAY[v_n]),
                                       array_fill(NULL::text, ARRAY[v_n]), array_fill(NULL::text, ARRAY[v_n]),
                                       array_fill('{"ok":true}'::text, ARRAY[v_n]), array_fill(200, ARRAY[v_n]),
-                                      array_fill(false, ARRAY[v_n]), v_attempts, true);
+                                      array_fill(false, ARRAY[v_n]), v_attempts, true, v_gens);
         COMMIT;
         rows := rows + v_n;
     END LOOP;

@@ -11,6 +11,9 @@ BEGIN
     FOR f IN SELECT v.fn::regprocedure AS fn, v.tab::regclass AS tab, v.privilege
                FROM (VALUES
                    -- the completion: the roles that may update the queue
+                   ('{{.schema}}.complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean, smallint[])',
+                    '{{.schema}}.queue', 'UPDATE'),
+                   -- (and without the generations, for older replicas)
                    ('{{.schema}}.complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean)',
                     '{{.schema}}.queue', 'UPDATE'),
                    -- the rotation of generations: the same roles

@@ -5,7 +5,8 @@
 -- new status, attempt given back (1/0), delay in ms (-1: keep
 -- next_attempt_at), last error, problem (JSON), response (JSON), response
 -- status, floor, attempts as claimed; p_answered says the completions
--- answer requests sent (their entries record the provider's status).
+-- answer requests sent (their entries record the provider's status);
+-- p_gens gives each row's generation as claimed (store.ClaimedRow.Gen).
 -- Returns each row written, with its run when its saga may move.
 --
 -- Every row is fenced by its lease token: a worker whose lease expired and
@@ -28,13 +29,16 @@
 -- lost. The note of a completion without a request (drainer.note) is its
 -- entry's reason. Moving audit_head keeps the trigger for other writers
 -- (audit_change) from running.
-CREATE OR REPLACE FUNCTION {{.schema}}.complete_rows(p_seqs bigint[], p_tokens uuid[], p_statuses text[], p_give_back integer[], p_delay_ms bigint[], p_last_errors text[], p_problems text[], p_responses text[], p_codes integer[], p_floors boolean[], p_attempts integer[], p_answered boolean)
+CREATE OR REPLACE FUNCTION {{.schema}}.complete_rows(p_seqs bigint[], p_tokens uuid[], p_statuses text[], p_give_back integer[], p_delay_ms bigint[], p_last_errors text[], p_problems text[], p_responses text[], p_codes integer[], p_floors boolean[], p_attempts integer[], p_answered boolean, p_gens smallint[])
  RETURNS TABLE(seq bigint, run text)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+DECLARE
+    v_written bigint;
+    v_gens    smallint[];
 BEGIN
     -- PL/pgSQL, not SQL: its statement's plan is kept between calls
     -- (a SQL function's is made anew on every call, and planning an
@@ -65,9 +69,12 @@ BEGIN
                              THEN {{.schema}}.audit_hash(e.prev, i.key, e.at, e.event, p.status, u.status, n.attempts,
                                                  e.response_status, e.actor, e.reason, e.detail)
                              ELSE p.audit_head END
-      FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::int[])
-           AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor, attempts)
-      JOIN {{.schema}}.queue p ON p.seq = u.seq
+      FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::int[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::int[], $10::bool[], $11::int[], $13::smallint[])
+           AS u(seq, token, status, give_back, delay_ms, last_error, problem, response, response_status, floor, attempts, gen)
+      -- each row looked up in its own generation only (the plan prunes the
+      -- others at run time): by seq alone, every generation's index
+      -- would be probed for every row, twice
+      JOIN {{.schema}}.queue p ON p.seq = u.seq AND p.gen = u.gen
       JOIN {{.schema}}.intents i ON i.seq = u.seq
      CROSS JOIN LATERAL (SELECT p.attempts - u.give_back AS attempts,
                                 CASE WHEN u.status = 'succeeded' THEN NULL
@@ -85,7 +92,7 @@ BEGIN
                                               THEN nullif(current_setting('drainer.note', true), '') END) AS reason,
                                 CASE WHEN n.last_error IS DISTINCT FROM p.last_error AND n.last_error IS NOT NULL
                                      THEN sha256(convert_to(n.last_error, 'UTF8')) END AS detail) e
-     WHERE o.seq = u.seq
+     WHERE o.seq = u.seq AND o.gen = u.gen
        AND (o.lease_token = u.token
             OR (o.reclaimed_lease = u.token AND o.attempts = u.attempts
                 AND o.status IN ('pending', 'outcome_unknown')))
@@ -111,7 +118,37 @@ BEGIN
      ORDER BY d.seq
     )
     SELECT d.seq, d.run FROM done d;
+    GET DIAGNOSTICS v_written = ROW_COUNT;
+    IF v_written < cardinality(p_seqs) THEN
+        -- A row not written: its lease is another's (lost), or it is no
+        -- longer in the generation it was claimed from (rotate_queue moved
+        -- it, reclaimed, while its answer was on the way; or the caller
+        -- did not know it). Once more, each row looked up where it is now:
+        -- the rows written above are fenced out by their cleared lease.
+        SELECT array_agg(coalesce(q.gen, u.gen) ORDER BY u.ord) INTO v_gens
+          FROM unnest(p_seqs, p_gens) WITH ORDINALITY AS u(seq, gen, ord)
+          LEFT JOIN {{.schema}}.queue q ON q.seq = u.seq;
+        IF v_gens IS DISTINCT FROM p_gens THEN
+            RETURN QUERY SELECT c.seq, c.run
+              FROM {{.schema}}.complete_rows(p_seqs, p_tokens, p_statuses, p_give_back, p_delay_ms, p_last_errors,
+                                             p_problems, p_responses, p_codes, p_floors, p_attempts, p_answered, v_gens) c;
+        END IF;
+    END IF;
 END
+$function$;
+
+-- The same without the generations, for the replicas of releases up to 21
+-- during a rolling upgrade: each row is found where it is now.
+CREATE OR REPLACE FUNCTION {{.schema}}.complete_rows(p_seqs bigint[], p_tokens uuid[], p_statuses text[], p_give_back integer[], p_delay_ms bigint[], p_last_errors text[], p_problems text[], p_responses text[], p_codes integer[], p_floors boolean[], p_attempts integer[], p_answered boolean)
+ RETURNS TABLE(seq bigint, run text)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT c.seq, c.run
+      FROM {{.schema}}.complete_rows(p_seqs, p_tokens, p_statuses, p_give_back, p_delay_ms, p_last_errors,
+                                     p_problems, p_responses, p_codes, p_floors, p_attempts, p_answered,
+                                     array_fill(NULL::smallint, ARRAY[cardinality(p_seqs)])) c
 $function$;
 
 -- Not PUBLIC's: code/grants.sql grants it to the roles that may update the
