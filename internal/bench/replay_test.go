@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -82,5 +83,20 @@ func TestReplayScriptRunsTheEnginesStatements(t *testing.T) {
 	if succeeded != rows || entries != rows || problems != 0 || minimal != rows {
 		t.Errorf("after the replay: %d rows succeeded, %d completions audited, %d chain problems, %d minimal rows succeeded; want %d, %d, 0, %d",
 			succeeded, entries, problems, minimal, rows, rows, rows)
+	}
+}
+
+// TestReplayCeilingTableIsTheBenchs: the replay's minimal table is the one
+// bench measures its ceiling on (minimalTableSQL), column for column.
+func TestReplayCeilingTableIsTheBenchs(t *testing.T) {
+	text, err := os.ReadFile("replay.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	squash := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	want := strings.NewReplacer("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", "CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ").
+		Replace(fmt.Sprintf(minimalTableSQL, "replay"))
+	if !strings.Contains(squash(string(text)), squash(want)) {
+		t.Errorf("replay.sql does not create the bench's minimal table; want\n%s", want)
 	}
 }
