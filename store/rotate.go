@@ -60,3 +60,18 @@ func (s *Store) RotateQueue(ctx context.Context, db DB, r Rotation) (RotateStep,
 	}
 	return step, nil
 }
+
+// RotationSettled reports whether the rotation under r has nothing left to
+// take away: fewer than r.IdleRows rows in the hot generations (so none
+// will be closed for its settled rows) and no closed generation waiting to
+// be emptied or truncated. Once it holds after a backlog drained, the
+// backlog's dead row versions are gone with their generation.
+func (s *Store) RotationSettled(ctx context.Context, db DB, r Rotation) (bool, error) {
+	var done bool
+	err := db.QueryRow(ctx, s.sql(`SELECT (SELECT count(*) FROM (SELECT 1 FROM {s}.queue WHERE gen <> 0 LIMIT $1) h) < $1
+	    AND NOT EXISTS (SELECT 1 FROM {s}.queue_generations WHERE NOT current AND NOT ready)`), r.IdleRows).Scan(&done)
+	if err != nil {
+		return false, fmt.Errorf("rotation settled: %w", err)
+	}
+	return done, nil
+}

@@ -383,19 +383,18 @@ func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error)
 }
 
 // awaitRotated waits until the engines' rotation has nothing more to do
-// by its own rules (store.DefaultRotation, as the engines run it): no hot
-// generation waiting to be emptied or truncated, and fewer rows outside
-// generation 0 (settled) than would close a drained generation. It gives
-// up after rotateWait.
+// by its own rules (store.DefaultRotation, as the engines run it:
+// store.RotationSettled). It gives up after rotateWait.
 func (r *runner) awaitRotated(ctx context.Context) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, rotateWait)
 	defer cancel()
+	st, err := store.New(r.schema)
+	if err != nil {
+		return err
+	}
 	for {
-		var done bool
-		err := r.admin.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM (SELECT 1 FROM %[1]s.queue WHERE gen <> 0 LIMIT $1) h) < $1
-		    AND NOT EXISTS (SELECT 1 FROM %[1]s.queue_generations WHERE NOT current AND NOT ready)`, r.schema),
-			store.DefaultRotation.IdleRows).Scan(&done)
+		done, err := st.RotationSettled(ctx, r.admin, store.DefaultRotation)
 		if err != nil {
 			return fmt.Errorf("rotation: %w", err)
 		}
