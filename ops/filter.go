@@ -28,6 +28,9 @@ type Filter struct {
 	// Payload matches rows whose payload contains this JSON value (jsonb
 	// containment: {"customer":"c1"} matches every payload with that field).
 	Payload json.RawMessage
+	// Keys, when not nil, matches only the rows of these keys (an empty
+	// list matches none).
+	Keys []string
 }
 
 // ValidateStatus reports whether s is one of the eight statuses.
@@ -60,7 +63,7 @@ func (f Filter) Validate() error {
 
 // match is the filter (except AfterSeq) as the store applies it.
 func (f Filter) match() store.Filter {
-	return store.Filter{Status: f.Status, Run: f.Run, Tool: f.Tool, OlderThan: f.OlderThan, Scope: f.Scope, Payload: f.Payload}
+	return store.Filter{Status: f.Status, Run: f.Run, Tool: f.Tool, OlderThan: f.OlderThan, Scope: f.Scope, Payload: f.Payload, Keys: f.Keys}
 }
 
 // Page is one page of List.

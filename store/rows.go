@@ -59,6 +59,10 @@ type Filter struct {
 	// Payload matches rows whose payload contains this JSON value
 	// (payload @> Payload), passed as a parameter.
 	Payload json.RawMessage
+	// Keys, when not nil, matches only the rows of these keys (an empty
+	// list matches none): the console's confirmation of a dry run acts on
+	// exactly the rows the dry run showed.
+	Keys []string
 }
 
 // where renders the filter as SQL conditions on outbox o, appending its
@@ -86,6 +90,9 @@ func (f Filter) where(args *[]any) string {
 	}
 	if len(f.Payload) > 0 {
 		add("o.payload @> $?::jsonb", string(f.Payload))
+	}
+	if f.Keys != nil {
+		add("o.key = ANY($?::text[])", f.Keys)
 	}
 	return strings.Join(conds, " AND ")
 }
