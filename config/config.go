@@ -266,6 +266,12 @@ type Route struct {
 	// the row that long, or until its run's saga settled. Only with
 	// Compensation; default DefaultCompensationWindow.
 	CompensationWindow time.Duration `yaml:"compensation_window"`
+	// ReclaimHold is an extra wait for a row whose replica died mid-call,
+	// counted from its lease expiry: set it to the provider's longest
+	// Retry-After to honour an answer no replica could record. Default 0:
+	// a reclaimed row is held only by what drainer recorded (its own floor,
+	// and the longest Retry-After its tool was answered recently).
+	ReclaimHold time.Duration `yaml:"reclaim_hold"`
 	// Critical defaults to true.
 	Critical *bool  `yaml:"critical"`
 	Fallback string `yaml:"fallback"`

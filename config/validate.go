@@ -313,6 +313,9 @@ func (v *validator) route(name string, r *Route) {
 			v.errorf(f, "must be positive, got %s", v.quoted(f))
 		}
 	}
+	if f := p + ".reclaim_hold"; v.usable(f) && r.ReclaimHold < 0 {
+		v.errorf(f, "must not be negative, got %s", v.quoted(f))
+	}
 	v.reclaimWithinKeyTTL(p, r)
 	v.fallback(p, r, adapters)
 	v.detect(p, r)
@@ -441,10 +444,10 @@ func (v *validator) secrets(path string, sv reflect.Value) {
 
 // reclaimWithinKeyTTL warns when a key_idempotent route's window (key_ttl,
 // written on the route or its adapter) is shorter than what a reclaimed row
-// waits (the lease, then max_retry_after, in case its lost answer carried a
-// Retry-After) plus the guard's 1m margin: a row whose replica died
-// mid-call would then end failed by the key-TTL guard, although the
-// provider may have applied its effect.
+// may wait (the lease, then its reclaim_hold or, when the provider answered
+// its tool a Retry-After recently, up to max_retry_after) plus the guard's
+// 1m margin: a row whose replica died mid-call could then end failed by
+// the key-TTL guard, although the provider may have applied its effect.
 func (v *validator) reclaimWithinKeyTTL(p string, r *Route) {
 	c := v.cfg
 	if r.Class != "" && r.Class != outbox.ClassKeyIdempotent {
@@ -462,8 +465,9 @@ func (v *validator) reclaimWithinKeyTTL(p string, r *Route) {
 	if !v.set(p + ".backoff.max_retry_after") {
 		wait = DefaultMaxRetryAfter
 	}
+	wait = max(wait, r.ReclaimHold)
 	if ttl-KeyTTLMargin < lease+wait {
-		v.warnf(field, "key_ttl %s (less the 1m margin) is shorter than lease %s plus max_retry_after %s of route %s, which a reclaimed row waits: a row whose replica died mid-call would end failed by the key-TTL guard though its effect may exist; lower the route's max_retry_after or raise key_ttl",
+		v.warnf(field, "key_ttl %s (less the 1m margin) is shorter than lease %s plus %s (route %s's longest reclaim wait: max_retry_after or reclaim_hold), which a reclaimed row may wait: a row whose replica died mid-call could end failed by the key-TTL guard though its effect may exist; lower max_retry_after or reclaim_hold, or raise key_ttl",
 			formatDuration(ttl), formatDuration(lease), formatDuration(wait), strings.TrimPrefix(p, "routes."))
 	}
 }

@@ -65,6 +65,10 @@ func failStatus(row *claimedRow) string {
 func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res dispatch.Result) completion {
 	c := newCompletion(row, "")
 	c.adapter, c.ResponseStatus, c.problem = adapter, res.Status, res.Problem
+	if res.RetryAfter > 0 && !res.NotSent && route != nil {
+		// The provider's push-back on this tool holds its reclaimed rows too.
+		c.Tool, c.RetryAfter = row.ToolName, min(res.RetryAfter, route.Backoff.MaxRetryAfter)
+	}
 	if res.Outcome == dispatch.OutcomeUnknownZero {
 		res.Outcome = dispatch.Ambiguous
 		if res.Err == nil {

@@ -5,18 +5,24 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/internal/maintenance"
+	"github.com/drainer-io/drainer/store"
 )
 
 // reclaimer takes back rows whose lease expired (their worker died or
 // hung, or its replica lost the database): pending again with the attempt
-// counted, or outcome_unknown on non_idempotent routes, not sent again
-// before a Retry-After the lost attempt may have been given would allow
-// (Routing.ReclaimPolicy) unless the worker's replica writes its answer.
+// counted, or outcome_unknown on non_idempotent routes, due once the lease
+// has expired and held only by what drainer knows (Routing.ReclaimPolicy:
+// the row's floor, the route's reclaim_hold, the Retry-After its tool was
+// answered recently), unless the worker's replica writes its answer first.
+// Every few minutes it also drops the Retry-After marks no reclaim reads
+// any more.
 func (e *Engine) reclaimer() *maintenance.Loop {
+	var pruned time.Time
 	return maintenance.Periodic("reclaimer", maintenance.Every(e.cfg.ReclaimInterval), nil, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		n, err := e.st.Reclaim(ctx, e.pool, e.routing.Load().ReclaimPolicy())
+		policy := e.routing.Load().ReclaimPolicy()
+		n, err := e.st.Reclaim(ctx, e.pool, policy)
 		switch {
 		case err != nil && !isShutdown(ctx, err):
 			e.log.Warn("reclaim failed", "err", err)
@@ -25,5 +31,23 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 			e.log.Warn("reclaimed rows whose lease expired", "rows", n)
 			e.signalFull()
 		}
+		if time.Since(pruned) >= markPruneInterval {
+			pruned = time.Now()
+			if _, err := e.st.PruneRetryAfterMarks(ctx, e.pool, longestWindow(policy)); err != nil && !isShutdown(ctx, err) {
+				e.log.Warn("dropping old Retry-After marks failed", "err", err)
+			}
+		}
 	})
+}
+
+// markPruneInterval is how often a replica drops old Retry-After marks.
+const markPruneInterval = 5 * time.Minute
+
+// longestWindow is how far back any reclaim of p reads Retry-After marks.
+func longestWindow(p store.ReclaimPolicy) time.Duration {
+	w := p.OtherWindow
+	for _, d := range p.Window {
+		w = max(w, d)
+	}
+	return w
 }

@@ -23,6 +23,9 @@ type Route struct {
 	Ordering     string
 	// KeyTTL overrides the adapter's key_ttl for this tool (0: the adapter's).
 	KeyTTL time.Duration
+	// ReclaimHold holds a reclaimed row this long past its lease expiry
+	// (route reclaim_hold; see ReclaimPolicy).
+	ReclaimHold time.Duration
 	// Detect, on non_idempotent routes, asks the provider whether an
 	// ambiguous attempt had its effect (nil: park as outcome_unknown).
 	Detect *Detector
@@ -142,23 +145,32 @@ func (rt *Routing) NonIdempotentTools() []string {
 	return tools
 }
 
-// unroutedReclaimHold holds a reclaimed row whose tool the routing does not
-// route when no route gives a longer hold: the default max_retry_after.
-const unroutedReclaimHold = time.Hour
-
 // ReclaimPolicy is how the rows of expired leases are taken back: parked on
-// non_idempotent routes, and each held for its route's max_retry_after past
-// its lease expiry, the longest Retry-After the lost attempt may have been
-// given. A tool without a route (removed since the claim) is held for the
-// longest max_retry_after of any route, or an hour when there is none.
+// non_idempotent routes, else sent again once the lease has expired, held
+// only by what drainer knows (docs/reference.md, "Reclaim"): the row's own
+// not_before floor, its route's reclaim_hold, and the longest Retry-After
+// its tool was answered within the route's last max_retry_after (recorded
+// by the completions: store.RetryAfterMark). A tool without a route
+// (removed since the claim) is looked up over the longest max_retry_after
+// of any route, or the default when there is none.
 func (rt *Routing) ReclaimPolicy() store.ReclaimPolicy {
-	p := store.ReclaimPolicy{NonIdempotent: rt.NonIdempotentTools(), Hold: make(map[string]time.Duration, len(rt.Routes))}
+	p := store.ReclaimPolicy{
+		NonIdempotent: rt.NonIdempotentTools(),
+		Hold:          make(map[string]time.Duration, len(rt.Routes)),
+		Window:        make(map[string]time.Duration, len(rt.Routes)),
+	}
 	for tool, r := range rt.Routes {
-		p.Hold[tool] = r.Backoff.MaxRetryAfter
-		p.OtherHold = max(p.OtherHold, r.Backoff.MaxRetryAfter)
+		p.Hold[tool] = r.ReclaimHold
+		p.Window[tool] = r.Backoff.MaxRetryAfter
+		p.OtherWindow = max(p.OtherWindow, r.Backoff.MaxRetryAfter)
 	}
 	if len(rt.Routes) == 0 {
-		p.OtherHold = unroutedReclaimHold
+		p.OtherWindow = defaultRetryAfterWindow
 	}
 	return p
 }
+
+// defaultRetryAfterWindow is how far back a reclaim looks for Retry-After
+// answers of a tool that no route names, when no route exists at all: the
+// default max_retry_after.
+const defaultRetryAfterWindow = time.Hour

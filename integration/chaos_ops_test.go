@@ -62,12 +62,12 @@ adapters:
     timeout: 5s
     breaker: {consecutive_failures: 0}
 routes:
-  %[2]s: {adapter: payments, compensation: %[3]s, max_attempts: 50, backoff: {base: 50ms, cap: 500ms, max_retry_after: 10s}}
-  %[3]s: {adapter: payments, max_attempts: 50, backoff: {base: 50ms, cap: 500ms, max_retry_after: 10s}}
-  %[4]s: {adapter: notify, max_attempts: 2, backoff: {base: 50ms, cap: 500ms, max_retry_after: 10s}}
+  %[2]s: {adapter: payments, compensation: %[3]s, max_attempts: 50, backoff: {base: 50ms, cap: 500ms, max_retry_after: 10s}, reclaim_hold: 4s}
+  %[3]s: {adapter: payments, max_attempts: 50, backoff: {base: 50ms, cap: 500ms, max_retry_after: 10s}, reclaim_hold: 4s}
+  %[4]s: {adapter: notify, max_attempts: 2, backoff: {base: 50ms, cap: 500ms, max_retry_after: 10s}, reclaim_hold: 4s}
 `, baseURL, opsCharge, opsRefund, opsSeat)
 	if withReceipt {
-		fmt.Fprintf(&b, "  %s: {adapter: notify, max_attempts: 50, backoff: {base: 50ms, cap: 500ms, max_retry_after: 10s}}\n", opsReceipt)
+		fmt.Fprintf(&b, "  %s: {adapter: notify, max_attempts: 50, backoff: {base: 50ms, cap: 500ms, max_retry_after: 10s}, reclaim_hold: 4s}\n", opsReceipt)
 	}
 	return b.String()
 }

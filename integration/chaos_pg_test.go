@@ -243,6 +243,7 @@ routes:
     class: key_idempotent
     max_attempts: 50
     backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
+    reclaim_hold: 1s
 `, pgChaosLease, srv.URL, pgChaosTimeout)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	s := &pgChaos{

@@ -59,12 +59,12 @@ adapters:
     timeout: 2s
     breaker: {consecutive_failures: 0}   # every call is dropped: keep the breaker out of the way
 routes:
-  book_a: {adapter: provider, compensation: unbook_a, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}}
-  book_b: {adapter: provider, compensation: unbook_b, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}}
-  fail_step: {adapter: provider, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}}
-  unbook_a: {adapter: provider, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}}
-  unbook_b: {adapter: provider, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}}
-  send_sms: {adapter: dropper, class: non_idempotent, max_attempts: 5, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}}
+  book_a: {adapter: provider, compensation: unbook_a, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}, reclaim_hold: 1s}
+  book_b: {adapter: provider, compensation: unbook_b, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}, reclaim_hold: 1s}
+  fail_step: {adapter: provider, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}, reclaim_hold: 1s}
+  unbook_a: {adapter: provider, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}, reclaim_hold: 1s}
+  unbook_b: {adapter: provider, max_attempts: 30, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}, reclaim_hold: 1s}
+  send_sms: {adapter: dropper, class: non_idempotent, max_attempts: 5, backoff: {base: 50ms, cap: 300ms, max_retry_after: 5s}, reclaim_hold: 1s}
 `, baseURL, dropURL)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {

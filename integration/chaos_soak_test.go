@@ -84,11 +84,13 @@ routes:
     class: key_idempotent
     max_attempts: 50
     backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
+    reclaim_hold: 1s
   %s:
     adapter: provider
     class: key_idempotent
     max_attempts: 50
     backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
+    reclaim_hold: 1s
 `, baseURL, soakRejectedTool)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {

@@ -341,5 +341,6 @@ routes:
     class: key_idempotent
     max_attempts: 50
     backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
+    reclaim_hold: 1s
 `, baseURL)
 }

@@ -58,6 +58,7 @@ routes:
     class: key_idempotent
     max_attempts: 20
     backoff: {base: 50ms, cap: 500ms, max_retry_after: 5s}
+    reclaim_hold: 1s
 `, baseURL)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {
@@ -108,7 +109,7 @@ routes:
 	})
 	elapsed := time.Since(start)
 	rate := float64(e2eRows) / elapsed.Seconds()
-	t.Logf("E2E: drained %d rows in %s (%.0f rows/s) with 3 replicas, one SIGKILLed; the tail includes the %s lease of the stranded rows and their 5s reclaim hold (max_retry_after)",
+	t.Logf("E2E: drained %d rows in %s (%.0f rows/s) with 3 replicas, one SIGKILLed; the tail includes the %s lease of the stranded rows and their 1s reclaim hold (reclaim_hold, the provider's Retry-After)",
 		e2eRows, elapsed.Round(100*time.Millisecond), rate, "7s")
 	fmt.Printf("E2E: drained %d rows in %.1fs (%.0f rows/s)\n", e2eRows, elapsed.Seconds(), rate)
 

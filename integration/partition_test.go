@@ -21,11 +21,13 @@ import (
 // Retry-After, and the replica is cut off from Postgres (toxiproxy drops
 // every byte both ways) before it can write the answer. Its lease expires
 // and another replica reclaims the row. The provider must not be asked
-// again before the Retry-After it gave has passed: the reclaim holds the row
-// (lease expiry plus the route's max_retry_after, here ten minutes), and
-// once the partition heals the cut-off replica writes its answer over the
-// reclaimed row, whose floor becomes the provider's own, so the row then
-// drains within the test's bounds rather than after the ten minutes.
+// again before the Retry-After it gave has passed: nobody could record that
+// answer, so the route says how long such a lost answer may ask for
+// (reclaim_hold, here ten minutes) and the reclaim holds the row that long
+// past its lease expiry; once the partition heals the cut-off replica
+// writes its answer over the reclaimed row, whose floor becomes the
+// provider's own, so the row then drains within the test's bounds rather
+// than after the ten minutes.
 func TestRetryAfterSurvivesPartition(t *testing.T) {
 	const retryAfter = 30 * time.Second
 	dbURL, pool := newMigratedDB(t)
@@ -83,6 +85,7 @@ routes:
     adapter: provider
     class: key_idempotent
     backoff: {base: 50ms, cap: 500ms, max_retry_after: 10m}
+    reclaim_hold: 10m
 `, srv.URL)
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", cfg)
 	key := enqueueOne(t, pool, idemkey.Tuple{AgentRunID: "run-p", StepID: "s1", ToolName: "charge_card"}, `{"amount": 1}`)

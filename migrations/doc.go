@@ -63,4 +63,9 @@
 //	                          and queue_settled, the old table); queue_generations
 //	021_audit_generations.sql audit partitioned by generation (audit_p0, the old table,
 //	                          … audit_p3, a ring); audit_generations; audit_anchors.replaced
+//	023_retry_after_marks.sql retry_after_marks: the longest Retry-After each tool was
+//	                          answered per minute, which holds the rows a reclaim takes back
+//	022_audit_anchors_chained.sql audit_ledger: one hash chain over the audit's entries, anchors
+//	                          and truncations (what a signed checkpoint names); anchors kept as
+//	                          versions (audit_anchor_history) with status, attempts and problems
 package migrations

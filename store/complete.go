@@ -53,6 +53,12 @@ type Completion struct {
 	// and on its audit entry.
 	NoRequest bool
 	Note      string
+	// Tool and RetryAfter: the provider's Retry-After on this answer (capped
+	// at the route's max_retry_after; 0: none), recorded as its tool's mark
+	// in the same transaction, which holds reclaimed rows of the tool
+	// (see reclaimSQL).
+	Tool       string
+	RetryAfter time.Duration
 }
 
 // Completed is what a written batch of completions did.
@@ -128,6 +134,7 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 		s.queueComplete(b, unsent[note], false)
 		statements++
 	}
+	marked := s.queueRetryAfterMarks(b, cs)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
@@ -155,6 +162,11 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 			return nil
 		}); err != nil {
 			return Completed{}, fmt.Errorf("complete batch: %w", err)
+		}
+	}
+	if marked {
+		if _, err := br.Exec(); err != nil {
+			return Completed{}, fmt.Errorf("complete batch: record Retry-After: %w", err)
 		}
 	}
 	if _, err := br.Exec(); err != nil {

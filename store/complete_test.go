@@ -102,7 +102,7 @@ func TestReclaimHoldsAndLateCompletionLands(t *testing.T) {
 		t.Fatalf("claim: %d rows, %v", len(mine), err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	policy := store.ReclaimPolicy{Hold: map[string]time.Duration{"t": time.Hour}, OtherHold: time.Minute}
+	policy := store.ReclaimPolicy{Hold: map[string]time.Duration{"t": time.Hour}}
 	if n, err := st.Reclaim(ctx, pool, policy); err != nil || n != 2 {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}

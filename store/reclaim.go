@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,15 +16,18 @@ import (
 // non_idempotent routes. The attempt counted at claim stays consumed: the
 // request may have reached the provider.
 //
-// The provider may also have answered it, with a Retry-After that the lost
-// worker never wrote: so the row's not_before floor is raised to its lease
-// expiry plus the hold of its tool (the route's max_retry_after; see
-// ReclaimPolicy), the latest moment such an answer could have asked for
-// (the attempt ends before the lease). next_attempt_at = now() stops at that
-// floor (schema trigger). The expired lease's token is kept in
-// reclaimed_lease, so that the replica that held it can still write the
-// answer it has (see completeSQL), which replaces this floor with the
-// provider's own.
+// A reclaimed row is due again at once: crash recovery takes the lease and
+// no fixed hold (docs/reference.md, "Reclaim"). It is held further only by
+// what drainer knows, as a not_before floor from its lease expiry, the
+// latest moment the lost attempt could have been answered: its route's
+// reclaim_hold ($4), and the longest Retry-After its tool was answered
+// within the route's max_retry_after ($5; retry_after_marks, recorded by
+// the completions), since a provider pushing back on other rows likely
+// pushed back on this one too. The row's own floor stays (the schema's
+// trigger keeps next_attempt_at at or after not_before). The expired
+// lease's token is kept in reclaimed_lease, so that the replica that held
+// it can still write the answer it has (see completeSQL), which replaces
+// this floor with the provider's own.
 const reclaimSQL = `
 WITH expired AS MATERIALIZED (
     SELECT seq, tool_name FROM {s}.queue
@@ -30,10 +35,16 @@ WITH expired AS MATERIALIZED (
      ORDER BY lease_expires_at
      LIMIT $2
      FOR UPDATE SKIP LOCKED
-), held AS (
-    SELECT e.seq, coalesce(x.ms, $5) AS ms
+), policy AS (
+    SELECT e.seq, coalesce(x.hold_ms, 0) AS hold_ms,
+           coalesce((SELECT max(m.longest_ms) FROM {s}.retry_after_marks m
+                      WHERE m.tool_name = e.tool_name
+                        AND m.bucket > now() - interval '1 minute'
+                                      - coalesce(x.window_ms, $6) * interval '1 millisecond'), 0) AS mark_ms
       FROM expired e
-      LEFT JOIN unnest($3::text[], $4::bigint[]) AS x(tool, ms) ON x.tool = e.tool_name
+      LEFT JOIN unnest($3::text[], $4::bigint[], $5::bigint[]) AS x(tool, hold_ms, window_ms) ON x.tool = e.tool_name
+), held AS (
+    SELECT seq, hold_ms, mark_ms, greatest(hold_ms, mark_ms) AS ms FROM policy
 )
 UPDATE {s}.queue o
    SET status = CASE WHEN o.tool_name = ANY($1::text[]) THEN 'outcome_unknown' ELSE 'pending' END,
@@ -42,8 +53,11 @@ UPDATE {s}.queue o
                            CASE WHEN o.tool_name = ANY($1::text[])
                                 THEN ' and the route is non_idempotent: resolve with drainer resolve' ELSE '' END,
                            CASE WHEN h.ms > 0
-                                THEN format('; not sent again before %s (lease expiry + max_retry_after %s: the longest Retry-After the lost answer may have carried) unless that replica writes its answer first',
-                                            o.lease_expires_at + h.ms * interval '1 millisecond', h.ms * interval '1 millisecond')
+                                THEN format('; not sent again before %s (lease expiry + %s: %s) unless that replica writes its answer first',
+                                            o.lease_expires_at + h.ms * interval '1 millisecond', h.ms * interval '1 millisecond',
+                                            CASE WHEN h.mark_ms >= h.hold_ms
+                                                 THEN 'the longest Retry-After the provider answered this tool recently, which the lost answer may have carried'
+                                                 ELSE 'the route''s reclaim_hold' END)
                                 ELSE '' END),
        lease_token = NULL,
        lease_expires_at = NULL,
@@ -65,24 +79,39 @@ const ReclaimBatch = 1000
 type ReclaimPolicy struct {
 	// NonIdempotent lists the tools whose rows park as outcome_unknown.
 	NonIdempotent []string
-	// Hold is, per tool, how long after its lease expired a reclaimed row
-	// is not sent again: the longest Retry-After the lost worker may have
-	// been given (the route's max_retry_after). OtherHold applies to the
-	// tools Hold does not name. Zero: due at once.
-	Hold      map[string]time.Duration
-	OtherHold time.Duration
+	// Hold is, per tool, how long past its lease expiry a reclaimed row is
+	// held at least (the route's reclaim_hold); tools it does not name: 0.
+	Hold map[string]time.Duration
+	// Window is, per tool, how far back the Retry-After answers of its
+	// tool count (the route's max_retry_after); OtherWindow applies to the
+	// tools Window does not name.
+	Window      map[string]time.Duration
+	OtherWindow time.Duration
 }
 
 // Reclaim takes back up to ReclaimBatch rows whose lease expired and returns
 // how many (see reclaimSQL).
 func (s *Store) Reclaim(ctx context.Context, db DB, p ReclaimPolicy) (int, error) {
-	tools := make([]string, 0, len(p.Hold))
-	holds := make([]int64, 0, len(p.Hold))
-	for tool, d := range p.Hold {
-		tools, holds = append(tools, tool), append(holds, max(d, 0).Milliseconds())
+	tools := make([]string, 0, len(p.Hold)+len(p.Window))
+	for tool := range p.Hold {
+		tools = append(tools, tool)
+	}
+	for tool := range p.Window {
+		if _, ok := p.Hold[tool]; !ok {
+			tools = append(tools, tool)
+		}
+	}
+	holds := make([]int64, len(tools))
+	windows := make([]*int64, len(tools))
+	for i, tool := range tools {
+		holds[i] = max(p.Hold[tool], 0).Milliseconds()
+		if w, ok := p.Window[tool]; ok {
+			ms := max(w, 0).Milliseconds()
+			windows[i] = &ms
+		}
 	}
 	rows, err := db.Query(ctx, s.sql(reclaimSQL), pgx.QueryExecModeExec, nonNil(p.NonIdempotent), ReclaimBatch,
-		tools, holds, max(p.OtherHold, 0).Milliseconds())
+		tools, holds, windows, max(p.OtherWindow, 0).Milliseconds())
 	if err != nil {
 		return 0, fmt.Errorf("reclaim expired leases: %w", err)
 	}
@@ -91,6 +120,51 @@ func (s *Store) Reclaim(ctx context.Context, db DB, p ReclaimPolicy) (int, error
 		return 0, fmt.Errorf("reclaim expired leases: %w", err)
 	}
 	return len(seqs), nil
+}
+
+// markRetryAfterSQL raises each tool's Retry-After mark of the current
+// minute to the longest answer of the batch ($1 tools, $2 milliseconds;
+// sorted by tool, so concurrent completions lock marks in one order).
+const markRetryAfterSQL = `
+INSERT INTO {s}.retry_after_marks AS m (tool_name, bucket, longest_ms)
+SELECT tool, date_trunc('minute', now()), ms FROM unnest($1::text[], $2::bigint[]) AS x(tool, ms)
+ON CONFLICT (tool_name, bucket) DO UPDATE SET longest_ms = excluded.longest_ms
+ WHERE m.longest_ms < excluded.longest_ms`
+
+// queueRetryAfterMarks queues, into a completion's transaction, the marks
+// of the Retry-After answers among cs, if any carried one; it reports
+// whether it queued a statement.
+func (s *Store) queueRetryAfterMarks(b *pgx.Batch, cs []Completion) bool {
+	longest := map[string]int64{}
+	for _, c := range cs {
+		if ms := c.RetryAfter.Milliseconds(); ms > 0 && c.Tool != "" && ms > longest[c.Tool] {
+			longest[c.Tool] = ms
+		}
+	}
+	if len(longest) == 0 {
+		return false
+	}
+	tools := slices.Sorted(maps.Keys(longest))
+	ms := make([]int64, len(tools))
+	for i, tool := range tools {
+		ms[i] = longest[tool]
+	}
+	b.Queue(s.sql(markRetryAfterSQL), tools, ms)
+	return true
+}
+
+// pruneRetryAfterMarksSQL drops the marks older than $1 milliseconds.
+const pruneRetryAfterMarksSQL = `
+DELETE FROM {s}.retry_after_marks WHERE bucket < now() - interval '1 minute' - $1 * interval '1 millisecond'`
+
+// PruneRetryAfterMarks drops the Retry-After marks no reclaim can read any
+// more: older than keep (the longest max_retry_after of any route).
+func (s *Store) PruneRetryAfterMarks(ctx context.Context, db DB, keep time.Duration) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql(pruneRetryAfterMarksSQL), max(keep, 0).Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("prune retry_after_marks: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // stillLeasedSQL counts the rows of (seq, token) pairs that are still

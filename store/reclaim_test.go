@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +81,80 @@ func TestReclaimSkipsSettledLeases(t *testing.T) {
 	}
 	if got := storetest.Get(t, pool, lost[0].Key).Status; got != outbox.StatusPending {
 		t.Fatalf("reclaimed row is %s, want pending", got)
+	}
+}
+
+// TestReclaimIsHeldOnlyByWhatIsKnown: a reclaimed row is due once its lease
+// has expired, held further only by its route's reclaim_hold and by the
+// longest Retry-After its tool was answered within the route's
+// max_retry_after (recorded by the completion that wrote that answer); a
+// mark older than the window holds nothing, and the marks no reclaim can
+// read are dropped.
+func TestReclaimIsHeldOnlyByWhatIsKnown(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := t.Context()
+	limited := storetest.Enqueue(t, pool, "run-limited", "limited", 3) // the provider rate-limits this tool
+	held := storetest.Enqueue(t, pool, "run-held", "held", 1)          // its route has reclaim_hold 40s
+	free := storetest.Enqueue(t, pool, "run-free", "free", 1)          // nothing known: due at once
+	stale := storetest.Enqueue(t, pool, "run-stale", "stale", 1)       // a Retry-After outside the window
+	rows, err := st.Claim(ctx, pool, store.Claim{Limit: 10, Lease: 200 * time.Millisecond, Replica: "a", Durable: true})
+	if err != nil || len(rows) != 6 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	// One row of the rate-limited tool is answered 429 Retry-After 90s.
+	var answered store.ClaimedRow
+	for _, r := range rows {
+		if r.Key == limited[0] {
+			answered = r
+		}
+	}
+	msg := "attempt 1 of 5: http 429"
+	if done, err := st.Complete(ctx, pool, []store.Completion{{Seq: answered.Seq, Token: answered.LeaseToken, Attempts: answered.Attempts,
+		Gen: answered.Gen, Status: outbox.StatusPending, Delay: 90 * time.Second, Floor: true, LastError: &msg, ResponseStatus: 429,
+		Tool: "limited", RetryAfter: 90 * time.Second}}); err != nil || len(done.Lost) != 0 {
+		t.Fatalf("complete the answered row: lost %v, %v", done.Lost, err)
+	}
+	// Two hours ago, the provider asked the stale tool for an hour.
+	if _, err := pool.Exec(ctx, `INSERT INTO `+storetest.Schema+`.retry_after_marks (tool_name, bucket, longest_ms)
+		VALUES ('stale', date_trunc('minute', now() - interval '2 hours'), 3600000)`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the other leases expire
+	policy := store.ReclaimPolicy{
+		Hold:        map[string]time.Duration{"held": 40 * time.Second},
+		Window:      map[string]time.Duration{"limited": time.Hour, "held": time.Hour, "free": time.Hour, "stale": time.Hour},
+		OtherWindow: time.Hour,
+	}
+	if n, err := st.Reclaim(ctx, pool, policy); err != nil || n != 5 {
+		t.Fatalf("reclaim: %d rows, %v; want the 5 unanswered", n, err)
+	}
+	for _, k := range limited[1:] {
+		r := storetest.Get(t, pool, k)
+		if r.Status != outbox.StatusPending || r.Floor < 80*time.Second || r.Floor > 91*time.Second {
+			t.Errorf("reclaimed row of the rate-limited tool: %s, floor in %s; want held by the tool's recent Retry-After (90s from its lease expiry)", r.Status, r.Floor)
+		}
+		if r.LastError == nil || !strings.Contains(*r.LastError, "Retry-After") {
+			t.Errorf("reclaimed row's last_error %v does not say what holds it", r.LastError)
+		}
+	}
+	if r := storetest.Get(t, pool, held[0]); r.Floor < 30*time.Second || r.Floor > 41*time.Second {
+		t.Errorf("reclaimed row of a route with reclaim_hold 40s: floor in %s; want about 40s", r.Floor)
+	}
+	for _, k := range append(free, stale...) {
+		if r := storetest.Get(t, pool, k); r.Status != outbox.StatusPending || r.Floor > 0 || r.DueIn > time.Second {
+			t.Errorf("reclaimed row with nothing known against it: %s, due in %s, floor in %s; want due at once", r.Status, r.DueIn, r.Floor)
+		}
+	}
+	again, err := st.Claim(ctx, pool, store.Claim{Limit: 10, Lease: time.Minute, Replica: "b", Durable: true})
+	if err != nil || len(again) != 2 {
+		t.Fatalf("claim after the reclaim: %d rows, %v; want the 2 rows nothing holds", len(again), err)
+	}
+	if n, err := st.PruneRetryAfterMarks(ctx, pool, time.Hour); err != nil || n != 1 {
+		t.Fatalf("prune marks older than an hour: %d, %v; want the stale one", n, err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+storetest.Schema+`.retry_after_marks WHERE tool_name = 'limited'`).Scan(&left); err != nil || left != 1 {
+		t.Fatalf("recent marks left: %d, %v; want the rate-limited tool's", left, err)
 	}
 }

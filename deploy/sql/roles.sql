@@ -14,7 +14,7 @@
 
 -- After `drainer migrate`, never before: on an older schema its
 -- grants would break the daemon. This stops with an error naming the order.
-SELECT CASE WHEN version < 21
+SELECT CASE WHEN version < 23
             THEN ('schema version ' || version || ' predates these grants: run drainer migrate first, then this file')::int
        END
   FROM :"schema".schema_version;
@@ -34,6 +34,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".outbox, :"schema".intent
     :"schema".runs, :"schema".keys, :"schema".tombstones
     TO :"runtime_role";
 GRANT SELECT, INSERT, DELETE ON TABLE :"schema".pauses TO :"runtime_role";
+-- The longest Retry-After each tool was answered lately, which holds the
+-- rows reclaimed from a replica that died (written by the completions,
+-- read by the reclaim, pruned by both's replicas).
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".retry_after_marks TO :"runtime_role";
 -- Audit entries are written by the queue's audit triggers and by
 -- audit_append, with the owner's rights: the role reads them (audit verify,
 -- inspect) and prunes them (retention), and never inserts one itself.

@@ -54,6 +54,7 @@ func newRoute(tool string, r *config.Route) *drainer.Route {
 		Ordering:     r.Ordering,
 		Backoff:      drainer.Backoff{Base: r.Backoff.Base, Cap: r.Backoff.Cap, MaxRetryAfter: r.Backoff.MaxRetryAfter},
 		KeyTTL:       r.KeyTTL,
+		ReclaimHold:  r.ReclaimHold,
 	}
 	if d := r.Detect; d.Enabled() {
 		headers := make(map[string]string, len(d.Headers))
