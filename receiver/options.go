@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Mode selects the status codes of the answers that differ between the
@@ -48,9 +50,11 @@ type Options struct {
 	// 24h). A request with an expired key runs the handler again.
 	TTL time.Duration
 	// RecoveryTimeout is how long the in-flight record of a process that
-	// stopped blocks retries before one takes it over and runs the handler
-	// again (default 60s). While a handler runs, its deadline moves forward
-	// every third of this, so a slow handler keeps its record.
+	// stopped mid-request blocks retries before a retry finds it abandoned
+	// (default 60s); see RerunAbandoned for what happens then. While a
+	// handler runs, its deadline moves forward every third of this, so a
+	// slow handler keeps its record. With InTransaction a crash leaves no
+	// record to wait for.
 	RecoveryTimeout time.Duration
 	// Scope returns the key space of a request (an account, user or tenant
 	// id taken from the authenticated request). The same key in two scopes
@@ -70,14 +74,33 @@ type Options struct {
 	// StoreHeaders lists response headers stored and replayed besides
 	// Content-Type and Location.
 	StoreHeaders []string
-	// InTransaction runs each keyed request's handler inside a database
-	// transaction that the handler reaches with Tx(r.Context()); the
-	// record's completion is written in that same transaction, so the
-	// handler's effect and the stored answer commit together or not at all.
+	// InTransaction runs each keyed request's handler inside the database
+	// transaction that writes its record; the handler reaches it with
+	// Tx(r.Context()). The handler's effect, the record and the stored
+	// answer commit together or not at all, so a process that dies
+	// mid-request leaves nothing behind and a retry runs the handler
+	// again at once. This is the recommended setting for a handler whose
+	// effect is in the same database.
 	InTransaction bool
+	// RerunAbandoned lets a retry run the handler again when the request
+	// holding the key stopped mid-run outside InTransaction (its process
+	// died and the recovery timeout passed), although its effect may
+	// exist. Set it only for a handler that is safe to run twice. Without
+	// it such a retry is answered 409 Idempotency-Conflict:
+	// outcome-unknown, the handler does not run, and the record is
+	// reported (an Error log line, drainer_receiver_abandoned_total) and
+	// kept for a person to resolve.
+	RerunAbandoned bool
+	// Registerer, when set, gets the receiver's counter
+	// drainer_receiver_abandoned_total{outcome}. Receivers sharing a
+	// registerer share the counter.
+	Registerer prometheus.Registerer
 	// Logger receives the store's failures (a claim answered 503, an
 	// answer that could not be stored, a record that could not be
-	// released), with scope, never key or payload. Default slog.Default().
+	// released), with the scope, never the key or payload; and the
+	// reports of abandoned records at Error (outcome unknown) or Warn
+	// (run again), which name the scope and the key. Default
+	// slog.Default().
 	Logger *slog.Logger
 }
 

@@ -10,11 +10,14 @@ const problemTypeBase = "https://drainer.dev/problems/"
 
 // problem is an RFC 9457 problem details answer.
 type problem struct {
-	Type   string      `json:"type"`
-	Title  string      `json:"title"`
-	Status int         `json:"status"`
-	Detail string      `json:"detail"`
-	extra  http.Header // headers sent with it
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// Key names the idempotency key the problem is about, where a person
+	// needs it (outcome-unknown).
+	Key   string      `json:"idempotency_key,omitempty"`
+	extra http.Header // headers sent with it
 }
 
 func newProblem(status int, slug, title, detail string) *problem {
@@ -30,6 +33,13 @@ func (p *problem) write(w http.ResponseWriter) {
 	h.Set(headerContentType, problemContentType)
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
+}
+
+// writeUnavailable answers 503 with Retry-After: the store failed and
+// nothing was done.
+func writeUnavailable(w http.ResponseWriter, detail string) {
+	writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Idempotency store unavailable", detail,
+		http.Header{headerRetryAfter: {retryAfterSeconds}})
 }
 
 // writeProblem answers a problem with extra headers.

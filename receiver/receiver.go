@@ -17,6 +17,7 @@ import (
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Headers the receiver reads and writes (docs/reference.md §11).
@@ -27,6 +28,7 @@ const (
 	HeaderConflict      = "Idempotency-Conflict"
 	conflictPayload     = "payload-mismatch"
 	conflictInFlight    = "in-flight"
+	conflictUnknown     = "outcome-unknown"
 	retryAfterSeconds   = "1"
 	completionTimeout   = 30 * time.Second
 	problemContentType  = "application/problem+json"
@@ -40,10 +42,11 @@ const (
 // Receiver makes an HTTP handler answer retries of one idempotency key the
 // way drainer expects: one effect, byte-identical replays.
 type Receiver struct {
-	pool   *pgxpool.Pool
-	opts   Options
-	schema string // quoted identifier
-	table  string // quoted schema.records
+	pool      *pgxpool.Pool
+	opts      Options
+	schema    string // quoted identifier
+	table     string // quoted schema.records
+	abandoned *prometheus.CounterVec
 }
 
 // New returns a Receiver storing its records through pool. It does not touch
@@ -56,8 +59,12 @@ func New(pool *pgxpool.Pool, opts Options) (*Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	abandoned, err := newAbandonedCounter(o.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("receiver: option Registerer: %w", err)
+	}
 	schema := pgx.Identifier{o.Schema}.Sanitize()
-	return &Receiver{pool: pool, opts: o, schema: schema, table: schema + ".records"}, nil
+	return &Receiver{pool: pool, opts: o, schema: schema, table: schema + ".records", abandoned: abandoned}, nil
 }
 
 // txKey is the context key of the InTransaction transaction.
@@ -65,8 +72,8 @@ type txKey struct{}
 
 // Tx returns the transaction a keyed request's handler runs in when the
 // Receiver has Options.InTransaction set, or nil. Whatever the handler
-// writes through it commits together with the stored answer; the handler
-// must not commit or roll it back itself.
+// writes through it commits together with the record and its stored
+// answer; the handler must not commit or roll it back itself.
 func Tx(ctx context.Context) pgx.Tx {
 	tx, _ := ctx.Value(txKey{}).(pgx.Tx)
 	return tx
@@ -117,40 +124,26 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 	}
 	fp := Fingerprint(r.Method, requestPath(r), r.Header.Get(headerContentType), body)
 
+	if rc.opts.InTransaction {
+		rc.serveInTransaction(w, r, next, scope, key, fp[:])
+		return
+	}
+
 	// 2. Claim the record.
 	res, err := rc.claim(r.Context(), scope, key, fp[:])
 	if err != nil {
 		rc.logFailure("claim failed; answered 503", scope, err)
-		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Idempotency store unavailable",
-			"the idempotency store could not be reached; the request was not processed, retry it with the same key",
-			http.Header{headerRetryAfter: {retryAfterSeconds}})
+		writeUnavailable(w, "the idempotency store could not be reached; the request was not processed, retry it with the same key")
 		return
 	}
-	switch res.outcome {
-	case replay:
-		rc.replay(w, res.answer)
-		return
-	case mismatch:
-		status := http.StatusConflict
-		if rc.opts.Mode == ModeIETF {
-			status = http.StatusUnprocessableEntity
-		}
-		writeProblem(w, status, conflictPayload, "Idempotency key reused with a different request",
-			"this key was first used with another method, path or body; use a new key for a new request",
-			http.Header{HeaderConflict: {conflictPayload}})
-		return
-	case inFlight:
-		writeProblem(w, http.StatusConflict, conflictInFlight, "Request with this key in flight",
-			"a request with this key is still being processed; retry later with the same key",
-			http.Header{HeaderConflict: {conflictInFlight}, headerRetryAfter: {retryAfterSeconds}})
+	if res.abandoned {
+		rc.reportAbandoned(scope, key, res.outcome == claimed)
+	}
+	if rc.refuse(w, key, res) {
 		return
 	}
 
 	// 3-4. Run the handler and store its answer.
-	if rc.opts.InTransaction {
-		rc.runInTransaction(w, r, next, scope, key, res.token)
-		return
-	}
 	rec := newRecorder()
 	l := &lease{token: res.token}
 	stop := rc.keepAlive(r.Context(), scope, key, l)
@@ -169,15 +162,47 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		}
 	} else {
 		// If this fails the answer still goes out (the effect happened);
-		// the record stays in flight until the recovery timeout.
+		// the record stays in flight, and after the recovery timeout a
+		// retry finds it abandoned.
 		switch ok, err := rc.complete(ctx, rc.pool, scope, key, token, a); {
 		case err != nil:
-			rc.logFailure("storing the answer failed; a retry after the recovery timeout runs the handler again", scope, err)
+			rc.logFailure("storing the answer failed; after the recovery timeout a retry finds the record abandoned", scope, err)
 		case !ok:
 			rc.logFailure("the answer was not stored: the record was taken over after the recovery timeout (raise RecoveryTimeout above the handler's longest run)", scope, nil)
 		}
 	}
 	rec.flush(w)
+}
+
+// refuse answers a request whose claim did not give it the record (a
+// replay, a conflict) and reports true, or reports false for a claimed one.
+func (rc *Receiver) refuse(w http.ResponseWriter, key string, res claimResult) bool {
+	switch res.outcome {
+	case replay:
+		rc.replay(w, res.answer)
+	case mismatch:
+		status := http.StatusConflict
+		if rc.opts.Mode == ModeIETF {
+			status = http.StatusUnprocessableEntity
+		}
+		writeProblem(w, status, conflictPayload, "Idempotency key reused with a different request",
+			"this key was first used with another method, path or body; use a new key for a new request",
+			http.Header{HeaderConflict: {conflictPayload}})
+	case inFlight:
+		writeProblem(w, http.StatusConflict, conflictInFlight, "Request with this key in flight",
+			"a request with this key is still being processed; retry later with the same key",
+			http.Header{HeaderConflict: {conflictInFlight}, headerRetryAfter: {retryAfterSeconds}})
+	case outcomeUnknown:
+		p := newProblem(http.StatusConflict, conflictUnknown, "Outcome of the request with this key unknown",
+			"the first request with idempotency key "+key+" stopped before its answer was stored, and its effect may "+
+				"exist; it is not run again: the key is held until the provider resolves it")
+		p.Key = key
+		p.extra = http.Header{HeaderConflict: {conflictUnknown}}
+		p.write(w)
+	default:
+		return false
+	}
+	return true
 }
 
 // runHandler calls next; if it panics, onPanic releases the record and the
@@ -192,54 +217,60 @@ func (rc *Receiver) runHandler(next http.Handler, w http.ResponseWriter, r *http
 	next.ServeHTTP(w, r)
 }
 
-// runInTransaction runs next inside a transaction that also completes the
-// record (Options.InTransaction).
-func (rc *Receiver) runInTransaction(w http.ResponseWriter, r *http.Request, next http.Handler, scope, key string, token time.Time) {
+// serveInTransaction claims the record and runs next inside one
+// transaction that also completes the record (Options.InTransaction): a
+// crash, a panic or a 5xx rolls back the record with the handler's effect.
+func (rc *Receiver) serveInTransaction(w http.ResponseWriter, r *http.Request, next http.Handler, scope, key string, fp []byte) {
 	bg, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), completionTimeout)
 	defer cancel()
-	unavailable := func(err error) {
-		rc.logFailure("the in-transaction run failed; nothing committed, answered 503", scope, err)
-		rc.releaseQuietly(r.Context(), scope, key, token)
-		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "Idempotency store unavailable",
-			"the idempotency store failed while processing; nothing was committed, retry with the same key",
-			http.Header{headerRetryAfter: {retryAfterSeconds}})
+	unavailable := func(msg string, err error) {
+		rc.logFailure(msg, scope, err)
+		writeUnavailable(w, "the idempotency store failed while processing; nothing was committed, retry with the same key")
 	}
 	tx, err := rc.pool.Begin(r.Context())
 	if err != nil {
-		unavailable(err)
+		unavailable("claim failed; answered 503", err)
 		return
 	}
 	defer func() { _ = tx.Rollback(bg) }()
-	// Hold the record for the handler's whole run: a retry after the
-	// recovery timeout finds it locked and answers in-flight.
-	var held bool
-	if err := tx.QueryRow(r.Context(), `SELECT true FROM `+rc.table+`
-		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3 FOR UPDATE`,
-		scope, key, token).Scan(&held); err != nil {
-		unavailable(err)
+	res, err := rc.claimIn(r.Context(), tx, scope, key, fp)
+	if err != nil {
+		unavailable("claim failed; answered 503", err)
 		return
+	}
+	if res.outcome != claimed {
+		if res.abandoned { // commit the mark
+			if err := tx.Commit(bg); err != nil {
+				unavailable("claim failed; answered 503", err)
+				return
+			}
+			rc.reportAbandoned(scope, key, false)
+		}
+		rc.refuse(w, key, res)
+		return
+	}
+	if res.abandoned {
+		rc.reportAbandoned(scope, key, true)
 	}
 	rec := newRecorder()
 	rc.runHandler(next, rec, r.WithContext(context.WithValue(r.Context(), txKey{}, tx)), func() {
 		_ = tx.Rollback(bg)
-		rc.releaseQuietly(r.Context(), scope, key, token)
 	})
 	a := rec.answer(rc.opts.StoreHeaders)
 	if a.status >= 500 && !rc.opts.StoreServerErrors {
 		_ = tx.Rollback(bg)
-		_ = rc.release(bg, scope, key, token)
 		rec.flush(w)
 		return
 	}
-	if ok, err := rc.complete(bg, tx, scope, key, token, a); err != nil || !ok {
+	if ok, err := rc.complete(bg, tx, scope, key, res.token, a); err != nil || !ok {
 		if err == nil {
 			err = errors.New("the record is no longer this request's")
 		}
-		unavailable(err)
+		unavailable("the in-transaction run failed; nothing committed, answered 503", err)
 		return
 	}
 	if err := tx.Commit(bg); err != nil {
-		unavailable(err)
+		unavailable("the in-transaction run failed; nothing committed, answered 503", err)
 		return
 	}
 	rec.flush(w)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(crashChildEnv) == "1" {
+		os.Exit(crashChild()) // a child of the crash tests (crash_test.go)
+	}
 	dbtest.Main(m)
 }
 
@@ -558,13 +562,14 @@ func TestDatabaseDown(t *testing.T) {
 	}
 }
 
-// §11: a crashed first request's record is taken over after the recovery
-// timeout; the late first handler's completion is fenced off.
+// RerunAbandoned: a first request whose deadline passed (its process
+// presumed dead) is taken over and its handler run again; the late first
+// handler's completion is fenced off.
 func TestRecoveryTakeover(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
 	entered, release := make(chan struct{}), make(chan struct{})
-	f := newFixture(t, receiver.Options{}, func(w http.ResponseWriter, r *http.Request) {
+	f := newFixture(t, receiver.Options{RerunAbandoned: true}, func(w http.ResponseWriter, r *http.Request) {
 		n := calls.Add(1)
 		if n == 1 {
 			close(entered)
@@ -591,6 +596,97 @@ func TestRecoveryTakeover(t *testing.T) {
 	if w.Body.String() != "call 2" || w.Header().Get("Idempotency-Replay") != "true" {
 		t.Fatalf("replay after takeover: %q %v, want the takeover's answer", w.Body.String(), w.Header())
 	}
+}
+
+// Without RerunAbandoned a record past its deadline is never run again:
+// retries get 409 outcome-unknown. If its handler was in fact alive but
+// cut off from the database (here: it holds the only connection of its
+// pool, so its deadline cannot be moved and lapses), its late answer is
+// still stored and resolves the record: later retries get the replay.
+func TestOutcomeUnknownResolvedByLateAnswer(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewDatabase(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	cutOff, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cutOff.Close)
+	first, err := receiver.New(cutOff, receiver.Options{RecoveryTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := first.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := cutOff.Acquire(r.Context())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		close(entered)
+		<-release
+		conn.Release()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("late"))
+	}))
+	// Retries go to another replica, with its own pool.
+	f := &fixture{t: t, table: `"drainer_receiver".records`}
+	if f.pool, err = pgxpool.New(t.Context(), url); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.pool.Close)
+	second, err := receiver.New(f.pool, receiver.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.h = second.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.runs.Add(1) }))
+
+	done := make(chan *httptest.ResponseRecorder)
+	go func() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(`{}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set(receiver.DefaultKeyHeader, "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		done <- w
+	}()
+	<-entered
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var lapsed bool
+		if err := f.pool.QueryRow(t.Context(), "SELECT locked_until < now() FROM "+f.table).Scan(&lapsed); err != nil {
+			t.Fatal(err)
+		}
+		if lapsed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cut-off handler's deadline never lapsed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for range 2 {
+		w := f.post("k", `{}`)
+		wantProblem(t, w, http.StatusConflict, "outcome-unknown")
+		if !strings.Contains(w.Body.String(), `"idempotency_key":"k"`) {
+			t.Fatalf("problem %s does not name the key", w.Body.String())
+		}
+	}
+	wantProblem(t, f.post("k", `{"other":1}`), http.StatusConflict, "payload-mismatch")
+	close(release)
+	wantStatus(t, <-done, http.StatusCreated)
+	w := f.post("k", `{}`)
+	if w.Code != http.StatusOK || w.Body.String() != "late" || w.Header().Get("Idempotency-Replay") != "true" {
+		t.Fatalf("after the late answer: %d %q %v, want its replay", w.Code, w.Body.String(), w.Header())
+	}
+	f.wantRuns(0)
 }
 
 // The TTL is enforced: an expired key runs the handler again (even with
@@ -653,11 +749,21 @@ func TestScopes(t *testing.T) {
 	}
 }
 
-// 50 concurrent requests with one key over real connections: one effect.
+// 50 concurrent requests with one key over real connections: one effect,
+// with and without InTransaction.
 func TestConcurrentSameKey(t *testing.T) {
 	t.Parallel()
+	for _, inTx := range []bool{false, true} {
+		t.Run(fmt.Sprintf("InTransaction=%v", inTx), func(t *testing.T) {
+			t.Parallel()
+			testConcurrentSameKey(t, receiver.Options{InTransaction: inTx})
+		})
+	}
+}
+
+func testConcurrentSameKey(t *testing.T, opts receiver.Options) {
 	var effects atomic.Int64
-	f := newFixture(t, receiver.Options{}, func(w http.ResponseWriter, r *http.Request) {
+	f := newFixture(t, opts, func(w http.ResponseWriter, r *http.Request) {
 		effects.Add(1)
 		time.Sleep(20 * time.Millisecond) // widen the window; asserts nothing about time
 		w.WriteHeader(http.StatusCreated)
@@ -810,6 +916,64 @@ func TestMigrateConcurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A store created by an earlier version (its state check allowed only
+// in_flight and completed) is upgraded in place by Migrate, its records
+// kept; Migrate again changes nothing.
+func TestMigrateUpgradesEarlierStore(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(t.Context(), sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`CREATE SCHEMA drainer_receiver;
+CREATE TABLE drainer_receiver.records (
+    scope text NOT NULL, key text NOT NULL, fingerprint bytea NOT NULL, state text NOT NULL,
+    locked_until timestamptz, status integer, headers jsonb, body bytea,
+    created_at timestamptz NOT NULL DEFAULT now(), completed_at timestamptz, expires_at timestamptz NOT NULL,
+    PRIMARY KEY (scope, key), CHECK (state IN ('in_flight', 'completed')));
+CREATE INDEX records_expires_idx ON drainer_receiver.records (expires_at);`)
+	fp := receiver.Fingerprint(http.MethodPost, "/v1/orders", "application/json", []byte(`{}`))
+	exec(`INSERT INTO drainer_receiver.records (scope, key, fingerprint, state, status, headers, body, completed_at, expires_at)
+		VALUES ('', 'old', $1, 'completed', 201, '{}', 'stored before', now(), now() + interval '1 hour'),
+		       ('', 'stuck', $1, 'in_flight', NULL, NULL, NULL, NULL, now() + interval '1 hour')`, fp[:])
+	exec(`UPDATE drainer_receiver.records SET locked_until = now() - interval '1 second' WHERE key = 'stuck'`)
+	rc, err := receiver.New(pool, receiver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := rc.Migrate(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var checks string
+	if err := pool.QueryRow(t.Context(), `SELECT string_agg(conname, ',' ORDER BY conname) FROM pg_constraint
+		WHERE conrelid = 'drainer_receiver.records'::regclass AND contype = 'c'`).Scan(&checks); err != nil {
+		t.Fatal(err)
+	}
+	if checks != "records_state" {
+		t.Fatalf("check constraints %q after the upgrade, want records_state only", checks)
+	}
+	h := rc.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran") }))
+	for key, want := range map[string]int{"old": http.StatusOK, "stuck": http.StatusConflict} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(`{}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set(receiver.DefaultKeyHeader, key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Fatalf("key %s after the upgrade: %d %s, want %d", key, w.Code, w.Body.String(), want)
+		}
+	}
+	var state string
+	if err := pool.QueryRow(t.Context(), `SELECT state FROM drainer_receiver.records WHERE key = 'stuck'`).Scan(&state); err != nil || state != "outcome_unknown" {
+		t.Fatalf("the abandoned record of the earlier version: state %q, %v; want outcome_unknown", state, err)
 	}
 }
 

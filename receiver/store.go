@@ -16,6 +16,9 @@ import (
 const (
 	stateInFlight  = "in_flight"
 	stateCompleted = "completed"
+	// stateOutcomeUnknown: the request stopped mid-run outside a
+	// transaction and a retry found it abandoned; kept for a person.
+	stateOutcomeUnknown = "outcome_unknown"
 )
 
 // migrateLockKey names the advisory lock that serialises Migrate across
@@ -42,19 +45,38 @@ CREATE TABLE IF NOT EXISTS %[1]s.records (
     completed_at  timestamptz,
     expires_at    timestamptz NOT NULL,
     PRIMARY KEY (scope, key),
-    CHECK (state IN ('in_flight', 'completed'))
+    CONSTRAINT records_state CHECK (state IN ('in_flight', 'completed', 'outcome_unknown'))
 );
 CREATE INDEX IF NOT EXISTS records_expires_idx ON %[1]s.records (expires_at);
 `
 
+// hasStatesSQL tells whether the records table (its quoted name is $1)
+// has the state check that allows outcome_unknown.
+const hasStatesSQL = `SELECT EXISTS (SELECT 1 FROM pg_constraint
+	WHERE conrelid = $1::regclass AND conname = 'records_state')`
+
+// upgradeStatesSQL widens the state check of a store created before the
+// outcome_unknown state (its check was the unnamed records_state_check);
+// %[1]s is the quoted schema. Every row passes the wider check.
+const upgradeStatesSQL = `ALTER TABLE %[1]s.records DROP CONSTRAINT IF EXISTS records_state_check,
+	ADD CONSTRAINT records_state CHECK (state IN ('in_flight', 'completed', 'outcome_unknown'))`
+
 // Migrate creates the schema, the records table and its index if they do
-// not exist. It is safe to run from many processes at once.
+// not exist, and upgrades a table created by an earlier version in place.
+// It is safe to run from many processes at once.
 func (rc *Receiver) Migrate(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, rc.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, migrateLockKey); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, fmt.Sprintf(migrateSQL, rc.schema))
+		if _, err := tx.Exec(ctx, fmt.Sprintf(migrateSQL, rc.schema)); err != nil {
+			return err
+		}
+		var has bool
+		if err := tx.QueryRow(ctx, hasStatesSQL, rc.table).Scan(&has); err != nil || has {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf(upgradeStatesSQL, rc.schema))
 		return err
 	})
 	if err != nil {
@@ -123,6 +145,9 @@ const (
 	mismatch
 	// inFlight: another request with the key is running.
 	inFlight
+	// outcomeUnknown: the request holding the key stopped mid-run outside
+	// a transaction; its effect may exist.
+	outcomeUnknown
 )
 
 // stored is a completed record's answer.
@@ -134,96 +159,34 @@ type stored struct {
 
 // claimResult is the claim step's decision; token fences the completion of
 // a claimed record (its locked_until, set from the database clock).
+// abandoned is set when this claim found the record of a request that
+// stopped mid-run: it then either marked it outcome_unknown or (rerun) took
+// it over, and the caller reports it once the claim has committed.
 type claimResult struct {
-	outcome claimOutcome
-	token   time.Time
-	answer  stored
+	outcome   claimOutcome
+	token     time.Time
+	answer    stored
+	abandoned bool
 }
 
-// claim runs step 2 of the request flow (docs/receiver.md) in one short
-// transaction: insert the in-flight record, or decide from the existing one.
-// All times come from the database clock.
+// claimRounds bounds the rounds of one claim: a round finds no record to
+// decide from when one was deleted (its handler answered 5xx) or is being
+// inserted by a transaction holding the key's claim lock.
+const claimRounds = 3
+
+// claim runs step 2 of the request flow (docs/receiver.md) in short
+// transactions of its own: insert the in-flight record, or decide from the
+// existing one.
 func (rc *Receiver) claim(ctx context.Context, scope, key string, fp []byte) (claimResult, error) {
-	var res claimResult
-	// A row deleted between the insert and the select (its handler answered
-	// 5xx) is inserted again: loop a few times.
-	for range 3 {
-		done := false
+	for range claimRounds {
+		var (
+			res  claimResult
+			done bool
+		)
 		err := pgx.BeginFunc(ctx, rc.pool, func(tx pgx.Tx) error {
-			err := tx.QueryRow(ctx, `INSERT INTO `+rc.table+` (scope, key, fingerprint, state, locked_until, expires_at)
-				VALUES ($1, $2, $3, 'in_flight', now() + $4::bigint * interval '1 microsecond', now() + $5::bigint * interval '1 microsecond')
-				ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until`,
-				scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
-			if err == nil {
-				res.outcome, done = claimed, true
-				return nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-			var (
-				storedFP             []byte
-				state                string
-				expired, recoverable bool
-				status               *int32
-				headers              map[string][]string
-				body                 []byte
-			)
-			// A plain read decides a replay, a mismatch or an in-flight
-			// answer: a completed record changes only once expired, and a
-			// record's fingerprint only by an expiry overwrite. Only an
-			// overwrite or a takeover reads again under the row lock.
-			// NOWAIT: a record locked by another transaction is being
-			// claimed, completed or (InTransaction) worked on right now.
-			for _, lock := range []string{"", " FOR UPDATE NOWAIT"} {
-				err = tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
-						coalesce(locked_until <= now(), false), status, headers, body
-					FROM `+rc.table+` WHERE scope = $1 AND key = $2`+lock, scope, key).
-					Scan(&storedFP, &state, &expired, &recoverable, &status, &headers, &body)
-				if errors.Is(err, pgx.ErrNoRows) {
-					return nil // gone meanwhile: try again
-				}
-				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
-					return errLocked // the transaction is aborted: roll it back
-				}
-				if err != nil {
-					return err
-				}
-				sameRequest := string(storedFP) == string(fp)
-				if lock == "" && (expired || (sameRequest && state == stateInFlight && recoverable)) {
-					continue
-				}
-				switch {
-				case expired:
-					// An expired key is a new first request.
-					res.outcome, done = claimed, true
-					return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
-							locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
-							created_at = now(), completed_at = NULL, expires_at = now() + $5::bigint * interval '1 microsecond'
-						WHERE scope = $1 AND key = $2 RETURNING locked_until`,
-						scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
-				case !sameRequest:
-					res.outcome, done = mismatch, true
-				case state == stateCompleted:
-					res.outcome, done = replay, true
-					res.answer = stored{status: 200, headers: http.Header(headers), body: body}
-					if status != nil {
-						res.answer.status = int(*status)
-					}
-				case !recoverable:
-					res.outcome, done = inFlight, true
-				default:
-					// The first request's process stopped before completing:
-					// take the record over.
-					res.outcome, done = claimed, true
-					return tx.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $3::bigint * interval '1 microsecond'
-						WHERE scope = $1 AND key = $2 RETURNING locked_until`,
-						scope, key, rc.opts.RecoveryTimeout.Microseconds()).Scan(&res.token)
-				}
-				return nil
-			}
-			return nil
+			var err error
+			res, done, err = rc.claimRound(ctx, tx, scope, key, fp)
+			return err
 		})
 		if errors.Is(err, errLocked) {
 			return claimResult{outcome: inFlight}, nil
@@ -235,9 +198,123 @@ func (rc *Receiver) claim(ctx context.Context, scope, key string, fp []byte) (cl
 			return res, nil
 		}
 	}
-	// Three rounds each found the record deleted right after colliding
-	// with it: handlers keep failing with 5xx right now.
 	return claimResult{outcome: inFlight}, nil
+}
+
+// claimIn runs the claim step inside tx, the transaction the handler then
+// runs in (Options.InTransaction): the record is written uncommitted, so it
+// commits with the handler's effect or not at all. On errLocked tx is
+// aborted and the answer is in-flight.
+func (rc *Receiver) claimIn(ctx context.Context, tx pgx.Tx, scope, key string, fp []byte) (claimResult, error) {
+	for range claimRounds {
+		res, done, err := rc.claimRound(ctx, tx, scope, key, fp)
+		if errors.Is(err, errLocked) {
+			return claimResult{outcome: inFlight}, nil
+		}
+		if err != nil || done {
+			return res, err
+		}
+	}
+	return claimResult{outcome: inFlight}, nil
+}
+
+// claimSQL inserts the in-flight record of a first request. It inserts
+// only while holding the key's claim lock, a transaction-level advisory
+// lock on hashtextextended(schema || E'\n' || scope || E'\n' || key, 0)
+// (the Python and TypeScript receivers take the same one): a record being
+// inserted by an open InTransaction run holds that lock, so a concurrent
+// request finds no record and no lock, and answers in-flight instead of
+// waiting for the run to end.
+const claimSQL = `INSERT INTO %s (scope, key, fingerprint, state, locked_until, expires_at)
+	SELECT $1, $2, $3, 'in_flight', now() + $4::bigint * interval '1 microsecond', now() + $5::bigint * interval '1 microsecond'
+	WHERE pg_try_advisory_xact_lock(hashtextextended($6::text || chr(10) || $1::text || chr(10) || $2::text, 0))
+	ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until`
+
+// claimRound is one round of the claim in tx; done is false when there was
+// no record to decide from (try again). All times come from the database
+// clock.
+func (rc *Receiver) claimRound(ctx context.Context, tx pgx.Tx, scope, key string, fp []byte) (res claimResult, done bool, err error) {
+	err = tx.QueryRow(ctx, fmt.Sprintf(claimSQL, rc.table),
+		scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds(), rc.opts.Schema).Scan(&res.token)
+	if err == nil {
+		return claimResult{outcome: claimed, token: res.token}, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return res, false, err
+	}
+	var (
+		storedFP             []byte
+		state                string
+		expired, recoverable bool
+		status               *int32
+		headers              map[string][]string
+		body                 []byte
+	)
+	// A plain read decides a replay, a mismatch or an in-flight answer: a
+	// completed record changes only once expired, and a record's
+	// fingerprint only by an expiry overwrite. Only an overwrite, a
+	// takeover or marking an abandoned record reads again under the row
+	// lock. NOWAIT: a record locked by another transaction is being
+	// claimed, completed or (InTransaction) worked on right now.
+	for _, lock := range []string{"", " FOR UPDATE NOWAIT"} {
+		err = tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
+				coalesce(locked_until <= now(), false), status, headers, body
+			FROM `+rc.table+` WHERE scope = $1 AND key = $2`+lock, scope, key).
+			Scan(&storedFP, &state, &expired, &recoverable, &status, &headers, &body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return res, false, nil // gone meanwhile, or being inserted: try again
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
+			return res, false, errLocked // the transaction is aborted: roll it back
+		}
+		if err != nil {
+			return res, false, err
+		}
+		sameRequest := string(storedFP) == string(fp)
+		if lock == "" && (expired || (sameRequest && state == stateInFlight && recoverable)) {
+			continue
+		}
+		break
+	}
+	sameRequest := string(storedFP) == string(fp)
+	switch {
+	case expired:
+		// An expired key is a new first request.
+		err = tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
+				locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
+				created_at = now(), completed_at = NULL, expires_at = now() + $5::bigint * interval '1 microsecond'
+			WHERE scope = $1 AND key = $2 RETURNING locked_until`,
+			scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds()).Scan(&res.token)
+		res.outcome = claimed
+	case !sameRequest:
+		res.outcome = mismatch
+	case state == stateCompleted:
+		res.outcome = replay
+		res.answer = stored{status: 200, headers: http.Header(headers), body: body}
+		if status != nil {
+			res.answer.status = int(*status)
+		}
+	case state == stateOutcomeUnknown:
+		res.outcome = outcomeUnknown
+	case !recoverable:
+		res.outcome = inFlight
+	case rc.opts.RerunAbandoned:
+		// The first request's process stopped mid-run and the service
+		// declared the handler safe to run again: take the record over.
+		err = tx.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $3::bigint * interval '1 microsecond'
+			WHERE scope = $1 AND key = $2 RETURNING locked_until`,
+			scope, key, rc.opts.RecoveryTimeout.Microseconds()).Scan(&res.token)
+		res.outcome, res.abandoned = claimed, true
+	default:
+		// The first request's process stopped mid-run and its effect may
+		// exist: keep the record for a person. locked_until stays, so a
+		// first handler that was only cut off from the database can still
+		// complete (or release) it.
+		_, err = tx.Exec(ctx, `UPDATE `+rc.table+` SET state = 'outcome_unknown' WHERE scope = $1 AND key = $2`, scope, key)
+		res.outcome, res.abandoned = outcomeUnknown, true
+	}
+	return res, err == nil, err
 }
 
 // querier is a pool or a transaction.
@@ -247,11 +324,13 @@ type querier interface {
 
 // complete stores the answer on the record this request claimed; it reports
 // false if the record is no longer this request's (taken over after the
-// recovery timeout).
+// recovery timeout). A record marked outcome_unknown while its handler was
+// still running, cut off from the database, is still this request's: its
+// answer resolves the unknown outcome.
 func (rc *Receiver) complete(ctx context.Context, q querier, scope, key string, token time.Time, a stored) (bool, error) {
 	tag, err := q.Exec(ctx, `UPDATE `+rc.table+` SET state = 'completed', locked_until = NULL,
 			status = $4, headers = $5, body = $6, completed_at = now()
-		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3`,
+		WHERE scope = $1 AND key = $2 AND state IN ('in_flight', 'outcome_unknown') AND locked_until = $3`,
 		scope, key, token, a.status, map[string][]string(a.headers), a.body)
 	if err != nil {
 		return false, err
@@ -260,10 +339,11 @@ func (rc *Receiver) complete(ctx context.Context, q querier, scope, key string, 
 }
 
 // release deletes the record this request claimed, so a retry runs the
-// handler again.
+// handler again (also one marked outcome_unknown meanwhile: the handler
+// ended without an effect to keep).
 func (rc *Receiver) release(ctx context.Context, scope, key string, token time.Time) error {
 	_, err := rc.pool.Exec(ctx, `DELETE FROM `+rc.table+`
-		WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3`, scope, key, token)
+		WHERE scope = $1 AND key = $2 AND state IN ('in_flight', 'outcome_unknown') AND locked_until = $3`, scope, key, token)
 	return err
 }
 
