@@ -23,7 +23,11 @@ BEGIN
                    -- the audit's rotation: the roles that may prune it
                    ('{{.schema}}.rotate_audit(interval, interval)', '{{.schema}}.audit', 'DELETE'),
                    -- audit.part's default: the roles that may insert into it
-                   ('{{.schema}}.audit_generation()', '{{.schema}}.audit', 'INSERT')
+                   ('{{.schema}}.audit_generation()', '{{.schema}}.audit', 'INSERT'),
+                   -- `drainer audit checkpoint` extends the ledger it signs:
+                   -- the roles that may read the audit
+                   ('{{.schema}}.audit_horizon()', '{{.schema}}.audit', 'SELECT'),
+                   ('{{.schema}}.audit_ledger_extend(bigint)', '{{.schema}}.audit', 'SELECT')
                ) AS v(fn, tab, privilege)
     LOOP
         EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f.fn);

@@ -1,50 +1,39 @@
 -- audit_problems checks the chains, of every key or of p_key, and returns
--- their broken links (unordered): an entry whose prev_hash is not the hash
--- of the entry before it (an entry was deleted or inserted), or whose hash
--- does not match its content (it was edited); after pruning, a chain's
--- first remaining entry links to the anchor kept in audit_anchors (or to
--- the one it replaced, while the entries it stands for are still there:
--- rotate_audit). And
--- every queue row must stand where its chain ends: its audit_head the
--- chain's last hash, its status the last entry's (so deleting a chain's
--- last entry, or a change made with the audit bypassed, is caught too).
--- audit_verify (every chain) and the console (one key) read it.
+-- their problems (unordered):
+--
+-- - broken links (audit_chain_problems): an entry edited, removed or
+--   inserted;
+-- - every queue row must stand where its chain ends: its audit_head the
+--   chain's last hash, its status and attempts those of the last entry
+--   that records a status (an in_flight row's last entry is the pending it
+--   was claimed from, one attempt fewer), or, once those entries are
+--   truncated, those its anchor kept; a pruned key's tombstone its
+--   chain's last status. So deleting a chain's last entry, or a change
+--   made with the audit bypassed, is caught, before and after rotation;
+-- - what the rotation found wrong in the entries it anchored (an anchor
+--   keeps it: rotate_audit), and an anchor version whose content no longer
+--   matches its hash.
+--
+-- audit_verify (every chain, and the ledger) and the console (one key)
+-- read it.
 CREATE OR REPLACE FUNCTION {{.schema}}.audit_problems(p_key text)
  RETURNS TABLE(id bigint, key text, problem text)
  LANGUAGE sql
  STABLE
 AS $function$
-    WITH chain AS (
-        SELECT a.*, CASE WHEN lag(a.id) OVER w IS NOT NULL THEN lag(a.hash) OVER w
-                         -- an anchor whose entries are still here (their
-                         -- generation not truncated yet): the chain
-                         -- starts where the anchor it replaced stood
-                         WHEN x.hash IN (SELECT o.hash FROM {{.schema}}.audit o WHERE o.key = a.key) THEN x.replaced
-                         ELSE x.hash END AS expected_prev
-          FROM {{.schema}}.audit a
-          LEFT JOIN {{.schema}}.audit_anchors x ON x.key = a.key
-         WHERE p_key IS NULL OR a.key = p_key
-        WINDOW w AS (PARTITION BY a.key ORDER BY a.id)
-    )
-    SELECT c.id, c.key,
-           CASE WHEN c.hash IS DISTINCT FROM {{.schema}}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,
-                      c.to_status, c.attempts, c.response_status, c.actor, c.reason, c.detail_sha256)
-                THEN 'entry content does not match its hash (edited)'
-                ELSE 'prev_hash does not match the previous entry of this key (an entry was removed or inserted)'
-           END
-      FROM chain c
-     WHERE c.hash IS DISTINCT FROM {{.schema}}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,
-                 c.to_status, c.attempts, c.response_status, c.actor, c.reason, c.detail_sha256)
-        OR c.prev_hash IS DISTINCT FROM c.expected_prev
+    SELECT c.id, c.key, c.problem FROM {{.schema}}.audit_chain_problems(p_key, NULL) c
     UNION ALL
-    -- every row's state is its chain's last entry: a change made with the
-    -- audit bypassed, or the last entry deleted, shows here (a claim writes
-    -- no entry: an in_flight row's last entry is the pending it came from)
-    SELECT coalesce(h.id, st.id), i.key,
+    -- every row's state is its chain's last entry, or its anchor's (a
+    -- claim writes no entry: an in_flight row's last entry is the pending
+    -- it came from)
+    SELECT coalesce(h.id, st.id, x.last_id), i.key,
            CASE WHEN q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash)
                 THEN 'the row''s audit head is not its chain''s last entry (an entry was removed)'
-                ELSE format('the row is %s but its chain''s last change records %s (a change was not recorded)',
-                            q.status, st.to_status)
+                WHEN q.status IS DISTINCT FROM s.status AND NOT (q.status = 'in_flight' AND s.status = 'pending')
+                THEN format('the row is %s but its chain''s last change records %s (a change was not recorded)',
+                            q.status, s.status)
+                ELSE format('the row has %s attempts but its chain''s last change records %s (a change was not recorded)',
+                            q.attempts, s.attempts)
            END
       FROM {{.schema}}.queue q
       JOIN {{.schema}}.intents i ON i.seq = q.seq
@@ -52,11 +41,48 @@ AS $function$
                           WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1) h ON true
       -- the last entry that records a status (an operator's note on the
       -- row, audit_append, records none)
-      LEFT JOIN LATERAL (SELECT a.id, a.to_status FROM {{.schema}}.audit a
+      LEFT JOIN LATERAL (SELECT a.id, a.to_status, a.attempts FROM {{.schema}}.audit a
                           WHERE a.key = i.key AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1) st ON true
       LEFT JOIN {{.schema}}.audit_anchors x ON x.key = i.key
+     CROSS JOIN LATERAL (SELECT CASE WHEN st.id IS NOT NULL THEN st.to_status ELSE x.status END AS status,
+                                CASE WHEN st.id IS NOT NULL THEN st.attempts ELSE x.attempts END AS attempts) s
      WHERE (p_key IS NULL OR i.key = p_key)
        AND ((q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash))
-            OR (st.id IS NOT NULL AND q.status IS DISTINCT FROM st.to_status
-                AND NOT (q.status = 'in_flight' AND st.to_status = 'pending')))
+            OR (s.status IS NOT NULL AND q.status IS DISTINCT FROM s.status
+                AND NOT (q.status = 'in_flight' AND s.status = 'pending'))
+            OR (s.status IS NOT NULL AND s.attempts IS NOT NULL
+                AND q.attempts IS DISTINCT FROM s.attempts + CASE WHEN q.status = 'in_flight' AND s.status = 'pending'
+                                                                 THEN 1 ELSE 0 END))
+    UNION ALL
+    -- a pruned row's tombstone keeps the status it was pruned in
+    SELECT coalesce(st.id, x.last_id), k.key,
+           format('the key was pruned %s but its chain''s last change records %s (a change was not recorded)',
+                  k.final_status, s.status)
+      FROM {{.schema}}.keys k
+      LEFT JOIN LATERAL (SELECT a.id, a.to_status FROM {{.schema}}.audit a
+                          WHERE a.key = k.key AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1) st ON true
+      LEFT JOIN {{.schema}}.audit_anchors x ON x.key = k.key
+     CROSS JOIN LATERAL (SELECT CASE WHEN st.id IS NOT NULL THEN st.to_status ELSE x.status END AS status) s
+     WHERE k.pruned_at IS NOT NULL AND (p_key IS NULL OR k.key = p_key)
+       AND NOT EXISTS (SELECT 1 FROM {{.schema}}.intents i WHERE i.key = k.key)
+       AND s.status IS NOT NULL AND k.final_status IS DISTINCT FROM s.status
+    UNION ALL
+    -- the anchors: what they were found to stand for, and their content
+    SELECT coalesce(v.last_id, 0), v.key,
+           CASE WHEN v.record IS NOT NULL
+                 AND v.row_hash IS DISTINCT FROM {{.schema}}.audit_anchor_hash(v.vid, v.key, v.hash, v.last_id, v.status,
+                                                                        v.attempts, v.problem, v.record)
+                THEN format('anchor %s does not match its hash (edited)', v.vid)
+                ELSE 'the entries this anchor stands for were found broken when anchored: ' || v.problem
+           END
+      FROM (SELECT x.vid, x.key, x.hash, x.last_id, x.status, x.attempts, x.problem, x.record, x.row_hash
+              FROM {{.schema}}.audit_anchors x
+             UNION ALL
+            SELECT h.vid, h.key, h.hash, h.last_id, h.status, h.attempts, h.problem, h.record, h.row_hash
+              FROM {{.schema}}.audit_anchor_history h) v
+     WHERE (p_key IS NULL OR v.key = p_key)
+       AND (v.problem IS NOT NULL
+            OR (v.record IS NOT NULL
+                AND v.row_hash IS DISTINCT FROM {{.schema}}.audit_anchor_hash(v.vid, v.key, v.hash, v.last_id, v.status,
+                                                                       v.attempts, v.problem, v.record)))
 $function$;

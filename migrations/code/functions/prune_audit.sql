@@ -1,28 +1,12 @@
--- prune_audit deletes up to p_limit audit entries older than p_before,
--- oldest first, recording for each chain the hash of its last pruned entry.
+-- prune_audit deleted audit entries one by one; release 20's daemons call
+-- it from their retention pass. Entries now leave only a generation at a
+-- time, verified before they are anchored (rotate_audit): a deletion here
+-- would anchor entries nobody checked, and leave the ledger's records
+-- unverifiable. It deletes nothing and returns 0.
 CREATE OR REPLACE FUNCTION {{.schema}}.prune_audit(p_before timestamp with time zone, p_limit integer)
  RETURNS integer
- LANGUAGE plpgsql
+ LANGUAGE sql
+ STABLE
 AS $function$
-DECLARE
-    n integer;
-BEGIN
-    WITH doomed AS (
-        SELECT a.id FROM {{.schema}}.audit a
-         WHERE a.at < p_before
-         ORDER BY a.id
-         LIMIT p_limit
-         FOR UPDATE SKIP LOCKED
-    ), deleted AS (
-        DELETE FROM {{.schema}}.audit a USING doomed d WHERE a.id = d.id
-        RETURNING a.key, a.id, a.hash
-    ), last AS (
-        SELECT DISTINCT ON (key) key, hash FROM deleted ORDER BY key, id DESC
-    )
-    INSERT INTO {{.schema}}.audit_anchors (key, hash)
-    SELECT key, hash FROM last
-    ON CONFLICT (key) DO UPDATE SET hash = excluded.hash, pruned_at = now();
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
-END
+    SELECT 0
 $function$;

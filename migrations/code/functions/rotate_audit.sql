@@ -8,16 +8,23 @@
 --                  generation before the flip and still append there.
 --   anchored N     none of those is running any more, so the generation
 --                  holds its last entry, and it was closed longer ago than
---                  p_retention (every entry in it is older): the last hash
---                  of each of its N chains is kept in audit_anchors, where
---                  audit_verify and audit_head find it once the entries
---                  are gone.
+--                  p_retention (every entry in it is older): it is
+--                  verified and each of its N chains gets an anchor
+--                  version (audit_anchor_generation: its last hash, status
+--                  and attempts, and any problem found, kept for good),
+--                  recorded in the ledger, where audit_verify and
+--                  audit_head find it once the entries are gone. A
+--                  generation anchored by release 21 (unverified) is
+--                  anchored again. Also: anchors written before the
+--                  ledger (migration 022) recorded in it.
 --   emptied        the transactions running now are recorded again: one
 --                  of them may hold a snapshot from before the anchors,
 --                  which would see a chain without its beginning.
 --   truncated N    none of those is running any more: the generation's N
 --                  entries are truncated and it becomes the next to be
---                  current. An entry found there that the anchors do not
+--                  current, and the ledger records the truncation (its
+--                  records' vectors go: their entries cannot be digested
+--                  again). An entry found there that the anchors do not
 --                  cover (written by hand into that generation) is
 --                  anchored first, then waited for again.
 --   flipped        the current generation is older than p_span and the
@@ -46,12 +53,42 @@ DECLARE
     v_n      bigint;
     v_waited boolean := false;
     v_older  boolean := false;
+    v_rec    bigint;
+    v_more   bigint;
+    v_b      integer;
+    v_items  bigint;
+    v_vec    bytea;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.rotate_audit', 0)) THEN
         RETURN 'busy';
     END IF;
     PERFORM set_config('lock_timeout', '200ms', true);
     SELECT a.part, a.opened_at INTO v_cur, v_opened FROM audit_generations a WHERE a.current FOR UPDATE;
+
+    -- Anchors written before the ledger (the upgrade to migration 022)
+    -- go into it first, as one 'anchors' record.
+    IF EXISTS (SELECT 1 FROM audit_anchors x WHERE x.record IS NULL)
+       OR EXISTS (SELECT 1 FROM audit_anchor_history h WHERE h.record IS NULL) THEN
+        IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.audit_ledger', 0)) THEN
+            RETURN 'busy';
+        END IF;
+        v_rec := {{.schema}}.audit_ledger_next();
+        UPDATE audit_anchors x
+           SET record = v_rec,
+               row_hash = {{.schema}}.audit_anchor_hash(x.vid, x.key, x.hash, x.last_id, x.status, x.attempts, x.problem, v_rec)
+         WHERE x.record IS NULL;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        UPDATE audit_anchor_history h
+           SET record = v_rec,
+               row_hash = {{.schema}}.audit_anchor_hash(h.vid, h.key, h.hash, h.last_id, h.status, h.attempts, h.problem, v_rec)
+         WHERE h.record IS NULL;
+        GET DIAGNOSTICS v_more = ROW_COUNT;
+        v_n := v_n + v_more;
+        v_b := {{.schema}}.audit_buckets(v_n);
+        SELECT v.items, v.vector INTO v_items, v_vec FROM {{.schema}}.audit_anchors_vector(v_rec, v_b) v;
+        PERFORM {{.schema}}.audit_ledger_append(v_rec, 'anchors', NULL, NULL, NULL, NULL, v_items, v_b, v_vec);
+        RETURN 'anchored ' || v_n;
+    END IF;
 
     -- The closed generations, the oldest first. Only the oldest is
     -- anchored and truncated (an anchor stands for all of a chain's
@@ -75,31 +112,18 @@ BEGIN
             v_waited := true;
             CONTINUE;
         END IF;
-        IF g.anchored_to IS NULL THEN
+        IF g.anchored_to IS NULL OR g.anchor_record IS NULL THEN
             -- Sealed: no transaction that could still append here (one
             -- that read the current generation before the flip) is
-            -- running, so what it holds is final.
+            -- running, so what it holds is final. (Anchored by release
+            -- 21, without verifying it: anchored again.)
             IF g.closed_at >= now() - p_retention THEN
                 CONTINUE; -- its newest entries are not past the retention yet
             END IF;
-            -- Each chain's last hash in this generation (the generations
-            -- go oldest first, so an anchor only moves forward). Until the
-            -- truncation a reader sees both the anchor and the entries it
-            -- stands for, so the anchor it replaces (the hash the chain's
-            -- first entry here links to) is kept beside it, unless it was
-            -- this generation's own (anchored again).
-            EXECUTE format($q$
-                INSERT INTO {{.schema}}.audit_anchors AS x (key, hash)
-                SELECT DISTINCT ON (e.key) e.key, e.hash FROM %1$s e ORDER BY e.key, e.id DESC
-                ON CONFLICT (key) DO UPDATE
-                   SET hash = excluded.hash, pruned_at = now(),
-                       replaced = CASE WHEN EXISTS (SELECT 1 FROM %1$s o WHERE o.key = x.key AND o.hash = x.hash)
-                                       THEN x.replaced ELSE x.hash END$q$, v_part);
-            GET DIAGNOSTICS v_n = ROW_COUNT;
-            EXECUTE format('SELECT coalesce(max(id), 0) FROM %s', v_part) INTO v_max;
-            UPDATE audit_generations SET anchored_to = v_max, wait_for = NULL, changed_at = now()
-             WHERE part = g.part;
-            RETURN 'anchored ' || v_n;
+            IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.audit_ledger', 0)) THEN
+                RETURN 'busy';
+            END IF;
+            RETURN 'anchored ' || {{.schema}}.audit_anchor_generation(g.part);
         END IF;
         -- Anchored, and no snapshot from before the anchors remains. The
         -- entries are counted before the lock (readers of audit wait for
@@ -112,13 +136,20 @@ BEGIN
         IF v_max > g.anchored_to THEN
             -- an entry written there since (by hand, naming the
             -- generation): anchored again first
-            UPDATE audit_generations SET anchored_to = NULL, wait_for = '{}', changed_at = now() WHERE part = g.part;
+            UPDATE audit_generations SET anchored_to = NULL, anchor_record = NULL, wait_for = '{}', changed_at = now()
+             WHERE part = g.part;
             RETURN 'anchored 0';
         END IF;
+        IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.audit_ledger', 0)) THEN
+            RETURN 'busy';
+        END IF;
+        UPDATE audit_ledger SET vector = NULL WHERE kind = 'entries' AND epoch = g.epoch;
+        PERFORM {{.schema}}.audit_ledger_append({{.schema}}.audit_ledger_next(), 'truncated', g.epoch, g.part, NULL,
+                                                g.anchored_to, v_n, 0, NULL);
         EXECUTE format('TRUNCATE %s', v_part);
         UPDATE audit_generations
            SET ready = true, opened_at = NULL, closed_at = NULL, anchored_to = NULL, wait_for = NULL,
-               changed_at = now()
+               epoch = NULL, anchor_record = NULL, changed_at = now()
          WHERE part = g.part;
         RETURN 'truncated ' || v_n;
     END LOOP;
@@ -128,7 +159,9 @@ BEGIN
         v_next := (v_cur + 1) % 4;
         IF (SELECT a.ready FROM audit_generations a WHERE a.part = v_next) THEN
             UPDATE audit_generations SET current = false, closed_at = now(), changed_at = now() WHERE part = v_cur;
-            UPDATE audit_generations SET current = true, ready = false, opened_at = now(), changed_at = now()
+            UPDATE audit_generations
+               SET current = true, ready = false, opened_at = now(), changed_at = now(),
+                   epoch = nextval('{{.schema}}.audit_epoch')
              WHERE part = v_next;
             RETURN 'flipped';
         END IF;

@@ -1,0 +1,40 @@
+-- audit_chain_problems returns the broken links of the chains of every key,
+-- of p_key, or of the keys with entries in generation p_part (unordered),
+-- with the generation of each entry: an entry whose prev_hash is not the
+-- hash of the entry before it (an entry was deleted or inserted), or whose
+-- hash does not match its content (it was edited). A chain's first
+-- remaining entry links to the anchor that stands for the entries before
+-- it: the latest anchor version (audit_anchors, audit_anchor_history) whose
+-- last entry comes before it (one written before migration 022, which
+-- names none, comes before every entry). audit_problems reads it, and
+-- rotate_audit before it anchors a generation.
+CREATE OR REPLACE FUNCTION {{.schema}}.audit_chain_problems(p_key text, p_part smallint)
+ RETURNS TABLE(id bigint, key text, part smallint, problem text)
+ LANGUAGE sql
+ STABLE
+AS $function$
+    WITH chain AS (
+        SELECT a.*, CASE WHEN lag(a.id) OVER w IS NOT NULL THEN lag(a.hash) OVER w
+                         ELSE (SELECT v.hash
+                                 FROM (SELECT x.hash, x.last_id, x.vid FROM {{.schema}}.audit_anchors x WHERE x.key = a.key
+                                       UNION ALL
+                                       SELECT h.hash, h.last_id, h.vid FROM {{.schema}}.audit_anchor_history h WHERE h.key = a.key) v
+                                WHERE coalesce(v.last_id, 0) < a.id
+                                ORDER BY coalesce(v.last_id, 0) DESC, v.vid DESC LIMIT 1)
+                    END AS expected_prev
+          FROM {{.schema}}.audit a
+         WHERE (p_key IS NULL OR a.key = p_key)
+           AND (p_part IS NULL OR a.key IN (SELECT e.key FROM {{.schema}}.audit e WHERE e.part = p_part))
+        WINDOW w AS (PARTITION BY a.key ORDER BY a.id)
+    )
+    SELECT c.id, c.key, c.part,
+           CASE WHEN c.hash IS DISTINCT FROM {{.schema}}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,
+                      c.to_status, c.attempts, c.response_status, c.actor, c.reason, c.detail_sha256)
+                THEN 'entry content does not match its hash (edited)'
+                ELSE 'prev_hash does not match the previous entry of this key (an entry was removed or inserted)'
+           END
+      FROM chain c
+     WHERE c.hash IS DISTINCT FROM {{.schema}}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,
+                 c.to_status, c.attempts, c.response_status, c.actor, c.reason, c.detail_sha256)
+        OR c.prev_hash IS DISTINCT FROM c.expected_prev
+$function$;
