@@ -1,18 +1,15 @@
 package drainer
 
 import (
-	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
-	"github.com/sony/gobreaker/v2"
 	"golang.org/x/time/rate"
 )
 
@@ -22,16 +19,9 @@ import (
 type gate struct {
 	name    string
 	log     *slog.Logger
-	breaker *gobreaker.TwoStepCircuitBreaker[struct{}]
-	openFor time.Duration
-	openAt  atomic.Int64 // unix nanos of the last transition to open
+	breaker *breaker // nil: disabled
 	limiter *rate.Limiter
 	slots   chan struct{} // nil: no cap
-
-	// breakerMu serialises breaker verdicts so a state change is logged
-	// with the route whose answer caused it.
-	breakerMu    sync.Mutex
-	breakerRoute string
 
 	authMu sync.Mutex
 	routes map[string]bool  // the routes (tools) of the loaded config sending to this adapter
@@ -52,18 +42,14 @@ type hold struct {
 // wholeAdapter is the route label of a hold of the whole adapter.
 const wholeAdapter = "*"
 
-// Breaker outcomes reported through done.
-var (
-	errBreakerFailure = errors.New("provider unavailable")
-	errBreakerNeutral = errors.New("neither success nor failure")
-)
-
 // GatePolicy is the protective policy of one adapter.
 type GatePolicy struct {
 	// BreakerFailures opens the breaker after this many consecutive
 	// failures (529/503/502/504, auth, connection); 0 disables it.
 	BreakerFailures int
-	BreakerOpenFor  time.Duration
+	// BreakerOpenFor caps the wait between the probes of an open breaker
+	// (the first goes after breakerFirstProbe).
+	BreakerOpenFor time.Duration
 	// RatePerSecond and Burst limit dispatches; 0 means unlimited.
 	RatePerSecond float64
 	Burst         int
@@ -72,24 +58,18 @@ type GatePolicy struct {
 }
 
 func newGate(name string, p GatePolicy, m *Metrics, log *slog.Logger) *gate {
-	g := &gate{name: name, log: log, openFor: p.BreakerOpenFor, routes: map[string]bool{}, held: map[string]*hold{}}
+	return newGateWithClock(name, p, m, log, time.Now)
+}
+
+// newGateWithClock is newGate with the clock its breaker reads.
+func newGateWithClock(name string, p GatePolicy, m *Metrics, log *slog.Logger, now func() time.Time) *gate {
+	g := &gate{name: name, log: log, routes: map[string]bool{}, held: map[string]*hold{}}
 	if p.BreakerFailures > 0 {
-		failures := uint32(p.BreakerFailures)
-		g.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        name,
-			MaxRequests: 1, // one probe while half-open
-			Timeout:     p.BreakerOpenFor,
-			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-			IsExcluded:  func(err error) bool { return errors.Is(err, errBreakerNeutral) },
-			OnStateChange: func(_ string, from, to gobreaker.State) {
-				if to == gobreaker.StateOpen {
-					g.openAt.Store(time.Now().UnixNano())
-				}
-				g.logBreaker(from, to)
-				if m != nil {
-					m.CircuitBreakerState.WithLabelValues(name).Set(breakerGauge(to))
-				}
-			},
+		g.breaker = newBreaker(p.BreakerFailures, p.BreakerOpenFor, now, func(tr breakerTransition) {
+			g.logBreaker(tr)
+			if m != nil {
+				m.CircuitBreakerState.WithLabelValues(name).Set(float64(tr.to))
+			}
 		})
 	}
 	if p.RatePerSecond > 0 {
@@ -102,16 +82,6 @@ func newGate(name string, p GatePolicy, m *Metrics, log *slog.Logger) *gate {
 		m.CircuitBreakerState.WithLabelValues(name).Set(0)
 	}
 	return g
-}
-
-func breakerGauge(s gobreaker.State) float64 {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return 1
-	case gobreaker.StateOpen:
-		return 2
-	}
-	return 0
 }
 
 // refusal says why a gate turned a row away and when to look at it again.
@@ -170,13 +140,14 @@ func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), re
 			return refuse(&refusal{reason: outbox.RefusedRateLimited, delay: d + jitterAround(r, 20*time.Millisecond)})
 		}
 	}
-	var breakerDone func(error)
+	var breakerDone func(verdict)
 	if g.breaker != nil {
-		var err error
-		breakerDone, err = g.breaker.Allow()
-		if err != nil {
+		var retryIn time.Duration
+		var ok bool
+		breakerDone, retryIn, ok = g.breaker.allow(route)
+		if !ok {
 			release()
-			return refuse(&refusal{reason: outbox.RefusedBreakerOpen, delay: g.remainingOpen(r)})
+			return refuse(&refusal{reason: outbox.RefusedBreakerOpen, delay: breakerRetryDelay(r, retryIn)})
 		}
 	}
 	var once sync.Once
@@ -184,10 +155,7 @@ func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), re
 		once.Do(func() {
 			wholeHeld := g.noteAuth(route, res)
 			if breakerDone != nil {
-				g.breakerMu.Lock()
-				g.breakerRoute = route
 				breakerDone(breakerVerdict(res, wholeHeld))
-				g.breakerMu.Unlock()
 			}
 			release()
 		})
@@ -348,20 +316,24 @@ func (g *gate) setRoutes(routes map[string]bool) {
 	}
 }
 
-// logBreaker logs each opening of the breaker and each closing once; a
-// failed half-open probe (the breaker stays open) and the half-open state
-// itself are debug lines.
-func (g *gate) logBreaker(from, to gobreaker.State) {
-	// Called inside the breaker's own lock: from a verdict (breakerMu held,
-	// breakerRoute set) or from Allow (no route: half-open after open_for).
+// logBreaker logs each opening of the breaker (from closed) and each
+// closing once, saying what the adapter's rows do meanwhile; probes, and
+// failed probes (the breaker stays open), are debug lines. Called under the
+// breaker's lock, in the order of the transitions.
+func (g *gate) logBreaker(tr breakerTransition) {
 	switch {
-	case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
-		g.log.Warn("circuit breaker opened: the provider looks down; its rows wait without consuming attempts",
-			"adapter", g.name, "route", g.breakerRoute, "open_for", g.openFor)
-	case to == gobreaker.StateClosed:
-		g.log.Info("circuit breaker closed: the provider answers again", "adapter", g.name, "route", g.breakerRoute)
+	case tr.to == breakerOpen && tr.from == breakerClosed:
+		g.log.Warn("circuit breaker opened: the provider looks down; its rows wait without consuming attempts (routes with a fallback use it) until a probe succeeds",
+			"adapter", g.name, "route", tr.cause, "next_probe_in", tr.nextProbe, "open_for", g.breaker.openFor)
+	case tr.to == breakerClosed:
+		g.log.Info("circuit breaker closed: the provider answers again; its rows go out",
+			"adapter", g.name, "route", tr.cause, "open_for", tr.at.Sub(tr.openedAt).Round(time.Millisecond),
+			"failed_probes", tr.failedProbes)
+	case tr.to == breakerHalfOpen:
+		g.log.Debug("circuit breaker probe", "adapter", g.name, "failed_probes", tr.failedProbes)
 	default:
-		g.log.Debug("circuit breaker state", "adapter", g.name, "from", from.String(), "to", to.String())
+		g.log.Debug("circuit breaker probe failed; breaker stays open", "adapter", g.name, "route", tr.cause,
+			"failed_probes", tr.failedProbes, "next_probe_in", tr.nextProbe)
 	}
 }
 
@@ -369,10 +341,10 @@ func (g *gate) logBreaker(from, to gobreaker.State) {
 func (g *gate) status(now time.Time) AdapterState {
 	st := AdapterState{Adapter: g.name, Ready: true}
 	if g.breaker != nil {
-		switch g.breaker.State() {
-		case gobreaker.StateOpen:
+		switch g.breaker.current() {
+		case breakerOpen:
 			st.Ready, st.Reason = false, "circuit breaker open"
-		case gobreaker.StateHalfOpen:
+		case breakerHalfOpen:
 			st.Ready, st.Reason = false, "circuit breaker half-open"
 		}
 	}
@@ -391,43 +363,42 @@ func (g *gate) status(now time.Time) AdapterState {
 	return st
 }
 
-// remainingOpen is how long the breaker stays open, jittered so the rows it
-// turned away do not all return at the same instant.
-func (g *gate) remainingOpen(r *rand.Rand) time.Duration {
-	left := g.openFor - time.Since(time.Unix(0, g.openAt.Load()))
-	if left < 100*time.Millisecond || left > g.openFor {
-		left = 100 * time.Millisecond // half-open: another row is probing
-	}
+// breakerRetryDelay is when a row the breaker turned away is looked at
+// again: when the next probe may go (retryIn, at least 100 ms: while a
+// probe is under way, its answer decides), jittered so the rows do not all
+// return at the same instant.
+func breakerRetryDelay(r *rand.Rand, retryIn time.Duration) time.Duration {
+	left := max(retryIn, 100*time.Millisecond)
 	return left + jitterAround(r, left/4+10*time.Millisecond)
 }
 
 // breakerVerdict: provider-down signals are failures (an auth refusal only
 // once it holds the whole adapter); answers that show the provider is up
 // (success, replay, terminal 4xx) are successes; the rest is neutral.
-func breakerVerdict(res dispatch.Result, wholeHeld bool) error {
+func breakerVerdict(res dispatch.Result, wholeHeld bool) verdict {
 	if res.Reason == dispatch.ReasonNotReady || res.Reason == dispatch.ReasonUnsendable {
-		return errBreakerNeutral // the adapter did not ask its provider
+		return verdictNeutral // the adapter did not ask its provider
 	}
 	switch res.Outcome {
 	case dispatch.Success, dispatch.Replay, dispatch.Terminal:
-		return nil
+		return verdictSuccess
 	case dispatch.Auth:
 		if !wholeHeld {
-			return errBreakerNeutral // one route's credentials, not the provider
+			return verdictNeutral // one route's credentials, not the provider
 		}
-		return errBreakerFailure
+		return verdictFailure
 	case dispatch.Retry, dispatch.Ambiguous:
 		switch res.Status {
 		case 502, 503, 504, 529:
-			return errBreakerFailure
+			return verdictFailure
 		case 0:
 			if res.Reason == "cancelled" {
-				return errBreakerNeutral
+				return verdictNeutral
 			}
-			return errBreakerFailure // connection refused, reset, timeout
+			return verdictFailure // connection refused, reset, timeout
 		}
 	}
-	return errBreakerNeutral
+	return verdictNeutral
 }
 
 // jitterAround returns a duration uniform in [d/2, 3d/2).

@@ -3,6 +3,7 @@ package drainer
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,40 +24,50 @@ func unavailable(calls *atomic.Int64) dispatch.Adapter {
 
 // TestBreakerFailsFastWithoutConsumingAttempts: after 3 consecutive 503s the
 // breaker opens; rows then go back to pending without a call and without
-// consuming attempts; the state is exported.
+// consuming attempts, but for the probes, one at a time; they wait for the
+// next probe, not for open_for (an hour here); the state is exported.
 func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
 	pool := newPool(t)
 	var calls atomic.Int64
-	keys := enqueueN(t, pool, "run", "t", 10)
+	enqueueN(t, pool, "run", "t", 10)
 	rt := testRouting(t, map[string]dispatch.Adapter{"t": unavailable(&calls)}, &Route{Tool: "t", MaxAttempts: 100})
 	rt.Policies = map[string]GatePolicy{"t": {BreakerFailures: 3, BreakerOpenFor: time.Hour}}
+	var buf lockedBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
-	startEngine(t, pool, rt, Config{Workers: 1, Metrics: metrics})
-	// Once open, the first row turned away defers every due row of the tool
-	// until the breaker may close: none is claimed again meanwhile.
-	waitFor(t, "breaker open and every row deferred", 10*time.Second, func() bool {
-		var waiting int
-		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.outbox WHERE status = 'pending' AND next_attempt_at > now() + interval '10 minutes'").Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		return testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("t", "breaker_open")) >= 1 && waiting == 10
+	e := startEngine(t, pool, rt, Config{Workers: 1, Metrics: metrics, Logger: log})
+	// The probes go 1 s after the opening, then 2 s after the first.
+	waitFor(t, "two failed probes", 30*time.Second, func() bool {
+		return len(logLines(buf.String(), "circuit breaker probe failed; breaker stays open")) >= 2
 	})
-	if got := testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")); got != 2 {
-		t.Fatalf("drainer_circuit_breaker_state = %v, want 2 (open)", got)
+	if got := testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("t", "breaker_open")); got < 1 {
+		t.Fatalf("no row turned away by the open breaker (drainer_dispatch_total{outcome=\"breaker_open\"} = %v)", got)
 	}
-	if n := calls.Load(); n != 3 {
-		t.Fatalf("provider called %d times; an open breaker must fail fast after 3", n)
-	}
-	var attempts int
-	// An in-flight row holds the attempt counted at claim until it is turned away.
-	if err := pool.QueryRow(t.Context(), "SELECT sum(attempts) - count(*) FILTER (WHERE status = 'in_flight') FROM drainer.outbox").Scan(&attempts); err != nil {
+	var heldLongest time.Duration
+	if err := pool.QueryRow(t.Context(), "SELECT coalesce(max(next_attempt_at - now()), '0') FROM drainer.outbox WHERE status = 'pending'").Scan(&heldLongest); err != nil {
 		t.Fatal(err)
 	}
-	if attempts != 3 {
-		t.Fatalf("rows consumed %d attempts in all; only the 3 real calls may count", attempts)
+	if heldLongest > time.Minute {
+		t.Fatalf("a row waits %v: rows turned away wait for the next probe (seconds here), not for open_for", heldLongest)
 	}
-	if r := getRow(t, pool, keys[9]); r.Status != outbox.StatusPending || r.Attempts != 0 || r.DueIn < 10*time.Minute {
-		t.Fatalf("deferred row: %+v; want pending, no attempt, due when the breaker may close", r)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := e.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")); got == 0 {
+		t.Fatal("drainer_circuit_breaker_state = 0 while the provider is down, want 2 (open) or 1 (probing)")
+	}
+	probes := len(logLines(buf.String(), "circuit breaker probe"))
+	if n := calls.Load(); n != 3+int64(probes) {
+		t.Fatalf("provider called %d times; an open breaker fails fast: the 3 failures and the %d probes only", n, probes)
+	}
+	var attempts int64
+	if err := pool.QueryRow(t.Context(), "SELECT sum(attempts) FROM drainer.outbox").Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != calls.Load() {
+		t.Fatalf("rows consumed %d attempts in all; only the %d real calls may count", attempts, calls.Load())
 	}
 }
 
