@@ -61,6 +61,9 @@ func (f Filter) Validate() error {
 	return errors.Join(errs...)
 }
 
+// StoreFilter is the filter (except AfterSeq) as package store applies it.
+func (f Filter) StoreFilter() store.Filter { return f.match() }
+
 // match is the filter (except AfterSeq) as the store applies it.
 func (f Filter) match() store.Filter {
 	return store.Filter{Status: f.Status, Run: f.Run, Tool: f.Tool, OlderThan: f.OlderThan, Scope: f.Scope, Payload: f.Payload, Keys: f.Keys}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,4 +48,15 @@ func (s *Store) CountsByTool(ctx context.Context, db DB) ([]ToolCount, error) {
 	    SELECT tool_name, status, count(*) FROM {s}.outbox WHERE status = 'in_flight'
 	    GROUP BY tool_name, status
 	    ORDER BY 1, 2`))
+}
+
+// viewKeysSQL reads the keys of the rows matching a filter (%s) in seq
+// order.
+const viewKeysSQL = `SELECT o.key FROM {s}.outbox o WHERE %s ORDER BY o.seq LIMIT $1`
+
+// ViewKeys returns the keys of the first limit rows matching f in seq
+// order: the rows a console view holds, which its bulk actions act on.
+func (s *Store) ViewKeys(ctx context.Context, db DB, f Filter, limit int) ([]string, error) {
+	args := []any{limit}
+	return keysOf(db.Query(ctx, s.sql(fmt.Sprintf(viewKeysSQL, f.where(&args))), args...))
 }

@@ -2,14 +2,18 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drainer-io/drainer/ops"
 	"github.com/drainer-io/drainer/outbox"
@@ -24,18 +28,48 @@ const (
 	verbResume  = "resume"
 )
 
-// ActionResult is the answer of an action: one of its fields is set.
+// maxBulkRows is the most rows one bulk action takes: the view's first
+// rows in seq order (one transaction of the operator code). A larger view
+// is acted on by confirming again, or with the CLI.
+const maxBulkRows = 1000
+
+// ActionResult is the answer of an action: one of Result, Resolved and
+// Pause is set.
 type ActionResult struct {
-	Action string `json:"action"`
+	// ID names the answer: its page is /results/{id} (JSON at
+	// /api/v1/results/{id}), and a bulk dry run's Confirm sends it as
+	// confirm.
+	ID       string    `json:"id"`
+	Action   string    `json:"action"`
+	Actor    string    `json:"actor"`
+	At       time.Time `json:"at"`
+	Database string    `json:"database"`
+	// Key is the row a single-row requeue or cancel named.
+	Key string `json:"key,omitempty"`
 	// Bulk (or one key's) requeue or cancel.
 	Result *ops.Result `json:"result,omitempty"`
 	// Resolved is a resolve's outcome.
 	Resolved *ops.Resolved `json:"resolved,omitempty"`
 	// Pause is the pause set or lifted.
 	Pause *ops.Pause `json:"pause,omitempty"`
-	// Filter echoes a bulk action's filter, for its Confirm.
-	Filter url.Values `json:"filter,omitempty"`
+	// Filter is a bulk action's view: its filters and search; Matched says
+	// how the search was read.
+	Filter  url.Values `json:"filter,omitempty"`
+	Matched string     `json:"matched,omitempty"`
+	// Capped: the view holds more than maxBulkRows rows; the action took
+	// its first maxBulkRows in seq order.
+	Capped bool `json:"capped,omitempty"`
+	// Confirms is the dry run a confirmation acted on; LeftOut are the
+	// rows that dry run would have changed but that had left the view
+	// (their status or fields changed) and were left alone.
+	Confirms string   `json:"confirms,omitempty"`
+	LeftOut  []string `json:"left_out,omitempty"`
+	// ConfirmedBy is, for a dry run, the answer of its confirmation.
+	ConfirmedBy string `json:"confirmed_by,omitempty"`
 }
+
+// Bulk reports whether the answer is a bulk action's.
+func (a *ActionResult) Bulk() bool { return a.Filter != nil }
 
 // requestValues reads an action's parameters from a form or a JSON object
 // (strings, numbers and booleans).
@@ -80,6 +114,7 @@ func requestValues(r *http.Request) (url.Values, bool, error) {
 // the refusal itself and returns ok=false.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request, v url.Values, form bool) (actor string, ok bool) {
 	refuse := func(status int, msg string) {
+		s.log.Warn("console action refused", "action", r.PathValue("verb"), "http_status", status, "why", msg, "remote", r.RemoteAddr)
 		s.writeActionError(w, r, form, &apiError{Status: status, Msg: msg})
 	}
 	if !s.cfg.Actions {
@@ -114,7 +149,12 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, v url.Values,
 	return sess.actor, true
 }
 
-// action serves POST /api/v1/actions/{verb}.
+// action serves POST /api/v1/actions/{verb}. Its answer is kept and
+// reached by a redirect (303) to a page of its own, /results/{id} for a
+// form and /api/v1/results/{id} for JSON, so reloading the answer never
+// acts again; the JSON answer is in the redirect's body too, for clients
+// that do not follow it. A refusal of a form is answered the same way; a
+// refusal of JSON is answered at once with its status.
 func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	v, form, err := requestValues(r)
 	if err != nil {
@@ -125,101 +165,251 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// The database travels in the form (or JSON) like the other
-	// parameters, or in the query.
-	d, err := s.databaseNamed(cmp.Or(v.Get("database"), r.URL.Query().Get("database")))
-	if err != nil {
-		s.writeActionError(w, r, form, err)
-		return
+	verb := r.PathValue("verb")
+	o := &outcome{id: randomHex(16), at: time.Now().UTC(), status: http.StatusOK, back: localPath(v.Get("back"))}
+	if err := s.act(r.Context(), o, verb, v, actor); err != nil {
+		ae := classify(err)
+		if ae.Status >= 500 {
+			s.log.Error("console action failed", "action", verb, "actor", actor, "err", err)
+		} else {
+			s.log.Info("console action refused", "action", verb, "actor", actor, "http_status", ae.Status, "why", ae.Msg)
+		}
+		if !form {
+			writeJSON(w, ae.Status, errorBody(ae))
+			return
+		}
+		o.status, o.err, o.refused, o.result, o.plan = ae.Status, ae.Msg, ae.Refused, nil, nil
 	}
-	res, err := s.act(r, d, r.PathValue("verb"), v, ops.Who{Actor: actor, Reason: v.Get("reason")})
-	if err != nil {
-		s.writeActionError(w, r, form, err)
-		return
-	}
-	s.log.Info("console action", "action", res.Action, "actor", actor, "database", d.Name)
+	s.outcomes.add(o)
 	if form {
-		s.render(w, r, http.StatusOK, "result", pageData{Title: "Result", Result: res, Back: backOf(v), Database: d.Name})
+		http.Redirect(w, r, "/results/"+o.id, http.StatusSeeOther)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	w.Header().Set("Location", "/api/v1/results/"+o.id)
+	writeJSON(w, http.StatusSeeOther, o.result)
 }
 
-// act runs one action through the operator code of the CLI.
-func (s *Server) act(r *http.Request, d *db, verb string, v url.Values, who ops.Who) (*ActionResult, error) {
-	ctx := r.Context()
-	out := &ActionResult{Action: verb}
+// act runs one action through the operator code of the CLI, filling o.
+func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values, actor string) error {
+	who := ops.Who{Actor: actor, Reason: v.Get("reason")}
+	if id := v.Get("confirm"); id != "" {
+		return s.confirm(ctx, o, verb, id, v, who)
+	}
+	d, err := s.databaseNamed(v.Get("database"))
+	if err != nil {
+		return err
+	}
+	o.database = d.Name
+	res := &ActionResult{ID: o.id, Action: verb, Actor: actor, At: o.at, Database: d.Name}
+	o.result = res
 	dry := v.Get("dry_run") == "true" || v.Get("dry_run") == "1" || v.Get("dry_run") == "on"
-	var err error
 	switch verb {
 	case verbRequeue, verbCancel:
-		o := ops.BulkOptions{DryRun: dry, IgnoreRetryAfter: v.Get("ignore_retry_after") == "true"}
 		if key := v.Get("key"); key != "" {
+			res.Key = key
 			if verb == verbRequeue {
-				out.Result, err = d.ops.Requeue(ctx, key, who, o)
+				res.Result, err = d.ops.Requeue(ctx, key, who, ops.BulkOptions{DryRun: dry, IgnoreRetryAfter: v.Get("ignore_retry_after") == "true"})
 			} else {
-				out.Result, err = d.ops.Cancel(ctx, key, who, dry)
+				res.Result, err = d.ops.Cancel(ctx, key, who, dry)
 			}
-			return out, err
+			if err == nil {
+				s.log.Info("console action", "action", verb, "actor", actor, "database", d.Name, "key", key,
+					"dry_run", dry, "count", res.Result.Count, "answer", o.id)
+			}
+			return err
 		}
-		f, ferr := filterOf(v)
-		if ferr != nil {
-			return nil, ferr
-		}
-		if f.Status == "" {
-			return nil, badRequest("a bulk %s needs a status filter", verb)
-		}
-		out.Filter = filterValues(v)
-		if verb == verbRequeue {
-			out.Result, err = d.ops.RequeueWhere(ctx, f, who, o)
-		} else {
-			out.Result, err = d.ops.CancelWhere(ctx, f, who, o)
-		}
+		return s.bulk(ctx, o, d, verb, v, who, dry)
 	case verbResolve:
-		if strings.TrimSpace(v.Get("note")) == "" {
-			return nil, badRequest("resolve needs a note saying what was checked or done")
+		key := v.Get("key")
+		switch {
+		case key == "":
+			return badRequest("resolve needs a key")
+		case strings.TrimSpace(v.Get("note")) == "":
+			return badRequest("resolve needs a note saying what was checked or done")
 		}
-		if o := v.Get("outcome"); o != "" && o != outbox.StatusSucceeded && o != outbox.StatusFailed {
-			return nil, badRequest("outcome: %q is not succeeded or failed", o)
+		if oc := v.Get("outcome"); oc != "" && oc != outbox.StatusSucceeded && oc != outbox.StatusFailed {
+			return badRequest("outcome: %q is not succeeded or failed", oc)
 		}
-		out.Resolved, err = d.ops.Resolve(ctx, v.Get("key"), ops.Resolution{Note: v.Get("note"), Outcome: v.Get("outcome")}, who)
+		res.Key = key
+		if res.Resolved, err = d.ops.Resolve(ctx, key, ops.Resolution{Note: v.Get("note"), Outcome: v.Get("outcome")}, who); err != nil {
+			return err
+		}
+		s.log.Info("console action", "action", verb, "actor", actor, "database", d.Name, "key", key,
+			"status", res.Resolved.Status, "answer", o.id)
 	case verbPause, verbResume:
-		target := v.Get("target")
-		if target == "" {
-			target = ops.TargetRoute
+		target, name := cmp.Or(v.Get("target"), ops.TargetRoute), strings.TrimSpace(v.Get("name"))
+		switch {
+		case target != ops.TargetRoute && target != ops.TargetAdapter:
+			return badRequest("target: %q is not route or adapter", target)
+		case name == "":
+			return badRequest("%s needs the name of the %s", verb, target)
 		}
 		if verb == verbPause {
-			out.Pause, err = d.ops.Pause(ctx, target, strings.TrimSpace(v.Get("name")), who)
+			res.Pause, err = d.ops.Pause(ctx, target, name, who)
 		} else {
-			out.Pause, err = d.ops.Resume(ctx, target, strings.TrimSpace(v.Get("name")), who)
+			res.Pause, err = d.ops.Resume(ctx, target, name, who)
 		}
+		if err != nil {
+			return err
+		}
+		s.log.Info("console action", "action", verb, "actor", actor, "database", d.Name, "target", target, "name", name, "answer", o.id)
 	default:
-		return nil, &apiError{Status: http.StatusNotFound, Msg: "no action " + strconv.Quote(verb) + ": use requeue, cancel, resolve, pause or resume"}
+		return &apiError{Status: http.StatusNotFound, Msg: "no action " + strconv.Quote(verb) + ": use requeue, cancel, resolve, pause or resume"}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return nil
 }
 
-// filterValues keeps a request's filter parameters.
-func filterValues(v url.Values) url.Values {
-	out := url.Values{}
-	for _, k := range []string{"status", "tool", "run", "scope", "older_than", "payload", "database"} {
-		if x := v.Get(k); x != "" {
-			out.Set(k, x)
+// bulk requeues or cancels the rows of a view (its filters and search):
+// at most its first maxBulkRows, each only while it still matches the view.
+// A dry run keeps the rows it would change for its confirmation.
+func (s *Server) bulk(ctx context.Context, o *outcome, d *db, verb string, v url.Values, who ops.Who, dry bool) error {
+	sel, err := s.selectionOf(ctx, d, v)
+	if err != nil {
+		return err
+	}
+	if err := bulkAllowed(verb, sel); err != nil {
+		return err
+	}
+	keys, err := sel.keys(ctx, d, maxBulkRows+1)
+	if err != nil {
+		return err
+	}
+	res := o.result
+	res.Filter, res.Matched = sel.params, sel.matched
+	if len(keys) > maxBulkRows {
+		keys, res.Capped = keys[:maxBulkRows], true
+	}
+	ignore := v.Get("ignore_retry_after") == "true"
+	if res.Result, err = s.bulkOn(ctx, d, verb, sel, keys, who, ops.BulkOptions{DryRun: dry, IgnoreRetryAfter: ignore}); err != nil {
+		return err
+	}
+	if dry {
+		o.plan = &bulkPlan{verb: verb, sel: sel, keys: changedKeys(res.Result), ignoreRetryAfter: ignore, reason: who.Reason}
+	}
+	s.log.Info("console action", "action", verb, "actor", who.Actor, "database", d.Name, "view", sel.String(),
+		"dry_run", dry, "count", res.Result.Count, "refused", res.Result.RefusedCount, "capped", res.Capped, "answer", o.id)
+	return nil
+}
+
+// confirm performs the bulk dry run id: on the rows it would have changed
+// that still match its view, never on another row.
+func (s *Server) confirm(ctx context.Context, o *outcome, verb, id string, v url.Values, who ops.Who) error {
+	p, dryRun, err := s.outcomes.claim(id, verb)
+	if err != nil {
+		return err
+	}
+	done := ""
+	defer func() { s.outcomes.settle(p, done) }()
+	if name := v.Get("database"); name != "" && name != dryRun.database {
+		return badRequest("confirm: dry run %q is of database %q, not %q", id, dryRun.database, name)
+	}
+	d, err := s.databaseNamed(dryRun.database)
+	if err != nil {
+		return err
+	}
+	who.Reason = cmp.Or(who.Reason, p.reason)
+	o.database, o.back = d.Name, cmp.Or(dryRun.back, o.back)
+	res := &ActionResult{ID: o.id, Action: verb, Actor: who.Actor, At: o.at, Database: d.Name,
+		Filter: p.sel.params, Matched: p.sel.matched, Confirms: id}
+	o.result = res
+	if res.Result, err = s.bulkOn(ctx, d, verb, p.sel, p.keys, who, ops.BulkOptions{IgnoreRetryAfter: p.ignoreRetryAfter}); err != nil {
+		return err
+	}
+	handled := map[string]bool{}
+	for _, k := range changedKeys(res.Result) {
+		handled[k] = true
+	}
+	for _, e := range res.Result.Refused {
+		handled[e.Key] = true
+	}
+	for _, k := range p.keys {
+		if !handled[k] {
+			res.LeftOut = append(res.LeftOut, k)
+		}
+	}
+	done = o.id
+	s.log.Info("console action", "action", verb, "actor", who.Actor, "database", d.Name, "view", p.sel.String(),
+		"confirms", id, "count", res.Result.Count, "refused", res.Result.RefusedCount, "left_out", len(res.LeftOut), "answer", o.id)
+	return nil
+}
+
+// bulkOn runs verb on the rows of keys that match the view sel, listing
+// every row it changes or leaves alone.
+func (s *Server) bulkOn(ctx context.Context, d *db, verb string, sel *selection, keys []string, who ops.Who, o ops.BulkOptions) (*ops.Result, error) {
+	o.Show = math.MaxInt
+	f := sel.filter
+	f.Keys = keys
+	if sel.empty || len(keys) == 0 {
+		// Nothing to read: an empty key list would still walk the outbox.
+		return &ops.Result{Action: verb, DryRun: o.DryRun, Rows: []ops.Change{}, Refused: []*ops.TransitionError{}, Revived: []ops.Revival{}}, nil
+	}
+	if verb == verbRequeue {
+		return d.ops.RequeueWhere(ctx, f, who, o)
+	}
+	return d.ops.CancelWhere(ctx, f, who, o)
+}
+
+// bulkAllowed says whether verb may act on the view sel: the CLI's rules
+// for a bulk requeue (a status it takes) and a bulk cancel (pending rows
+// of one run).
+func bulkAllowed(verb string, sel *selection) error {
+	f := sel.filter
+	if f.Status == "" {
+		return badRequest("a bulk %s needs a status filter", verb)
+	}
+	if verb == verbRequeue {
+		if err := ops.RequeueStatus(f.Status); err != nil {
+			return badRequest("status: %v", err)
+		}
+		return nil
+	}
+	if err := ops.CancelStatus(f.Status); err != nil {
+		return badRequest("status: %v", err)
+	}
+	if f.Run == "" {
+		return badRequest("a bulk cancel needs a run: filter on run, or search a run id")
+	}
+	return nil
+}
+
+// changedKeys lists the keys of the rows a result changed (or would).
+func changedKeys(r *ops.Result) []string {
+	out := make([]string, 0, len(r.Rows))
+	for _, ch := range r.Rows {
+		if !slices.Contains(out, ch.Key) {
+			out = append(out, ch.Key)
 		}
 	}
 	return out
 }
 
-// backOf is the local page a form came from (its back field), or "/".
-func backOf(v url.Values) string {
-	b := v.Get("back")
-	if !strings.HasPrefix(b, "/") || strings.HasPrefix(b, "//") || strings.HasPrefix(b, "/\\") {
-		return "/"
+// results serves GET /results/{id}: the page of an action's answer.
+func (s *Server) results(w http.ResponseWriter, r *http.Request) {
+	o := s.outcomes.get(r.PathValue("id"))
+	if o == nil {
+		s.render(w, r, http.StatusNotFound, "notfound", pageData{Title: "Not found", Error: "no answer kept at this address: " +
+			"answers are kept for an hour (the latest " + strconv.Itoa(maxOutcomes) + "); the rows' audit trail records every action"})
+		return
 	}
-	return b
+	title := "Result"
+	if o.err != "" {
+		title = "Refused"
+	}
+	s.render(w, r, o.status, "result", pageData{Title: title, Result: o.result, Error: o.err, Refused: o.refused,
+		Back: o.back, Database: o.database})
+}
+
+// apiResults serves GET /api/v1/results/{id}: an action's answer as JSON.
+func (s *Server) apiResults(w http.ResponseWriter, r *http.Request) {
+	o := s.outcomes.get(r.PathValue("id"))
+	switch {
+	case o == nil:
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no answer kept with this id (answers are kept for an hour)"})
+	case o.err != "":
+		writeJSON(w, o.status, errorBody(&apiError{Status: o.status, Msg: o.err, Refused: o.refused}))
+	default:
+		writeJSON(w, o.status, o.result)
+	}
 }
 
 func (s *Server) writeActionError(w http.ResponseWriter, r *http.Request, form bool, err error) {
@@ -232,50 +422,4 @@ func (s *Server) writeActionError(w http.ResponseWriter, r *http.Request, form b
 		s.log.Error("console: action failed", "path", r.URL.Path, "err", err)
 	}
 	s.render(w, r, ae.Status, "result", pageData{Title: "Refused", Error: ae.Msg, Refused: ae.Refused, Back: "/"})
-}
-
-// login opens a session with the token (POST /login).
-func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(nil, r.Body, maxBodyBytes)
-	if err := r.ParseForm(); err != nil {
-		s.render(w, r, http.StatusBadRequest, "login", pageData{Title: "Log in", Error: "bad form"})
-		return
-	}
-	next := backOf(url.Values{"back": {r.PostForm.Get("next")}})
-	fail := func(status int, msg string) {
-		s.render(w, r, status, "login", pageData{Title: "Log in", Error: msg, Back: next})
-	}
-	switch {
-	case !s.cfg.Actions:
-		fail(http.StatusForbidden, "actions are disabled: this console is read-only")
-	case crossSite(r):
-		fail(http.StatusForbidden, "cross-site request refused")
-	case !s.auth.allowLogin(r):
-		fail(http.StatusTooManyRequests, "too many attempts: wait a little and try again")
-	case !s.auth.tokenOK(r.PostForm.Get("token")):
-		s.log.Warn("console: login refused", "remote", r.RemoteAddr)
-		fail(http.StatusUnauthorized, "token refused")
-	default:
-		actor := actorOf(r.PostForm.Get("actor"))
-		id, _ := s.auth.open(actor)
-		http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
-			SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL.Seconds())})
-		s.log.Info("console: session opened", "actor", actor, "remote", r.RemoteAddr)
-		http.Redirect(w, r, next, http.StatusSeeOther)
-	}
-}
-
-// logout closes the session (POST /logout, with its CSRF token).
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(nil, r.Body, maxBodyBytes)
-	_ = r.ParseForm()
-	sess := s.auth.session(r)
-	if crossSite(r) || sess == nil || subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(sess.csrf)) != 1 {
-		s.render(w, r, http.StatusForbidden, "result", pageData{Title: "Refused", Error: "log out refused", Back: "/"})
-		return
-	}
-	s.auth.close(r)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		Secure: r.TLS != nil, MaxAge: -1})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
 }

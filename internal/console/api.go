@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -117,81 +116,36 @@ func validUTF8Prefix(s string, n int) string {
 	return s
 }
 
-// filterOf reads a rows filter from query or form values.
-func filterOf(v url.Values) (ops.Filter, error) {
-	f := ops.Filter{Status: v.Get("status"), Tool: v.Get("tool"), Run: v.Get("run"), Scope: v.Get("scope")}
-	for name, val := range map[string]string{"status": f.Status, "tool": f.Tool, "run": f.Run, "scope": f.Scope,
-		"payload": v.Get("payload"), "search": v.Get("search")} {
-		if len(val) > maxFilterLen {
-			return f, badRequest("%s: longer than %d bytes", name, maxFilterLen)
-		}
-	}
-	if f.Status != "" {
-		if err := ops.ValidateStatus(f.Status); err != nil {
-			return f, badRequest("status: %v", err)
-		}
-	}
-	if a := v.Get("older_than"); a != "" {
-		d, err := time.ParseDuration(a)
-		if err != nil || d < 0 {
-			return f, badRequest("older_than: %q is not a duration such as 90s, 15m or 2h", a)
-		}
-		f.OlderThan = d
-	}
-	if p := strings.TrimSpace(v.Get("payload")); p != "" {
-		var obj map[string]any
-		if err := json.Unmarshal([]byte(p), &obj); err != nil {
-			return f, badRequest(`payload: not a JSON object such as {"customer":"c1"}: %v`, err)
-		}
-		f.Payload = json.RawMessage(p)
-	}
-	if a := v.Get("after"); a != "" {
-		n, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || n < 0 {
-			return f, badRequest("after: %q is not a seq", a)
-		}
-		f.AfterSeq = n
-	}
-	return f, nil
-}
-
-// rows lists rows for GET /api/v1/rows and the rows pages. A search is
-// tried as a key, then a run id, then a scope.
+// rows lists one page of a view for GET /api/v1/rows and the rows pages:
+// up to limit rows of its selection after the seq after.
 func (s *Server) rows(ctx context.Context, d *db, v url.Values) (*RowsPage, error) {
-	f, err := filterOf(v)
+	sel, err := s.selectionOf(ctx, d, v)
 	if err != nil {
 		return nil, err
 	}
+	return s.viewPage(ctx, d, sel, v)
+}
+
+// viewPage reads the page of sel that v names (after, limit).
+func (s *Server) viewPage(ctx context.Context, d *db, sel *selection, v url.Values) (*RowsPage, error) {
 	limit := defaultPageSize
 	if l := v.Get("limit"); l != "" {
+		var err error
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > maxPageSize {
 			return nil, badRequest("limit: must be between 1 and %d", maxPageSize)
 		}
 	}
-	out := &RowsPage{Database: d.Name, Rows: []RowView{}}
-	if q := strings.TrimSpace(v.Get("search")); q != "" {
-		row, err := d.Store.ReadRow(ctx, d.DB, q)
-		if err != nil {
-			return nil, err
+	f := sel.filter
+	if a := v.Get("after"); a != "" {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n < 0 {
+			return nil, badRequest("after: %q is not a seq", a)
 		}
-		if row != nil {
-			out.Matched = "key"
-			if f.AfterSeq == 0 {
-				out.Rows = append(out.Rows, viewOf(*row))
-			}
-			return out, nil
-		}
-		probe := f
-		probe.Run, probe.AfterSeq = q, 0
-		p, err := d.ops.List(ctx, probe, 1)
-		if err != nil {
-			return nil, err
-		}
-		if len(p.Rows) > 0 {
-			out.Matched, f.Run = "agent_run_id", q
-		} else {
-			out.Matched, f.Scope = "business_scope", q
-		}
+		f.AfterSeq = n
+	}
+	out := &RowsPage{Database: d.Name, Rows: []RowView{}, Matched: sel.matched}
+	if sel.empty {
+		return out, nil
 	}
 	p, err := d.ops.List(ctx, f, limit)
 	if err != nil {
@@ -331,11 +285,17 @@ func (s *Server) writeAPIError(w http.ResponseWriter, r *http.Request, err error
 	if ae.Status >= 500 {
 		s.log.Error("console: request failed", "path", r.URL.Path, "err", err)
 	}
+	writeJSON(w, ae.Status, errorBody(ae))
+}
+
+// errorBody is the JSON of an error answer: {"error": …}, with the refused
+// transition of a 409.
+func errorBody(ae *apiError) map[string]any {
 	body := map[string]any{"error": ae.Msg}
 	if ae.Refused != nil {
 		body["refused"] = ae.Refused
 	}
-	writeJSON(w, ae.Status, body)
+	return body
 }
 
 // apiStats is the overview's data: of the database (without a fleet), of

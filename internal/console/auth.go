@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/time/rate"
 )
@@ -158,4 +160,93 @@ func actorOf(name string) string {
 		name = "operator"
 	}
 	return "console:" + name
+}
+
+// maxLocalPath bounds a next or back address.
+const maxLocalPath = 2048
+
+// localPath returns p when it is an address of a page of this console (a
+// path on its own origin, with its query), else the console's root "/".
+// Browsers ignore tabs and newlines in an address and read a backslash as
+// a slash, so "/<TAB>/evil.example" or "/\evil.example" would take them to
+// another site (//evil.example): an address holding a control character,
+// whitespace or a backslash, raw or percent-encoded, is refused, and so is
+// one with a scheme or a host, or whose path does not start with exactly
+// one slash once decoded.
+func localPath(p string) string {
+	const root = "/"
+	if p == "" || len(p) > maxLocalPath || !utf8.ValidString(p) {
+		return root
+	}
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || !plainPath(p, false) {
+		return root
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return root
+	}
+	// The decoded path: %2F%2F, %5C and %09 are refused like their
+	// characters (a space inside, as in a run id, is kept).
+	if !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") || !plainPath(u.Path, true) {
+		return root
+	}
+	return p
+}
+
+// plainPath reports whether p holds no control character, no backslash
+// and, unless spaces, no whitespace.
+func plainPath(p string, spaces bool) bool {
+	for _, r := range p {
+		if r == '\\' || unicode.IsControl(r) || r == utf8.RuneError || (unicode.IsSpace(r) && !(spaces && r == ' ')) {
+			return false
+		}
+	}
+	return true
+}
+
+// login opens a session with the token (POST /login) and goes on to next,
+// a page of this console.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(nil, r.Body, maxBodyBytes)
+	if err := r.ParseForm(); err != nil {
+		s.render(w, r, http.StatusBadRequest, "login", pageData{Title: "Log in", Error: "bad form"})
+		return
+	}
+	next := localPath(r.PostForm.Get("next"))
+	fail := func(status int, msg string) {
+		s.render(w, r, status, "login", pageData{Title: "Log in", Error: msg, Back: next})
+	}
+	switch {
+	case !s.cfg.Actions:
+		fail(http.StatusForbidden, "actions are disabled: this console is read-only")
+	case crossSite(r):
+		fail(http.StatusForbidden, "cross-site request refused")
+	case !s.auth.allowLogin(r):
+		fail(http.StatusTooManyRequests, "too many attempts: wait a little and try again")
+	case !s.auth.tokenOK(r.PostForm.Get("token")):
+		s.log.Warn("console: login refused", "remote", r.RemoteAddr)
+		fail(http.StatusUnauthorized, "token refused")
+	default:
+		actor := actorOf(r.PostForm.Get("actor"))
+		id, _ := s.auth.open(actor)
+		http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL.Seconds())})
+		s.log.Info("console: session opened", "actor", actor, "remote", r.RemoteAddr)
+		http.Redirect(w, r, next, http.StatusSeeOther)
+	}
+}
+
+// logout closes the session (POST /logout, with its CSRF token).
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(nil, r.Body, maxBodyBytes)
+	_ = r.ParseForm()
+	sess := s.auth.session(r)
+	if crossSite(r) || sess == nil || subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(sess.csrf)) != 1 {
+		s.render(w, r, http.StatusForbidden, "result", pageData{Title: "Refused", Error: "log out refused", Back: "/"})
+		return
+	}
+	s.auth.close(r)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil, MaxAge: -1})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
 }

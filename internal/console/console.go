@@ -90,10 +90,12 @@ type Server struct {
 	static http.Handler
 	auth   *auth
 	stats  *sampler
-	srv    *http.Server
-	ln     net.Listener
-	wg     sync.WaitGroup
-	stop   context.CancelFunc
+	// outcomes are the answers of recent actions, for their pages.
+	outcomes *outcomes
+	srv      *http.Server
+	ln       net.Listener
+	wg       sync.WaitGroup
+	stop     context.CancelFunc
 }
 
 // DefaultSampleEvery is how often the overview's backlog is sampled.
@@ -149,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 	sub, _ := fs.Sub(assets, "assets/static")
 	s.static = http.StripPrefix("/static/", http.FileServerFS(sub))
 	s.auth = newAuth(cfg.Actions, cfg.Token)
+	s.outcomes = newOutcomes()
 	s.stats = newSampler(s, historyLen)
 	return s, nil
 }
@@ -215,6 +218,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /runs/{run}", s.page(s.runPage))
 	mux.HandleFunc("GET /parked", s.page(s.parkedPage))
 	mux.HandleFunc("GET /pauses", s.page(s.pausesPage))
+	mux.HandleFunc("GET /results/{id}", s.results)
 	mux.HandleFunc("GET /login", s.page(s.loginPage))
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
@@ -225,6 +229,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/runs/{run}", s.api(s.apiRun))
 	mux.HandleFunc("GET /api/v1/pauses", s.api(s.apiPauses))
 	mux.HandleFunc("POST /api/v1/actions/{verb}", s.action)
+	mux.HandleFunc("GET /api/v1/results/{id}", s.apiResults)
 	mux.HandleFunc("/", s.notFound)
 	return secure(mux)
 }

@@ -56,6 +56,15 @@ type pageData struct {
 	Pauses   []ops.Pause
 	Parked   []RowView
 	Render   time.Duration
+	// BulkRequeue and BulkCancel: the rows view may be requeued or
+	// cancelled as a whole (the CLI's rules for bulk actions).
+	BulkRequeue bool
+	BulkCancel  bool
+	// View is the rows view's parameters (filters, search, database), the
+	// fields of its bulk forms.
+	View url.Values
+	// MaxBulkRows is the most rows one bulk action takes.
+	MaxBulkRows int64
 }
 
 // Link is a local URL: path (its dynamic parts escaped by the caller with
@@ -223,7 +232,7 @@ func parsePages() (map[string]*template.Template, error) {
 // render writes a page. The page is rendered to a buffer first, so a
 // failed template never leaves half a page.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, p pageData) {
-	p.Actions = s.cfg.Actions
+	p.Actions, p.MaxBulkRows = s.cfg.Actions, maxBulkRows
 	if sess := s.auth.session(r); sess != nil {
 		p.Session, p.Actor, p.CSRF = true, sess.actor, sess.csrf
 	}
@@ -317,17 +326,19 @@ func (s *Server) overviewPage(r *http.Request, d *db, p *pageData) (string, erro
 
 func (s *Server) rowsPage(r *http.Request, d *db, p *pageData) (string, error) {
 	q := r.URL.Query()
-	if k := strings.TrimSpace(q.Get("search")); k != "" && q.Get("after") == "" {
-		// A key goes straight to its row page.
-		if row, err := d.Store.ReadRow(r.Context(), d.DB, k); err == nil && row != nil {
-			p.Title, p.Nav = "Row", "rows"
-			p.Row, err = s.row(r.Context(), d, k)
-			return "row", err
-		}
-	}
-	rows, err := s.rows(r.Context(), d, q)
+	sel, err := s.selectionOf(r.Context(), d, q)
 	if err != nil {
 		return "", err
+	}
+	rows, err := s.viewPage(r.Context(), d, sel, q)
+	if err != nil {
+		return "", err
+	}
+	if sel.matched == "key" && q.Get("after") == "" && len(rows.Rows) == 1 {
+		// A key the view holds goes straight to its row page.
+		p.Title, p.Nav = "Row", "rows"
+		p.Row, err = s.row(r.Context(), d, rows.Rows[0].Key)
+		return "row", err
 	}
 	if s.scoped() && q.Get("database") == "" {
 		// The next page and the bulk forms name the database shown.
@@ -337,6 +348,12 @@ func (s *Server) rowsPage(r *http.Request, d *db, p *pageData) (string, error) {
 	st := s.stats.snapshot()
 	p.Title, p.Nav, p.Rows, p.Query, p.Statuses = "Rows", "rows", rows, q, outbox.Statuses
 	p.Tools = toolsOf(st)
+	p.View = maps.Clone(sel.params)
+	if db := q.Get("database"); db != "" {
+		p.View.Set("database", db)
+	}
+	p.BulkRequeue = bulkAllowed(verbRequeue, sel) == nil
+	p.BulkCancel = bulkAllowed(verbCancel, sel) == nil
 	return "rows", nil
 }
 
@@ -382,7 +399,7 @@ func (s *Server) pausesPage(r *http.Request, d *db, p *pageData) (string, error)
 }
 
 func (s *Server) loginPage(r *http.Request, _ *db, p *pageData) (string, error) {
-	p.Title, p.Back = "Log in", backOf(url.Values{"back": {r.URL.Query().Get("next")}})
+	p.Title, p.Back = "Log in", localPath(r.URL.Query().Get("next"))
 	return "login", nil
 }
 
