@@ -624,6 +624,8 @@ func TestOutcomeUnknownResolvedByLateAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(letGo) // before the pools close, also when the test fails early
 	h := first.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, err := cutOff.Acquire(r.Context())
 		if err != nil {
@@ -648,7 +650,7 @@ func TestOutcomeUnknownResolvedByLateAnswer(t *testing.T) {
 	}
 	f.h = second.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { f.runs.Add(1) }))
 
-	done := make(chan *httptest.ResponseRecorder)
+	done := make(chan *httptest.ResponseRecorder, 1)
 	go func() {
 		r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(`{}`))
 		r.Header.Set("Content-Type", "application/json")
@@ -680,7 +682,7 @@ func TestOutcomeUnknownResolvedByLateAnswer(t *testing.T) {
 		}
 	}
 	wantProblem(t, f.post("k", `{"other":1}`), http.StatusConflict, "payload-mismatch")
-	close(release)
+	letGo()
 	wantStatus(t, <-done, http.StatusCreated)
 	w := f.post("k", `{}`)
 	if w.Code != http.StatusOK || w.Body.String() != "late" || w.Header().Get("Idempotency-Replay") != "true" {
