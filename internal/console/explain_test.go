@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -135,7 +136,8 @@ func TestListQueriesUseIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	srv, err := New(Config{Addr: "127.0.0.1:0", Databases: []Database{{Name: "default", DB: pool, Store: store.MustNew("")}}})
+	srv, err := New(Config{Addr: "127.0.0.1:0", Actions: true, Token: testToken,
+		Databases: []Database{{Name: "default", DB: pool, Store: store.MustNew("")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +193,42 @@ func TestListQueriesUseIndexes(t *testing.T) {
 			if explained == 0 {
 				t.Errorf("%s ran no statement on the outbox", path)
 			}
+		}
+	}
+	// The dry runs of bulk actions (read-only): the view's keys, then the
+	// rows among them, each statement on an index too.
+	for _, c := range []struct{ verb, view string }{
+		{"requeue", "status=failed"},
+		{"requeue", "status=failed&tool=tool_3"},
+		{"requeue", "status=pending"}, // 2% of the rows: the first maxBulkRows
+		{"requeue", "status=cancelled&search=run-777"},
+		{"requeue", "status=failed&search=scope-31337"},
+		{"requeue", "status=pending&payload=" + url.QueryEscape(`{"customer":"c42"}`)},
+		{"cancel", "status=pending&run=run-4242"},
+	} {
+		v, _ := url.ParseQuery(c.view)
+		v.Set("dry_run", "true")
+		req := httptest.NewRequest(http.MethodPost, "/api/v1/actions/"+c.verb, strings.NewReader(v.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		rec.take()
+		w := newRecorderWriter()
+		t0 := time.Now()
+		h.ServeHTTP(w, req)
+		took := time.Since(t0)
+		if w.code != http.StatusSeeOther {
+			t.Fatalf("dry run %s %s: %d %s", c.verb, c.view, w.code, w.body.String())
+		}
+		t.Logf("dry run %-7s %-60s in %s", c.verb, c.view, took.Round(time.Microsecond))
+		explained := 0
+		for _, st := range rec.take() {
+			if strings.Contains(st.sql, ".outbox") {
+				explained++
+				checkPlan(t, pool, c.view, st)
+			}
+		}
+		if explained == 0 {
+			t.Errorf("dry run %s %s ran no statement on the outbox", c.verb, c.view)
 		}
 	}
 }
