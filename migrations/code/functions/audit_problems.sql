@@ -8,8 +8,9 @@
 --   that records a status (an in_flight row's last entry is the pending it
 --   was claimed from, one attempt fewer), or, once those entries are
 --   truncated, those its anchor kept; a pruned key's tombstone its
---   chain's last status. So deleting a chain's last entry, or a change
---   made with the audit bypassed, is caught, before and after rotation;
+--   chain's last status, and a chain (entries, or an anchor). So deleting
+--   a chain's last entry, or its anchor, or a change made with the audit
+--   bypassed, is caught, before and after rotation;
 -- - what the rotation found wrong in the entries it anchored (an anchor
 --   keeps it: rotate_audit), and an anchor version whose content no longer
 --   matches its hash.
@@ -26,7 +27,7 @@ AS $function$
     -- every row's state is its chain's last entry, or its anchor's (a
     -- claim writes no entry: an in_flight row's last entry is the pending
     -- it came from)
-    SELECT coalesce(h.id, st.id, x.last_id), i.key,
+    SELECT coalesce(h.id, st.id, x.last_id, 0), i.key,
            CASE WHEN q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash)
                 THEN 'the row''s audit head is not its chain''s last entry (an entry was removed)'
                 WHEN q.status IS DISTINCT FROM s.status AND NOT (q.status = 'in_flight' AND s.status = 'pending')
@@ -54,18 +55,24 @@ AS $function$
                 AND q.attempts IS DISTINCT FROM s.attempts + CASE WHEN q.status = 'in_flight' AND s.status = 'pending'
                                                                  THEN 1 ELSE 0 END))
     UNION ALL
-    -- a pruned row's tombstone keeps the status it was pruned in
-    SELECT coalesce(st.id, x.last_id), k.key,
-           format('the key was pruned %s but its chain''s last change records %s (a change was not recorded)',
-                  k.final_status, s.status)
+    -- a pruned row's tombstone keeps the status it was pruned in, and its
+    -- chain stays (entries, or their anchor)
+    SELECT coalesce(h.id, x.last_id, 0), k.key,
+           CASE WHEN h.id IS NULL AND x.key IS NULL
+                THEN 'the pruned key''s chain is gone: no entry, no anchor (its anchor was removed)'
+                ELSE format('the key was pruned %s but its chain''s last change records %s (a change was not recorded)',
+                            k.final_status, s.status)
+           END
       FROM {{.schema}}.keys k
+      LEFT JOIN LATERAL (SELECT a.id FROM {{.schema}}.audit a WHERE a.key = k.key ORDER BY a.id DESC LIMIT 1) h ON true
       LEFT JOIN LATERAL (SELECT a.id, a.to_status FROM {{.schema}}.audit a
                           WHERE a.key = k.key AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1) st ON true
       LEFT JOIN {{.schema}}.audit_anchors x ON x.key = k.key
      CROSS JOIN LATERAL (SELECT CASE WHEN st.id IS NOT NULL THEN st.to_status ELSE x.status END AS status) s
      WHERE k.pruned_at IS NOT NULL AND (p_key IS NULL OR k.key = p_key)
        AND NOT EXISTS (SELECT 1 FROM {{.schema}}.intents i WHERE i.key = k.key)
-       AND s.status IS NOT NULL AND k.final_status IS DISTINCT FROM s.status
+       AND ((h.id IS NULL AND x.key IS NULL)
+            OR (s.status IS NOT NULL AND k.final_status IS DISTINCT FROM s.status))
     UNION ALL
     -- the anchors: what they were found to stand for, and their content
     SELECT coalesce(v.last_id, 0), v.key,
