@@ -13,8 +13,12 @@ import base64
 import json
 import os
 import pathlib
+import select
 import socket
+import subprocess
+import sys
 import threading
+import time
 import unittest
 import urllib.request
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -31,6 +35,7 @@ from drainer_client._jcs import es6_number
 
 VECTORS = support.REPO_ROOT / "receiver" / "testdata" / "fingerprint-vectors.json"
 EXAMPLE = support.REPO_ROOT / "examples" / "receiver" / "python"
+CRASH_CHILD = support.HERE / "receiver_crash_child.py"
 
 
 class FingerprintTest(unittest.TestCase):
@@ -382,7 +387,9 @@ class FlowTest(ReceiverTestCase):
         self.assertEqual(orders.runs, 0)
 
     def test_recovery_takeover(self) -> None:
-        app, orders, _ = self.make()
+        # rerun_abandoned: a record past its deadline (its process presumed
+        # dead) is taken over and the app run again.
+        app, orders, r = self.make(rerun_abandoned=True)
 
         async def go() -> None:
             orders.gate, orders.entered = asyncio.Event(), asyncio.Event()
@@ -399,7 +406,63 @@ class FlowTest(ReceiverTestCase):
             a = await post(app, "k")
             self.assertEqual((a[1]["idempotency-replay"], json.loads(a[2])["run"]), ("true", 2))
 
+        with self.assertLogs("drainer_client.receiver", "WARNING") as logs:
+            self.run_async(go())
+        self.assertEqual(r.abandoned_total, {"outcome_unknown": 0, "rerun": 1})
+        self.assertIn("key='k'", "\n".join(logs.output))
+
+    def test_outcome_unknown_resolved_by_late_answer(self) -> None:
+        # Without rerun_abandoned a record past its deadline is never run
+        # again: retries get 409 outcome-unknown. Its app was in fact alive
+        # but cut off from the database (it holds the only connection of the
+        # receiver's pool, so the deadline cannot move and lapses): its late
+        # answer is still stored and resolves the record.
+        pool = rcv._Pool(support.DATABASE_URL, 1)
+        cut_off = rcv.Receiver(pool, schema=self.schema, recovery_timeout=1)
+        cut_off.migrate()
+        self.receivers.append(cut_off)
+        held = asyncio.Event()
+        release: Optional[asyncio.Event] = None
+
+        async def first_app(scope: Any, receive: Any, send: Any) -> None:
+            assert release is not None
+            async with pool.connection():
+                held.set()
+                await release.wait()
+            await send({"type": "http.response.start", "status": 201, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"late"})
+
+        app, orders, r = self.make()  # another replica, with its own connections
+
+        async def go() -> None:
+            nonlocal release
+            release = asyncio.Event()
+            first = asyncio.create_task(post(cut_off.wrap(first_app), "k"))
+            await held.wait()
+            for _ in range(2400):
+                if self.count(f'SELECT count(*) FROM "{self.schema}".records WHERE locked_until < now()') == 1:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                self.fail("the cut-off app's deadline never lapsed")
+            with self.assertLogs("drainer_client.receiver", "ERROR") as logs:
+                for _ in range(2):
+                    a = await post(app, "k")
+                    self.assertProblem(a, 409, "outcome-unknown")
+                    self.assertEqual(a[1]["idempotency-conflict"], "outcome-unknown")
+                    self.assertEqual(json.loads(a[2])["idempotency_key"], "k")
+            self.assertEqual(len(logs.output), 1, logs.output)
+            self.assertIn("key='k'", logs.output[0])
+            self.assertProblem(await post(app, "k", b'{"other":1}'), 409, "payload-mismatch")
+            release.set()
+            self.assertEqual((await first)[0], 201)
+            a = await post(app, "k")
+            self.assertEqual((a[0], a[1]["idempotency-replay"], a[2]), (200, "true", b"late"))
+
         self.run_async(go())
+        self.assertEqual(orders.runs, 0)
+        self.assertEqual(r.abandoned_total, {"outcome_unknown": 1, "rerun": 0})
+        self.assertIn('drainer_receiver_abandoned_total{outcome="outcome_unknown"} 1\n', r.metrics())
 
     def test_long_handler_kept_alive(self) -> None:
         app, orders, _ = self.make(recovery_timeout=3)
@@ -460,24 +523,27 @@ class FlowTest(ReceiverTestCase):
         self.assertEqual(self.records(), 2)
 
     def test_concurrent_same_key(self) -> None:
-        app, orders, _ = self.make()
+        for in_tx in (False, True):
+            with self.subTest(in_transaction=in_tx):
+                app, orders, _ = self.make(in_transaction=in_tx, pool_size=20)
+                key = unique("same")
 
-        async def slow(scope: Any) -> None:
-            await asyncio.sleep(0.02)
+                async def slow(scope: Any) -> None:
+                    await asyncio.sleep(0.02)
 
-        orders.effect = slow
+                orders.effect = slow
 
-        async def go() -> List[int]:
-            answers = await asyncio.gather(*(post(app, "same", b'{"a":1}') for _ in range(50)))
-            return [a[0] for a in answers]
+                async def go() -> List[int]:
+                    answers = await asyncio.gather(*(post(app, key, b'{"a":1}') for _ in range(50)))
+                    return [a[0] for a in answers]
 
-        codes = self.run_async(go())
-        self.assertEqual(orders.runs, 1, codes)
-        self.assertEqual(codes.count(201), 1, codes)
-        self.assertEqual(len([c for c in codes if c in (200, 201, 409)]), 50, codes)
-        # Once completed, concurrent retries all get the replay.
-        self.assertEqual(self.run_async(go()), [200] * 50)
-        self.assertEqual(orders.runs, 1)
+                codes = self.run_async(go())
+                self.assertEqual(orders.runs, 1, codes)
+                self.assertEqual(codes.count(201), 1, codes)
+                self.assertEqual(len([c for c in codes if c in (200, 201, 409)]), 50, codes)
+                # Once completed, concurrent retries all get the replay.
+                self.assertEqual(self.run_async(go()), [200] * 50)
+                self.assertEqual(orders.runs, 1)
 
     def test_in_transaction(self) -> None:
         table = unique("py_effects")
@@ -533,6 +599,166 @@ class FlowTest(ReceiverTestCase):
             t.join()
         self.assertEqual(errors, [])
         self.assertEqual(self.records(), 0)
+
+
+class MigrateUpgradeTest(ReceiverTestCase):
+    def test_upgrades_a_store_of_an_earlier_version(self) -> None:
+        # A store whose state check allowed only in_flight and completed is
+        # upgraded in place, its records kept; migrating again changes nothing.
+        self.sql(f'''CREATE SCHEMA "{self.schema}";
+CREATE TABLE RECORDS (
+    scope text NOT NULL, key text NOT NULL, fingerprint bytea NOT NULL, state text NOT NULL,
+    locked_until timestamptz, status integer, headers jsonb, body bytea,
+    created_at timestamptz NOT NULL DEFAULT now(), completed_at timestamptz, expires_at timestamptz NOT NULL,
+    PRIMARY KEY (scope, key), CHECK (state IN ('in_flight', 'completed')));
+CREATE INDEX records_expires_idx ON RECORDS (expires_at)''')
+        fp = rcv.fingerprint("POST", "/v1/orders", "application/json", b"{}")
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            c.execute(sql.SQL("INSERT INTO {}.records (scope, key, fingerprint, state, status, headers, body, "
+                              "completed_at, expires_at) VALUES ('', 'old', %s, 'completed', 201, '{{}}', 'stored before', "
+                              "now(), now() + interval '1 hour'), ('', 'stuck', %s, 'in_flight', NULL, NULL, NULL, NULL, "
+                              "now() + interval '1 hour')").format(sql.Identifier(self.schema)), [fp, fp])
+        self.sql("UPDATE RECORDS SET locked_until = now() - interval '1 second' WHERE key = 'stuck'")
+        r = rcv.Receiver(support.DATABASE_URL, schema=self.schema)
+        self.receivers.append(r)
+        r.migrate()
+        self.run_async(r.amigrate())
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            checks = c.execute("SELECT array_agg(conname::text ORDER BY conname) FROM pg_constraint "
+                               "WHERE conrelid = %s::regclass AND contype = 'c'", [f'"{self.schema}".records']).fetchone()
+        self.assertEqual(checks, (["records_state"],))
+        orders = Orders()
+        app = r.wrap(orders)
+
+        async def go() -> None:
+            a = await post(app, "old")
+            self.assertEqual((a[0], a[2]), (200, b"stored before"))
+            with self.assertLogs("drainer_client.receiver", "ERROR"):
+                self.assertProblem(await post(app, "stuck"), 409, "outcome-unknown")
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 0)
+        self.assertEqual(self.records("key = 'stuck' AND state = 'outcome_unknown'"), 1)
+
+
+class CrashTest(ReceiverTestCase):
+    """The first request runs in a child process (receiver_crash_child.py)
+    that writes its effect and is killed with SIGKILL mid-request."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.effects = unique("py_crash_effects")
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            c.execute(sql.SQL("CREATE TABLE {} (key text NOT NULL)").format(sql.Identifier(self.effects)))
+        self.addCleanup(self.sql, f'DROP TABLE "{self.effects}"')
+
+    def effect_count(self) -> int:
+        return self.count(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(self.effects)))
+
+    def wait_for(self, what: str, query: str, *params: Any) -> None:
+        """Poll a count until it is 1, for at most two minutes."""
+        deadline = time.monotonic() + 120
+        while self.count(query, *params) != 1:
+            if time.monotonic() > deadline:
+                self.fail(f"waited 2 minutes for {what}")
+            time.sleep(0.05)
+
+    def kill_child_mid_request(self, key: str, in_tx: bool, recovery: float) -> None:
+        """Run the first request with key in a child process, SIGKILL it once
+        its app wrote the effect, and return once the database dropped the
+        child's connections."""
+        app_name = unique("py_crash_child")
+        conninfo = psycopg.conninfo.make_conninfo(support.DATABASE_URL, application_name=app_name)
+        child = subprocess.Popen(
+            [sys.executable, str(CRASH_CHILD), conninfo, self.schema, self.effects, key, "1" if in_tx else "0",
+             str(recovery)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out = b""
+            deadline = time.monotonic() + 120
+            while b"effect written\n" not in out:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.fail("the crash child wrote no effect within 2 minutes")
+                ready, _, _ = select.select([child.stdout], [], [], left)
+                chunk = os.read(child.stdout.fileno(), 4096) if ready else b""  # type: ignore[union-attr]
+                if ready and not chunk:
+                    self.fail(f"the crash child exited before writing its effect: {child.stderr.read()!r}")  # type: ignore[union-attr]
+                out += chunk
+        finally:
+            child.kill()  # SIGKILL: nothing of the receiver runs after the effect
+            child.communicate(timeout=60)
+        self.wait_for("the killed child's connections to end",
+                      "SELECT (count(*) = 0)::int FROM pg_stat_activity WHERE application_name = %s", app_name)
+
+    def test_outside_transaction_outcome_unknown(self) -> None:
+        # The effect exists; after the recovery timeout a retry gets 409
+        # outcome-unknown naming the key, the app does not run, the record
+        # is reported once (ERROR line, counter) and kept.
+        app, orders, r = self.make()
+        self.kill_child_mid_request("charge-7f3a", False, 1)
+        self.wait_for("the record's deadline to pass",
+                      f'SELECT count(*)::int FROM "{self.schema}".records WHERE locked_until < now()')
+
+        async def go() -> None:
+            for _ in range(3):
+                a = await post(app, "charge-7f3a", b'{"amount":5}', path="/v1/charges")
+                self.assertProblem(a, 409, "outcome-unknown")
+                self.assertEqual(a[1]["idempotency-conflict"], "outcome-unknown")
+                self.assertEqual(json.loads(a[2])["idempotency_key"], "charge-7f3a")
+
+        with self.assertLogs("drainer_client.receiver", "ERROR") as logs:
+            self.run_async(go())
+        self.assertEqual(len(logs.output), 1, logs.output)
+        self.assertIn("scope='' key='charge-7f3a'", logs.output[0])
+        self.assertEqual((orders.runs, self.effect_count()), (0, 1))
+        self.assertEqual(r.abandoned_total, {"outcome_unknown": 1, "rerun": 0})
+        self.assertIn('drainer_receiver_abandoned_total{outcome="outcome_unknown"} 1\n', r.metrics())
+        self.assertEqual(self.records("state = 'outcome_unknown'"), 1)
+
+    def test_outside_transaction_rerun_abandoned(self) -> None:
+        # rerun_abandoned: the app is declared safe to run twice, so the
+        # retry runs it again; the rerun is reported too.
+        app, orders, r = self.make(rerun_abandoned=True)
+        self.kill_child_mid_request("charge-9c41", False, 1)
+        self.wait_for("the record's deadline to pass",
+                      f'SELECT count(*)::int FROM "{self.schema}".records WHERE locked_until < now()')
+
+        async def go() -> Tuple[int, int]:
+            first = await post(app, "charge-9c41", b'{"amount":5}', path="/v1/charges")
+            again = await post(app, "charge-9c41", b'{"amount":5}', path="/v1/charges")
+            return first[0], again[0]
+
+        with self.assertLogs("drainer_client.receiver", "WARNING") as logs:
+            self.assertEqual(self.run_async(go()), (201, 200))
+        self.assertIn("key='charge-9c41'", "\n".join(logs.output))
+        self.assertEqual(orders.runs, 1)
+        self.assertEqual(r.abandoned_total, {"outcome_unknown": 0, "rerun": 1})
+
+    def test_in_transaction_rolls_back_with_the_effect(self) -> None:
+        # The record is written in the app's transaction: the kill rolls
+        # back record and effect together, and a retry runs the app at once
+        # (no recovery timeout to wait out): one effect.
+        app, orders, r = self.make(in_transaction=True)
+        self.kill_child_mid_request("charge-2b08", True, 600)
+        self.assertEqual((self.effect_count(), self.records()), (0, 0))
+        table = sql.Identifier(self.effects)
+
+        async def effect(scope: Any) -> None:
+            conn = rcv.current_connection(scope)
+            assert conn is not None
+            await conn.execute(sql.SQL("INSERT INTO {} (key) VALUES ('charge-2b08')").format(table))
+
+        orders.effect = effect
+
+        async def go() -> Tuple[int, int]:
+            first = await post(app, "charge-2b08", b'{"amount":5}', path="/v1/charges")
+            again = await post(app, "charge-2b08", b'{"amount":5}', path="/v1/charges")
+            return first[0], again[0]
+
+        self.assertEqual(self.run_async(go()), (201, 200))
+        self.assertEqual((orders.runs, self.effect_count(), self.records()), (1, 1, 1))
+        self.assertEqual(r.abandoned_total, {"outcome_unknown": 0, "rerun": 0})
 
 
 class HTTPServerTest(ReceiverTestCase):

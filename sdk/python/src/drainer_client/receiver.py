@@ -9,9 +9,10 @@ services in all three languages can share one store::
 
     from drainer_client.receiver import Receiver
 
-    receiver = Receiver(os.environ["DATABASE_URL"], scope=lambda s: account_of(s))
+    receiver = Receiver(os.environ["DATABASE_URL"], in_transaction=True, scope=lambda s: account_of(s))
     receiver.migrate()
     app = receiver.wrap(app)        # any ASGI app, under any ASGI server
+    # the app writes its effect through current_connection(scope)
 
 Options (keyword arguments of :class:`Receiver`): ``schema``
 (``"drainer_receiver"``), ``key_header`` (``"Idempotency-Key"``), ``ttl``
@@ -21,8 +22,19 @@ of the ASGI scope returning the key space, default one global scope),
 scope; default POST, PUT, PATCH and DELETE), ``max_body`` (bytes, 1 MiB),
 ``store_server_errors`` (False), ``store_headers`` (response headers stored
 besides Content-Type and Location), ``in_transaction`` (False: see
-:func:`current_connection`), ``pool_size`` (connections kept when given a
-conninfo string, 10).
+:func:`current_connection`; the recommended setting), ``rerun_abandoned``
+(False), ``logger`` (default ``logging.getLogger("drainer_client.receiver")``),
+``pool_size`` (connections kept when given a conninfo string, 10).
+
+With ``in_transaction=True`` the record is written in the transaction the
+app writes its effect through, so a process that dies mid-request rolls
+both back and a retry runs the app again. Without it, a request whose
+process died leaves an in-flight record; after the recovery timeout a retry
+gets 409 ``Idempotency-Conflict: outcome-unknown``, the app does not run
+again, and the record is reported (an ERROR log line naming scope and key,
+and the counter ``drainer_receiver_abandoned_total`` of :meth:`Receiver.metrics`)
+for a person, unless ``rerun_abandoned=True`` declares the app safe to run
+twice.
 
 All time decisions use the database clock. The body is read in full (every
 ``http.request`` chunk) before anything is decided.
@@ -35,6 +47,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import re
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Sequence, Tuple
 
@@ -76,6 +89,9 @@ _KEYED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _BASE64URL = re.compile(r"^[A-Za-z0-9_-]*$")
 #: The ASGI scope entry holding the in_transaction connection.
 CONNECTION_SCOPE_KEY = "drainer_receiver.connection"
+_CLAIM_ROUNDS = 3
+#: The outcome label values of drainer_receiver_abandoned_total.
+_ABANDONED_OUTCOMES = ("outcome_unknown", "rerun")
 
 _MIGRATE_SQL = """
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -92,10 +108,30 @@ CREATE TABLE IF NOT EXISTS {schema}.records (
     completed_at  timestamptz,
     expires_at    timestamptz NOT NULL,
     PRIMARY KEY (scope, key),
-    CHECK (state IN ('in_flight', 'completed'))
+    CONSTRAINT records_state CHECK (state IN ('in_flight', 'completed', 'outcome_unknown'))
 );
 CREATE INDEX IF NOT EXISTS records_expires_idx ON {schema}.records (expires_at);
 """
+
+# A store created before the outcome_unknown state had the unnamed check
+# records_state_check; every row passes the wider one.
+_HAS_STATES_SQL = ("SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = %s::regclass "
+                   "AND conname = 'records_state')")
+_UPGRADE_STATES_SQL = """ALTER TABLE {schema}.records DROP CONSTRAINT IF EXISTS records_state_check,
+    ADD CONSTRAINT records_state CHECK (state IN ('in_flight', 'completed', 'outcome_unknown'))"""
+
+# The claim inserts only while holding the key's claim lock (the same one
+# as the Go and TypeScript receivers'): a record being inserted by an open
+# in_transaction run holds it, so a concurrent request answers in-flight
+# instead of waiting for that run to end.
+_CLAIM_SQL = (
+    "INSERT INTO {} (scope, key, fingerprint, state, locked_until, expires_at) "
+    "SELECT %(scope)s, %(key)s, %(fp)s, 'in_flight', now() + %(rec)s::bigint * interval '1 microsecond', "
+    "now() + %(ttl)s::bigint * interval '1 microsecond' "
+    "WHERE pg_try_advisory_xact_lock(hashtextextended(%(schema)s::text || chr(10) || %(scope)s::text || chr(10) "
+    "|| %(key)s::text, 0)) "
+    "ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until"
+)
 
 
 def _is_json(content_type: str) -> bool:
@@ -169,13 +205,18 @@ def current_connection(scope: Scope) -> "Optional[psycopg.AsyncConnection[Any]]"
 
 
 class _Problem(Exception):
-    def __init__(self, status: int, slug: str, title: str, detail: str, headers: Sequence[Tuple[str, str]] = ()):
+    def __init__(self, status: int, slug: str, title: str, detail: str, headers: Sequence[Tuple[str, str]] = (),
+                 key: Optional[str] = None):
         super().__init__(detail)
         self.status, self.slug, self.title, self.detail, self.headers = status, slug, title, detail, list(headers)
+        self.key = key  # the idempotency key, where a person needs it (outcome-unknown)
 
     async def send(self, send: Send) -> None:
-        body = json.dumps({"type": _PROBLEM_BASE + self.slug, "title": self.title, "status": self.status,
-                           "detail": self.detail}).encode("utf-8")
+        doc: Dict[str, Any] = {"type": _PROBLEM_BASE + self.slug, "title": self.title, "status": self.status,
+                               "detail": self.detail}
+        if self.key is not None:
+            doc["idempotency_key"] = self.key
+        body = json.dumps(doc).encode("utf-8")
         headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
         await send({"type": "http.response.start", "status": self.status, "headers": headers})
@@ -270,6 +311,8 @@ class Receiver:
         store_server_errors: bool = False,
         store_headers: Sequence[str] = (),
         in_transaction: bool = False,
+        rerun_abandoned: bool = False,
+        logger: Optional[logging.Logger] = None,
         pool_size: int = 10,
     ):
         problems = []
@@ -309,6 +352,11 @@ class Receiver:
         self.store_server_errors = store_server_errors
         self.store_headers = {b"content-type", b"location"} | {h.lower().encode("latin-1") for h in store_headers}
         self.in_transaction = in_transaction
+        self.rerun_abandoned = rerun_abandoned
+        self.logger = logger or logging.getLogger("drainer_client.receiver")
+        #: drainer_receiver_abandoned_total by outcome: "outcome_unknown"
+        #: (answered 409, left for a person) and "rerun" (rerun_abandoned).
+        self.abandoned_total: Dict[str, int] = {o: 0 for o in _ABANDONED_OUTCOMES}
         self._table = sql.SQL("{}.records").format(sql.Identifier(schema))
 
     async def aclose(self) -> None:
@@ -321,16 +369,24 @@ class Receiver:
     def _migrate_statements(self) -> sql.Composed:
         return sql.SQL(_MIGRATE_SQL).format(schema=sql.Identifier(self.schema))
 
+    def _table_name(self) -> str:
+        """The records table's quoted name, as ::regclass reads it."""
+        return '"' + self.schema.replace('"', '""') + '".records'
+
     def migrate(self) -> None:
-        """Create the schema, table and index if missing (safe from many
-        processes at once). Synchronous: call it at startup. With a pool that
-        has no ``conninfo``, use :meth:`amigrate`."""
+        """Create the schema, table and index if missing, and upgrade a table
+        created by an earlier version in place (safe from many processes at
+        once). Synchronous: call it at startup. With a pool that has no
+        ``conninfo``, use :meth:`amigrate`."""
         if not self._conninfo:
             raise TypeError("drainer_client.receiver: migrate() needs a conninfo; await amigrate() instead")
         with psycopg.connect(self._conninfo) as conn:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_MIGRATE_LOCK])
                 conn.execute(self._migrate_statements())
+                row = conn.execute(_HAS_STATES_SQL, [self._table_name()]).fetchone()
+                if not (row and row[0]):
+                    conn.execute(sql.SQL(_UPGRADE_STATES_SQL).format(schema=sql.Identifier(self.schema)))
 
     async def amigrate(self) -> None:
         """:meth:`migrate` on the receiver's own connections."""
@@ -338,6 +394,35 @@ class Receiver:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_MIGRATE_LOCK])
                 await conn.execute(self._migrate_statements())
+                row = await (await conn.execute(_HAS_STATES_SQL, [self._table_name()])).fetchone()
+                if not (row and row[0]):
+                    await conn.execute(sql.SQL(_UPGRADE_STATES_SQL).format(schema=sql.Identifier(self.schema)))
+
+    def metrics(self) -> str:
+        """The receiver's counter in the Prometheus text format, to serve
+        (or append to what is served) at /metrics."""
+        lines = [
+            "# HELP drainer_receiver_abandoned_total Keyed requests whose process stopped mid-request outside "
+            "in_transaction, found by a retry after the recovery timeout: outcome_unknown (answered 409, left "
+            "for a person) or rerun (rerun_abandoned).",
+            "# TYPE drainer_receiver_abandoned_total counter",
+        ]
+        lines += [f'drainer_receiver_abandoned_total{{outcome="{o}"}} {self.abandoned_total[o]}'
+                  for o in _ABANDONED_OUTCOMES]
+        return "\n".join(lines) + "\n"
+
+    def _report_abandoned(self, scope: str, key: str, rerun: bool) -> None:
+        """Count and log a record whose request stopped mid-run, with its
+        scope and key (a person resolves an unknown outcome by the key)."""
+        if rerun:
+            self.abandoned_total["rerun"] += 1
+            self.logger.warning("receiver: a request stopped mid-run; its handler runs again (rerun_abandoned) "
+                                "schema=%r scope=%r key=%r", self.schema, scope, key)
+            return
+        self.abandoned_total["outcome_unknown"] += 1
+        self.logger.error("receiver: a request stopped mid-run and its effect may exist; retries are answered 409 "
+                          "outcome-unknown until a person resolves the record schema=%r scope=%r key=%r",
+                          self.schema, scope, key)
 
     async def prune(self) -> int:
         """Delete expired records in batches of 1000 until none is left;
@@ -354,82 +439,114 @@ class Receiver:
                 if cur.rowcount < _PRUNE_BATCH:
                     return total
 
-    async def _claim(self, scope: str, key: str, fp: bytes) -> Tuple[str, Any]:
-        """Step 2 of the flow: ("claimed", token), ("replay", (status,
-        headers, body)), ("mismatch", None) or ("in_flight", None)."""
-        t = self._table
+    async def _claim(self, scope: str, key: str, fp: bytes) -> Tuple[str, Any, bool]:
+        """Step 2 of the flow, in short transactions of its own: (outcome,
+        data, abandoned) as :meth:`_claim_round` decides."""
         async with self._pool.connection() as conn:
-            for _ in range(3):
+            for _ in range(_CLAIM_ROUNDS):
                 try:
                     async with conn.transaction():
-                        cur = await conn.execute(
-                            sql.SQL(
-                                "INSERT INTO {} (scope, key, fingerprint, state, locked_until, expires_at) "
-                                "VALUES (%s, %s, %s, 'in_flight', now() + %s::bigint * interval '1 microsecond', "
-                                "now() + %s::bigint * interval '1 microsecond') "
-                                "ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until"
-                            ).format(t),
-                            [scope, key, fp, self.recovery_us, self.ttl_us],
-                        )
-                        row = await cur.fetchone()
-                        if row is not None:
-                            return "claimed", row[0]
-                        # A plain read decides a replay, a mismatch or an
-                        # in-flight answer; only an overwrite or a takeover
-                        # reads again under the row lock (NOWAIT: a locked
-                        # record is being worked on right now).
-                        for lock in ("", " FOR UPDATE NOWAIT"):
-                            cur = await conn.execute(
-                                sql.SQL(
-                                    "SELECT fingerprint, state, expires_at <= now(), "
-                                    "coalesce(locked_until <= now(), false), status, headers, body "
-                                    "FROM {} WHERE scope = %s AND key = %s" + lock
-                                ).format(t),
-                                [scope, key],
-                            )
-                            row = await cur.fetchone()
-                            if row is None:
-                                break  # deleted meanwhile: try again
-                            stored_fp, state, expired, recoverable, status, headers, body = row
-                            same = bytes(stored_fp) == fp
-                            if not lock and (expired or (same and state == "in_flight" and recoverable)):
-                                continue
-                            if expired:
-                                cur = await conn.execute(
-                                    sql.SQL(
-                                        "UPDATE {} SET fingerprint = %s, state = 'in_flight', "
-                                        "locked_until = now() + %s::bigint * interval '1 microsecond', status = NULL, "
-                                        "headers = NULL, body = NULL, created_at = now(), completed_at = NULL, "
-                                        "expires_at = now() + %s::bigint * interval '1 microsecond' "
-                                        "WHERE scope = %s AND key = %s RETURNING locked_until"
-                                    ).format(t),
-                                    [fp, self.recovery_us, self.ttl_us, scope, key],
-                                )
-                                return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
-                            if not same:
-                                return "mismatch", None
-                            if state == "completed":
-                                return "replay", (status if status is not None else 200, headers or {}, bytes(body or b""))
-                            if not recoverable:
-                                return "in_flight", None
-                            cur = await conn.execute(
-                                sql.SQL(
-                                    "UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
-                                    "WHERE scope = %s AND key = %s RETURNING locked_until"
-                                ).format(t),
-                                [self.recovery_us, scope, key],
-                            )
-                            return "claimed", (await cur.fetchone())[0]  # type: ignore[index]
+                        decided = await self._claim_round(conn, scope, key, fp)
                 except pg_errors.LockNotAvailable:
-                    return "in_flight", None
-        return "in_flight", None
+                    return "in_flight", None, False
+                if decided is not None:
+                    return decided
+        return "in_flight", None, False
+
+    async def _claim_in(self, conn: Any, scope: str, key: str, fp: bytes) -> Tuple[str, Any, bool]:
+        """The claim inside the open transaction of conn, the one the app then
+        runs in (in_transaction): the record is written uncommitted, so it
+        commits with the app's effect or not at all. LockNotAvailable leaves
+        the transaction aborted."""
+        for _ in range(_CLAIM_ROUNDS):
+            decided = await self._claim_round(conn, scope, key, fp)
+            if decided is not None:
+                return decided
+        return "in_flight", None, False
+
+    async def _claim_round(self, conn: Any, scope: str, key: str, fp: bytes) -> Optional[Tuple[str, Any, bool]]:
+        """One round of the claim in conn's transaction: ("claimed", token),
+        ("replay", (status, headers, body)), ("mismatch", None), ("in_flight",
+        None) or ("outcome_unknown", None), and whether this round found the
+        record of a request that stopped mid-run (it marked it
+        outcome_unknown, or took it over with rerun_abandoned): the caller
+        reports it once committed. None: no record to decide from (try
+        again)."""
+        t = self._table
+        cur = await conn.execute(
+            sql.SQL(_CLAIM_SQL).format(t),
+            {"scope": scope, "key": key, "fp": fp, "rec": self.recovery_us, "ttl": self.ttl_us, "schema": self.schema},
+        )
+        row = await cur.fetchone()
+        if row is not None:
+            return "claimed", row[0], False
+        # A plain read decides a replay, a mismatch or an in-flight answer;
+        # only an overwrite, a takeover or marking an abandoned record reads
+        # again under the row lock (NOWAIT: a locked record is being worked
+        # on right now).
+        for lock in ("", " FOR UPDATE NOWAIT"):
+            cur = await conn.execute(
+                sql.SQL(
+                    "SELECT fingerprint, state, expires_at <= now(), "
+                    "coalesce(locked_until <= now(), false), status, headers, body "
+                    "FROM {} WHERE scope = %s AND key = %s" + lock
+                ).format(t),
+                [scope, key],
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None  # deleted meanwhile, or being inserted: try again
+            stored_fp, state, expired, recoverable, status, headers, body = row
+            same = bytes(stored_fp) == fp
+            if not lock and (expired or (same and state == "in_flight" and recoverable)):
+                continue
+            break
+        if expired:
+            cur = await conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET fingerprint = %s, state = 'in_flight', "
+                    "locked_until = now() + %s::bigint * interval '1 microsecond', status = NULL, "
+                    "headers = NULL, body = NULL, created_at = now(), completed_at = NULL, "
+                    "expires_at = now() + %s::bigint * interval '1 microsecond' "
+                    "WHERE scope = %s AND key = %s RETURNING locked_until"
+                ).format(t),
+                [fp, self.recovery_us, self.ttl_us, scope, key],
+            )
+            return "claimed", (await cur.fetchone())[0], False  # type: ignore[index]
+        if not same:
+            return "mismatch", None, False
+        if state == "completed":
+            return "replay", (status if status is not None else 200, headers or {}, bytes(body or b"")), False
+        if state == "outcome_unknown":
+            return "outcome_unknown", None, False
+        if not recoverable:
+            return "in_flight", None, False
+        if self.rerun_abandoned:
+            # The first request's process stopped mid-run and the service
+            # declared the app safe to run again: take the record over.
+            cur = await conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
+                    "WHERE scope = %s AND key = %s RETURNING locked_until"
+                ).format(t),
+                [self.recovery_us, scope, key],
+            )
+            return "claimed", (await cur.fetchone())[0], True  # type: ignore[index]
+        # Its effect may exist: keep the record for a person. locked_until
+        # stays, so a first app that was only cut off from the database can
+        # still complete (or release) it.
+        await conn.execute(
+            sql.SQL("UPDATE {} SET state = 'outcome_unknown' WHERE scope = %s AND key = %s").format(t), [scope, key]
+        )
+        return "outcome_unknown", None, True
 
     async def _complete(self, conn: Any, scope: str, key: str, token: Any, status: int,
                         headers: Dict[str, List[str]], body: bytes) -> bool:
         cur = await conn.execute(
             sql.SQL(
                 "UPDATE {} SET state = 'completed', locked_until = NULL, status = %s, headers = %s::jsonb, body = %s, "
-                "completed_at = now() WHERE scope = %s AND key = %s AND state = 'in_flight' AND locked_until = %s"
+                "completed_at = now() WHERE scope = %s AND key = %s AND state IN ('in_flight', 'outcome_unknown') "
+                "AND locked_until = %s"
             ).format(self._table),
             [status, json.dumps(headers), body, scope, key, token],
         )
@@ -439,8 +556,8 @@ class Receiver:
         try:
             async with self._pool.connection() as conn:
                 await conn.execute(
-                    sql.SQL("DELETE FROM {} WHERE scope = %s AND key = %s AND state = 'in_flight' AND locked_until = %s")
-                    .format(self._table),
+                    sql.SQL("DELETE FROM {} WHERE scope = %s AND key = %s AND state IN ('in_flight', 'outcome_unknown') "
+                            "AND locked_until = %s").format(self._table),
                     [scope, key, token],
                 )
         except psycopg.Error:
@@ -528,30 +645,45 @@ class Receiver:
             raw_path = scope.get("raw_path")
             path = raw_path.split(b"?", 1)[0].decode("latin-1") if raw_path else _quote_path(scope.get("path", "/"))
             fp = fingerprint(scope.get("method", ""), path, ctype, body)
-            try:
-                outcome, data = await self._claim(rscope, key, fp)
-            except (psycopg.Error, OSError):
-                raise _unavailable("the idempotency store could not be reached; the request was not processed, "
-                                   "retry it with the same key") from None
-            if outcome == "replay":
-                await self._replay(send, *data)
-                return
-            if outcome == "mismatch":
-                raise _Problem(422 if self.mode == IETF else 409, "payload-mismatch",
-                               "Idempotency key reused with a different request",
-                               "this key was first used with another method, path or body; use a new key for a new request",
-                               [("Idempotency-Conflict", "payload-mismatch")])
-            if outcome == "in_flight":
-                raise _Problem(409, "in-flight", "Request with this key in flight",
-                               "a request with this key is still being processed; retry later with the same key",
-                               [("Idempotency-Conflict", "in-flight"), ("Retry-After", "1")])
+            if not self.in_transaction:
+                try:
+                    outcome, data, abandoned = await self._claim(rscope, key, fp)
+                except (psycopg.Error, OSError):
+                    raise _unavailable("the idempotency store could not be reached; the request was not processed, "
+                                       "retry it with the same key") from None
+                if abandoned:
+                    self._report_abandoned(rscope, key, outcome == "claimed")
+                if outcome != "claimed":
+                    await self._refuse(send, key, outcome, data)
+                    return
         except _Problem as p:
             await p.send(send)
             return
         if self.in_transaction:
-            await self._run_in_transaction(app, scope, receive, send, body, rscope, key, data)
+            await self._serve_in_transaction(app, scope, receive, send, body, rscope, key, fp)
         else:
             await self._run(app, scope, receive, send, body, rscope, key, data)
+
+    async def _refuse(self, send: Send, key: str, outcome: str, data: Any) -> None:
+        """Answer a request whose claim did not give it the record."""
+        if outcome == "replay":
+            await self._replay(send, *data)
+            return
+        if outcome == "mismatch":
+            p = _Problem(422 if self.mode == IETF else 409, "payload-mismatch",
+                         "Idempotency key reused with a different request",
+                         "this key was first used with another method, path or body; use a new key for a new request",
+                         [("Idempotency-Conflict", "payload-mismatch")])
+        elif outcome == "outcome_unknown":
+            p = _Problem(409, "outcome-unknown", "Outcome of the request with this key unknown",
+                         f"the first request with idempotency key {key} stopped before its answer was stored, and its "
+                         "effect may exist; it is not run again: the key is held until the provider resolves it",
+                         [("Idempotency-Conflict", "outcome-unknown")], key=key)
+        else:
+            p = _Problem(409, "in-flight", "Request with this key in flight",
+                         "a request with this key is still being processed; retry later with the same key",
+                         [("Idempotency-Conflict", "in-flight"), ("Retry-After", "1")])
+        await p.send(send)
 
     def _keep_alive(self, rscope: str, key: str, token: Any) -> "_KeepAlive":
         return _KeepAlive(self, rscope, key, token)
@@ -577,53 +709,58 @@ class Receiver:
                     await self._complete(conn, rscope, key, token, cap.status, cap.stored_headers(self.store_headers),
                                          cap.body())
             except (psycopg.Error, OSError):
-                pass  # the answer still goes out; the record stays in flight until the recovery timeout
+                pass  # the answer still goes out; after the recovery timeout a retry finds the record abandoned
         await cap.flush(send)
 
-    async def _run_in_transaction(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, body: bytes,
-                                  rscope: str, key: str, token: Any) -> None:
+    async def _serve_in_transaction(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, body: bytes,
+                                    rscope: str, key: str, fp: bytes) -> None:
+        """Claim the record and run app in one transaction that also
+        completes the record (in_transaction): a crash, an exception or a 5xx
+        rolls back the record with the app's effect."""
         cap = _Capture()
         app_error: Optional[BaseException] = None
+        outcome, data, abandoned = "in_flight", None, False
         stored = False
         try:
             async with self._pool.connection() as conn:
-                async with conn.transaction() as tx:
-                    # Hold the record for the app's whole run: a retry after
-                    # the recovery timeout finds it locked and answers in-flight.
-                    cur = await conn.execute(
-                        sql.SQL("SELECT true FROM {} WHERE scope = %s AND key = %s AND state = 'in_flight' "
-                                "AND locked_until = %s FOR UPDATE").format(self._table),
-                        [rscope, key, token],
-                    )
-                    if await cur.fetchone() is None:
-                        raise psycopg.OperationalError("the in-flight record is no longer this request's")
-                    child = dict(scope)
-                    child[CONNECTION_SCOPE_KEY] = conn
-                    try:
-                        await app(child, _replay_receive(body, receive), cap.send)
-                    except BaseException as e:  # rolled back, released, re-raised below
-                        app_error = e
-                        raise psycopg.Rollback(tx) from None
-                    if cap.status is None or (cap.status >= 500 and not self.store_server_errors):
-                        raise psycopg.Rollback(tx)
-                    if not await self._complete(conn, rscope, key, token, cap.status,
-                                                cap.stored_headers(self.store_headers), cap.body()):
-                        raise psycopg.OperationalError("the in-flight record is no longer this request's")
-                    stored = True
+                try:
+                    async with conn.transaction() as tx:
+                        outcome, data, abandoned = await self._claim_in(conn, rscope, key, fp)
+                        if outcome != "claimed":
+                            if not abandoned:
+                                raise psycopg.Rollback(tx)  # nothing to keep; a mark commits
+                        else:
+                            if abandoned:
+                                self._report_abandoned(rscope, key, True)
+                            child = dict(scope)
+                            child[CONNECTION_SCOPE_KEY] = conn
+                            try:
+                                await app(child, _replay_receive(body, receive), cap.send)
+                            except BaseException as e:  # rolled back, re-raised below
+                                app_error = e
+                                raise psycopg.Rollback(tx) from None
+                            if cap.status is None or (cap.status >= 500 and not self.store_server_errors):
+                                raise psycopg.Rollback(tx)
+                            if not await self._complete(conn, rscope, key, data, cap.status,
+                                                        cap.stored_headers(self.store_headers), cap.body()):
+                                raise psycopg.OperationalError("the in-flight record is no longer this request's")
+                            stored = True
+                except pg_errors.LockNotAvailable:
+                    outcome, data, abandoned = "in_flight", None, False
         except (psycopg.Error, OSError):
             if app_error is None:
-                await self._release(rscope, key, token)
                 await _unavailable("the idempotency store failed while processing; nothing was committed, "
                                    "retry with the same key").send(send)
                 return
         if app_error is not None:
-            await self._release(rscope, key, token)
             raise app_error
-        if not stored:
-            await self._release(rscope, key, token)
-            if cap.status is None:
-                return
-        await cap.flush(send)
+        if outcome != "claimed":
+            if abandoned:
+                self._report_abandoned(rscope, key, False)
+            await self._refuse(send, key, outcome, data)
+            return
+        if stored or cap.status is not None:
+            await cap.flush(send)
 
     async def _replay(self, send: Send, status: int, headers: Dict[str, List[str]], body: bytes) -> None:
         if self.mode == SEED and status == 201:
