@@ -185,6 +185,7 @@ routes:
   t:
     adapter: p
     backoff: {base: 0s, cap: -1s, max_retry_after: -1h}
+    reclaim_hold: -5s
 `,
 			want: []string{
 				`c.yaml:1:8: lease: must be positive, got "-30s"`,
@@ -194,6 +195,7 @@ routes:
 				`c.yaml:12:21: routes.t.backoff.base: must be positive, got "0s"`,
 				`c.yaml:12:30: routes.t.backoff.cap: must be positive, got "-1s"`,
 				`c.yaml:12:52: routes.t.backoff.max_retry_after: must not be negative, got "-1h"`,
+				`c.yaml:13:19: routes.t.reclaim_hold: must not be negative, got "-5s"`,
 			},
 		},
 		{

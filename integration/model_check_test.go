@@ -32,6 +32,9 @@ type seqModel struct {
 	tally   map[string]int // what the sequence did, for its summary line
 	faulted bool           // a replica was killed or stopped, or Postgres restarted
 	prunes  int            // pruning passes so far (every second one, the first included, truncates the audit)
+	// handOvers follow the rows each SIGKILLed replica left in flight
+	// (model_liveness_test.go).
+	handOvers []*handOver
 }
 
 type mRun struct {
@@ -352,8 +355,10 @@ func (m *seqModel) actFault(rt *rapid.T) bool {
 		if !r.stopped.IsZero() {
 			m.cont(r)
 		}
+		pid, killedAt := r.d.pid(), time.Now()
 		signalReplica(r.d, syscall.SIGKILL)
 		r.d.wait(30 * time.Second)
+		m.watchHandOver(pid, killedAt)
 		r.d = e.startReplica()
 		m.rt.Logf("SIGKILL replica %d, restarted as %s", i, r.d.name)
 	case "sigstop":
@@ -377,6 +382,7 @@ func (m *seqModel) actFault(rt *rapid.T) bool {
 		}
 		return false
 	case "pg_restart":
+		m.disturb("postgres restart")
 		for len(m.txs) > 0 {
 			m.rollback(m.txs[0], "postgres restart")
 		}

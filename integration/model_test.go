@@ -305,10 +305,10 @@ adapters:
     key_ttl: %s
     breaker: {consecutive_failures: 0}
 routes:
-  charge: {adapter: provider, class: key_idempotent, compensation: refund, max_attempts: 8, backoff: {base: 100ms, cap: 1s, max_retry_after: 2s}, reclaim_hold: 2s}
-  refund: {adapter: provider, class: key_idempotent, max_attempts: 6, backoff: {base: 100ms, cap: 1s, max_retry_after: 2s}, reclaim_hold: 2s}
-  note: {adapter: provider, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s, max_retry_after: 2s}, reclaim_hold: 2s}
-  sms: {adapter: provider, class: non_idempotent, max_attempts: 3, backoff: {base: 100ms, cap: 1s, max_retry_after: 2s}, reclaim_hold: 2s}
+  charge: {adapter: provider, class: key_idempotent, compensation: refund, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
+  refund: {adapter: provider, class: key_idempotent, max_attempts: 6, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
+  note: {adapter: provider, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
+  sms: {adapter: provider, class: non_idempotent, max_attempts: 3, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
 `, modelLease, retention, modelTombstones, baseURL, modelKeyTTL)
 }
 

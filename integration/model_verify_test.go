@@ -274,6 +274,7 @@ func (m *seqModel) verify() {
 	if res := e.cli("audit", "verify"); res.code != 0 {
 		fail("drainer audit verify: %s", res)
 	}
+	m.checkHandOvers(fail)
 	if len(fails) > 0 {
 		m.rt.Fatalf("%d invariant violations:\n  %s\nrows and runs:\n%s", len(fails), strings.Join(fails, "\n  "), m.dump())
 	}
@@ -281,8 +282,8 @@ func (m *seqModel) verify() {
 	for _, st := range status {
 		byStatus[st]++
 	}
-	e.t.Logf("sequence %s: %d rows %v, %d runs (%d aborted), steps %v: invariants hold",
-		m.prefix, len(committed), byStatus, len(m.runs), len(runs), m.tally)
+	e.t.Logf("sequence %s: %d rows %v, %d runs (%d aborted), steps %v, %s: invariants hold",
+		m.prefix, len(committed), byStatus, len(m.runs), len(runs), m.tally, m.handOverSummary())
 }
 
 // checkParkedHold fails when a compensation of run r was applied while a

@@ -34,7 +34,8 @@ type reclaimProvider struct {
 	hang    bool
 	hanging int
 	sent    map[string][]time.Time
-	limited bool // the first "limited" request was answered
+	limited bool          // the first "limited" request was answered
+	closed  chan struct{} // closed when the test ends: nothing hangs on
 }
 
 func (p *reclaimProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -54,7 +55,10 @@ func (p *reclaimProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Unlock()
 	if hang {
-		<-r.Context().Done() // the replica died: its connection closes
+		select { // until the replica dies (its connection closes)
+		case <-r.Context().Done():
+		case <-p.closed:
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -81,11 +85,12 @@ func (p *reclaimProvider) state() (hanging int, sent map[string][]time.Time) {
 func TestSIGKILLedReplicasRowsAreSentAgainWithinSeconds(t *testing.T) {
 	dbURL, pool := newMigratedDB(t)
 	ctx := context.Background()
-	provider := &reclaimProvider{sent: map[string][]time.Time{}}
+	provider := &reclaimProvider{sent: map[string][]time.Time{}, closed: make(chan struct{})}
 	srv := httptest.NewServer(provider)
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(provider.closed) })
 	cfg := fmt.Sprintf(`workers: 16
-lease: 10s
+lease: 11s
 adapters:
   provider:
     type: http
@@ -160,7 +165,7 @@ routes:
 			t.Errorf("charge row %s was sent again %s after its lease expired; want within %s", k, handOver.Round(time.Millisecond), handOverBound)
 		}
 	}
-	t.Logf("hand-over after SIGKILL: every stranded row sent again within %s of its lease expiry (lease 10s)", longest.Round(time.Millisecond))
+	t.Logf("hand-over after SIGKILL: every stranded row sent again within %s of its lease expiry (lease 11s)", longest.Round(time.Millisecond))
 
 	// The rate-limited tool's reclaimed rows wait for the provider's 120s.
 	for _, k := range limited {

@@ -1,0 +1,182 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The model's liveness invariants: what must happen within a bound, not
+// only what must never happen (docs/reliability.md, "The model-checked
+// random test").
+
+// handOverBound is how long after its lease expired a row stranded by a
+// SIGKILLed replica may stay under that dead lease: the reclaimer's
+// interval (2s) and ample room for a loaded machine. Release 21 passed it
+// (the reclaim came on time) but set the row's floor an hour out; the floor
+// is checked apart (handOverFloorSlack).
+const modelHandOverBound = 15 * time.Second
+
+// modelHandOverFloorSlack is what a reclaimed row's floor may exceed its
+// lease expiry by beyond what drainer knows (the config's reclaim_hold and
+// the provider's longest Retry-After, both 2s): clock rounding.
+const modelHandOverFloorSlack = 250 * time.Millisecond
+
+// modelKnownHold is the longest hold a reclaimed row of the model may get:
+// its routes' reclaim_hold, and the provider's longest Retry-After (429ra).
+const modelKnownHold = 2 * time.Second
+
+// handOver follows the rows a SIGKILLed replica left in flight until each
+// has left that dead lease.
+type handOver struct {
+	pid      int
+	killedAt time.Time
+	expiry   map[string]time.Time // key -> lease_expires_at (database clock, this machine's)
+
+	mu        sync.Mutex
+	left      map[string]time.Time // key -> first seen off the dead lease
+	floor     map[string]time.Time // key -> its not_before then (zero: none)
+	disturbed string               // a fault that may delay every replica (a Postgres restart)
+	done      chan struct{}
+}
+
+// watchHandOver starts following the rows replica pid held in flight when
+// it was SIGKILLed at killedAt.
+func (m *seqModel) watchHandOver(pid int, killedAt time.Time) {
+	h := &handOver{pid: pid, killedAt: killedAt, expiry: map[string]time.Time{},
+		left: map[string]time.Time{}, floor: map[string]time.Time{}, done: make(chan struct{})}
+	err := withRetry(func(ctx context.Context) error {
+		rows, err := m.e.pool.Query(ctx, `SELECT key, lease_expires_at FROM drainer.outbox
+			WHERE status = 'in_flight' AND leased_by LIKE '%:' || $1::text`, strconv.Itoa(pid))
+		if err != nil {
+			return err
+		}
+		var key string
+		var at time.Time
+		_, err = pgx.ForEachRow(rows, []any{&key, &at}, func() error { h.expiry[key] = at; return nil })
+		return err
+	})
+	if err != nil {
+		m.rt.Fatalf("rows left in flight by the killed replica: %v", err)
+	}
+	m.handOvers = append(m.handOvers, h)
+	m.tally["stranded rows"] += len(h.expiry)
+	go h.watch(m)
+}
+
+// watch polls the stranded rows every 100ms until each has left the dead
+// lease (reclaimed, or settled by the statement the replica sent before
+// it died), recording when it was first seen so and its floor then.
+func (h *handOver) watch(m *seqModel) {
+	defer close(h.done)
+	keys := make([]string, 0, len(h.expiry))
+	for k := range h.expiry {
+		keys = append(keys, k)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		polled := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rows, err := m.e.pool.Query(ctx, `SELECT key, not_before FROM drainer.outbox
+			WHERE key = ANY($1) AND NOT (status = 'in_flight' AND leased_by LIKE '%:' || $2::text)`, keys, strconv.Itoa(h.pid))
+		if err == nil {
+			var key string
+			var nb *time.Time
+			_, err = pgx.ForEachRow(rows, []any{&key, &nb}, func() error {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if _, seen := h.left[key]; !seen {
+					h.left[key] = polled // left at or before this poll began
+					if nb != nil {
+						h.floor[key] = *nb
+					}
+				}
+				return nil
+			})
+		}
+		cancel()
+		h.mu.Lock()
+		all := len(h.left) == len(h.expiry)
+		h.mu.Unlock()
+		if all {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// disturb marks the hand-overs still under way as delayed by a fault that
+// stops every replica's work (a Postgres restart): their bounds are not
+// checked.
+func (m *seqModel) disturb(why string) {
+	for _, h := range m.handOvers {
+		select {
+		case <-h.done:
+		default:
+			h.mu.Lock()
+			h.disturbed = why
+			h.mu.Unlock()
+		}
+	}
+}
+
+// checkHandOvers checks, for every SIGKILL of the sequence, that each row
+// the dead replica held left its lease within modelHandOverBound of the
+// lease's expiry, and that a reclaimed row's floor is no later than its
+// lease expiry plus what drainer knows (modelKnownHold): crash recovery in
+// seconds.
+func (m *seqModel) checkHandOvers(fail func(string, ...any)) {
+	for _, h := range m.handOvers {
+		select {
+		case <-h.done:
+		case <-time.After(5 * time.Minute):
+			fail("hand-over after SIGKILL of pid %d: still watching after 5 minutes", h.pid)
+			continue
+		}
+		h.mu.Lock()
+		if h.disturbed != "" {
+			m.tally["hand-overs disturbed"]++
+			h.mu.Unlock()
+			continue
+		}
+		for key, exp := range h.expiry {
+			left, ok := h.left[key]
+			switch {
+			case !ok:
+				fail("hand-over: row %s never left the lease of SIGKILLed pid %d (expired %s)", key, h.pid, exp.Format(time.TimeOnly))
+			case left.Sub(exp) > modelHandOverBound:
+				fail("hand-over: row %s left the lease of SIGKILLed pid %d %s after it expired; bound %s",
+					key, h.pid, left.Sub(exp).Round(time.Millisecond), modelHandOverBound)
+			}
+			if f := h.floor[key]; !f.IsZero() && f.Sub(exp) > modelKnownHold+modelHandOverFloorSlack && f.Sub(left) > modelKnownHold+modelHandOverFloorSlack {
+				fail("hand-over: row %s reclaimed from SIGKILLed pid %d is held until %s, %s past its lease expiry; what drainer knows allows %s",
+					key, h.pid, f.Format(time.TimeOnly), f.Sub(exp).Round(time.Millisecond), modelKnownHold)
+			}
+			m.tally["hand-overs checked"]++
+		}
+		h.mu.Unlock()
+	}
+}
+
+// handOverSummary describes the hand-overs, for the sequence's log.
+func (m *seqModel) handOverSummary() string {
+	var longest time.Duration
+	n := 0
+	for _, h := range m.handOvers {
+		h.mu.Lock()
+		for key, exp := range h.expiry {
+			if left, ok := h.left[key]; ok {
+				longest = max(longest, left.Sub(exp))
+				n++
+			}
+		}
+		h.mu.Unlock()
+	}
+	return fmt.Sprintf("%d stranded rows handed over, the longest %s after its lease expired", n, longest.Round(time.Millisecond))
+}
