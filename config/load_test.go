@@ -297,7 +297,7 @@ routes:
   own: {adapter: p, key_ttl: 30m, backoff: {max_retry_after: 5m}}
 `, false)
 	assertLines(t, cfg.Warnings, []string{
-		"c.yaml:2:48: adapters.p.key_ttl: key_ttl 2m (less the 1m margin) is shorter than lease 30s plus max_retry_after 1h of route short, which a reclaimed row waits: a row whose replica died mid-call would end failed by the key-TTL guard though its effect may exist; lower the route's max_retry_after or raise key_ttl",
+		"c.yaml:2:48: adapters.p.key_ttl: key_ttl 2m (less the 1m margin) is shorter than lease 30s plus 1h (route short's longest reclaim wait: max_retry_after or reclaim_hold), which a reclaimed row may wait: a row whose replica died mid-call could end failed by the key-TTL guard though its effect may exist; lower max_retry_after or reclaim_hold, or raise key_ttl",
 	})
 
 	cfg = mustParse(t, "workers: 4\nroutes: {}\n", false)
