@@ -360,6 +360,10 @@ func (g *gate) status(now time.Time) AdapterState {
 		st.Holds = append(st.Holds, Hold{Route: r, Since: h.since})
 	}
 	slices.SortFunc(st.Holds, func(a, b Hold) int { return strings.Compare(a.Route, b.Route) })
+	for r := range g.routes {
+		st.Routes = append(st.Routes, r)
+	}
+	slices.Sort(st.Routes)
 	return st
 }
 

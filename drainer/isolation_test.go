@@ -293,7 +293,8 @@ drainer_adapter_ready{adapter="y"} 1
 	if err != nil {
 		t.Fatal(err)
 	}
-	var holds []string
+	// Every route and adapter has a series, 0 while not held.
+	var holds, held []string
 	for _, mf := range mfs {
 		if mf.GetName() != "drainer_hold_seconds" {
 			continue
@@ -304,14 +305,21 @@ drainer_adapter_ready{adapter="y"} 1
 				l = append(l, lp.GetName()+"="+lp.GetValue())
 			}
 			holds = append(holds, strings.Join(l, ","))
-			if m.GetGauge().GetValue() < 0 {
+			switch v := m.GetGauge().GetValue(); {
+			case v < 0:
 				t.Errorf("negative hold age: %v", m)
+			case v > 0:
+				held = append(held, strings.Join(l, ","))
 			}
 		}
 	}
 	slices.Sort(holds)
-	if !slices.Equal(holds, []string{"adapter=x,route=*", "adapter=x,route=a", "adapter=x,route=b"}) {
-		t.Fatalf("drainer_hold_seconds series %v; want x's routes a, b and the whole adapter", holds)
+	slices.Sort(held)
+	if !slices.Equal(holds, []string{"adapter=x,route=*", "adapter=x,route=a", "adapter=x,route=b", "adapter=x,route=c", "adapter=y,route=*", "adapter=y,route=d"}) {
+		t.Fatalf("drainer_hold_seconds series %v; want one per route and adapter", holds)
+	}
+	if !slices.Equal(held, []string{"adapter=x,route=*", "adapter=x,route=a", "adapter=x,route=b"}) {
+		t.Fatalf("drainer_hold_seconds above 0 for %v; want x's routes a, b and the whole adapter", held)
 	}
 
 	fixed.Store(true)

@@ -2,9 +2,12 @@ package drainer
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"sync/atomic"
 
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -45,6 +48,9 @@ type Metrics struct {
 	// adapterStates is the engine's AdapterStates, read at each scrape
 	// for drainer_adapter_ready and drainer_hold_seconds.
 	adapterStates atomic.Pointer[func() []AdapterState]
+	// configured is what those two export before an engine runs: the
+	// adapters of the config the daemon starts with (InitConfigured).
+	configured atomic.Pointer[[]AdapterState]
 }
 
 // NewMetrics registers every collector on reg and pre-initialises the label
@@ -89,6 +95,9 @@ func NewDatabaseMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(newAdapterCollector(func() []AdapterState {
 			if fn := m.adapterStates.Load(); fn != nil {
 				return (*fn)()
+			}
+			if c := m.configured.Load(); c != nil {
+				return *c
 			}
 			return nil
 		}))
@@ -193,11 +202,11 @@ func (m *Metrics) registerBacklog(f promauto.Factory) {
 	})
 	m.UnroutedRows = f.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "drainer_unrouted_rows",
-		Help: "Pending rows whose tool_name has no route, by tool (the 20 largest).",
+		Help: "Pending rows whose tool_name has no route, by tool (the 20 largest); the routed tools at 0.",
 	}, []string{"tool"})
 	m.UnroutedOldestAge = f.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "drainer_unrouted_oldest_age_seconds",
-		Help: "Age of the oldest unrouted row, by tool.",
+		Help: "Age of the oldest unrouted row, by tool; 0 = none.",
 	}, []string{"tool"})
 	m.PrunedRows = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "drainer_pruned_rows_total",
@@ -216,6 +225,43 @@ func (m *Metrics) registerBacklog(f promauto.Factory) {
 	}
 	for _, s := range outbox.Statuses {
 		m.OutboxRows.WithLabelValues(s)
+	}
+}
+
+// InitConfigured pre-initialises, when a daemon starts and before its
+// engine runs (it may wait for the database a long time), the series of
+// the adapters of its config and of the routes sending to each (routesOf:
+// adapter -> tools): dispatch counts and latency, breaker state (closed),
+// drainer_adapter_ready (0: nothing is sent before the engine runs),
+// drainer_hold_seconds (0: not held) and drainer_unrouted_rows (0: a
+// routed tool has no unrouted rows). Once an engine runs, it reports its
+// own adapters.
+func (m *Metrics) InitConfigured(routesOf map[string][]string) {
+	names := slices.Sorted(maps.Keys(routesOf))
+	m.InitAdapters(names)
+	states := make([]AdapterState, 0, len(names))
+	var tools []string
+	for _, a := range names {
+		routes := slices.Sorted(slices.Values(routesOf[a]))
+		states = append(states, AdapterState{Adapter: a, Reason: "starting: the engine does not run yet", Routes: routes})
+		tools = append(tools, routes...)
+	}
+	m.configured.Store(&states)
+	m.setUnrouted(nil, tools)
+}
+
+// setUnrouted exports the unrouted rows of a snapshot, and 0 for each
+// routed tool (which has none), replacing what was exported before.
+func (m *Metrics) setUnrouted(unrouted []store.UnroutedTool, routed []string) {
+	m.UnroutedRows.Reset()
+	m.UnroutedOldestAge.Reset()
+	for _, t := range routed {
+		m.UnroutedRows.WithLabelValues(t).Set(0)
+		m.UnroutedOldestAge.WithLabelValues(t).Set(0)
+	}
+	for _, u := range unrouted {
+		m.UnroutedRows.WithLabelValues(u.Tool).Set(float64(u.Rows))
+		m.UnroutedOldestAge.WithLabelValues(u.Tool).Set(u.OldestAge)
 	}
 }
 

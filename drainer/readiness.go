@@ -20,6 +20,8 @@ type AdapterState struct {
 	Reason string
 	// Holds lists its auth holds, by route; Route "*" is the whole adapter.
 	Holds []Hold
+	// Routes lists the routes (tools) sending to it, sorted.
+	Routes []string
 }
 
 // Hold is one auth hold under way.
@@ -61,6 +63,9 @@ func (e *Engine) AdapterStates() []AdapterState {
 
 // adapterCollector exports drainer_adapter_ready and drainer_hold_seconds,
 // read from the gates at each scrape (a hold's age grows between events).
+// drainer_hold_seconds has a series for every route of every adapter and
+// for the whole adapter (route "*"), 0 while it is not held, so dashboards
+// show 0 rather than no data (a hold is never 0 s old once it began).
 type adapterCollector struct {
 	states func() []AdapterState
 	ready  *prometheus.Desc
@@ -74,7 +79,7 @@ func newAdapterCollector(states func() []AdapterState) *adapterCollector {
 			"1 when the adapter can send, 0 while its circuit breaker is open (or half-open) or it is held after refusing the credentials on several routes; its rows wait, other adapters drain.",
 			[]string{"adapter"}, nil),
 		hold: prometheus.NewDesc("drainer_hold_seconds",
-			"Age of each auth hold under way (the provider refused the credentials), by adapter and route; route \"*\" is a hold of the whole adapter. No series when none.",
+			"Age of the auth hold under way (the provider refused the credentials), by adapter and route; route \"*\" is a hold of the whole adapter; 0 = not held.",
 			[]string{"adapter", "route"}, nil),
 	}
 }
@@ -92,8 +97,16 @@ func (c *adapterCollector) Collect(ch chan<- prometheus.Metric) {
 			ready = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready, st.Adapter)
+		held := make(map[string]bool, len(st.Holds))
 		for _, h := range st.Holds {
+			held[h.Route] = true
 			ch <- prometheus.MustNewConstMetric(c.hold, prometheus.GaugeValue, now.Sub(h.Since).Seconds(), st.Adapter, h.Route)
+		}
+		for _, r := range append([]string{wholeAdapter}, st.Routes...) {
+			if !held[r] {
+				held[r] = true
+				ch <- prometheus.MustNewConstMetric(c.hold, prometheus.GaugeValue, 0, st.Adapter, r)
+			}
 		}
 	}
 }

@@ -9,8 +9,9 @@ import (
 	"github.com/drainer-io/drainer/store"
 )
 
-// apply exports s on the metrics.
-func (m *Metrics) apply(s store.Snapshot) {
+// apply exports s on the metrics; routed are the tools of the routing in
+// force (0 unrouted rows each).
+func (m *Metrics) apply(s store.Snapshot, routed []string) {
 	for _, st := range outbox.Statuses {
 		m.OutboxRows.WithLabelValues(st).Set(float64(s.RowsByStatus[st]))
 	}
@@ -22,12 +23,7 @@ func (m *Metrics) apply(s store.Snapshot) {
 	m.DeadTuples.Set(float64(s.Stats.DeadTuples))
 	m.LastVacuumAge.Set(s.Stats.LastVacuumAge)
 	m.XminHorizonAge.Set(s.Stats.XminHorizonAge)
-	m.UnroutedRows.Reset()
-	m.UnroutedOldestAge.Reset()
-	for _, u := range s.Stats.Unrouted {
-		m.UnroutedRows.WithLabelValues(u.Tool).Set(float64(u.Rows))
-		m.UnroutedOldestAge.WithLabelValues(u.Tool).Set(u.OldestAge)
-	}
+	m.setUnrouted(s.Stats.Unrouted, routed)
 }
 
 // backlog is the snapshot the snapshotter last read, with when it read it.
@@ -68,7 +64,7 @@ func (e *Engine) snapshotter() *maintenance.Loop {
 			e.log.Warn("backlog snapshot failed", "err", err)
 		}
 		if s, ok, err := e.st.ReadSnapshot(ctx, e.pool); err == nil && ok {
-			e.metrics.apply(s)
+			e.metrics.apply(s, e.routing.Load().RoutedTools())
 			e.backlog.Store(&backlog{snap: s, readAt: time.Now()})
 		}
 		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(ctx, err) {

@@ -18,6 +18,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -170,6 +171,10 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := drainer.NewMetrics(reg, d.opts.Version)
+	// Every series a dashboard or an alert reads exists from now on, while
+	// the daemon may still wait for the database or a provider.
+	metrics.InitConfigured(routesByAdapter(st.cfg))
+	metrics.Workers.Set(float64(st.workers))
 
 	// Health and metrics first, so /readyz answers "not ready" while a
 	// provider or the database is unreachable.
@@ -416,6 +421,27 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, ping f
 		}
 	}()
 	return srv, nil
+}
+
+// routesByAdapter maps each configured adapter to the tools routed to it,
+// as NewRouting routes them (the compensation_failed alert included).
+func routesByAdapter(cfg *config.Config) map[string][]string {
+	out := make(map[string][]string, len(cfg.Adapters))
+	for name := range cfg.Adapters {
+		out[name] = nil
+	}
+	add := func(adapter, tool string) {
+		if _, ok := out[adapter]; ok {
+			out[adapter] = append(out[adapter], tool)
+		}
+	}
+	for tool, r := range cfg.Routes {
+		add(r.Adapter, tool)
+	}
+	if a := cfg.Alerts.CompensationFailed; a != "" {
+		add(a, outbox.AlertTool)
+	}
+	return out
 }
 
 func adapterSummary(cfg *config.Config) string {
