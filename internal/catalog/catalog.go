@@ -38,8 +38,11 @@ type Catalog struct {
 	cfg *config.Databases
 	log *slog.Logger
 
-	mu   sync.Mutex
-	conn *pgx.Conn // the catalog connection; nil when closed
+	mu sync.Mutex
+	// shared, when set, is the connection the query runs over, the
+	// caller's (the fleet's coordination connection): conn stays nil.
+	shared Querier
+	conn   *pgx.Conn // the catalog connection of its own; nil when closed
 	// static holds the url each static entry last resolved to, by name.
 	static map[string]config.Secret
 	// rows is the last list the query returned (valid rows only).
@@ -59,6 +62,24 @@ func New(cfg *config.Databases, log *slog.Logger) *Catalog {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Catalog{cfg: cfg, log: log, static: make(map[string]config.Secret), reported: make(map[string]bool)}
+}
+
+// Querier is a connection the catalog query can run over without owning
+// it: a pool of one connection (*pgxpool.Pool) shared with other work.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// NewShared is New with the query run over q, the caller's connection to
+// the catalog database, rather than over one of the catalog's own: a fleet
+// replica, whose coordination connection is to the catalog database, so
+// holds one connection to it, not two. The caller keeps q open while List
+// may be called, and closes it; Close leaves it open. q must reach the
+// database cfg's query names (its url is not read).
+func NewShared(cfg *config.Databases, q Querier, log *slog.Logger) *Catalog {
+	c := New(cfg, log)
+	c.shared = q
+	return c
 }
 
 // List returns every database, sorted by name: the static entries, each url
@@ -119,10 +140,19 @@ func (c *Catalog) List(ctx context.Context) ([]Database, error) {
 }
 
 // query runs the catalog query, reopening the connection when it is closed
-// or failed; a connection that fails on reuse is reopened once at once.
+// or failed; a connection that fails on reuse is reopened once at once. A
+// shared connection is the caller's to reopen (a pool checks an idle
+// connection before handing it out, and replaces one that failed).
 func (c *Catalog) query(ctx context.Context, report func(string, ...any)) ([]Database, error) {
 	ctx, cancel := context.WithTimeout(ctx, QueryTimeout)
 	defer cancel()
+	if c.shared != nil {
+		rows, err := c.read(ctx, c.shared, report)
+		if err != nil {
+			return nil, fmt.Errorf("databases.query: %w", err)
+		}
+		return rows, nil
+	}
 	for attempt := 0; ; attempt++ {
 		reused := c.conn != nil && !c.conn.IsClosed()
 		if !reused {
@@ -135,7 +165,7 @@ func (c *Catalog) query(ctx context.Context, report func(string, ...any)) ([]Dat
 				return nil, fmt.Errorf("databases.query: %w", err)
 			}
 		}
-		rows, err := c.read(ctx, report)
+		rows, err := c.read(ctx, c.conn, report)
 		if err == nil {
 			return rows, nil
 		}
@@ -146,9 +176,9 @@ func (c *Catalog) query(ctx context.Context, report func(string, ...any)) ([]Dat
 	}
 }
 
-// read runs the query on the open connection and keeps its valid rows.
-func (c *Catalog) read(ctx context.Context, report func(string, ...any)) ([]Database, error) {
-	rs, err := c.conn.Query(ctx, c.cfg.Query.SQL)
+// read runs the query on q and keeps its valid rows.
+func (c *Catalog) read(ctx context.Context, q Querier, report func(string, ...any)) ([]Database, error) {
+	rs, err := q.Query(ctx, c.cfg.Query.SQL)
 	if err != nil {
 		return nil, err
 	}
@@ -204,8 +234,8 @@ func (c *Catalog) closeConn() {
 	c.conn = nil
 }
 
-// Close closes the catalog connection. List may be called again after it
-// (it reconnects).
+// Close closes the catalog connection of its own (a shared one is the
+// caller's). List may be called again after it (it reconnects).
 func (c *Catalog) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -86,7 +86,15 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		stopTracing(sctx)
 	}()
 
-	src := &swappableCatalog{cat: catalog.New(st.cfg.Databases, log)}
+	// One connection to the coordination database, the catalog's when
+	// there is one: the catalog query runs over it too, between the
+	// heartbeats, so a replica holds one catalog connection, not two.
+	coord, err := fleet.OpenCoordination(coordURL, func() (string, error) { return coordinationURL(st.cfg.Databases) })
+	if err != nil {
+		return &ConfigError{err}
+	}
+	defer coord.Close()
+	src := newSwappableCatalog(st.cfg.Databases, coord, log)
 	defer src.close()
 	engCfg := opts.Engine
 	engCfg.Workers, engCfg.Lease = st.workers, st.lease
@@ -94,18 +102,18 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		engCfg.Tracer = tracer
 	}
 	f, err := fleet.New(fleet.Config{
-		Source:          src.list,
-		CoordinationURL: coordURL,
-		Schema:          st.schema,
-		Lease:           st.lease,
-		Refresh:         st.cfg.Databases.Refresh,
-		StopTimeout:     cmp.Or(opts.ShutdownTimeout, 30*time.Second),
-		Engine:          engCfg,
-		Routing:         func() *drainer.Routing { return NewRouting(st.cfg, registry) },
-		CloseAdapters:   closeAdapters(registry, log),
-		Registerer:      reg,
-		Version:         opts.Version,
-		Logger:          log,
+		Source:        src.list,
+		Coordination:  coord,
+		Schema:        st.schema,
+		Lease:         st.lease,
+		Refresh:       st.cfg.Databases.Refresh,
+		StopTimeout:   cmp.Or(opts.ShutdownTimeout, 30*time.Second),
+		Engine:        engCfg,
+		Routing:       func() *drainer.Routing { return NewRouting(st.cfg, registry) },
+		CloseAdapters: closeAdapters(registry, log),
+		Registerer:    reg,
+		Version:       opts.Version,
+		Logger:        log,
 	})
 	if err != nil {
 		return &ConfigError{err}
@@ -221,7 +229,7 @@ func reloadFleet(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, run
 	f.Reload(func() *drainer.Routing { return NewRouting(cfg, registry) }, closeAdapters(registry, log))
 	changed := !sameDatabases(running.cfg.Databases, cfg.Databases)
 	if changed {
-		src.swap(catalog.New(cfg.Databases, log))
+		src.swap(cfg.Databases)
 		f.Relist(cfg.Databases.Refresh)
 	}
 	log.Info("config reloaded", "adapters", adapterSummary(cfg), "routes", len(cfg.Routes), "databases_changed", changed)
@@ -279,8 +287,32 @@ func sameDatabases(a, b *config.Databases) bool {
 // replace. A List and a swap never overlap, so the catalog replaced is
 // closed once and never reopened by a List still under way.
 type swappableCatalog struct {
+	// The coordination connection, and the section the replica started
+	// with, whose catalog (if any) is the coordination database until a
+	// restart.
+	coord   catalog.Querier
+	started *config.Databases
+	log     *slog.Logger
+
 	mu  sync.Mutex
 	cat *catalog.Catalog
+}
+
+func newSwappableCatalog(dbs *config.Databases, coord catalog.Querier, log *slog.Logger) *swappableCatalog {
+	s := &swappableCatalog{coord: coord, started: dbs, log: log}
+	s.cat = s.newCatalog(dbs)
+	return s
+}
+
+// newCatalog lists dbs. A query at the url the replica started with runs
+// over the coordination connection, which is to that database: one
+// catalog connection, not two. A catalog a reload moved elsewhere has a
+// connection of its own (the coordination database stays until restart).
+func (s *swappableCatalog) newCatalog(dbs *config.Databases) *catalog.Catalog {
+	if dbs.Query != nil && sameQueryURL(dbs, s.started) {
+		return catalog.NewShared(dbs, s.coord, s.log)
+	}
+	return catalog.New(dbs, s.log)
 }
 
 func (s *swappableCatalog) list(ctx context.Context) ([]fleet.Database, error) {
@@ -289,7 +321,8 @@ func (s *swappableCatalog) list(ctx context.Context) ([]fleet.Database, error) {
 	return catalogSource(s.cat)(ctx)
 }
 
-func (s *swappableCatalog) swap(cat *catalog.Catalog) {
+func (s *swappableCatalog) swap(dbs *config.Databases) {
+	cat := s.newCatalog(dbs)
 	s.mu.Lock()
 	old := s.cat
 	s.cat = cat

@@ -42,9 +42,16 @@ type Config struct {
 	// Source lists the databases (required).
 	Source Source
 	// CoordinationURL is the database holding the membership table
-	// (required): the catalog database when there is one, else the first
-	// static database by name.
+	// (required unless Coordination is set): the catalog database when
+	// there is one, else the first static database by name.
 	CoordinationURL string
+	// Coordination, when set, is the coordination connection
+	// (OpenCoordination), opened and closed by the caller, who shares it
+	// with the catalog when the catalog's database is the coordination
+	// database: a replica then holds one connection there, not two. Run
+	// uses it from one goroutine, a statement at a time (heartbeat, list,
+	// publication). Nil: Run opens its own to CoordinationURL.
+	Coordination *pgxpool.Pool
 	// Schema holds each database's outbox, and the membership table in the
 	// coordination database (default "drainer").
 	Schema string
@@ -127,8 +134,12 @@ type entry struct {
 
 // New checks cfg and returns a fleet ready to Run.
 func New(cfg Config) (*Fleet, error) {
-	if cfg.Source == nil || cfg.Routing == nil || cfg.CoordinationURL == "" {
-		return nil, errors.New("fleet: Source, Routing and CoordinationURL are required")
+	if cfg.Source == nil || cfg.Routing == nil || (cfg.CoordinationURL == "" && cfg.Coordination == nil) {
+		return nil, errors.New("fleet: Source, Routing and CoordinationURL (or Coordination) are required")
+	}
+	if cfg.Coordination != nil && cfg.Coordination.Config().MaxConns != 1 {
+		return nil, fmt.Errorf("fleet: the coordination pool holds %d connections; it must hold one (OpenCoordination)",
+			cfg.Coordination.Config().MaxConns)
 	}
 	cfg.Schema = cmp.Or(cfg.Schema, migrations.DefaultSchema)
 	if err := migrations.ValidateSchema(cfg.Schema); err != nil {
@@ -215,15 +226,19 @@ func (f *Fleet) Unsettled() int {
 // StopTimeout. It returns an error only when it could not start.
 func (f *Fleet) Run(ctx context.Context) error {
 	defer f.retireAdapters()
-	coord, err := f.connectCoordination(ctx)
-	if err != nil {
-		return err
+	// The coordination connection is the loop's: the membership's
+	// statements, the bounded publication after a beat (which reads the
+	// whole fleet's backlogs back for the console's overview, Backlogs, so
+	// that it costs no connection) and, when the caller shares it with
+	// the catalog, the catalog query, one after the other.
+	coord := f.cfg.Coordination
+	if coord == nil {
+		var err error
+		if coord, err = OpenCoordination(f.cfg.CoordinationURL, nil); err != nil {
+			return err
+		}
+		defer coord.Close()
 	}
-	// The coordination connection is the heartbeat's: nothing else but
-	// the membership's statements and the bounded publication after a
-	// beat uses it. The publication reads the whole fleet's backlogs back
-	// for the console's overview (Backlogs), which so costs no connection.
-	defer coord.Close()
 	defer f.pools.closeAll(f.cfg.StopTimeout)
 	mem := newMembership(coord, f.cfg.Schema, f.cfg.MemberID)
 	if err := f.retry(ctx, "fleet membership table", func() error { return mem.ensure(ctx) }); err != nil {
@@ -473,22 +488,43 @@ func (f *Fleet) retry(ctx context.Context, what string, try func() error) error 
 	}
 }
 
-// connectCoordination opens the one-connection pool of the membership.
-// Its statements are sent without a prepare round trip
-// (QueryExecModeExec): a batch is one pipeline, so the publication's
-// lock_timeout is set before its statements are parsed (parsing one
-// already waits on a lock held on its table).
-func (f *Fleet) connectCoordination(ctx context.Context) (*pgxpool.Pool, error) {
-	pc, err := poolConfig(f.cfg.CoordinationURL, 1)
+// OpenCoordination returns the pool of one connection to the coordination
+// database at url (it connects on first use). Its statements are sent
+// without a prepare round trip (QueryExecModeExec): a batch is one
+// pipeline, so the publication's lock_timeout is set before its statements
+// are parsed (parsing one already waits on a lock held on its table). When
+// resolve is set, each new connection reads the url from it first (a
+// rotated credentials file is picked up when the connection is replaced);
+// a url that does not resolve or parse keeps the last one.
+func OpenCoordination(url string, resolve func() (string, error)) (*pgxpool.Pool, error) {
+	pc, err := coordinationConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("fleet coordination database: %w", err)
+		return nil, err
 	}
-	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if resolve != nil {
+		pc.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+			if u, err := resolve(); err == nil {
+				if fresh, err := coordinationConfig(u); err == nil {
+					cc.Config = fresh.ConnConfig.Config
+				}
+			}
+			return nil
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet coordination database: %s", redact(err))
 	}
 	return pool, nil
+}
+
+func coordinationConfig(url string) (*pgxpool.Config, error) {
+	pc, err := poolConfig(url, 1)
+	if err != nil {
+		return nil, fmt.Errorf("fleet coordination database: %w", err)
+	}
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	return pc, nil
 }
 
 // poolConfig parses url into a pool of at most conns connections.
