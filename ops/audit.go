@@ -17,6 +17,9 @@ type Verification struct {
 	Entries int64        `json:"entries"`
 	Chains  int64        `json:"chains"`
 	Broken  []BrokenLink `json:"broken"`
+	// Checkpoints is the verification of signed checkpoints, when asked
+	// for (VerifyCheckpoints); OK is false when it found a problem.
+	Checkpoints *CheckpointVerification `json:"checkpoints,omitempty"`
 }
 
 // DefaultVerifyLimit bounds the broken links VerifyAudit reports.
