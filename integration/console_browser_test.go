@@ -35,7 +35,8 @@ const chromiumPath = "/usr/bin/chromium"
 // an action without the token and a cross-site POST are refused; a key is
 // searched and its attempts shown; an outcome_unknown row is resolved; a
 // paused route is resumed and seen draining; a bulk requeue shows its dry
-// run before Confirm. The database is checked afterwards. Screenshots go
+// run before Confirm, and its answer, a page of its own, reloads without
+// acting again. The database is checked afterwards. Screenshots go
 // to DRAINER_CONSOLE_SCREENSHOTS when set (docs/console/), else to a
 // temporary directory.
 func TestConsoleInBrowser(t *testing.T) {

@@ -165,7 +165,15 @@ async function main() {
   await page.waitForLoadState('load');
   check(await page.getByRole('heading', { name: 'Done: requeue' }).isVisible(), 'confirm done');
   check((await page.textContent('#count')) === '3', 'requeued 3');
-  pass('bulk requeue with its dry run, then Confirm');
+  // The answer is a page of its own (POST, then a redirect): reloading it
+  // shows it again and acts no more.
+  const answer = page.url();
+  check(answer.startsWith(base + '/results/'), 'the answer is at ' + answer);
+  const reloaded = await page.reload({ waitUntil: 'load' });
+  check(reloaded && reloaded.status() === 200 && reloaded.request().method() === 'GET', 'reloading the answer: ' +
+    (reloaded && reloaded.request().method() + ' ' + reloaded.status()));
+  check(page.url() === answer && (await page.textContent('#count')) === '3', 'the reloaded answer');
+  pass('bulk requeue with its dry run, then Confirm; its answer reloads without acting');
 
   // The overview last, with the history of everything above.
   await visit('/');
