@@ -11,6 +11,20 @@
 // through package ops, the code of the CLI's operator commands, audited
 // with the actor ("console:<name>").
 //
+// # Actions
+//
+// A rows view is its filters and its search box, read once into a
+// selection (selection.go): the list, a bulk action's dry run and the
+// action take their rows from it, so a bulk action acts on exactly the
+// rows the view holds (its first maxBulkRows in seq order), never more.
+// The dry run lists every row it would change and keeps them; its Confirm
+// names the dry run and acts on those rows only, each while it still
+// matches the view, and at most once. Every action's POST is answered by a
+// 303 to its answer's own page (/results/{id}, /api/v1/results/{id} for
+// JSON), kept in memory for an hour (results.go), so a reload never acts
+// again. Each action is logged with its actor and target: the key, the
+// pause, or the view and the number of rows.
+//
 // # Security
 //
 // Read-only unless Config.Actions. Actions then need the token: as
@@ -19,9 +33,11 @@
 // Secure under TLS; a per-session CSRF token in every form or in
 // X-CSRF-Token). Every POST from another site (Sec-Fetch-Site, Origin) is
 // refused; no action is taken by GET; logins are rate-limited per client
-// address; the token is compared in constant time. Filters travel as
-// query parameters and enter SQL only as placeholders; payloads are never
-// logged, and a payload or response larger than 64 KiB is shown truncated.
+// address; the token is compared in constant time. Login's next and a
+// form's back are confined to paths of the console (localPath). Filters
+// travel as query parameters and enter SQL only as placeholders; payloads
+// (and a payload filter's value) are never logged, and a payload or
+// response larger than 64 KiB is shown truncated.
 // Every answer carries a Content-Security-Policy without inline script.
 //
 // # Databases
@@ -53,9 +69,13 @@
 //	console.go   Config, Fleet, Server, Start (an *AddrInUseError when the
 //	             address is taken), the routes, the security headers, the
 //	             database a request names
-//	auth.go      the token, sessions, login rate limit, cross-site check, actor
-//	api.go       the read API: rows (filters, search, keyset pages), row, run
-//	actions.go   POST /api/v1/actions/{verb}, login and logout
+//	auth.go      the token, sessions, login rate limit, cross-site check,
+//	             actor, the next address, login and logout
+//	api.go       the read API: rows (keyset pages of a view), row, run
+//	selection.go a view's rows: its filters and search, read once
+//	actions.go   POST /api/v1/actions/{verb}: bulk actions, Confirm, the
+//	             answers' pages
+//	results.go   the answers kept for their pages, and dry runs' plans
 //	stats.go     the sampler: backlog by status and tool (and by database in
 //	             a fleet), rates, history; one fleet database's overview
 //	pages.go     page handlers, template functions, Link, the backlog chart
