@@ -66,7 +66,9 @@ BEGIN
     SELECT a.part, a.opened_at INTO v_cur, v_opened FROM audit_generations a WHERE a.current FOR UPDATE;
 
     -- Anchors written before the ledger (the upgrade to migration 022)
-    -- go into it first, as one 'anchors' record.
+    -- go into it first, as one 'anchors' record. Release 21's kept no
+    -- status: a row's takes its row's now (its tombstone's, once pruned),
+    -- so that a change made with the triggers off from now on is told.
     IF EXISTS (SELECT 1 FROM audit_anchors x WHERE x.record IS NULL)
        OR EXISTS (SELECT 1 FROM audit_anchor_history h WHERE h.record IS NULL) THEN
         IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.audit_ledger', 0)) THEN
@@ -74,9 +76,18 @@ BEGIN
         END IF;
         v_rec := {{.schema}}.audit_ledger_next();
         UPDATE audit_anchors x
-           SET record = v_rec,
-               row_hash = {{.schema}}.audit_anchor_hash(x.vid, x.key, x.hash, x.last_id, x.status, x.attempts, x.problem, v_rec)
-         WHERE x.record IS NULL;
+           SET status = u.status, attempts = u.attempts, record = v_rec,
+               row_hash = {{.schema}}.audit_anchor_hash(x.vid, x.key, x.hash, x.last_id, u.status, u.attempts, x.problem, v_rec)
+          FROM (SELECT a.vid,
+                       coalesce(a.status, CASE WHEN q.status = 'in_flight' THEN 'pending' ELSE q.status END, k.final_status) AS status,
+                       CASE WHEN a.status IS NOT NULL THEN a.attempts
+                            ELSE q.attempts - CASE WHEN q.status = 'in_flight' THEN 1 ELSE 0 END END AS attempts
+                  FROM audit_anchors a
+                  LEFT JOIN intents i ON i.key = a.key
+                  LEFT JOIN queue q ON q.seq = i.seq
+                  LEFT JOIN keys k ON k.key = a.key AND k.pruned_at IS NOT NULL AND i.key IS NULL
+                 WHERE a.record IS NULL) u
+         WHERE x.vid = u.vid;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         UPDATE audit_anchor_history h
            SET record = v_rec,
