@@ -48,11 +48,33 @@ export interface ReceiverOptions {
   /** Response headers stored and replayed besides Content-Type and Location. */
   storeHeaders?: string[];
   /**
-   * Run each keyed request's handler inside a transaction that also stores
-   * its answer; the handler reaches it with currentClient(req) and must not
-   * commit or roll back itself.
+   * Run each keyed request's handler inside the transaction that writes its
+   * record and stores its answer; the handler reaches it with
+   * currentClient(req) and must not commit or roll back itself. Effect,
+   * record and answer commit together or not at all, so a process that dies
+   * mid-request leaves nothing behind and a retry runs the handler again.
+   * The recommended setting for a handler whose effect is in the same
+   * database.
    */
   inTransaction?: boolean;
+  /**
+   * Let a retry run the handler again when the request holding the key
+   * stopped mid-run outside inTransaction (its process died and the
+   * recovery timeout passed), although its effect may exist. Set it only for
+   * a handler that is safe to run twice. Without it such a retry is answered
+   * 409 Idempotency-Conflict: outcome-unknown, the handler does not run, and
+   * the record is reported (logger.error, drainer_receiver_abandoned_total)
+   * and kept for a person to resolve.
+   */
+  rerunAbandoned?: boolean;
+  /** Receives the reports of abandoned records, naming scope and key (default console). */
+  logger?: ReceiverLogger;
+}
+
+/** Where the receiver reports abandoned records; console fits. */
+export interface ReceiverLogger {
+  error(message: string, fields: Record<string, string>): void;
+  warn(message: string, fields: Record<string, string>): void;
 }
 
 /** A Node `(req, res)` handler; it may return a promise. */
@@ -75,7 +97,17 @@ export interface Receiver {
   middleware(): Middleware;
   /** Deletes expired records in batches of 1000; resolves to how many. */
   prune(): Promise<number>;
+  /**
+   * drainer_receiver_abandoned_total by outcome: outcome_unknown (answered
+   * 409, left for a person) and rerun (rerunAbandoned).
+   */
+  readonly abandonedTotal: Readonly<Record<AbandonedOutcome, number>>;
+  /** The receiver's counter in the Prometheus text format, to serve (or append to what is served) at /metrics. */
+  metrics(): string;
 }
+
+/** The outcome label values of drainer_receiver_abandoned_total. */
+export type AbandonedOutcome = 'outcome_unknown' | 'rerun';
 
 export const DEFAULT_SCHEMA = 'drainer_receiver';
 export const DEFAULT_KEY_HEADER = 'Idempotency-Key';
@@ -88,6 +120,7 @@ const PRUNE_BATCH = 1000;
 const PROBLEM_BASE = 'https://drainer.dev/problems/';
 const KEYED = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 const LOCK_NOT_AVAILABLE = '55P03';
+const CLAIM_ROUNDS = 3;
 
 const clients = new WeakMap<IncomingMessage, ReceiverClient>();
 
@@ -184,12 +217,14 @@ class Problem {
     readonly title: string,
     readonly detail: string,
     readonly headers: Record<string, string> = {},
+    /** The idempotency key, where a person needs it (outcome-unknown). */
+    readonly key?: string,
   ) {}
 
   send(res: ServerResponse, write = res.writeHead.bind(res), end = res.end.bind(res)): void {
-    const body = Buffer.from(
-      JSON.stringify({ type: PROBLEM_BASE + this.slug, title: this.title, status: this.status, detail: this.detail }),
-    );
+    const doc: Record<string, unknown> = { type: PROBLEM_BASE + this.slug, title: this.title, status: this.status, detail: this.detail };
+    if (this.key !== undefined) doc['idempotency_key'] = this.key;
+    const body = Buffer.from(JSON.stringify(doc));
     write(this.status, {
       ...this.headers,
       'Content-Type': 'application/problem+json',
@@ -221,11 +256,17 @@ interface Stored {
   body: Buffer;
 }
 
+/**
+ * The claim step's decision. abandoned: this claim found the record of a
+ * request that stopped mid-run and marked it outcome_unknown or (claimed)
+ * took it over with rerunAbandoned; the caller reports it once committed.
+ */
 type Claim =
-  | { outcome: 'claimed'; token: string }
+  | { outcome: 'claimed'; token: string; abandoned?: boolean }
   | { outcome: 'replay'; answer: Stored }
   | { outcome: 'mismatch' }
-  | { outcome: 'in_flight' };
+  | { outcome: 'in_flight' }
+  | { outcome: 'outcome_unknown'; abandoned?: boolean };
 
 /** Buffers a handler's answer so it can be stored before it is sent. */
 class Capture {
@@ -325,6 +366,9 @@ class ReceiverImpl implements Receiver {
   private readonly storeServerErrors: boolean;
   private readonly keep: Set<string>;
   private readonly inTransaction: boolean;
+  private readonly rerunAbandoned: boolean;
+  private readonly logger: ReceiverLogger;
+  readonly abandonedTotal: Record<AbandonedOutcome, number> = { outcome_unknown: 0, rerun: 0 };
 
   constructor(
     private readonly pool: ReceiverPool,
@@ -354,6 +398,34 @@ class ReceiverImpl implements Receiver {
     this.storeServerErrors = o.storeServerErrors ?? false;
     this.keep = new Set(['content-type', 'location', ...(o.storeHeaders ?? []).map((h) => h.toLowerCase())]);
     this.inTransaction = o.inTransaction ?? false;
+    this.rerunAbandoned = o.rerunAbandoned ?? false;
+    this.logger = o.logger ?? console;
+  }
+
+  metrics(): string {
+    return (
+      '# HELP drainer_receiver_abandoned_total Keyed requests whose process stopped mid-request outside ' +
+      'inTransaction, found by a retry after the recovery timeout: outcome_unknown (answered 409, left for a ' +
+      'person) or rerun (rerunAbandoned).\n' +
+      '# TYPE drainer_receiver_abandoned_total counter\n' +
+      `drainer_receiver_abandoned_total{outcome="outcome_unknown"} ${this.abandonedTotal.outcome_unknown}\n` +
+      `drainer_receiver_abandoned_total{outcome="rerun"} ${this.abandonedTotal.rerun}\n`
+    );
+  }
+
+  /** Counts and logs a record whose request stopped mid-run, with its scope and key (a person resolves it by the key). */
+  private reportAbandoned(scope: string, key: string, rerun: boolean): void {
+    const fields = { schema: this.schema, scope, key };
+    if (rerun) {
+      this.abandonedTotal.rerun++;
+      this.logger.warn('receiver: a request stopped mid-run; its handler runs again (rerunAbandoned)', fields);
+      return;
+    }
+    this.abandonedTotal.outcome_unknown++;
+    this.logger.error(
+      'receiver: a request stopped mid-run and its effect may exist; retries are answered 409 outcome-unknown until a person resolves the record',
+      fields,
+    );
   }
 
   async migrate(): Promise<void> {
@@ -377,9 +449,19 @@ class ReceiverImpl implements Receiver {
     completed_at  timestamptz,
     expires_at    timestamptz NOT NULL,
     PRIMARY KEY (scope, key),
-    CHECK (state IN ('in_flight', 'completed'))
+    CONSTRAINT records_state CHECK (state IN ('in_flight', 'completed', 'outcome_unknown'))
 )`);
         await c.query(`CREATE INDEX IF NOT EXISTS records_expires_idx ON ${s}.records (expires_at)`);
+        // A store created before the outcome_unknown state had the unnamed
+        // check records_state_check; every row passes the wider one.
+        const has = await c.query(
+          `SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND conname = 'records_state') AS has`,
+          [this.table],
+        );
+        if (!has.rows[0].has) {
+          await c.query(`ALTER TABLE ${s}.records DROP CONSTRAINT IF EXISTS records_state_check,
+    ADD CONSTRAINT records_state CHECK (state IN ('in_flight', 'completed', 'outcome_unknown'))`);
+        }
         await c.query('COMMIT');
       } catch (err) {
         await c.query('ROLLBACK').catch(() => {});
@@ -508,7 +590,8 @@ class ReceiverImpl implements Receiver {
   ): Promise<void> {
     let key: string;
     let scope: string;
-    let claim: Claim;
+    let fp: Buffer;
+    let token = '';
     try {
       key = this.requestKey(req);
       scope = this.scopeOf(req);
@@ -516,33 +599,20 @@ class ReceiverImpl implements Receiver {
         throw new Problem(400, 'invalid-scope', 'Invalid scope', "the request's scope is not a string without NUL");
       }
       const path = (req.url ?? '/').split('?', 1)[0] ?? '/';
-      const fp = fingerprint(req.method ?? '', path, String(req.headers['content-type'] ?? ''), body);
-      try {
-        claim = await this.claim(scope, key, fp);
-      } catch {
-        throw unavailable('the idempotency store could not be reached; the request was not processed, retry it with the same key');
-      }
-      if (claim.outcome === 'replay') {
-        this.replay(res, claim.answer);
-        return;
-      }
-      if (claim.outcome === 'mismatch') {
-        throw new Problem(
-          this.mode === 'ietf' ? 422 : 409,
-          'payload-mismatch',
-          'Idempotency key reused with a different request',
-          'this key was first used with another method, path or body; use a new key for a new request',
-          { 'Idempotency-Conflict': 'payload-mismatch' },
-        );
-      }
-      if (claim.outcome === 'in_flight') {
-        throw new Problem(
-          409,
-          'in-flight',
-          'Request with this key in flight',
-          'a request with this key is still being processed; retry later with the same key',
-          { 'Idempotency-Conflict': 'in-flight', 'Retry-After': '1' },
-        );
+      fp = fingerprint(req.method ?? '', path, String(req.headers['content-type'] ?? ''), body);
+      if (!this.inTransaction) {
+        let claim: Claim;
+        try {
+          claim = await this.claim(scope, key, fp);
+        } catch {
+          throw unavailable('the idempotency store could not be reached; the request was not processed, retry it with the same key');
+        }
+        if ('abandoned' in claim && claim.abandoned) this.reportAbandoned(scope, key, claim.outcome === 'claimed');
+        if (claim.outcome !== 'claimed') {
+          this.refuse(res, key, claim);
+          return;
+        }
+        token = claim.token;
       }
     } catch (err) {
       if (err instanceof Problem) {
@@ -551,8 +621,45 @@ class ReceiverImpl implements Receiver {
       }
       throw err;
     }
-    if (this.inTransaction) await this.runInTransaction(handlerReq, res, run, scope, key, claim.token);
-    else await this.run(handlerReq, res, run, scope, key, claim.token);
+    if (this.inTransaction) await this.serveInTransaction(handlerReq, res, run, scope, key, fp);
+    else await this.run(handlerReq, res, run, scope, key, token);
+  }
+
+  /** Answers a request whose claim did not give it the record. */
+  private refuse(res: ServerResponse, key: string, claim: Exclude<Claim, { outcome: 'claimed' }>): void {
+    switch (claim.outcome) {
+      case 'replay':
+        this.replay(res, claim.answer);
+        return;
+      case 'mismatch':
+        new Problem(
+          this.mode === 'ietf' ? 422 : 409,
+          'payload-mismatch',
+          'Idempotency key reused with a different request',
+          'this key was first used with another method, path or body; use a new key for a new request',
+          { 'Idempotency-Conflict': 'payload-mismatch' },
+        ).send(res);
+        return;
+      case 'outcome_unknown':
+        new Problem(
+          409,
+          'outcome-unknown',
+          'Outcome of the request with this key unknown',
+          `the first request with idempotency key ${key} stopped before its answer was stored, and its effect may ` +
+            'exist; it is not run again: the key is held until the provider resolves it',
+          { 'Idempotency-Conflict': 'outcome-unknown' },
+          key,
+        ).send(res);
+        return;
+      default:
+        new Problem(
+          409,
+          'in-flight',
+          'Request with this key in flight',
+          'a request with this key is still being processed; retry later with the same key',
+          { 'Idempotency-Conflict': 'in-flight', 'Retry-After': '1' },
+        ).send(res);
+    }
   }
 
   private async run(
@@ -583,19 +690,24 @@ class ReceiverImpl implements Receiver {
     if (answer.status >= 500 && !this.storeServerErrors) {
       await this.release(scope, key, token);
     } else {
-      // If this fails the answer still goes out; the record stays in flight until the recovery timeout.
+      // If this fails the answer still goes out; after the recovery timeout a retry finds the record abandoned.
       await this.complete(this.pool, scope, key, token, answer).catch(() => false);
     }
     cap.flush();
   }
 
-  private async runInTransaction(
+  /**
+   * Claims the record and runs the handler in one transaction that also
+   * completes the record (inTransaction): a crash, a throw or a 5xx rolls
+   * back the record with the handler's effect.
+   */
+  private async serveInTransaction(
     req: IncomingMessage,
     res: ServerResponse,
     run: (req: IncomingMessage, res: ServerResponse) => unknown,
     scope: string,
     key: string,
-    token: string,
+    fp: Buffer,
   ): Promise<void> {
     const fail = () =>
       unavailable('the idempotency store failed while processing; nothing was committed, retry with the same key').send(res);
@@ -603,31 +715,43 @@ class ReceiverImpl implements Receiver {
     try {
       c = await this.pool.connect();
     } catch {
-      await this.release(scope, key, token);
       fail();
       return;
     }
     let broken: Error | undefined;
-    const cap = new Capture(res);
     try {
+      let claim: Claim;
+      let open = true;
       try {
         await c.query('BEGIN');
-        // Hold the record for the handler's whole run: a retry after the
-        // recovery timeout finds it locked and answers in-flight.
-        const held = await c.query(
-          `SELECT true FROM ${this.table} WHERE scope = $1 AND key = $2 AND state = 'in_flight'
-             AND locked_until = $3::timestamptz FOR UPDATE`,
-          [scope, key, token],
-        );
-        if (held.rows.length !== 1) throw new Error("the in-flight record is no longer this request's");
+        claim = await this.claimIn(c, scope, key, fp);
       } catch (err) {
-        broken = err as Error;
-        cap.restore();
-        await c.query('ROLLBACK').catch(() => {});
-        await this.release(scope, key, token);
-        fail();
+        await c.query('ROLLBACK').catch((e: Error) => (broken = e));
+        if ((err as { code?: string }).code !== LOCK_NOT_AVAILABLE) {
+          broken = err as Error;
+          fail();
+          return;
+        }
+        claim = { outcome: 'in_flight' };
+        open = false;
+      }
+      if (claim.outcome !== 'claimed') {
+        const mark = 'abandoned' in claim && claim.abandoned === true;
+        if (open) {
+          try {
+            await c.query(mark ? 'COMMIT' : 'ROLLBACK');
+          } catch (err) {
+            broken = err as Error;
+            fail();
+            return;
+          }
+        }
+        if (mark) this.reportAbandoned(scope, key, false);
+        this.refuse(res, key, claim);
         return;
       }
+      if (claim.abandoned) this.reportAbandoned(scope, key, true);
+      const cap = new Capture(res);
       clients.set(req, c);
       try {
         await run(req, res);
@@ -635,7 +759,6 @@ class ReceiverImpl implements Receiver {
       } catch (err) {
         cap.restore();
         await c.query('ROLLBACK').catch((e: Error) => (broken = e));
-        await this.release(scope, key, token);
         throw err;
       } finally {
         clients.delete(req);
@@ -643,18 +766,16 @@ class ReceiverImpl implements Receiver {
       const answer = cap.ended ? cap.stored(this.keep) : undefined;
       if (!answer || (answer.status >= 500 && !this.storeServerErrors)) {
         await c.query('ROLLBACK').catch((e: Error) => (broken = e));
-        await this.release(scope, key, token);
         if (answer) cap.flush();
         else cap.restore();
         return;
       }
       try {
-        if (!(await this.complete(c, scope, key, token, answer))) throw new Error("the in-flight record is no longer this request's");
+        if (!(await this.complete(c, scope, key, claim.token, answer))) throw new Error("the in-flight record is no longer this request's");
         await c.query('COMMIT');
       } catch (err) {
         broken = err as Error;
         await c.query('ROLLBACK').catch(() => {});
-        await this.release(scope, key, token);
         cap.restore();
         fail();
         return;
@@ -716,84 +837,27 @@ class ReceiverImpl implements Receiver {
     res.end(a.body);
   }
 
+  /** Step 2 of the request flow, in short transactions of its own: insert the in-flight record, or decide from the existing one. */
   private async claim(scope: string, key: string, fp: Buffer): Promise<Claim> {
-    const t = this.table;
     const c = await this.pool.connect();
     let broken: Error | undefined;
     try {
-      for (let round = 0; round < 3; round++) {
+      for (let round = 0; round < CLAIM_ROUNDS; round++) {
         await c.query('BEGIN');
+        let out: Claim | undefined;
         try {
-          const ins = await c.query(
-            `INSERT INTO ${t} (scope, key, fingerprint, state, locked_until, expires_at)
-             VALUES ($1, $2, $3, 'in_flight', now() + $4::bigint * interval '1 microsecond',
-                     now() + $5::bigint * interval '1 microsecond')
-             ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until::text AS token`,
-            [scope, key, fp, this.recoveryUs, this.ttlUs],
-          );
-          if (ins.rows.length === 1) {
-            await c.query('COMMIT');
-            return { outcome: 'claimed', token: ins.rows[0].token };
-          }
-          // A plain read decides a replay, a mismatch or an in-flight
-          // answer; only an overwrite or a takeover reads again under the
-          // row lock (NOWAIT: a locked record is being worked on right now).
-          let out: Claim | undefined;
-          let gone = false;
-          for (const lock of ['', ' FOR UPDATE NOWAIT']) {
-            const sel = await c.query(
-              `SELECT fingerprint, state, expires_at <= now() AS expired,
-                      coalesce(locked_until <= now(), false) AS recoverable, status, headers, body
-                 FROM ${t} WHERE scope = $1 AND key = $2${lock}`,
-              [scope, key],
-            );
-            const row = sel.rows[0];
-            if (!row) {
-              gone = true;
-              break;
-            }
-            const same = Buffer.from(row.fingerprint).equals(fp);
-            if (lock === '' && (row.expired || (same && row.state === 'in_flight' && row.recoverable))) continue;
-            if (row.expired) {
-              const u = await c.query(
-                `UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
-                   locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
-                   body = NULL, created_at = now(), completed_at = NULL,
-                   expires_at = now() + $5::bigint * interval '1 microsecond'
-                 WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
-                [scope, key, fp, this.recoveryUs, this.ttlUs],
-              );
-              out = { outcome: 'claimed', token: u.rows[0].token };
-            } else if (!same) {
-              out = { outcome: 'mismatch' };
-            } else if (row.state === 'completed') {
-              out = {
-                outcome: 'replay',
-                answer: { status: row.status ?? 200, headers: row.headers ?? {}, body: Buffer.from(row.body ?? []) },
-              };
-            } else if (!row.recoverable) {
-              out = { outcome: 'in_flight' };
-            } else {
-              const u = await c.query(
-                `UPDATE ${t} SET locked_until = now() + $3::bigint * interval '1 microsecond'
-                 WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
-                [scope, key, this.recoveryUs],
-              );
-              out = { outcome: 'claimed', token: u.rows[0].token };
-            }
-            break;
-          }
-          if (gone || !out) {
-            await c.query('ROLLBACK');
-            continue; // deleted meanwhile: try again
-          }
-          await c.query('COMMIT');
-          return out;
+          out = await this.claimRound(c, scope, key, fp);
         } catch (err) {
           await c.query('ROLLBACK').catch((e: Error) => (broken = e));
           if ((err as { code?: string }).code === LOCK_NOT_AVAILABLE) return { outcome: 'in_flight' };
           throw err;
         }
+        if (!out) {
+          await c.query('ROLLBACK');
+          continue; // deleted meanwhile, or being inserted: try again
+        }
+        await c.query('COMMIT');
+        return out;
       }
       return { outcome: 'in_flight' };
     } catch (err) {
@@ -802,6 +866,93 @@ class ReceiverImpl implements Receiver {
     } finally {
       c.release(broken);
     }
+  }
+
+  /**
+   * The claim inside the open transaction of c, the one the handler then
+   * runs in (inTransaction): the record is written uncommitted, so it
+   * commits with the handler's effect or not at all. Rejects with code
+   * 55P03 (the transaction aborted) when the record is locked.
+   */
+  private async claimIn(c: ReceiverClient, scope: string, key: string, fp: Buffer): Promise<Claim> {
+    for (let round = 0; round < CLAIM_ROUNDS; round++) {
+      const out = await this.claimRound(c, scope, key, fp);
+      if (out) return out;
+    }
+    return { outcome: 'in_flight' };
+  }
+
+  /**
+   * One round of the claim in c's transaction; undefined when there was no
+   * record to decide from (try again). The insert happens only while holding
+   * the key's claim lock (the same one as the Go and Python receivers'): a
+   * record being inserted by an open inTransaction run holds it, so a
+   * concurrent request answers in-flight instead of waiting for that run.
+   */
+  private async claimRound(c: ReceiverClient, scope: string, key: string, fp: Buffer): Promise<Claim | undefined> {
+    const t = this.table;
+    const ins = await c.query(
+      `INSERT INTO ${t} (scope, key, fingerprint, state, locked_until, expires_at)
+       SELECT $1, $2, $3, 'in_flight', now() + $4::bigint * interval '1 microsecond',
+              now() + $5::bigint * interval '1 microsecond'
+       WHERE pg_try_advisory_xact_lock(hashtextextended($6::text || chr(10) || $1::text || chr(10) || $2::text, 0))
+       ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until::text AS token`,
+      [scope, key, fp, this.recoveryUs, this.ttlUs, this.schema],
+    );
+    if (ins.rows.length === 1) return { outcome: 'claimed', token: ins.rows[0].token };
+    // A plain read decides a replay, a mismatch or an in-flight answer;
+    // only an overwrite, a takeover or marking an abandoned record reads
+    // again under the row lock (NOWAIT: a locked record is being worked on
+    // right now).
+    let row: any;
+    for (const lock of ['', ' FOR UPDATE NOWAIT']) {
+      const sel = await c.query(
+        `SELECT fingerprint, state, expires_at <= now() AS expired,
+                coalesce(locked_until <= now(), false) AS recoverable, status, headers, body
+           FROM ${t} WHERE scope = $1 AND key = $2${lock}`,
+        [scope, key],
+      );
+      row = sel.rows[0];
+      if (!row) return undefined;
+      const same = Buffer.from(row.fingerprint).equals(fp);
+      if (lock === '' && (row.expired || (same && row.state === 'in_flight' && row.recoverable))) continue;
+      break;
+    }
+    if (row.expired) {
+      const u = await c.query(
+        `UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
+           locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
+           body = NULL, created_at = now(), completed_at = NULL,
+           expires_at = now() + $5::bigint * interval '1 microsecond'
+         WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
+        [scope, key, fp, this.recoveryUs, this.ttlUs],
+      );
+      return { outcome: 'claimed', token: u.rows[0].token };
+    }
+    if (!Buffer.from(row.fingerprint).equals(fp)) return { outcome: 'mismatch' };
+    if (row.state === 'completed') {
+      return {
+        outcome: 'replay',
+        answer: { status: row.status ?? 200, headers: row.headers ?? {}, body: Buffer.from(row.body ?? []) },
+      };
+    }
+    if (row.state === 'outcome_unknown') return { outcome: 'outcome_unknown' };
+    if (!row.recoverable) return { outcome: 'in_flight' };
+    if (this.rerunAbandoned) {
+      // The first request's process stopped mid-run and the service
+      // declared the handler safe to run again: take the record over.
+      const u = await c.query(
+        `UPDATE ${t} SET locked_until = now() + $3::bigint * interval '1 microsecond'
+         WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`,
+        [scope, key, this.recoveryUs],
+      );
+      return { outcome: 'claimed', token: u.rows[0].token, abandoned: true };
+    }
+    // Its effect may exist: keep the record for a person. locked_until
+    // stays, so a first handler that was only cut off from the database can
+    // still complete (or release) it.
+    await c.query(`UPDATE ${t} SET state = 'outcome_unknown' WHERE scope = $1 AND key = $2`, [scope, key]);
+    return { outcome: 'outcome_unknown', abandoned: true };
   }
 
   private async complete(
@@ -814,7 +965,7 @@ class ReceiverImpl implements Receiver {
     const r = await q.query(
       `UPDATE ${this.table} SET state = 'completed', locked_until = NULL, status = $4, headers = $5::jsonb,
          body = $6, completed_at = now()
-       WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3::timestamptz`,
+       WHERE scope = $1 AND key = $2 AND state IN ('in_flight', 'outcome_unknown') AND locked_until = $3::timestamptz`,
       [scope, key, token, a.status, JSON.stringify(a.headers), a.body],
     );
     return r.rowCount === 1;
@@ -823,7 +974,7 @@ class ReceiverImpl implements Receiver {
   private async release(scope: string, key: string, token: string): Promise<void> {
     try {
       await this.pool.query(
-        `DELETE FROM ${this.table} WHERE scope = $1 AND key = $2 AND state = 'in_flight'
+        `DELETE FROM ${this.table} WHERE scope = $1 AND key = $2 AND state IN ('in_flight', 'outcome_unknown')
            AND locked_until = $3::timestamptz`,
         [scope, key, token],
       );

@@ -4,6 +4,7 @@
 // http server (wrap) and to an Express-style chain (middleware).
 
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
@@ -21,12 +22,14 @@ import {
   fingerprint,
   type Handler,
   type Receiver,
+  type ReceiverLogger,
   type ReceiverOptions,
 } from '@drainer/client/receiver';
 
 const url = process.env['DRAINER_TEST_DATABASE_URL'] ?? '';
 const skipDb = url === '' ? 'DRAINER_TEST_DATABASE_URL is not set' : false;
 const vectorsURL = new URL('../../../../receiver/testdata/fingerprint-vectors.json', import.meta.url);
+const crashChild = new URL('../../test/receiver-crash-child.mjs', import.meta.url);
 
 interface Vector {
   name: string;
@@ -417,8 +420,19 @@ test('a database down: 503 with Retry-After, the handler not run', async () => {
   }
 });
 
-test('recovery: a stale in-flight record is taken over; the late first completion is fenced off', { skip: skipDb }, async () => {
-  const f = await fixture();
+/** A logger that keeps what it was given. */
+function capturingLogger(): ReceiverLogger & { lines: { level: string; message: string; fields: Record<string, string> }[] } {
+  const lines: { level: string; message: string; fields: Record<string, string> }[] = [];
+  return {
+    lines,
+    error: (message, fields) => lines.push({ level: 'error', message, fields }),
+    warn: (message, fields) => lines.push({ level: 'warn', message, fields }),
+  };
+}
+
+test('rerunAbandoned: a stale in-flight record is taken over; the late first completion is fenced off', { skip: skipDb }, async () => {
+  const logger = capturingLogger();
+  const f = await fixture({ rerunAbandoned: true, logger });
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
   let entered!: () => void;
@@ -435,17 +449,80 @@ test('recovery: a stale in-flight record is taken over; the late first completio
     res.end(`call ${n}`);
   });
   const first = f.post('k');
-  await inside;
-  assertProblem(await f.post('k'), 409, 'in-flight');
-  await pool.query(`UPDATE "${f.schema}".records SET locked_until = now() - interval '1 second'`);
-  const second = await f.post('k');
-  assert.equal(second.status, 201);
-  assert.equal(second.body.toString(), 'call 2');
-  release();
+  try {
+    await inside;
+    assertProblem(await f.post('k'), 409, 'in-flight');
+    await pool.query(`UPDATE "${f.schema}".records SET locked_until = now() - interval '1 second'`);
+    const second = await f.post('k');
+    assert.equal(second.status, 201);
+    assert.equal(second.body.toString(), 'call 2');
+  } finally {
+    release();
+  }
   await first;
   const r = await f.post('k');
   assert.equal(r.body.toString(), 'call 2');
   assert.equal(r.headers['idempotency-replay'], 'true');
+  assert.deepEqual(f.rc.abandonedTotal, { outcome_unknown: 0, rerun: 1 });
+  assert.deepEqual(
+    logger.lines.map((l) => [l.level, l.fields['key']]),
+    [['warn', 'k']],
+  );
+});
+
+test('outcome unknown: never run again; a handler only cut off from the database still stores its late answer', { skip: skipDb }, async () => {
+  // The first handler holds the only connection of its receiver's pool, so
+  // its deadline cannot move and lapses; retries go to another receiver.
+  const logger = capturingLogger();
+  const f = await fixture({ logger });
+  const cutOff = new pg.Pool({ connectionString: url, max: 1 });
+  after(() => cutOff.end());
+  const first = createReceiver(cutOff, { schema: f.schema, recoveryTimeoutMs: 1000 });
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => (entered = r));
+  const h = first.wrap(async (req, res) => {
+    req.resume();
+    const c = await cutOff.connect();
+    entered();
+    await gate;
+    c.release();
+    res.statusCode = 201;
+    res.end('late');
+  });
+  const server = http.createServer((req, res) => void h(req, res));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const answer = request(`http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, 'POST', '/v1/orders',
+    { 'Content-Type': 'application/json', 'Idempotency-Key': 'k' }, [Buffer.from('{}')]);
+  try {
+    await inside;
+    for (let i = 0; ; i++) {
+      if ((await pool.query(`SELECT locked_until < now() AS lapsed FROM "${f.schema}".records`)).rows[0].lapsed) break;
+      assert.ok(i < 2400, "the cut-off handler's deadline never lapsed");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    for (let i = 0; i < 2; i++) {
+      const a = await f.post('k');
+      assertProblem(a, 409, 'outcome-unknown');
+      assert.equal(a.headers['idempotency-conflict'], 'outcome-unknown');
+      assert.equal(JSON.parse(a.body.toString()).idempotency_key, 'k');
+    }
+    assertProblem(await f.post('k', '{"other":1}'), 409, 'payload-mismatch');
+  } finally {
+    release();
+  }
+  assert.equal((await answer).status, 201);
+  const a = await f.post('k');
+  assert.deepEqual([a.status, a.headers['idempotency-replay'], a.body.toString()], [200, 'true', 'late']);
+  assert.equal(f.runs(), 0);
+  assert.deepEqual(f.rc.abandonedTotal, { outcome_unknown: 1, rerun: 0 });
+  assert.match(f.rc.metrics(), /^drainer_receiver_abandoned_total\{outcome="outcome_unknown"\} 1$/m);
+  assert.deepEqual(
+    logger.lines.map((l) => [l.level, l.fields['scope'], l.fields['key']]),
+    [['error', '', 'k']],
+  );
 });
 
 test('a handler running longer than the recovery timeout keeps its record', { skip: skipDb }, async () => {
@@ -501,29 +578,31 @@ test('expiry by the database clock; the same key in two scopes is two records', 
   assert.equal(await g.records(), 2);
 });
 
-test('50 concurrent requests with one key: one effect', { skip: skipDb }, async () => {
-  const f = await fixture();
-  let effects = 0;
-  f.set(async (req, res) => {
-    req.resume();
-    effects++;
-    await new Promise((r) => setTimeout(r, 20));
-    res.statusCode = 201;
-    res.end('{"id":1}');
+for (const inTransaction of [false, true]) {
+  test(`50 concurrent requests with one key: one effect (inTransaction ${inTransaction})`, { skip: skipDb }, async () => {
+    const f = await fixture({ inTransaction });
+    let effects = 0;
+    f.set(async (req, res) => {
+      req.resume();
+      effects++;
+      await new Promise((r) => setTimeout(r, 20));
+      res.statusCode = 201;
+      res.end('{"id":1}');
+    });
+    const answers = await Promise.all(Array.from({ length: 50 }, () => f.post('same', '{"a":1}')));
+    const codes = answers.map((a) => a.status);
+    assert.equal(effects, 1, String(codes));
+    assert.equal(codes.filter((c) => c === 201).length, 1, String(codes));
+    assert.equal(codes.filter((c) => c === 200 || c === 201 || c === 409).length, 50, String(codes));
+    // Once completed, concurrent retries all get the replay.
+    const replays = await Promise.all(Array.from({ length: 50 }, () => f.post('same', '{"a":1}')));
+    assert.deepEqual(
+      replays.map((a) => a.status),
+      Array.from({ length: 50 }, () => 200),
+    );
+    assert.equal(effects, 1);
   });
-  const answers = await Promise.all(Array.from({ length: 50 }, () => f.post('same', '{"a":1}')));
-  const codes = answers.map((a) => a.status);
-  assert.equal(effects, 1, String(codes));
-  assert.equal(codes.filter((c) => c === 201).length, 1, String(codes));
-  assert.equal(codes.filter((c) => c === 200 || c === 201 || c === 409).length, 50, String(codes));
-  // Once completed, concurrent retries all get the replay.
-  const replays = await Promise.all(Array.from({ length: 50 }, () => f.post('same', '{"a":1}')));
-  assert.deepEqual(
-    replays.map((a) => a.status),
-    Array.from({ length: 50 }, () => 200),
-  );
-  assert.equal(effects, 1);
-});
+}
 
 test('inTransaction: the effect and the record commit together', { skip: skipDb }, async () => {
   const f = await fixture({ inTransaction: true });
@@ -551,6 +630,146 @@ test('inTransaction: the effect and the record commit together', { skip: skipDb 
   assert.equal(await effects(), 1);
   assert.equal(await f.records(), 1);
   assert.equal(f.runs(), 3);
+});
+
+test('migrate upgrades a store of an earlier version in place', { skip: skipDb }, async () => {
+  const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+  schemas.push(schema);
+  await pool.query(`CREATE SCHEMA "${schema}";
+CREATE TABLE "${schema}".records (
+    scope text NOT NULL, key text NOT NULL, fingerprint bytea NOT NULL, state text NOT NULL,
+    locked_until timestamptz, status integer, headers jsonb, body bytea,
+    created_at timestamptz NOT NULL DEFAULT now(), completed_at timestamptz, expires_at timestamptz NOT NULL,
+    PRIMARY KEY (scope, key), CHECK (state IN ('in_flight', 'completed')));
+CREATE INDEX records_expires_idx ON "${schema}".records (expires_at)`);
+  const fp = fingerprint('POST', '/v1/orders', 'application/json', Buffer.from('{}'));
+  await pool.query(
+    `INSERT INTO "${schema}".records (scope, key, fingerprint, state, status, headers, body, completed_at, expires_at, locked_until)
+     VALUES ('', 'old', $1, 'completed', 201, '{}', 'stored before', now(), now() + interval '1 hour', NULL),
+            ('', 'stuck', $1, 'in_flight', NULL, NULL, NULL, NULL, now() + interval '1 hour', now() - interval '1 second')`,
+    [fp],
+  );
+  const logger = capturingLogger();
+  const f = await fixture({ schema, logger }); // migrates
+  await f.rc.migrate();
+  const checks = await pool.query(
+    `SELECT array_agg(conname::text ORDER BY conname) AS names FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c'`,
+    [`"${schema}".records`],
+  );
+  assert.deepEqual(checks.rows[0].names, ['records_state']);
+  const a = await f.post('old');
+  assert.deepEqual([a.status, a.body.toString()], [200, 'stored before']);
+  assertProblem(await f.post('stuck'), 409, 'outcome-unknown');
+  assert.equal(f.runs(), 0);
+  assert.equal(logger.lines.length, 1);
+});
+
+/** Polls a boolean query (column ok) until it is true, for at most two minutes. */
+async function waitFor(what: string, query: string, params: unknown[] = []): Promise<void> {
+  for (let i = 0; ; i++) {
+    if ((await pool.query(query, params)).rows[0].ok) return;
+    assert.ok(i < 2400, `waited 2 minutes for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * Runs the first request with key in a child process (receiver-crash-child.mjs),
+ * kills it with SIGKILL once its handler wrote the effect into table, and
+ * resolves once the database dropped the child's connections.
+ */
+async function killChildMidRequest(schema: string, table: string, key: string, inTx: boolean, recoveryMs: number): Promise<void> {
+  const app = `ts_crash_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+  const child = spawn(
+    process.execPath,
+    [crashChild.pathname, url, schema, table, key, inTx ? '1' : '0', String(recoveryMs), app],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let out = '';
+  let errors = '';
+  child.stderr.on('data', (d: Buffer) => (errors += d.toString()));
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the crash child wrote no effect within 2 minutes: ${errors}`)), 120_000);
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('effect written\n')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`the crash child exited (${code}) before writing its effect: ${errors}`));
+      });
+    });
+  } finally {
+    child.kill('SIGKILL'); // nothing of the receiver runs after the effect
+    await exited;
+  }
+  await waitFor("the killed child's connections to end", 'SELECT count(*) = 0 AS ok FROM pg_stat_activity WHERE application_name = $1', [app]);
+}
+
+test('a process killed mid-request outside inTransaction: 409 outcome-unknown, reported once, never run again', { skip: skipDb }, async () => {
+  const logger = capturingLogger();
+  const f = await fixture({ logger });
+  const table = `"${f.schema}".crash_effects`;
+  await pool.query(`CREATE TABLE ${table} (key text NOT NULL)`);
+  await killChildMidRequest(f.schema, table, 'charge-7f3a', false, 1000);
+  await waitFor("the record's deadline to pass", `SELECT coalesce(bool_and(locked_until < now()), false) AS ok FROM "${f.schema}".records`);
+  for (let i = 0; i < 3; i++) {
+    const a = await f.post('charge-7f3a', '{"amount":5}', {}, '/v1/charges');
+    assertProblem(a, 409, 'outcome-unknown');
+    assert.equal(a.headers['idempotency-conflict'], 'outcome-unknown');
+    assert.equal(JSON.parse(a.body.toString()).idempotency_key, 'charge-7f3a');
+  }
+  assert.equal(f.runs(), 0);
+  assert.equal(Number((await pool.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n), 1);
+  assert.deepEqual(f.rc.abandonedTotal, { outcome_unknown: 1, rerun: 0 });
+  assert.match(f.rc.metrics(), /^drainer_receiver_abandoned_total\{outcome="outcome_unknown"\} 1$/m);
+  assert.deepEqual(
+    logger.lines.map((l) => [l.level, l.fields['scope'], l.fields['key']]),
+    [['error', '', 'charge-7f3a']],
+  );
+  const state = await pool.query(`SELECT state FROM "${f.schema}".records`);
+  assert.deepEqual(state.rows, [{ state: 'outcome_unknown' }]);
+});
+
+test('a process killed mid-request with rerunAbandoned: the retry runs the handler again, reported', { skip: skipDb }, async () => {
+  const logger = capturingLogger();
+  const f = await fixture({ rerunAbandoned: true, logger });
+  const table = `"${f.schema}".crash_effects`;
+  await pool.query(`CREATE TABLE ${table} (key text NOT NULL)`);
+  await killChildMidRequest(f.schema, table, 'charge-9c41', false, 1000);
+  await waitFor("the record's deadline to pass", `SELECT coalesce(bool_and(locked_until < now()), false) AS ok FROM "${f.schema}".records`);
+  assert.equal((await f.post('charge-9c41', '{"amount":5}', {}, '/v1/charges')).status, 201);
+  assert.equal((await f.post('charge-9c41', '{"amount":5}', {}, '/v1/charges')).status, 200);
+  assert.equal(f.runs(), 1);
+  assert.deepEqual(f.rc.abandonedTotal, { outcome_unknown: 0, rerun: 1 });
+  assert.deepEqual(
+    logger.lines.map((l) => [l.level, l.fields['key']]),
+    [['warn', 'charge-9c41']],
+  );
+});
+
+test('a process killed mid-request in inTransaction: record and effect rolled back; the retry runs once at once', { skip: skipDb }, async () => {
+  const f = await fixture({ inTransaction: true });
+  const table = `"${f.schema}".crash_effects`;
+  await pool.query(`CREATE TABLE ${table} (key text NOT NULL)`);
+  await killChildMidRequest(f.schema, table, 'charge-2b08', true, 600_000);
+  const effects = async () => Number((await pool.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n);
+  assert.deepEqual([await effects(), await f.records()], [0, 0]);
+  f.set(async (req, res) => {
+    req.resume();
+    await currentClient(req)!.query(`INSERT INTO ${table} (key) VALUES ('charge-2b08')`);
+    res.statusCode = 201;
+    res.end();
+  });
+  assert.equal((await f.post('charge-2b08', '{"amount":5}', {}, '/v1/charges')).status, 201);
+  assert.equal((await f.post('charge-2b08', '{"amount":5}', {}, '/v1/charges')).status, 200);
+  assert.deepEqual([f.runs(), await effects(), await f.records()], [1, 1, 1]);
+  assert.deepEqual(f.rc.abandonedTotal, { outcome_unknown: 0, rerun: 0 });
 });
 
 test('middleware(): an Express-style chain gets the body it read', { skip: skipDb }, async () => {
