@@ -102,8 +102,8 @@ ALTER TABLE {{.schema}}.audit_anchors
     ALTER COLUMN vid SET NOT NULL;
 CREATE UNIQUE INDEX audit_anchors_vid_idx ON {{.schema}}.audit_anchors (vid);
 
--- Whoever may read the audit may read the ledger and the old anchors
--- (audit verify); only the owner's functions write them.
+-- Whoever may read the audit may read the ledger, the old anchors and the
+-- generations (audit verify); only the owner's functions write them.
 DO $$
 DECLARE
     g record;
@@ -112,7 +112,7 @@ BEGIN
                FROM pg_catalog.pg_class c
               CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) e
               WHERE c.oid = '{{.schema}}.audit'::regclass AND e.privilege_type = 'SELECT' AND e.grantee <> c.relowner LOOP
-        EXECUTE format('GRANT SELECT ON TABLE {{.schema}}.audit_ledger, {{.schema}}.audit_anchor_history TO %s',
+        EXECUTE format('GRANT SELECT ON TABLE {{.schema}}.audit_ledger, {{.schema}}.audit_anchor_history, {{.schema}}.audit_generations TO %s',
                        CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END);
     END LOOP;
 END

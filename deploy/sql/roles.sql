@@ -24,8 +24,8 @@ REVOKE ALL ON SCHEMA :"schema" FROM PUBLIC;
 GRANT USAGE ON SCHEMA :"schema" TO :"runtime_role", :"producer_role";
 
 -- Runtime role: `drainer run` and the operator commands (list, inspect,
--- requeue, cancel, resolve, abort, pause, resume, audit verify). It changes
--- rows, never the schema.
+-- requeue, cancel, resolve, abort, pause, resume, audit verify, audit
+-- checkpoint). It changes rows, never the schema.
 GRANT SELECT ON TABLE :"schema".schema_version, :"schema".schema_meta, :"schema".sagas TO :"runtime_role";
 -- outbox is the view of intents (written once) joined to queue (the rows
 -- the drain rewrites); keys is the key space (every key from its enqueue
@@ -47,19 +47,25 @@ REVOKE INSERT ON TABLE :"schema".audit FROM :"runtime_role";
 -- needs UPDATE on one column; drainer never updates an audit entry.
 GRANT UPDATE (id) ON TABLE :"schema".audit TO :"runtime_role";
 GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".audit_anchors, :"schema".backlog_snapshot TO :"runtime_role";
+-- The audit's ledger, its anchors' older versions and its generations:
+-- audit verify (and --checkpoints) reads them; only the owner's
+-- functions (rotate_audit, audit_ledger_extend) write them.
+GRANT SELECT ON TABLE :"schema".audit_ledger, :"schema".audit_anchor_history, :"schema".audit_generations
+    TO :"runtime_role";
 -- drainer_enqueue_duplicates_total and drainer_enqueue_mismatches_total.
 GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatches TO :"runtime_role";
 -- `drainer abort` (abort_run_internal), the operator actions that change
 -- no row's status (audit_append), the completions with their audit
 -- entries (complete_rows), the rotation of the queue's generations
 -- (rotate_queue), the generation a row inserted into the queue goes to
--- (queue_generation, queue.gen's default) and the audit's rotation
--- (rotate_audit, retention). They run with the owner's rights.
+-- (queue_generation, queue.gen's default), the audit's rotation
+-- (rotate_audit, retention) and `drainer audit checkpoint` (audit_horizon,
+-- audit_ledger_extend). They run with the owner's rights.
 GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean, smallint[]),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
     :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation(),
-    :"schema".rotate_audit(interval, interval)
+    :"schema".rotate_audit(interval, interval), :"schema".audit_horizon(), :"schema".audit_ledger_extend(bigint)
     TO :"runtime_role";
 -- The producer's functions are not the runtime role's.
 REVOKE EXECUTE ON FUNCTION :"schema".enqueue(text, text, text, text, jsonb, text),
@@ -81,5 +87,6 @@ REVOKE EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"sch
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean, smallint[]),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
     :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation(),
-    :"schema".rotate_audit(interval, interval), :"schema".audit_generation()
+    :"schema".rotate_audit(interval, interval), :"schema".audit_generation(),
+    :"schema".audit_horizon(), :"schema".audit_ledger_extend(bigint)
     FROM :"producer_role";
