@@ -5,7 +5,8 @@
 // Usage:
 //
 //	DATABASE_URL=postgres://... receiver-example [-addr 127.0.0.1:8080] [-mode seed|ietf]
-//	    [-schema drainer_receiver] [-delay 0s] [-in-transaction]
+//	    [-schema drainer_receiver] [-delay 0s] [-outside-transaction] [-rerun-abandoned]
+//	    [-recovery-timeout 60s]
 //
 // -addr defaults to $ADDR, else 127.0.0.1:$PORT, else 127.0.0.1:8080; port 0
 // picks a free port. Once listening it prints "listening on http://HOST:PORT"
@@ -14,10 +15,18 @@
 // Endpoints: POST /v1/orders (key required; the JSON body is stored as a new
 // order, answered 201 with {"id": N, "order": BODY} and a Location header;
 // the X-Account header is the key scope); GET /v1/orders/count answers
-// {"count": N}, the number of orders made, so a test can count effects.
-// -delay holds each order that long before answering (to observe the
-// in-flight answer); with -in-transaction the order is inserted in the
-// transaction that stores the answer (receiver.Tx).
+// {"count": N}, the number of orders made, so a test can count effects;
+// GET /metrics serves drainer_receiver_abandoned_total.
+//
+// The order is inserted through receiver.Tx, in the transaction that writes
+// the receiver's record (Options.InTransaction): killed mid-request, the
+// service leaves neither order nor record, and the retry makes the order
+// once. -outside-transaction inserts it on its own connection instead; a
+// retry of an order whose process died then gets 409 outcome-unknown after
+// -recovery-timeout (and the service logs the key at ERROR), or, with
+// -rerun-abandoned, makes the order again. -delay holds each order that
+// long after writing it, before answering (to observe the in-flight answer,
+// or to kill the service mid-request).
 //
 // # Files
 //

@@ -18,6 +18,8 @@ import (
 	"github.com/drainer-io/drainer/receiver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func main() {
@@ -32,8 +34,8 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	addr, mode, schema, dbURL string
-	delay                     time.Duration
-	inTx                      bool
+	delay, recoveryTimeout    time.Duration
+	outsideTx, rerunAbandoned bool
 }
 
 func parse(args []string) (config, error) {
@@ -50,16 +52,29 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.addr, "addr", defAddr, "listen address")
 	fs.StringVar(&c.mode, "mode", string(receiver.ModeSeed), "receiver mode: seed or ietf")
 	fs.StringVar(&c.schema, "schema", receiver.DefaultSchema, "schema of the receiver's records")
-	fs.DurationVar(&c.delay, "delay", 0, "hold each order this long before answering")
-	fs.BoolVar(&c.inTx, "in-transaction", false, "insert the order in the transaction that stores the answer")
+	fs.DurationVar(&c.delay, "delay", 0, "hold each order this long after writing it, before answering")
+	inTx := fs.Bool("in-transaction", true, "insert the order in the transaction that writes the receiver's record (the default)")
+	fs.BoolVar(&c.outsideTx, "outside-transaction", false, "insert the order on its own connection, outside the receiver's transaction")
+	fs.BoolVar(&c.rerunAbandoned, "rerun-abandoned", false, "outside a transaction: run an order again whose process died mid-request")
+	fs.DurationVar(&c.recoveryTimeout, "recovery-timeout", receiver.DefaultRecoveryTimeout, "how long a dead process's record blocks retries")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.outsideTx && *inTx && isSet(fs, "in-transaction") {
+		return c, errors.New("-in-transaction and -outside-transaction contradict each other")
 	}
 	c.dbURL = os.Getenv("DATABASE_URL")
 	if c.dbURL == "" {
 		return c, errors.New("set DATABASE_URL to a postgres:// URL")
 	}
 	return c, nil
+}
+
+// isSet reports whether the command line set flag name.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // run serves until ctx is done.
@@ -74,11 +89,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer pool.Close()
 
+	// The order is written through receiver.Tx in the transaction that
+	// writes the receiver's record: a crash mid-request rolls back both, and
+	// the retry makes the order once.
+	reg := prometheus.NewRegistry()
 	rc, err := receiver.New(pool, receiver.Options{
-		Schema:        c.schema,
-		Mode:          receiver.Mode(c.mode),
-		Scope:         func(r *http.Request) string { return r.Header.Get("X-Account") },
-		InTransaction: c.inTx,
+		Schema:          c.schema,
+		Mode:            receiver.Mode(c.mode),
+		Scope:           func(r *http.Request) string { return r.Header.Get("X-Account") },
+		InTransaction:   !c.outsideTx,
+		RerunAbandoned:  c.rerunAbandoned,
+		RecoveryTimeout: c.recoveryTimeout,
+		Registerer:      reg,
 	})
 	if err != nil {
 		return err
@@ -92,6 +114,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /v1/orders", func(w http.ResponseWriter, r *http.Request) { createOrder(w, r, pool, c.delay) })
 	mux.HandleFunc("GET /v1/orders/count", func(w http.ResponseWriter, r *http.Request) {
 		var n int64
@@ -134,13 +157,6 @@ func createOrder(w http.ResponseWriter, r *http.Request, pool *pgxpool.Pool, del
 		http.Error(w, "the body must be JSON", http.StatusBadRequest)
 		return
 	}
-	if delay > 0 {
-		select {
-		case <-time.After(delay):
-		case <-r.Context().Done():
-			return
-		}
-	}
 	var q interface {
 		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	} = pool
@@ -152,6 +168,13 @@ func createOrder(w http.ResponseWriter, r *http.Request, pool *pgxpool.Pool, del
 		r.Header.Get("X-Account"), string(body)).Scan(&id); err != nil {
 		http.Error(w, "database error", http.StatusServiceUnavailable)
 		return
+	}
+	if delay > 0 {
+		// The order exists now: answer it even if the client left.
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", "/v1/orders/"+strconv.FormatInt(id, 10))

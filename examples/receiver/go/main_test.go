@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestService(t *testing.T) {
-	for _, inTx := range []string{"", "-in-transaction"} {
+	for _, inTx := range []string{"", "-outside-transaction"} {
 		t.Run("mode"+inTx, func(t *testing.T) {
 			t.Setenv("DATABASE_URL", dbtest.NewDatabase(t))
 			ctx, cancel := context.WithCancel(context.Background())
@@ -69,6 +69,15 @@ func TestService(t *testing.T) {
 			_ = resp.Body.Close()
 			if string(b) != `{"count":1}` {
 				t.Fatalf("count %s, want 1", b)
+			}
+			resp, err = http.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ = io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if !strings.Contains(string(b), `drainer_receiver_abandoned_total{outcome="outcome_unknown"} 0`) {
+				t.Fatalf("/metrics has no drainer_receiver_abandoned_total:\n%s", b)
 			}
 		})
 	}

@@ -4,14 +4,19 @@ HTTP/1.1 server written with the standard library only (asyncio).
 Usage::
 
     DATABASE_URL=postgres://... PYTHONPATH=sdk/python/src /usr/bin/python3 examples/receiver/python/server.py \\
-        [--addr 127.0.0.1:8080] [--mode seed|ietf] [--schema drainer_receiver] [--delay 0s] [--in-transaction]
+        [--addr 127.0.0.1:8080] [--mode seed|ietf] [--schema drainer_receiver] [--delay 0s] \\
+        [--outside-transaction] [--rerun-abandoned] [--recovery-timeout 60s]
 
 ``--addr`` defaults to $ADDR, else 127.0.0.1:$PORT, else 127.0.0.1:8080;
 port 0 picks a free port. Once listening it prints
 ``listening on http://HOST:PORT``. Endpoints as the Go example's
 (examples/receiver/go): POST /v1/orders (key required; X-Account is the
 key scope) answers 201 with {"id": N, "order": BODY}; GET /v1/orders/count
-answers {"count": N}.
+answers {"count": N}; GET /metrics serves drainer_receiver_abandoned_total.
+The order is inserted through ``current_connection(scope)``, in the
+transaction that writes the receiver's record (``in_transaction=True``), unless
+``--outside-transaction``; ``--delay`` holds each order that long after
+writing it, before answering.
 
 Any ASGI server (uvicorn, hypercorn, daphne) serves ``build_app(...)`` the
 same way; :func:`serve` exists so the example runs with nothing installed
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import pathlib
 import re
@@ -134,12 +140,20 @@ async def serve(app: ASGIApp, host: str, port: int, ready: Optional[Callable[[st
 
 
 def build_app(database_url: str, mode: str = "seed", schema: str = "drainer_receiver", delay: float = 0.0,
-              in_transaction: bool = False) -> Tuple[ASGIApp, Receiver]:
+              in_transaction: bool = True, rerun_abandoned: bool = False,
+              recovery_timeout: float = 60.0) -> Tuple[ASGIApp, Receiver]:
     """The orders app behind a receiver; call receiver.migrate() (and
     ensure_tables) before serving."""
 
     async def orders(scope: Dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
+            return
+        if scope["method"] == "GET" and scope["path"] == "/metrics":
+            body = receiver.metrics().encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/plain; version=0.0.4"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
             return
         if scope["method"] == "GET" and scope["path"] == "/v1/orders/count":
             async with await psycopg.AsyncConnection.connect(database_url) as conn:
@@ -161,8 +175,6 @@ def build_app(database_url: str, mode: str = "seed", schema: str = "drainer_rece
         except ValueError:
             await _answer(send, 400, b'{"error":"the body must be JSON"}')
             return
-        if delay:
-            await asyncio.sleep(delay)
         account = dict(scope["headers"]).get(b"x-account", b"").decode("latin-1")
         conn = current_connection(scope)
         q = "INSERT INTO example_orders (account, body) VALUES (%s, %s) RETURNING id"
@@ -171,13 +183,19 @@ def build_app(database_url: str, mode: str = "seed", schema: str = "drainer_rece
         else:
             async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
                 oid = (await (await c.execute(q, [account, json.dumps(order)])).fetchone())[0]  # type: ignore[index]
+        if delay:
+            await asyncio.sleep(delay)
         out = json.dumps({"id": oid, "order": order}, separators=(",", ":")).encode()
         await _answer(send, 201, out, [(b"location", f"/v1/orders/{oid}".encode())])
 
     def account_of(scope: Dict[str, Any]) -> str:
         return dict(scope["headers"]).get(b"x-account", b"").decode("latin-1")
 
-    receiver = Receiver(database_url, schema=schema, mode=mode, scope=account_of, in_transaction=in_transaction)
+    # The order is written through current_connection(scope), in the
+    # transaction that writes the receiver's record: a crash mid-request
+    # rolls back both, and the retry makes the order once.
+    receiver = Receiver(database_url, schema=schema, mode=mode, scope=account_of, in_transaction=in_transaction,
+                        rerun_abandoned=rerun_abandoned, recovery_timeout=recovery_timeout)
     return receiver.wrap(orders), receiver
 
 
@@ -207,13 +225,25 @@ def main() -> None:
     p.add_argument("--addr", default=default_addr)
     p.add_argument("--mode", default="seed", choices=["seed", "ietf"])
     p.add_argument("--schema", default="drainer_receiver")
-    p.add_argument("--delay", type=_duration, default=0.0, help="hold each order this long before answering (500ms, 2s)")
-    p.add_argument("--in-transaction", action="store_true")
+    p.add_argument("--delay", type=_duration, default=0.0,
+                   help="hold each order this long after writing it, before answering (500ms, 2s)")
+    p.add_argument("--in-transaction", action="store_true",
+                   help="insert the order in the transaction that writes the receiver's record (the default)")
+    p.add_argument("--outside-transaction", action="store_true",
+                   help="insert the order on its own connection, outside the receiver's transaction")
+    p.add_argument("--rerun-abandoned", action="store_true",
+                   help="outside a transaction: run an order again whose process died mid-request")
+    p.add_argument("--recovery-timeout", type=_duration, default=60.0,
+                   help="how long a dead process's record blocks retries (60s)")
     args = p.parse_args()
+    if args.in_transaction and args.outside_transaction:
+        p.error("--in-transaction and --outside-transaction contradict each other")
     url = os.environ.get("DATABASE_URL")
     if not url:
         p.error("set DATABASE_URL to a postgres:// URL")
-    app, receiver = build_app(url, args.mode, args.schema, args.delay, args.in_transaction)
+    logging.basicConfig(format="%(levelname)s %(message)s", stream=sys.stderr)
+    app, receiver = build_app(url, args.mode, args.schema, args.delay, not args.outside_transaction,
+                              args.rerun_abandoned, args.recovery_timeout)
     receiver.migrate()
     ensure_tables(url)
     host, _, port = args.addr.rpartition(":")
