@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"pgregory.net/rapid"
 )
 
 // The model's liveness invariants: what must happen within a bound, not
@@ -179,4 +180,22 @@ func (m *seqModel) handOverSummary() string {
 		h.mu.Unlock()
 	}
 	return fmt.Sprintf("%d stranded rows handed over, the longest %s after its lease expired", n, longest.Round(time.Millisecond))
+}
+
+// actKillConns terminates the daemons' own connections beside their pools
+// (the listener's and the wake gate's: application_name drainer-ROLE), as
+// a server restart, an idle-connection killer or a network drop would:
+// rows enqueued afterwards must still be woken, not left to a poll.
+func (m *seqModel) actKillConns(rt *rapid.T) bool {
+	var killed int
+	err := withRetry(func(ctx context.Context) error {
+		return m.e.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+			FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'drainer-%'`).Scan(&killed)
+	})
+	if err != nil {
+		m.rt.Fatalf("kill the daemons' connections: %v", err)
+	}
+	m.rt.Logf("kill_conns: terminated %d listener and wake-gate connections", killed)
+	m.tally["conns killed"] += killed
+	return killed > 0
 }

@@ -1,0 +1,145 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"github.com/drainer-io/drainer/store/storetest"
+	"pgregory.net/rapid"
+)
+
+// The model's tampering: what someone who can write the database does to
+// the audit, among the daemons' work, the pruning and the rotations. Every
+// tampering must still be reported by `drainer audit verify` at the end of
+// this sequence and of every later one (tamper evidence survives pruning,
+// rotation and truncation), and nothing else may be.
+
+// Tamper kinds (storetest's tamperers).
+const (
+	tamperEdit   = "edit"   // an entry's content changed, its hash kept
+	tamperDelete = "delete" // an entry removed from the middle of a chain
+	tamperInsert = "insert" // a forged entry linked into a chain
+	tamperStatus = "status" // a row's status changed with the audit trigger off
+	tamperAnchor = "anchor" // a chain's anchor deleted
+)
+
+// actTamper tampers with the audit of one settled row of the sequence.
+// Status changes are made on note rows only (no compensation, so no saga
+// reads them), from succeeded to cancelled or from failed or cancelled to
+// succeeded; the row's own invariants are then not checked (its status is
+// the tamperer's), the audit's are.
+func (m *seqModel) actTamper(rt *rapid.T) bool {
+	e := m.e
+	kind := rapid.SampledFrom([]string{tamperEdit, tamperDelete, tamperInsert, tamperStatus, tamperAnchor}).Draw(rt, "tamper")
+	var keys []string
+	for _, in := range m.intents {
+		if _, done := e.tampered[in.key]; in.committed && !done && (kind != tamperStatus || in.tool == toolNote) {
+			keys = append(keys, in.key)
+		}
+	}
+	if len(keys) == 0 {
+		return false
+	}
+	st := m.statuses(keys)
+	keys = slices.DeleteFunc(keys, func(k string) bool {
+		s := st[k]
+		return s != "succeeded" && s != "failed" && s != "cancelled" && s != "compensated"
+	})
+	if len(keys) == 0 {
+		return false
+	}
+	key := rapid.SampledFrom(keys).Draw(rt, "tamper key")
+	var entries, anchors, rows int
+	if err := withRetry(func(ctx context.Context) error {
+		return e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM drainer.audit WHERE key = $1),
+		        (SELECT count(*) FROM drainer.audit_anchors WHERE key = $1),
+		        (SELECT count(*) FROM drainer.outbox WHERE key = $1)`, key).Scan(&entries, &anchors, &rows)
+	}); err != nil {
+		m.rt.Fatalf("tamper: read %s: %v", key, err)
+	}
+	switch kind {
+	case tamperEdit, tamperInsert:
+		if entries < 1 {
+			return false
+		}
+	case tamperDelete:
+		if entries < 2 {
+			return false
+		}
+	case tamperAnchor:
+		if anchors < 1 {
+			return false
+		}
+	case tamperStatus:
+		if rows < 1 {
+			return false
+		}
+	}
+	switch kind {
+	case tamperEdit:
+		storetest.TamperEdit(e.t, e.pool, key)
+	case tamperDelete:
+		storetest.TamperDelete(e.t, e.pool, key)
+	case tamperInsert:
+		storetest.TamperInsert(e.t, e.pool, key)
+	case tamperAnchor:
+		storetest.TamperAnchor(e.t, e.pool, key)
+	case tamperStatus:
+		to := "succeeded"
+		if st[key] == "succeeded" {
+			to = "cancelled"
+		}
+		storetest.TamperStatus(e.t, e.pool, key, to)
+	}
+	e.tampered[key] = kind
+	m.rt.Logf("tamper: %s the audit of %s", kind, key)
+	m.tally["tamper "+kind]++
+	return true
+}
+
+// checkTampering runs `drainer audit verify`: with nothing tampered, it
+// must pass; otherwise it must report every key tampered with in this run
+// (this sequence's and every earlier one's) and no other.
+func (m *seqModel) checkTampering(fail func(string, ...any)) {
+	e := m.e
+	res := e.cli("audit", "verify", "--output", "json", "--limit", "100000")
+	if len(e.tampered) == 0 {
+		if res.code != 0 {
+			fail("drainer audit verify: %s", res)
+		}
+		return
+	}
+	if res.code != 1 {
+		fail("drainer audit verify after %d tamperings exited %d, want 1: %s", len(e.tampered), res.code, res)
+		return
+	}
+	var v struct {
+		Broken []struct {
+			Key     string `json:"key"`
+			Problem string `json:"problem"`
+		} `json:"broken"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &v); err != nil {
+		fail("drainer audit verify --output json: %v in %q", err, res.stdout)
+		return
+	}
+	reported := map[string][]string{}
+	for _, b := range v.Broken {
+		reported[b.Key] = append(reported[b.Key], b.Problem)
+	}
+	for key, kind := range e.tampered {
+		if len(reported[key]) == 0 {
+			fail("tampering (%s) of %s's audit is no longer reported by drainer audit verify", kind, key)
+		}
+	}
+	for key, problems := range reported {
+		if _, ok := e.tampered[key]; !ok && key != "" {
+			fail("drainer audit verify reports %s, which nobody tampered with: %s", key, strings.Join(problems, "; "))
+		}
+	}
+	m.tally["tamperings still reported"] = len(e.tampered)
+}
