@@ -137,8 +137,13 @@ func (m *seqModel) checkTampering(fail func(string, ...any)) {
 		}
 	}
 	for key, problems := range reported {
-		if _, ok := e.tampered[key]; !ok && key != "" {
-			fail("drainer audit verify reports %s, which nobody tampered with: %s", key, strings.Join(problems, "; "))
+		// A ledger record covers many chains (its bucket's anchors, a range
+		// of entries): what no longer matches it is reported under each
+		// chain it covers, tampered or not. A chain's own problem names
+		// only a chain that was tampered with.
+		own := slices.DeleteFunc(slices.Clone(problems), func(p string) bool { return strings.HasPrefix(p, "ledger record ") })
+		if _, ok := e.tampered[key]; !ok && key != "" && len(own) > 0 {
+			fail("drainer audit verify reports %s, which nobody tampered with: %s", key, strings.Join(own, "; "))
 		}
 	}
 	m.tally["tamperings still reported"] = len(e.tampered)
