@@ -182,20 +182,21 @@ func (m *seqModel) handOverSummary() string {
 	return fmt.Sprintf("%d stranded rows handed over, the longest %s after its lease expired", n, longest.Round(time.Millisecond))
 }
 
-// actKillConns terminates the daemons' own connections beside their pools
-// (the listener's and the wake gate's: application_name drainer-ROLE), as
-// a server restart, an idle-connection killer or a network drop would:
-// rows enqueued afterwards must still be woken, not left to a poll.
+// actKillConns terminates the daemons' idle connections, the listener's and
+// the wake gate's among them (their application_name starts with drainer),
+// as an idle-connection killer or a network drop would: rows enqueued
+// afterwards must still be woken, not left to a poll.
 func (m *seqModel) actKillConns(rt *rapid.T) bool {
 	var killed int
 	err := withRetry(func(ctx context.Context) error {
 		return m.e.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-			FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'drainer-%'`).Scan(&killed)
+			FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'drainer%' AND state = 'idle'
+			  AND pid <> pg_backend_pid()`).Scan(&killed)
 	})
 	if err != nil {
 		m.rt.Fatalf("kill the daemons' connections: %v", err)
 	}
-	m.rt.Logf("kill_conns: terminated %d listener and wake-gate connections", killed)
+	m.rt.Logf("kill_conns: terminated %d idle connections of the daemons", killed)
 	m.tally["conns killed"] += killed
 	return killed > 0
 }
