@@ -21,6 +21,8 @@ import (
 	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/receiver"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -976,6 +978,32 @@ CREATE INDEX records_expires_idx ON drainer_receiver.records (expires_at);`)
 	var state string
 	if err := pool.QueryRow(t.Context(), `SELECT state FROM drainer_receiver.records WHERE key = 'stuck'`).Scan(&state); err != nil || state != "outcome_unknown" {
 		t.Fatalf("the abandoned record of the earlier version: state %q, %v; want outcome_unknown", state, err)
+	}
+}
+
+// Receivers sharing a registerer share drainer_receiver_abandoned_total; a
+// registerer holding another metric under that name is refused, naming the
+// option.
+func TestRegisterer(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(t.Context(), "postgres://u@127.0.0.1:1/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	reg := prometheus.NewRegistry()
+	for range 2 {
+		if _, err := receiver.New(pool, receiver.Options{Registerer: reg}); err != nil {
+			t.Fatalf("a second receiver on the same registerer: %v", err)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "drainer_receiver_abandoned_total"); err != nil || n != 2 {
+		t.Fatalf("drainer_receiver_abandoned_total: %d series, %v; want its two outcomes at 0", n, err)
+	}
+	other := prometheus.NewRegistry()
+	other.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "drainer_receiver_abandoned_total", Help: "not ours"}))
+	if _, err := receiver.New(pool, receiver.Options{Registerer: other}); err == nil || !strings.Contains(err.Error(), "Registerer") {
+		t.Fatalf("a registerer with a clashing metric: %v, want an error naming Registerer", err)
 	}
 }
 
