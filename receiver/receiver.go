@@ -46,6 +46,7 @@ type Receiver struct {
 	opts      Options
 	schema    string // quoted identifier
 	table     string // quoted schema.records
+	claimSQL  string // claimSQL on table
 	abandoned *prometheus.CounterVec
 }
 
@@ -64,7 +65,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Receiver, error) {
 		return nil, fmt.Errorf("receiver: option Registerer: %w", err)
 	}
 	schema := pgx.Identifier{o.Schema}.Sanitize()
-	return &Receiver{pool: pool, opts: o, schema: schema, table: schema + ".records", abandoned: abandoned}, nil
+	table := schema + ".records"
+	return &Receiver{pool: pool, opts: o, schema: schema, table: table, claimSQL: fmt.Sprintf(claimSQL, table), abandoned: abandoned}, nil
 }
 
 // txKey is the context key of the InTransaction transaction.

@@ -234,7 +234,7 @@ const claimSQL = `INSERT INTO %s (scope, key, fingerprint, state, locked_until, 
 // no record to decide from (try again). All times come from the database
 // clock.
 func (rc *Receiver) claimRound(ctx context.Context, tx pgx.Tx, scope, key string, fp []byte) (res claimResult, done bool, err error) {
-	err = tx.QueryRow(ctx, fmt.Sprintf(claimSQL, rc.table),
+	err = tx.QueryRow(ctx, rc.claimSQL,
 		scope, key, fp, rc.opts.RecoveryTimeout.Microseconds(), rc.opts.TTL.Microseconds(), rc.opts.Schema).Scan(&res.token)
 	if err == nil {
 		return claimResult{outcome: claimed, token: res.token}, true, nil
