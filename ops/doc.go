@@ -1,5 +1,6 @@
 // Package ops implements drainer's operator actions as library code: list,
-// inspect, requeue, cancel, resolve, abort, pause, resume and audit verify.
+// inspect, requeue, cancel, resolve, abort, pause, resume, audit verify and
+// audit checkpoint.
 // The `drainer` CLI commands are thin wrappers around it.
 //
 // The package holds the operator logic: validation, the rules below, dry
@@ -66,5 +67,8 @@
 //	abort.go    abort of a run
 //	pause.go    pause, resume and the list of pauses
 //	audit.go    audit verify
+//	checkpoint.go         audit checkpoint: the file, its keys, its signature
+//	checkpoint_verify.go  verify --checkpoints: a checkpoint still a prefix of the audit
+//	audithash.go          the audit's hash functions in Go, as the database computes them
 //	errors.go   refusals and their messages; row.go the row type
 package ops

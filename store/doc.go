@@ -41,6 +41,9 @@
 //	revive.go       AbortedRuns, LockSagas, LockRuns, Restorable, FirstFailed, DeleteRun,
 //	                RestoreRun: requeue's revival of an aborted run
 //	audit.go        SetActor, AuditAppend, AuditAppendEach, AuditTrail, CountAudit, VerifyAudit
+//	audit_ledger.go AuditLedger, AuditGenerations, AuditHorizon, TransactionsRunning,
+//	                ExtendAuditLedger, EachAuditEntry, EachAnchorVersion: the audit's ledger,
+//	                read raw for audit checkpoint and verify --checkpoints
 //	console.go      RowFloor, VerifyAuditKey, CountsByTool: the operator console's reads
 //	progress.go     ReadProgress, CountByStatusKind (the demo's progress and summary)
 //

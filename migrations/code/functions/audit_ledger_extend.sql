@@ -10,6 +10,7 @@ CREATE OR REPLACE FUNCTION {{.schema}}.audit_ledger_extend(p_upto bigint, OUT n 
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
+ SET jit TO 'off'
 AS $function$
 DECLARE
     g record;

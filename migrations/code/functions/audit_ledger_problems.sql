@@ -19,6 +19,7 @@ CREATE OR REPLACE FUNCTION {{.schema}}.audit_ledger_problems()
  RETURNS TABLE(id bigint, key text, problem text)
  LANGUAGE plpgsql
  STABLE
+ SET jit TO 'off'
 AS $function$
 DECLARE
     r       record;

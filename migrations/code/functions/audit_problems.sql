@@ -21,6 +21,7 @@ CREATE OR REPLACE FUNCTION {{.schema}}.audit_problems(p_key text)
  RETURNS TABLE(id bigint, key text, problem text)
  LANGUAGE sql
  STABLE
+ SET jit TO 'off'
 AS $function$
     SELECT c.id, c.key, c.problem FROM {{.schema}}.audit_chain_problems(p_key, NULL) c
     UNION ALL

@@ -42,6 +42,7 @@ CREATE OR REPLACE FUNCTION {{.schema}}.rotate_audit(p_retention interval, p_span
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
+ SET jit TO 'off'
 AS $function$
 DECLARE
     v_cur    smallint;
