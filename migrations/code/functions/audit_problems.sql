@@ -15,13 +15,13 @@
 --   keeps it: rotate_audit), and an anchor version whose content no longer
 --   matches its hash.
 --
--- audit_verify (every chain, and the ledger) and the console (one key)
--- read it.
+-- audit_verify (every chain, and the ledger, without JIT) and the console
+-- (one key) read it; it stays a plain SQL function, so that either inlines
+-- it and plans it for the key it gives.
 CREATE OR REPLACE FUNCTION {{.schema}}.audit_problems(p_key text)
  RETURNS TABLE(id bigint, key text, problem text)
  LANGUAGE sql
  STABLE
- SET jit TO 'off'
 AS $function$
     SELECT c.id, c.key, c.problem FROM {{.schema}}.audit_chain_problems(p_key, NULL) c
     UNION ALL
