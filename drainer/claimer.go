@@ -12,17 +12,18 @@ import (
 )
 
 // claimLoop leases due rows whenever worker slots are free: on a
-// notification, when a slot frees, and at least every PollInterval.
+// notification, when a slot frees, and at least every PollInterval. Each
+// claim counts its rows under the cause of the wake-up that led to it
+// (claimCause).
 func (e *Engine) claimLoop() {
 	defer e.loops.Done()
 	defer close(e.claimDone)
 	poll := time.NewTicker(e.cfg.PollInterval)
 	defer poll.Stop()
-	gate := newWakeGate(e)
-	defer gate.close()
 	errDelay := 100 * time.Millisecond
+	cause := causeStart
 	for {
-		soon, err := e.claimThenArm(gate)
+		soon, err := e.claimThenArm(cause)
 		if err != nil {
 			if isShutdown(e.fetchCtx, err) {
 				return
@@ -39,8 +40,16 @@ func (e *Engine) claimLoop() {
 		case <-e.fetchCtx.Done():
 			return
 		case <-poll.C:
+			cause = causePoll
+			if e.slotsWanted.Load() {
+				// Waiting for slots, not asleep: a finishing worker would
+				// have brought the loop back for these rows.
+				cause = causeSlots
+			}
 		case <-soon:
+			cause = causeRetry
 		case <-e.wake:
+			cause = causeSlots
 			// Under load slots free one by one; let them accumulate for a
 			// moment so a claim (one durable commit) leases a full batch
 			// rather than a row or two.
@@ -54,18 +63,20 @@ func (e *Engine) claimLoop() {
 				t.Stop()
 			}
 		}
+		cause = e.takeWakeCause(cause)
 	}
 }
 
 // claimThenArm claims while slots are free and rows are due; when no row
-// was due it arms the wake gate before the loop sleeps, so that producers
-// notify (see wakeGate), and, having just armed it, claims once more from
-// the first due row: the rows of producers that skipped their notification
-// while this daemon was busy. The channel it returns, when not nil, asks for
-// another look soon: a producer's transaction was still open, or a full
-// pass is owed (see lowWater) but the last one was too recent.
-func (e *Engine) claimThenArm(gate *wakeGate) (<-chan time.Time, error) {
-	idle, err := e.claimWhileFree(gate)
+// was due it asks the wake gate for a slot before the loop sleeps, so that
+// producers notify (see wakeGate). It never waits for the gate: once the
+// gate holds its slot it wakes the loop to claim from the first due row,
+// which finds the rows of producers that skipped their notification while
+// no slot was held. The channel it returns, when not nil, asks for another
+// look soon: a full pass is owed (see lowWater) but the last one was too
+// recent.
+func (e *Engine) claimThenArm(cause claimCause) (<-chan time.Time, error) {
+	idle, err := e.claimWhileFree(cause)
 	if err != nil || !idle || e.fetchCtx.Err() != nil {
 		return nil, err
 	}
@@ -74,18 +85,11 @@ func (e *Engine) claimThenArm(gate *wakeGate) (<-chan time.Time, error) {
 		// without a notification that says where, lies behind the mark,
 		// where only a pass from the first due row finds it.
 		e.mark.fullNext = true
-		if idle, err = e.claimWhileFree(gate); err != nil || !idle || e.fetchCtx.Err() != nil {
+		if idle, err = e.claimWhileFree(cause); err != nil || !idle || e.fetchCtx.Err() != nil {
 			return nil, err
 		}
 	}
-	switch gate.arm(e.fetchCtx) {
-	case gateHeld:
-		e.mark.fullNext = true
-		_, err = e.claimWhileFree(gate)
-		return nil, err
-	case gateBusy:
-		return time.After(wakeRetry), nil
-	}
+	e.gate.want(true)
 	if !e.mark.wasFull {
 		// The gate stays armed (producers notify, with their rows'
 		// position) while the owed full pass waits for its gap.
@@ -98,11 +102,12 @@ func (e *Engine) claimThenArm(gate *wakeGate) (<-chan time.Time, error) {
 // reports the latter (idle). It never leases more rows than free slots: a
 // row waiting in memory would let its lease lapse and another replica send
 // it again. A claim that brings a full batch, or at least disarmRows rows,
-// disarms the wake gate: the daemon is busy and claims again without being
-// told. Below that it keeps the gate (producers keep notifying): at low
-// rates taking it again before every sleep would cost more than the
-// notifications.
-func (e *Engine) claimWhileFree(gate *wakeGate) (idle bool, err error) {
+// gives the wake gate's slot back: the daemon is busy and claims again
+// without being told. Below that it keeps the slot (producers keep
+// notifying): at low rates taking it again before every sleep would cost
+// more than the notifications. Whichever claim finds nothing due asks for
+// the slot again (claimThenArm).
+func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 	defer func() { e.slotsWanted.Store(!idle) }()
 	for e.fetchCtx.Err() == nil {
 		// Set before free is read: a worker that finishes from here on
@@ -130,9 +135,15 @@ func (e *Engine) claimWhileFree(gate *wakeGate) (idle bool, err error) {
 			return false, err
 		}
 		if len(rows) == n || len(rows) >= disarmRows {
-			gate.disarm()
+			e.gate.want(false)
 		}
 		e.mark.advance(rows, n)
+		if cause == causePoll && e.wakeWhy.Load()&(1<<causeNotify) != 0 {
+			// A notification came while this claim ran: the poll only
+			// beat it to its rows.
+			cause = causeNotify
+		}
+		e.claims.add(cause, len(rows))
 		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
 		for i := range rows {
 			row := &rows[i]

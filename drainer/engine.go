@@ -157,12 +157,18 @@ type Engine struct {
 	workCtx     context.Context // cancelled when the shutdown grace runs out
 	workCancel  context.CancelFunc
 
-	claimDone chan struct{} // closed when the claim loop has exited
-	mark      lowWater      // the claim loop's low-water mark
-	floor     wakeFloor     // what the other loops tell the mark
+	claimDone    chan struct{} // closed when the claim loop has exited
+	gate         *wakeGate     // the claim loop's slot of the wake gate
+	listening    chan struct{} // closed once the listener first listens
+	listenedOnce sync.Once
+	hooks        wakeHooks // tests' stops in the wake-up
+	mark         lowWater  // the claim loop's low-water mark
+	floor        wakeFloor // what the other loops tell the mark
 	// slotsWanted says the claim loop waits for free slots: finishing
 	// workers wake it.
 	slotsWanted atomic.Bool
+	wakeWhy     atomic.Uint32  // why the claim loop was woken (wakeFor)
+	claims      claimCounts    // rows claimed, by cause (ClaimedRows)
 	workers     sync.WaitGroup // one per leased row
 	loops       sync.WaitGroup // claimer, completer
 	maint       maintenance.Group
@@ -225,9 +231,10 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.fetchCtx, e.fetchCancel = context.WithCancel(context.Background())
 	e.workCtx, e.workCancel = context.WithCancel(context.Background())
 	e.completer = newCompleter(e)
+	e.gate, e.listening = newWakeGate(e), make(chan struct{})
 	e.deferrer = newDeferrer(e)
 	e.sagas = compensations.NewRunner(compensations.RunnerConfig{
-		Pool: pool, Store: e.st, SweepInterval: cfg.SagaInterval, Logger: cfg.Logger, Queued: e.signal,
+		Pool: pool, Store: e.st, SweepInterval: cfg.SagaInterval, Logger: cfg.Logger, Queued: func() { e.wakeFor(causeSignal) },
 		Routing: func() (compensations.Map, bool) {
 			rt := e.routing.Load()
 			return rt.Compensations, rt.CompensationFailedAlert != ""
@@ -266,12 +273,15 @@ func (e *Engine) Start(ctx context.Context) error {
 	// Maintenance first, in this order; Stop stops it last, in reverse.
 	services := []maintenance.Service{e.sagas, e.deferrer.service()}
 	if !e.cfg.PollOnly {
-		services = append(services, e.listener())
+		services = append(services, e.listener(), e.gate.service())
 	}
 	services = append(services, e.pauseWatcher(), e.reclaimer(), e.snapshotter(), e.pruner(), e.rotator(), e.calibrator())
 	if err := e.maint.Start(ctx, services...); err != nil {
 		e.started.Store(false)
 		return err
+	}
+	if !e.cfg.PollOnly {
+		e.awaitWakeUp(ctx)
 	}
 	e.loops.Add(2)
 	go e.completer.run()
@@ -387,7 +397,7 @@ func (e *Engine) wakeNewlyRouted(old, rt *Routing) {
 // due row.
 func (e *Engine) signalFull() {
 	e.floor.wantFull()
-	e.signal()
+	e.wakeFor(causeSignal)
 }
 
 // signal wakes the claim loop without blocking.

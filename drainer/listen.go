@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/drainer-io/drainer/internal/maintenance"
@@ -11,50 +12,79 @@ import (
 
 // listener holds a dedicated connection LISTENing on the outbox channel
 // (wakes the claimer) and the saga channel (an abort: advances that run's
-// saga at once). The claimer's poll covers any gap while it reconnects.
+// saga at once). A connection that dies is replaced at once (then with
+// back-off), one that stays quiet is pinged every wakeCheckEvery, and
+// every new LISTEN is followed by a claim from the first due row: the
+// notifications sent meanwhile were lost. The claimer's poll covers any
+// gap while it reconnects.
 func (e *Engine) listener() *maintenance.Loop {
 	return &maintenance.Loop{Name: "listener", Run: e.listen}
 }
 
 func (e *Engine) listen(ctx context.Context) {
-	channel, sagaChannel := e.st.OutboxChannel(), e.st.SagaChannel()
-	delay := 100 * time.Millisecond
+	delay := time.Duration(0)
 	for ctx.Err() == nil {
-		conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
-		if err == nil {
-			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize())
-			if err == nil {
-				delay = 100 * time.Millisecond
-				e.signalFull() // anything enqueued while not listening
-				for {
-					n, werr := conn.WaitForNotification(ctx)
-					if werr != nil {
-						err = werr
-						break
-					}
-					if n.Channel == sagaChannel {
-						e.sagas.Notify(n.Payload)
-						continue
-					}
-					if p, ok := store.WakePosition(n.Payload); ok {
-						e.floor.lower(p)
-						e.signal()
-					} else {
-						e.signalFull()
-					}
-				}
-			}
-			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = conn.Close(closeCtx)
-			cancel()
-		}
-		if isShutdown(ctx, err) {
+		listened, err := e.listenOnce(ctx)
+		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			delay = 0 // it had been listening: try again at once
 		}
 		e.log.Warn("listen connection lost; polling until it is back", "err", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return
 		}
-		delay = min(delay*2, 10*time.Second)
+		delay = min(max(2*delay, 100*time.Millisecond), 10*time.Second)
+	}
+}
+
+// listenOnce connects, LISTENs and hands notifications to the claim loop
+// and the saga runner until the connection fails; listened says it got as
+// far as listening.
+func (e *Engine) listenOnce(ctx context.Context) (listened bool, err error) {
+	channel, sagaChannel := e.st.OutboxChannel(), e.st.SagaChannel()
+	conn, err := pgx.ConnectConfig(ctx, e.ownConnConfig("listen"))
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = conn.Close(closeCtx)
+		cancel()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize()); err != nil {
+		return false, err
+	}
+	e.listenedOnce.Do(func() { close(e.listening) })
+	e.floor.wantFull() // anything enqueued while not listening
+	e.wakeFor(causeRearm)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, wakeCheckEvery)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return true, err
+			}
+			// Quiet for wakeCheckEvery: is the server still there?
+			pctx, cancel := context.WithTimeout(ctx, wakePingWait)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return true, err
+			}
+			continue
+		}
+		if n.Channel == sagaChannel {
+			e.sagas.Notify(n.Payload)
+			continue
+		}
+		if p, ok := store.WakePosition(n.Payload); ok {
+			e.floor.lower(p)
+		} else {
+			e.floor.wantFull()
+		}
+		e.wakeFor(causeNotify)
 	}
 }

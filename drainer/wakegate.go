@@ -2,113 +2,324 @@ package drainer
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/maintenance"
 	"github.com/jackc/pgx/v5"
 )
 
-// wakeHoldWait bounds how long a daemon about to sleep waits for the
-// producers that enqueued without notifying to commit. Past it (a producer's
-// transaction is still open) the daemon does not sleep: it claims again
-// after wakeRetry, until it can hold the gate.
+// The wake-up's timings.
 const (
-	wakeHoldWait = 200 * time.Millisecond
-	wakeRetry    = 20 * time.Millisecond
+	// wakeHoldWait bounds one wait for the wake lock: the producers that
+	// enqueued without notifying are still committing. The gate asks again
+	// at once if it still wants the lock, keeping its seat; meanwhile the
+	// claim loop claims as usual (producers that find the lock wanted
+	// notify).
+	wakeHoldWait = time.Second
+	// wakeCheckEvery is how long a wake-up connection (the gate's, the
+	// listener's) may stay quiet before it is pinged: a connection the
+	// network dropped without a word is noticed within this plus
+	// wakePingWait. One the server closed (a restart, an idle-session
+	// timeout, pg_terminate_backend) is noticed at once.
+	wakeCheckEvery = 10 * time.Second
+	wakePingWait   = 5 * time.Second
+	// wakeReadyWait bounds how long Start waits for the wake-up's
+	// connections.
+	wakeReadyWait = 10 * time.Second
+	// wakeRetryMax caps the back-off between attempts to connect, or to
+	// find a free seat.
+	wakeRetryMax = 5 * time.Second
 )
 
 // wakeGate is the daemon's side of the outbox's wake gate
-// (migrations/013_wake_gate.sql): while it sleeps it holds a slot, so
-// producers notify; while it is busy it holds none, so producers skip the
-// notification and its commit-serialising lock. Only the claim loop uses
-// it. Its connection is its own: the locks are session-level and end with
-// it, so a lost connection never leaves a slot held.
+// (migrations/013_wake_gate.sql): while the claim loop sleeps it holds a
+// slot, so producers notify; while the loop is busy it holds none, so
+// producers skip the notification and its commit-serialising lock.
+//
+// The claim loop only says what it wants (want): the gate's own goroutine
+// (run) connects, takes a seat, waits for the wake lock (for the producers
+// that enqueued without notifying to commit), and then tells the claim loop
+// to claim once from the first due row, which finds those producers' rows.
+// The claim loop never waits for any of it: a connect that takes seconds on
+// a loaded server, or a producer's transaction left open, delays no
+// notified row. While the gate holds nothing else to do it watches its
+// connection: one that died (its locks died with it) is replaced and the
+// slot taken again, followed by the same claim.
 type wakeGate struct {
-	e    *Engine
+	e *Engine
+
+	mu        sync.Mutex
+	wanted    bool               // the claim loop sleeps: hold a slot
+	interrupt context.CancelFunc // ends run's current watch, when set
+	kick      chan struct{}      // wanted changed
+
+	held atomic.Bool // a slot is held (on a connection last seen alive)
+
+	ready     chan struct{} // closed once first connected
+	readyOnce sync.Once
+
+	// Owned by run.
 	conn *pgx.Conn
-	slot int // held slot, -1 when none
+	slot int  // taken seat, -1 when none
+	hold bool // slot's wake lock is held
 }
 
-// gateState is what arm found.
-type gateState int
+// wakeHooks let tests stop the wake-up at a chosen point. Nil fields (as
+// in production) do nothing.
+type wakeHooks struct {
+	// connect runs before the gate opens a connection.
+	connect func(ctx context.Context)
+	// hold runs once the gate has taken a seat, before it asks for the
+	// wake lock.
+	hold func(ctx context.Context)
+}
 
-const (
-	gateKept  gateState = iota // still holding the slot taken before
-	gateHeld                   // just took a slot: producers notify
-	gateOther                  // every seat is taken by other sleeping daemons: they are notified, and so is this one
-	gateBusy                   // a producer's transaction is still open: claim again soon
-	gateDown                   // no connection: fall back on the poll
-)
+func newWakeGate(e *Engine) *wakeGate {
+	return &wakeGate{e: e, slot: -1, kick: make(chan struct{}, 1), ready: make(chan struct{})}
+}
 
-func newWakeGate(e *Engine) *wakeGate { return &wakeGate{e: e, slot: -1} }
+// service runs the gate (not with PollOnly: the engine holds no connection
+// of its own).
+func (g *wakeGate) service() maintenance.Service {
+	return &maintenance.Loop{Name: "wake gate", Run: g.run}
+}
 
-// arm takes a slot before the daemon sleeps. On gateHeld every producer
-// that skipped its notification has committed: the caller must claim once
-// more, from the first due row, before sleeping.
-func (g *wakeGate) arm(ctx context.Context) gateState {
-	if g.slot >= 0 {
-		return gateKept
+// want says whether the claim loop sleeps (hold a slot) or is busy (give it
+// back). It never waits; it is cheap when nothing changes.
+func (g *wakeGate) want(sleeping bool) {
+	g.mu.Lock()
+	if g.wanted == sleeping {
+		g.mu.Unlock()
+		return
 	}
-	if g.e.cfg.PollOnly {
-		return gateDown
+	g.wanted = sleeping
+	if g.interrupt != nil {
+		g.interrupt()
 	}
-	if g.conn == nil {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := pgx.ConnectConfig(cctx, g.e.pool.Config().ConnConfig.Copy())
+	g.mu.Unlock()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (g *wakeGate) isWanted() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wanted
+}
+
+// run keeps the gate in the state the claim loop wants until ctx ends,
+// then closes the connection (and with it every lock). It connects at
+// once, whatever the claim loop wants, so that arming is a matter of two
+// round trips when it does.
+func (g *wakeGate) run(ctx context.Context) {
+	defer g.close()
+	retry := time.Duration(0)
+	for ctx.Err() == nil {
+		var err error
+		wanted := g.isWanted()
+		switch {
+		case g.conn == nil:
+			err = g.connect(ctx)
+		case wanted && !g.hold:
+			err = g.arm(ctx)
+		case !wanted && g.slot >= 0:
+			err = g.disarm(ctx)
+		default:
+			err = g.watch(ctx)
+		}
+		switch {
+		case err == nil:
+			retry = 0
+			continue
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errNoSeat):
+			g.e.log.Debug("wake gate: every seat is taken by other sleeping daemons; their notifications wake this one too")
+		default:
+			g.fail(err)
+		}
+		if !g.pause(ctx, retry) {
+			return
+		}
+		retry = min(max(2*retry, 50*time.Millisecond), wakeRetryMax)
+	}
+}
+
+// connect opens the gate's connection.
+func (g *wakeGate) connect(ctx context.Context) error {
+	if h := g.e.hooks.connect; h != nil {
+		h(ctx)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	conn, err := pgx.ConnectConfig(cctx, g.e.ownConnConfig("wake"))
+	cancel()
+	if err != nil {
+		return err
+	}
+	g.conn = conn
+	g.readyOnce.Do(func() { close(g.ready) })
+	return nil
+}
+
+// errNoSeat: every seat of the gate is taken by other daemons.
+var errNoSeat = errors.New("wake gate: no free seat")
+
+// arm takes a seat and its wake lock on the gate's connection; once held
+// it has the claim loop claim from the first due row (every producer that
+// skipped its notification has committed by then). A lock still wanted by
+// open producer transactions is asked for again, keeping the seat, while
+// the claim loop still wants it.
+func (g *wakeGate) arm(ctx context.Context) error {
+	if g.slot < 0 {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		slot, err := g.e.st.TakeWakeSeat(sctx, g.conn)
 		cancel()
 		if err != nil {
-			g.e.log.Debug("wake gate: cannot connect; polling", "err", err)
-			return gateDown
+			return err
 		}
-		g.conn = conn
+		if slot < 0 {
+			return errNoSeat
+		}
+		g.slot = slot
+		if h := g.e.hooks.hold; h != nil {
+			h(ctx)
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, wakeHoldWait+5*time.Second)
-	defer cancel()
-	slot, err := g.e.st.TakeWakeSeat(ctx, g.conn)
-	if err != nil {
-		g.fail(err)
-		return gateDown
+	hctx, cancel := context.WithTimeout(ctx, wakeHoldWait+wakePingWait)
+	held, err := g.e.st.HoldWake(hctx, g.conn, g.slot, wakeHoldWait)
+	cancel()
+	if err != nil || !held {
+		return err // not held: the loop asks again, or gives the seat back
 	}
-	if slot < 0 {
-		return gateOther
+	g.hold = true
+	g.held.Store(true)
+	if g.isWanted() {
+		g.e.floor.wantFull()
+		g.e.wakeFor(causeRearm)
 	}
-	held, err := g.e.st.HoldWake(ctx, g.conn, slot, wakeHoldWait)
-	if err != nil {
-		g.fail(err)
-		return gateDown
-	}
-	if !held {
-		return gateBusy
-	}
-	g.slot = slot
-	return gateHeld
+	return nil
 }
 
-// disarm gives the slot back: the daemon is busy, producers need not notify.
-func (g *wakeGate) disarm() {
-	if g.slot < 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// disarm gives the slot back: the claim loop is busy, producers need not
+// notify.
+func (g *wakeGate) disarm(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := g.e.st.ReleaseWake(ctx, g.conn, g.slot); err != nil {
-		g.fail(err)
-		return
+	g.held.Store(false)
+	if g.hold {
+		if err := g.e.st.ReleaseWake(ctx, g.conn, g.slot); err != nil {
+			return err
+		}
+	} else if err := g.e.st.ReleaseWakeSeat(ctx, g.conn, g.slot); err != nil {
+		return err
 	}
-	g.slot = -1
+	g.slot, g.hold = -1, false
+	return nil
 }
 
-// fail drops the connection, and with it any lock it held.
+// watch waits on the connection until the claim loop wants something else
+// or the connection dies, pinging it when it stays quiet for
+// wakeCheckEvery. It reports a dead connection as an error.
+func (g *wakeGate) watch(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, wakeCheckEvery)
+	g.mu.Lock()
+	g.interrupt = cancel
+	wanted := g.wanted
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.interrupt = nil
+		g.mu.Unlock()
+		cancel()
+	}()
+	if wanted && !g.hold || !wanted && g.slot >= 0 {
+		return nil // wanted otherwise before the interrupt was in place
+	}
+	select {
+	case <-g.kick: // drained: the wait below is cancelled by want instead
+	default:
+	}
+	_, err := g.conn.WaitForNotification(wctx)
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return nil
+	case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
+		return err
+	case wctx.Err() == context.DeadlineExceeded:
+		pctx, cancel := context.WithTimeout(ctx, wakePingWait)
+		defer cancel()
+		return g.conn.Ping(pctx)
+	}
+	return nil // interrupted by want
+}
+
+// pause waits d, or until the claim loop wants something else.
+func (g *wakeGate) pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-g.kick:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// fail drops the connection, and with it any lock it held: producers stop
+// notifying for this daemon until the gate is armed again.
 func (g *wakeGate) fail(err error) {
-	g.e.log.Debug("wake gate: connection dropped; polling until it is back", "err", err)
+	g.e.log.Warn("wake gate: connection lost; taking the gate again", "err", err)
 	g.close()
 }
 
 func (g *wakeGate) close() {
+	g.held.Store(false)
 	if g.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = g.conn.Close(ctx)
 		cancel()
 		g.conn = nil
 	}
-	g.slot = -1
+	g.slot, g.hold = -1, false
+}
+
+// ownConnConfig is the configuration of a connection the engine holds
+// beside its pool (the listener's, the wake gate's): the pool's, named
+// drainer-ROLE in pg_stat_activity unless the pool names its connections
+// otherwise than drainer's default.
+func (e *Engine) ownConnConfig(role string) *pgx.ConnConfig {
+	cc := e.pool.Config().ConnConfig.Copy()
+	if app := cc.RuntimeParams["application_name"]; app == "" || app == "drainer" {
+		cc.RuntimeParams["application_name"] = "drainer-" + role
+	}
+	return cc
+}
+
+// awaitWakeUp waits until the listener listens and the wake gate is
+// connected, so that rows enqueued once Start has returned are woken, not
+// polled: connecting can take seconds on a busy server, and the claim loop
+// never waits for it. Past wakeReadyWait (the server refuses connections)
+// the engine starts on its poll while the wake-up goes on trying.
+func (e *Engine) awaitWakeUp(ctx context.Context) {
+	t := time.NewTimer(wakeReadyWait)
+	defer t.Stop()
+	for _, ready := range []chan struct{}{e.listening, e.gate.ready} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			e.log.Warn("wake-up not connected yet; claiming on the poll until it is", "waited", wakeReadyWait)
+			return
+		}
+	}
 }

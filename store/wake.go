@@ -47,7 +47,8 @@ func (s *Store) TakeWakeSeat(ctx context.Context, conn *pgx.Conn) (int, error) {
 // HoldWake takes slot's wake lock exclusively on conn's session, waiting at
 // most wait for the producers that hold it shared (their transactions
 // enqueued without notifying) to finish. It reports whether it holds the
-// lock; on false the seat is given back.
+// lock; on false the seat stays taken (ReleaseWakeSeat gives it back).
+// While it waits, producers find the lock wanted and notify.
 func (s *Store) HoldWake(ctx context.Context, conn *pgx.Conn, slot int, wait time.Duration) (bool, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -65,10 +66,15 @@ func (s *Store) HoldWake(ctx context.Context, conn *pgx.Conn, slot int, wait tim
 	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
 		return false, fmt.Errorf("wake gate hold: %w", err)
 	}
-	if _, err := conn.Exec(ctx, wakeSeatReleaseSQL, s.schema, slot); err != nil {
-		return false, fmt.Errorf("wake gate seat release: %w", err)
-	}
 	return false, nil
+}
+
+// ReleaseWakeSeat gives back slot's seat, taken without its wake lock.
+func (s *Store) ReleaseWakeSeat(ctx context.Context, conn *pgx.Conn, slot int) error {
+	if _, err := conn.Exec(ctx, wakeSeatReleaseSQL, s.schema, slot); err != nil {
+		return fmt.Errorf("wake gate seat release: %w", err)
+	}
+	return nil
 }
 
 // ReleaseWake gives back slot's wake lock and seat: producers stop

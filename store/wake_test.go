@@ -136,15 +136,19 @@ func TestWakeGate(t *testing.T) {
 	if held, err := st.HoldWake(ctx, daemon, slot, 100*time.Millisecond); err != nil || held {
 		t.Fatalf("hold while a producer's transaction is open: held %v, err %v; want not held", held, err)
 	}
-	// ... and gave its seat back; once the producer commits, it can.
+	// ... and keeps its seat: no other daemon takes that slot meanwhile.
+	other := connect()
+	if s, err := st.TakeWakeSeat(ctx, other); err != nil || s < 0 || s == slot {
+		t.Fatalf("another daemon's seat while slot %d waits for its lock: %d %v", slot, s, err)
+	} else if err := st.ReleaseWakeSeat(ctx, other, s); err != nil {
+		t.Fatal(err)
+	}
+	// Once the producer commits, it holds the lock of the seat it kept.
 	commit := make(chan error, 1)
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		commit <- tx.Commit(ctx)
 	}()
-	if slot, err = st.TakeWakeSeat(ctx, daemon); err != nil || slot < 0 {
-		t.Fatalf("seat after a failed hold: %d %v", slot, err)
-	}
 	if held, err := st.HoldWake(ctx, daemon, slot, 30*time.Second); err != nil || !held {
 		t.Fatalf("hold after the producer committed: %v %v", held, err)
 	}

@@ -358,6 +358,14 @@ type Result struct {
 	// after the producers stopped; when positive, the percentiles are
 	// lower bounds.
 	LatencyUndispatched int `json:"latency_undispatched_rows"`
+	// LatencyPollPickups counts the rows of the phase the engines claimed
+	// because an idle replica's poll timer fired, not because their
+	// notification (or a freed worker slot, or the wake gate's re-arming)
+	// woke it: the rows the wake-up missed (drainer.Engine.ClaimedRows).
+	LatencyPollPickups int `json:"latency_poll_pickups"`
+	// LatencyClaimedRows counts the rows of the phase by why their claim
+	// ran (drainer.Engine.ClaimedRows).
+	LatencyClaimedRows map[string]uint64 `json:"latency_claimed_rows_by_cause"`
 	// The same measure with producers offering half the drain rate: on a
 	// machine whose cores the producers share with the drain, mostly
 	// queueing.
@@ -370,6 +378,7 @@ type Result struct {
 	LatencyHalfRowsPerXact      float64 `json:"latency_half_rows_per_xact"`
 	LatencyHalfSamples          int     `json:"latency_half_samples"`
 	LatencyHalfUndispatched     int     `json:"latency_half_undispatched_rows"`
+	LatencyHalfPollPickups      int     `json:"latency_half_poll_pickups"`
 
 	// DeadTuplesAfter is n_dead_tup summed over the tables of drainer's
 	// schema right after the large backlog has drained to empty, before

@@ -61,7 +61,7 @@ var (
 	}
 	// finiteFields may be zero or negative on tiny runs (a difference of
 	// two noisy rates; a latency under the clock's resolution).
-	finiteFields = []string{"audit_cost", "latency_p50_ms", "latency_half_p50_ms", "dead_tuples_after"}
+	finiteFields = []string{"audit_cost", "latency_p50_ms", "latency_half_p50_ms", "dead_tuples_after", "latency_poll_pickups"}
 	otherFields  = []string{"postgres_version", "quick", "audit"}
 	// tableFields are the figures the table shows, by JSON name.
 	tableFields = []string{
@@ -69,7 +69,7 @@ var (
 		"ceiling_rows_per_s", "ratio_vs_ceiling", "backlog_ratio", "latency_p50_ms", "latency_p99_ms",
 		"latency_achieved_ratio", "latency_half_p50_ms", "latency_half_p99_ms", "latency_half_achieved_ratio", "dead_tuples_after", "xmin_ratio", "http_rows_per_s", "http_in_flight_max",
 		"enqueue_single_rows_per_s", "insert_single_rows_per_s", "enqueue_batch_rows_per_s", "peak_rss_bytes",
-		"xacts_per_row", "wal_bytes_per_row",
+		"xacts_per_row", "wal_bytes_per_row", "latency_poll_pickups",
 	}
 )
 
@@ -177,6 +177,16 @@ func TestRunReportsEveryField(t *testing.T) {
 		res.LatencyHalfSamples < 1 || res.LatencyHalfOfferedRowsPerS != round(res.DrainRowsPerS*halfLoad, 1) {
 		t.Errorf("half-load latency: %v %v %v ms, %d samples at %v rows/s offered; want ordered, at half of %v",
 			res.LatencyHalfP50Ms, res.LatencyHalfP90Ms, res.LatencyHalfP99Ms, res.LatencyHalfSamples, res.LatencyHalfOfferedRowsPerS, res.DrainRowsPerS)
+	}
+	// Every row of the tenth-load phase was claimed, each for one cause;
+	// latency_poll_pickups is the poll's share.
+	var claimed uint64
+	for _, n := range res.LatencyClaimedRows {
+		claimed += n
+	}
+	if claimed < uint64(res.LatencySamples) || uint64(res.LatencyPollPickups) != res.LatencyClaimedRows["poll"] {
+		t.Errorf("latency: %d rows claimed by cause %v, %d measured, %d poll pickups; want every measured row claimed, the poll's counted",
+			claimed, res.LatencyClaimedRows, res.LatencySamples, res.LatencyPollPickups)
 	}
 	if res.DeadTuplesAfter < 0 {
 		t.Errorf("dead_tuples_after = %d", res.DeadTuplesAfter)

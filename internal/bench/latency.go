@@ -38,6 +38,9 @@ type latencyResult struct {
 	rowsPerXact       float64
 	samples           int
 	undispatched      int // rows not dispatched by the cutoff
+	// claimed counts the phase's claimed rows by why their claim ran,
+	// over every engine; "poll" is latency_poll_pickups.
+	claimed map[string]uint64
 }
 
 // commit is one enqueue as its producer saw it.
@@ -82,8 +85,9 @@ func (r *runner) latency(ctx context.Context, rate float64, share string) (laten
 		return latencyResult{}, err
 	}
 	res.offered = rate
-	r.logf("latency: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms over %d rows (%.0f rows/s achieved, %.2f rows per transaction)",
-		res.p50, res.p90, res.p99, res.samples, res.achieved, res.rowsPerXact)
+	res.claimed = es.claimedRows()
+	r.logf("latency: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms over %d rows (%.0f rows/s achieved, %.2f rows per transaction); rows claimed by cause %v",
+		res.p50, res.p90, res.p99, res.samples, res.achieved, res.rowsPerXact, res.claimed)
 	return res, nil
 }
 
@@ -252,4 +256,15 @@ func (r *runner) collect(ctx context.Context, p *probe, commits []commit, produc
 func percentile(sorted []float64, p float64) float64 {
 	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
 	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// claimedRows sums the engines' claimed rows by cause.
+func (es engines) claimedRows() map[string]uint64 {
+	sum := map[string]uint64{}
+	for _, e := range es {
+		for cause, n := range e.ClaimedRows() {
+			sum[cause] += n
+		}
+	}
+	return sum
 }

@@ -117,10 +117,12 @@ func (r *runner) latencyPhase(ctx context.Context, res *Result) error {
 	res.LatencyOfferedRowsPerS, res.LatencyAchievedRowsPerS = round(light.offered, 1), round(light.achieved, 1)
 	res.LatencyProducers, res.LatencyRowsPerXact = latencyProducers, round(light.rowsPerXact, 2)
 	res.LatencySamples, res.LatencyUndispatched = light.samples, light.undispatched
+	res.LatencyPollPickups, res.LatencyClaimedRows = int(light.claimed["poll"]), light.claimed
 	res.LatencyHalfP50Ms, res.LatencyHalfP90Ms, res.LatencyHalfP99Ms = round(half.p50, 2), round(half.p90, 2), round(half.p99, 2)
 	res.LatencyHalfOfferedRowsPerS, res.LatencyHalfAchievedRowsPerS = round(half.offered, 1), round(half.achieved, 1)
 	res.LatencyHalfRowsPerXact = round(half.rowsPerXact, 2)
 	res.LatencyHalfSamples, res.LatencyHalfUndispatched = half.samples, half.undispatched
+	res.LatencyHalfPollPickups = int(half.claimed["poll"])
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -101,6 +102,8 @@ func conditionRows(row tableRow, res *Result) {
 	row("latency p99", fmt.Sprintf("%.2f ms", res.LatencyP99Ms), "latency_p99_ms", undispatched(res.LatencyUndispatched))
 	row("latency achieved", fmt.Sprintf("%.3f", res.LatencyAchievedRatio), "latency_achieved_ratio",
 		fmt.Sprintf("%.0f of %.0f rows/s offered (under 0.9: the producers were measured)", res.LatencyAchievedRowsPerS, res.LatencyOfferedRowsPerS))
+	row("latency poll pickups", fmt.Sprintf("%d", res.LatencyPollPickups), "latency_poll_pickups",
+		"rows of the tenth-load phase claimed by an idle replica's poll, not woken by their notification; rows by cause: "+counts(res.LatencyClaimedRows))
 	row("latency p50 at half load", fmt.Sprintf("%.2f ms", res.LatencyHalfP50Ms), "latency_half_p50_ms",
 		fmt.Sprintf("the same with %.0f rows/s offered (half the drain rate), %.2f rows per transaction", res.LatencyHalfOfferedRowsPerS, res.LatencyHalfRowsPerXact))
 	row("latency p99 at half load", fmt.Sprintf("%.2f ms", res.LatencyHalfP99Ms), "latency_half_p99_ms", undispatched(res.LatencyHalfUndispatched))
@@ -154,6 +157,16 @@ func waitEventRows(row tableRow, res *Result) {
 		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*float64(res.DrainWaitEvents[k])/float64(total)))
 	}
 	row("drain wait events", fmt.Sprintf("%d samples", total), "drain_wait_events", strings.Join(parts, ", "))
+}
+
+// counts writes a count per name, largest first.
+func counts(m map[string]uint64) string {
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), strings.Compare(a, b)) })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func rate(v float64, unit string) string { return fmt.Sprintf("%.0f %s", v, unit) }
