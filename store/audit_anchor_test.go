@@ -52,11 +52,20 @@ func newAuditBundle(t *testing.T) *auditBundle {
 // them was verified, anchored and truncated.
 func (b *auditBundle) rotateAway(t *testing.T) []string {
 	t.Helper()
-	ctx := context.Background()
 	top := scalar[int64](t, b.pool, `SELECT coalesce(max(id), 0) FROM drainer.audit`)
+	return b.rotateUntil(t, func() bool {
+		return scalar[int64](t, b.pool, `SELECT count(*) FROM drainer.audit WHERE id <= $1`, top) == 0
+	})
+}
+
+// rotateUntil turns the audit's generations, retention and span zero,
+// one step at a time, until done says so.
+func (b *auditBundle) rotateUntil(t *testing.T, done func() bool) []string {
+	t.Helper()
+	ctx := context.Background()
 	var steps []string
 	waits := 0
-	for scalar[int64](t, b.pool, `SELECT count(*) FROM drainer.audit WHERE id <= $1`, top) > 0 {
+	for !done() {
 		s, err := b.st.RotateAudit(ctx, b.pool, 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -64,14 +73,14 @@ func (b *auditBundle) rotateAway(t *testing.T) []string {
 		if s == "waiting" || s == "busy" {
 			// another backend's transaction: the other tests', autovacuum
 			if waits++; waits > 30_000 {
-				t.Fatalf("entries up to %d still there after %v, then waiting", top, steps)
+				t.Fatalf("still not done after %v, then waiting", steps)
 			}
 			time.Sleep(2 * time.Millisecond)
 			continue
 		}
 		steps = append(steps, s)
 		if len(steps) > 100 {
-			t.Fatalf("entries up to %d still there after %v", top, steps)
+			t.Fatalf("still not done after %v", steps)
 		}
 	}
 	return steps
@@ -111,7 +120,9 @@ func (b *auditBundle) reported(t *testing.T, when, key, want string) {
 // row that stays, and on one pruned since), are reported by audit verify
 // before the rotation, and still after their rows were pruned and their
 // generation was verified, anchored and truncated, and after one more
-// turn of every generation. The rotation never stalls on them.
+// turn of every generation; so are the entries edited, deleted or
+// inserted after their generation was anchored and before it was
+// truncated. The rotation never stalls on them.
 func TestAuditTamperingOutlivesRotation(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -138,6 +149,22 @@ func TestAuditTamperingOutlivesRotation(t *testing.T) {
 			storetest.TamperStatus(t, b.pool, b.keys[3], outbox.StatusSucceeded)
 			return b.keys[3]
 		}, "not recorded"},
+	}
+	// The same, done after the generation was anchored and before it is
+	// truncated: the anchors were written from the entries as they were.
+	for _, c := range cases[:3] {
+		cases = append(cases, struct {
+			name   string
+			tamper func(t *testing.T, b *auditBundle) string
+			want   string
+		}{c.name + " after the anchoring", func(t *testing.T, b *auditBundle) string {
+			b.prune(t)
+			b.rotateUntil(t, func() bool {
+				return scalar[int64](t, b.pool, `SELECT count(*) FROM drainer.audit_generations g
+				    WHERE g.anchored_to IS NOT NULL AND EXISTS (SELECT 1 FROM drainer.audit a WHERE a.part = g.part)`) == 1
+			})
+			return c.tamper(t, b)
+		}, c.want})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -20,7 +20,9 @@
 --   emptied        the transactions running now are recorded again: one
 --                  of them may hold a snapshot from before the anchors,
 --                  which would see a chain without its beginning.
---   truncated N    none of those is running any more: the generation's N
+--   truncated N    none of those is running any more: the generation is
+--                  verified once more (what was tampered with since the
+--                  anchoring is recorded: audit_anchor_generation), its N
 --                  entries are truncated and it becomes the next to be
 --                  current, and the ledger records the truncation (its
 --                  records' vectors go: their entries cannot be digested
@@ -135,16 +137,18 @@ BEGIN
             IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.audit_ledger', 0)) THEN
                 RETURN 'busy';
             END IF;
-            RETURN 'anchored ' || {{.schema}}.audit_anchor_generation(g.part);
+            RETURN 'anchored ' || {{.schema}}.audit_anchor_generation(g.part, false);
         END IF;
-        -- Anchored, and no snapshot from before the anchors remains. The
-        -- entries are counted before the lock (readers of audit wait for
-        -- it); under it only the newest id is read, from the index.
-        EXECUTE format('SELECT count(*) FROM %s', v_part) INTO v_n;
-        IF NOT {{.schema}}.try_lock(v_part::regclass, 'ACCESS EXCLUSIVE') THEN
+        -- Anchored, and no snapshot from before the anchors remains. Under
+        -- a SHARE lock (nobody writes there any more; readers go on) the
+        -- entries are counted and verified once more: what was tampered
+        -- with since the anchoring is recorded before they go. Under the
+        -- ACCESS EXCLUSIVE lock that follows (readers of audit wait for
+        -- it) only the truncation runs.
+        IF NOT {{.schema}}.try_lock(v_part::regclass, 'SHARE') THEN
             RETURN 'busy';
         END IF;
-        EXECUTE format('SELECT coalesce(max(id), 0) FROM %s', v_part) INTO v_max;
+        EXECUTE format('SELECT count(*), coalesce(max(id), 0) FROM %s', v_part) INTO v_n, v_max;
         IF v_max > g.anchored_to THEN
             -- an entry written there since (by hand, naming the
             -- generation): anchored again first
@@ -153,6 +157,10 @@ BEGIN
             RETURN 'anchored 0';
         END IF;
         IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.audit_ledger', 0)) THEN
+            RETURN 'busy';
+        END IF;
+        PERFORM {{.schema}}.audit_anchor_generation(g.part, true);
+        IF NOT {{.schema}}.try_lock(v_part::regclass, 'ACCESS EXCLUSIVE') THEN
             RETURN 'busy';
         END IF;
         UPDATE audit_ledger SET vector = NULL WHERE kind = 'entries' AND epoch = g.epoch;

@@ -1,4 +1,4 @@
--- try_lock locks p_rel in p_mode (EXCLUSIVE or ACCESS EXCLUSIVE) within the
+-- try_lock locks p_rel in p_mode (SHARE, EXCLUSIVE or ACCESS EXCLUSIVE) within the
 -- caller's lock_timeout and says whether it got the lock: a rotation
 -- (rotate_queue, rotate_audit) that did not answers busy and tries again
 -- later, instead of failing its transaction. It runs with its caller's
@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION {{.schema}}.try_lock(p_rel regclass, p_mode text)
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-    IF p_mode NOT IN ('EXCLUSIVE', 'ACCESS EXCLUSIVE') THEN
+    IF p_mode NOT IN ('SHARE', 'EXCLUSIVE', 'ACCESS EXCLUSIVE') THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('drainer.try_lock: lock mode %L is not one a rotation takes', p_mode);
     END IF;
