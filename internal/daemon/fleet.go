@@ -114,6 +114,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		Registerer:    reg,
 		Version:       opts.Version,
 		Logger:        log,
+		Known:         staticNames(st.cfg.Databases),
 	})
 	if err != nil {
 		return &ConfigError{err}
@@ -356,6 +357,16 @@ func coordinationURL(dbs *config.Databases) (string, error) {
 		return "", fmt.Errorf("databases.static %s: url: %w", first.Name, err)
 	}
 	return u.Reveal(), nil
+}
+
+// staticNames are the names of the static entries: their series exist
+// from startup.
+func staticNames(dbs *config.Databases) []string {
+	out := make([]string, len(dbs.Static))
+	for i, e := range dbs.Static {
+		out[i] = e.Name
+	}
+	return out
 }
 
 // catalogSource adapts the catalog to the fleet's Source.

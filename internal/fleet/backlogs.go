@@ -24,7 +24,8 @@ type Backlog struct {
 	Member      string `json:"member"`
 	MemberAlive bool   `json:"member_alive"`
 	// State is the database's state at its owner: starting, running,
-	// unreachable or schema_mismatch.
+	// unreachable or schema_mismatch; stopping while the owner lets it go
+	// and released once its pool has closed.
 	State        string           `json:"state"`
 	RowsByStatus map[string]int64 `json:"rows_by_status"`
 	// OldestPendingAgeSeconds is from the same sample.
@@ -77,18 +78,20 @@ type published struct {
 	age         *float64 // the sample's age in milliseconds
 }
 
-// publish writes rows as member's and returns every published row (this
-// replica's and the others'), sorted by name: one round trip, one implicit
-// transaction. A row without a sample keeps the last one (a new owner
-// shows the previous owner's counts, with their age, until its engine
-// measures). When listed is not nil, rows of databases no longer listed are
+// publish writes rows as member's, marks the databases of released as
+// released (where member still holds their row), and returns every
+// published row (this replica's and the others'), sorted by name: one
+// round trip, one implicit transaction. A row without a sample keeps the
+// last one (a new owner shows the previous owner's counts, with their age,
+// until its engine measures). A stopping row never takes the row of
+// another member (the new owner's). When listed is not nil, rows of databases no longer listed are
 // deleted once no one has written them for forget: a replica whose list is
 // older than another's never deletes a database just added. A lock held on
 // the table (by a migration, an operator) cuts it on the server after
 // lockWait, leaving the connection usable; the statements are sent in one
 // pipeline (the connection's QueryExecModeExec: no prepare round trip, which
 // would wait on such a lock before lock_timeout is set).
-func (b backlogs) publish(ctx context.Context, pool *pgxpool.Pool, member string, rows []published, listed []string,
+func (b backlogs) publish(ctx context.Context, pool *pgxpool.Pool, member string, rows []published, released, listed []string,
 	forget, lockWait time.Duration) ([]Backlog, error) {
 	names := make([]string, len(rows))
 	states := make([]string, len(rows))
@@ -113,19 +116,21 @@ ON CONFLICT (name) DO UPDATE SET
 	member_id = excluded.member_id, state = excluded.state, published_at = excluded.published_at,
 	rows_by_status = coalesce(excluded.rows_by_status, d.rows_by_status),
 	oldest_pending_age_seconds = coalesce(excluded.oldest_pending_age_seconds, d.oldest_pending_age_seconds),
-	sampled_at = coalesce(excluded.sampled_at, d.sampled_at)`,
-		member, names, states, counts, oldest, ages, listed, float64(forget.Milliseconds()))
+	sampled_at = coalesce(excluded.sampled_at, d.sampled_at)
+ WHERE excluded.state <> $9 OR d.member_id = excluded.member_id`,
+		member, names, states, counts, oldest, ages, listed, float64(forget.Milliseconds()), stateStopping)
+	batch.Queue(`UPDATE `+b.table+` SET state = $3, published_at = now() WHERE member_id = $1 AND name = ANY($2::text[])`,
+		member, released, stateReleased)
 	batch.Queue(`SELECT d.name, d.member_id, d.state, d.rows_by_status, coalesce(d.oldest_pending_age_seconds, 0),
        d.sampled_at, extract(epoch FROM now() - d.sampled_at)::float8, d.published_at,
        EXISTS (SELECT 1 FROM ` + b.members + ` m WHERE m.member_id = d.member_id AND m.expires_at > now())
   FROM ` + b.table + ` d ORDER BY d.name`)
 	br := pool.SendBatch(ctx, batch)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("fleet databases: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("fleet databases: %w", err)
+	for range 3 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("fleet databases: %w", err)
+		}
 	}
 	out, err := scanBacklogs(br.Query())
 	if err != nil {
@@ -225,10 +230,10 @@ func (f *Fleet) publish(ctx context.Context, pool *pgxpool.Pool, lockWait time.D
 	f.mu.Lock()
 	var rows []published
 	for name, e := range f.entries {
-		if e.stopping {
-			continue
-		}
 		p := published{name: name, state: e.state.Load().(string)}
+		if e.stopping {
+			p.state = stateStopping
+		}
 		if eng := e.eng.Load(); eng != nil {
 			if s, age, ok := eng.Backlog(); ok {
 				raw, err := json.Marshal(s.RowsByStatus)
@@ -240,6 +245,12 @@ func (f *Fleet) publish(ctx context.Context, pool *pgxpool.Pool, lockWait time.D
 		}
 		rows = append(rows, p)
 	}
+	var released []string
+	for name := range f.released {
+		if f.entries[name] == nil {
+			released = append(released, name)
+		}
+	}
 	var listed []string
 	if f.listed {
 		listed = make([]string, 0, len(f.dbs))
@@ -250,5 +261,13 @@ func (f *Fleet) publish(ctx context.Context, pool *pgxpool.Pool, lockWait time.D
 	f.mu.Unlock()
 	slices.SortFunc(rows, func(a, b published) int { return strings.Compare(a.name, b.name) })
 	forget := 2 * max(f.cfg.Refresh, f.cfg.Heartbeat)
-	return newBacklogs(f.cfg.Schema).publish(ctx, pool, f.cfg.MemberID, rows, listed, forget, lockWait)
+	out, err := newBacklogs(f.cfg.Schema).publish(ctx, pool, f.cfg.MemberID, rows, released, listed, forget, lockWait)
+	if err == nil {
+		f.mu.Lock()
+		for _, name := range released {
+			delete(f.released, name)
+		}
+		f.mu.Unlock()
+	}
+	return out, err
 }

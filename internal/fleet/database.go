@@ -9,14 +9,24 @@ import (
 
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // drain is the life of one entry: start the database's engine (retrying
-// with backoff while the database is unreachable or its schema is not this
-// release's, each failure logged with its name and counted), run it until
-// the database is let go, then stop it and forget the entry.
+// with backoff while the database is unreachable, its schema is not this
+// release's or its start timed out, each failure logged with its name and
+// counted), run it until the database is let go, then stop it and forget
+// the entry.
+//
+// Each attempt first counts its pool in the replica's budget (the pool
+// opens only while the replica holds fewer than its share), then takes one
+// of the few start slots: a replica given many databases at once starts
+// them a few at a time, each attempt's bound counted from its slot, rather
+// than all at once on a host they would all slow down (every start timing
+// out, every engine's statements late, heartbeats late and members
+// expiring for nothing).
 func (f *Fleet) drain(ctx context.Context, e *entry) {
 	defer f.wg.Done()
 	defer close(e.done)
@@ -24,19 +34,31 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 	var d *running
 	delay := 500 * time.Millisecond
 	for ctx.Err() == nil {
-		var err error
-		if d, err = f.open(ctx, e.db); err == nil {
+		if !f.budget.acquire(ctx) {
 			break
 		}
+		err := ctx.Err()
+		select {
+		case f.starts <- struct{}{}:
+			d, err = f.open(ctx, e.db)
+			<-f.starts
+		case <-ctx.Done():
+		}
+		if err == nil {
+			break
+		}
+		f.budget.release() // open closed the pool
 		if ctx.Err() != nil {
 			break
 		}
-		reason := reasonUnreachable
-		if errors.Is(err, migrations.ErrSchemaNotReady) {
-			reason = reasonSchemaMismatch
-		}
+		reason := startFailure(err)
 		f.m.dbErrors.WithLabelValues(e.db.Name, reason).Inc()
-		f.setState(e, reason)
+		state := reason
+		if reason == reasonStartTimeout {
+			// Reached, but slow to answer: not unreachable.
+			state = stateStarting
+		}
+		f.setState(e, state)
 		log.Error("cannot drain database; retrying", "reason", reason, "err", redact(err), "retry_in", delay)
 		if !sleep(ctx, delay) {
 			break
@@ -45,17 +67,18 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 	}
 	if d != nil {
 		e.eng.Store(d.eng)
-		f.setState(e, "running")
+		f.setState(e, stateRunning)
 		f.m.handoversTotal.WithLabelValues("acquired").Inc()
 		log.Info("draining database")
 		<-ctx.Done()
 		f.detach(d.eng)
-		sctx, cancel := context.WithTimeout(context.Background(), f.cfg.StopTimeout)
+		sctx, cancel := context.WithTimeout(context.Background(), f.stopGrace())
 		if err := d.close(sctx); err != nil {
 			f.m.dbErrors.WithLabelValues(e.db.Name, reasonStop).Inc()
 			log.Warn("stopping database's engine", "err", redact(err))
 		}
 		cancel()
+		f.budget.release()
 		f.m.handoversTotal.WithLabelValues("released").Inc()
 		log.Info("database let go")
 	}
@@ -63,16 +86,48 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 	if f.entries[e.db.Name] == e {
 		delete(f.entries, e.db.Name)
 	}
+	// Its pool is closed: the next publication says so, and the replica
+	// it is assigned to now opens its own.
+	f.released[e.db.Name] = true
 	f.countStatesLocked()
 	f.mu.Unlock()
 	f.signal() // it may be owned again (a new URL, a member that came back)
 }
 
-// startTimeout bounds one attempt to start a database's engine (connect,
-// check the schema, start): generous, since a replica starting hundreds of
-// engines at once on a busy host is slow, and an attempt cut short only
-// starts again later.
-const startTimeout = 30 * time.Second
+// stopGrace is how long a database's engine is given to stop once let go:
+// StopTimeout when the replica shuts down; when the database moves to
+// another replica, long enough for every call under way to finish (each
+// is bounded by its row's lease), so that none is cut off and its row sent
+// again: the new owner waits for the release, nothing is in a hurry.
+func (f *Fleet) stopGrace() time.Duration {
+	f.mu.Lock()
+	closing := f.closing
+	f.mu.Unlock()
+	if closing {
+		return f.cfg.StopTimeout
+	}
+	return max(f.cfg.StopTimeout, f.cfg.Engine.WithDefaults().Lease)
+}
+
+// startConcurrency is how many engines a replica starts at once.
+const startConcurrency = 4
+
+// startFailure classifies why an engine did not start: its schema is not
+// this release's; the database could not be connected to (refused,
+// unknown, authentication, or no connection within the bound); or,
+// connected, its start did not finish within the bound (start_timeout: a
+// loaded database or host, not an unreachable one).
+func startFailure(err error) string {
+	switch {
+	case errors.Is(err, migrations.ErrSchemaNotReady):
+		return reasonSchemaMismatch
+	case errors.As(err, new(*pgconn.ConnectError)):
+		return reasonUnreachable
+	case errors.Is(err, context.DeadlineExceeded):
+		return reasonStartTimeout
+	}
+	return reasonUnreachable
+}
 
 // running is one database's engine with what it holds.
 type running struct {
@@ -101,7 +156,7 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 			reg.unregisterAll()
 		}
 	}()
-	cctx, cancel := context.WithTimeout(ctx, startTimeout)
+	cctx, cancel := context.WithTimeout(ctx, f.cfg.StartTimeout)
 	defer cancel()
 	if _, err := migrations.Check(cctx, pool, f.cfg.Schema); err != nil {
 		return nil, err

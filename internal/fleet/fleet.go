@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -56,20 +59,31 @@ type Config struct {
 	// coordination database (default "drainer").
 	Schema string
 	// Lease bounds how long a dead replica's databases wait for a new owner
-	// (default 30s): heartbeats every Lease/3, a member expires 2/3 Lease
-	// after its last one.
+	// (default 30s): heartbeats every Lease/6, a member expires
+	// Lease - Heartbeat after its last one (five heartbeats), and the
+	// others notice at their next heartbeat. A replica whose beats are slow
+	// (a loaded host) so stays a member through four that fail.
 	Lease time.Duration
-	// Heartbeat overrides Lease/3.
+	// Heartbeat overrides Lease/6; it must be under Lease/2.
 	Heartbeat time.Duration
 	// Refresh is how often Source is read (default 30s).
 	Refresh time.Duration
-	// PoolConns bounds each database's pool (default 2). Engines run
-	// PollOnly, so the pool is every connection a database costs.
+	// PoolConns is the size of each database's pool (default 2, at most
+	// 16), fixed before it opens. Engines run PollOnly, so the pool is
+	// every connection a database costs: a replica holds at most
+	// 1 + PoolConns × the databases assigned to it (budget).
 	PoolConns int32
-	// StopTimeout is the grace of an engine whose database is let go
+	// StopTimeout is the grace of an engine when the replica shuts down
 	// (default 10s): calls under way finish or are cut off, rows not sent
-	// go back to pending, and any left in flight are reclaimed by lease.
+	// go back to pending, and any left in flight are reclaimed by lease. A
+	// database moving to another replica is given at least the engine's
+	// lease, so that its calls under way finish.
 	StopTimeout time.Duration
+	// StartTimeout bounds one attempt to start a database's engine
+	// (connect, check the schema, start), counted once the attempt has its
+	// start slot (default 30s: generous, since a busy host is slow, and an
+	// attempt cut short only starts again later).
+	StartTimeout time.Duration
 	// Engine is each database's engine configuration: Workers bounds rows
 	// in flight per database (required). Schema, ReplicaID, Logger,
 	// Metrics, PollOnly and SharedAdapters are set by the fleet.
@@ -91,8 +105,12 @@ type Config struct {
 	// holds no connection.
 	PoolIdle time.Duration
 	// Force, when set, makes this replica drain the databases it returns
-	// true for whatever the assignment says (tests: a deliberate overlap).
+	// true for whatever the assignment says, without waiting for another
+	// replica to let them go (tests: a deliberate overlap).
 	Force func(name string) bool
+	// Known names the databases listed before Source is first read (the
+	// config's static entries): their labelled series exist from New.
+	Known []string
 }
 
 // Fleet drains the databases Source lists that rendezvous hashing over the
@@ -109,12 +127,23 @@ type Fleet struct {
 	overview overview    // the backlogs the heartbeat last read: Backlogs' answer
 	pools    lazyPools   // the console's connections to one database's pages
 
+	budget *budget       // the pools this replica may hold
+	starts chan struct{} // a slot per engine starting at once
+
 	mu      sync.Mutex
 	entries map[string]*entry
 	members []string
 	dbs     []Database
 	listed  bool // Source answered at least once
 	closing bool
+	// waiting holds the databases assigned here that another live replica
+	// still holds, since when: they start once it has let them go.
+	waiting map[string]time.Time
+	// released holds the databases let go here whose release is not yet
+	// published in fleet_databases.
+	released map[string]bool
+	// labelled holds the databases whose series are initialised.
+	labelled map[string]bool
 
 	// gmu orders reloads against engines starting and stopping.
 	gmu     sync.Mutex
@@ -155,10 +184,17 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.MemberID = fmt.Sprintf("%s:%d:%s", cmp.Or(host, "drainer"), os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	cfg.Lease = cmp.Or(cfg.Lease, 30*time.Second)
-	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, cfg.Lease/3)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, cfg.Lease/6)
+	if cfg.Heartbeat <= 0 || 2*cfg.Heartbeat >= cfg.Lease {
+		return nil, fmt.Errorf("fleet: heartbeat (%s) must be positive and under half the lease (%s)", cfg.Heartbeat, cfg.Lease)
+	}
 	cfg.Refresh = cmp.Or(cfg.Refresh, 30*time.Second)
 	cfg.PoolConns = cmp.Or(cfg.PoolConns, 2)
+	if cfg.PoolConns < 1 || cfg.PoolConns > maxPoolConns {
+		return nil, fmt.Errorf("fleet: connections per database (%d) must be between 1 and %d", cfg.PoolConns, maxPoolConns)
+	}
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, 10*time.Second)
+	cfg.StartTimeout = cmp.Or(cfg.StartTimeout, 30*time.Second)
 	cfg.PoolIdle = cmp.Or(cfg.PoolIdle, time.Minute)
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -167,11 +203,20 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	drainer.RegisterBuildInfo(cfg.Registerer, cfg.Version) // once for the process, not per database
-	return &Fleet{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer),
+	f := &Fleet{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer),
 		kick: make(chan struct{}, 1), relist: make(chan time.Duration, 1), entries: map[string]*entry{},
 		gen: newGeneration(cfg.Routing, cfg.CloseAdapters), engines: map[*drainer.Engine]struct{}{},
-		pools: lazyPools{idle: cfg.PoolIdle}}, nil
+		pools: lazyPools{idle: cfg.PoolIdle}, budget: newBudget(), starts: make(chan struct{}, startConcurrency),
+		waiting: map[string]time.Time{}, released: map[string]bool{}, labelled: map[string]bool{}}
+	f.labelLocked(cfg.Known)
+	return f, nil
 }
+
+// maxPoolConns bounds Config.PoolConns.
+const maxPoolConns = 16
+
+// ttl is how long a heartbeat keeps this replica a member.
+func (f *Fleet) ttl() time.Duration { return f.cfg.Lease - f.cfg.Heartbeat }
 
 // ID is this replica's member id.
 func (f *Fleet) ID() string { return f.cfg.MemberID }
@@ -186,7 +231,7 @@ func (f *Fleet) Draining() []string {
 	defer f.mu.Unlock()
 	var out []string
 	for name, e := range f.entries {
-		if !e.stopping && e.state.Load() == "running" {
+		if !e.stopping && e.state.Load() == stateRunning {
 			out = append(out, name)
 		}
 	}
@@ -207,14 +252,15 @@ func (f *Fleet) Databases() []string {
 	return out
 }
 
-// Unsettled returns how many databases are starting, retrying or being let
-// go here: zero once this replica drains exactly its share.
+// Unsettled returns how many databases are waiting for another replica to
+// let them go, starting, retrying or being let go here: zero once this
+// replica drains exactly its share.
 func (f *Fleet) Unsettled() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
+	n := len(f.waiting)
 	for _, e := range f.entries {
-		if e.stopping || e.state.Load() != "running" {
+		if e.stopping || e.state.Load() != stateRunning {
 			n++
 		}
 	}
@@ -304,7 +350,9 @@ func (f *Fleet) Relist(refresh time.Duration) {
 	}
 }
 
-// shutdown leaves (unless abandoned) and then lets every database go.
+// shutdown leaves (unless abandoned), lets every database go and, once
+// their pools have closed, publishes their release: the others take them
+// then, not while this replica still holds their connections.
 func (f *Fleet) shutdown(mem *membership) {
 	if !f.abandon.Load() {
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -312,6 +360,13 @@ func (f *Fleet) shutdown(mem *membership) {
 			f.log.Warn("fleet: could not leave the membership; the others take over when it expires", "err", redact(err))
 		}
 		cancel()
+		defer func() {
+			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := mem.releaseAll(lctx); err != nil {
+				f.log.Warn("fleet: could not publish the release of this replica's databases; the others take them a lease after it left", "err", redact(err))
+			}
+		}()
 	}
 	f.mu.Lock()
 	f.closing = true
@@ -329,8 +384,10 @@ func (f *Fleet) shutdown(mem *membership) {
 // heartbeat renews the membership; on failure the last members are kept.
 func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
 	start := time.Now()
-	bctx, cancel := context.WithTimeout(ctx, max(f.cfg.Heartbeat, time.Second))
-	members, err := mem.beat(bctx, 2*f.cfg.Heartbeat)
+	// A beat renews the membership when it runs, however late: it is cut
+	// only once this replica's membership would have expired anyway.
+	bctx, cancel := context.WithTimeout(ctx, f.ttl())
+	members, expired, err := mem.beat(bctx, f.ttl())
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -344,19 +401,29 @@ func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
 	if !slices.Equal(members, f.members) {
 		f.log.Info("fleet members changed", "members", len(members), "was", len(f.members))
 	}
+	for _, m := range f.members {
+		if slices.Contains(expired, m) {
+			// Its databases move here or elsewhere now; if it is alive
+			// after all (beats too slow on a loaded host), two replicas
+			// drain them until it beats again.
+			f.m.expiries.Inc()
+			f.log.Warn("fleet member expired: its heartbeats stopped; its databases move", "member", m)
+		}
+	}
 	f.members = members
 	f.mu.Unlock()
 	// The backlog is published, and the fleet's read back for the
 	// console's overview, after the membership, which it must never delay
 	// (a late beat makes this replica look dead): it shares the one
 	// coordination connection, so it is skipped when the beat itself was
-	// slow and bounded to a third of a heartbeat (a lock on the table cuts
-	// it on the server at half that, keeping the connection). A skipped or
-	// cut one only makes the overview a beat older: it keeps the last read.
+	// slow and bounded to half a heartbeat (a lock on the table cuts it on
+	// the server at half that, keeping the connection). A skipped or cut
+	// one only makes the overview a beat older: it keeps the last read
+	// (and a hand-over waits a beat longer for the release it publishes).
 	if time.Since(start) >= f.cfg.Heartbeat/2 {
 		return
 	}
-	bound := f.cfg.Heartbeat / 3
+	bound := f.cfg.Heartbeat / 2
 	pctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	bl, err := f.publish(pctx, mem.pool, bound/2)
@@ -397,6 +464,7 @@ func (f *Fleet) list(ctx context.Context) {
 	}
 	f.mu.Lock()
 	f.dbs, f.listed = kept, true
+	f.labelListedLocked()
 	f.mu.Unlock()
 	f.pools.keep(kept)
 	f.m.databases.WithLabelValues(stateKnown).Set(float64(len(kept)))
@@ -416,24 +484,54 @@ func (f *Fleet) reconcile() {
 		members = append(slices.Clone(members), f.cfg.MemberID)
 	}
 	want := map[string]Database{}
+	forced := map[string]bool{}
 	for _, db := range f.dbs {
-		if Owner(members, db.Name) == f.cfg.MemberID || (f.cfg.Force != nil && f.cfg.Force(db.Name)) {
+		if f.cfg.Force != nil && f.cfg.Force(db.Name) {
+			want[db.Name], forced[db.Name] = db, true
+		} else if Owner(members, db.Name) == f.cfg.MemberID {
 			want[db.Name] = db
 		}
 	}
+	f.budget.setShare(len(want))
 	for name, e := range f.entries {
 		if db, ok := want[name]; (!ok || db.URL != e.db.URL) && !e.stopping {
 			e.stopping = true
 			e.cancel()
 		}
 	}
+	for name := range f.waiting {
+		if _, ok := want[name]; !ok {
+			delete(f.waiting, name)
+		}
+	}
+	held := f.heldElsewhere(members)
+	now := time.Now()
 	for name, db := range want {
 		if _, ok := f.entries[name]; ok {
 			continue
 		}
+		// A hand-over: the pool opens once the replica that held the
+		// database has let it go (its release published), so that one
+		// replica at a time holds its connections. A lease at most: a
+		// replica that cannot publish it is taken over all the same.
+		if holder, ok := held[name]; ok && !forced[name] {
+			since, seen := f.waiting[name]
+			if !seen {
+				f.waiting[name] = now
+				f.log.Info("database assigned here; waiting for the replica holding it to let it go", "database", name, "holder", holder)
+				continue
+			}
+			if now.Sub(since) < f.cfg.Lease {
+				continue
+			}
+			f.log.Warn("database still held by another replica a lease after it was assigned here; draining it all the same (claims, leases and fencing keep each row exactly-once)",
+				"database", name, "holder", holder)
+		}
+		delete(f.waiting, name)
+		delete(f.released, name)
 		ctx, cancel := context.WithCancel(context.Background())
 		e := &entry{db: db, cancel: cancel, done: make(chan struct{})}
-		e.state.Store("starting")
+		e.state.Store(stateStarting)
 		f.entries[name] = e
 		f.wg.Add(1)
 		go f.drain(ctx, e)
@@ -442,7 +540,28 @@ func (f *Fleet) reconcile() {
 	f.countStatesLocked()
 }
 
-// countStatesLocked sets the unreachable and schema_mismatch gauges.
+// heldElsewhere maps each database that another replica holds, as the last
+// read of fleet_databases says, to that replica: one this replica sees
+// alive whose row is not released, or one that left and is still letting
+// it go (stopping).
+func (f *Fleet) heldElsewhere(members []string) map[string]string {
+	f.overview.mu.Lock()
+	rows := f.overview.rows
+	f.overview.mu.Unlock()
+	out := map[string]string{}
+	for _, b := range rows {
+		if b.Member == f.cfg.MemberID || b.State == stateReleased {
+			continue
+		}
+		if b.State == stateStopping || (b.MemberAlive && slices.Contains(members, b.Member)) {
+			out[b.Name] = b.Member
+		}
+	}
+	return out
+}
+
+// countStatesLocked sets the unreachable, schema_mismatch and waiting
+// gauges.
 func (f *Fleet) countStatesLocked() {
 	var unreachable, mismatch int
 	for _, e := range f.entries {
@@ -455,6 +574,7 @@ func (f *Fleet) countStatesLocked() {
 	}
 	f.m.databases.WithLabelValues(stateUnreachable).Set(float64(unreachable))
 	f.m.databases.WithLabelValues(stateSchemaMismatch).Set(float64(mismatch))
+	f.m.databases.WithLabelValues(stateWaiting).Set(float64(len(f.waiting)))
 }
 
 func (f *Fleet) setState(e *entry, s string) {
@@ -543,7 +663,39 @@ func poolConfig(url string, conns int32) (*pgxpool.Config, error) {
 	if pc.ConnConfig.RuntimeParams["jit"] == "" {
 		pc.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	pc.ConnConfig.DialFunc = dialAwaitingClose(pc.ConnConfig.DialFunc)
 	return pc, nil
+}
+
+// closeWait bounds how long closing a connection waits for the server to
+// close its end.
+const closeWait = 5 * time.Second
+
+// dialAwaitingClose wraps dial so that closing a connection returns once
+// the server has closed its end, its backend gone (or after closeWait): a
+// pool's Close then returns once its connections are gone from the server,
+// not merely sent their Terminate, so that a database let go is released,
+// and another replica opens its pool, only once they are.
+func dialAwaitingClose(dial pgconn.DialFunc) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return awaitedConn{c}, nil
+	}
+}
+
+// awaitedConn is a connection whose Close waits for the server's end of it.
+type awaitedConn struct{ net.Conn }
+
+func (c awaitedConn) Close() error {
+	if hc, ok := c.Conn.(interface{ CloseWrite() error }); ok && hc.CloseWrite() == nil {
+		if c.Conn.SetReadDeadline(time.Now().Add(closeWait)) == nil {
+			_, _ = io.Copy(io.Discard, c.Conn) // until the server closes: EOF
+		}
+	}
+	return c.Conn.Close()
 }
 
 // redact keeps an error's text but drops anything that looks like a password.

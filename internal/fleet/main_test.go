@@ -2,7 +2,11 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -164,7 +168,16 @@ type counter struct {
 	total       int
 	first, last map[string]time.Duration // by agent run
 	delay       time.Duration
-	before      func(*dispatch.Message) // when set, runs first on each dispatch
+	jitter      time.Duration // when set, each dispatch also waits a random time up to it
+	// hold, when set, is how long the provider takes to answer m, once
+	// the call is counted (an answer cut off by the call's deadline is
+	// ambiguous).
+	hold   func(m *dispatch.Message) time.Duration
+	active int                     // calls under way
+	before func(*dispatch.Message) // when set, runs first on each dispatch
+	// failOnce holds keys whose first attempt fails (a retryable answer):
+	// an injected failure, after which the key is sent again.
+	failOnce map[string]bool
 }
 
 func newCounter() *counter {
@@ -178,8 +191,10 @@ func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	if c.delay > 0 {
 		time.Sleep(c.delay)
 	}
+	if c.jitter > 0 {
+		time.Sleep(rand.N(c.jitter))
+	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.n[m.Key]++
 	c.run[m.Key] = m.Tuple.AgentRunID
 	if c.attempts[m.Key] == nil {
@@ -202,7 +217,47 @@ func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		c.first[run] = at
 	}
 	c.last[run] = at
+	fail := c.failOnce[m.Key] && m.Attempt == 1
+	var hold time.Duration
+	if c.hold != nil {
+		hold = c.hold(m)
+	}
+	c.active++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.active--
+		c.mu.Unlock()
+	}()
+	if hold > 0 {
+		t := time.NewTimer(hold)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: "timeout", Err: ctx.Err()}
+		}
+	}
+	if fail {
+		return dispatch.Result{Outcome: dispatch.Retry, Status: 503, Reason: "http_503", Err: errors.New("injected failure")}
+	}
 	return dispatch.Result{Outcome: dispatch.Success, Status: 200}
+}
+
+// idle reports whether no call is under way and every key of keys was
+// sent (twice for an injected failure).
+func (c *counter) idle(keys []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active > 0 {
+		return false
+	}
+	for _, k := range keys {
+		if c.n[k] == 0 || (c.failOnce[k] && c.n[k] < 2) {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *counter) distinct() (keys, dups, total int) {
@@ -234,6 +289,38 @@ func (c *counter) check(t testing.TB, keys []string) {
 	}
 }
 
+// checkSends fails t unless every key of keys was sent exactly once, but
+// those of failOnce: exactly twice, attempt 1 (which failed, injected) and
+// then attempt 2. A key sent again for any other reason (a lease that
+// lapsed, a replica that gave up rows it was sending) fails it.
+func (c *counter) checkSends(t testing.TB, keys []string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var again, missing []string
+	for _, k := range keys {
+		want := 1
+		if c.failOnce[k] {
+			want = 2
+		}
+		switch n := c.n[k]; {
+		case n == 0:
+			missing = append(missing, k)
+		case n != want || (want == 2 && !(c.attempts[k][1] && c.attempts[k][2])):
+			again = append(again, fmt.Sprintf("%s (run %s): sent %d times, attempts %v", k, c.run[k], n, slices.Sorted(maps.Keys(c.attempts[k]))))
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("%d keys never sent, e.g. %v", len(missing), missing[:min(5, len(missing))])
+	}
+	if len(again) > 0 {
+		t.Errorf("%d keys sent other than once (twice for an injected failure), e.g. %v", len(again), again[:min(10, len(again))])
+	}
+	if len(c.n) != len(keys) {
+		t.Errorf("%d keys sent, want %d", len(c.n), len(keys))
+	}
+}
+
 // checkFenced fails t unless every key of keys was dispatched and no
 // attempt of a key was dispatched twice (a broken claim or fence). A row
 // sent again with a later attempt after its lease expired is the design
@@ -262,7 +349,12 @@ func (c *counter) checkFenced(t testing.TB, keys []string) {
 // routing returns a routing factory sending tool "t" to c, over one
 // registry shared by every engine, as `drainer run` does.
 func routing(t testing.TB, c *counter) func() *drainer.Routing {
-	reg, err := dispatch.NewRegistry(&dispatch.Entry{Name: "p", Type: "test", Adapter: c, Timeout: time.Second})
+	return routingWithin(t, c, time.Second)
+}
+
+// routingWithin is routing with the adapter's call timeout.
+func routingWithin(t testing.TB, c *counter, timeout time.Duration) func() *drainer.Routing {
+	reg, err := dispatch.NewRegistry(&dispatch.Entry{Name: "p", Type: "test", Adapter: c, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}

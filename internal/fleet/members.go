@@ -49,38 +49,63 @@ CREATE TABLE IF NOT EXISTS `+m.table+` (
 }
 
 // beat renews this replica's row until now() + ttl, forgets rows expired
-// long ago, and returns the live members (this one included), sorted.
-func (m *membership) beat(ctx context.Context, ttl time.Duration) ([]string, error) {
+// long ago, and returns the live members (this one included), sorted, and
+// those whose row has expired (a member that left deleted its row).
+func (m *membership) beat(ctx context.Context, ttl time.Duration) (members, expired []string, err error) {
 	batch := &pgx.Batch{}
 	batch.Queue(`INSERT INTO `+m.table+` (member_id, expires_at) VALUES ($1, now() + $2 * interval '1 millisecond')
 ON CONFLICT (member_id) DO UPDATE SET expires_at = EXCLUDED.expires_at, heartbeat_at = now()`, m.id, ttl.Milliseconds())
 	batch.Queue(`DELETE FROM ` + m.table + ` WHERE expires_at < now() - interval '1 hour'`)
-	batch.Queue(`SELECT member_id FROM ` + m.table + ` WHERE expires_at > now() ORDER BY member_id`)
+	batch.Queue(`SELECT member_id, expires_at > now() FROM ` + m.table + ` ORDER BY member_id`)
 	br := m.pool.SendBatch(ctx, batch)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("fleet heartbeat: %w", err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("fleet heartbeat: %w", err)
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, fmt.Errorf("fleet heartbeat: %w", err)
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("fleet members: %w", err)
+		return nil, nil, fmt.Errorf("fleet members: %w", err)
 	}
-	members, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var id string
+	var alive bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &alive}, func() error {
+		if alive {
+			members = append(members, id)
+		} else {
+			expired = append(expired, id)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("fleet members: %w", err)
+		return nil, nil, fmt.Errorf("fleet members: %w", err)
 	}
 	if !slices.Contains(members, m.id) {
 		members = append(members, m.id)
 		slices.Sort(members)
 	}
-	return members, nil
+	return members, expired, nil
 }
 
-// leave deletes this replica's row: the others take its databases at once.
+// leave deletes this replica's row and marks the databases it publishes as
+// stopping, in one transaction: the others take them once releaseAll says
+// their pools have closed (or a lease later).
 func (m *membership) leave(ctx context.Context) error {
-	_, err := m.pool.Exec(ctx, `DELETE FROM `+m.table+` WHERE member_id = $1`, m.id)
+	return pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+m.table+` WHERE member_id = $1`, m.id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE `+newBacklogs(m.schema).table+` SET state = $2, published_at = now()
+ WHERE member_id = $1 AND state <> $3`, m.id, stateStopping, stateReleased)
+		return err
+	})
+}
+
+// releaseAll marks every database this replica published as released: its
+// engines have stopped and their pools closed.
+func (m *membership) releaseAll(ctx context.Context) error {
+	_, err := m.pool.Exec(ctx, `UPDATE `+newBacklogs(m.schema).table+` SET state = $2, published_at = now()
+ WHERE member_id = $1 AND state <> $2`, m.id, stateReleased)
 	return err
 }

@@ -9,21 +9,38 @@ import (
 const (
 	stateKnown          = "known"
 	stateOwned          = "owned"
+	stateWaiting        = "waiting"
 	stateUnreachable    = "unreachable"
 	stateSchemaMismatch = "schema_mismatch"
+)
+
+// A database's state at the replica holding it (entry.state), as
+// fleet_databases publishes it: starting, running, unreachable or
+// schema_mismatch; stopping while it is let go, released once its pool has
+// closed.
+const (
+	stateStarting = "starting"
+	stateRunning  = "running"
+	stateStopping = "stopping"
+	stateReleased = "released"
 )
 
 // Reasons counted by drainer_fleet_database_errors_total.
 const (
 	reasonUnreachable    = "unreachable"
 	reasonSchemaMismatch = "schema_mismatch"
+	reasonStartTimeout   = "start_timeout"
 	reasonStop           = "stop"
 )
+
+// reasons are every reason, each database's series initialised at 0.
+var reasons = []string{reasonUnreachable, reasonSchemaMismatch, reasonStartTimeout, reasonStop}
 
 // metrics are the fleet's own collectors, beside each database's engine
 // metrics (which carry the database label).
 type metrics struct {
 	members        prometheus.Gauge
+	expiries       prometheus.Counter
 	databases      *prometheus.GaugeVec
 	dbErrors       *prometheus.CounterVec
 	catalogErrors  prometheus.Counter
@@ -38,13 +55,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "drainer_fleet_members",
 			Help: "Live replicas of the fleet, as this replica saw them at its last heartbeat.",
 		}),
+		expiries: f.NewCounter(prometheus.CounterOpts{
+			Name: "drainer_fleet_member_expiries_total",
+			Help: "Members this replica saw expire (their heartbeats stopped, without leaving): a dead replica, or one whose beats were too slow, which then drains beside the new owner until it beats again.",
+		}),
 		databases: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "drainer_fleet_databases",
-			Help: "Databases by state: known (listed), owned (assigned to this replica), unreachable and schema_mismatch (owned, not drained yet).",
+			Help: "Databases by state: known (listed), owned (assigned to this replica), waiting (owned, still held by the replica letting it go), unreachable and schema_mismatch (owned, not drained yet).",
 		}, []string{"state"}),
 		dbErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "drainer_fleet_database_errors_total",
-			Help: "Failures to start or stop draining a database, by database and reason (unreachable, schema_mismatch, stop).",
+			Help: "Failures to start or stop draining a database, by database and reason (unreachable, schema_mismatch, start_timeout, stop).",
 		}, []string{"database", "reason"}),
 		catalogErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "drainer_fleet_catalog_errors_total",
@@ -59,12 +80,44 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Databases this replica started (acquired) or stopped (released) draining.",
 		}, []string{"direction"}),
 	}
-	for _, s := range []string{stateKnown, stateOwned, stateUnreachable, stateSchemaMismatch} {
+	for _, s := range []string{stateKnown, stateOwned, stateWaiting, stateUnreachable, stateSchemaMismatch} {
 		m.databases.WithLabelValues(s)
 	}
 	m.handoversTotal.WithLabelValues("acquired")
 	m.handoversTotal.WithLabelValues("released")
 	return m
+}
+
+// labelLocked initialises at 0 the labelled series of the databases named
+// (under Fleet.mu, or before Run).
+func (f *Fleet) labelLocked(names []string) {
+	for _, name := range names {
+		if f.labelled[name] {
+			continue
+		}
+		f.labelled[name] = true
+		for _, r := range reasons {
+			f.m.dbErrors.WithLabelValues(name, r)
+		}
+	}
+}
+
+// labelListedLocked gives every listed database its series at 0 and drops
+// those of databases no longer listed (under Fleet.mu).
+func (f *Fleet) labelListedLocked() {
+	listed := make(map[string]bool, len(f.dbs))
+	names := make([]string, 0, len(f.dbs))
+	for _, db := range f.dbs {
+		listed[db.Name] = true
+		names = append(names, db.Name)
+	}
+	for name := range f.labelled {
+		if !listed[name] {
+			f.m.dbErrors.DeletePartialMatch(prometheus.Labels{"database": name})
+			delete(f.labelled, name)
+		}
+	}
+	f.labelLocked(names)
 }
 
 // trackingRegisterer remembers what it registered, so a database's engine

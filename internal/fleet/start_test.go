@@ -1,0 +1,111 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestFleetSlowStarts: eight databases answer, but so slowly that no engine
+// can start there (their schema_meta is locked by another session), beside
+// one database that answers at once. The replica starts engines a few at a
+// time (startConcurrency), so that a host given many databases is not
+// swamped: sampled throughout, it never has more start attempts under way
+// than that. A start that times out after connecting is counted as
+// start_timeout and the database stays starting: it is slow, not
+// unreachable. Once the lock is released every database drains, each row
+// sent once.
+func TestFleetSlowStarts(t *testing.T) {
+	cl := newCluster(t, 100)
+	slow := names("slow", 8)
+	cl.createDBs(t, append(slices.Clone(slow), "quick"))
+	var keys []string
+	for _, db := range append(slices.Clone(slow), "quick") {
+		keys = append(keys, cl.enqueue(t, db, "1", 5)...)
+	}
+	// Another session holds each slow database's schema_meta: the engine's
+	// schema check waits on it.
+	var lockers []pgx.Tx
+	for _, db := range slow {
+		conn, err := pgx.Connect(t.Context(), cl.url(db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		tx, err := conn.Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(t.Context(), "LOCK TABLE drainer.schema_meta IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		lockers = append(lockers, tx)
+	}
+	// The replica's connections (application_name drainer) to the slow
+	// databases: one per start attempt under way.
+	watch, err := pgx.Connect(t.Context(), cl.url("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(context.Background())
+	attempts := func() int {
+		var n int
+		if err := watch.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE datname = ANY($1) AND application_name = 'drainer'", slow).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	c := newCounter()
+	all := append(slices.Clone(slow), "quick")
+	r := startReplica(t, cl.url("quick"), static(cl, all), routing(t, c), "solo", func(cfg *Config) {
+		cfg.StartTimeout = 2 * time.Second
+	})
+	most := 0
+	// Every slow database's start timed out at least once, or one was
+	// counted unreachable (which fails below).
+	timedOut := func() bool {
+		for _, db := range slow {
+			if testutil.ToFloat64(r.m.dbErrors.WithLabelValues(db, reasonUnreachable)) > 0 {
+				return true
+			}
+		}
+		for _, db := range slow {
+			if testutil.ToFloat64(r.m.dbErrors.WithLabelValues(db, reasonStartTimeout)) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	waitForState(t, "every slow database's start timed out at least once", 60*time.Second, func() (bool, string) {
+		most = max(most, attempts())
+		return timedOut(), fmt.Sprintf("%d start attempts under way", most)
+	})
+	for _, db := range slow {
+		if n := testutil.ToFloat64(r.m.dbErrors.WithLabelValues(db, reasonUnreachable)); n != 0 {
+			t.Errorf("%s, slow to start, counted unreachable %v times", db, n)
+		}
+	}
+	if n := testutil.ToFloat64(r.m.databases.WithLabelValues(stateUnreachable)); n != 0 {
+		t.Errorf("%v databases unreachable, want 0: they answer, slowly", n)
+	}
+	t.Logf("at most %d start attempts under way at once (bound %d)", most, startConcurrency)
+	if most > startConcurrency {
+		t.Errorf("%d start attempts under way at once, bound %d", most, startConcurrency)
+	}
+
+	for _, tx := range lockers {
+		if err := tx.Rollback(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitForState(t, "every row sent once the locks are released", 60*time.Second, func() (bool, string) {
+		return c.idle(keys), state(c, r)
+	})
+	c.check(t, keys)
+}
