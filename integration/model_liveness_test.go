@@ -6,9 +6,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/drainer-io/drainer/idemkey"
 	"github.com/jackc/pgx/v5"
 	"pgregory.net/rapid"
 )
@@ -199,4 +201,43 @@ func (m *seqModel) actKillConns(rt *rapid.T) bool {
 	m.rt.Logf("kill_conns: terminated %d idle connections of the daemons", killed)
 	m.tally["conns killed"] += killed
 	return killed > 0
+}
+
+// checkWakeUp: once the sequence settled (every daemon idle, asleep with
+// its wake-up armed), a row committed is claimed because its notification
+// woke a daemon, not by a poll, whatever the sequence did to the daemons'
+// connections (kill_conns), to Postgres (restarts) and to the daemons
+// (SIGKILL, SIGSTOP). Each replica counts its claimed rows by cause
+// (drainer_claimed_rows_total{cause}). A poll tick can race a healthy
+// notification now and then, so up to three probes are made: a deaf
+// wake-up loses every one of them.
+func (m *seqModel) checkWakeUp(fail func(string, ...any)) {
+	e := m.e
+	count := func(cause string) float64 {
+		var n float64
+		for _, r := range e.replicas {
+			n += r.d.metric("drainer_claimed_rows_total", `cause="`+cause+`"`)
+		}
+		return n
+	}
+	var seen []string
+	for try := range 3 {
+		notify, poll := count("notify"), count("poll")
+		key := enqueueOne(e.t, e.pool, idemkey.Tuple{AgentRunID: fmt.Sprintf("wake-%d-%d", e.seq, try), StepID: "probe", ToolName: toolNote}, `{"s":[]}`)
+		deadline := time.Now().Add(2 * time.Minute)
+		for len(e.provider.key(key).requests) == 0 {
+			if time.Now().After(deadline) {
+				fail("wake-up probe %s: not sent within 2 minutes", key)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		dn, dp := count("notify")-notify, count("poll")-poll
+		if dn >= 1 && dp == 0 {
+			m.tally["wake-up probes"] = try + 1
+			return
+		}
+		seen = append(seen, fmt.Sprintf("probe %d: %v rows claimed on a notification, %v by a poll", try+1, dn, dp))
+	}
+	fail("wake-up deaf after the sequence: a row committed while every daemon slept was not woken in three probes (%s)", strings.Join(seen, "; "))
 }
