@@ -214,6 +214,10 @@ type CheckpointResult struct {
 	Record  int64  `json:"record"`
 	Hash    string `json:"hash"`
 	Records int    `json:"records"`
+	// Problems are what the records it covers since the previous
+	// checkpoint no longer hold (see drainer audit verify): it is signed
+	// all the same, the ledger being what it is.
+	Problems []string `json:"problems"`
 }
 
 // Checkpoint signs the audit's current head into a new file in o.Dir:
@@ -221,7 +225,10 @@ type CheckpointResult struct {
 // that could still write one with an earlier id have ended), the records
 // since the previous checkpoint in o.Dir are checked (each digested again
 // from what it covers, and the chain), and the ledger's last record is
-// signed with them. It refuses to sign an audit that does not verify.
+// signed with them. What the check finds is returned (Problems) with the
+// checkpoint, which is written all the same: refusing would leave the
+// audit without any checkpoint for as long as a tampered generation is
+// kept.
 func (c *Client) Checkpoint(ctx context.Context, o CheckpointOptions) (*CheckpointResult, error) {
 	if o.Key == nil {
 		return nil, errors.New("checkpoint: no signing key")
@@ -266,12 +273,12 @@ func (c *Client) Checkpoint(ctx context.Context, o CheckpointOptions) (*Checkpoi
 	}
 
 	doc := Checkpoint{Format: CheckpointFormat, Schema: c.Schema(), TakenAt: time.Now().UTC().Format(time.RFC3339Nano)}
+	problems := []string{}
 	err = c.readOnly(ctx, func(tx pgx.Tx) error {
 		a, err := c.readAudit(ctx, tx, since+1)
 		if err != nil {
 			return err
 		}
-		var problems []string
 		if b := a.chainBreak(); b > 0 {
 			problems = append(problems, fmt.Sprintf("ledger record %d: %s", b, a.breakWhy))
 		}
@@ -284,9 +291,6 @@ func (c *Client) Checkpoint(ctx context.Context, o CheckpointOptions) (*Checkpoi
 				problems = append(problems, p.String())
 			}
 			doc.Records = append(doc.Records, recordOf(r))
-		}
-		if len(problems) > 0 {
-			return fmt.Errorf("the audit does not verify, nothing signed (see drainer audit verify): %s", strings.Join(problems, "; "))
 		}
 		if n := len(a.records); n > 0 {
 			doc.Head = CheckpointHead{Record: a.records[n-1].N, Hash: hex.EncodeToString(a.records[n-1].Hash)}
@@ -303,7 +307,7 @@ func (c *Client) Checkpoint(ctx context.Context, o CheckpointOptions) (*Checkpoi
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	return &CheckpointResult{Path: path, Record: doc.Head.Record, Hash: doc.Head.Hash, Records: len(doc.Records)}, nil
+	return &CheckpointResult{Path: path, Record: doc.Head.Record, Hash: doc.Head.Hash, Records: len(doc.Records), Problems: problems}, nil
 }
 
 func recordOf(r *store.LedgerRecord) CheckpointRecord {

@@ -388,3 +388,32 @@ func TestCheckpointRefusesBadKeysAndFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointSignsAndReportsABrokenAudit: a checkpoint covers the
+// ledger records since the previous one, each checked; one that no longer
+// holds (an anchor edited after the rotation recorded it) is reported with
+// the checkpoint, which is written all the same; verify --checkpoints
+// blames that checkpoint, not the one before the anchoring.
+func TestCheckpointSignsAndReportsABrokenAudit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := mixedHistory(t, e)
+	s := newSigner(t)
+	if r := s.checkpoint(t, e); len(r.Problems) != 0 {
+		t.Fatalf("first checkpoint: %v", r.Problems)
+	}
+	rotateAway(t, e)
+	e.exec(`UPDATE drainer.audit_anchors SET status = 'succeeded' WHERE key = $1`, k[2])
+	r := s.checkpoint(t, e)
+	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], k[2]+": record ") || !strings.Contains(r.Problems[0], "does not match its hash (edited)") {
+		t.Fatalf("checkpoint after an anchor was edited: %+v", r)
+	}
+	if _, err := os.Stat(r.Path); err != nil {
+		t.Fatalf("the checkpoint was not written: %v", err)
+	}
+	// The first checkpoint came before the anchors' record: it verifies.
+	v := s.verify(t, e)
+	if v.OK || v.Verified != 1 || v.Checkpoints != 2 || len(v.Problems) != 1 || v.Problems[0].File != filepath.Base(r.Path) {
+		t.Fatalf("verify: %+v", v)
+	}
+}

@@ -129,8 +129,9 @@ func newAuditCheckpointCmd() *cobra.Command {
 hash, and the ledger records since the previous checkpoint in DIR, with
 their digests). Every audit entry written so far is first recorded in the
 ledger, once the transactions that were running have ended (--wait bounds
-that), and the records since the previous checkpoint are checked: an audit
-that does not verify is not signed (exit 1).
+that), and the records since the previous checkpoint are checked: what
+no longer verifies is listed, the checkpoint written all the same (the
+ledger is what it is), and the command exits 1.
 
 The key file holds an Ed25519 private key, PEM PKCS #8, as
 "openssl genpkey -algorithm ed25519 -out F" writes it; it must be readable
@@ -157,9 +158,18 @@ sidecar, and copy DIR where the database's writers cannot.`,
 			}
 			w := cmd.OutOrStdout()
 			if o.json() {
-				return writeJSON(w, r)
+				if err := writeJSON(w, r); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(w, "checkpoint: ledger record %d (%s) signed into %s, with %d record(s)\n", r.Record, r.Hash, r.Path, r.Records)
+				for _, p := range r.Problems {
+					fmt.Fprintf(w, "problem: %s\n", p)
+				}
 			}
-			fmt.Fprintf(w, "checkpoint: ledger record %d (%s) signed into %s, with %d record(s)\n", r.Record, r.Hash, r.Path, r.Records)
+			if len(r.Problems) > 0 {
+				return fmt.Errorf("audit checkpoint: signed, but what it covers does not verify: %d problem(s) (listed above; see drainer audit verify)", len(r.Problems))
+			}
 			return nil
 		},
 	}
