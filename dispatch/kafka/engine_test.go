@@ -130,12 +130,13 @@ func checkCopies(t testing.TB, brokers []string, keys []string) (extra int) {
 	return extra
 }
 
-// TestEngineDrain drains 10^5 rows through the engine into an in-process
+// TestEngineDrain drains 2·10^4 rows through the engine into an in-process
 // broker (8 partitions) and reads them back: every row's record is there.
 // It logs rows/s and the copies found (none expected without faults,
-// asserted only as present-once-or-more).
+// asserted only as present-once-or-more). (10^5 rows took 8 minutes with
+// -race on a loaded 2-core machine, and proved nothing more.)
 func TestEngineDrain(t *testing.T) {
-	const n = 100_000
+	const n = 20_000
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "agent."+drainTool))
 	if err != nil {
 		t.Fatal(err)
