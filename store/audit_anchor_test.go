@@ -90,12 +90,29 @@ func (b *auditBundle) rotateUntil(t *testing.T, done func() bool) []string {
 // retention pass with windows of zero does.
 func (b *auditBundle) prune(t *testing.T) {
 	t.Helper()
+	b.pruneKeeping(t, time.Hour)
+}
+
+// pruneKeeping prunes every terminal row, and the tombstones older than
+// tombstones.
+func (b *auditBundle) pruneKeeping(t *testing.T, tombstones time.Duration) {
+	t.Helper()
 	zero := map[string]time.Duration{}
 	for _, s := range []string{"succeeded", "cancelled", "compensated", "failed"} {
 		zero[s] = 0
 	}
-	if _, err := b.st.Prune(context.Background(), b.pool, store.Retention{ByStatus: zero, Tombstones: time.Hour, Audit: time.Hour, BatchSize: 100}, 5*time.Second); err != nil {
+	if _, err := b.st.Prune(context.Background(), b.pool, store.Retention{ByStatus: zero, Tombstones: tombstones, Audit: time.Hour, BatchSize: 100}, 5*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// forgetTombstones prunes every tombstone it may: all but those of key,
+// whose tampering they are the evidence of.
+func (b *auditBundle) forgetTombstones(t *testing.T, key string) {
+	t.Helper()
+	b.pruneKeeping(t, 0)
+	if n := scalar[int64](t, b.pool, `SELECT count(*) FROM drainer.keys WHERE pruned_at IS NOT NULL AND key <> $1`, key); n != 0 {
+		t.Fatalf("%d tombstones of untampered keys left", n)
 	}
 }
 
@@ -119,8 +136,9 @@ func (b *auditBundle) reported(t *testing.T, when, key, want string) {
 // inserted entry, and a status changed with the audit triggers off (on a
 // row that stays, and on one pruned since), are reported by audit verify
 // before the rotation, and still after their rows were pruned and their
-// generation was verified, anchored and truncated, and after one more
-// turn of every generation; so are the entries edited, deleted or
+// generation was verified, anchored and truncated, after one more turn of
+// every generation, and once the tombstones' age has passed (a tombstone
+// that is the evidence stays); so are the entries edited, deleted or
 // inserted after their generation was anchored and before it was
 // truncated. The rotation never stalls on them.
 func TestAuditTamperingOutlivesRotation(t *testing.T) {
@@ -186,6 +204,8 @@ func TestAuditTamperingOutlivesRotation(t *testing.T) {
 			if n := scalar[int64](t, b.pool, `SELECT count(*) FROM drainer.audit`); n != 0 {
 				t.Fatalf("%d entries left: the rotation stalled", n)
 			}
+			b.forgetTombstones(t, key)
+			b.reported(t, "after the tombstones' age", key, c.want)
 		})
 	}
 }
@@ -228,6 +248,10 @@ func TestAuditAnchorsAreChained(t *testing.T) {
 			storetest.Enqueue(t, b.pool, "run2", "t", 2)
 			b.rotateAway(t)
 			b.reported(t, "after another turn", b.keys[0], c.want)
+			if c.name == "deleted" {
+				b.forgetTombstones(t, b.keys[0])
+				b.reported(t, "after the tombstones' age", b.keys[0], c.want)
+			}
 		})
 	}
 }

@@ -41,11 +41,22 @@ const pruneRunsSQL = `WITH gone AS (
         RETURNING 1) SELECT count(*) FROM gone`
 
 // pruneTombstonesSQL forgets keys whose tombstone is past its age (their
-// row in the key space, marked pruned).
+// row in the key space, marked pruned). A tombstone that is the evidence of
+// tampering with its audit chain stays, so that audit verify goes on
+// reporting it (audit_problems): one whose status the chain's last
+// recorded change (or its anchor, once truncated) does not record (a change
+// made with the audit triggers off), or whose chain is gone (no entry, no
+// anchor).
 const pruneTombstonesSQL = `WITH gone AS (
         DELETE FROM {s}.keys WHERE key IN (
-            SELECT key FROM {s}.keys WHERE pruned_at < now() - $1 * interval '1 millisecond'
-             ORDER BY pruned_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+            SELECT k.key FROM {s}.keys k WHERE k.pruned_at < now() - $1 * interval '1 millisecond'
+               AND (EXISTS (SELECT 1 FROM {s}.audit a WHERE a.key = k.key)
+                    OR EXISTS (SELECT 1 FROM {s}.audit_anchors x WHERE x.key = k.key))
+               AND k.final_status IS NOT DISTINCT FROM coalesce(
+                       (SELECT a.to_status FROM {s}.audit a WHERE a.key = k.key AND a.to_status IS NOT NULL
+                         ORDER BY a.id DESC LIMIT 1),
+                       (SELECT x.status FROM {s}.audit_anchors x WHERE x.key = k.key), k.final_status)
+             ORDER BY k.pruned_at LIMIT $2 FOR UPDATE OF k SKIP LOCKED)
         RETURNING 1) SELECT count(*) FROM gone`
 
 // Prune runs one pass within budget and returns the rows pruned by kind
