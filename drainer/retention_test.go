@@ -129,8 +129,10 @@ func TestPruneSkipsOpenSagasAndParkedRows(t *testing.T) {
 	}
 }
 
-// TestAuditPruneKeepsChainsVerifiable: pruning the older entries of a chain
-// leaves an anchor; the chain, extended afterwards, still verifies.
+// TestAuditPruneKeepsChainsVerifiable: prune_audit, still called by older
+// replicas, deletes no entry (entries leave only by the rotation, which
+// verifies a generation before it anchors and truncates it); chains
+// extended afterwards still verify, and tampering is still caught.
 func TestAuditPruneKeepsChainsVerifiable(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
@@ -146,9 +148,12 @@ func TestAuditPruneKeepsChainsVerifiable(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.audit").Scan(&entries); err != nil || entries != 9 {
 		t.Fatalf("audit entries %d (%v), want 9", entries, err)
 	}
-	// Prune the 5 oldest entries: part of the chains.
+	// An older replica's prune of the 5 oldest entries deletes none.
 	if _, err := pool.Exec(ctx, "SELECT drainer.prune_audit(now(), 5)"); err != nil {
 		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.audit").Scan(&entries); err != nil || entries != 9 {
+		t.Fatalf("audit entries after prune_audit %d (%v), want all 9 kept", entries, err)
 	}
 	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = 'cancelled' WHERE key = $1", keys[0]); err != nil {
 		t.Fatal(err)
