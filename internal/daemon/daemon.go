@@ -240,6 +240,9 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	// drainer_claimed_rows_total{cause}: how the claimed rows were found
+	// (a notification, a poll the wake-up should have spared, ...).
+	reg.MustRegister(eng.ClaimCollector())
 	if err := d.startConsole(ctx, consoleLn, p, reg); err != nil {
 		return nil, err
 	}
