@@ -59,8 +59,13 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 	return a, nil
 }
 
+// startupCheckTimeout bounds newAdapter's connect and migration check at
+// least this long: the adapter's timeout bounds a dispatch, and a loaded
+// host or a cold server may take longer to answer the first time.
+const startupCheckTimeout = 30 * time.Second
+
 func newAdapter(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Adapter, error) {
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, max(cfg.Timeout, startupCheckTimeout))
 	defer cancel()
 	if err := pool.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("connect to the database: %w", redactConnectError(err))
