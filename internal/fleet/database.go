@@ -37,17 +37,18 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 		if !f.budget.acquire(ctx) {
 			break
 		}
-		err := ctx.Err()
+		var err error
 		select {
 		case f.starts <- struct{}{}:
 			d, err = f.open(ctx, e.db)
 			<-f.starts
 		case <-ctx.Done():
+			err = ctx.Err()
 		}
 		if err == nil {
 			break
 		}
-		f.budget.release() // open closed the pool
+		f.budget.release() // no pool, or open closed it
 		if ctx.Err() != nil {
 			break
 		}

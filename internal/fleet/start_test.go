@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 // swamped: sampled throughout, it never has more start attempts under way
 // than that. A start that times out after connecting is counted as
 // start_timeout and the database stays starting: it is slow, not
-// unreachable. Once the lock is released every database drains, each row
-// sent once.
+// unreachable. Dropped from the list while some of them wait for a start
+// slot, the slow databases leave the replica's budget whole (one pool
+// held, its share one). Listed again and the lock released, every database
+// drains, each row sent once.
 func TestFleetSlowStarts(t *testing.T) {
 	cl := newCluster(t, 100)
 	slow := names("slow", 8)
@@ -63,9 +66,36 @@ func TestFleetSlowStarts(t *testing.T) {
 
 	c := newCounter()
 	all := append(slices.Clone(slow), "quick")
-	r := startReplica(t, cl.url("quick"), static(cl, all), routing(t, c), "solo", func(cfg *Config) {
-		cfg.StartTimeout = 2 * time.Second
+	var mu sync.Mutex
+	listed := all
+	src := func(ctx context.Context) ([]Database, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return static(cl, listed)(ctx)
+	}
+	relist := func(names []string) {
+		mu.Lock()
+		listed = names
+		mu.Unlock()
+	}
+	r := startReplica(t, cl.url("quick"), src, routing(t, c), "solo", func(cfg *Config) {
+		cfg.StartTimeout = 5 * time.Second
 	})
+	// Once the slots are full (the other slow databases waiting for one),
+	// the slow databases are dropped from the list: whatever each was
+	// doing, its budget comes back. Then they are listed again.
+	waitForState(t, "the start slots full", 60*time.Second, func() (bool, string) {
+		n := attempts()
+		return n == startConcurrency, fmt.Sprint(n, " start attempts under way")
+	})
+	relist([]string{"quick"})
+	waitForState(t, "the slow databases let go", 60*time.Second, func() (bool, string) {
+		return r.Unsettled() == 0 && slices.Equal(r.Draining(), []string{"quick"}), fmt.Sprint(r.Draining(), r.Unsettled())
+	})
+	if held, share := r.budget.counts(); held != 1 || share != 1 {
+		t.Errorf("once the slow databases were let go the replica holds %d pools for a share of %d, want 1 and 1", held, share)
+	}
+	relist(all)
 	most := 0
 	// Every slow database's start timed out at least once, or one was
 	// counted unreachable (which fails below).
