@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/drainer-io/drainer/internal/maintenance"
@@ -56,8 +55,6 @@ type wakeGate struct {
 	interrupt context.CancelFunc // ends run's current watch, when set
 	kick      chan struct{}      // wanted changed
 
-	held atomic.Bool // a slot is held (on a connection last seen alive)
-
 	ready     chan struct{} // closed once first connected
 	readyOnce sync.Once
 
@@ -70,8 +67,6 @@ type wakeGate struct {
 // wakeHooks let tests stop the wake-up at a chosen point. Nil fields (as
 // in production) do nothing.
 type wakeHooks struct {
-	// connect runs before the gate opens a connection.
-	connect func(ctx context.Context)
 	// hold runs once the gate has taken a seat, before it asks for the
 	// wake lock.
 	hold func(ctx context.Context)
@@ -152,9 +147,6 @@ func (g *wakeGate) run(ctx context.Context) {
 
 // connect opens the gate's connection.
 func (g *wakeGate) connect(ctx context.Context) error {
-	if h := g.e.hooks.connect; h != nil {
-		h(ctx)
-	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	conn, err := pgx.ConnectConfig(cctx, g.e.ownConnConfig("wake"))
 	cancel()
@@ -197,7 +189,6 @@ func (g *wakeGate) arm(ctx context.Context) error {
 		return err // not held: the loop asks again, or gives the seat back
 	}
 	g.hold = true
-	g.held.Store(true)
 	if g.isWanted() {
 		g.e.floor.wantFull()
 		g.e.wakeFor(causeRearm)
@@ -210,7 +201,6 @@ func (g *wakeGate) arm(ctx context.Context) error {
 func (g *wakeGate) disarm(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	g.held.Store(false)
 	if g.hold {
 		if err := g.e.st.ReleaseWake(ctx, g.conn, g.slot); err != nil {
 			return err
@@ -282,7 +272,6 @@ func (g *wakeGate) fail(err error) {
 }
 
 func (g *wakeGate) close() {
-	g.held.Store(false)
 	if g.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = g.conn.Close(ctx)
