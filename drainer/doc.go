@@ -28,11 +28,12 @@
 //
 // Around it, each a service with its own Start/Stop (internal/maintenance):
 // the deferrer (deferral.go: bulk deferral of a refused tool's rows and
-// wakes, one goroutine), the listener (listen.go; wakegate.go: the claim
-// loop holds a slot of the wake gate while it sleeps, so producers notify
-// only then), the pause watcher
-// (pause.go), the reclaimer of expired leases (reclaim.go; each reclaimed
-// row held for its route's max_retry_after: Routing.ReclaimPolicy), the backlog
+// wakes, one goroutine), the listener (listen.go; wakegate.go: the wake
+// gate, on its own goroutine and connection, holds a slot while the claim
+// loop sleeps, so producers notify only then), the pause watcher
+// (pause.go), the reclaimer of expired leases (reclaim.go; a reclaimed row
+// is due at once, held only by its floor, its tool's recent Retry-After and
+// its route's reclaim_hold: Routing.ReclaimPolicy), the backlog
 // snapshotter (snapshot.go), the pruner (retention.go), the rotator of
 // the queue's generations (rotation.go), the probe
 // calibrator (detect.go) and the saga runner. engine.go holds the
