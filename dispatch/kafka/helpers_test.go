@@ -122,8 +122,9 @@ func readAll(t testing.TB, brokers []string, topic string, opts ...kgo.Opt) []*k
 	for len(want) > 0 {
 		pollCtx, cancelPoll := context.WithTimeout(context.Background(), readStall)
 		fs := cl.PollFetches(pollCtx)
+		stalled := pollCtx.Err() != nil
 		cancelPoll()
-		if pollCtx.Err() != nil {
+		if stalled {
 			t.Fatalf("reading %s: nothing read for %s, %d partitions not read to their end: %v", topic, readStall, len(want), want)
 		}
 		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s/%d: %v", topic, p, err) })

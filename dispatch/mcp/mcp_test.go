@@ -324,7 +324,13 @@ func TestOldProtocolRevision(t *testing.T) {
 
 func TestLargeResultTruncated(t *testing.T) {
 	ts := newToolServer(t)
-	a := newAdapter(t, ts.srv.URL)
+	// A 10 MiB answer under -race on a loaded machine can take longer than
+	// the default 30 s attempt: the verdict is about truncation, not speed.
+	a, err := mcp.New(mcp.Config{URL: ts.srv.URL, Headers: map[string]string{"Authorization": "Bearer " + testSecret}, Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	_, r := dispatchTool(t, a, "big", `{}`)
 	wantOutcome(t, r, dispatch.Success)
 	if len(r.Response) > dispatch.DefaultResponseLimit+32 || !json.Valid(r.Response) ||
