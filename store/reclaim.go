@@ -135,9 +135,12 @@ ON CONFLICT (tool_name, bucket) DO UPDATE SET longest_ms = excluded.longest_ms
 // of the Retry-After answers among cs, if any carried one; it reports
 // whether it queued a statement.
 func (s *Store) queueRetryAfterMarks(b *pgx.Batch, cs []Completion) bool {
-	longest := map[string]int64{}
+	var longest map[string]int64 // allocated only for a batch that carries a Retry-After
 	for _, c := range cs {
 		if ms := c.RetryAfter.Milliseconds(); ms > 0 && c.Tool != "" && ms > longest[c.Tool] {
+			if longest == nil {
+				longest = map[string]int64{}
+			}
 			longest[c.Tool] = ms
 		}
 	}
