@@ -176,8 +176,11 @@ type counter struct {
 	active int                     // calls under way
 	before func(*dispatch.Message) // when set, runs first on each dispatch
 	// failOnce holds keys whose first attempt fails (a retryable answer):
-	// an injected failure, after which the key is sent again.
+	// an injected failure, after which the key is sent again. failRuns
+	// names runs whose first row (step-0) is added to it when first sent,
+	// so that the failure is decided before the row can be sent.
 	failOnce map[string]bool
+	failRuns map[string]bool
 }
 
 func newCounter() *counter {
@@ -217,6 +220,9 @@ func (c *counter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		c.first[run] = at
 	}
 	c.last[run] = at
+	if c.failRuns[m.Tuple.AgentRunID] && m.Tuple.StepID == "step-0" {
+		c.failOnce[m.Key] = true
+	}
 	fail := c.failOnce[m.Key] && m.Attempt == 1
 	var hold time.Duration
 	if c.hold != nil {
