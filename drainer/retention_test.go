@@ -13,6 +13,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -231,15 +232,27 @@ func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
 		s, ok, err := testStore.ReadSnapshot(ctx, pool)
 		return err == nil && ok && len(s.Stats.Unrouted) == 1 && s.Stats.Unrouted[0].Tool == "mystery_tool" && s.Stats.Unrouted[0].Rows == 3
 	})
-	// Block every query on the outbox, then scrape.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// Block every query on the outbox, then scrape. The outbox is a view
+	// over several tables, locked one after another while the engine
+	// works on them: the deadlock detector may pick this transaction, and
+	// then it asks again.
+	var tx pgx.Tx
+	for attempt := 1; ; attempt++ {
+		var err error
+		if tx, err = pool.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(ctx, "LOCK TABLE drainer.outbox IN ACCESS EXCLUSIVE MODE")
+		if err == nil {
+			break
+		}
+		tx.Rollback(context.Background())
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40P01" || attempt == 20 {
+			t.Fatalf("lock the outbox (attempt %d): %v", attempt, err)
+		}
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "LOCK TABLE drainer.outbox IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
 	time.Sleep(500 * time.Millisecond) // the snapshot loop is now stuck on the lock
 	var done atomic.Bool
 	go func() {

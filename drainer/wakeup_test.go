@@ -97,14 +97,19 @@ func gateLock(t *testing.T, pool *pgxpool.Pool, granted bool) bool {
 // lock began, or zero when it waits for none.
 func gateWaitStart(t *testing.T, pool *pgxpool.Pool) time.Time {
 	t.Helper()
-	var at time.Time
+	// pg_locks and pg_stat_activity are not read at one instant: the wait
+	// may have ended in between, and then xact_start is NULL.
+	var at *time.Time
 	err := pool.QueryRow(t.Context(), `SELECT a.xact_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE a.datname = current_database() AND a.application_name = 'drainer-wake'
 		  AND l.locktype = 'advisory' AND NOT l.granted`).Scan(&at)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatal(err)
 	}
-	return at
+	if at == nil {
+		return time.Time{}
+	}
+	return *at
 }
 
 // dispatchedByWakeUp enqueues one row and waits until it has succeeded;
