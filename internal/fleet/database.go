@@ -184,6 +184,12 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 		rt.Release()
 		return nil, err
 	}
+	// A fleet's engines poll (they do not listen): their claims count
+	// under poll, which is the truth of how a fleet finds its rows.
+	if err := r.reg.Register(r.eng.ClaimCollector()); err != nil {
+		rt.Release()
+		return nil, fmt.Errorf("engine metrics: %w", err)
+	}
 	if err := r.eng.Start(cctx); err != nil {
 		rt.Release() // nothing claimed: the engine never ran
 		return nil, err

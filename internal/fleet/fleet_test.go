@@ -170,6 +170,9 @@ func TestFleetFaults(t *testing.T) {
 	if v := gatherLabel(t, r, "drainer_workers", "database"); !slices.Contains(v, "good1") {
 		t.Errorf("drainer_workers database labels %v", v)
 	}
+	if v := gatherLabel(t, r, "drainer_claimed_rows_total", "database"); !slices.Contains(v, "good1") || !slices.Contains(v, "good2") {
+		t.Errorf("drainer_claimed_rows_total database labels %v, want good1 and good2", v)
+	}
 	// The build info describes the process: once, with its version and no database.
 	if v, d := gatherLabel(t, r, "drainer_build_info", "version"), gatherLabel(t, r, "drainer_build_info", "database"); len(v) != 1 || len(d) != 0 {
 		t.Errorf("drainer_build_info: versions %v, databases %v; want one series without a database", v, d)
