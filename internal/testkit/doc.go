@@ -1,0 +1,9 @@
+// Package testkit holds the helpers that tests of every package share.
+//
+// It imports only the standard library, so any test package may use it
+// without pulling the project's runtime into its helpers.
+//
+// # Files
+//
+//	wait.go  WaitFor, polling a condition within a generous bound
+package testkit
