@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -295,14 +296,14 @@ func TestBreakerRecoversWithinSeconds(t *testing.T) {
 	rt.Policies = map[string]GatePolicy{"t": {BreakerFailures: 3, BreakerOpenFor: time.Hour}}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, rt, Config{Workers: 2, Metrics: metrics})
-	waitFor(t, "breaker open", 30*time.Second, func() bool {
-		return testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")) == 2
+	testkit.WaitFor(t, 30*time.Second, "breaker open", func() (bool, string) {
+		return testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")) == 2, ""
 	})
 	down.Store(false)
 	// An hour-long open_for would hold the rows for an hour; the first
 	// probes go after 1 s, 2 s, 4 s.
-	waitFor(t, "backlog drained after the provider came back", 30*time.Second, func() bool {
-		return countByStatus(t, pool)["succeeded"] == 20
+	testkit.WaitFor(t, 30*time.Second, "backlog drained after the provider came back", func() (bool, string) {
+		return countByStatus(t, pool)["succeeded"] == 20, ""
 	})
 	if got := testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")); got != 0 {
 		t.Fatalf("breaker state %v after recovery, want 0", got)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -31,8 +32,8 @@ func TestRetryTaxCounters(t *testing.T) {
 		_ = tx.Rollback(ctx)
 	}
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{}), Config{Metrics: metrics, SnapshotInterval: 50 * time.Millisecond})
-	waitFor(t, "counters exported", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "counters exported", func() (bool, string) {
 		return testutil.ToFloat64(metrics.EnqueueDuplicates) == 1 &&
-			testutil.ToFloat64(metrics.EnqueueMismatches) == 1
+			testutil.ToFloat64(metrics.EnqueueMismatches) == 1, ""
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 )
 
@@ -85,12 +86,12 @@ func detectEnv(t *testing.T, p *effectProvider, path string, settle time.Duratio
 		return key
 	}
 	warm := enqueue("warm", "wire")
-	waitFor(t, "first row succeeded", 30*time.Second, func() bool { return getRow(t, pool, warm).Status == outbox.StatusSucceeded })
+	testkit.WaitFor(t, 30*time.Second, "first row succeeded", func() (bool, string) { return getRow(t, pool, warm).Status == outbox.StatusSucceeded, "" })
 	return func(step, tool string) string {
 		k := enqueue(step, tool)
-		waitFor(t, step+" settled", 30*time.Second, func() bool {
+		testkit.WaitFor(t, 30*time.Second, step+" settled", func() (bool, string) {
 			s := getRow(t, pool, k).Status
-			return s == outbox.StatusSucceeded || s == outbox.StatusOutcomeUnknown || s == outbox.StatusFailed
+			return s == outbox.StatusSucceeded || s == outbox.StatusOutcomeUnknown || s == outbox.StatusFailed, ""
 		})
 		if r := getRow(t, pool, k); r.LastError != nil {
 			t.Logf("%s: %s: %s", step, r.Status, *r.LastError)

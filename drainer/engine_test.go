@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
@@ -77,18 +78,6 @@ func startEngine(t testing.TB, pool *pgxpool.Pool, rt *Routing, cfg Config) *Eng
 	return e
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestEngineDrainsAndRecordsResponses(t *testing.T) {
 	pool := newPool(t)
 	var calls atomic.Int64
@@ -100,7 +89,7 @@ func TestEngineDrainsAndRecordsResponses(t *testing.T) {
 	keys := enqueueN(t, pool, "run-1", "ok", 200)
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"ok": ok}, &Route{Tool: "ok"}), Config{Workers: 8, Metrics: metrics})
-	waitFor(t, "all rows succeeded", 20*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 200 })
+	testkit.WaitFor(t, 20*time.Second, "all rows succeeded", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 200, "" })
 	if calls.Load() != 200 {
 		t.Fatalf("adapter called %d times for 200 rows", calls.Load())
 	}
@@ -134,7 +123,7 @@ func TestEngineRetriesWithSameKey(t *testing.T) {
 	})
 	keys := enqueueN(t, pool, "run-2", "flaky", 20)
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"flaky": flaky}, &Route{Tool: "flaky"}), Config{Workers: 4})
-	waitFor(t, "all rows succeeded", 20*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 20 })
+	testkit.WaitFor(t, 20*time.Second, "all rows succeeded", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 20, "" })
 	for _, k := range keys {
 		if got := seen[k]; len(got) != 3 || got[0] != 1 || got[1] != 2 || got[2] != 3 {
 			t.Fatalf("key %s attempts %v, want [1 2 3]", k, got)
@@ -152,7 +141,7 @@ func TestEngineMaxAttemptsFails(t *testing.T) {
 	})
 	keys := enqueueN(t, pool, "run-3", "down", 3)
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"down": down}, &Route{Tool: "down", MaxAttempts: 3}), Config{Workers: 4})
-	waitFor(t, "rows failed", 20*time.Second, func() bool { return countByStatus(t, pool)["failed"] == 3 })
+	testkit.WaitFor(t, 20*time.Second, "rows failed", func() (bool, string) { return countByStatus(t, pool)["failed"] == 3, "" })
 	r := getRow(t, pool, keys[0])
 	if r.Attempts != 3 || r.LastError == nil || !strings.Contains(*r.LastError, "attempts exhausted (3 of 3)") {
 		t.Fatalf("row: %+v %s", r, deref(r.LastError))
@@ -166,8 +155,8 @@ func TestEngineUnroutedWaitsThenDrainsAfterReload(t *testing.T) {
 	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"other": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
 	})}, &Route{Tool: "other"}), Config{Workers: 2, Metrics: metrics})
-	waitFor(t, "unrouted rows looked at twice", 10*time.Second, func() bool {
-		return testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("", "unrouted")) >= 4
+	testkit.WaitFor(t, 10*time.Second, "unrouted rows looked at twice", func() (bool, string) {
+		return testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("", "unrouted")) >= 4, ""
 	})
 	r := getRow(t, pool, keys[0])
 	if r.Status != outbox.StatusPending && r.Status != outbox.StatusInFlight || r.Attempts > 1 {
@@ -177,19 +166,19 @@ func TestEngineUnroutedWaitsThenDrainsAfterReload(t *testing.T) {
 	// at claim, then given back): wait for a moment when both are pending,
 	// and then no attempt may be left consumed.
 	var pending, attempts int
-	waitFor(t, "both unrouted rows pending, no attempt consumed", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "both unrouted rows pending, no attempt consumed", func() (bool, string) {
 		err := pool.QueryRow(t.Context(), `SELECT count(*), coalesce(max(attempts), 0) FROM drainer.outbox WHERE status = 'pending'`).Scan(&pending, &attempts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pending == 2 && attempts == 0
+		return pending == 2 && attempts == 0, ""
 	})
 	var got atomic.Int64
 	e.Reload(testRouting(t, map[string]dispatch.Adapter{"newtool": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		got.Add(1)
 		return dispatch.Result{Outcome: dispatch.Success}
 	})}, &Route{Tool: "newtool"}))
-	waitFor(t, "rows drained after reload", 10*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 2 })
+	testkit.WaitFor(t, 10*time.Second, "rows drained after reload", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 2, "" })
 	if got.Load() != 2 {
 		t.Fatalf("dispatched %d times", got.Load())
 	}
@@ -220,7 +209,7 @@ func TestNoConcurrentDispatchAcrossEngines(t *testing.T) {
 		startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"}),
 			Config{Workers: 8, BatchSize: 4, ReplicaID: "replica-" + itoa(i)})
 	}
-	waitFor(t, "all rows succeeded", 30*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == n })
+	testkit.WaitFor(t, 30*time.Second, "all rows succeeded", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == n, "" })
 	if overlap.Load() != 0 {
 		t.Fatalf("%d dispatches overlapped another of the same row", overlap.Load())
 	}
@@ -256,7 +245,7 @@ func TestReclaimAfterLeaseExpiry(t *testing.T) {
 	})
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"}), Config{Workers: 4, Metrics: metrics})
-	waitFor(t, "reclaimed rows succeeded", 10*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 5 })
+	testkit.WaitFor(t, 10*time.Second, "reclaimed rows succeeded", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 5, "" })
 	for _, k := range keys {
 		if got[k] != 2 {
 			t.Fatalf("key %s dispatched as attempt %d, want 2 (the lost attempt counts)", k, got[k])
@@ -348,9 +337,9 @@ func TestSnapshotMatchesDatabase(t *testing.T) {
 			return dispatch.Result{Outcome: dispatch.Terminal, Err: errors.New("no")}
 		}),
 	}, &Route{Tool: "ok"}, &Route{Tool: "bad"}), Config{Workers: 4, Metrics: metrics})
-	waitFor(t, "snapshot reflects the drain", 15*time.Second, func() bool {
+	testkit.WaitFor(t, 15*time.Second, "snapshot reflects the drain", func() (bool, string) {
 		return testutil.ToFloat64(metrics.OutboxRows.WithLabelValues("succeeded")) == 30 &&
-			testutil.ToFloat64(metrics.OutboxRows.WithLabelValues("failed")) == 5
+			testutil.ToFloat64(metrics.OutboxRows.WithLabelValues("failed")) == 5, ""
 	})
 	if v := testutil.ToFloat64(metrics.OutboxRows.WithLabelValues("pending")); v != 0 {
 		t.Fatalf("pending gauge %v", v)
@@ -383,7 +372,7 @@ func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	startEngine(t, pool, rt, Config{Workers: 2})
-	waitFor(t, "first row failed", 10*time.Second, func() bool { return getRow(t, pool, first[0]).Status == outbox.StatusFailed })
+	testkit.WaitFor(t, 10*time.Second, "first row failed", func() (bool, string) { return getRow(t, pool, first[0]).Status == outbox.StatusFailed, "" })
 	var status, lastErr string
 	if err := pool.QueryRow(ctx, "SELECT status, last_error FROM drainer.outbox WHERE step_id = 'step-later'").Scan(&status, &lastErr); err != nil {
 		t.Fatal(err)
@@ -493,10 +482,10 @@ func TestRowBehindTheLowWaterMarkIsClaimed(t *testing.T) {
 		return dispatch.Result{Outcome: dispatch.Success}
 	})
 	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": ok}, &Route{Tool: "t"}), Config{Workers: 4, BatchSize: 4})
-	waitFor(t, "drained", 30*time.Second, func() bool { return getRow(t, pool, keys[199]).Status == outbox.StatusSucceeded })
+	testkit.WaitFor(t, 30*time.Second, "drained", func() (bool, string) { return getRow(t, pool, keys[199]).Status == outbox.StatusSucceeded, "" })
 	if e.mark.pos == nil {
 		t.Fatal("the claimer kept no low-water mark")
 	}
 	late := storetest.Insert(t, pool, storetest.Row{AgentRunID: "late", ToolName: "t", DueIn: -time.Hour})
-	waitFor(t, "the late row claimed", 30*time.Second, func() bool { return getRow(t, pool, late).Status == outbox.StatusSucceeded })
+	testkit.WaitFor(t, 30*time.Second, "the late row claimed", func() (bool, string) { return getRow(t, pool, late).Status == outbox.StatusSucceeded, "" })
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5"
@@ -42,19 +43,19 @@ func TestParkedStepHoldsItsSaga(t *testing.T) {
 		&Route{Tool: "cancel_flight", Adapter: "p", MaxAttempts: 3})
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, routes...), Config{Workers: 2, SagaInterval: 50 * time.Millisecond})
 
-	waitFor(t, "step 3 failed and step 2 parked", 15*time.Second, func() bool {
-		return getRow(t, pool, k3).Status == outbox.StatusFailed && getRow(t, pool, k2).Status == outbox.StatusOutcomeUnknown
+	testkit.WaitFor(t, 15*time.Second, "step 3 failed and step 2 parked", func() (bool, string) {
+		return getRow(t, pool, k3).Status == outbox.StatusFailed && getRow(t, pool, k2).Status == outbox.StatusOutcomeUnknown, ""
 	})
-	waitFor(t, "the saga to wait, naming the parked step", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the saga to wait, naming the parked step", func() (bool, string) {
 		var note *string
 		if err := pool.QueryRow(t.Context(), `SELECT saga_note FROM drainer.runs WHERE agent_run_id = 'run'`).Scan(&note); err != nil {
 			t.Fatal(err)
 		}
-		return sagaState(t, pool, "run") == outbox.SagaWaiting && note != nil && strings.Contains(*note, k2)
+		return sagaState(t, pool, "run") == outbox.SagaWaiting && note != nil && strings.Contains(*note, k2), ""
 	})
 	// Many sweeps later, still nothing compensated.
 	var sweeps int
-	waitFor(t, "twenty saga sweeps", 10*time.Second, func() bool { sweeps++; time.Sleep(50 * time.Millisecond); return sweeps >= 20 })
+	testkit.WaitFor(t, 10*time.Second, "twenty saga sweeps", func() (bool, string) { sweeps++; time.Sleep(50 * time.Millisecond); return sweeps >= 20, "" })
 	if n := p.count("refund_card") + p.count("cancel_flight"); n != 0 || getRow(t, pool, k1).Status != outbox.StatusSucceeded {
 		t.Fatalf("%d compensations ran while step 2 was parked (step 1 %s)", n, getRow(t, pool, k1).Status)
 	}
@@ -63,7 +64,7 @@ func TestParkedStepHoldsItsSaga(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() WHERE key = $1`, k2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "saga done", 15*time.Second, func() bool { return sagaState(t, pool, "run") == outbox.SagaDone })
+	testkit.WaitFor(t, 15*time.Second, "saga done", func() (bool, string) { return sagaState(t, pool, "run") == outbox.SagaDone, "" })
 	var comps []string
 	for _, c := range p.tools() {
 		if strings.HasSuffix(c, "/refund_card") || strings.HasSuffix(c, "/cancel_flight") {
@@ -94,8 +95,8 @@ func TestRequeuePastTheKeyWindowIsStoppedByTheGuard(t *testing.T) {
 	}
 	rt := testRouting(t, map[string]dispatch.Adapter{"p": p}, &Route{Tool: "charge_card", Adapter: "p", KeyTTL: time.Hour})
 	startEngine(t, pool, rt, Config{Workers: 2})
-	waitFor(t, "the requeued row failed by the guard", 10*time.Second, func() bool {
-		return getRow(t, pool, key).Status == outbox.StatusFailed
+	testkit.WaitFor(t, 10*time.Second, "the requeued row failed by the guard", func() (bool, string) {
+		return getRow(t, pool, key).Status == outbox.StatusFailed, ""
 	})
 	if r := getRow(t, pool, key); r.LastError == nil || !strings.Contains(*r.LastError, "key TTL guard") {
 		t.Fatalf("last_error %v, want the key TTL guard", r.LastError)
@@ -134,7 +135,7 @@ func TestEnqueueBehindAnAbortIsNeverSent(t *testing.T) {
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatalf("%s: %v", level, err)
 		}
-		waitFor(t, "the row cancelled", 10*time.Second, func() bool { return getRow(t, pool, key).Status == outbox.StatusCancelled })
+		testkit.WaitFor(t, 10*time.Second, "the row cancelled", func() (bool, string) { return getRow(t, pool, key).Status == outbox.StatusCancelled, "" })
 		if r := getRow(t, pool, key); r.Attempts != 0 {
 			t.Fatalf("%s: cancelled row has attempts %d, want 0", level, r.Attempts)
 		}

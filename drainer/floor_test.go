@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,13 +56,13 @@ func TestRetryAfterFloorSurvivesResume(t *testing.T) {
 	rt.Routes["limited"].Backoff.MaxRetryAfter = 2 * time.Hour
 	floored := enqueueN(t, pool, "run-l", "limited", 10)
 	startEngine(t, pool, rt, Config{Workers: 4})
-	waitFor(t, "every limited row answered 429", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every limited row answered 429", func() (bool, string) {
 		for _, k := range floored {
 			if r := getRow(t, pool, k); r.Attempts != 1 || r.Status != outbox.StatusPending {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	for _, k := range floored {
 		if next, floor := floorOf(t, pool, k); floor < 50*time.Minute || next < floor-time.Second {
@@ -75,20 +76,20 @@ func TestRetryAfterFloorSurvivesResume(t *testing.T) {
 	}
 	time.Sleep(2*pauseInterval + 500*time.Millisecond) // every replica has read the pause
 	held := enqueueN(t, pool, "run-h", "held", 3)
-	waitFor(t, "paused rows deferred", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "paused rows deferred", func() (bool, string) {
 		next, _ := floorOf(t, pool, held[0])
-		return next > 10*time.Second
+		return next > 10*time.Second, ""
 	})
 	if _, err := pool.Exec(ctx, "DELETE FROM drainer.pauses"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "resumed rows drained", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "resumed rows drained", func() (bool, string) {
 		for _, k := range held {
 			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	for _, k := range floored {
 		if next, _ := floorOf(t, pool, k); next < 50*time.Minute {
@@ -120,25 +121,25 @@ func TestRouteRemovedThenRestoredDrainsAtOnce(t *testing.T) {
 	rt.Routes["t"].Backoff = Backoff{Base: 2 * time.Second, Cap: 2 * time.Second}
 	keys := enqueueN(t, pool, "run", "t", 1)
 	eng := startEngine(t, pool, rt, Config{Workers: 2})
-	waitFor(t, "first attempt answered", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "first attempt answered", func() (bool, string) {
 		r := getRow(t, pool, keys[0])
-		return r.Attempts >= 1 && r.Status == outbox.StatusPending
+		return r.Attempts >= 1 && r.Status == outbox.StatusPending, ""
 	})
 
 	// The route disappears: the row is now unrouted, rechecked once an hour.
 	gone := testRouting(t, map[string]dispatch.Adapter{"t": a})
 	gone.UnroutedRecheck = time.Hour
 	eng.Reload(gone)
-	waitFor(t, "the unrouted row is deferred", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the unrouted row is deferred", func() (bool, string) {
 		next, _ := floorOf(t, pool, keys[0])
-		return next > 10*time.Minute
+		return next > 10*time.Minute, ""
 	})
 	back := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
 	back.UnroutedRecheck = time.Hour
 	restored.Store(true)
 	eng.Reload(back)
-	waitFor(t, "the row drains once its route is back", 30*time.Second, func() bool {
-		return getRow(t, pool, keys[0]).Status == outbox.StatusSucceeded
+	testkit.WaitFor(t, 30*time.Second, "the row drains once its route is back", func() (bool, string) {
+		return getRow(t, pool, keys[0]).Status == outbox.StatusSucceeded, ""
 	})
 }
 
@@ -254,13 +255,13 @@ func TestLastRetryAfterFloorKeptOnFailure(t *testing.T) {
 	rt.Routes["limited"].Backoff.MaxRetryAfter = 2 * time.Hour
 	keys := enqueueN(t, pool, "run-f", "limited", 3)
 	startEngine(t, pool, rt, Config{Workers: 4})
-	waitFor(t, "every row failed after its one attempt", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every row failed after its one attempt", func() (bool, string) {
 		for _, k := range keys {
 			if getRow(t, pool, k).Status != outbox.StatusFailed {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	for _, k := range keys {
 		if _, floor := floorOf(t, pool, k); floor < 50*time.Minute {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,17 +182,17 @@ func TestAuthRefusalHoldsOnlyItsRoute(t *testing.T) {
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	aKeys := enqueueN(t, pool, "run-a", "a", 5)
 	e := startEngine(t, pool, rt, Config{Workers: 4, Logger: log, Metrics: metrics})
-	waitFor(t, "route a held", 30*time.Second, func() bool { return slices.Contains(holdRoutes(stateOf(e, "x")), "a") })
+	testkit.WaitFor(t, 30*time.Second, "route a held", func() (bool, string) { return slices.Contains(holdRoutes(stateOf(e, "x")), "a"), "" })
 
 	// b's rows, enqueued while a is held, all go out; a's still wait.
 	bKeys := enqueueN(t, pool, "run-b", "b", 20)
-	waitFor(t, "b's rows drained", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "b's rows drained", func() (bool, string) {
 		for _, k := range bKeys {
 			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	st := stateOf(e, "x")
 	if !st.Ready || !slices.Equal(holdRoutes(st), []string{"a"}) {
@@ -211,13 +212,13 @@ func TestAuthRefusalHoldsOnlyItsRoute(t *testing.T) {
 	}
 
 	fixed.Store(true)
-	waitFor(t, "a's rows drained once the credentials are accepted", 5*time.Minute, func() bool {
+	testkit.WaitFor(t, 5*time.Minute, "a's rows drained once the credentials are accepted", func() (bool, string) {
 		for _, k := range aKeys {
 			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	for _, k := range aKeys {
 		if r := getRow(t, pool, k); r.Attempts != 1 {
@@ -225,8 +226,8 @@ func TestAuthRefusalHoldsOnlyItsRoute(t *testing.T) {
 		}
 		checkAuditRecordsAnswers(t, pool, &answers, k)
 	}
-	waitFor(t, "the hold's end logged", 10*time.Second, func() bool {
-		return countLines(buf.String(), "auth hold ended: the provider accepted the credentials", map[string]string{"adapter": "x", "route": "a"}) >= 1
+	testkit.WaitFor(t, 10*time.Second, "the hold's end logged", func() (bool, string) {
+		return countLines(buf.String(), "auth hold ended: the provider accepted the credentials", map[string]string{"adapter": "x", "route": "a"}) >= 1, ""
 	})
 	out := buf.String()
 	if n := countLines(out, "auth hold started: the provider refused the credentials; rows wait without consuming attempts", map[string]string{"adapter": "x", "route": "a"}); n != 1 {
@@ -268,12 +269,12 @@ func TestSeveralRoutesRefusedHoldTheAdapter(t *testing.T) {
 	metrics := NewMetrics(reg, "test")
 	enqueueN(t, pool, "run-a", "a", 2)
 	e := startEngine(t, pool, rt, Config{Workers: 4, Logger: log, Metrics: metrics})
-	waitFor(t, "route a held", 30*time.Second, func() bool { return slices.Contains(holdRoutes(stateOf(e, "x")), "a") })
+	testkit.WaitFor(t, 30*time.Second, "route a held", func() (bool, string) { return slices.Contains(holdRoutes(stateOf(e, "x")), "a"), "" })
 	if st := stateOf(e, "x"); !st.Ready {
 		t.Fatalf("one route refused of three: %+v; the adapter must stay ready", st)
 	}
 	enqueueN(t, pool, "run-b", "b", 2)
-	waitFor(t, "adapter x held", 30*time.Second, func() bool { return slices.Contains(holdRoutes(stateOf(e, "x")), wholeAdapter) })
+	testkit.WaitFor(t, 30*time.Second, "adapter x held", func() (bool, string) { return slices.Contains(holdRoutes(stateOf(e, "x")), wholeAdapter), "" })
 	if st := stateOf(e, "x"); st.Ready || !strings.Contains(st.Reason, "credentials") {
 		t.Fatalf("two routes refused alike: %+v; want adapter x not ready for its credentials", st)
 	}
@@ -323,8 +324,8 @@ drainer_adapter_ready{adapter="y"} 1
 	}
 
 	fixed.Store(true)
-	waitFor(t, "every row drained and the holds ended", 5*time.Minute, func() bool {
-		return countByStatus(t, pool)["succeeded"] == 4 && len(stateOf(e, "x").Holds) == 0
+	testkit.WaitFor(t, 5*time.Minute, "every row drained and the holds ended", func() (bool, string) {
+		return countByStatus(t, pool)["succeeded"] == 4 && len(stateOf(e, "x").Holds) == 0, ""
 	})
 	out := buf.String()
 	for _, r := range []string{"a", "b", wholeAdapter} {
@@ -359,11 +360,11 @@ func TestBreakerOpenAndCloseLoggedOnce(t *testing.T) {
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	enqueueN(t, pool, "run", "t", 10)
 	startEngine(t, pool, rt, Config{Workers: 2, Logger: log, Metrics: metrics})
-	waitFor(t, "breaker open", 30*time.Second, func() bool {
-		return testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("x")) == 2
+	testkit.WaitFor(t, 30*time.Second, "breaker open", func() (bool, string) {
+		return testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("x")) == 2, ""
 	})
 	down.Store(false)
-	waitFor(t, "rows drained", 60*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 10 })
+	testkit.WaitFor(t, 60*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 10, "" })
 	out := buf.String()
 	if n := countLines(out, breakerOpenedMsg, map[string]string{"adapter": "x", "route": "t"}); n != 1 {
 		t.Errorf("breaker opening logged %d times, want once:\n%s", n, out)
@@ -391,15 +392,15 @@ func TestDownAdapterDelaysNoOtherAdapter(t *testing.T) {
 	metrics := NewMetrics(reg, "test")
 	xKeys := enqueueN(t, pool, "run-x", "tx", 30)
 	e := startEngine(t, pool, rt, Config{Workers: 4, Metrics: metrics})
-	waitFor(t, "x's breaker open", 30*time.Second, func() bool { return !stateOf(e, "x").Ready })
+	testkit.WaitFor(t, 30*time.Second, "x's breaker open", func() (bool, string) { return !stateOf(e, "x").Ready, "" })
 	yKeys := enqueueN(t, pool, "run-y", "ty", 30)
-	waitFor(t, "y's rows drained", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "y's rows drained", func() (bool, string) {
 		for _, k := range yKeys {
 			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	if st := stateOf(e, "x"); st.Ready || (st.Reason != "circuit breaker open" && st.Reason != "circuit breaker half-open") {
 		t.Fatalf("adapter x: %+v; want not ready, breaker open (or probing)", st)
@@ -447,7 +448,7 @@ func TestAuditRecordsOnlyAnswersToRequests(t *testing.T) {
 	rt.Policies = map[string]GatePolicy{"x": {RatePerSecond: 5, Burst: 1}}
 	keys := enqueueN(t, pool, "run", "t", 10)
 	startEngine(t, pool, rt, Config{Workers: 8})
-	waitFor(t, "rows drained", 60*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 10 })
+	testkit.WaitFor(t, 60*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 10, "" })
 	deferred := 0
 	for _, k := range keys {
 		checkAuditRecordsAnswers(t, pool, &answers, k)

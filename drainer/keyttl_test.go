@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store/storetest"
 )
@@ -37,8 +38,8 @@ func TestRouteKeyTTLOverridesAdapter(t *testing.T) {
 	entry, _ := rt.Registry.Get("p")
 	entry.KeyTTL = 24 * time.Hour
 	startEngine(t, pool, rt, Config{Workers: 2})
-	waitFor(t, "both rows terminal", 10*time.Second, func() bool {
-		return getRow(t, pool, short).Status == outbox.StatusFailed && getRow(t, pool, long).Status == outbox.StatusSucceeded
+	testkit.WaitFor(t, 10*time.Second, "both rows terminal", func() (bool, string) {
+		return getRow(t, pool, short).Status == outbox.StatusFailed && getRow(t, pool, long).Status == outbox.StatusSucceeded, ""
 	})
 	r := getRow(t, pool, short)
 	if r.LastError == nil || !strings.Contains(*r.LastError, "key TTL guard") || !strings.Contains(*r.LastError, "1h30m") {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 )
 
 type lockedBuffer struct {
@@ -63,9 +64,9 @@ func TestLogsCarryNoPayload(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	startEngine(t, pool, testRouting(t, adapters, &Route{Tool: "ok"}, &Route{Tool: "flaky"}, &Route{Tool: "bad"}, &Route{Tool: "boom", MaxAttempts: 1}),
 		Config{Workers: 4, Logger: log})
-	waitFor(t, "rows settled", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "rows settled", func() (bool, string) {
 		c := countByStatus(t, pool)
-		return c["succeeded"] == 2 && c["failed"] == 2
+		return c["succeeded"] == 2 && c["failed"] == 2, ""
 	})
 	out := buf.String()
 	if !strings.Contains(out, "adapter panicked") || !strings.Contains(out, `"outcome":"terminal"`) {

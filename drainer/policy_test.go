@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -37,8 +38,8 @@ func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	e := startEngine(t, pool, rt, Config{Workers: 1, Metrics: metrics, Logger: log})
 	// The probes go 1 s after the opening, then 2 s after the first.
-	waitFor(t, "two failed probes", 30*time.Second, func() bool {
-		return len(logLines(buf.String(), "circuit breaker probe failed; breaker stays open")) >= 2
+	testkit.WaitFor(t, 30*time.Second, "two failed probes", func() (bool, string) {
+		return len(logLines(buf.String(), "circuit breaker probe failed; breaker stays open")) >= 2, ""
 	})
 	if got := testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("t", "breaker_open")); got < 1 {
 		t.Fatalf("no row turned away by the open breaker (drainer_dispatch_total{outcome=\"breaker_open\"} = %v)", got)
@@ -90,11 +91,11 @@ func TestBreakerHalfOpenProbeCloses(t *testing.T) {
 	rt.Policies = map[string]GatePolicy{"t": {BreakerFailures: 2, BreakerOpenFor: 300 * time.Millisecond}}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, rt, Config{Workers: 2, Metrics: metrics})
-	waitFor(t, "breaker open", 10*time.Second, func() bool {
-		return testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")) == 2
+	testkit.WaitFor(t, 10*time.Second, "breaker open", func() (bool, string) {
+		return testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")) == 2, ""
 	})
 	down.Store(false)
-	waitFor(t, "backlog drained after the probe", 20*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 20 })
+	testkit.WaitFor(t, 20*time.Second, "backlog drained after the probe", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 20, "" })
 	if got := testutil.ToFloat64(metrics.CircuitBreakerState.WithLabelValues("t")); got != 0 {
 		t.Fatalf("breaker state %v after recovery, want 0", got)
 	}
@@ -118,7 +119,7 @@ func TestFallbackWhileBreakerOpen(t *testing.T) {
 		&Route{Tool: "summarize", Adapter: "big", Critical: false, Fallback: "small", MaxAttempts: 100})
 	rt.Policies = map[string]GatePolicy{"big": {BreakerFailures: 2, BreakerOpenFor: time.Hour}}
 	startEngine(t, pool, rt, Config{Workers: 2})
-	waitFor(t, "rows succeeded through the fallback", 10*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 10 })
+	testkit.WaitFor(t, 10*time.Second, "rows succeeded through the fallback", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 10, "" })
 	if primary.Load() > 3 {
 		t.Fatalf("primary called %d times after its breaker opened", primary.Load())
 	}
@@ -159,7 +160,7 @@ func TestPoisonProviderDoesNotStallOtherRoutes(t *testing.T) {
 		&Route{Tool: "slow_tool"}, &Route{Tool: "fast_tool"})
 	rt.Policies = map[string]GatePolicy{"slow_tool": {MaxConcurrency: 2}}
 	startEngine(t, pool, rt, Config{Workers: 4, Lease: 30 * time.Second, LeaseMargin: time.Second})
-	waitFor(t, "healthy route drained while the poison one hangs", 15*time.Second, func() bool { return fast.Load() == 60 })
+	testkit.WaitFor(t, 15*time.Second, "healthy route drained while the poison one hangs", func() (bool, string) { return fast.Load() == 60, "" })
 	if m := maxHanging.Load(); m > 2 {
 		t.Fatalf("%d calls hung on the poison provider at once, want at most max_concurrency 2", m)
 	}
@@ -181,7 +182,7 @@ func TestRateLimitSpacesCalls(t *testing.T) {
 	rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
 	rt.Policies = map[string]GatePolicy{"t": {RatePerSecond: 20, Burst: 1}}
 	startEngine(t, pool, rt, Config{Workers: 8})
-	waitFor(t, "rows drained", 15*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 15 })
+	testkit.WaitFor(t, 15*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 15, "" })
 	mu.Lock()
 	defer mu.Unlock()
 	if span := times[len(times)-1].Sub(times[0]); span < 700*time.Millisecond {
@@ -231,7 +232,7 @@ func TestOrderingPerBusinessScope(t *testing.T) {
 		}
 	}
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"ledger_post": a}, &Route{Tool: "ledger_post", Ordering: "business_scope"}), Config{Workers: 8})
-	waitFor(t, "rows drained", 15*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 30 })
+	testkit.WaitFor(t, 15*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 30, "" })
 	if overlap.Load() > 0 {
 		t.Fatalf("%d dispatches overlapped another of the same scope", overlap.Load())
 	}
@@ -274,7 +275,7 @@ func TestPauseRoute(t *testing.T) {
 	if _, err := pool.Exec(ctx, "DELETE FROM drainer.pauses"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "rows drained after resume", 15*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 5 })
+	testkit.WaitFor(t, 15*time.Second, "rows drained after resume", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 5, "" })
 }
 
 // TestRefusedBacklogIsDeferredInBulk: 3,000 unrouted rows queued ahead of a
@@ -295,13 +296,13 @@ func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
 	})}, &Route{Tool: "t"})
 	rt.UnroutedRecheck = time.Minute
 	eng := startEngine(t, pool, rt, Config{Workers: 8, Metrics: metrics})
-	waitFor(t, "routed rows drained", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "routed rows drained", func() (bool, string) {
 		for _, k := range keys {
 			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	due := func() int {
 		var n int
@@ -310,7 +311,7 @@ func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "unrouted backlog deferred", 30*time.Second, func() bool { return due() == 0 })
+	testkit.WaitFor(t, 30*time.Second, "unrouted backlog deferred", func() (bool, string) { return due() == 0, "" })
 	batch := eng.Config().BatchSize
 	looks := testutil.ToFloat64(metrics.DispatchTotal.WithLabelValues("", "unrouted"))
 	var entries int

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -41,7 +42,7 @@ func TestPollOnlySharedAdapters(t *testing.T) {
 		Config{Workers: 4, PollOnly: true, SharedAdapters: true})
 	keys := enqueueN(t, base, "run", "t", 40)
 	maxConns := 0
-	waitFor(t, "every row succeeded", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every row succeeded", func() (bool, string) {
 		var n int
 		if err := base.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'drainer-pollonly'`).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -49,10 +50,10 @@ func TestPollOnlySharedAdapters(t *testing.T) {
 		maxConns = max(maxConns, n)
 		for _, k := range keys {
 			if getRow(t, base, k).Status != outbox.StatusSucceeded {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	if maxConns > 2 {
 		t.Errorf("%d connections for a poll-only engine on a pool of 2", maxConns)
@@ -81,15 +82,15 @@ func TestSharedAdaptersRelease(t *testing.T) {
 	second := testRouting(t, map[string]dispatch.Adapter{"p": a}, &Route{Tool: "t", Adapter: "p"})
 	second.Release = func() { secondReleased.Add(1) }
 	e.Reload(second)
-	waitFor(t, "the replaced routing released", 30*time.Second, func() bool { return firstReleased.Load() == 1 })
+	testkit.WaitFor(t, 30*time.Second, "the replaced routing released", func() (bool, string) { return firstReleased.Load() == 1, "" })
 	keys := enqueueN(t, pool, "rel", "t", 5)
-	waitFor(t, "every row succeeded", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every row succeeded", func() (bool, string) {
 		for _, k := range keys {
 			if getRow(t, pool, k).Status != outbox.StatusSucceeded {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	if n := secondReleased.Load(); n != 0 {
 		t.Errorf("the routing in force released %d times before Stop", n)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,10 +32,10 @@ func TestAuthHoldBacksOff(t *testing.T) {
 	})
 	keys := enqueueN(t, pool, "run", "t", 1)
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 2})
-	waitFor(t, "four refused calls", 60*time.Second, func() bool {
+	testkit.WaitFor(t, 60*time.Second, "four refused calls", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(calls) >= 4
+		return len(calls) >= 4, ""
 	})
 	mu.Lock()
 	seen := append([]time.Time(nil), calls...)
@@ -45,7 +46,7 @@ func TestAuthHoldBacksOff(t *testing.T) {
 			t.Fatalf("call %d came %s after the previous one; the auth hold should keep it at least %s away", i+1, gap, want)
 		}
 	}
-	waitFor(t, "the row back to pending", 30*time.Second, func() bool { return getRow(t, pool, keys[0]).Status == outbox.StatusPending })
+	testkit.WaitFor(t, 30*time.Second, "the row back to pending", func() (bool, string) { return getRow(t, pool, keys[0]).Status == outbox.StatusPending, "" })
 	if r := getRow(t, pool, keys[0]); r.Attempts != 0 {
 		t.Fatalf("auth refusals consumed attempts: %+v", r)
 	}
@@ -137,14 +138,14 @@ func TestReloadClosesAdaptersOnlyWhenUnused(t *testing.T) {
 		eng.Reload(next)
 		time.Sleep(20 * time.Millisecond)
 	}
-	waitFor(t, "drained", 60*time.Second, func() bool { return countByStatus(t, pool)[outbox.StatusSucceeded] == 2000 })
-	waitFor(t, "every replaced registry closed", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 60*time.Second, "drained", func() (bool, string) { return countByStatus(t, pool)[outbox.StatusSucceeded] == 2000, "" })
+	testkit.WaitFor(t, 30*time.Second, "every replaced registry closed", func() (bool, string) {
 		for _, a := range adapters[:len(adapters)-1] {
 			if !a.closed.Load() {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	for i, a := range adapters {
 		if n := a.misuses.Load(); n > 0 {

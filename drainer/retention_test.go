@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
@@ -228,9 +229,9 @@ func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
 	})}, &Route{Tool: "t"}), Config{Workers: 2, Metrics: metrics})
-	waitFor(t, "unrouted tool in the snapshot", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "unrouted tool in the snapshot", func() (bool, string) {
 		s, ok, err := testStore.ReadSnapshot(ctx, pool)
-		return err == nil && ok && len(s.Stats.Unrouted) == 1 && s.Stats.Unrouted[0].Tool == "mystery_tool" && s.Stats.Unrouted[0].Rows == 3
+		return err == nil && ok && len(s.Stats.Unrouted) == 1 && s.Stats.Unrouted[0].Tool == "mystery_tool" && s.Stats.Unrouted[0].Rows == 3, ""
 	})
 	// Block every query on the outbox, then scrape. The outbox is a view
 	// over several tables, locked one after another while the engine
@@ -260,5 +261,5 @@ func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
 		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 		done.Store(rec.Code == 200 && strings.Contains(rec.Body.String(), `drainer_unrouted_rows{tool="mystery_tool"} 3`))
 	}()
-	waitFor(t, "scrape answered while the table is locked", 2*time.Second, done.Load)
+	testkit.WaitFor(t, 2*time.Second, "scrape answered while the table is locked", func() (bool, string) { return done.Load(), "" })
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -90,10 +91,10 @@ func TestSagaNotStarvedAtScale(t *testing.T) {
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...),
 		Config{Workers: 4, SagaInterval: time.Hour})
 	first := enqueueStep(t, pool, "fresh", "s1", "charge_card")
-	waitFor(t, "first step succeeded", 30*time.Second, func() bool { return getRow(t, pool, first).Status == outbox.StatusSucceeded })
+	testkit.WaitFor(t, 30*time.Second, "first step succeeded", func() (bool, string) { return getRow(t, pool, first).Status == outbox.StatusSucceeded, "" })
 	enqueueStep(t, pool, "fresh", "s2", "ship_order")
-	waitFor(t, "the fresh run's compensation started", 30*time.Second, func() bool {
-		return compensationOf(t, pool, "fresh") != ""
+	testkit.WaitFor(t, 30*time.Second, "the fresh run's compensation started", func() (bool, string) {
+		return compensationOf(t, pool, "fresh") != "", ""
 	})
 	var lag float64
 	if err := pool.QueryRow(t.Context(), `SELECT extract(epoch FROM c.created_at - f.updated_at)::float8
@@ -102,7 +103,7 @@ func TestSagaNotStarvedAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("first compensation of a new failed run started %.3fs after its failure, beside 10,000 open sagas", lag)
-	waitFor(t, "the fresh run's saga done", 30*time.Second, func() bool { return sagaState(t, pool, "fresh") == outbox.SagaDone })
+	testkit.WaitFor(t, 30*time.Second, "the fresh run's saga done", func() (bool, string) { return sagaState(t, pool, "fresh") == outbox.SagaDone, "" })
 	if n := p.count("refund_card"); n != 1 {
 		t.Fatalf("refund_card called %d times; want 1 (the planted compensations wait an hour or are halted)", n)
 	}
@@ -125,8 +126,8 @@ func TestSagaSweepIsFair(t *testing.T) {
 	p := &recorder{}
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...),
 		Config{Workers: 4, SagaInterval: 20 * time.Millisecond})
-	waitFor(t, "the lost saga compensated", 60*time.Second, func() bool {
-		return compensationOf(t, pool, "zz-lost-1") == outbox.StatusSucceeded
+	testkit.WaitFor(t, 60*time.Second, "the lost saga compensated", func() (bool, string) {
+		return compensationOf(t, pool, "zz-lost-1") == outbox.StatusSucceeded, ""
 	})
 }
 

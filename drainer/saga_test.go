@@ -12,6 +12,7 @@ import (
 
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -116,7 +117,7 @@ func TestSagaAfterTerminalFailure(t *testing.T) {
 	}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
-	waitFor(t, "saga done", 15*time.Second, func() bool { return sagaState(t, pool, "bad") == outbox.SagaDone })
+	testkit.WaitFor(t, 15*time.Second, "saga done", func() (bool, string) { return sagaState(t, pool, "bad") == outbox.SagaDone, "" })
 
 	for k, want := range map[string]string{"bad1": outbox.StatusCompensated, "bad2": outbox.StatusCompensated, "bad3": outbox.StatusFailed,
 		"good1": outbox.StatusSucceeded, "good2": outbox.StatusSucceeded, "good3": outbox.StatusSucceeded} {
@@ -164,7 +165,7 @@ func TestAbortRun(t *testing.T) {
 	k1 := enqueueStep(t, pool, "run", "s1", "charge_card")
 	k2 := enqueueStep(t, pool, "run", "s2", "reserve_stock")
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 2, SagaInterval: 100 * time.Millisecond})
-	waitFor(t, "steps succeeded", 10*time.Second, func() bool { return countByStatus(t, pool)["succeeded"] == 2 })
+	testkit.WaitFor(t, 10*time.Second, "steps succeeded", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 2, "" })
 	// Step 3 is enqueued not yet due, in one transaction, so no claim sees it due.
 	var k3 string
 	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
@@ -181,7 +182,7 @@ func TestAbortRun(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), "SELECT drainer.abort_run('run', 'tool returned a wrong result')").Scan(&cancelled); err != nil || cancelled != 1 {
 		t.Fatalf("abort_run: cancelled %d, %v", cancelled, err)
 	}
-	waitFor(t, "saga done", 10*time.Second, func() bool { return sagaState(t, pool, "run") == outbox.SagaDone })
+	testkit.WaitFor(t, 10*time.Second, "saga done", func() (bool, string) { return sagaState(t, pool, "run") == outbox.SagaDone, "" })
 	if s := getRow(t, pool, k3); s.Status != outbox.StatusCancelled || s.Attempts != 0 {
 		t.Fatalf("never-attempted step: %+v", s)
 	}
@@ -221,8 +222,8 @@ func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
 		Backoff: Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond}}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	startEngine(t, pool, rt, Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
-	waitFor(t, "saga halted", 15*time.Second, func() bool { return sagaState(t, pool, "run") == outbox.SagaHalted })
-	waitFor(t, "alert sent", 10*time.Second, func() bool { return pager.count(outbox.AlertTool) >= 1 })
+	testkit.WaitFor(t, 15*time.Second, "saga halted", func() (bool, string) { return sagaState(t, pool, "run") == outbox.SagaHalted, "" })
+	testkit.WaitFor(t, 10*time.Second, "alert sent", func() (bool, string) { return pager.count(outbox.AlertTool) >= 1, "" })
 	time.Sleep(500 * time.Millisecond) // several more sweeps: no second alert, no further compensation
 	if n := pager.count(outbox.AlertTool); n != 1 {
 		t.Fatalf("alert sent %d times, want exactly once", n)
@@ -269,16 +270,16 @@ func TestTwoReplicasManyFailingRuns(t *testing.T) {
 	e1 := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 8, ReplicaID: "a", SagaInterval: 50 * time.Millisecond})
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 8, ReplicaID: "b", SagaInterval: 50 * time.Millisecond})
 	_ = e1
-	waitFor(t, "forward steps succeeded", 20*time.Second, waitDrained)
+	testkit.WaitFor(t, 20*time.Second, "forward steps succeeded", func() (bool, string) { return waitDrained(), "" })
 	for i := range runs {
 		enqueueStep(t, pool, "run-"+itoa(i), "s3", "ship_order")
 	}
-	waitFor(t, "all sagas done", 60*time.Second, func() bool {
+	testkit.WaitFor(t, 60*time.Second, "all sagas done", func() (bool, string) {
 		var open int
 		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.runs WHERE saga_state <> 'done'").Scan(&open); err != nil {
 			t.Fatal(err)
 		}
-		return open == 0 && countByStatus(t, pool)["compensated"] == 2*runs
+		return open == 0 && countByStatus(t, pool)["compensated"] == 2*runs, ""
 	})
 	seen := map[string]int{}
 	p.mu.Lock()

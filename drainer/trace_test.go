@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -40,7 +41,7 @@ func TestDispatchContinuesAgentTrace(t *testing.T) {
 	if len(parts) != 4 || parts[1] != agentTrace || parts[2] == agentSpan {
 		t.Fatalf("provider got traceparent %q: want trace %s with a new parent span", tp2, agentTrace)
 	}
-	waitFor(t, "span ended", 5*time.Second, func() bool { return len(rec.Ended()) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "span ended", func() (bool, string) { return len(rec.Ended()) == 1, "" })
 	span := rec.Ended()[0]
 	if span.Parent().TraceID().String() != agentTrace || span.Parent().SpanID().String() != agentSpan || span.SpanContext().SpanID().String() != parts[2] {
 		t.Fatalf("span %s parent %s: not a child of the agent's span", span.SpanContext().SpanID(), span.Parent().SpanID())

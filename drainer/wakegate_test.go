@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 )
 
 // TestWakeGateNoRowWaitsForThePoll: in each round a burst of producers,
@@ -66,8 +67,8 @@ func wakeGateRounds(t *testing.T, replicas int) {
 		if t.Failed() {
 			return
 		}
-		waitFor(t, "round "+itoa(round)+"'s rows dispatched without the poll", 20*time.Second, func() bool {
-			return countByStatus(t, pool)["succeeded"] == (round+1)*producers
+		testkit.WaitFor(t, 20*time.Second, "round "+itoa(round)+"'s rows dispatched without the poll", func() (bool, string) {
+			return countByStatus(t, pool)["succeeded"] == (round+1)*producers, ""
 		})
 	}
 }

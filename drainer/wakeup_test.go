@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -117,8 +118,8 @@ func gateWaitStart(t *testing.T, pool *pgxpool.Pool) time.Time {
 func dispatchedByWakeUp(t *testing.T, e *Engine, pool *pgxpool.Pool, run, what string) {
 	t.Helper()
 	key := enqueueN(t, pool, run, "t", 1)[0]
-	waitFor(t, what+": the row succeeded", wakeTestWait, func() bool {
-		return getRow(t, pool, key).Status == outbox.StatusSucceeded
+	testkit.WaitFor(t, wakeTestWait, what+": the row succeeded", func() (bool, string) {
+		return getRow(t, pool, key).Status == outbox.StatusSucceeded, ""
 	})
 	if n := e.ClaimedRows()["poll"]; n > 0 {
 		t.Fatalf("%s: %d rows claimed by the poll, not woken (claims by cause %v)", what, n, e.ClaimedRows())
@@ -141,9 +142,9 @@ func TestWakeUpSurvivesKilledConnections(t *testing.T) {
 		Config{Workers: 4}, wakeHooks{})
 	kills := [][]string{{"drainer-wake"}, {"drainer-listen"}, {"drainer-wake", "drainer-listen"}}
 	for round := range 3 * len(kills) {
-		waitFor(t, "the daemon asleep, holding its slot, listening", wakeTestWait, func() bool {
+		testkit.WaitFor(t, wakeTestWait, "the daemon asleep, holding its slot, listening", func() (bool, string) {
 			b := wakeBackends(t, pool)
-			return b["drainer-wake"] != 0 && b["drainer-listen"] != 0 && gateLock(t, pool, true)
+			return b["drainer-wake"] != 0 && b["drainer-listen"] != 0 && gateLock(t, pool, true), ""
 		})
 		backends := wakeBackends(t, pool)
 		for _, app := range kills[round%len(kills)] {
@@ -216,7 +217,7 @@ func TestClaimLoopNeverWaitsForTheGate(t *testing.T) {
 		t.Fatal("the gate holds its lock: the hook did not stop it")
 	}
 	once.Do(func() { close(release) })
-	waitFor(t, "the gate holding its slot once let go", wakeTestWait, func() bool { return gateLock(t, pool, true) })
+	testkit.WaitFor(t, wakeTestWait, "the gate holding its slot once let go", func() (bool, string) { return gateLock(t, pool, true), "" })
 }
 
 // TestGateRearmsAfterALargeClaim: rows whose producer skipped its
@@ -249,11 +250,11 @@ func TestGateRearmsAfterALargeClaim(t *testing.T) {
 	})
 	e := startWithHooks(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"}),
 		Config{Workers: workers, BatchSize: workers}, wakeHooks{})
-	waitFor(t, "the daemon asleep, holding its slot", wakeTestWait, func() bool { return gateLock(t, pool, true) })
+	testkit.WaitFor(t, wakeTestWait, "the daemon asleep, holding its slot", func() (bool, string) { return gateLock(t, pool, true), "" })
 	// Every worker busy: the claim was a full batch, the slot is given back.
 	enqueueN(t, pool, "busy", "t", workers)
-	waitFor(t, "every worker busy and the slot given back", wakeTestWait, func() bool {
-		return countByStatus(t, pool)["in_flight"] == workers && !gateLock(t, pool, true) && !gateLock(t, pool, false)
+	testkit.WaitFor(t, wakeTestWait, "every worker busy and the slot given back", func() (bool, string) {
+		return countByStatus(t, pool)["in_flight"] == workers && !gateLock(t, pool, true) && !gateLock(t, pool, false), ""
 	})
 	// A producer enqueues while no daemon sleeps (no notification) and
 	// keeps its transaction open.
@@ -273,13 +274,13 @@ func TestGateRearmsAfterALargeClaim(t *testing.T) {
 	// the gate's): the claim loop has nothing left to be told by them.
 	releaseBusy()
 	var first time.Time
-	waitFor(t, "every worker free and the gate waiting for the producer's transaction", wakeTestWait, func() bool {
+	testkit.WaitFor(t, wakeTestWait, "every worker free and the gate waiting for the producer's transaction", func() (bool, string) {
 		first = gateWaitStart(t, pool)
-		return countByStatus(t, pool)["succeeded"] == workers && !first.IsZero()
+		return countByStatus(t, pool)["succeeded"] == workers && !first.IsZero(), ""
 	})
-	waitFor(t, "the gate asking for its lock again", wakeTestWait, func() bool {
+	testkit.WaitFor(t, wakeTestWait, "the gate asking for its lock again", func() (bool, string) {
 		at := gateWaitStart(t, pool)
-		return !at.IsZero() && !at.Equal(first)
+		return !at.IsZero() && !at.Equal(first), ""
 	})
 	if err := tx.Commit(t.Context()); err != nil {
 		t.Fatal(err)
@@ -287,12 +288,12 @@ func TestGateRearmsAfterALargeClaim(t *testing.T) {
 	// The claim after arming brings the quiet rows (enough to give the slot
 	// back); with them in flight and nothing more due, the daemon sleeps
 	// and must hold its slot again.
-	waitFor(t, "the quiet rows in flight and the slot held again", wakeTestWait, func() bool {
-		return countByStatus(t, pool)["in_flight"] == quiet && gateLock(t, pool, true)
+	testkit.WaitFor(t, wakeTestWait, "the quiet rows in flight and the slot held again", func() (bool, string) {
+		return countByStatus(t, pool)["in_flight"] == quiet && gateLock(t, pool, true), ""
 	})
 	releaseHeld()
-	waitFor(t, "the quiet rows succeeded", wakeTestWait, func() bool {
-		return countByStatus(t, pool)["succeeded"] == workers+quiet
+	testkit.WaitFor(t, wakeTestWait, "the quiet rows succeeded", func() (bool, string) {
+		return countByStatus(t, pool)["succeeded"] == workers+quiet, ""
 	})
 	for i := range 3 {
 		dispatchedByWakeUp(t, e, pool, "next-"+itoa(i), "row "+itoa(i)+" after the large claim")
