@@ -9,6 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
+	"github.com/drainer-io/drainer/internal/testkit"
 )
 
 // payloadSecret must never appear in an error.
@@ -235,28 +236,16 @@ func TestDisconnected(t *testing.T) {
 	dispatchOK(t, a, testMessage("charge_card"), dispatch.Success)
 
 	p.cut(true)
-	waitFor(t, "the adapter to notice the disconnect", func() bool { return !a.nc.IsConnected() })
+	// The adapter exposes no signal of its connection's state: poll it.
+	testkit.WaitFor(t, 15*time.Second, "the adapter to notice the disconnect", func() (bool, string) { return !a.nc.IsConnected(), "" })
 	m := testMessage("charge_card")
 	wantResult(t, "disconnected", a.Dispatch(t.Context(), m), dispatch.Retry, true, dispatch.ReasonConnect)
 
 	p.cut(false)
-	waitFor(t, "the adapter to reconnect", a.nc.IsConnected)
+	testkit.WaitFor(t, 15*time.Second, "the adapter to reconnect", func() (bool, string) { return a.nc.IsConnected(), "" })
 	dispatchOK(t, a, m, dispatch.Success)
 	if n := len(e.messages(t, stream, m.Key)); n != 1 {
 		t.Errorf("stream holds %d messages with the key, want 1", n)
-	}
-}
-
-// waitFor polls cond: the connection's state has no signal to wait on that
-// the adapter exposes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
