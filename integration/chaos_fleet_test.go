@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -114,7 +115,7 @@ func TestChaosFleet(t *testing.T) {
 			readded = true
 		}
 	}
-	waitFor(t, chaosSettleBound(), "every database's rows terminal or parked", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), "every database's rows terminal or parked", func() (bool, string) {
 		tick()
 		if !readded {
 			return false, fmt.Sprintf("faults under way (%d kills of %d)", killed, kills)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 )
@@ -246,7 +247,7 @@ func (o *opsScenario) logf(format string, args ...any) {
 func (o *opsScenario) waitUntil(what string, cond func() (bool, string)) {
 	o.t.Helper()
 	began := time.Now()
-	waitFor(o.t, chaosSettleBound(), what, func() (bool, string) {
+	testkit.WaitFor(o.t, chaosSettleBound(), what, func() (bool, string) {
 		for _, r := range o.replicas {
 			r.requireRunning()
 		}

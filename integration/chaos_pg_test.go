@@ -20,6 +20,7 @@ import (
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
 	"github.com/drainer-io/drainer/internal/pgtemp"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -319,14 +320,14 @@ func (s *pgChaos) disrupt(t *testing.T, round string, batch int, begin, end func
 	keys := s.enqueue(t, batch)
 	// Wait for a request waiting at the gate now, not one that came and
 	// went: its daemon is still in the call when the fault starts.
-	waitFor(t, chaosSettleBound(), round+": a request held at the closed gate", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), round+": a request held at the closed gate", func() (bool, string) {
 		s.requireRunning()
 		held, arrived, _, _ := s.gate.stats()
 		return held > 0, fmt.Sprintf("%d requests arrived at the gate, none waiting now", arrived-before)
 	})
 	begin()
 	s.gate.open()
-	waitFor(t, chaosSettleBound(), round+": the gate empty", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), round+": the gate empty", func() (bool, string) {
 		s.requireRunning()
 		held, _, _, _ := s.gate.stats()
 		return held == 0, fmt.Sprintf("%d requests held", held)
@@ -338,7 +339,7 @@ func (s *pgChaos) disrupt(t *testing.T, round string, batch int, begin, end func
 	for _, r := range s.replicas {
 		r.waitReady(chaosSettleBound())
 	}
-	waitFor(t, chaosSettleBound(), round+": a row of the batch succeeded", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), round+": a row of the batch succeeded", func() (bool, string) {
 		s.requireRunning()
 		n := s.count(t, `SELECT count(*) FROM drainer.outbox WHERE status = 'succeeded' AND key = ANY($1)`, keys)
 		return n > 0, fmt.Sprintf("%d of %d succeeded; all rows: %v", n, len(keys), statusCounts(t, s.pool))
@@ -393,7 +394,7 @@ func chaosPostgresRestart(t *testing.T, seed uint64) {
 	s := newPGChaosSetup(t, rows, first, seed)
 	s.startReplicas(t, 3)
 	start := time.Now()
-	waitFor(t, chaosSettleBound(), "the drain under way", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), "the drain under way", func() (bool, string) {
 		s.requireRunning()
 		n := s.succeeded(t)
 		return n >= first/5, fmt.Sprintf("%d succeeded", n)
@@ -446,7 +447,7 @@ func chaosPostgresStall(t *testing.T, seed uint64) {
 	s := newPGChaosSetup(t, rows, first, seed)
 	s.startReplicas(t, 3)
 	start := time.Now()
-	waitFor(t, chaosSettleBound(), "the drain under way", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), "the drain under way", func() (bool, string) {
 		s.requireRunning()
 		n := s.succeeded(t)
 		return n >= first/5, fmt.Sprintf("%d succeeded", n)

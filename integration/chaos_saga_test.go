@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 )
 
 // chaosSagaStorm: many runs fail at once; their compensations go to a
@@ -105,7 +106,7 @@ routes:
 		replicas[i] = startDaemon(t, "replica-"+strconv.Itoa(i), "--config", cfgPath, "--database-url", dbURL, "--shutdown-timeout", "10s")
 	}
 	start := time.Now()
-	waitFor(t, chaosSettleBound(), "every forward step to succeed", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), "every forward step to succeed", func() (bool, string) {
 		c := statusCounts(t, pool)
 		return c["succeeded"] == runs*steps, fmt.Sprint(c)
 	})
@@ -114,7 +115,7 @@ routes:
 		enqueue(runName(i), strconv.Itoa(steps), "fail_step")
 	}
 	aRuns, bRuns := (runs+1)/2, runs/2
-	waitFor(t, chaosSettleBound(), "every saga compensated or halted", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), "every saga compensated or halted", func() (bool, string) {
 		c := statusCounts(t, pool)
 		return c["compensated"] == aRuns*steps && c["compensation_failed"] == bRuns &&
 			c["pending"] == 0 && c["in_flight"] == 0, fmt.Sprint(c)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
@@ -115,7 +116,7 @@ routes:
 	// rows end cancelled, the attempted ones finish; nothing here names a
 	// compensation, so every such saga ends done. Rows of the other runs
 	// all succeed. (Effects of failed and cancelled rows: chaosCheck.)
-	waitFor(t, chaosSettleBound(), "every aborted run's saga done", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), "every aborted run's saga done", func() (bool, string) {
 		var open int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.runs WHERE saga_state IS DISTINCT FROM 'done'`).Scan(&open); err != nil {
 			t.Fatal(err)

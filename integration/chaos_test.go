@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -134,7 +135,7 @@ func (s *chaosSetup) start(t *testing.T, name string) *daemon {
 // row is pending or in_flight, calling tick between polls.
 func (s *chaosSetup) waitSettled(t *testing.T, tick func()) {
 	t.Helper()
-	waitFor(t, chaosSettleBound(), "every row terminal or parked", func() (bool, string) {
+	testkit.WaitFor(t, chaosSettleBound(), "every row terminal or parked", func() (bool, string) {
 		if tick != nil {
 			tick()
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -365,7 +366,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 	cfg := filepath.Join("testdata", "config", "valid.yaml")
 
 	d := startDaemon(t, "drainer", "--config", cfg, "--database-url", dbURL, "--shutdown-timeout", "5s")
-	waitFor(t, 20*time.Second, "the daemon to report the database unreachable", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, "the daemon to report the database unreachable", func() (bool, string) {
 		d.requireRunning()
 		out := d.stderr.String()
 		return strings.Contains(out, "database unreachable"), tail(out, 1000)
@@ -374,7 +375,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 	if !strings.Contains(out, "127.0.0.1") || !strings.Contains(out, "port="+port) {
 		t.Errorf("the unreachable-database log does not name host 127.0.0.1 and port %s:\n%s", port, tail(out, 2000))
 	}
-	waitFor(t, 10*time.Second, "/healthz 200", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "/healthz 200", func() (bool, string) {
 		code, body := d.get("/healthz")
 		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
 	})
@@ -469,7 +470,7 @@ func TestRunWaitsForSchema(t *testing.T) {
 	dbURL := dbtest.NewDatabase(t)
 	cfg := filepath.Join("testdata", "config", "valid.yaml")
 	d := startDaemon(t, "drainer", "--config", cfg, "--database-url", dbURL, "--shutdown-timeout", "5s")
-	waitFor(t, 20*time.Second, "the daemon to report the schema missing", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, "the daemon to report the schema missing", func() (bool, string) {
 		d.requireRunning()
 		out := d.stderr.String()
 		return strings.Contains(out, "schema not ready"), tail(out, 1000)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -90,7 +91,7 @@ routes:
 	d := startDaemonEnv(t, "console", []string{"CONSOLE_TOKEN=" + token},
 		"--config", cfgPath, "--database-url", dbURL, "--console-addr", consoleAddr)
 	d.waitReady(time.Minute)
-	waitFor(t, time.Minute, "the searched row and the saga's steps to succeed", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the searched row and the saga's steps to succeed", func() (bool, string) {
 		d.requireRunning()
 		var st []string
 		for _, k := range append([]string{search}, saga...) {
@@ -102,7 +103,7 @@ routes:
 	if res := runCLI(t, nil, "abort", "run-saga", "--reason", "the agent booked the wrong customer", "--database-url", dbURL); res.code != 0 {
 		t.Fatalf("drainer abort: %s", res)
 	}
-	waitFor(t, time.Minute, "the saga of run-saga to compensate both steps", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the saga of run-saga to compensate both steps", func() (bool, string) {
 		d.requireRunning()
 		a, b := readRow(t, pool, saga[0]).Status, readRow(t, pool, saga[1]).Status
 		return a == "compensated" && b == "compensated", a + " " + b
@@ -155,7 +156,7 @@ routes:
 	// The bulk-requeued rows and the attack's target have no route: the
 	// daemon claims them now and then and hands them back unsent (pending,
 	// the attempt given back), so they are read once that is done.
-	waitFor(t, time.Minute, "the bulk-requeued rows pending with 0 attempts", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the bulk-requeued rows pending with 0 attempts", func() (bool, string) {
 		d.requireRunning()
 		var st []string
 		done := true
@@ -171,7 +172,7 @@ routes:
 			t.Errorf("row %s of the resumed route is %s, want succeeded", k, r.Status)
 		}
 	}
-	waitFor(t, time.Minute, "the cross-site POST's target to be pending", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the cross-site POST's target to be pending", func() (bool, string) {
 		d.requireRunning()
 		r := readRow(t, pool, victim)
 		if r.Status != "pending" && r.Status != "in_flight" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,7 +78,7 @@ routes:
 	// SIGKILL one replica once about a third of the rows succeeded.
 	victim := replicas[0]
 	var beforeKill int
-	waitFor(t, 2*time.Minute, "a third of the rows to succeed", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "a third of the rows to succeed", func() (bool, string) {
 		for _, r := range replicas {
 			r.requireRunning()
 		}
@@ -100,7 +101,7 @@ routes:
 	}
 
 	survivors := replicas[1:]
-	waitFor(t, 3*time.Minute, "every row to succeed", func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "every row to succeed", func() (bool, string) {
 		for _, r := range survivors {
 			r.requireRunning()
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,7 +38,7 @@ routes:
   order_created: {adapter: orders_log}
 `, addr)
 	d := startDaemon(t, "kafka", "--config", writeFile(t, t.TempDir(), "drainer.yaml", cfg), "--database-url", dbURL)
-	waitFor(t, 30*time.Second, "the kafka adapter reported not ready", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "the kafka adapter reported not ready", func() (bool, string) {
 		d.requireRunning()
 		code, body := d.get("/metrics")
 		return code == 200 && notReady.MatchString(body), fmt.Sprint(code)
@@ -60,7 +61,7 @@ routes:
 		t.Fatalf("start the broker on %s: %v", addr, err)
 	}
 	defer c.Close()
-	waitFor(t, 60*time.Second, "every row succeeded", func() (bool, string) {
+	testkit.WaitFor(t, 60*time.Second, "every row succeeded", func() (bool, string) {
 		d.requireRunning()
 		counts := statusCounts(t, pool)
 		return counts["succeeded"] == n, fmt.Sprint(counts)

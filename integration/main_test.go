@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -276,7 +277,7 @@ func (d *daemon) get(path string) (int, string) {
 // waitReady waits until /readyz answers 200.
 func (d *daemon) waitReady(timeout time.Duration) {
 	d.t.Helper()
-	waitFor(d.t, timeout, d.name+" /readyz 200", func() (bool, string) {
+	testkit.WaitFor(d.t, timeout, d.name+" /readyz 200", func() (bool, string) {
 		d.requireRunning()
 		code, body := d.get("/readyz")
 		return code == http.StatusOK, fmt.Sprintf("/readyz: %d %s", code, body)
@@ -347,23 +348,6 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// waitFor polls cond every 50ms until it holds, failing the test with
-// cond's last description after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, desc := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, desc)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // newMigratedDB returns the URL of a fresh database migrated with

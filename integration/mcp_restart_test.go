@@ -28,6 +28,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/internal/testkit"
 )
 
 // mcpCall is one tools/call POST a front door saw, and how it was answered.
@@ -261,7 +262,7 @@ func TestMCPSDKServerRestartMidDrain(t *testing.T) {
 			d := startDaemon(t, "drainer-mcp-restart-"+mode, "--config", cfgPath, "--database-url", dbURL)
 			d.waitReady(2 * time.Minute)
 			keys := enqueueMCP(t, pool, "charge", 60, func(i int) string { return fmt.Sprintf(`{"amount":%d}`, i+1) })
-			waitFor(t, 2*time.Minute, "every row succeeded", func() (bool, string) {
+			testkit.WaitFor(t, 2*time.Minute, "every row succeeded", func() (bool, string) {
 				d.requireRunning()
 				c := statusCounts(t, pool)
 				return c["succeeded"] == len(keys), fmt.Sprint(c)
@@ -436,7 +437,7 @@ func TestMCPEverythingRestartMidDrain(t *testing.T) {
 	d := startDaemon(t, "drainer-mcp-everything", "--config", cfgPath, "--database-url", dbURL)
 	d.waitReady(2 * time.Minute)
 	keys := enqueueMCP(t, pool, "echo", 30, func(i int) string { return fmt.Sprintf(`{"message":"row-%d"}`, i) })
-	waitFor(t, 3*time.Minute, "no row pending or in_flight", func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "no row pending or in_flight", func() (bool, string) {
 		d.requireRunning()
 		c := statusCounts(t, pool)
 		return c["pending"] == 0 && c["in_flight"] == 0, fmt.Sprint(c)
@@ -544,7 +545,7 @@ routes:
 		t.Fatal(err)
 	}
 	d := startDaemon(t, "drainer-mcp-unreachable-http", "--config", cfgPath, "--database-url", dbURL)
-	waitFor(t, time.Minute, "the http row succeeded while the MCP server is down", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the http row succeeded while the MCP server is down", func() (bool, string) {
 		d.requireRunning()
 		r := readRow(t, pool, httpKey)
 		return r.Status == "succeeded", r.Status
@@ -554,7 +555,7 @@ routes:
 	}
 	mcpRowWaits(t, d, pool, mcpKey)
 	// Long enough down for the row to have been held several times.
-	waitFor(t, time.Minute, "the MCP row held back several times", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the MCP row held back several times", func() (bool, string) {
 		d.requireRunning()
 		n := d.metric("drainer_dispatch_total", `adapter="tools_server"`)
 		return n >= 6, fmt.Sprint(n)
@@ -578,7 +579,7 @@ routes:
 	}
 	down.Store(false)
 	up := time.Now()
-	waitFor(t, 2*time.Minute, "the MCP row succeeded once its server answers", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "the MCP row succeeded once its server answers", func() (bool, string) {
 		d.requireRunning()
 		r := readRow(t, pool, mcpKey)
 		return r.Status == "succeeded", r.Status + " " + mcpDeref(r.LastError)
@@ -613,7 +614,7 @@ routes:
 func mcpRowWaits(t *testing.T, d *daemon, pool *pgxpool.Pool, key string) {
 	t.Helper()
 	var r outboxRow
-	waitFor(t, time.Minute, "the MCP row read between two claims", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the MCP row read between two claims", func() (bool, string) {
 		d.requireRunning()
 		r = readRow(t, pool, key)
 		return r.Status != "in_flight", r.Status

@@ -23,6 +23,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/internal/testkit"
 )
 
 // Wire names of docs/reference.md §5, spelled out here rather than imported, so the
@@ -329,7 +330,7 @@ func TestMCPDrain(t *testing.T) {
 	}
 	ticketA, ticketB, lookup, seat, invoice := keys[0], keys[1], keys[2], keys[3], keys[4]
 
-	waitFor(t, 2*time.Minute, "no row pending or in_flight", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "no row pending or in_flight", func() (bool, string) {
 		d.requireRunning()
 		if _, _, bad, _ := ts.snapshot(); len(bad) > 0 {
 			t.Fatalf("the MCP server refused requests without the bearer token: %v", bad)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 )
 
 // TestRetryAfterSurvivesPartition: a replica's request is answered 503 with
@@ -99,7 +100,7 @@ routes:
 	b := startDaemon(t, "replica-b", "--config", cfgPath, "--database-url", dbURL, "--shutdown-timeout", "5s")
 
 	// replica-b takes the row back once replica-a's lease expired.
-	waitFor(t, 90*time.Second, "replica-b to reclaim the row", func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "replica-b to reclaim the row", func() (bool, string) {
 		b.requireRunning()
 		r := readRow(t, pool, key)
 		reclaimed := r.Status == "pending" && r.LastError != nil && strings.Contains(*r.LastError, "lease of")
@@ -110,7 +111,7 @@ routes:
 	chaosUntoxic(t, pgProxy, "cut-upstream")
 	chaosUntoxic(t, pgProxy, "cut-downstream")
 
-	waitFor(t, 3*time.Minute, "the row to drain", func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "the row to drain", func() (bool, string) {
 		a.requireRunning()
 		b.requireRunning()
 		r := readRow(t, pool, key)

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -96,7 +97,7 @@ func TestReadinessFollowsDatabase(t *testing.T) {
 	d.waitReady(30 * time.Second)
 
 	proxy.setDown(true)
-	waitFor(t, 20*time.Second, "/readyz 503 while the database is down", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, "/readyz 503 while the database is down", func() (bool, string) {
 		code, body := d.get("/readyz")
 		return code == 503, fmt.Sprintf("%d %s", code, body)
 	})
@@ -109,7 +110,7 @@ func TestReadinessFollowsDatabase(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), "SELECT drainer.enqueue('r', 's', 'charge_card', '', '{}')"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "a row drains after the outage", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "a row drains after the outage", func() (bool, string) {
 		c := statusCounts(t, pool)
 		return c["succeeded"] == 1, fmt.Sprint(c)
 	})

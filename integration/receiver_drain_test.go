@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/receiver"
 	"github.com/jackc/pgx/v5"
@@ -144,7 +145,7 @@ func TestDrainIntoReceiverLosingAnswers(t *testing.T) {
 	}
 	keys := enqueueCharges(t, pool, receiverDrainRows)
 	d := startDaemon(t, "receiver-drain", "--config", cfgPath, "--database-url", dbURL)
-	waitFor(t, 3*time.Minute, "every intent to succeed", func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "every intent to succeed", func() (bool, string) {
 		d.requireRunning()
 		c := statusCounts(t, pool)
 		return c["succeeded"] == receiverDrainRows, fmt.Sprint(c)
@@ -337,7 +338,7 @@ func TestDrainerReadsReceiverConflicts(t *testing.T) {
 	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", httpConfig(srv.URL, "", "charge_card"))
 	d := startDaemon(t, "receiver-conflicts", "--config", cfgPath, "--database-url", dbURL)
 
-	waitFor(t, time.Minute, "the held key to be refused in flight and the reused one to fail", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the held key to be refused in flight and the reused one to fail", func() (bool, string) {
 		d.requireRunning()
 		mu.Lock()
 		n := len(conflicts[held.Key()])
@@ -353,7 +354,7 @@ func TestDrainerReadsReceiverConflicts(t *testing.T) {
 	if first.status != http.StatusCreated {
 		t.Fatalf("holder: %d %s", first.status, first.body)
 	}
-	waitFor(t, time.Minute, "the held key to succeed", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the held key to succeed", func() (bool, string) {
 		d.requireRunning()
 		r := readRow(t, pool, held.Key())
 		return r.Status == "succeeded", r.Status

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -58,7 +59,7 @@ databases:
 	for i, pool := range pools {
 		keys[i] = enqueueTools(t, pool, fmt.Sprintf("run-%d", i), "charge", perDB)
 	}
-	waitFor(t, 2*time.Minute, "every database's rows in flight at the provider", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "every database's rows in flight at the provider", func() (bool, string) {
 		victim.requireRunning()
 		n, _ := provider.state()
 		return n >= nDB*perDB, fmt.Sprintf("%d of %d requests hanging", n, nDB*perDB)
@@ -83,7 +84,7 @@ databases:
 	provider.mu.Unlock()
 
 	heir := startDaemon(t, "heir", "--config", cfgPath)
-	waitFor(t, 3*time.Minute, "every stranded row to succeed", func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "every stranded row to succeed", func() (bool, string) {
 		heir.requireRunning()
 		done := 0
 		for i, pool := range pools {

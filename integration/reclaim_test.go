@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -110,7 +111,7 @@ routes:
 	// The provider answers the first row of "limited" 429 Retry-After 120.
 	probe := enqueueTools(t, pool, "probe", "limited", 1)[0]
 	victim := startDaemon(t, "victim", "--config", cfgPath, "--database-url", dbURL)
-	waitFor(t, 2*time.Minute, "the 429 Retry-After 120 to be written and its mark recorded", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "the 429 Retry-After 120 to be written and its mark recorded", func() (bool, string) {
 		victim.requireRunning()
 		var marks int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.retry_after_marks WHERE tool_name = 'limited' AND longest_ms = 120000`).Scan(&marks); err != nil {
@@ -125,7 +126,7 @@ routes:
 	provider.mu.Unlock()
 	charges := enqueueTools(t, pool, "run-charge", "charge", 4)
 	limited := enqueueTools(t, pool, "run-limited", "limited", 4)
-	waitFor(t, 2*time.Minute, "the 8 new rows to be in flight at the provider", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "the 8 new rows to be in flight at the provider", func() (bool, string) {
 		victim.requireRunning()
 		n, _ := provider.state()
 		return n >= 8, fmt.Sprintf("%d requests hanging", n)
@@ -143,7 +144,7 @@ routes:
 	provider.mu.Unlock()
 
 	heir := startDaemon(t, "heir", "--config", cfgPath, "--database-url", dbURL)
-	waitFor(t, 3*time.Minute, "the charge rows to succeed", func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "the charge rows to succeed", func() (bool, string) {
 		heir.requireRunning()
 		done := 0
 		for _, k := range charges {

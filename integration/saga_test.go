@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 )
 
 // TestSagaSurvivesSIGKILL: forward steps succeed, the last step of every run
@@ -63,7 +64,7 @@ routes:
 		enqueue(run, "2", "reserve_stock")
 	}
 	first := startDaemon(t, "first", "--config", cfgPath, "--database-url", dbURL)
-	waitFor(t, 30*time.Second, "forward steps succeeded", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "forward steps succeeded", func() (bool, string) {
 		c := statusCounts(t, pool)
 		return c["succeeded"] == 2*runs, fmt.Sprint(c)
 	})
@@ -71,7 +72,7 @@ routes:
 		enqueue(fmt.Sprintf("order-%02d", i), "3", "ship_order")
 	}
 	// Kill as soon as compensations are under way: some were sent, none finished.
-	waitFor(t, 30*time.Second, "compensations in flight", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "compensations in flight", func() (bool, string) {
 		var n int
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.outbox WHERE kind = 'compensation' AND status = 'in_flight'").Scan(&n); err != nil {
 			t.Fatal(err)
@@ -82,7 +83,7 @@ routes:
 	_ = first.wait(10 * time.Second)
 
 	second := startDaemon(t, "second", "--config", cfgPath, "--database-url", dbURL)
-	waitFor(t, 90*time.Second, "every saga done", func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "every saga done", func() (bool, string) {
 		var open, compensated int
 		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM drainer.runs WHERE saga_state <> 'done'),
 		        (SELECT count(*) FROM drainer.outbox WHERE status = 'compensated')`).Scan(&open, &compensated); err != nil {

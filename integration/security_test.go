@@ -27,6 +27,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -134,7 +135,7 @@ func secEnqueue(t *testing.T, db interface {
 // pruned).
 func secWaitStatus(t *testing.T, pool *pgxpool.Pool, d *daemon, key, status string, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, key+" "+status, func() (bool, string) {
+	testkit.WaitFor(t, timeout, key+" "+status, func() (bool, string) {
 		if d != nil {
 			d.requireRunning()
 		}
@@ -274,12 +275,12 @@ routes:
 	secWaitStatus(t, pool, d, keys["decline"], "failed", time.Minute)
 	secWaitStatus(t, pool, d, keys["hangup"], "failed", time.Minute)
 	// A refused connection sent nothing: no attempt consumed, retried.
-	waitFor(t, time.Minute, "the refused connection in last_error", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the refused connection in last_error", func() (bool, string) {
 		d.requireRunning()
 		r := readRow(t, pool, keys["refused"])
 		return r.LastError != nil && strings.Contains(*r.LastError, "refused"), strOrNilSec(r.LastError)
 	})
-	waitFor(t, time.Minute, "an authentication failure on adapter gate", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "an authentication failure on adapter gate", func() (bool, string) {
 		d.requireRunning()
 		n := d.metric("drainer_dispatch_total", `adapter="gate"`, `outcome="auth"`)
 		return n >= 1, fmt.Sprintf("auth outcomes: %v", n)
@@ -344,7 +345,7 @@ routes:
 		t.Fatal(err)
 	}
 	d.signal(syscall.SIGHUP)
-	waitFor(t, 30*time.Second, "the reload to be refused", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "the reload to be refused", func() (bool, string) {
 		d.requireRunning()
 		out := d.stderr.String()
 		return strings.Contains(out, "config reload refused"), tail(out, 1000)
@@ -1106,7 +1107,7 @@ retention: {interval: 1s, cancelled: 1s}
 	}
 	waitResult := func(d *daemon, key, status string) {
 		t.Helper()
-		waitFor(t, 90*time.Second, key+" "+status, func() (bool, string) {
+		testkit.WaitFor(t, 90*time.Second, key+" "+status, func() (bool, string) {
 			d.requireRunning()
 			got := result(key)
 			return got == status, got
@@ -1162,7 +1163,7 @@ retention: {interval: 1s, cancelled: 1s}
 	op("abort", "run-b", "--reason", "customer cancelled")
 	unbookB := tuple("run-b", "1", "unbook_bad")
 	waitResult(d, unbookB.Key(), "compensation_failed")
-	waitFor(t, time.Minute, "the compensation_failed alert", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the compensation_failed alert", func() (bool, string) {
 		d.requireRunning()
 		for _, req := range provider.seen() {
 			if req.Path == "/drainer.compensation_failed" {
@@ -1195,7 +1196,7 @@ retention: {interval: 1s, cancelled: 1s}
 		t.Errorf("the producer's enqueue is audited as %q and its abort recorded as by %q; want db:%s and agent:%s",
 			enqueuedBy, abortedBy, r.producer, r.producer)
 	}
-	waitFor(t, time.Minute, "the cancelled row to be pruned", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the cancelled row to be pruned", func() (bool, string) {
 		d.requireRunning()
 		var n int
 		if err := admin.QueryRow(ctx, `SELECT count(*) FROM drainer.tombstones WHERE key = $1`, heldC.Key()).Scan(&n); err != nil {
@@ -1223,7 +1224,7 @@ retention: {interval: 1s, cancelled: 1s}
 		t.Errorf("drainer audit verify: %s", res)
 	}
 	// The counters behind the SECURITY DEFINER functions reach the metrics.
-	waitFor(t, time.Minute, "the enqueue counters in /metrics", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the enqueue counters in /metrics", func() (bool, string) {
 		d.requireRunning()
 		dup, mis := d.metric("drainer_enqueue_duplicates_total"), d.metric("drainer_enqueue_mismatches_total")
 		return dup >= 1 && mis >= 1, fmt.Sprintf("duplicates %v, mismatches %v", dup, mis)
@@ -1609,7 +1610,7 @@ func TestSecurityProducerNeedsOnlyExecute(t *testing.T) {
 			done <- a
 		}()
 		pid := producer.PgConn().PID()
-		waitFor(t, 30*time.Second, "the enqueue to wait for the prune", func() (bool, string) {
+		testkit.WaitFor(t, 30*time.Second, "the enqueue to wait for the prune", func() (bool, string) {
 			var wait *string
 			if err := r.admin.QueryRow(ctx, `SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&wait); err != nil {
 				t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -75,7 +76,7 @@ routes:
 	}
 
 	d := startDaemon(t, "drainer", "--config", cfgPath, "--database-url", dbURL, "--shutdown-timeout", "1s")
-	waitFor(t, 30*time.Second, "every worker to be waiting on the provider", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "every worker to be waiting on the provider", func() (bool, string) {
 		d.requireRunning()
 		distinct, total := requests()
 		return distinct >= workers, fmt.Sprintf("%d requests for %d keys", total, distinct)
@@ -148,14 +149,14 @@ func TestSIGHUPReload(t *testing.T) {
 
 	// A row for a tool without a route waits, attempts untouched.
 	late := enqueueOne(t, pool, idemkey.Tuple{AgentRunID: "run-1", StepID: "s1", ToolName: "late_tool"}, `{"n": 1}`)
-	waitFor(t, 20*time.Second, "the late_tool row to be looked at twice without a route", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, "the late_tool row to be looked at twice without a route", func() (bool, string) {
 		d.requireRunning()
 		n := d.metric("drainer_dispatch_total", `adapter=""`, `outcome="unrouted"`)
 		return n >= 2, fmt.Sprintf("drainer_dispatch_total{adapter=\"\",outcome=\"unrouted\"} = %v", n)
 	})
 	// Between rechecks the row is pending with no attempt consumed (during a
 	// recheck it is briefly in_flight, holding the attempt it then gives back).
-	waitFor(t, 10*time.Second, "the unrouted row pending between rechecks", func() (bool, string) {
+	testkit.WaitFor(t, 10*time.Second, "the unrouted row pending between rechecks", func() (bool, string) {
 		r := readRow(t, pool, late)
 		ok := r.Status == "pending" && r.Attempts == 0 && r.LastError != nil && strings.Contains(*r.LastError, "late_tool")
 		return ok, fmt.Sprintf("status %s, attempts %d, last_error %v", r.Status, r.Attempts, strOrNil(r.LastError))
@@ -178,7 +179,7 @@ func TestSIGHUPReload(t *testing.T) {
 	// A broken config is refused; the daemon keeps running on the old one.
 	writeFile(t, dir, "drainer.yaml", "workers: many\nlease: [\n")
 	d.signal(syscall.SIGHUP)
-	waitFor(t, 20*time.Second, "the reload to be refused", func() (bool, string) {
+	testkit.WaitFor(t, 20*time.Second, "the reload to be refused", func() (bool, string) {
 		d.requireRunning()
 		out := d.stderr.String()
 		return strings.Contains(out, "config reload refused"), tail(out, 1000)
@@ -220,7 +221,7 @@ func enqueueOne(t *testing.T, pool *pgxpool.Pool, tuple idemkey.Tuple, payload s
 // waitRowStatus waits until the row has the given status while d runs.
 func waitRowStatus(t *testing.T, d *daemon, pool *pgxpool.Pool, key, status string, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "row "+key+" to be "+status, func() (bool, string) {
+	testkit.WaitFor(t, timeout, "row "+key+" to be "+status, func() (bool, string) {
 		d.requireRunning()
 		r := readRow(t, pool, key)
 		return r.Status == status, fmt.Sprintf("status %s, attempts %d, last_error %v", r.Status, r.Attempts, strOrNil(r.LastError))
@@ -252,7 +253,7 @@ routes:
 	unreachable := fmt.Sprintf("postgres://drainer@127.0.0.1:%d/none?connect_timeout=2", freePort(t))
 	d := startDaemonEnv(t, "starting", []string{"DRAINER_TEST_START_DELAY=2s"},
 		"--config", cfgPath, "--database-url", unreachable)
-	waitFor(t, 60*time.Second, "the process to be starting", func() (bool, string) {
+	testkit.WaitFor(t, 60*time.Second, "the process to be starting", func() (bool, string) {
 		out := d.stderr.String()
 		return strings.Contains(out, "test start delay"), tail(out, 500)
 	})
