@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/internal/pgtemp"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/jackc/pgx/v5"
 )
@@ -60,15 +61,14 @@ func (r *recorder) total() int {
 	return n
 }
 
-// waitFor polls cond with a generous deadline (a busy CI box).
-func waitFor(t *testing.T, what string, logs *syncBuf, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s; logs:\n%s", what, logs.String())
+// withLogs is cond for testkit.WaitFor, giving the daemon's logs as the
+// state while cond does not hold.
+func withLogs(logs *syncBuf, cond func() bool) func() (bool, string) {
+	return func() (bool, string) {
+		if cond() {
+			return true, ""
 		}
-		time.Sleep(50 * time.Millisecond)
+		return false, "logs:\n" + logs.String()
 	}
 }
 
@@ -215,16 +215,16 @@ databases:
 	}
 
 	before := append(enqueue("rel_a", "t", 3), enqueue("rel_b", "t", 3)...)
-	waitFor(t, "rows drained to the first provider", &logs, delivered(first, before))
+	testkit.WaitFor(t, 90*time.Second, "rows drained to the first provider", withLogs(&logs, delivered(first, before)))
 
 	// A config that does not parse: refused, logged, nothing changes.
 	write("adapters: [\n")
 	hup()
-	waitFor(t, "the bad config refused", &logs, func() bool {
+	testkit.WaitFor(t, 90*time.Second, "the bad config refused", withLogs(&logs, func() bool {
 		return strings.Contains(logs.String(), "config reload refused; keeping the running config")
-	})
+	}))
 	refused := append(enqueue("rel_a", "t", 2), enqueue("rel_b", "t", 2)...)
-	waitFor(t, "rows drained to the first provider after the refusal", &logs, delivered(first, refused))
+	testkit.WaitFor(t, 90*time.Second, "rows drained to the first provider after the refusal", withLogs(&logs, delivered(first, refused)))
 
 	// An attempt under way on the first provider across the reload.
 	slow := enqueue("rel_a", "slow", 1)
@@ -236,10 +236,10 @@ databases:
 
 	write(conf(second.srv.URL, "rel_a", "rel_b", "rel_c"))
 	hup()
-	waitFor(t, "the config reloaded", &logs, func() bool { return strings.Contains(logs.String(), `"msg":"config reloaded"`) })
+	testkit.WaitFor(t, 90*time.Second, "the config reloaded", withLogs(&logs, func() bool { return strings.Contains(logs.String(), `"msg":"config reloaded"`) }))
 	sentFirst := first.total()
 	after := append(append(enqueue("rel_a", "t", 3), enqueue("rel_b", "t", 3)...), enqueue("rel_c", "t", 3)...)
-	waitFor(t, "rows of every database, rel_c added by the reload, drained to the second provider", &logs, delivered(second, after))
+	testkit.WaitFor(t, 90*time.Second, "rows of every database, rel_c added by the reload, drained to the second provider", withLogs(&logs, delivered(second, after)))
 	if n := first.total(); n != sentFirst {
 		t.Errorf("the first provider was sent %d requests after the reload", n-sentFirst)
 	}
@@ -248,8 +248,8 @@ databases:
 	}
 
 	release()
-	waitFor(t, "the slow row succeeded", &logs, func() bool { return status("rel_a", slow[0]) == "succeeded" })
-	waitFor(t, "the replaced adapters closed", &logs, func() bool { return strings.Contains(logs.String(), "adapters closed") })
+	testkit.WaitFor(t, 90*time.Second, "the slow row succeeded", withLogs(&logs, func() bool { return status("rel_a", slow[0]) == "succeeded" }))
+	testkit.WaitFor(t, 90*time.Second, "the replaced adapters closed", withLogs(&logs, func() bool { return strings.Contains(logs.String(), "adapters closed") }))
 	if second.count(slow[0]) != 0 {
 		t.Error("the row under way at the reload was sent to the second provider")
 	}

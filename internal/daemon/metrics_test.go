@@ -18,6 +18,7 @@ import (
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/pgtemp"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
@@ -266,7 +267,7 @@ func TestDashboardMetricsExistFromStartup(t *testing.T) {
 				t.Errorf("run: %v", err)
 			}
 		}()
-		waitFor(t, "the daemon waiting for its database", &logs, func() bool { return strings.Contains(logs.String(), "database unreachable") })
+		testkit.WaitFor(t, 90*time.Second, "the daemon waiting for its database", withLogs(&logs, func() bool { return strings.Contains(logs.String(), "database unreachable") }))
 		checkExported(t, "waiting for the database", reg, read, true)
 	})
 
@@ -307,14 +308,14 @@ func TestDashboardMetricsExistFromStartup(t *testing.T) {
 				t.Errorf("run: %v", err)
 			}
 		}()
-		waitFor(t, "the engine's first backlog snapshot", &logs, func() bool {
+		testkit.WaitFor(t, 90*time.Second, "the engine's first backlog snapshot", withLogs(&logs, func() bool {
 			e := eng.Load()
 			if e == nil {
 				return false
 			}
 			_, _, ok := e.Backlog()
 			return ok
-		})
+		}))
 		checkExported(t, "engine running", reg, read, false)
 	})
 }
