@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"sync"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestFleetPublishesBacklogs(t *testing.T) {
 		return true, got
 	}
 	owner2 := func(db string) string { return Owner([]string{"a", "b"}, db) }
-	waitForState(t, "every database's backlog published by its owner", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "every database's backlog published by its owner", func() (bool, string) {
 		if !settled(dbs, a, b) {
 			return false, state(newCounter(), a, b)
 		}
@@ -60,14 +61,14 @@ func TestFleetPublishesBacklogs(t *testing.T) {
 	})
 	// Each replica reads the table back at its own heartbeat: a, at its
 	// next one at the latest.
-	waitForState(t, "replica a reading every database's backlog", 30*time.Second, func() (bool, string) { return published(a, owner2) })
+	testkit.WaitFor(t, 90*time.Second, "replica a reading every database's backlog", func() (bool, string) { return published(a, owner2) })
 
 	// A database no longer listed is forgotten.
 	mu.Lock()
 	listed = dbs[:2]
 	mu.Unlock()
 	delete(want, dbs[2])
-	waitForState(t, "the unlisted database forgotten", 60*time.Second, func() (bool, string) { return published(a, owner2) })
+	testkit.WaitFor(t, 3*time.Minute, "the unlisted database forgotten", func() (bool, string) { return published(a, owner2) })
 
 	// The owner of dbs[0] dies: its row stays, then the survivor publishes it.
 	dead, survivor := a, b
@@ -76,7 +77,7 @@ func TestFleetPublishesBacklogs(t *testing.T) {
 	}
 	dead.Abandon()
 	dead.stop(t)
-	waitForState(t, "the survivor publishing every database", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "the survivor publishing every database", func() (bool, string) {
 		return published(survivor, func(string) string { return survivor.ID() })
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -51,20 +52,20 @@ func TestFleetFairness(t *testing.T) {
 		}
 	}
 	r := startReplica(t, cl.url("big"), static(cl, []string{"big", "small"}), routing(t, c), "solo", nil)
-	waitFor(t, "both databases drained here", 60*time.Second, func() bool {
-		return slices.Equal(r.Draining(), []string{"big", "small"})
+	testkit.WaitFor(t, 3*time.Minute, "both databases drained here", func() (bool, string) {
+		return slices.Equal(r.Draining(), []string{"big", "small"}), ""
 	})
-	waitFor(t, "big's drain under way", 60*time.Second, func() bool { _, _, total := c.distinct(); return total > 0 })
+	testkit.WaitFor(t, 3*time.Minute, "big's drain under way", func() (bool, string) { _, _, total := c.distinct(); return total > 0, "" })
 
 	var waits []time.Duration
 	var keys []string
 	for i := range 20 {
 		k := cl.enqueue(t, "small", strconv.Itoa(i), 1)
 		committed := time.Now()
-		waitFor(t, fmt.Sprintf("small's row %d dispatched", i), 60*time.Second, func() bool {
+		testkit.WaitFor(t, 3*time.Minute, fmt.Sprintf("small's row %d dispatched", i), func() (bool, string) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			return c.n[k[0]] > 0
+			return c.n[k[0]] > 0, ""
 		})
 		waits = append(waits, time.Since(committed))
 		keys = append(keys, k...)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -27,9 +28,9 @@ func TestFleetOverlap(t *testing.T) {
 	all := func(cfg *Config) { cfg.Force = func(string) bool { return true } }
 	a := startReplica(t, cl.url(dbs[0]), static(cl, dbs), rt, "a", all)
 	b := startReplica(t, cl.url(dbs[0]), static(cl, dbs), rt, "b", all)
-	waitFor(t, "both replicas draining both databases", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 90*time.Second, "both replicas draining both databases", func() (bool, string) {
 		o := owners(a, b)
-		return len(o[dbs[0]]) == 2 && len(o[dbs[1]]) == 2
+		return len(o[dbs[0]]) == 2 && len(o[dbs[1]]) == 2, ""
 	})
 	var keys []string
 	for i := range 20 {
@@ -37,17 +38,17 @@ func TestFleetOverlap(t *testing.T) {
 			keys = append(keys, cl.enqueue(t, db, strconv.Itoa(i), 50)...)
 		}
 	}
-	waitFor(t, "every row dispatched", 60*time.Second, func() bool {
+	testkit.WaitFor(t, 3*time.Minute, "every row dispatched", func() (bool, string) {
 		n, _, _ := c.distinct()
-		return n >= len(keys)
+		return n >= len(keys), ""
 	})
-	waitFor(t, "every row succeeded", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 90*time.Second, "every row succeeded", func() (bool, string) {
 		for _, db := range dbs {
 			if cl.statuses(t, db)["succeeded"] != len(keys)/len(dbs) {
-				return false
+				return false, ""
 			}
 		}
-		return true
+		return true, ""
 	})
 	c.check(t, keys)
 }
@@ -68,7 +69,7 @@ func TestFleetHandOver(t *testing.T) {
 		startReplica(t, coord, static(cl, dbs), rt, "r2", nil),
 		startReplica(t, coord, static(cl, dbs), rt, "r3", nil),
 	}
-	waitFor(t, "each database drained by exactly one replica", 30*time.Second, func() bool { return exactlyOneOwner(dbs, rs...) })
+	testkit.WaitFor(t, 90*time.Second, "each database drained by exactly one replica", func() (bool, string) { return exactlyOneOwner(dbs, rs...), "" })
 	var keys []string
 	for _, db := range dbs {
 		keys = append(keys, cl.enqueue(t, db, "1", 20)...)
@@ -83,7 +84,7 @@ func TestFleetHandOver(t *testing.T) {
 	for _, db := range lost {
 		keys = append(keys, cl.enqueue(t, db, "2", 20)...)
 	}
-	waitFor(t, "the dead replica's databases taken over", 60*time.Second, func() bool { return exactlyOneOwner(dbs, rs...) })
+	testkit.WaitFor(t, 3*time.Minute, "the dead replica's databases taken over", func() (bool, string) { return exactlyOneOwner(dbs, rs...), "" })
 	t.Logf("hand-over after a death: %d databases in %s (lease 3s)", len(lost), time.Since(began).Round(10*time.Millisecond))
 
 	// A leave: the next replica stops normally.
@@ -99,12 +100,12 @@ func TestFleetHandOver(t *testing.T) {
 	for _, db := range dbs {
 		keys = append(keys, cl.enqueue(t, db, "3", 20)...)
 	}
-	waitFor(t, "the leaver's databases taken over", 60*time.Second, func() bool { return exactlyOneOwner(dbs, rs...) })
+	testkit.WaitFor(t, 3*time.Minute, "the leaver's databases taken over", func() (bool, string) { return exactlyOneOwner(dbs, rs...), "" })
 	t.Logf("hand-over after a leave: %s", time.Since(began).Round(10*time.Millisecond))
 
-	waitFor(t, "every row dispatched", 60*time.Second, func() bool {
+	testkit.WaitFor(t, 3*time.Minute, "every row dispatched", func() (bool, string) {
 		n, _, _ := c.distinct()
-		return n >= len(keys)
+		return n >= len(keys), ""
 	})
 	c.check(t, keys)
 }
@@ -145,14 +146,14 @@ func TestFleetFaults(t *testing.T) {
 	for _, db := range good {
 		keys = append(keys, cl.enqueue(t, db, "1", 30)...)
 	}
-	waitFor(t, "good databases drained", 60*time.Second, func() bool {
+	testkit.WaitFor(t, 3*time.Minute, "good databases drained", func() (bool, string) {
 		n, _, _ := c.distinct()
-		return n >= len(keys)
+		return n >= len(keys), ""
 	})
-	waitFor(t, "each fault counted under its database's name", 30*time.Second, func() bool {
+	testkit.WaitFor(t, 90*time.Second, "each fault counted under its database's name", func() (bool, string) {
 		return testutil.ToFloat64(r.m.dbErrors.WithLabelValues("unreachable", reasonUnreachable)) > 0 &&
 			testutil.ToFloat64(r.m.dbErrors.WithLabelValues("bare", reasonSchemaMismatch)) > 0 &&
-			testutil.ToFloat64(r.m.dbErrors.WithLabelValues("newer", reasonSchemaMismatch)) > 0
+			testutil.ToFloat64(r.m.dbErrors.WithLabelValues("newer", reasonSchemaMismatch)) > 0, ""
 	})
 	if got := testutil.ToFloat64(r.m.databases.WithLabelValues(stateSchemaMismatch)); got != 2 {
 		t.Errorf("schema_mismatch gauge %v, want 2", got)
@@ -180,12 +181,12 @@ func TestFleetFaults(t *testing.T) {
 
 	// The catalog goes down: draining goes on over the last known list.
 	catalogDown.Store(true)
-	waitFor(t, "catalog errors counted", 30*time.Second, func() bool { return testutil.ToFloat64(r.m.catalogErrors) > 0 })
+	testkit.WaitFor(t, 90*time.Second, "catalog errors counted", func() (bool, string) { return testutil.ToFloat64(r.m.catalogErrors) > 0, "" })
 	more := cl.enqueue(t, "good2", "2", 30)
 	keys = append(keys, more...)
-	waitFor(t, "rows drained while the catalog is down", 60*time.Second, func() bool {
+	testkit.WaitFor(t, 3*time.Minute, "rows drained while the catalog is down", func() (bool, string) {
 		n, _, _ := c.distinct()
-		return n >= len(keys)
+		return n >= len(keys), ""
 	})
 	catalogDown.Store(false)
 
@@ -194,9 +195,9 @@ func TestFleetFaults(t *testing.T) {
 	mu.Lock()
 	listed = slices.DeleteFunc(listed, func(n string) bool { return n == "gone" })
 	mu.Unlock()
-	waitFor(t, "the removed database let go", 30*time.Second, func() bool { return !slices.Contains(r.Draining(), "gone") })
-	waitFor(t, "its metrics unregistered", 30*time.Second, func() bool {
-		return !slices.Contains(gatherLabel(t, r, "drainer_workers", "database"), "gone")
+	testkit.WaitFor(t, 90*time.Second, "the removed database let go", func() (bool, string) { return !slices.Contains(r.Draining(), "gone"), "" })
+	testkit.WaitFor(t, 90*time.Second, "its metrics unregistered", func() (bool, string) {
+		return !slices.Contains(gatherLabel(t, r, "drainer_workers", "database"), "gone"), ""
 	})
 	st := cl.statuses(t, "gone")
 	if st["in_flight"] != 0 {

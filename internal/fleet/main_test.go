@@ -437,31 +437,6 @@ func (r *replica) stop(t testing.TB) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, deadline time.Duration, cond func() bool) {
-	t.Helper()
-	waitForState(t, what, deadline, func() (bool, string) { return cond(), "" })
-}
-
-// waitForState is waitFor naming, on a timeout, the last state cond saw.
-func waitForState(t testing.TB, what string, deadline time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	// Deadlines only bound a failing wait; on a busy machine, running
-	// every package at once, conditions take longer than on an idle one.
-	deadline *= 3
-	end := time.Now().Add(deadline)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", deadline, what, state)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // state describes the replicas for a timeout message.
 func state(c *counter, rs ...*replica) string {
 	n, dups, total := c.distinct()

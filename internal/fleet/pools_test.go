@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -32,7 +33,7 @@ func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
 	r := startReplica(t, cl.url(dbs[0]), static(cl, dbs), routing(t, newCounter()), "a", func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
-	waitForState(t, "the backlog published and read", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "the backlog published and read", func() (bool, string) {
 		bl, _, err := r.Backlogs()
 		return err == nil && len(bl) == 1 && bl[0].SampledAt != nil, fmt.Sprint(bl, err)
 	})
@@ -55,7 +56,7 @@ func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
 	// The first publication cut by the lock: from then on nothing can
 	// change the overview until the lock is released.
 	cut := errs()
-	waitForState(t, "a publication cut by the lock", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "a publication cut by the lock", func() (bool, string) {
 		return errs() > cut, fmt.Sprint(errs(), " heartbeat errors")
 	})
 	before, readAt, err := r.Backlogs()
@@ -81,7 +82,7 @@ func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
 	// the last read.
 	last, cut := beatAt(), errs()
 	for i := range 3 {
-		waitForState(t, fmt.Sprintf("heartbeat %d, and its publication cut, while the table is locked", i+1), 30*time.Second, func() (bool, string) {
+		testkit.WaitFor(t, 90*time.Second, fmt.Sprintf("heartbeat %d, and its publication cut, while the table is locked", i+1), func() (bool, string) {
 			at := beatAt()
 			return at.After(last) && errs() > cut, fmt.Sprintf("last heartbeat at %s, %v heartbeat errors", at, errs())
 		})
@@ -105,7 +106,7 @@ func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
 	if err := locker.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitForState(t, "the overview read again once the lock is released", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "the overview read again once the lock is released", func() (bool, string) {
 		bl, at, err := r.Backlogs()
 		return err == nil && at.After(readAt) && len(bl) == 1 && bl[0].PublishedAt.After(before[0].PublishedAt), fmt.Sprint(bl, at, err)
 	})
@@ -145,7 +146,7 @@ func TestPoolReplacedWhileInUse(t *testing.T) {
 		return static(cl, listed)(ctx)
 	}
 	r := startReplica(t, cl.url(dbs[0]), src, routing(t, newCounter()), "a", nil)
-	waitForState(t, "both databases drained", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "both databases drained", func() (bool, string) {
 		return slices.Equal(r.Draining(), dbs), fmt.Sprint(r.Draining())
 	})
 	pool, err := r.Pool(dbs[1])
@@ -166,7 +167,7 @@ func TestPoolReplacedWhileInUse(t *testing.T) {
 	mu.Lock()
 	listed = dbs[:1]
 	mu.Unlock()
-	waitForState(t, "the unlisted database let go", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "the unlisted database let go", func() (bool, string) {
 		return slices.Equal(r.Draining(), dbs[:1]), fmt.Sprint(r.Draining())
 	})
 	// Another database's pool is handed out meanwhile: Pool is not waiting
@@ -176,7 +177,7 @@ func TestPoolReplacedWhileInUse(t *testing.T) {
 		_, err := r.Pool(dbs[0])
 		other <- err
 	}()
-	waitForState(t, "another database's pool", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "another database's pool", func() (bool, string) {
 		select {
 		case err := <-other:
 			if err != nil {
@@ -197,7 +198,7 @@ func TestPoolReplacedWhileInUse(t *testing.T) {
 	}
 	conn.Release()
 	released = true
-	waitForState(t, "the replaced pool closed", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 90*time.Second, "the replaced pool closed", func() (bool, string) {
 		c, err := pool.Acquire(t.Context())
 		if err == nil {
 			c.Release()

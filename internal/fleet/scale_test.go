@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -113,7 +114,7 @@ func TestFleetScale(t *testing.T) {
 	}
 	sent := func(what string, keys []string) {
 		t.Helper()
-		waitForState(t, what, patience, func() (bool, string) {
+		testkit.WaitFor(t, 3*patience, what, func() (bool, string) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			n := 0
@@ -155,7 +156,7 @@ func TestFleetScale(t *testing.T) {
 	watch.follow(rs)
 	settle := func(what string) {
 		t.Helper()
-		waitForState(t, what, patience, func() (bool, string) {
+		testkit.WaitFor(t, 3*patience, what, func() (bool, string) {
 			return c.idle(keys) && allSettled(dbs, watch.live()), state(c, watch.live()...)
 		})
 	}

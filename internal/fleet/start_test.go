@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -84,12 +85,12 @@ func TestFleetSlowStarts(t *testing.T) {
 	// Once the slots are full (the other slow databases waiting for one),
 	// the slow databases are dropped from the list: whatever each was
 	// doing, its budget comes back. Then they are listed again.
-	waitForState(t, "the start slots full", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "the start slots full", func() (bool, string) {
 		n := attempts()
 		return n == startConcurrency, fmt.Sprint(n, " start attempts under way")
 	})
 	relist([]string{"quick"})
-	waitForState(t, "the slow databases let go", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "the slow databases let go", func() (bool, string) {
 		return r.Unsettled() == 0 && slices.Equal(r.Draining(), []string{"quick"}), fmt.Sprint(r.Draining(), r.Unsettled())
 	})
 	if held, share := r.budget.counts(); held != 1 || share != 1 {
@@ -112,7 +113,7 @@ func TestFleetSlowStarts(t *testing.T) {
 		}
 		return true
 	}
-	waitForState(t, "every slow database's start timed out at least once", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "every slow database's start timed out at least once", func() (bool, string) {
 		most = max(most, attempts())
 		return timedOut(), fmt.Sprintf("%d start attempts under way", most)
 	})
@@ -134,7 +135,7 @@ func TestFleetSlowStarts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitForState(t, "every row sent once the locks are released", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "every row sent once the locks are released", func() (bool, string) {
 		return c.idle(keys), state(c, r)
 	})
 	c.check(t, keys)
