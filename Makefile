@@ -79,6 +79,11 @@ chaos: tools
 fuzz:
 	FUZZTIME=$${FUZZTIME:-20s} ./scripts/fuzz.sh
 
+## schema: write migrations/schema.sql (every table's current definition) from a freshly migrated database
+.PHONY: schema
+schema:
+	$(GO) test ./migrations -run TestSchemaFileEqualsTheDatabase -update
+
 ## bench: throughput and latency figures (drainer bench --quick)
 bench: build
 	./$(BIN) bench --quick

@@ -21,6 +21,18 @@
 // holds what a fresh one does; TestUpgradeTo017KeepsRowsInFlight that
 // release 16's daemons keep working through the move.
 //
+// schema.sql is the current definition of every table: its columns,
+// constraints, indexes, partitions, sequences and triggers, and the views,
+// as a freshly migrated database holds them, rendered from the catalogs.
+// Read it, not the migrations that built a table (queue is 017, 019 and
+// 020; audit 004, 005 and 021). It is not applied, and never edited by
+// hand: TestSchemaFileEqualsTheDatabase fails when it and a freshly
+// migrated database differ, and `make schema` (go test ./migrations -run
+// TestSchemaFileEqualsTheDatabase -update) writes it again. A new
+// migration changes tables, indexes, grants and data only, and comes with
+// its regenerated schema.sql; functions, views and triggers stay in code/,
+// one file each, where schema.sql only names the functions.
+//
 // # Files
 //
 //	embed.go                  the embedded *.sql files
@@ -28,6 +40,8 @@
 //	code.go                   the code package: Code, CodeRevision, its install
 //	code/                     install.sql; functions/, views/, triggers/: one file each;
 //	                          grants.sql: the functions not PUBLIC's, and who runs them
+//	schema.sql                generated: the current definition of every table, index,
+//	                          partition, sequence, view and trigger (not applied)
 //	001_init.sql              schema_meta, outbox, runs, tombstones, backlog_snapshot;
 //	                          the key functions, enqueue, result, abort_run, triggers
 //	002_sagas.sql             saga state on runs, advance_saga, its triggers, the sagas view
@@ -63,9 +77,9 @@
 //	                          and queue_settled, the old table); queue_generations
 //	021_audit_generations.sql audit partitioned by generation (audit_p0, the old table,
 //	                          … audit_p3, a ring); audit_generations; audit_anchors.replaced
-//	023_retry_after_marks.sql retry_after_marks: the longest Retry-After each tool was
-//	                          answered per minute, which holds the rows a reclaim takes back
 //	022_audit_anchors_chained.sql audit_ledger: one hash chain over the audit's entries, anchors
 //	                          and truncations (what a signed checkpoint names); anchors kept as
 //	                          versions (audit_anchor_history) with status, attempts and problems
+//	023_retry_after_marks.sql retry_after_marks: the longest Retry-After each tool was
+//	                          answered per minute, which holds the rows a reclaim takes back
 package migrations
