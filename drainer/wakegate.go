@@ -34,9 +34,10 @@ const (
 )
 
 // wakeGate is the daemon's side of the outbox's wake gate
-// (migrations/013_wake_gate.sql): while the claim loop sleeps it holds a
-// slot, so producers notify; while the loop is busy it holds none, so
-// producers skip the notification and its commit-serialising lock.
+// (migrations/code/functions/notify_outbox.sql): while the claim loop
+// sleeps it holds a slot, so producers notify; while the loop is busy it
+// holds none, so producers skip the notification and its
+// commit-serialising lock.
 //
 // The claim loop only says what it wants (want): the gate's own goroutine
 // (run) connects, takes a seat, waits for the wake lock (for the producers

@@ -8,13 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// LedgerRecord is one record of the audit's ledger (audit_ledger,
-// migrations/022_audit_anchors_chained.sql): one hash chain over the
-// audit's entries (Kind "entries": a generation's ids in (FromID, UptoID]),
-// the anchors one anchoring wrote ("anchors") and truncations
-// ("truncated"). Vector holds each non-empty bucket of items (4-byte
-// number, 32-byte digest), Digest its SHA-256; Hash covers Prev and every
-// field but Vector.
+// LedgerRecord is one record of the audit's ledger (audit_ledger in
+// migrations/schema.sql): one hash chain over the audit's entries (Kind
+// "entries": a generation's ids in (FromID, UptoID]), the anchors one
+// anchoring wrote ("anchors") and truncations ("truncated"). Vector holds
+// each non-empty bucket of items (4-byte number, 32-byte digest), Digest
+// its SHA-256; Hash covers Prev and every field but Vector.
 type LedgerRecord struct {
 	N       int64     `db:"n"`
 	Kind    string    `db:"kind"`

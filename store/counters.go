@@ -6,7 +6,7 @@ import (
 )
 
 // EnqueueCounters are drainer.enqueue's retry-tax counters (sequences, so
-// no rollback undoes them; see migrations/007_enqueue_counters.sql).
+// no rollback undoes them; see migrations/schema.sql).
 type EnqueueCounters struct {
 	Duplicates int64 // answered created = false
 	Mismatches int64 // refused with 23505: same tuple, different payload

@@ -32,8 +32,8 @@ func (s *Store) Enqueue(ctx context.Context, db DB, in Intent) (Enqueued, error)
 }
 
 // enqueueBatchSQL records every intent with drainer.enqueue_batch
-// (migrations/011_enqueue_batch.sql): one INSERT, so one audit statement and
-// one notification, answers in the intents' order.
+// (migrations/code/functions/enqueue_batch.sql): one INSERT, so one audit
+// statement and one notification, answers in the intents' order.
 const enqueueBatchSQL = `SELECT e.key, e.created
    FROM {s}.enqueue_batch($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]::jsonb[], $6::text[]) e
   ORDER BY e.ord`

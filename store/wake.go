@@ -13,8 +13,9 @@ import (
 )
 
 // WakeSlots is how many daemons can wait for notifications at once as
-// sentinels (see migrations/013_wake_gate.sql). A producer checks every
-// slot; a daemon that finds none free waits on the others' notifications.
+// sentinels (see migrations/code/functions/notify_outbox.sql). A producer
+// checks every slot; a daemon that finds none free waits on the others'
+// notifications.
 const WakeSlots = 8
 
 // The wake gate's session-level advisory locks: a slot's seat (daemons
@@ -87,9 +88,9 @@ func (s *Store) ReleaseWake(ctx context.Context, conn *pgx.Conn, slot int) error
 }
 
 // WakePosition reads the claim position an insert's notification carries
-// (migrations/014_wake_position.sql): "<due in µs since the epoch>:<seq>".
-// Other notifications on the channel carry none (ok is false): they ask
-// for a pass from the first due row.
+// (migrations/code/functions/notify_outbox.sql): "<due in µs since the
+// epoch>:<seq>". Other notifications on the channel carry none (ok is
+// false): they ask for a pass from the first due row.
 func WakePosition(payload string) (p Position, ok bool) {
 	due, seq, found := strings.Cut(payload, ":")
 	if !found {
