@@ -82,6 +82,43 @@ func enqueueStep(t testing.TB, pool *pgxpool.Pool, run, step, tool string) strin
 	return key
 }
 
+// sagaSwept returns once a saga sweep that began after the call has
+// committed. It records probe as an aborted run with no rows, a waiting
+// saga of which the saga runner hears nothing (no abort, no completion):
+// only a sweep can finish it. A sweep advances every waiting or
+// compensating saga it listed at its start in one statement, so once the
+// probe's saga is done, every saga then open was advanced by a sweep
+// committed with it.
+func sagaSwept(t testing.TB, pool *pgxpool.Pool, probe string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO drainer.runs (agent_run_id, abort_reason, aborted_by)
+	    VALUES ($1, 'a probe of the saga sweep', 'test')`, probe); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "a saga sweep to finish "+probe, func() (bool, string) {
+		var s string
+		if err := pool.QueryRow(context.Background(), "SELECT saga_state FROM drainer.runs WHERE agent_run_id = $1", probe).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s == outbox.SagaDone, s
+	})
+}
+
+// compensationRows lists run's compensation rows as tool/status, in order.
+func compensationRows(t testing.TB, pool *pgxpool.Pool, run string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT tool_name || '/' || status FROM drainer.outbox
+	    WHERE agent_run_id = $1 AND kind = 'compensation' ORDER BY seq`, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func sagaState(t testing.TB, pool *pgxpool.Pool, run string) string {
 	t.Helper()
 	var s string
@@ -224,7 +261,19 @@ func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
 	startEngine(t, pool, rt, Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
 	testkit.WaitFor(t, 15*time.Second, "saga halted", func() (bool, string) { return sagaState(t, pool, "run") == outbox.SagaHalted, "" })
 	testkit.WaitFor(t, 10*time.Second, "alert sent", func() (bool, string) { return pager.count(outbox.AlertTool) >= 1, "" })
-	time.Sleep(500 * time.Millisecond) // several more sweeps: no second alert, no further compensation
+	// Sweeps go on (the halted saga is not theirs to advance) and change
+	// nothing: what a sweep queued is committed with it, so after three
+	// sweeps the rows show whether one queued a compensation or an alert.
+	for i := range 3 {
+		sagaSwept(t, pool, fmt.Sprintf("probe-%d", i))
+		if c := compensationRows(t, pool, "run"); fmt.Sprint(c) != "[release_stock/compensation_failed]" {
+			t.Fatalf("after sweep %d, the halted run's compensations are %v; want only release_stock, compensation_failed", i+1, c)
+		}
+		var alerts int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.outbox WHERE tool_name = $1", outbox.AlertTool).Scan(&alerts); err != nil || alerts != 1 {
+			t.Fatalf("after sweep %d, %d alert rows (%v); want exactly one", i+1, alerts, err)
+		}
+	}
 	if n := pager.count(outbox.AlertTool); n != 1 {
 		t.Fatalf("alert sent %d times, want exactly once", n)
 	}
