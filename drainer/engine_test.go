@@ -308,9 +308,15 @@ func TestNotifyWakesClaimer(t *testing.T) {
 		return dispatch.Result{Outcome: dispatch.Success}
 	})
 	// Polling is effectively off: only LISTEN/NOTIFY can wake the claimer.
-	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"}),
+	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"}),
 		Config{Workers: 2, PollInterval: time.Hour})
-	time.Sleep(300 * time.Millisecond) // let the listener connect
+	// The row is enqueued once the listener listens, so its notification
+	// must reach it however long connecting took.
+	select {
+	case <-e.listening:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the listener did not listen within 30s")
+	}
 	keys := enqueueN(t, pool, "run-10", "t", 1)
 	select {
 	case k := <-done:
@@ -348,7 +354,10 @@ func TestSnapshotMatchesDatabase(t *testing.T) {
 
 // TestTerminalFailureCancelsUnattemptedRowsOfRun: a forward row that fails
 // aborts its run in the same transaction; the run's never-attempted rows are
-// cancelled and never dispatched.
+// cancelled and never dispatched. Never: a marker row of another run, due
+// after the cancelled one, is claimed in the claim order (next_attempt_at,
+// seq) behind it, so once the marker was claimed the cancelled row had its
+// turn and was passed over.
 func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
@@ -363,12 +372,23 @@ func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 			calls.Add(100)
 			return dispatch.Result{Outcome: dispatch.Success}
 		}),
-	}, &Route{Tool: "bad"}, &Route{Tool: "later"})
-	// The later step is due only after the first has failed.
+		"marker": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+			return dispatch.Result{Outcome: dispatch.Success}
+		}),
+	}, &Route{Tool: "bad"}, &Route{Tool: "later"}, &Route{Tool: "marker"})
+	// The later step is due only after the first has failed; the marker,
+	// of another run, after the later step.
 	if _, err := pool.Exec(ctx, `SELECT drainer.enqueue('run-x', 'step-later', 'later', '', '{}')`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET next_attempt_at = now() + interval '2 seconds' WHERE step_id = 'step-later'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT drainer.enqueue('run-marker', 'step-marker', 'marker', '', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE drainer.outbox SET next_attempt_at = (SELECT next_attempt_at FROM drainer.outbox WHERE step_id = 'step-later') + interval '1 millisecond'
+	    WHERE step_id = 'step-marker'`); err != nil {
 		t.Fatal(err)
 	}
 	startEngine(t, pool, rt, Config{Workers: 2})
@@ -380,9 +400,22 @@ func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 	if status != outbox.StatusCancelled || !strings.Contains(lastErr, "run aborted") {
 		t.Fatalf("later step: %s %q, want cancelled naming the abort", status, lastErr)
 	}
-	time.Sleep(2500 * time.Millisecond)
-	if calls.Load() != 1 {
-		t.Fatalf("adapter calls %d: the cancelled row was dispatched", calls.Load())
+	// The claim that took the marker took, before it, every claimable row
+	// due earlier: a later step still claimable would be in flight or done
+	// by the time the marker succeeded, not cancelled with no attempt.
+	testkit.WaitFor(t, 30*time.Second, "the marker, due after the cancelled row, succeeded", func() (bool, string) {
+		var s string
+		if err := pool.QueryRow(ctx, "SELECT status FROM drainer.outbox WHERE step_id = 'step-marker'").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s == outbox.StatusSucceeded, s
+	})
+	var attempts int
+	if err := pool.QueryRow(ctx, "SELECT status, attempts FROM drainer.outbox WHERE step_id = 'step-later'").Scan(&status, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if status != outbox.StatusCancelled || attempts != 0 || calls.Load() != 1 {
+		t.Fatalf("later step %s with %d attempts, adapter calls %d: the cancelled row was claimed or dispatched", status, attempts, calls.Load())
 	}
 	// Enqueues into the aborted run are created cancelled.
 	var created bool
