@@ -55,7 +55,7 @@ func TestRetryAfterFloorSurvivesResume(t *testing.T) {
 		&Route{Tool: "limited", Adapter: "a"}, &Route{Tool: "held", Adapter: "b"})
 	rt.Routes["limited"].Backoff.MaxRetryAfter = 2 * time.Hour
 	floored := enqueueN(t, pool, "run-l", "limited", 10)
-	startEngine(t, pool, rt, Config{Workers: 4})
+	eng := startEngine(t, pool, rt, Config{Workers: 4})
 	testkit.WaitFor(t, 30*time.Second, "every limited row answered 429", func() (bool, string) {
 		for _, k := range floored {
 			if r := getRow(t, pool, k); r.Attempts != 1 || r.Status != outbox.StatusPending {
@@ -74,7 +74,10 @@ func TestRetryAfterFloorSurvivesResume(t *testing.T) {
 	if _, err := pool.Exec(ctx, "INSERT INTO drainer.pauses (target, name, paused_by) VALUES ('adapter', 'a', 'test'), ('adapter', 'b', 'test')"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2*pauseInterval + 500*time.Millisecond) // every replica has read the pause
+	testkit.WaitFor(t, 30*time.Second, "the engine to read the pauses", func() (bool, string) {
+		set := eng.pauses.Load()
+		return set.Adapters["a"] && set.Adapters["b"], fmt.Sprint(set.Adapters)
+	})
 	held := enqueueN(t, pool, "run-h", "held", 3)
 	testkit.WaitFor(t, 30*time.Second, "paused rows deferred", func() (bool, string) {
 		next, _ := floorOf(t, pool, held[0])
