@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -204,8 +205,16 @@ func TestFleetFaults(t *testing.T) {
 		// Left for the lease: nobody drains it now, so its rows stay put.
 		t.Logf("rows left in flight in the removed database: %d", st["in_flight"])
 	}
+	// An engine that still drained it would hold connections to it (its
+	// listener's at least) and could send these rows. An engine's pool
+	// closes only after its last call returned: once the database has no
+	// connection left, whatever such an engine sent is counted.
 	later := cl.enqueue(t, "gone", "2", 5)
-	time.Sleep(time.Second)
+	conns := cl.connections(t, []string{"gone"})
+	testkit.WaitFor(t, 90*time.Second, "no connection left to the removed database", func() (bool, string) {
+		n := conns()
+		return n == 0, fmt.Sprint(n, " connections")
+	})
 	c.mu.Lock()
 	for _, k := range later {
 		if c.n[k] != 0 {
