@@ -49,10 +49,20 @@ routes:
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // rows are due; none may be sent or failed without a broker
-	if c := statusCounts(t, pool); c["succeeded"]+c["failed"] != 0 {
-		t.Fatalf("rows finished without a broker: %v", c)
-	}
+	// Every row is tried and held: given back pending with the adapter's
+	// answer, none sent or failed without a broker.
+	testkit.WaitFor(t, 2*time.Minute, "every row tried and held while no broker listens", func() (bool, string) {
+		d.requireRunning()
+		var held int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.outbox WHERE status = 'pending' AND last_error IS NOT NULL").Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		c := statusCounts(t, pool)
+		if c["succeeded"]+c["failed"] != 0 {
+			t.Fatalf("rows finished without a broker: %v", c)
+		}
+		return held == n, fmt.Sprintf("%d held; %v", held, c)
+	})
 
 	_, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
