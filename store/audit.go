@@ -70,7 +70,8 @@ type BrokenLink struct {
 }
 
 // VerifyAudit checks every hash chain of the audit trail (audit_verify,
-// migrations/004_audit.sql) and returns the first limit broken links.
+// migrations/code/functions/audit_verify.sql) and returns the first limit
+// broken links.
 func (s *Store) VerifyAudit(ctx context.Context, db DB, limit int) ([]BrokenLink, error) {
 	return collect[BrokenLink](ctx, db, s.sql(`SELECT id, key, problem FROM {s}.audit_verify($1)`), limit)
 }
