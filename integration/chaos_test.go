@@ -227,6 +227,10 @@ func chaosRollingSIGTERM(t *testing.T, seed uint64) {
 	start := time.Now()
 	for round := 0; round < chaosRows(1, 3); round++ {
 		for i := range replicas {
+			// SIGTERM is a shutdown only once the daemon handles it: a
+			// process signalled before it gets there is killed. Ready, it
+			// does.
+			replicas[i].waitReady(2 * time.Minute)
 			time.Sleep(time.Second)
 			replicas[i].signal(syscall.SIGTERM)
 			if code := replicas[i].exitCode(60 * time.Second); code != 0 {
