@@ -194,17 +194,17 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 	route, ok := rt.Routes[row.ToolName]
 	if !ok {
 		e.unrouted.note(e.log, row.ToolName)
-		e.deferrer.refuse(row.ToolName, outbox.OutcomeUnrouted, rt.UnroutedRecheck)
+		e.deferrer.refuse(row.ToolName, outbox.RefusedUnrouted, rt.UnroutedRecheck)
 		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
 		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted, noteUnrouted)
-		c.waitsFor = outbox.OutcomeUnrouted
+		c.waitsFor = outbox.RefusedUnrouted
 		return nil, nil, &c
 	}
 	entry, ok := rt.Registry.Get(route.Adapter)
 	if !ok {
 		msg := fmt.Sprintf("route %q names adapter %q, which is not loaded", route.Tool, route.Adapter)
 		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted, noteNoAdapter)
-		c.waitsFor = outbox.OutcomeUnrouted
+		c.waitsFor = outbox.RefusedUnrouted
 		return nil, nil, &c
 	}
 	if row.Attempts > route.MaxAttempts {

@@ -296,7 +296,7 @@ func (c *completer) rewake(batch []completion) {
 		}
 		var over bool
 		switch x.waitsFor {
-		case outbox.OutcomeUnrouted:
+		case outbox.RefusedUnrouted:
 			if route, ok := rt.Routes[x.row.ToolName]; ok {
 				_, over = rt.Registry.Get(route.Adapter)
 			}

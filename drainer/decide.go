@@ -25,17 +25,17 @@ type completion struct {
 	// waitsFor names why a row handed back unsent waits (outbox.OutcomeUnrouted,
 	// outbox.RefusedPaused): once written, the completer wakes it again if
 	// that no longer holds (see completer.rewake).
-	waitsFor string
+	waitsFor outbox.Refusal
 
 	// For metrics, logs and the detect probe's witness only.
 	adapter string
-	outcome string
+	outcome outbox.Outcome
 	row     *claimedRow
 	route   *Route
 }
 
 // newCompletion starts the completion of row.
-func newCompletion(row *claimedRow, status string) completion {
+func newCompletion(row *claimedRow, status outbox.Status) completion {
 	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Attempts: row.Attempts, Status: status, Gen: row.Gen}, row: row}
 }
 
@@ -53,7 +53,7 @@ func strPtr(s string) *string { return &s }
 
 // failStatus is the terminal failure status of a row: compensation rows that
 // cannot succeed halt their saga as compensation_failed.
-func failStatus(row *claimedRow) string {
+func failStatus(row *claimedRow) outbox.Status {
 	if row.Kind == outbox.KindCompensation {
 		return outbox.StatusCompensationFailed
 	}
@@ -75,7 +75,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 			res.Err = errors.New("adapter returned no outcome")
 		}
 	}
-	c.outcome = res.Outcome.String()
+	c.outcome = outbox.Outcome(res.Outcome.String())
 	switch res.Outcome {
 	case dispatch.Success, dispatch.Replay:
 		c.Status, c.Response, c.KeepNext = outbox.StatusSucceeded, res.Response, true
@@ -166,7 +166,7 @@ const (
 )
 
 // refusalNote names, per gate refusal, what happened to the row.
-var refusalNote = map[string]string{
+var refusalNote = map[outbox.Refusal]string{
 	outbox.RefusedBreakerOpen: "deferred: circuit breaker open",
 	outbox.RefusedSaturated:   "deferred: adapter at max_concurrency",
 	outbox.RefusedRateLimited: "deferred: adapter at its rate_limit",
@@ -175,7 +175,7 @@ var refusalNote = map[string]string{
 
 // release gives a claimed row back without a consumed attempt; no request
 // was sent (note says why, for the audit).
-func release(row *claimedRow, delay time.Duration, keepNext bool, msg *string, outcome, note string) completion {
+func release(row *claimedRow, delay time.Duration, keepNext bool, msg *string, outcome outbox.Outcome, note string) completion {
 	c := newCompletion(row, outbox.StatusPending)
 	c.GiveBack, c.Delay, c.KeepNext, c.LastError, c.outcome = true, delay, keepNext, msg, outcome
 	c.NoRequest, c.Note = true, note

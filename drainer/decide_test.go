@@ -25,9 +25,9 @@ func TestDecideAttemptsTable(t *testing.T) {
 		kind     string
 		attempt  int // consumed attempts including this one
 		res      dispatch.Result
-		status   string
+		status   outbox.Status
 		giveBack bool
-		outcome  string
+		outcome  outbox.Outcome
 		minDelay time.Duration
 	}{
 		{"2xx success", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"id":1}`)}, outbox.StatusSucceeded, false, "success", 0},

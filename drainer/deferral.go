@@ -41,7 +41,7 @@ type deferrer struct {
 // make the rows of tools due now.
 type deferral struct {
 	tool   string
-	reason string
+	reason outbox.Refusal
 	delay  time.Duration
 	wake   []string
 }
@@ -55,7 +55,7 @@ func newDeferrer(e *Engine) *deferrer {
 
 // refuse reports that rows of tool cannot go out for about delay. It never
 // blocks and never touches the database.
-func (d *deferrer) refuse(tool, reason string, delay time.Duration) {
+func (d *deferrer) refuse(tool string, reason outbox.Refusal, delay time.Duration) {
 	if delay < minDeferral {
 		return
 	}

@@ -344,7 +344,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if !e.started.Load() || !e.stopped.CompareAndSwap(false, true) {
 		return nil
 	}
-	e.log.Info("engine stopping: no new claims", "in_flight", e.active.Load())
+	e.log.Info("engine stopping: no new claims", "calls_in_flight", e.active.Load())
 	e.fetchCancel()
 	// The claimer may be finishing a claim: its rows get workers (which
 	// release them unsent) before the workers are waited for.
@@ -354,7 +354,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	select {
 	case <-waited:
 	case <-ctx.Done():
-		e.log.Warn("shutdown grace over: cancelling calls under way", "in_flight", e.active.Load())
+		e.log.Warn("shutdown grace over: cancelling calls under way", "calls_in_flight", e.active.Load())
 		e.workCancel()
 		<-waited
 	}

@@ -393,7 +393,8 @@ func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 	}
 	startEngine(t, pool, rt, Config{Workers: 2})
 	testkit.WaitFor(t, 10*time.Second, "first row failed", func() (bool, string) { return getRow(t, pool, first[0]).Status == outbox.StatusFailed, "" })
-	var status, lastErr string
+	var status outbox.Status
+	var lastErr string
 	if err := pool.QueryRow(ctx, "SELECT status, last_error FROM drainer.outbox WHERE step_id = 'step-later'").Scan(&status, &lastErr); err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 		if err := pool.QueryRow(ctx, "SELECT status FROM drainer.outbox WHERE step_id = 'step-marker'").Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		return s == outbox.StatusSucceeded, s
+		return outbox.Status(s) == outbox.StatusSucceeded, s
 	})
 	var attempts int
 	if err := pool.QueryRow(ctx, "SELECT status, attempts FROM drainer.outbox WHERE step_id = 'step-later'").Scan(&status, &attempts); err != nil {

@@ -86,7 +86,7 @@ func newGateWithClock(name string, p GatePolicy, m *Metrics, log *slog.Logger, n
 
 // refusal says why a gate turned a row away and when to look at it again.
 type refusal struct {
-	reason string // one of the outbox.Refused* reasons
+	reason outbox.Refusal
 	delay  time.Duration
 }
 
@@ -396,7 +396,7 @@ func breakerVerdict(res dispatch.Result, wholeHeld bool) verdict {
 		case 502, 503, 504, 529:
 			return verdictFailure
 		case 0:
-			if res.Reason == "cancelled" {
+			if res.Reason == dispatch.ReasonCancelled {
 				return verdictNeutral
 			}
 			return verdictFailure // connection refused, reset, timeout

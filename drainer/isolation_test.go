@@ -103,7 +103,7 @@ func checkAuditRecordsAnswers(t testing.TB, pool *pgxpool.Pool, answers *answerL
 			recorded = append(recorded, *e.Status)
 			continue
 		}
-		if e.From == outbox.StatusInFlight && e.To == outbox.StatusPending && (e.Reason == nil || *e.Reason == "") {
+		if outbox.Status(e.From) == outbox.StatusInFlight && outbox.Status(e.To) == outbox.StatusPending && (e.Reason == nil || *e.Reason == "") {
 			t.Errorf("key %s: an entry ending a claim without an answer gives no reason: %+v", key, e)
 		}
 	}

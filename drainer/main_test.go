@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"github.com/drainer-io/drainer/outbox"
 	"strconv"
 	"testing"
 
@@ -27,7 +28,7 @@ func getRow(t testing.TB, pool *pgxpool.Pool, key string) storetest.State {
 	return storetest.Get(t, pool, key)
 }
 
-func countByStatus(t testing.TB, pool *pgxpool.Pool) map[string]int {
+func countByStatus(t testing.TB, pool *pgxpool.Pool) map[outbox.Status]int {
 	t.Helper()
 	return storetest.CountByStatus(t, pool)
 }

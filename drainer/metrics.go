@@ -155,9 +155,9 @@ func (m *Metrics) registerDispatch(f promauto.Factory) {
 		Help: "Configured worker slots.",
 	})
 	for _, o := range outbox.CompensationOutcomes {
-		m.CompensationsTotal.WithLabelValues(o)
+		m.CompensationsTotal.WithLabelValues(string(o))
 	}
-	m.DispatchTotal.WithLabelValues("", outbox.OutcomeUnrouted)
+	m.DispatchTotal.WithLabelValues("", string(outbox.OutcomeUnrouted))
 }
 
 // registerBacklog registers what the engine reads from the database
@@ -220,11 +220,11 @@ func (m *Metrics) registerBacklog(f promauto.Factory) {
 		Name: "drainer_enqueue_mismatches_total",
 		Help: "drainer.enqueue calls refused with 23505: same tuple, different payload (an agent bug or a key-normalisation bug); every replica exports the same total (use max).",
 	}, func() float64 { return float64(m.enqueueMismatches.Load()) })
-	for _, s := range []string{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled, "audit", "tombstone"} {
+	for _, s := range append(outbox.StatusStrings(outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled), "audit", "tombstone") {
 		m.PrunedRows.WithLabelValues(s)
 	}
 	for _, s := range outbox.Statuses {
-		m.OutboxRows.WithLabelValues(s)
+		m.OutboxRows.WithLabelValues(string(s))
 	}
 }
 
@@ -269,8 +269,8 @@ func (m *Metrics) setUnrouted(unrouted []store.UnroutedTool, routed []string) {
 func (m *Metrics) InitAdapters(names []string) {
 	for _, a := range names {
 		for _, o := range outbox.DispatchOutcomes {
-			if o != "unrouted" {
-				m.DispatchTotal.WithLabelValues(a, o)
+			if o != outbox.OutcomeUnrouted {
+				m.DispatchTotal.WithLabelValues(a, string(o))
 			}
 		}
 		m.DispatchDuration.WithLabelValues(a)

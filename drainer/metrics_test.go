@@ -83,7 +83,7 @@ func TestInitConfiguredBeforeTheEngine(t *testing.T) {
 	dispatched := series(t, reg, "drainer_dispatch_total")
 	for _, a := range []string{"pay", "spare"} {
 		for _, o := range outbox.DispatchOutcomes {
-			if _, ok := dispatched[a+"/"+o]; !ok && o != outbox.OutcomeUnrouted {
+			if _, ok := dispatched[a+"/"+string(o)]; !ok && o != outbox.OutcomeUnrouted {
 				t.Errorf("drainer_dispatch_total has no series for %s, %s", a, o)
 			}
 		}

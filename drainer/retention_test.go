@@ -22,7 +22,7 @@ import (
 
 func pruneNow() RetentionPolicy {
 	return RetentionPolicy{Enabled: true, Retention: store.Retention{BatchSize: 50, Tombstones: time.Hour, Audit: 1000 * time.Hour,
-		ByStatus: map[string]time.Duration{outbox.StatusSucceeded: time.Millisecond, outbox.StatusFailed: time.Millisecond,
+		ByStatus: map[outbox.Status]time.Duration{outbox.StatusSucceeded: time.Millisecond, outbox.StatusFailed: time.Millisecond,
 			outbox.StatusCompensated: time.Millisecond, outbox.StatusCancelled: time.Millisecond}}}
 }
 
@@ -47,7 +47,7 @@ func TestPruneDuringDrainLosesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pruned += got[outbox.StatusSucceeded]
+		pruned += got[string(outbox.StatusSucceeded)]
 		var left int
 		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.outbox").Scan(&left); err != nil {
 			t.Fatal(err)
@@ -81,7 +81,7 @@ func TestTombstoneAnswersLateEnqueue(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() - interval '1 day'"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := testStore.Prune(ctx, pool, pruneNow().Retention, time.Second); err != nil || got[outbox.StatusSucceeded] != 1 {
+	if got, err := testStore.Prune(ctx, pool, pruneNow().Retention, time.Second); err != nil || got[string(outbox.StatusSucceeded)] != 1 {
 		t.Fatalf("prune: %v %v", got, err)
 	}
 	var created bool
@@ -122,7 +122,7 @@ func TestPruneSkipsOpenSagasAndParkedRows(t *testing.T) {
 		}
 	}
 	got, err := testStore.Prune(ctx, pool, pruneNow().Retention, time.Second)
-	if err != nil || got[outbox.StatusSucceeded] != 1 {
+	if err != nil || got[string(outbox.StatusSucceeded)] != 1 {
 		t.Fatalf("prune: %v %v; want only the row of the run without an open saga", got, err)
 	}
 	left := countByStatus(t, pool)

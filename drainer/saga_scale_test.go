@@ -61,9 +61,9 @@ func plantSagas(t testing.TB, pool *pgxpool.Pool, prefix, state string, n int) {
 }
 
 // compensationOf returns the status of run's refund_card row, "" if none.
-func compensationOf(t testing.TB, pool *pgxpool.Pool, run string) string {
+func compensationOf(t testing.TB, pool *pgxpool.Pool, run string) outbox.Status {
 	t.Helper()
-	var s string
+	var s outbox.Status
 	err := pool.QueryRow(context.Background(), `SELECT coalesce(max(status), '') FROM drainer.outbox
 	        WHERE agent_run_id = $1 AND kind = 'compensation'`, run).Scan(&s)
 	if err != nil {

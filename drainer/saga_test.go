@@ -96,11 +96,11 @@ func sagaSwept(t testing.TB, pool *pgxpool.Pool, probe string) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, "a saga sweep to finish "+probe, func() (bool, string) {
-		var s string
+		var s outbox.SagaState
 		if err := pool.QueryRow(context.Background(), "SELECT saga_state FROM drainer.runs WHERE agent_run_id = $1", probe).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		return s == outbox.SagaDone, s
+		return s == outbox.SagaDone, string(s)
 	})
 }
 
@@ -119,9 +119,9 @@ func compensationRows(t testing.TB, pool *pgxpool.Pool, run string) []string {
 	return out
 }
 
-func sagaState(t testing.TB, pool *pgxpool.Pool, run string) string {
+func sagaState(t testing.TB, pool *pgxpool.Pool, run string) outbox.SagaState {
 	t.Helper()
-	var s string
+	var s outbox.SagaState
 	err := pool.QueryRow(context.Background(), "SELECT saga_state FROM drainer.sagas WHERE agent_run_id = $1", run).Scan(&s)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "" // not aborted (yet)
@@ -156,7 +156,7 @@ func TestSagaAfterTerminalFailure(t *testing.T) {
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
 	testkit.WaitFor(t, 15*time.Second, "saga done", func() (bool, string) { return sagaState(t, pool, "bad") == outbox.SagaDone, "" })
 
-	for k, want := range map[string]string{"bad1": outbox.StatusCompensated, "bad2": outbox.StatusCompensated, "bad3": outbox.StatusFailed,
+	for k, want := range map[string]outbox.Status{"bad1": outbox.StatusCompensated, "bad2": outbox.StatusCompensated, "bad3": outbox.StatusFailed,
 		"good1": outbox.StatusSucceeded, "good2": outbox.StatusSucceeded, "good3": outbox.StatusSucceeded} {
 		if got := getRow(t, pool, keys[k]).Status; got != want {
 			t.Errorf("%s: status %s, want %s", k, got, want)

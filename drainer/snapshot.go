@@ -13,7 +13,7 @@ import (
 // force (0 unrouted rows each).
 func (m *Metrics) apply(s store.Snapshot, routed []string) {
 	for _, st := range outbox.Statuses {
-		m.OutboxRows.WithLabelValues(st).Set(float64(s.RowsByStatus[st]))
+		m.OutboxRows.WithLabelValues(string(st)).Set(float64(s.RowsByStatus[st]))
 	}
 	m.OldestPendingAge.Set(s.OldestPendingAge)
 	m.OldestInFlightAge.Set(s.OldestInFlightAge)

@@ -82,7 +82,7 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 // consumed); a refusal that lasts defers the tool's other due rows.
 func (e *Engine) refused(row *claimedRow, route *Route, entry *dispatch.Entry, ref *refusal) completion {
 	msg := fmt.Sprintf("adapter %q %s; no attempt consumed", entry.Name, refusalText[ref.reason])
-	outcome := ""
+	var outcome outbox.Outcome
 	switch ref.reason {
 	case outbox.RefusedBreakerOpen:
 		outcome = outbox.OutcomeBreakerOpen
@@ -179,7 +179,7 @@ func (e *Engine) detect(ctx context.Context, route *Route, m *dispatch.Message, 
 	return route, res
 }
 
-var refusalText = map[string]string{
+var refusalText = map[outbox.Refusal]string{
 	outbox.RefusedBreakerOpen: "circuit breaker is open (the provider looks down)",
 	outbox.RefusedSaturated:   "is at max_concurrency",
 	outbox.RefusedRateLimited: "is at its rate_limit",
@@ -234,22 +234,22 @@ func (e *Engine) observe(c *completion) {
 	if c.outcome == "" {
 		return // released at shutdown: not a dispatch
 	}
-	e.metrics.DispatchTotal.WithLabelValues(c.adapter, c.outcome).Inc()
+	e.metrics.DispatchTotal.WithLabelValues(c.adapter, string(c.outcome)).Inc()
 	if c.row.Kind == outbox.KindCompensation {
 		switch c.Status {
 		case outbox.StatusSucceeded:
-			e.metrics.CompensationsTotal.WithLabelValues("succeeded").Inc()
+			e.metrics.CompensationsTotal.WithLabelValues(string(outbox.CompensationSucceeded)).Inc()
 		case outbox.StatusCompensationFailed:
-			e.metrics.CompensationsTotal.WithLabelValues("failed").Inc()
+			e.metrics.CompensationsTotal.WithLabelValues(string(outbox.CompensationFailed)).Inc()
 			e.metrics.CompensationFailedTotal.Inc()
 		case outbox.StatusPending:
-			e.metrics.CompensationsTotal.WithLabelValues("retry").Inc()
+			e.metrics.CompensationsTotal.WithLabelValues(string(outbox.CompensationRetry)).Inc()
 		}
 	}
 	attrs := []any{"key", c.row.Key, "outbox_seq", c.Seq, "tool", c.row.ToolName, "adapter", c.adapter,
 		"attempt", c.row.Attempts, "outcome", c.outcome, "status", c.Status}
 	switch {
-	case c.outcome == "auth":
+	case c.outcome == outbox.OutcomeAuth:
 		e.log.Error("provider refused the adapter's credentials; no attempt consumed", append(attrs, "err", deref(c.LastError))...)
 	case c.Status == outbox.StatusFailed || c.Status == outbox.StatusCompensationFailed || c.Status == outbox.StatusOutcomeUnknown:
 		e.log.Warn("row parked or failed", append(attrs, "err", deref(c.LastError))...)

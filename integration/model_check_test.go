@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"slices"
 	"strconv"
 	"strings"
@@ -263,7 +264,7 @@ func (m *seqModel) actPrune(rt *rapid.T) bool {
 		m.rt.Fatal(err)
 	}
 	r := store.Retention{
-		ByStatus:   map[string]time.Duration{"succeeded": 0, "cancelled": 0, "compensated": 0, "failed": 0},
+		ByStatus:   map[outbox.Status]time.Duration{outbox.StatusSucceeded: 0, outbox.StatusCancelled: 0, outbox.StatusCompensated: 0, outbox.StatusFailed: 0},
 		Tombstones: modelTombstones, Audit: time.Hour, BatchSize: 500,
 		// As the daemons pass it: charge names a compensation, whose
 		// window is the default (7 days).

@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"github.com/drainer-io/drainer/outbox"
 	"slices"
 	"strings"
 
@@ -89,9 +90,9 @@ func (m *seqModel) actTamper(rt *rapid.T) bool {
 	case tamperAnchor:
 		storetest.TamperAnchor(e.t, e.pool, key)
 	case tamperStatus:
-		to := "succeeded"
+		to := outbox.StatusSucceeded
 		if st[key] == "succeeded" {
-			to = "cancelled"
+			to = outbox.StatusCancelled
 		}
 		storetest.TamperStatus(e.t, e.pool, key, to)
 	}

@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"math"
 	"time"
 
@@ -38,16 +39,16 @@ type BulkOptions struct {
 
 // Change is one row an action changed (or, in a dry run, would change).
 type Change struct {
-	Key          string `json:"key"`
-	Seq          int64  `json:"seq"`
-	AgentRunID   string `json:"agent_run_id"`
-	StepID       string `json:"step_id"`
-	ToolName     string `json:"tool_name"`
-	Kind         string `json:"kind"`
-	FromStatus   string `json:"from_status"`
-	Status       string `json:"status"`
-	FromAttempts int    `json:"from_attempts"`
-	Attempts     int    `json:"attempts"`
+	Key          string        `json:"key"`
+	Seq          int64         `json:"seq"`
+	AgentRunID   string        `json:"agent_run_id"`
+	StepID       string        `json:"step_id"`
+	ToolName     string        `json:"tool_name"`
+	Kind         string        `json:"kind"`
+	FromStatus   outbox.Status `json:"from_status"`
+	Status       outbox.Status `json:"status"`
+	FromAttempts int           `json:"from_attempts"`
+	Attempts     int           `json:"attempts"`
 	// NotBefore is the row's floor when it lies in the future: the moment a
 	// provider's Retry-After (or its backoff) allows the next attempt.
 	NotBefore *time.Time `json:"not_before,omitempty"`
@@ -111,7 +112,7 @@ func (r *Result) add(p *plan, show int) {
 // candidate is a row read for an action.
 type candidate = store.Candidate
 
-func change(r candidate, to string, attempts int) Change {
+func change(r candidate, to outbox.Status, attempts int) Change {
 	return Change{Key: r.Key, Seq: r.Seq, AgentRunID: r.AgentRunID, StepID: r.StepID, ToolName: r.ToolName,
 		Kind: r.Kind, FromStatus: r.Status, Status: to, FromAttempts: r.Attempts, Attempts: attempts}
 }

@@ -31,7 +31,7 @@ func (c *Client) CancelWhere(ctx context.Context, f Filter, who Who, o BulkOptio
 }
 
 // CancelStatus reports whether rows of status may be cancelled in bulk.
-func CancelStatus(status string) error {
+func CancelStatus(status outbox.Status) error {
 	if err := ValidateStatus(status); err != nil {
 		return err
 	}

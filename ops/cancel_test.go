@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"github.com/drainer-io/drainer/outbox"
 	"strings"
 	"testing"
 
@@ -38,7 +39,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 
-	for status, why := range map[string]string{
+	for status, why := range map[outbox.Status]string{
 		"in_flight":           "holds its lease",
 		"succeeded":           "final already",
 		"outcome_unknown":     "drainer resolve",

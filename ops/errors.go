@@ -3,6 +3,7 @@ package ops
 import (
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"time"
 )
 
@@ -10,10 +11,10 @@ import (
 // from which the action is unsafe or meaningless (or the daemon moved it
 // while the action ran).
 type TransitionError struct {
-	Key    string `json:"key"`
-	Status string `json:"status"` // the row's current status
-	Action string `json:"action"` // requeue, cancel, resolve
-	Why    string `json:"why"`
+	Key    string        `json:"key"`
+	Status outbox.Status `json:"status"` // the row's current status
+	Action string        `json:"action"` // requeue, cancel, resolve
+	Why    string        `json:"why"`
 }
 
 func (e *TransitionError) Error() string {
@@ -57,7 +58,7 @@ var (
 
 // raced is the refusal of a row whose status changed between the read and
 // the conditional update.
-func raced(key, action, status string) *TransitionError {
+func raced(key, action string, status outbox.Status) *TransitionError {
 	if status == "" {
 		return &TransitionError{Key: key, Status: "gone", Action: action, Why: "it was pruned while this command ran"}
 	}

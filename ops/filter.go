@@ -15,7 +15,7 @@ import (
 
 // Filter selects outbox rows. Zero fields match everything.
 type Filter struct {
-	Status string
+	Status outbox.Status
 	Run    string // agent_run_id
 	Tool   string // tool_name
 	// OlderThan matches rows whose updated_at (the last change of the row:
@@ -34,9 +34,9 @@ type Filter struct {
 }
 
 // ValidateStatus reports whether s is one of the eight statuses.
-func ValidateStatus(s string) error {
+func ValidateStatus(s outbox.Status) error {
 	if !slices.Contains(outbox.Statuses, s) {
-		return fmt.Errorf("unknown status %q: use one of %s", s, strings.Join(outbox.Statuses, ", "))
+		return fmt.Errorf("unknown status %q: use one of %s", s, strings.Join(outbox.StatusStrings(outbox.Statuses...), ", "))
 	}
 	return nil
 }

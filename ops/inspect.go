@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"time"
 
 	"github.com/drainer-io/drainer/store"
@@ -14,9 +15,9 @@ import (
 // row's columns at the top level (key and status also for a pruned key),
 // then pruned_at, saga, run_rows and audit.
 type Inspection struct {
-	Key    string `json:"key"`
-	Status string `json:"status"`
-	*Row          // nil when the row was pruned
+	Key    string        `json:"key"`
+	Status outbox.Status `json:"status"`
+	*Row                 // nil when the row was pruned
 	// PrunedAt is set when only the tombstone of the key is left; Status is
 	// then its final status.
 	PrunedAt *time.Time `json:"pruned_at,omitempty"`

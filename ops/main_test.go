@@ -52,7 +52,7 @@ func (e *env) exec(sql string, args ...any) {
 }
 
 // set moves a row to status with attempts, as the daemon's completion does.
-func (e *env) set(key, status string, attempts int) {
+func (e *env) set(key string, status outbox.Status, attempts int) {
 	e.t.Helper()
 	if status == outbox.StatusInFlight {
 		e.exec(`UPDATE drainer.outbox SET status = 'in_flight', attempts = $2, lease_token = gen_random_uuid(),
@@ -118,7 +118,7 @@ func (e *env) aborted(run string) bool {
 }
 
 // wantRefused checks that err is a *TransitionError for key in status.
-func wantRefused(t testing.TB, err error, key, status string) *TransitionError {
+func wantRefused(t testing.TB, err error, key string, status outbox.Status) *TransitionError {
 	t.Helper()
 	var te *TransitionError
 	if !errors.As(err, &te) {

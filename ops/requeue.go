@@ -28,7 +28,7 @@ func (c *Client) RequeueWhere(ctx context.Context, f Filter, who Who, o BulkOpti
 }
 
 // RequeueStatus reports whether rows of status may be requeued in bulk.
-func RequeueStatus(status string) error {
+func RequeueStatus(status outbox.Status) error {
 	if err := ValidateStatus(status); err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 	if len(p.changes) == 0 {
 		return nil
 	}
-	keys, from := make([]string, len(p.changes)), make([]string, len(p.changes))
+	keys, from := make([]string, len(p.changes)), make([]outbox.Status, len(p.changes))
 	for i, ch := range p.changes {
 		keys[i], from[i] = ch.Key, ch.FromStatus
 	}

@@ -3,6 +3,7 @@ package ops
 import (
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ func TestRequeueRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	k := e.enqueue("r1", "charge", 5)
-	cases := map[string]string{
+	cases := map[outbox.Status]string{
 		"succeeded":           "the effect happened; requeueing would repeat it",
 		"compensated":         "undone by the saga",
 		"in_flight":           "holds its lease until",
@@ -32,10 +33,10 @@ func TestRequeueRefusals(t *testing.T) {
 		if !strings.Contains(te.Why, why) {
 			t.Errorf("%s: why = %q, want it to mention %q", status, te.Why, why)
 		}
-		if !strings.HasPrefix(err.Error(), "cannot requeue "+key+": it is "+status+" (") {
+		if !strings.HasPrefix(err.Error(), "cannot requeue "+key+": it is "+string(status)+" (") {
 			t.Errorf("message = %q", err)
 		}
-		if got := e.status(key); got != status {
+		if got := e.status(key); got != string(status) {
 			t.Errorf("%s: status became %s", status, got)
 		}
 	}

@@ -16,25 +16,25 @@ type Resolution struct {
 	// recorded as the audit reason.
 	Note string
 	// Outcome is succeeded or failed, for an outcome_unknown row only.
-	Outcome string
+	Outcome outbox.Status
 }
 
 // Resolved is the result of Resolve.
 type Resolved struct {
-	Key        string `json:"key"`
-	AgentRunID string `json:"agent_run_id"`
-	Kind       string `json:"kind"`
-	FromStatus string `json:"from_status"`
-	Status     string `json:"status"`
-	Note       string `json:"note"`
+	Key        string        `json:"key"`
+	AgentRunID string        `json:"agent_run_id"`
+	Kind       string        `json:"kind"`
+	FromStatus outbox.Status `json:"from_status"`
+	Status     outbox.Status `json:"status"`
+	Note       string        `json:"note"`
 	// ForwardKey and ForwardStatus: the forward row of a resolved
 	// compensation row, and its status afterwards.
-	ForwardKey    string `json:"forward_key,omitempty"`
-	ForwardStatus string `json:"forward_status,omitempty"`
+	ForwardKey    string        `json:"forward_key,omitempty"`
+	ForwardStatus outbox.Status `json:"forward_status,omitempty"`
 	// RunAborted: the row's run is aborted (by this resolution, for a
 	// forward row resolved failed); SagaState is then its saga's state.
-	RunAborted bool   `json:"run_aborted"`
-	SagaState  string `json:"saga_state,omitempty"`
+	RunAborted bool             `json:"run_aborted"`
+	SagaState  outbox.SagaState `json:"saga_state,omitempty"`
 	// Cancelled counts the never-attempted rows of the run cancelled by an
 	// abort this resolution caused.
 	Cancelled int `json:"cancelled"`
@@ -141,7 +141,7 @@ func (c *Client) resolveCompensation(ctx context.Context, tx pgx.Tx, row *Row, r
 }
 
 // settle changes key from → to, conditionally, keeping the note.
-func (c *Client) settle(ctx context.Context, tx pgx.Tx, key, from, to string, lastError *string, note string) error {
+func (c *Client) settle(ctx context.Context, tx pgx.Tx, key string, from, to outbox.Status, lastError *string, note string) error {
 	done, err := c.st.Settle(ctx, tx, key, from, to, lastError, note)
 	if err != nil {
 		return fmt.Errorf("resolve %s: %w", key, err)

@@ -6,6 +6,6 @@
 //
 // # Files
 //
-//	outbox.go  statuses (Terminal, Parked), kinds, classes, ordering modes, saga
-//	           states, the alert row, metric label values, refusal reasons
+//	vocabulary.go  every word of the vocabularies and its SQL form: statuses (Terminal, Parked), kinds,
+//	               classes, ordering modes, saga states, the alert row, metric label values, refusal reasons
 package outbox

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"github.com/drainer-io/drainer/outbox"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,21 +48,21 @@ func (s *Store) AbortRun(ctx context.Context, db DB, run, reason, actor string) 
 
 // Saga is a row of the sagas view: an aborted run and its compensation.
 type Saga struct {
-	AgentRunID             string    `json:"agent_run_id" db:"agent_run_id"`
-	SagaState              string    `json:"saga_state" db:"saga_state"`
-	SagaNote               *string   `json:"saga_note" db:"saga_note"`
-	AbortedAt              time.Time `json:"aborted_at" db:"aborted_at"`
-	AbortReason            string    `json:"abort_reason" db:"abort_reason"`
-	AbortedBy              string    `json:"aborted_by" db:"aborted_by"`
-	ForwardOpen            int64     `json:"forward_open" db:"forward_open"`
-	ForwardSucceeded       int64     `json:"forward_succeeded" db:"forward_succeeded"`
-	ForwardCompensated     int64     `json:"forward_compensated" db:"forward_compensated"`
-	ForwardFailed          int64     `json:"forward_failed" db:"forward_failed"`
-	ForwardCancelled       int64     `json:"forward_cancelled" db:"forward_cancelled"`
-	CompensationsOpen      int64     `json:"compensations_open" db:"compensations_open"`
-	CompensationsSucceeded int64     `json:"compensations_succeeded" db:"compensations_succeeded"`
-	CompensationsFailed    int64     `json:"compensations_failed" db:"compensations_failed"`
-	SagaUpdatedAt          time.Time `json:"saga_updated_at" db:"saga_updated_at"`
+	AgentRunID             string           `json:"agent_run_id" db:"agent_run_id"`
+	SagaState              outbox.SagaState `json:"saga_state" db:"saga_state"`
+	SagaNote               *string          `json:"saga_note" db:"saga_note"`
+	AbortedAt              time.Time        `json:"aborted_at" db:"aborted_at"`
+	AbortReason            string           `json:"abort_reason" db:"abort_reason"`
+	AbortedBy              string           `json:"aborted_by" db:"aborted_by"`
+	ForwardOpen            int64            `json:"forward_open" db:"forward_open"`
+	ForwardSucceeded       int64            `json:"forward_succeeded" db:"forward_succeeded"`
+	ForwardCompensated     int64            `json:"forward_compensated" db:"forward_compensated"`
+	ForwardFailed          int64            `json:"forward_failed" db:"forward_failed"`
+	ForwardCancelled       int64            `json:"forward_cancelled" db:"forward_cancelled"`
+	CompensationsOpen      int64            `json:"compensations_open" db:"compensations_open"`
+	CompensationsSucceeded int64            `json:"compensations_succeeded" db:"compensations_succeeded"`
+	CompensationsFailed    int64            `json:"compensations_failed" db:"compensations_failed"`
+	SagaUpdatedAt          time.Time        `json:"saga_updated_at" db:"saga_updated_at"`
 }
 
 // ReadSaga returns the saga of run, or nil when the run is not aborted.
@@ -72,16 +73,16 @@ func (s *Store) ReadSaga(ctx context.Context, db DB, run string) (*Saga, error) 
 // CountCancelled counts the cancelled rows of run.
 func (s *Store) CountCancelled(ctx context.Context, db DB, run string) (int, error) {
 	var n int
-	err := db.QueryRow(ctx, s.sql(`SELECT count(*) FROM {s}.outbox WHERE agent_run_id = $1 AND status = 'cancelled'`), run).Scan(&n)
+	err := db.QueryRow(ctx, s.sql(`SELECT count(*) FROM {s}.outbox WHERE agent_run_id = $1 AND status = {StatusCancelled}`), run).Scan(&n)
 	return n, err
 }
 
 // ContinueSaga sets the saga of run back to waiting, so the daemons' sweep
 // advances it, and returns its state: "" when the run is not aborted.
-func (s *Store) ContinueSaga(ctx context.Context, db DB, run string) (string, error) {
-	var state string
+func (s *Store) ContinueSaga(ctx context.Context, db DB, run string) (outbox.SagaState, error) {
+	var state outbox.SagaState
 	err := db.QueryRow(ctx, s.sql(`WITH u AS (
-	        UPDATE {s}.runs SET saga_state = 'waiting', saga_updated_at = now()
+	        UPDATE {s}.runs SET saga_state = {SagaWaiting}, saga_updated_at = now()
 	         WHERE agent_run_id = $1 RETURNING saga_state)
 	    SELECT coalesce((SELECT saga_state FROM u), '')`), run).Scan(&state)
 	return state, err

@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"github.com/drainer-io/drainer/outbox"
+)
 
 // The operator actions' writes, on the queue rows (the intents by key).
 // Each is conditional on the status the action read: a row the daemon
@@ -10,9 +13,9 @@ import "context"
 // the status read. next_attempt_at = now() stops at the row's not_before
 // floor (a schema trigger), unless $3 clears the floor.
 const requeueSQL = `UPDATE {s}.queue o
-       SET status = 'pending',
+       SET status = {StatusPending},
            cancel_cause = NULL,
-           attempts = CASE WHEN o.status = 'failed' THEN 0 ELSE o.attempts END,
+           attempts = CASE WHEN o.status = {StatusFailed} THEN 0 ELSE o.attempts END,
            not_before = CASE WHEN $3 THEN NULL ELSE o.not_before END,
            next_attempt_at = now(),
            updated_at = now()
@@ -24,23 +27,23 @@ const requeueSQL = `UPDATE {s}.queue o
 // fresh attempt budget), each only while its status is still from[i], and
 // returns the keys it changed. A row stays behind its not_before floor
 // unless clearFloor.
-func (s *Store) Requeue(ctx context.Context, db DB, keys, from []string, clearFloor bool) ([]string, error) {
-	return keysOf(db.Query(ctx, s.sql(requeueSQL), keys, from, clearFloor))
+func (s *Store) Requeue(ctx context.Context, db DB, keys []string, from []outbox.Status, clearFloor bool) ([]string, error) {
+	return keysOf(db.Query(ctx, s.sql(requeueSQL), keys, outbox.StatusStrings(from...), clearFloor))
 }
 
 // Cancel cancels the pending forward rows among keys, noting lastError,
 // and returns the keys it changed.
 func (s *Store) Cancel(ctx context.Context, db DB, keys []string, lastError string) ([]string, error) {
 	return keysOf(db.Query(ctx, s.sql(`UPDATE {s}.queue o
-       SET status = 'cancelled', cancel_cause = 'operator', last_error = $2, updated_at = now()
+       SET status = {StatusCancelled}, cancel_cause = 'operator', last_error = $2, updated_at = now()
       FROM {s}.intents i
-     WHERE i.key = ANY($1) AND o.seq = i.seq AND o.status = 'pending' AND o.kind = 'forward'
+     WHERE i.key = ANY($1) AND o.seq = i.seq AND o.status = {StatusPending} AND o.kind = {KindForward}
  RETURNING i.key`), keys, lastError))
 }
 
 // Settle moves the row of key from status from to to, with lastError and a
 // note, and reports whether it did (false: the row is no longer from).
-func (s *Store) Settle(ctx context.Context, db DB, key, from, to string, lastError *string, note string) (bool, error) {
+func (s *Store) Settle(ctx context.Context, db DB, key string, from, to outbox.Status, lastError *string, note string) (bool, error) {
 	tag, err := db.Exec(ctx, s.sql(`UPDATE {s}.queue o SET status = $3, last_error = $4, note = $5, updated_at = now()
 	      FROM {s}.intents i WHERE i.key = $1 AND o.seq = i.seq AND o.status = $2`), key, from, to, lastError, note)
 	if err != nil {
@@ -52,11 +55,11 @@ func (s *Store) Settle(ctx context.Context, db DB, key, from, to string, lastErr
 // MarkCompensated marks the succeeded forward row of key compensated (a
 // human undid its effect) and returns its status afterwards: "" when the
 // row is gone.
-func (s *Store) MarkCompensated(ctx context.Context, db DB, key string) (string, error) {
-	var status string
+func (s *Store) MarkCompensated(ctx context.Context, db DB, key string) (outbox.Status, error) {
+	var status outbox.Status
 	err := db.QueryRow(ctx, s.sql(`WITH u AS (
-	        UPDATE {s}.queue o SET status = 'compensated', updated_at = now()
-	          FROM {s}.intents i WHERE i.key = $1 AND o.seq = i.seq AND o.status = 'succeeded' RETURNING o.status)
+	        UPDATE {s}.queue o SET status = {StatusCompensated}, updated_at = now()
+	          FROM {s}.intents i WHERE i.key = $1 AND o.seq = i.seq AND o.status = {StatusSucceeded} RETURNING o.status)
 	    SELECT coalesce((SELECT status FROM u), (SELECT status FROM {s}.outbox WHERE key = $1), '')`), key).Scan(&status)
 	return status, err
 }

@@ -21,7 +21,7 @@ func TestRequeueKeepsTheFloor(t *testing.T) {
 	cleared := storetest.Insert(t, pool, storetest.Row{StepID: "cleared", Status: outbox.StatusFailed, Attempts: 3, NotBefore: time.Hour})
 	moved := storetest.Insert(t, pool, storetest.Row{StepID: "moved", Status: outbox.StatusSucceeded})
 
-	done, err := st.Requeue(ctx, pool, []string{kept, moved}, []string{outbox.StatusFailed, outbox.StatusFailed}, false)
+	done, err := st.Requeue(ctx, pool, []string{kept, moved}, []outbox.Status{outbox.StatusFailed, outbox.StatusFailed}, false)
 	if err != nil || !slices.Equal(done, []string{kept}) {
 		t.Fatalf("requeue: %v %v; want only %s", done, err, kept)
 	}
@@ -31,7 +31,7 @@ func TestRequeueKeepsTheFloor(t *testing.T) {
 	if r := storetest.Get(t, pool, moved); r.Status != outbox.StatusSucceeded {
 		t.Fatalf("a row no longer failed was written: %+v", r)
 	}
-	if _, err := st.Requeue(ctx, pool, []string{cleared}, []string{outbox.StatusFailed}, true); err != nil {
+	if _, err := st.Requeue(ctx, pool, []string{cleared}, []outbox.Status{outbox.StatusFailed}, true); err != nil {
 		t.Fatal(err)
 	}
 	if r := storetest.Get(t, pool, cleared); r.Status != outbox.StatusPending || r.DueIn > time.Second || r.Floor != 0 {

@@ -97,8 +97,8 @@ func (b *auditBundle) prune(t *testing.T) {
 // tombstones.
 func (b *auditBundle) pruneKeeping(t *testing.T, tombstones time.Duration) {
 	t.Helper()
-	zero := map[string]time.Duration{}
-	for _, s := range []string{"succeeded", "cancelled", "compensated", "failed"} {
+	zero := map[outbox.Status]time.Duration{}
+	for _, s := range []outbox.Status{outbox.StatusSucceeded, outbox.StatusCancelled, outbox.StatusCompensated, outbox.StatusFailed} {
 		zero[s] = 0
 	}
 	if _, err := b.st.Prune(context.Background(), b.pool, store.Retention{ByStatus: zero, Tombstones: tombstones, Audit: time.Hour, BatchSize: 100}, 5*time.Second); err != nil {

@@ -86,7 +86,7 @@ func TestAuditHeadCatchesTheLastEntryAndABypass(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := trail[len(trail)-1]
-	if deref(last.ToStatus) != outbox.StatusCompensated || !strings.HasPrefix(last.Actor, "db:") {
+	if outbox.Status(deref(last.ToStatus)) != outbox.StatusCompensated || !strings.HasPrefix(last.Actor, "db:") {
 		t.Fatalf("another role's edit recorded as %s by %s", deref(last.ToStatus), last.Actor)
 	}
 	if b := verify(); len(b) != 0 {
@@ -132,7 +132,7 @@ func TestAuditChainsHoldUnderRandomInterleavings(t *testing.T) {
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()
 	keys := storetest.Enqueue(t, pool, "run", "t", 24)
-	statuses := []string{outbox.StatusPending, outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusOutcomeUnknown, outbox.StatusCancelled}
+	statuses := []outbox.Status{outbox.StatusPending, outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusOutcomeUnknown, outbox.StatusCancelled}
 	// Conflicts between concurrent statements are the database's to
 	// refuse; anything else fails the test.
 	benign := func(err error) bool {
@@ -180,7 +180,7 @@ func TestAuditChainsHoldUnderRandomInterleavings(t *testing.T) {
 					_, err = st.Reclaim(ctx, pool, store.ReclaimPolicy{})
 				case 3:
 					k := keys[rng.IntN(len(keys))]
-					_, err = st.Requeue(ctx, pool, []string{k}, []string{statuses[rng.IntN(len(statuses))]}, true)
+					_, err = st.Requeue(ctx, pool, []string{k}, []outbox.Status{statuses[rng.IntN(len(statuses))]}, true)
 				case 4:
 					_, err = st.Cancel(ctx, pool, []string{keys[rng.IntN(len(keys))]}, "operator")
 				case 6:

@@ -29,7 +29,7 @@ func TestAuditOneEntryPerAttempt(t *testing.T) {
 		}
 		return rows[0]
 	}
-	complete := func(r store.ClaimedRow, status string) {
+	complete := func(r store.ClaimedRow, status outbox.Status) {
 		t.Helper()
 		if _, err := st.Complete(ctx, pool, []store.Completion{{Seq: r.Seq, Token: r.LeaseToken, Status: status}}); err != nil {
 			t.Fatal(err)

@@ -3,21 +3,22 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"time"
 )
 
 // Candidate is a row read for an operator action (requeue, cancel): what
 // the action decides on, before its conditional write.
 type Candidate struct {
-	Key            string     `db:"key"`
-	Seq            int64      `db:"seq"`
-	AgentRunID     string     `db:"agent_run_id"`
-	StepID         string     `db:"step_id"`
-	ToolName       string     `db:"tool_name"`
-	Kind           string     `db:"kind"`
-	Status         string     `db:"status"`
-	Attempts       int        `db:"attempts"`
-	LeaseExpiresAt *time.Time `db:"lease_expires_at"`
+	Key            string        `db:"key"`
+	Seq            int64         `db:"seq"`
+	AgentRunID     string        `db:"agent_run_id"`
+	StepID         string        `db:"step_id"`
+	ToolName       string        `db:"tool_name"`
+	Kind           string        `db:"kind"`
+	Status         outbox.Status `db:"status"`
+	Attempts       int           `db:"attempts"`
+	LeaseExpiresAt *time.Time    `db:"lease_expires_at"`
 	// NotBefore is the row's floor when it lies in the future.
 	NotBefore *time.Time `db:"not_before"`
 }
@@ -33,7 +34,7 @@ const candidatesSQL = `SELECT ` + candidateColumns + ` FROM {s}.outbox o
 // failedCandidatesSQL reads the failed forward rows of some runs past a
 // batch that also match a filter (%s): requeue handles them with the batch.
 const failedCandidatesSQL = `SELECT ` + candidateColumns + ` FROM {s}.outbox o
-     WHERE o.seq > $1 AND o.agent_run_id = ANY($2) AND o.kind = 'forward' AND o.status = 'failed'
+     WHERE o.seq > $1 AND o.agent_run_id = ANY($2) AND o.kind = {KindForward} AND o.status = {StatusFailed}
        AND %s ORDER BY o.seq`
 
 // CandidateOf reads the row of key: none or one.

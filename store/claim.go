@@ -84,13 +84,13 @@ func (p Position) Later(q Position) bool {
 const claimSQL = `
 WITH due AS MATERIALIZED (
     SELECT seq, gen FROM {s}.queue o
-     WHERE status = 'pending' AND next_attempt_at <= now()%s
+     WHERE status = {StatusPending} AND next_attempt_at <= now()%s
      ORDER BY next_attempt_at, seq
      LIMIT $1
      FOR UPDATE SKIP LOCKED
 ), leased AS (
     UPDATE {s}.queue o
-       SET status = 'in_flight',
+       SET status = {StatusInFlight},
            attempts = o.attempts + 1,
            lease_token = gen_random_uuid(),
            lease_expires_at = now() + $2 * interval '1 millisecond',
@@ -103,7 +103,7 @@ WITH due AS MATERIALIZED (
 )
 SELECT l.seq, i.key, i.agent_run_id, i.step_id, i.tool_name, i.business_scope, i.kind,
        i.payload, l.attempts, l.lease_token, l.first_attempt_at, now(), i.traceparent, i.forward_key, l.next_attempt_at,
-       i.kind = 'forward' AND l.attempts = 1
+       i.kind = {KindForward} AND l.attempts = 1
            AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id),
        l.gen
   FROM leased l
@@ -120,7 +120,7 @@ const orderedClause = `
        AND (o.tool_name <> ALL($%d::text[]) OR NOT EXISTS (
             SELECT 1 FROM {s}.queue p
              WHERE p.tool_name = o.tool_name AND p.business_scope = o.business_scope
-               AND p.seq < o.seq AND p.status IN ('pending', 'in_flight')))`
+               AND p.seq < o.seq AND p.status IN ({StatusPending}, {StatusInFlight})))`
 
 // excludedClause leaves the rows of some tools alone.
 const excludedClause = `

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"slices"
 	"time"
 
@@ -25,7 +26,7 @@ type Completion struct {
 	// or Gen unknown) costs a second look-up by seq alone (complete_rows).
 	Gen int16
 	// Status is the new status.
-	Status string
+	Status outbox.Status
 	// GiveBack returns the attempt counted at claim: the request never
 	// reached the provider.
 	GiveBack bool
@@ -198,7 +199,7 @@ func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, answered bool) {
 	attempts := make([]int32, n)
 	gens := make([]int16, n)
 	for i, c := range cs {
-		seqs[i], tokens[i], statuses[i], errs[i], attempts[i], gens[i] = c.Seq, c.Token, c.Status, c.LastError, int32(c.Attempts), c.Gen
+		seqs[i], tokens[i], statuses[i], errs[i], attempts[i], gens[i] = c.Seq, c.Token, string(c.Status), c.LastError, int32(c.Attempts), c.Gen
 		floors[i] = c.Floor && !c.KeepNext
 		if c.GiveBack {
 			giveBack[i] = 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,9 +33,9 @@ func (s *Store) VerifyAuditKey(ctx context.Context, db DB, key string) ([]Broken
 
 // ToolCount is the number of rows of one tool in one status.
 type ToolCount struct {
-	Tool   string `json:"tool_name" db:"tool_name"`
-	Status string `json:"status" db:"status"`
-	Rows   int64  `json:"rows" db:"rows"`
+	Tool   string        `json:"tool_name" db:"tool_name"`
+	Status outbox.Status `json:"status" db:"status"`
+	Rows   int64         `json:"rows" db:"rows"`
 }
 
 // CountsByTool counts the rows that hold work (pending, in_flight,
@@ -42,10 +43,10 @@ type ToolCount struct {
 // status indexes.
 func (s *Store) CountsByTool(ctx context.Context, db DB) ([]ToolCount, error) {
 	return collect[ToolCount](ctx, db, s.sql(`SELECT tool_name, status, count(*) AS rows FROM {s}.outbox
-	    WHERE status IN ('pending', 'outcome_unknown', 'compensation_failed')
+	    WHERE status IN ({StatusPending}, {StatusOutcomeUnknown}, {StatusCompensationFailed})
 	    GROUP BY tool_name, status
 	    UNION ALL
-	    SELECT tool_name, status, count(*) FROM {s}.outbox WHERE status = 'in_flight'
+	    SELECT tool_name, status, count(*) FROM {s}.outbox WHERE status = {StatusInFlight}
 	    GROUP BY tool_name, status
 	    ORDER BY 1, 2`))
 }

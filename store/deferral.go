@@ -12,7 +12,7 @@ import (
 const deferSQL = `
 WITH batch AS (
     SELECT seq FROM {s}.queue
-     WHERE status = 'pending' AND tool_name = $1
+     WHERE status = {StatusPending} AND tool_name = $1
        AND next_attempt_at < now() + $2 * interval '1 millisecond' * 0.5
      LIMIT $3
      FOR UPDATE SKIP LOCKED
@@ -24,7 +24,7 @@ UPDATE {s}.queue o
 // wakeSQL makes the deferred rows of some tools due now; the not_before
 // floor of each row still holds (schema trigger).
 const wakeSQL = `UPDATE {s}.queue SET next_attempt_at = now()
-      WHERE status = 'pending' AND tool_name = ANY($1) AND next_attempt_at > now()`
+      WHERE status = {StatusPending} AND tool_name = ANY($1) AND next_attempt_at > now()`
 
 // DeferBatch bounds one deferral statement.
 const DeferBatch = 5000

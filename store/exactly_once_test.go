@@ -82,7 +82,7 @@ func enqueueRetrying(t *testing.T, pool *pgxpool.Pool, level pgx.TxIsoLevel, bat
 }
 
 // settle moves the row of key to status, as a completion would.
-func settle(t *testing.T, pool *pgxpool.Pool, key, status string) {
+func settle(t *testing.T, pool *pgxpool.Pool, key string, status outbox.Status) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(), `UPDATE `+s+`.outbox SET status = $2, attempts = 1,
 	        first_attempt_at = now(), updated_at = now() - interval '1 hour' WHERE key = $1`, key, status); err != nil {
@@ -90,7 +90,7 @@ func settle(t *testing.T, pool *pgxpool.Pool, key, status string) {
 	}
 }
 
-func pruneAll(t *testing.T, pool *pgxpool.Pool, status string) int {
+func pruneAll(t *testing.T, pool *pgxpool.Pool, status outbox.Status) int {
 	t.Helper()
 	var n int
 	if err := pool.QueryRow(context.Background(), `SELECT `+s+`.prune_rows($1, now(), 1000, '{}', '{}')`, status).Scan(&n); err != nil {
@@ -312,7 +312,7 @@ func TestRetentionKeepsWhatASagaNeeds(t *testing.T) {
 	old := storetest.Insert(t, pool, storetest.Row{AgentRunID: "r2", StepID: "s1", ToolName: "charge",
 		Status: outbox.StatusSucceeded, Attempts: 1, UpdatedAgo: 9 * 24 * time.Hour})
 	r := store.Retention{
-		ByStatus:    map[string]time.Duration{outbox.StatusSucceeded: time.Hour},
+		ByStatus:    map[outbox.Status]time.Duration{outbox.StatusSucceeded: time.Hour},
 		Tombstones:  30 * 24 * time.Hour,
 		Audit:       30 * 24 * time.Hour,
 		BatchSize:   100,
@@ -369,14 +369,14 @@ func TestAbortOutlivesItsRunsTombstones(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := store.Retention{
-		ByStatus:   map[string]time.Duration{outbox.StatusCancelled: time.Hour},
+		ByStatus:   map[outbox.Status]time.Duration{outbox.StatusCancelled: time.Hour},
 		Tombstones: 7 * 24 * time.Hour, Audit: 30 * 24 * time.Hour, BatchSize: 100,
 	}
 	pruned, err := st.Prune(ctx, pool, r, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pruned[outbox.StatusCancelled] != 1 {
+	if pruned[string(outbox.StatusCancelled)] != 1 {
 		t.Fatalf("pruned %v", pruned)
 	}
 	var runs, stones int

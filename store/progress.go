@@ -21,8 +21,8 @@ type Progress struct {
 func (s *Store) ReadProgress(ctx context.Context, db DB) (Progress, error) {
 	var p Progress
 	err := db.QueryRow(ctx, s.sql(`SELECT count(*),
-	        count(*) FILTER (WHERE status NOT IN ('pending', 'in_flight')),
-	        (SELECT count(*) FROM {s}.runs WHERE saga_state <> 'done')
+	        count(*) FILTER (WHERE status NOT IN ({StatusPending}, {StatusInFlight})),
+	        (SELECT count(*) FROM {s}.runs WHERE saga_state <> {SagaDone})
 	   FROM {s}.outbox`)).Scan(&p.Total, &p.Settled, &p.OpenSagas)
 	return p, err
 }
@@ -30,7 +30,8 @@ func (s *Store) ReadProgress(ctx context.Context, db DB) (Progress, error) {
 // StatusKindCount is the number of rows of one status and kind, and the
 // attempts they consumed.
 type StatusKindCount struct {
-	Status, Kind   string
+	Status         outbox.Status
+	Kind           outbox.Kind
 	Rows, Attempts int
 }
 
@@ -46,4 +47,14 @@ func (s *Store) CountByStatusKind(ctx context.Context, db DB) ([]StatusKindCount
 		var c StatusKindCount
 		return c, r.Scan(&c.Status, &c.Kind, &c.Rows, &c.Attempts)
 	})
+}
+
+// CountInStatus counts the rows whose status is one of statuses. It counts
+// every such row: meant for a drain's end (the bench's, the demo's), when
+// few are left.
+func (s *Store) CountInStatus(ctx context.Context, db DB, statuses ...outbox.Status) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, s.sql(`SELECT count(*) FROM {s}.outbox WHERE status = ANY($1)`),
+		outbox.StatusStrings(statuses...)).Scan(&n)
+	return n, err
 }

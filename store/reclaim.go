@@ -31,7 +31,7 @@ import (
 const reclaimSQL = `
 WITH expired AS MATERIALIZED (
     SELECT seq, tool_name FROM {s}.queue
-     WHERE status = 'in_flight' AND lease_expires_at < now()
+     WHERE status = {StatusInFlight} AND lease_expires_at < now()
      ORDER BY lease_expires_at
      LIMIT $2
      FOR UPDATE SKIP LOCKED
@@ -47,7 +47,7 @@ WITH expired AS MATERIALIZED (
     SELECT seq, hold_ms, mark_ms, greatest(hold_ms, mark_ms) AS ms FROM policy
 )
 UPDATE {s}.queue o
-   SET status = CASE WHEN o.tool_name = ANY($1::text[]) THEN 'outcome_unknown' ELSE 'pending' END,
+   SET status = CASE WHEN o.tool_name = ANY($1::text[]) THEN {StatusOutcomeUnknown} ELSE {StatusPending} END,
        last_error = format('lease of %s expired during attempt %s: the worker was lost mid-call; the attempt counts%s%s',
                            o.leased_by, o.attempts,
                            CASE WHEN o.tool_name = ANY($1::text[])
@@ -176,7 +176,7 @@ const stillLeasedSQL = `
 SELECT count(*)
   FROM {s}.queue o
   JOIN unnest($1::bigint[], $2::uuid[]) AS u(seq, token) ON o.seq = u.seq AND o.lease_token = u.token
- WHERE o.status = 'in_flight'`
+ WHERE o.status = {StatusInFlight}`
 
 // StillLeased counts how many of the rows seqs[i], leased under tokens[i],
 // are still in_flight under that lease: the completions a replica could not

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -16,7 +17,7 @@ import (
 // rotateAudit), and finished runs without rows.
 type Retention struct {
 	// ByStatus maps each terminal status to the age past which its rows go.
-	ByStatus   map[string]time.Duration
+	ByStatus   map[outbox.Status]time.Duration
 	Tombstones time.Duration
 	Audit      time.Duration
 	// Compensable maps each tool whose route names a compensation to its
@@ -34,7 +35,7 @@ type Retention struct {
 const pruneRunsSQL = `WITH gone AS (
         DELETE FROM {s}.runs r WHERE r.agent_run_id IN (
             SELECT x.agent_run_id FROM {s}.runs x
-             WHERE x.saga_state = 'done'
+             WHERE x.saga_state = {SagaDone}
                AND greatest(x.aborted_at, x.rows_pruned_at) < now() - $1 * interval '1 millisecond'
                AND NOT EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = x.agent_run_id)
              LIMIT $2 FOR UPDATE SKIP LOCKED)
@@ -84,8 +85,8 @@ func (s *Store) Prune(ctx context.Context, db DB, r Retention, budget time.Durat
 	for tool, w := range r.Compensable {
 		compTools, windows = append(compTools, tool), append(windows, w.Milliseconds())
 	}
-	for _, status := range []string{"succeeded", "cancelled", "compensated", "failed"} {
-		if err := loop(status, "SELECT {s}.prune_rows($1, now() - $2 * interval '1 millisecond', $3, $4, $5)",
+	for _, status := range []outbox.Status{outbox.StatusSucceeded, outbox.StatusCancelled, outbox.StatusCompensated, outbox.StatusFailed} {
+		if err := loop(string(status), "SELECT {s}.prune_rows($1, now() - $2 * interval '1 millisecond', $3, $4, $5)",
 			status, r.ByStatus[status].Milliseconds(), r.BatchSize, compTools, windows); err != nil {
 			return out, err
 		}

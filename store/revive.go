@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/drainer-io/drainer/outbox"
 	"slices"
 	"time"
 
@@ -11,11 +12,11 @@ import (
 // AbortedRun is what requeue needs to know of an aborted run to decide
 // whether requeueing its failed rows may revive it.
 type AbortedRun struct {
-	ID        string    `db:"agent_run_id"`
-	By        string    `db:"aborted_by"`
-	Reason    string    `db:"abort_reason"`
-	At        time.Time `db:"aborted_at"`
-	SagaState string    `db:"saga_state"`
+	ID        string           `db:"agent_run_id"`
+	By        string           `db:"aborted_by"`
+	Reason    string           `db:"abort_reason"`
+	At        time.Time        `db:"aborted_at"`
+	SagaState outbox.SagaState `db:"saga_state"`
 	// SagaStarted: a compensation row exists or a forward row is compensated.
 	SagaStarted bool `db:"saga_started"`
 	// AbortRequested: an agent (drainer.abort_run) or an operator (drainer
@@ -27,10 +28,10 @@ type AbortedRun struct {
 
 const abortedRunsSQL = `SELECT r.agent_run_id, r.aborted_by, r.abort_reason, r.aborted_at, r.saga_state,
         EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
-                   AND (o.kind = 'compensation' OR o.status = 'compensated')) AS saga_started,
+                   AND (o.kind = {KindCompensation} OR o.status = {StatusCompensated})) AS saga_started,
         r.abort_requests > 0 AS abort_requested,
         ARRAY(SELECT o.key FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
-                 AND o.kind = 'forward' AND o.status = 'failed' ORDER BY o.seq) AS failed
+                 AND o.kind = {KindForward} AND o.status = {StatusFailed} ORDER BY o.seq) AS failed
    FROM {s}.runs r WHERE r.agent_run_id = ANY($1)`
 
 // AbortedRuns returns the aborted runs among runs.
@@ -62,7 +63,7 @@ func sorted(ss []string) []string {
 
 // restoredWhere matches the never-attempted forward rows that an abort
 // caused by a row failure cancelled (or that were enqueued after it).
-const restoredWhere = `o.agent_run_id = $1 AND o.kind = 'forward' AND o.status = 'cancelled' AND o.attempts = 0
+const restoredWhere = `o.agent_run_id = $1 AND o.kind = {KindForward} AND o.status = {StatusCancelled} AND o.attempts = 0
 	AND o.cancel_cause = 'run_aborted'`
 
 // Restorable lists, in seq order, the rows RestoreRun would make pending.
@@ -75,7 +76,7 @@ func (s *Store) Restorable(ctx context.Context, db DB, run string) ([]string, er
 func (s *Store) FirstFailed(ctx context.Context, db DB, run string) (*string, error) {
 	var key *string
 	err := db.QueryRow(ctx, s.sql(`SELECT min(key) FROM {s}.outbox
-	    WHERE agent_run_id = $1 AND kind = 'forward' AND status = 'failed'`), run).Scan(&key)
+	    WHERE agent_run_id = $1 AND kind = {KindForward} AND status = {StatusFailed}`), run).Scan(&key)
 	return key, err
 }
 
@@ -89,9 +90,9 @@ func (s *Store) DeleteRun(ctx context.Context, db DB, run string) error {
 // again, and returns their keys.
 func (s *Store) RestoreRun(ctx context.Context, db DB, run string) ([]string, error) {
 	return keysOf(db.Query(ctx, s.sql(`UPDATE {s}.queue q
-	       SET status = 'pending', cancel_cause = NULL, last_error = NULL, next_attempt_at = now(), updated_at = now()
+	       SET status = {StatusPending}, cancel_cause = NULL, last_error = NULL, next_attempt_at = now(), updated_at = now()
 	      FROM {s}.outbox o
-	     WHERE q.seq = o.seq AND `+restoredWhere+` AND q.status = 'cancelled' AND q.attempts = 0
+	     WHERE q.seq = o.seq AND `+restoredWhere+` AND q.status = {StatusCancelled} AND q.attempts = 0
 	       AND q.cancel_cause = 'run_aborted' RETURNING o.key`), run))
 }
 

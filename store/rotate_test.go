@@ -43,7 +43,7 @@ func rotateUntilQuiet(t *testing.T, st *store.Store, pool *pgxpool.Pool, r store
 
 // drainAll claims every due row and completes it with status (pending:
 // due again in an hour).
-func drainAll(t *testing.T, st *store.Store, pool *pgxpool.Pool, status func(i int) string) {
+func drainAll(t *testing.T, st *store.Store, pool *pgxpool.Pool, status func(i int) outbox.Status) {
 	t.Helper()
 	rows, err := st.Claim(t.Context(), pool, store.Claim{Limit: 100_000, Lease: time.Minute, Replica: "r", Durable: true})
 	if err != nil {
@@ -106,7 +106,7 @@ func TestRotationTruncatesADrainedGeneration(t *testing.T) {
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	storetest.Enqueue(t, pool, "run-rot", "t", 300)
-	drainAll(t, st, pool, func(i int) string {
+	drainAll(t, st, pool, func(i int) outbox.Status {
 		if i%15 == 0 {
 			return outbox.StatusPending // 20 rows wait for a retry in an hour
 		}
@@ -150,7 +150,7 @@ func TestRotationTruncatesADrainedGeneration(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `UPDATE drainer.queue SET next_attempt_at = now(), not_before = NULL WHERE status = 'pending'`); err != nil {
 		t.Fatal(err)
 	}
-	drainAll(t, st, pool, func(int) string { return outbox.StatusSucceeded })
+	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
 	if c := storetest.CountByStatus(t, pool); c[outbox.StatusSucceeded] != 300 {
 		t.Fatalf("after draining the moved rows: %v", c)
 	}
@@ -160,7 +160,7 @@ func TestRotationTruncatesADrainedGeneration(t *testing.T) {
 	if g := countByGen(t, pool); g[2] != 25 {
 		t.Fatalf("rows by generation after a new enqueue: %v, want 25 in generation 2", g)
 	}
-	drainAll(t, st, pool, func(int) string { return outbox.StatusSucceeded })
+	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
 	rotateUntilQuiet(t, st, pool, testRotation)
 	if g := countByGen(t, pool); g[0] != 305 || len(g) != 1 {
 		t.Fatalf("rows by generation after the second rotation: %v, want all 305 settled", g)
@@ -180,7 +180,7 @@ func TestRotationWaitsForOldSnapshots(t *testing.T) {
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	keys := storetest.Enqueue(t, pool, "run-snap", "t", 120)
-	drainAll(t, st, pool, func(int) string { return outbox.StatusSucceeded })
+	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
 	ctx := t.Context()
 
 	old, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
@@ -203,7 +203,7 @@ func TestRotationWaitsForOldSnapshots(t *testing.T) {
 	if n := scalar[int](t, old, `SELECT count(*) FROM drainer.outbox WHERE status = 'succeeded'`); n != 120 {
 		t.Fatalf("the old snapshot reads %d succeeded rows, want 120", n)
 	}
-	if s := scalar[string](t, old, `SELECT status FROM drainer.outbox WHERE key = $1`, keys[7]); s != outbox.StatusSucceeded {
+	if s := scalar[outbox.Status](t, old, `SELECT status FROM drainer.outbox WHERE key = $1`, keys[7]); s != outbox.StatusSucceeded {
 		t.Fatalf("the old snapshot reads %s", s)
 	}
 	if err := old.Commit(ctx); err != nil {
@@ -233,7 +233,7 @@ func TestRotationLosesNoConcurrentWrite(t *testing.T) {
 	t.Logf("seed %d", seed)
 	const rows, writers = 400, 4
 	storetest.Enqueue(t, pool, "run-w", "t", rows)
-	drainAll(t, st, pool, func(i int) string {
+	drainAll(t, st, pool, func(i int) outbox.Status {
 		if i%3 == 0 {
 			return outbox.StatusPending
 		}
@@ -414,7 +414,7 @@ func TestRotationClosesADrainedBacklog(t *testing.T) {
 	st := store.MustNew(storetest.Schema)
 	rot := store.Rotation{FlipRows: 1 << 40, IdleRows: 100, FlipAge: time.Hour, Chunk: 500}
 	storetest.Enqueue(t, pool, "run-small", "t", 60)
-	drainAll(t, st, pool, func(int) string { return outbox.StatusSucceeded })
+	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
 	if kinds := rotateUntilQuiet(t, st, pool, rot); len(kinds) != 0 {
 		t.Fatalf("steps after 60 rows drained (fewer than IdleRows): %v, want none", kinds)
 	}
@@ -422,7 +422,7 @@ func TestRotationClosesADrainedBacklog(t *testing.T) {
 	if kinds := rotateUntilQuiet(t, st, pool, rot); len(kinds) != 0 {
 		t.Fatalf("steps while 150 rows are due: %v, want none", kinds)
 	}
-	drainAll(t, st, pool, func(int) string { return outbox.StatusSucceeded })
+	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
 	kinds := rotateUntilQuiet(t, st, pool, rot)
 	if len(kinds) != 4 || kinds[0] != "flipped" || kinds[3] != "truncated" {
 		t.Fatalf("steps once the backlog drained: %v, want flipped, moved, emptied, truncated", kinds)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ type Row struct {
 	BusinessScope  string          `json:"business_scope" db:"business_scope"`
 	Kind           string          `json:"kind" db:"kind"`
 	Payload        json.RawMessage `json:"payload" db:"payload"`
-	Status         string          `json:"status" db:"status"`
+	Status         outbox.Status   `json:"status" db:"status"`
 	Attempts       int             `json:"attempts" db:"attempts"`
 	NextAttemptAt  time.Time       `json:"next_attempt_at" db:"next_attempt_at"`
 	FirstAttemptAt *time.Time      `json:"first_attempt_at" db:"first_attempt_at"`
@@ -49,7 +50,7 @@ const rowColumns = `o.key, o.seq, o.agent_run_id, o.step_id, o.tool_name, o.busi
 // Filter selects outbox rows for the operator commands. Zero fields match
 // everything. The caller validates it.
 type Filter struct {
-	Status string
+	Status outbox.Status
 	Run    string // agent_run_id
 	Tool   string // tool_name
 	// OlderThan matches rows whose updated_at is more than this long ago,
@@ -115,8 +116,8 @@ func (s *Store) ReadRow(ctx context.Context, db DB, key string) (*Row, error) {
 
 // RowStatus returns the status of the row of key, "" when there is none
 // (pruned, or never enqueued).
-func (s *Store) RowStatus(ctx context.Context, db DB, key string) (string, error) {
-	var status string
+func (s *Store) RowStatus(ctx context.Context, db DB, key string) (outbox.Status, error) {
+	var status outbox.Status
 	err := db.QueryRow(ctx, s.sql(`SELECT status FROM {s}.outbox WHERE key = $1`), key).Scan(&status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
@@ -126,13 +127,13 @@ func (s *Store) RowStatus(ctx context.Context, db DB, key string) (string, error
 
 // RunRow is a short view of one row of a run.
 type RunRow struct {
-	Key      string `json:"key" db:"key"`
-	Seq      int64  `json:"seq" db:"seq"`
-	StepID   string `json:"step_id" db:"step_id"`
-	ToolName string `json:"tool_name" db:"tool_name"`
-	Kind     string `json:"kind" db:"kind"`
-	Status   string `json:"status" db:"status"`
-	Attempts int    `json:"attempts" db:"attempts"`
+	Key      string        `json:"key" db:"key"`
+	Seq      int64         `json:"seq" db:"seq"`
+	StepID   string        `json:"step_id" db:"step_id"`
+	ToolName string        `json:"tool_name" db:"tool_name"`
+	Kind     string        `json:"kind" db:"kind"`
+	Status   outbox.Status `json:"status" db:"status"`
+	Attempts int           `json:"attempts" db:"attempts"`
 }
 
 // RunRows returns up to limit rows of run in seq order.
@@ -143,7 +144,7 @@ func (s *Store) RunRows(ctx context.Context, db DB, run string, limit int) ([]Ru
 
 // Tombstone is what is left of a pruned row.
 type Tombstone struct {
-	FinalStatus string
+	FinalStatus outbox.Status
 	PrunedAt    time.Time
 }
 

@@ -10,11 +10,12 @@ import (
 )
 
 // SagaStep is the outcome of advancing one run's saga: its new state
-// (outbox.Saga*), "busy" when another replica was advancing it, "none" when
-// the run is not aborted.
+// (outbox.Saga*), outbox.SagaBusy when another replica was advancing it,
+// outbox.SagaNotAborted when the run is not aborted, outbox.SagaError when
+// the step failed.
 type SagaStep struct {
 	Run   string
-	State string
+	State outbox.SagaState
 	// Err is why the step failed in the database (sweeps only: the step
 	// was rolled back alone and noted on the run).
 	Err string
@@ -28,8 +29,8 @@ type Compensators struct {
 
 // AdvanceSaga moves one run's saga forward by at most one compensation
 // (advance_saga, migrations/002_sagas.sql) in the transaction of db.
-func (s *Store) AdvanceSaga(ctx context.Context, db DB, run string, c Compensators) (string, error) {
-	var state string
+func (s *Store) AdvanceSaga(ctx context.Context, db DB, run string, c Compensators) (outbox.SagaState, error) {
+	var state outbox.SagaState
 	err := db.QueryRow(ctx, s.sql("SELECT {s}.advance_saga($1, $2, $3)"), run, nonNil(c.Tools), nonNil(c.Comps)).Scan(&state)
 	if err != nil {
 		return "", fmt.Errorf("advance saga of run %q: %w", run, err)
@@ -51,8 +52,8 @@ func (s *Store) SweepSagas(ctx context.Context, db DB, after string, limit int, 
 		if err := r.Scan(&st.Run, &st.State); err != nil {
 			return st, err
 		}
-		if msg, failed := strings.CutPrefix(st.State, "error: "); failed {
-			st.State, st.Err = "error", msg
+		if msg, failed := strings.CutPrefix(string(st.State), string(outbox.SagaError)+": "); failed {
+			st.State, st.Err = outbox.SagaError, msg
 		}
 		return st, nil
 	})
@@ -70,11 +71,11 @@ WITH failed AS (
     SELECT c.key, c.agent_run_id, c.step_id, c.tool_name, c.forward_key, c.attempts, c.last_error,
            {s}.idempotency_key($1, c.key, {s}.alert_tool(), c.agent_run_id) AS alert_key
       FROM {s}.outbox c
-     WHERE c.status = 'compensation_failed' AND c.kind = 'compensation'
+     WHERE c.status = {StatusCompensationFailed} AND c.kind = {KindCompensation}
        AND ($2::text[] IS NULL OR c.agent_run_id = ANY($2::text[]))
 ), payloads AS (
     SELECT f.*, jsonb_build_object(
-               'event', 'compensation_failed',
+               'event', {StatusCompensationFailed},
                'key', f.key, 'agent_run_id', f.agent_run_id, 'step_id', f.step_id,
                'tool_name', f.tool_name, 'forward_key', f.forward_key,
                'attempts', f.attempts, 'last_error', f.last_error) AS payload
@@ -89,13 +90,13 @@ WITH failed AS (
     RETURNING key
 ), intended AS (
     INSERT INTO {s}.intents AS i (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash)
-    SELECT p.alert_key, $1, p.key, {s}.alert_tool(), p.agent_run_id, 'forward', p.payload, {s}.payload_hash(p.payload)
+    SELECT p.alert_key, $1, p.key, {s}.alert_tool(), p.agent_run_id, {KindForward}, p.payload, {s}.payload_hash(p.payload)
       FROM payloads p JOIN registered r ON r.key = p.alert_key
     ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
     RETURNING i.seq, i.key, i.tool_name, i.business_scope
 )
 INSERT INTO {s}.queue AS q (seq, tool_name, business_scope, kind)
-SELECT n.seq, n.tool_name, n.business_scope, 'forward' FROM intended n
+SELECT n.seq, n.tool_name, n.business_scope, {KindForward} FROM intended n
 RETURNING (SELECT n.key FROM intended n WHERE n.seq = q.seq)`
 
 // QueueAlerts queues the alert of each compensation_failed row of runs (nil:

@@ -16,7 +16,7 @@ import (
 type Snapshot struct {
 	TakenAt           time.Time
 	Age               time.Duration
-	RowsByStatus      map[string]int64
+	RowsByStatus      map[outbox.Status]int64
 	OldestPendingAge  float64
 	OldestInFlightAge float64
 	CostSeconds       float64
@@ -35,8 +35,8 @@ type SnapshotStats struct {
 	// row anywhere can be vacuumed, and SKIP LOCKED scans slow down.
 	XminHorizonAge float64 `json:"xmin_horizon_age_seconds"`
 	// Estimated lists the statuses whose count is a planner estimate.
-	Estimated []string       `json:"estimated,omitempty"`
-	Unrouted  []UnroutedTool `json:"unrouted,omitempty"`
+	Estimated []outbox.Status `json:"estimated,omitempty"`
+	Unrouted  []UnroutedTool  `json:"unrouted,omitempty"`
 }
 
 // UnroutedTool is a tool with pending rows and no route.
@@ -58,9 +58,9 @@ INSERT INTO {s}.backlog_snapshot AS b
        (id, taken_at, rows_by_status, oldest_pending_age_seconds, oldest_in_flight_age_seconds, cost_seconds, stats)
 SELECT true, now(), $1::jsonb,
        (SELECT coalesce(extract(epoch FROM now() - min(next_attempt_at)), 0)::float8
-          FROM {s}.queue WHERE status = 'pending' AND next_attempt_at <= now()),
+          FROM {s}.queue WHERE status = {StatusPending} AND next_attempt_at <= now()),
        (SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8
-          FROM {s}.queue WHERE status = 'in_flight'),
+          FROM {s}.queue WHERE status = {StatusInFlight}),
        extract(epoch FROM clock_timestamp() - now()), $2::jsonb
 ON CONFLICT (id) DO UPDATE SET
        taken_at = excluded.taken_at,
@@ -106,14 +106,10 @@ func (s *Store) RefreshSnapshot(ctx context.Context, db TxDB, maxAge time.Durati
 	return true, tx.Commit(ctx)
 }
 
-// computeSnapshot measures the backlog. Statuses that hold work (pending,
-// in_flight, outcome_unknown, compensation_failed) are counted exactly
-// through their indexes; terminal statuses are counted exactly while the
-// table is small, and estimated from the planner's statistics (reltuples ×
-// the status's frequency in pg_stats) past ExactCountLimit rows, so one
-// snapshot stays cheap at 10^7 rows.
-func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string) (map[string]int64, SnapshotStats, error) {
-	counts := map[string]int64{}
+// computeSnapshot measures the backlog: the rows by status
+// (countStatuses), the table's health (tableStats) and the tools with
+// pending rows and no route (unroutedTools).
+func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string) (map[outbox.Status]int64, SnapshotStats, error) {
 	var st SnapshotStats
 	var reltuples float64
 	table := s.schema + ".queue"
@@ -122,79 +118,111 @@ func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string)
 	   FROM pg_partition_tree($1::regclass) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`, table).Scan(&reltuples); err != nil {
 		return nil, st, err
 	}
-	terminal := []string{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled}
-	exact := []string{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed}
-	estimate := reltuples >= ExactCountLimit
-	if !estimate {
-		exact = append(exact, terminal...)
-	}
-	rows, err := tx.Query(ctx, s.sql("SELECT status, count(*) FROM {s}.queue WHERE status = ANY($1) GROUP BY status"), exact)
+	counts, estimated, err := s.countStatuses(ctx, tx, table, reltuples >= ExactCountLimit)
 	if err != nil {
 		return nil, st, err
 	}
-	var status string
-	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = n; return nil }); err != nil {
+	st.Estimated = estimated
+	if err := tableStats(ctx, tx, table, &st); err != nil {
 		return nil, st, err
 	}
-	if estimate {
-		// each partition's statistics, weighted by its size
-		rows, err := tx.Query(ctx, `SELECT s.most_common_vals::text::text[], s.most_common_freqs, greatest(c.reltuples, 0)::float8
-		   FROM pg_partition_tree($1::regclass) p
-		   JOIN pg_class c ON c.oid = p.relid
-		   JOIN pg_stats s ON s.schemaname = $2 AND s.tablename = c.relname AND s.attname = 'status'
-		  WHERE p.isleaf`, table, s.schema)
-		if err != nil {
-			return nil, st, err
-		}
-		var vals []string
-		var freqs []float64
-		var size float64
-		estimated := map[string]float64{}
-		if _, err := pgx.ForEachRow(rows, []any{&vals, &freqs, &size}, func() error {
-			for i, v := range vals {
-				if slices.Contains(terminal, v) && i < len(freqs) {
-					estimated[v] += freqs[i] * size
-				}
-			}
-			return nil
-		}); err != nil {
-			return nil, st, err
-		}
-		for status, n := range estimated {
-			counts[status] = int64(n)
-		}
-		st.Estimated = terminal
+	if st.Unrouted, err = s.unroutedTools(ctx, tx, routed); err != nil {
+		return nil, st, err
 	}
-	err = tx.QueryRow(ctx, `SELECT coalesce(sum(t.n_live_tup), 0)::bigint, coalesce(sum(t.n_dead_tup), 0)::bigint,
+	return counts, st, nil
+}
+
+// countStatuses counts the rows by status. Statuses that hold work
+// (pending, in_flight, outcome_unknown, compensation_failed) are counted
+// exactly through their indexes; terminal statuses are counted exactly
+// unless estimate, when the table is past ExactCountLimit rows: then they
+// are estimated from the planner's statistics (reltuples × the status's
+// frequency in pg_stats), so one snapshot stays cheap at 10^7 rows, and
+// returned as the estimated ones.
+func (s *Store) countStatuses(ctx context.Context, tx pgx.Tx, table string, estimate bool) (map[outbox.Status]int64, []outbox.Status, error) {
+	counts := map[outbox.Status]int64{}
+	terminal := []outbox.Status{outbox.StatusSucceeded, outbox.StatusFailed, outbox.StatusCompensated, outbox.StatusCancelled}
+	exact := []outbox.Status{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed}
+	if !estimate {
+		exact = append(exact, terminal...)
+	}
+	rows, err := tx.Query(ctx, s.sql("SELECT status, count(*) FROM {s}.queue WHERE status = ANY($1) GROUP BY status"),
+		outbox.StatusStrings(exact...))
+	if err != nil {
+		return nil, nil, err
+	}
+	var status outbox.Status
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = n; return nil }); err != nil {
+		return nil, nil, err
+	}
+	if !estimate {
+		return counts, nil, nil
+	}
+	// each partition's statistics, weighted by its size
+	rows, err = tx.Query(ctx, `SELECT s.most_common_vals::text::text[], s.most_common_freqs, greatest(c.reltuples, 0)::float8
+	   FROM pg_partition_tree($1::regclass) p
+	   JOIN pg_class c ON c.oid = p.relid
+	   JOIN pg_stats s ON s.schemaname = $2 AND s.tablename = c.relname AND s.attname = 'status'
+	  WHERE p.isleaf`, table, s.schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	var vals []string
+	var freqs []float64
+	var size float64
+	estimated := map[outbox.Status]float64{}
+	if _, err := pgx.ForEachRow(rows, []any{&vals, &freqs, &size}, func() error {
+		for i, v := range vals {
+			if slices.Contains(terminal, outbox.Status(v)) && i < len(freqs) {
+				estimated[outbox.Status(v)] += freqs[i] * size
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	for status, n := range estimated {
+		counts[status] = int64(n)
+	}
+	return counts, terminal, nil
+}
+
+// tableStats fills in the table's tuples, its last vacuum's age and the
+// xmin horizon's age.
+func tableStats(ctx context.Context, tx pgx.Tx, table string, st *SnapshotStats) error {
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(t.n_live_tup), 0)::bigint, coalesce(sum(t.n_dead_tup), 0)::bigint,
 	        coalesce(extract(epoch FROM now() - max(greatest(t.last_autovacuum, t.last_vacuum))), -1)::float8
 	   FROM pg_partition_tree($1::regclass) p JOIN pg_stat_user_tables t ON t.relid = p.relid WHERE p.isleaf`,
 		table).Scan(&st.LiveTuples, &st.DeadTuples, &st.LastVacuumAge)
 	if err != nil {
-		return nil, st, err
+		return err
 	}
-	err = tx.QueryRow(ctx, `SELECT greatest(
+	return tx.QueryRow(ctx, `SELECT greatest(
 	        (SELECT coalesce(extract(epoch FROM now() - min(xact_start)), 0) FROM pg_stat_activity
 	          WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND xact_start IS NOT NULL),
 	        (SELECT coalesce(extract(epoch FROM now() - min(prepared)), 0) FROM pg_prepared_xacts))::float8`).Scan(&st.XminHorizonAge)
-	if err != nil {
-		return nil, st, err
-	}
-	rows, err = tx.Query(ctx, s.sql(`SELECT q.tool_name, count(*), extract(epoch FROM now() - min(i.created_at))::float8
+}
+
+// unroutedTools returns the tools with pending rows that no route of
+// routed names, the most rows first.
+func (s *Store) unroutedTools(ctx context.Context, tx pgx.Tx, routed []string) ([]UnroutedTool, error) {
+	rows, err := tx.Query(ctx, s.sql(`SELECT q.tool_name, count(*), extract(epoch FROM now() - min(i.created_at))::float8
 	      FROM {s}.queue q JOIN {s}.intents i ON i.seq = q.seq
-	     WHERE q.status = 'pending' AND NOT (q.tool_name = ANY($1))
+	     WHERE q.status = {StatusPending} AND NOT (q.tool_name = ANY($1))
 	     GROUP BY q.tool_name ORDER BY count(*) DESC LIMIT $2`), routed, maxUnroutedTools)
 	if err != nil {
-		return nil, st, err
+		return nil, err
 	}
+	var out []UnroutedTool
 	var u UnroutedTool
 	if _, err := pgx.ForEachRow(rows, []any{&u.Tool, &u.Rows, &u.OldestAge}, func() error {
-		st.Unrouted = append(st.Unrouted, u)
+		out = append(out, u)
 		return nil
 	}); err != nil {
-		return nil, st, err
+		return nil, err
 	}
-	return counts, st, nil
+	return out, nil
 }
 
 // ReadSnapshot returns the latest snapshot, or ok=false when none was taken.

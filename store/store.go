@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -30,6 +32,7 @@ type TxDB interface {
 // connection and is safe for concurrent use.
 type Store struct {
 	schema string
+	text   *strings.Replacer // what sql places into a statement
 }
 
 // New returns the store of schema (migrations.DefaultSchema when empty).
@@ -40,7 +43,7 @@ func New(schema string) (*Store, error) {
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return nil, err
 	}
-	return &Store{schema: schema}, nil
+	return &Store{schema: schema, text: strings.NewReplacer(append([]string{"{s}", schema}, vocabularySQL...)...)}, nil
 }
 
 // MustNew is New for a schema already validated (it panics otherwise).
@@ -55,10 +58,33 @@ func MustNew(schema string) *Store {
 // Schema returns the schema the store works on.
 func (s *Store) Schema() string { return s.schema }
 
-// sql places the schema into a statement. Statements are constants written
-// with {s} for the schema, the only way the schema enters SQL text; a
-// schema name is validated as a plain identifier by New.
-func (s *Store) sql(stmt string) string { return strings.ReplaceAll(stmt, "{s}", s.schema) }
+// sql places the schema and the vocabulary into a statement. Statements
+// are constants written with {s} for the schema, the only way the schema
+// enters SQL text (a schema name is validated as a plain identifier by
+// New), and {StatusPending}, {KindForward}, {SagaDone}, … for the words of
+// the outbox vocabulary, spelt as SQL literals by package outbox (a
+// literal, not a parameter, so that the planner matches the partial
+// indexes on status).
+func (s *Store) sql(stmt string) string { return s.text.Replace(stmt) }
+
+// vocabularySQL pairs each placeholder of the outbox vocabulary with its
+// SQL literal.
+var vocabularySQL = []string{
+	"{StatusPending}", outbox.StatusPending.SQL(),
+	"{StatusInFlight}", outbox.StatusInFlight.SQL(),
+	"{StatusSucceeded}", outbox.StatusSucceeded.SQL(),
+	"{StatusFailed}", outbox.StatusFailed.SQL(),
+	"{StatusOutcomeUnknown}", outbox.StatusOutcomeUnknown.SQL(),
+	"{StatusCompensated}", outbox.StatusCompensated.SQL(),
+	"{StatusCompensationFailed}", outbox.StatusCompensationFailed.SQL(),
+	"{StatusCancelled}", outbox.StatusCancelled.SQL(),
+	"{KindForward}", outbox.KindSQL(outbox.KindForward),
+	"{KindCompensation}", outbox.KindSQL(outbox.KindCompensation),
+	"{SagaWaiting}", outbox.SagaWaiting.SQL(),
+	"{SagaCompensating}", outbox.SagaCompensating.SQL(),
+	"{SagaHalted}", outbox.SagaHalted.SQL(),
+	"{SagaDone}", outbox.SagaDone.SQL(),
+}
 
 // OutboxChannel is the LISTEN/NOTIFY channel that says rows became due.
 func (s *Store) OutboxChannel() string { return s.schema + ".outbox" }
@@ -84,4 +110,21 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// SchemaVersion returns the schema's migration version, 0 when it was
+// never migrated.
+func (s *Store) SchemaVersion(ctx context.Context, db DB) (int, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.schema+".schema_version").Scan(&exists); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	if err := db.QueryRow(ctx, s.sql("SELECT coalesce(max(version), 0) FROM {s}.schema_version")).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
 }

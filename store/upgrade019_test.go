@@ -73,7 +73,7 @@ func TestAuditAcrossTheUpgradeTo019(t *testing.T) {
 		}
 		last := trail[len(trail)-1]
 		want := []int{201, 200}[i]
-		if len(trail) != 2 || deref(last.ToStatus) != outbox.StatusSucceeded || last.ResponseStatus == nil || *last.ResponseStatus != want {
+		if len(trail) != 2 || outbox.Status(deref(last.ToStatus)) != outbox.StatusSucceeded || last.ResponseStatus == nil || *last.ResponseStatus != want {
 			t.Fatalf("row %d's chain: %d entries, last %s answered %v; want enqueued then succeeded answered %d", i, len(trail), deref(last.ToStatus), last.ResponseStatus, want)
 		}
 	}

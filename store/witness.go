@@ -19,7 +19,7 @@ type Witness struct {
 func (s *Store) LastSucceeded(ctx context.Context, db DB, tool string) (*Witness, error) {
 	var w Witness
 	err := db.QueryRow(ctx, s.sql(`SELECT key, agent_run_id, step_id, tool_name, business_scope
-	      FROM {s}.outbox WHERE status = 'succeeded' AND tool_name = $1 AND kind = 'forward'
+	      FROM {s}.outbox WHERE status = {StatusSucceeded} AND tool_name = $1 AND kind = {KindForward}
 	     ORDER BY updated_at DESC LIMIT 1`), tool).
 		Scan(&w.Key, &w.AgentRunID, &w.StepID, &w.ToolName, &w.BusinessScope)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -50,7 +50,7 @@ func printInspection(w io.Writer, in *ops.Inspection) {
 	kv := newTable(w, "FIELD", "VALUE")
 	if in.Row == nil {
 		kv.row("key", in.Key)
-		kv.row("status", in.Status)
+		kv.row("status", string(in.Status))
 		kv.row("pruned_at", fmtTimeP(in.PrunedAt))
 		_ = kv.flush()
 	} else {
@@ -61,7 +61,7 @@ func printInspection(w io.Writer, in *ops.Inspection) {
 		fmt.Fprintf(w, "\nsaga of run %s\n", s.AgentRunID)
 		t := newTable(w, "SAGA_STATE", "ABORTED_AT", "ABORTED_BY", "ABORT_REASON", "FORWARD_OPEN", "SUCCEEDED", "COMPENSATED",
 			"FAILED", "CANCELLED", "COMPENSATIONS_OPEN", "COMPENSATIONS_FAILED", "NOTE")
-		t.row(s.SagaState, fmtTime(s.AbortedAt), trunc(s.AbortedBy, 24), trunc(s.AbortReason, 60), i64(s.ForwardOpen),
+		t.row(string(s.SagaState), fmtTime(s.AbortedAt), trunc(s.AbortedBy, 24), trunc(s.AbortReason, 60), i64(s.ForwardOpen),
 			i64(s.ForwardSucceeded), i64(s.ForwardCompensated), i64(s.ForwardFailed), i64(s.ForwardCancelled),
 			i64(s.CompensationsOpen), i64(s.CompensationsFailed), trunc(ops.Str(s.SagaNote), 60))
 		_ = t.flush()
@@ -70,7 +70,7 @@ func printInspection(w io.Writer, in *ops.Inspection) {
 		fmt.Fprintf(w, "\nrows of run %s\n", in.AgentRunID)
 		t := newTable(w, "SEQ", "KEY", "STEP", "TOOL", "KIND", "STATUS", "ATTEMPTS")
 		for _, r := range in.RunRows {
-			t.row(i64(r.Seq), r.Key, trunc(r.StepID, 20), trunc(r.ToolName, 24), r.Kind, r.Status, strconv.Itoa(r.Attempts))
+			t.row(i64(r.Seq), r.Key, trunc(r.StepID, 20), trunc(r.ToolName, 24), r.Kind, string(r.Status), strconv.Itoa(r.Attempts))
 		}
 		_ = t.flush()
 		if len(in.RunRows) == ops.MaxRunRows {
@@ -95,7 +95,7 @@ func printRowFields(t *table, r *ops.Row) {
 	t.row("tool_name", r.ToolName)
 	t.row("business_scope", r.BusinessScope)
 	t.row("kind", r.Kind)
-	t.row("status", r.Status)
+	t.row("status", string(r.Status))
 	t.row("attempts", strconv.Itoa(r.Attempts))
 	t.row("next_attempt_at", fmtTime(r.NextAttemptAt))
 	t.row("first_attempt_at", fmtTimeP(r.FirstAttemptAt))

@@ -75,7 +75,7 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.Status, "status", "", "only rows in this status")
+	fl.StringVar((*string)(&f.Status), "status", "", "only rows in this status")
 	fl.StringVar(&f.Run, "run", "", "only rows of this agent_run_id")
 	fl.StringVar(&f.Tool, "tool", "", "only rows of this tool_name")
 	fl.StringVar(&olderThan, "older-than", "", "only rows not updated for this long (90m, 36h, 7d)")
@@ -90,7 +90,7 @@ func printRows(w interface{ Write([]byte) (int, error) }, rows []ops.Row) {
 	t := newTable(w, "SEQ", "KEY", "RUN", "STEP", "TOOL", "KIND", "STATUS", "ATTEMPTS", "NEXT_ATTEMPT_AT", "UPDATED_AT", "LAST_ERROR")
 	for _, r := range rows {
 		t.row(strconv.FormatInt(r.Seq, 10), r.Key, trunc(r.AgentRunID, 24), trunc(r.StepID, 20), trunc(r.ToolName, 24),
-			r.Kind, r.Status, strconv.Itoa(r.Attempts), fmtTime(r.NextAttemptAt), fmtTime(r.UpdatedAt),
+			r.Kind, string(r.Status), strconv.Itoa(r.Attempts), fmtTime(r.NextAttemptAt), fmtTime(r.UpdatedAt),
 			trunc(ops.Str(r.LastError), 60))
 	}
 	_ = t.flush()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"io"
 	"math"
 	"strconv"
@@ -21,7 +22,7 @@ type bulkFlags struct {
 
 func addBulkFlags(cmd *cobra.Command, b *bulkFlags) {
 	fl := cmd.Flags()
-	fl.StringVar(&b.f.Status, "status", "", "act on the rows in this status")
+	fl.StringVar((*string)(&b.f.Status), "status", "", "act on the rows in this status")
 	fl.StringVar(&b.f.Run, "run", "", "only rows of this agent_run_id")
 	fl.StringVar(&b.f.Tool, "tool", "", "only rows of this tool_name")
 	fl.StringVar(&b.olderThan, "older-than", "", "only rows not updated for this long (90m, 36h, 7d)")
@@ -159,7 +160,7 @@ func reportResult(cmd *cobra.Command, o *opFlags, res *ops.Result, err error, si
 // past is the past tense of an action.
 func past(action string) string {
 	if action == "cancel" {
-		return "cancelled"
+		return string(outbox.StatusCancelled)
 	}
 	return action + "d"
 }
@@ -176,9 +177,9 @@ func printSingle(w io.Writer, res *ops.Result) {
 		}
 		fmt.Fprint(w, ch.Attempts)
 		switch {
-		case ch.Status == "pending" && ch.NotBefore != nil:
+		case ch.Status == outbox.StatusPending && ch.NotBefore != nil:
 			fmt.Fprintf(w, ", due at %s", ch.NotBefore.UTC().Format(time.RFC3339))
-		case ch.Status == "pending":
+		case ch.Status == outbox.StatusPending:
 			fmt.Fprint(w, ", due now")
 		}
 		fmt.Fprintln(w, ")")
@@ -223,7 +224,7 @@ func printBulk(w io.Writer, res *ops.Result) {
 		t := newTable(w, "SEQ", "KEY", "RUN", "STEP", "TOOL", "FROM", "STATUS", "ATTEMPTS", "WARNING")
 		for _, ch := range res.Rows {
 			t.row(i64(ch.Seq), ch.Key, trunc(ch.AgentRunID, 24), trunc(ch.StepID, 20), trunc(ch.ToolName, 24),
-				ch.FromStatus, ch.Status, strconv.Itoa(ch.FromAttempts)+" → "+strconv.Itoa(ch.Attempts), trunc(ch.Warning, 40))
+				string(ch.FromStatus), string(ch.Status), strconv.Itoa(ch.FromAttempts)+" → "+strconv.Itoa(ch.Attempts), trunc(ch.Warning, 40))
 		}
 		_ = t.flush()
 		if more := res.Count - len(res.Rows); more > 0 {
@@ -245,7 +246,7 @@ func printBulk(w io.Writer, res *ops.Result) {
 		fmt.Fprintf(w, "refused %d row(s):\n", res.RefusedCount)
 		t := newTable(w, "KEY", "STATUS", "WHY")
 		for _, e := range res.Refused {
-			t.row(e.Key, e.Status, trunc(e.Why, 120))
+			t.row(e.Key, string(e.Status), trunc(e.Why, 120))
 		}
 		_ = t.flush()
 		if more := res.RefusedCount - len(res.Refused); more > 0 {

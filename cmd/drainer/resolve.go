@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"io"
 	"strings"
 
@@ -37,7 +38,7 @@ Other statuses are refused (exit 1).`,
 			if strings.TrimSpace(r.Note) == "" {
 				return usagef("--note is required: say what was checked or done")
 			}
-			if r.Outcome != "" && r.Outcome != "succeeded" && r.Outcome != "failed" {
+			if r.Outcome != "" && r.Outcome != outbox.StatusSucceeded && r.Outcome != outbox.StatusFailed {
 				return usagef("--outcome: %q is not succeeded or failed", r.Outcome)
 			}
 			c, done, err := o.client(cmd.Context())
@@ -60,7 +61,7 @@ Other statuses are refused (exit 1).`,
 		},
 	}
 	cmd.Flags().StringVar(&r.Note, "note", "", "what was checked or done (required)")
-	cmd.Flags().StringVar(&r.Outcome, "outcome", "", "succeeded or failed (outcome_unknown rows only)")
+	cmd.Flags().StringVar((*string)(&r.Outcome), "outcome", "", "succeeded or failed (outcome_unknown rows only)")
 	addActorFlag(cmd, &o)
 	addOpFlags(cmd, &o)
 	return cmd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"sync"
 	"sync/atomic"
@@ -256,14 +257,15 @@ func (r *runner) awaitSucceeded(ctx context.Context, reached <-chan struct{}, ca
 	}
 	var left int
 	err := waitFor(ctx, 2*time.Millisecond, func() (bool, error) {
-		err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.schema+".outbox WHERE status IN ('pending', 'in_flight')").Scan(&left)
+		var err error
+		left, err = r.store().CountInStatus(ctx, r.admin, outbox.StatusPending, outbox.StatusInFlight)
 		return left == 0, err
 	})
 	if err != nil {
 		return fmt.Errorf("drain: %d rows not yet succeeded: %w", left, err)
 	}
-	var succeeded int
-	if err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.schema+".outbox WHERE status = 'succeeded'").Scan(&succeeded); err != nil {
+	succeeded, err := r.store().CountInStatus(ctx, r.admin, outbox.StatusSucceeded)
+	if err != nil {
 		return fmt.Errorf("drain: count succeeded: %w", err)
 	}
 	if succeeded != n {
@@ -342,8 +344,8 @@ func (r *runner) backlogRun(ctx context.Context, n int) (float64, error) {
 // keeps in the same scratch schema). The fill settled the tables with VACUUM, so
 // the figure is what the drain and the rotation left behind.
 func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error) {
-	var left int
-	if err := r.admin.QueryRow(ctx, "SELECT count(*) FROM "+r.schema+".outbox WHERE status = 'pending'").Scan(&left); err != nil {
+	left, err := r.store().CountInStatus(ctx, r.admin, outbox.StatusPending)
+	if err != nil {
 		return 0, fmt.Errorf("dead tuples: count pending rows: %w", err)
 	}
 	if left > 0 {
@@ -414,3 +416,6 @@ func (r *runner) awaitRotated(ctx context.Context) error {
 // second), then moves of 5,000 rows run one after another, each followed
 // by a pause as long as itself, every RotateInterval (5 s).
 const rotateWait = 3 * time.Minute
+
+// store is the store of the bench's schema.
+func (r *runner) store() *store.Store { return store.MustNew(r.schema) }

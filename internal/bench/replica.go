@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -223,8 +225,10 @@ func (r *runner) awaitAllSucceeded(ctx context.Context, n int) error {
 	tctx, cancel := context.WithTimeout(ctx, r.phaseTimeout(n))
 	defer cancel()
 	var left int
+	unsettled := slices.DeleteFunc(slices.Clone(outbox.Statuses), func(s outbox.Status) bool { return s == outbox.StatusSucceeded })
 	err := waitFor(tctx, 50*time.Millisecond, func() (bool, error) {
-		err := r.admin.QueryRow(tctx, "SELECT count(*) FROM "+r.schema+".outbox WHERE status <> 'succeeded'").Scan(&left)
+		var err error
+		left, err = r.store().CountInStatus(tctx, r.admin, unsettled...)
 		return left == 0, err
 	})
 	if err != nil {

@@ -227,11 +227,11 @@ func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values,
 		case strings.TrimSpace(v.Get("note")) == "":
 			return badRequest("resolve needs a note saying what was checked or done")
 		}
-		if oc := v.Get("outcome"); oc != "" && oc != outbox.StatusSucceeded && oc != outbox.StatusFailed {
+		if oc := outbox.Status(v.Get("outcome")); oc != "" && oc != outbox.StatusSucceeded && oc != outbox.StatusFailed {
 			return badRequest("outcome: %q is not succeeded or failed", oc)
 		}
 		res.Key = key
-		if res.Resolved, err = d.ops.Resolve(ctx, key, ops.Resolution{Note: v.Get("note"), Outcome: v.Get("outcome")}, who); err != nil {
+		if res.Resolved, err = d.ops.Resolve(ctx, key, ops.Resolution{Note: v.Get("note"), Outcome: outbox.Status(v.Get("outcome"))}, who); err != nil {
 			return err
 		}
 		s.log.Info("console action", "action", verb, "actor", actor, "database", d.Name, "key", key,

@@ -75,20 +75,20 @@ type RowsPage struct {
 
 // RowView is a row of a list: the §2 columns without payload and response.
 type RowView struct {
-	Key            string    `json:"key"`
-	Seq            int64     `json:"seq"`
-	AgentRunID     string    `json:"agent_run_id"`
-	StepID         string    `json:"step_id"`
-	ToolName       string    `json:"tool_name"`
-	BusinessScope  string    `json:"business_scope"`
-	Kind           string    `json:"kind"`
-	Status         string    `json:"status"`
-	Attempts       int       `json:"attempts"`
-	NextAttemptAt  time.Time `json:"next_attempt_at"`
-	LastError      *string   `json:"last_error"`
-	ResponseStatus *int      `json:"response_status"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	Key            string        `json:"key"`
+	Seq            int64         `json:"seq"`
+	AgentRunID     string        `json:"agent_run_id"`
+	StepID         string        `json:"step_id"`
+	ToolName       string        `json:"tool_name"`
+	BusinessScope  string        `json:"business_scope"`
+	Kind           string        `json:"kind"`
+	Status         outbox.Status `json:"status"`
+	Attempts       int           `json:"attempts"`
+	NextAttemptAt  time.Time     `json:"next_attempt_at"`
+	LastError      *string       `json:"last_error"`
+	ResponseStatus *int          `json:"response_status"`
+	CreatedAt      time.Time     `json:"created_at"`
+	UpdatedAt      time.Time     `json:"updated_at"`
 }
 
 func viewOf(r store.Row) RowView {
@@ -204,7 +204,7 @@ func (s *Server) row(ctx context.Context, d *db, key string) (*RowDetail, error)
 		}
 	}
 	for _, e := range in.Audit {
-		if e.Attempts != nil && (e.ResponseStatus != nil || e.FromStatus != nil && *e.FromStatus == outbox.StatusInFlight) {
+		if e.Attempts != nil && (e.ResponseStatus != nil || e.FromStatus != nil && outbox.Status(*e.FromStatus) == outbox.StatusInFlight) {
 			out.AttemptLog = append(out.AttemptLog, e)
 		}
 	}

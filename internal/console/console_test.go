@@ -114,7 +114,7 @@ func TestRowRunAndNotFound(t *testing.T) {
 
 	var d map[string]any
 	e.getJSON("/api/v1/rows/"+keys[0], http.StatusOK, &d)
-	if d["key"] != keys[0] || d["status"] != outbox.StatusPending || d["tool_name"] != "charge_card" || d["business_scope"] != "invoice-9" {
+	if d["key"] != keys[0] || d["status"] != string(outbox.StatusPending) || d["tool_name"] != "charge_card" || d["business_scope"] != "invoice-9" {
 		t.Fatalf("row: %v", d)
 	}
 	if d["audit_verified"] != true || d["not_before"] == nil || d["last_error"] != "503 Service Unavailable" {
@@ -401,7 +401,7 @@ func TestStatsAndSecurityHeaders(t *testing.T) {
 	e.srv.stats.sample(context.Background())
 	var st Stats
 	e.getJSON("/api/v1/stats", http.StatusOK, &st)
-	if st.RowsByStatus[outbox.StatusPending] != 3 || len(st.RowsByTool) != 1 || st.RowsByTool[0].Tool != "charge_card" || len(st.History) != 2 {
+	if st.RowsByStatus[string(outbox.StatusPending)] != 3 || len(st.RowsByTool) != 1 || st.RowsByTool[0].Tool != "charge_card" || len(st.History) != 2 {
 		t.Fatalf("stats: %+v", st)
 	}
 	resp, err := http.Get(e.http.URL + "/")

@@ -109,11 +109,11 @@ func (cl *fleetCluster) counts(t *testing.T, db string) map[string]int64 {
 	return out
 }
 
-func nonZero(m map[string]int64) map[string]int64 {
+func nonZero[K ~string](m map[K]int64) map[string]int64 {
 	out := map[string]int64{}
 	for k, v := range m {
 		if v != 0 {
-			out[k] = v
+			out[string(k)] = v
 		}
 	}
 	return out

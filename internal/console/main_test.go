@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/drainer-io/drainer/outbox"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -66,9 +67,9 @@ func (e *env) exec(sql string, args ...any) {
 	}
 }
 
-func (e *env) status(key string) string {
+func (e *env) status(key string) outbox.Status {
 	e.t.Helper()
-	var s string
+	var s outbox.Status
 	if err := e.pool.QueryRow(context.Background(), `SELECT status FROM drainer.outbox WHERE key = $1`, key).Scan(&s); err != nil {
 		e.t.Fatal(err)
 	}

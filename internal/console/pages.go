@@ -144,10 +144,10 @@ var funcs = template.FuncMap{
 	},
 	"num":  num,
 	"rate": func(f float64) string { return fmt.Sprintf("%.1f/s", f) },
-	"parked": func(s string) bool {
+	"parked": func(s outbox.Status) bool {
 		return s == outbox.StatusOutcomeUnknown || s == outbox.StatusCompensationFailed
 	},
-	"requeueable": func(s string) bool {
+	"requeueable": func(s outbox.Status) bool {
 		return s == outbox.StatusFailed || s == outbox.StatusPending || s == outbox.StatusCancelled
 	},
 	"bytes": func(n int) string {
@@ -320,7 +320,7 @@ func (s *Server) overviewPage(r *http.Request, d *db, p *pageData) (string, erro
 			p.Database = d.Name
 		}
 	}
-	p.Title, p.Nav, p.Stats, p.Statuses = "Overview", "overview", &st, outbox.Statuses
+	p.Title, p.Nav, p.Stats, p.Statuses = "Overview", "overview", &st, outbox.StatusStrings(outbox.Statuses...)
 	return "overview", nil
 }
 
@@ -346,7 +346,7 @@ func (s *Server) rowsPage(r *http.Request, d *db, p *pageData) (string, error) {
 		q.Set("database", d.Name)
 	}
 	st := s.stats.snapshot()
-	p.Title, p.Nav, p.Rows, p.Query, p.Statuses = "Rows", "rows", rows, q, outbox.Statuses
+	p.Title, p.Nav, p.Rows, p.Query, p.Statuses = "Rows", "rows", rows, q, outbox.StatusStrings(outbox.Statuses...)
 	p.Tools = toolsOf(st)
 	p.View = maps.Clone(sel.params)
 	if db := q.Get("database"); db != "" {
@@ -381,8 +381,8 @@ func (s *Server) runPage(r *http.Request, d *db, p *pageData) (string, error) {
 
 func (s *Server) parkedPage(r *http.Request, d *db, p *pageData) (string, error) {
 	p.Title, p.Nav, p.Parked = "Parked rows", "parked", []RowView{}
-	for _, st := range []string{outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed} {
-		page, err := s.rows(r.Context(), d, url.Values{"status": {st}, "limit": {"200"}})
+	for _, st := range []outbox.Status{outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed} {
+		page, err := s.rows(r.Context(), d, url.Values{"status": {string(st)}, "limit": {"200"}})
 		if err != nil {
 			return "", err
 		}

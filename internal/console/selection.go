@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"github.com/drainer-io/drainer/outbox"
 	"net/url"
 	"slices"
 	"strings"
@@ -82,7 +83,7 @@ func (s *Server) selectionOf(ctx context.Context, d *db, v url.Values) (*selecti
 // filterOf reads a view's filters (not its search) from query or form
 // values.
 func filterOf(v url.Values) (ops.Filter, error) {
-	f := ops.Filter{Status: v.Get("status"), Tool: v.Get("tool"), Run: v.Get("run"), Scope: v.Get("scope")}
+	f := ops.Filter{Status: outbox.Status(v.Get("status")), Tool: v.Get("tool"), Run: v.Get("run"), Scope: v.Get("scope")}
 	for _, name := range viewParams {
 		if len(v.Get(name)) > maxFilterLen {
 			return f, badRequest("%s: longer than %d bytes", name, maxFilterLen)

@@ -45,7 +45,7 @@ type Stats struct {
 	// RowsByStatus holds every status (from the daemons' snapshot for the
 	// terminal ones, which may be planner estimates: see Estimated).
 	RowsByStatus map[string]int64 `json:"rows_by_status"`
-	Estimated    []string         `json:"estimated,omitempty"`
+	Estimated    []outbox.Status  `json:"estimated,omitempty"`
 	// RowsByTool counts the rows that hold work, by tool and status.
 	RowsByTool              []store.ToolCount `json:"rows_by_tool"`
 	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
@@ -146,8 +146,8 @@ func (m *sampler) sample(ctx context.Context) {
 			total += v // requests sent
 		}
 	}
-	smp := Sample{At: st.SampledAt, Pending: st.RowsByStatus[outbox.StatusPending], InFlight: st.RowsByStatus[outbox.StatusInFlight],
-		Parked: st.RowsByStatus[outbox.StatusOutcomeUnknown] + st.RowsByStatus[outbox.StatusCompensationFailed], DispatchPerSec: total}
+	smp := Sample{At: st.SampledAt, Pending: st.RowsByStatus[string(outbox.StatusPending)], InFlight: st.RowsByStatus[string(outbox.StatusInFlight)],
+		Parked: st.RowsByStatus[string(outbox.StatusOutcomeUnknown)] + st.RowsByStatus[string(outbox.StatusCompensationFailed)], DispatchPerSec: total}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.history = append(m.history, smp)
@@ -171,7 +171,7 @@ func (m *sampler) measureFleet(st *Stats) error {
 		byName[b.Name] = b
 	}
 	for _, s := range outbox.Statuses {
-		st.RowsByStatus[s] = 0
+		st.RowsByStatus[string(s)] = 0
 	}
 	st.RowsByDatabase = []fleet.Backlog{}
 	for _, name := range st.Databases {
@@ -209,11 +209,11 @@ func (m *sampler) measure(ctx context.Context, d *db, st *Stats) error {
 		return err
 	}
 	for _, s := range outbox.Statuses {
-		st.RowsByStatus[s] = 0
+		st.RowsByStatus[string(s)] = 0
 	}
 	if ok {
 		for k, v := range snap.RowsByStatus {
-			st.RowsByStatus[k] = v
+			st.RowsByStatus[string(k)] = v
 		}
 		st.Estimated = snap.Stats.Estimated
 		at := snap.TakenAt.UTC()
@@ -224,12 +224,12 @@ func (m *sampler) measure(ctx context.Context, d *db, st *Stats) error {
 		return err
 	}
 	// The work statuses, exact and fresher than the snapshot.
-	work := map[string]int64{}
+	work := map[outbox.Status]int64{}
 	for _, tc := range st.RowsByTool {
 		work[tc.Status] += tc.Rows
 	}
-	for _, s := range []string{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed} {
-		st.RowsByStatus[s] = work[s]
+	for _, s := range []outbox.Status{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed} {
+		st.RowsByStatus[string(s)] = work[s]
 	}
 	if st.Pauses, err = d.ops.Pauses(ctx); err != nil {
 		return err

@@ -91,7 +91,7 @@ func retentionPolicy(cfg *config.Config) drainer.RetentionPolicy {
 		Interval: r.Interval,
 		Retention: store.Retention{
 			BatchSize: r.BatchSize,
-			ByStatus: map[string]time.Duration{
+			ByStatus: map[outbox.Status]time.Duration{
 				outbox.StatusSucceeded:   r.Succeeded,
 				outbox.StatusFailed:      r.Failed,
 				outbox.StatusCompensated: r.Compensated,

@@ -84,9 +84,9 @@ type Row struct {
 	StepID        string // "step"
 	ToolName      string // "tool"
 	BusinessScope string
-	Kind          string          // outbox.KindForward
+	Kind          outbox.Kind     // outbox.KindForward
 	Payload       json.RawMessage // {}
-	Status        string          // outbox.StatusPending
+	Status        outbox.Status   // outbox.StatusPending
 	Attempts      int
 	// DueIn places next_attempt_at relative to now (negative: overdue).
 	DueIn time.Duration
@@ -179,7 +179,7 @@ func nullJSON(b json.RawMessage) *string {
 
 // State is what tests read back of a row.
 type State struct {
-	Status         string
+	Status         outbox.Status
 	Attempts       int
 	LastError      *string
 	Response       []byte
@@ -209,14 +209,14 @@ func Get(t testing.TB, pool *pgxpool.Pool, key string) State {
 }
 
 // CountByStatus counts the outbox rows by status.
-func CountByStatus(t testing.TB, pool *pgxpool.Pool) map[string]int {
+func CountByStatus(t testing.TB, pool *pgxpool.Pool) map[outbox.Status]int {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), "SELECT status, count(*) FROM "+Schema+".outbox GROUP BY status")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]int{}
-	var s string
+	out := map[outbox.Status]int{}
+	var s outbox.Status
 	var n int
 	if _, err := pgx.ForEachRow(rows, []any{&s, &n}, func() error { out[s] = n; return nil }); err != nil {
 		t.Fatal(err)

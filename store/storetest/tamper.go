@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"github.com/drainer-io/drainer/outbox"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,8 +42,8 @@ func TamperInsert(t testing.TB, pool *pgxpool.Pool, key string) int64 {
 	    SELECT coalesce((SELECT min(g) FROM generate_series(f.id + 1, f.next - 1) AS g
 	                      WHERE NOT EXISTS (SELECT 1 FROM `+Schema+`.audit x WHERE x.id = g)),
 	                    nextval('`+Schema+`.audit_entry_id')),
-	           f.key, f.at, 'operator:cancel', f.to_status, 'cancelled', f.attempts, 'mallory', f.hash,
-	           `+Schema+`.audit_hash(f.hash, f.key, f.at, 'operator:cancel', f.to_status, 'cancelled', f.attempts, NULL, 'mallory', NULL, NULL),
+	           f.key, f.at, 'operator:cancel', f.to_status, `+outbox.StatusCancelled.SQL()+`, f.attempts, 'mallory', f.hash,
+	           `+Schema+`.audit_hash(f.hash, f.key, f.at, 'operator:cancel', f.to_status, `+outbox.StatusCancelled.SQL()+`, f.attempts, NULL, 'mallory', NULL, NULL),
 	           f.part
 	      FROM (SELECT a.*, (SELECT min(b.id) FROM `+Schema+`.audit b WHERE b.key = a.key AND b.id > a.id) AS next
 	              FROM `+Schema+`.audit a WHERE a.key = $1 ORDER BY a.id LIMIT 1) f
@@ -51,7 +52,7 @@ func TamperInsert(t testing.TB, pool *pgxpool.Pool, key string) int64 {
 
 // TamperStatus sets the status of key's row with the audit triggers off,
 // so that no entry records it.
-func TamperStatus(t testing.TB, pool *pgxpool.Pool, key, status string) {
+func TamperStatus(t testing.TB, pool *pgxpool.Pool, key string, status outbox.Status) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
