@@ -37,7 +37,7 @@ func (s *Store) ReadAbort(ctx context.Context, db DB, run string) (*RunAbort, er
 	return &a, nil
 }
 
-// AbortRun aborts run (abort_run_internal, migrations/006_reliability.sql):
+// AbortRun aborts run (migrations/code/functions/abort_run_internal.sql):
 // its never-attempted forward rows are cancelled, and the first abort's
 // record is kept. It returns how many rows it cancelled.
 func (s *Store) AbortRun(ctx context.Context, db DB, run, reason, actor string) (int, error) {

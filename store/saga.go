@@ -28,7 +28,7 @@ type Compensators struct {
 }
 
 // AdvanceSaga moves one run's saga forward by at most one compensation
-// (advance_saga, migrations/002_sagas.sql) in the transaction of db.
+// (migrations/code/functions/advance_saga.sql) in the transaction of db.
 func (s *Store) AdvanceSaga(ctx context.Context, db DB, run string, c Compensators) (outbox.SagaState, error) {
 	var state outbox.SagaState
 	err := db.QueryRow(ctx, s.sql("SELECT {s}.advance_saga($1, $2, $3)"), run, nonNil(c.Tools), nonNil(c.Comps)).Scan(&state)
@@ -40,7 +40,7 @@ func (s *Store) AdvanceSaga(ctx context.Context, db DB, run string, c Compensato
 
 // SweepSagas advances up to limit active sagas (waiting or compensating)
 // whose run id sorts after after, each in a subtransaction of its own
-// (sweep_sagas, migrations/006_reliability.sql).
+// (migrations/code/functions/sweep_sagas.sql).
 func (s *Store) SweepSagas(ctx context.Context, db DB, after string, limit int, c Compensators) ([]SagaStep, error) {
 	rows, err := db.Query(ctx, s.sql("SELECT agent_run_id, state FROM {s}.sweep_sagas($1, $2, $3, $4)"),
 		after, limit, nonNil(c.Tools), nonNil(c.Comps))
