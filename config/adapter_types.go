@@ -1,67 +1,180 @@
 package config
 
 import (
-	"fmt"
+	"cmp"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
+	"github.com/drainer-io/drainer/outbox"
 )
 
-// adapterKind is one adapter type: the fields only it accepts (besides the
-// common ones: type, timeout, breaker, rate_limit, max_concurrency,
-// key_ttl) and the checks of those fields. To add a type or a field, add
-// the struct field to Adapter and list it here; Secret fields get the
-// secret rules automatically.
-type adapterKind struct {
-	name     string
-	fields   []string
-	validate func(v *validator, path string, a *Adapter)
+// Adapter types are registered by their packages in package dispatch (one
+// table for `drainer check` and `drainer run`); config knows only the
+// envelope, and decodes an adapter's other keys into its type's settings.
+
+// AdapterTypes returns the valid adapter types, sorted.
+func AdapterTypes() []string { return dispatch.KindTypes() }
+
+// settingsFields maps the yaml keys of a type's settings to field indexes.
+func settingsFields(k dispatch.Kind) (reflect.Type, map[string]int) {
+	t := reflect.TypeOf(k.NewSettings()).Elem()
+	return t, fieldsOf(t)
 }
 
-var adapterKinds = []adapterKind{
-	{TypeHTTP, []string{"url", "headers", "idempotency_key"}, (*validator).httpAdapter},
-	{TypeStripe, []string{"api_key", "stripe_version", "base_url", "tools"}, (*validator).stripeAdapter},
-	{TypePostgres, []string{"dsn", "table"}, (*validator).postgresAdapter},
-	{TypeRiver, []string{"dsn", "queue", "job_kind", "schema"}, (*validator).riverAdapter},
-	{TypeNATS, []string{"servers", "subject", "stream"}, (*validator).natsAdapter},
-	{TypePlugin, []string{"command", "args", "sha256"}, (*validator).pluginAdapter},
-	{TypeMCP, []string{"url", "headers"}, (*validator).mcpAdapter},
-	{TypeKafka, []string{"brokers", "topic", "tls", "sasl"}, (*validator).kafkaAdapter},
-}
-
-// AdapterTypes returns the valid adapter types, in documentation order.
-func AdapterTypes() []string {
-	names := make([]string, len(adapterKinds))
-	for i, k := range adapterKinds {
-		names[i] = k.name
-	}
-	return names
-}
-
-func knownAdapterType(t string) bool { return slices.Contains(AdapterTypes(), t) }
-
-func adapterKindOf(t string) (adapterKind, bool) {
-	for _, k := range adapterKinds {
-		if k.name == t {
-			return k, true
-		}
-	}
-	return adapterKind{}, false
-}
-
-// adapterFieldRule returns why an adapter of type typ may not have the
-// field name, or "" if it may.
-func adapterFieldRule(typ, name string) string {
+// keyOwners lists the adapter types whose settings (or, with route set,
+// whose routes) accept the key name.
+func keyOwners(name string, route bool) []string {
 	var owners []string
-	for _, k := range adapterKinds {
-		if slices.Contains(k.fields, name) {
-			if k.name == typ {
-				return ""
+	for _, typ := range AdapterTypes() {
+		k, _ := dispatch.KindOf(typ)
+		if route && slices.Contains(k.RouteKeys, name) {
+			owners = append(owners, typ)
+		}
+		if _, fields := settingsFields(k); !route {
+			if _, ok := fields[name]; ok {
+				owners = append(owners, typ)
 			}
-			owners = append(owners, k.name)
 		}
 	}
-	if len(owners) == 0 {
-		return "" // a common field
+	return owners
+}
+
+// adapter decodes an adapter: its type first, which decides the keys it
+// accepts besides the envelope's; those go into the type's settings.
+func (d *decoder) adapter(m *ast.MappingNode, path string, v reflect.Value) {
+	a := v.Addr().Interface().(*Adapter)
+	envelope := fieldsOf(adapterStruct)
+	ents := d.entries(m, path, 0)
+	for _, e := range ents {
+		if e.key == "type" {
+			d.field(e, join(path, e.key), v.FieldByName("Type"))
+		}
 	}
-	return fmt.Sprintf("field %s is not valid for adapter type %s (only for %s)", name, typ, strings.Join(owners, ", "))
+	kind, known := dispatch.KindOf(a.Type)
+	var sv reflect.Value
+	var own map[string]int
+	if known {
+		a.Settings = kind.NewSettings()
+		sv = reflect.ValueOf(a.Settings).Elem()
+		_, own = settingsFields(kind)
+	}
+	for _, e := range ents {
+		p := join(path, e.key)
+		i, isEnvelope := envelope[e.key]
+		j, isOwn := own[e.key]
+		owners := keyOwners(e.key, false)
+		line, col := position(e.keyNode)
+		switch {
+		case e.key == "type":
+		case isEnvelope:
+			d.field(e, p, v.Field(i))
+		case isOwn:
+			d.field(e, p, sv.Field(j))
+		case !known && len(owners) > 0:
+			// The type is missing or unknown, and reported so.
+		case len(owners) > 0:
+			d.errorAt(line, col, p, "field %s is not valid for adapter type %s (only for %s)", e.key, a.Type, strings.Join(owners, ", "))
+		default:
+			names := slices.Collect(maps.Keys(envelope))
+			names = append(names, slices.Collect(maps.Keys(own))...)
+			slices.Sort(names)
+			d.errorAt(line, col, p, "%s", unknownFieldMessage(e.key, names))
+		}
+	}
+}
+
+// fieldSource is how the fields under prefix were written, for an
+// adapter's checks (wire.Source).
+type fieldSource struct {
+	v      *validator
+	prefix string
+}
+
+func (s fieldSource) Written(path string) (raw string, written, known bool) {
+	src := s.v.src[join(s.prefix, path)]
+	if src == nil {
+		return "", false, false
+	}
+	return src.raw, true, !src.bad
+}
+
+// report turns an adapter's field errors under prefix into located errors.
+func (v *validator) report(prefix string, errs wire.FieldErrors) {
+	for _, e := range errs {
+		p := wire.Join(prefix, e.Path)
+		switch {
+		case e.Warning:
+			v.warnf(p, "%s", e.Msg)
+		case e.AtKey:
+			v.keyErrorf(p, "%s", e.Msg)
+		default:
+			v.errorf(p, "%s", e.Msg)
+		}
+	}
+}
+
+// adapterSettings checks an adapter's own keys with its type's rules.
+func (v *validator) adapterSettings(p string, a *Adapter) {
+	c := wire.NewChecker(fieldSource{v, p})
+	a.Settings.Check(c)
+	v.report(p, c.Errs)
+	v.secrets(p, reflect.ValueOf(a.Settings).Elem(), true)
+}
+
+// RoutesServedBy returns the routes adapter name serves, as their adapter
+// or their fallback, sorted by tool: what its type checks and builds them
+// with.
+func (c *Config) RoutesServedBy(name string) []dispatch.RouteSpec {
+	var out []dispatch.RouteSpec
+	for _, tool := range slices.Sorted(maps.Keys(c.Routes)) {
+		r := c.Routes[tool]
+		if r == nil || name == "" || r.Adapter != name && r.Fallback != name {
+			continue
+		}
+		out = append(out, routeSpec(tool, r, r.Adapter != name))
+	}
+	return out
+}
+
+func routeSpec(tool string, r *Route, fallback bool) dispatch.RouteSpec {
+	return dispatch.RouteSpec{
+		Tool: tool, Class: cmp.Or(r.Class, outbox.ClassKeyIdempotent), Fallback: fallback,
+		Method: r.Method, Path: r.Path, Query: r.Query, IdempotencyKey: r.IdempotencyKey,
+	}
+}
+
+// routeAdapterKeys checks the keys of route r that belong to its adapter's
+// type (an http route's method, path, query and idempotency_key), and lets
+// each adapter serving the route check it.
+func (v *validator) routeAdapterKeys(p, tool string, r *Route) {
+	a := v.cfg.Adapters[r.Adapter]
+	if v.usable(p+".adapter") && a != nil && a.Settings != nil {
+		kind, _ := dispatch.KindOf(a.Type)
+		for _, key := range []string{"method", "path", "query", "idempotency_key"} {
+			if v.set(p+"."+key) && !slices.Contains(kind.RouteKeys, key) {
+				v.keyErrorf(p+"."+key, "%s is valid only on routes whose adapter is %s; adapter %s is %s",
+					key, strings.Join(keyOwners(key, true), " or "), r.Adapter, a.Type)
+			}
+		}
+	}
+	for _, serve := range []struct {
+		name     string
+		fallback bool
+	}{{r.Adapter, false}, {r.Fallback, true}} {
+		a := v.cfg.Adapters[serve.name]
+		if serve.name == "" || a == nil || a.Settings == nil {
+			continue
+		}
+		if kind, _ := dispatch.KindOf(a.Type); kind.CheckRoute != nil {
+			c := wire.NewChecker(fieldSource{v, p})
+			kind.CheckRoute(c, serve.name, a.Settings, routeSpec(tool, r, serve.fallback))
+			v.report(p, c.Errs)
+		}
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
 	"github.com/drainer-io/drainer/outbox"
 )
 
@@ -40,18 +42,6 @@ const (
 	// KeyTTLMargin is how long before key_ttl runs out a key_idempotent row
 	// stops being sent; a key_ttl must exceed it.
 	KeyTTLMargin = time.Minute
-)
-
-// Adapter types (the type field of an adapter).
-const (
-	TypeHTTP     = "http"
-	TypeStripe   = "stripe"
-	TypePostgres = "postgres"
-	TypeRiver    = "river"
-	TypeNATS     = "nats"
-	TypePlugin   = "plugin"
-	TypeMCP      = "mcp"
-	TypeKafka    = "kafka"
 )
 
 // Config is a loaded, expanded and validated configuration file.
@@ -137,9 +127,11 @@ type Alerts struct {
 	CompensationFailed string `yaml:"compensation_failed"`
 }
 
-// Adapter is one adapter instance. Common fields apply to every type; the
-// type-specific fields are accepted only for their type (see adapterTypes in
-// adapter_types.go, the one table to extend when a type or field is added).
+// Adapter is one adapter instance: the envelope every type shares (type,
+// timeout, breaker, rate_limit, max_concurrency, key_ttl), and the type's
+// own keys in Settings, decoded into the adapter package's struct. The
+// adapter types are registered in package dispatch (dispatch.RegisterKind);
+// config imports no adapter package.
 type Adapter struct {
 	Name string `yaml:"-"`
 	// Type is one of AdapterTypes().
@@ -151,50 +143,9 @@ type Adapter struct {
 	// KeyTTL is the provider's idempotency window; 0 means the type default.
 	KeyTTL time.Duration `yaml:"key_ttl"`
 
-	// http: URL template ({tool_name} is the only variable) and headers.
-	URL     string            `yaml:"url"`
-	Headers map[string]Secret `yaml:"headers"`
-	// http: where the idempotency key travels; nil means header
-	// Idempotency-Key.
-	IdempotencyKey *IdempotencyKey `yaml:"idempotency_key"`
-
-	// stripe: the API key, an optional API version pin (e.g. "2024-06-20"),
-	// and an optional API base URL (tests, proxies).
-	APIKey        Secret `yaml:"api_key"`
-	StripeVersion string `yaml:"stripe_version"`
-	BaseURL       string `yaml:"base_url"`
-	// Tools maps tool names to Stripe API paths (e.g. charge_card:
-	// /v1/charges), adding to the adapter's built-in table.
-	Tools map[string]string `yaml:"tools"`
-
-	// postgres, river: connection string of the target database.
-	DSN Secret `yaml:"dsn"`
-	// postgres: the table rows are inserted into, "table" or "schema.table".
-	Table string `yaml:"table"`
-	// river: the queue (River's default when empty), the job kind, and the
-	// schema River's tables live in (the search path when empty).
-	Queue   string `yaml:"queue"`
-	JobKind string `yaml:"job_kind"`
-	Schema  string `yaml:"schema"`
-
-	// nats: server URLs, the subject published to, and the JetStream stream
-	// expected to capture it (checked at startup when set).
-	Servers []string `yaml:"servers"`
-	Subject string   `yaml:"subject"`
-	Stream  string   `yaml:"stream"`
-
-	// kafka: seed brokers, the topic (a name, or a template with
-	// {tool_name}), TLS and SASL (see KafkaTLS, KafkaSASL).
-	Brokers []string   `yaml:"brokers"`
-	Topic   string     `yaml:"topic"`
-	TLS     *KafkaTLS  `yaml:"tls"`
-	SASL    *KafkaSASL `yaml:"sasl"`
-
-	// plugin: the executable (absolute path), its arguments, and the
-	// lower-case hex SHA-256 the executable must have, when set.
-	Command string   `yaml:"command"`
-	Args    []string `yaml:"args"`
-	SHA256  string   `yaml:"sha256"`
+	// Settings are the type's own keys (e.g. *webhook.Settings for http);
+	// nil when the type is unknown.
+	Settings dispatch.Settings `yaml:"-"`
 
 	// File and Line locate the adapter's name in the config file, for errors
 	// found after loading (see Errorf).
@@ -239,18 +190,15 @@ type RateLimit struct {
 
 // IdempotencyKey places the idempotency key of an http request: header Name
 // (the default, Idempotency-Key), query parameter Name, or top-level field
-// Name of a JSON-object payload.
-type IdempotencyKey struct {
-	Name string `yaml:"name"`
-	// Location is header (default), query or body.
-	Location string `yaml:"location"`
-}
+// Name of a JSON-object payload (wire.KeyPlacement, shared with the http
+// adapter).
+type IdempotencyKey = wire.KeyPlacement
 
 // Key locations of IdempotencyKey.Location.
 const (
-	KeyLocationHeader = "header"
-	KeyLocationQuery  = "query"
-	KeyLocationBody   = "body"
+	KeyLocationHeader = wire.LocationHeader
+	KeyLocationQuery  = wire.LocationQuery
+	KeyLocationBody   = wire.LocationBody
 )
 
 // Route is the policy of one tool_name.
@@ -288,7 +236,7 @@ type Route struct {
 	// Method, Path and Query shape the request of an http route: POST
 	// (default), PUT, PATCH or DELETE; a path template appended to the
 	// adapter's url ({tool_name}, {field} from the payload); fixed query
-	// parameters. See route_request.go.
+	// parameters. The http adapter checks them (dispatch.Kind.RouteKeys).
 	Method string            `yaml:"method"`
 	Path   string            `yaml:"path"`
 	Query  map[string]string `yaml:"query"`

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -159,54 +160,26 @@ var adapterStruct = reflect.TypeFor[Adapter]()
 // structure decodes a mapping into a struct, field by field through the
 // yaml tags, reporting unknown keys.
 func (d *decoder) structure(m *ast.MappingNode, path string, v reflect.Value) {
-	fields := fieldsOf(v.Type())
-	ents := d.entries(m, path, 0)
-
-	// An adapter's type decides which type-specific fields it accepts, so
-	// it is decoded first.
-	var rule func(name string) string
 	if v.Type() == adapterStruct {
-		for _, e := range ents {
-			if e.key == "type" {
-				d.field(e, join(path, e.key), v.FieldByName("Type"))
-			}
-		}
-		if t := v.FieldByName("Type").String(); knownAdapterType(t) {
-			rule = func(name string) string { return adapterFieldRule(t, name) }
-		}
+		d.adapter(m, path, v)
+		return
 	}
-	for _, e := range ents {
+	fields := fieldsOf(v.Type())
+	for _, e := range d.entries(m, path, 0) {
 		p := join(path, e.key)
-		if v.Type() == adapterStruct && e.key == "type" {
-			continue
-		}
 		i, ok := fields[e.key]
 		if !ok {
 			line, col := position(e.keyNode)
-			d.errorAt(line, col, p, "%s", unknownFieldMessage(e.key, validNames(fields, rule)))
+			d.errorAt(line, col, p, "%s", unknownFieldMessage(e.key, validNames(fields)))
 			continue
-		}
-		if rule != nil {
-			if msg := rule(e.key); msg != "" {
-				line, col := position(e.keyNode)
-				d.errorAt(line, col, p, "%s", msg)
-				continue
-			}
 		}
 		d.field(e, p, v.Field(i))
 	}
 }
 
-// validNames lists the keys a struct accepts under rule.
-func validNames(fields map[string]int, rule func(string) string) []string {
-	var names []string
-	for name := range fields {
-		if rule == nil || rule(name) == "" {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	return names
+// validNames lists the keys a struct accepts.
+func validNames(fields map[string]int) []string {
+	return slices.Sorted(maps.Keys(fields))
 }
 
 // fieldsOf maps a struct's yaml keys to field indexes.

@@ -11,8 +11,18 @@
 // adapters.payments.headers.Authorization, adapters.events.servers[0]. A
 // YAML syntax error has no field path; a file that cannot be read has no
 // line. Unknown fields are errors anywhere, with a "did you mean" when a
-// valid key is close; type-specific adapter fields are accepted only for
-// their type (see adapterKinds).
+// valid key is close.
+//
+// # Adapters
+//
+// config holds an adapter's envelope only: its name, type, timeout,
+// breaker, rate_limit, max_concurrency and key_ttl (Adapter), and the
+// routes. Every other key of an adapter belongs to its type: the adapter's
+// package (dispatch/webhook, dispatch/kafka, …) defines the struct its keys
+// decode into (Adapter.Settings) and checks it (dispatch.Settings.Check),
+// and registers the type with dispatch.RegisterKind, the one table `drainer
+// check` and `drainer run` share; the field paths of its errors become
+// FILE:LINE:COL here. config imports no adapter package.
 //
 // # References
 //
@@ -30,8 +40,8 @@
 // Authorization, Proxy-Authorization or contains token, key, secret,
 // password or cookie; every Secret field (api_key); and the password of a
 // connection string or URL (database_url, dsn, the urls of databases:, a
-// nats server, an http url)
-// must come from a reference. Secret fields have the type Secret, which
+// nats server) must come from a reference; an adapter's settings mark such
+// fields with a secret:"…" struct tag (see package dispatch/wire). Secret fields have the type Secret, which
 // prints as <redacted>.
 //
 // # Defaults

@@ -6,9 +6,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
+
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // References inside string values:
@@ -23,71 +23,9 @@ import (
 // maxFileReference bounds what a ${file:…} reference reads.
 const maxFileReference = 1 << 20
 
-// segment is a piece of a string value as written: literal text or a
-// reference.
-type segment struct {
-	// text is the literal text, or the reference as written (${env:X}).
-	text string
-	// scheme is "env" or "file" for a reference, "" for literal text.
-	scheme string
-	// arg is the variable name or the file path of a reference.
-	arg string
-}
-
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// splitReferences cuts a value as written into literal text and references.
-// Its error messages quote at most the reference text, never literal text
-// (which may be a secret written inline by mistake).
-func splitReferences(s string) ([]segment, error) {
-	var segs []segment
-	var lit strings.Builder
-	for len(s) > 0 {
-		i := strings.IndexByte(s, '$')
-		if i < 0 {
-			lit.WriteString(s)
-			break
-		}
-		lit.WriteString(s[:i])
-		s = s[i:]
-		switch {
-		case strings.HasPrefix(s, "$${"):
-			lit.WriteString("${")
-			s = s[3:]
-			continue
-		case !strings.HasPrefix(s, "${"):
-			lit.WriteByte('$')
-			s = s[1:]
-			continue
-		}
-		end := strings.IndexByte(s, '}')
-		if end < 0 {
-			return nil, errors.New(`unterminated "${" (a reference ends with "}"; write "$${" for a literal "${")`)
-		}
-		ref := s[:end+1]
-		scheme, arg, ok := strings.Cut(s[2:end], ":")
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("reference %s has no scheme; use ${env:NAME} or ${file:/path}", ref)
-		case scheme == "env" && !envName.MatchString(arg):
-			return nil, fmt.Errorf("invalid environment variable name in %s", ref)
-		case scheme == "file" && !filepath.IsAbs(arg):
-			return nil, fmt.Errorf("%s must name an absolute path", ref)
-		case scheme != "env" && scheme != "file":
-			return nil, fmt.Errorf("unknown reference scheme %q in %s; use ${env:NAME} or ${file:/path}", scheme, ref)
-		}
-		if lit.Len() > 0 {
-			segs = append(segs, segment{text: lit.String()})
-			lit.Reset()
-		}
-		segs = append(segs, segment{text: ref, scheme: scheme, arg: arg})
-		s = s[end+1:]
-	}
-	if lit.Len() > 0 {
-		segs = append(segs, segment{text: lit.String()})
-	}
-	return segs, nil
-}
+// splitReferences cuts a value as written into literal text and references
+// (wire.SplitReferences).
+var splitReferences = wire.SplitReferences
 
 // expander resolves references. It is used by one Parse call.
 type expander struct {
@@ -124,8 +62,8 @@ func (x *expander) expand(raw string) expansion {
 	var out expansion
 	var b strings.Builder
 	for _, s := range segs {
-		if s.scheme == "" {
-			b.WriteString(s.text)
+		if s.Scheme == "" {
+			b.WriteString(s.Text)
 			continue
 		}
 		out.refs++
@@ -145,25 +83,25 @@ func (x *expander) expand(raw string) expansion {
 }
 
 // resolve returns a reference's value, or a message saying why there is none.
-func (x *expander) resolve(s segment) (string, string) {
-	if s.scheme == "env" {
-		v, ok := x.opts.LookupEnv(s.arg)
+func (x *expander) resolve(s wire.Segment) (string, string) {
+	if s.Scheme == "env" {
+		v, ok := x.opts.LookupEnv(s.Arg)
 		if !ok {
-			return "", fmt.Sprintf("environment variable %s is not set (%s)", s.arg, s.text)
+			return "", fmt.Sprintf("environment variable %s is not set (%s)", s.Arg, s.Text)
 		}
 		return v, ""
 	}
-	r, ok := x.files[s.arg]
+	r, ok := x.files[s.Arg]
 	if !ok {
-		data, err := x.opts.ReadFile(s.arg)
+		data, err := x.opts.ReadFile(s.Arg)
 		r = fileResult{content: trimNewline(string(data)), err: err}
 		if x.files == nil {
 			x.files = make(map[string]fileResult)
 		}
-		x.files[s.arg] = r
+		x.files[s.Arg] = r
 	}
 	if r.err != nil {
-		return "", fmt.Sprintf("cannot read %s: %s", s.text, describeReadError(r.err))
+		return "", fmt.Sprintf("cannot read %s: %s", s.Text, describeReadError(r.err))
 	}
 	return r.content, ""
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/drainer-io/drainer/dispatch/webhook"
 	"testing"
 	"time"
 )
@@ -34,12 +35,12 @@ routes:
   t7: {adapter: g}
 `,
 			want: []string{
-				"c.yaml:2:102: adapters.a.idempotency_key.name: invalid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
-				`c.yaml:3:78: adapters.b.idempotency_key.name: query parameter sig is already in adapters.b.url`,
-				`c.yaml:4:85: adapters.c.idempotency_key.location: must be one of header, query, body, got "cookie"`,
+				"c.yaml:2:102: adapters.a.idempotency_key.name: \"X Key\" is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
+				`c.yaml:3:78: adapters.b.idempotency_key.name: query parameter sig is already in the adapter's url`,
+				`c.yaml:4:85: adapters.c.idempotency_key.location: must be one of header, query or body, got "cookie"`,
 				`c.yaml:5:48: adapters.d.idempotency_key.name: required field is missing`,
 				`c.yaml:6:72: adapters.e.idempotency_key.name: header X-Agent-Idempotency-Tuple is set by drainer on every request and cannot carry the key`,
-				`c.yaml:7:96: adapters.f.idempotency_key.name: header x-tenant is also configured in adapters.f.headers`,
+				`c.yaml:7:96: adapters.f.idempotency_key.name: header x-tenant is also configured in the adapter's headers`,
 				`c.yaml:8:91: adapters.g.idempotency_key.extra: unknown field; valid fields: location, name`,
 			},
 		},
@@ -73,8 +74,8 @@ routes:
 			want: []string{
 				`c.yaml:4:28: routes.a.key_ttl: must exceed 1m (a key_idempotent row stops being sent 1m before its key expires), got "30s"`,
 				`c.yaml:5:28: routes.b.key_ttl: invalid duration "soon": write a duration like "30s", "10m", "1h30m" or "7d"`,
-				`c.yaml:6:43: routes.c.idempotency_key.name: query parameter sig is already in adapters.h.url`,
-				`c.yaml:7:43: routes.d.idempotency_key.name: header authorization is also configured in adapters.h.headers`,
+				`c.yaml:6:43: routes.c.idempotency_key.name: query parameter sig is already in the adapter's url`,
+				`c.yaml:7:43: routes.d.idempotency_key.name: header authorization is also configured in the adapter's headers`,
 				`c.yaml:8:43: routes.e.idempotency_key.name: must not be empty`,
 			},
 		},
@@ -105,7 +106,7 @@ routes:
     idempotency_key: {name: request_id, location: body}
   c: {adapter: h, idempotency_key: {name: Idempotency-Key}}
 `, true)
-	if k := cfg.Adapters["h"].IdempotencyKey; k == nil || *k != (IdempotencyKey{Name: "X-Request-Key", Location: "header"}) {
+	if k := settingsOf[webhook.Settings](t, cfg.Adapters["h"]).IdempotencyKey; k == nil || *k != (IdempotencyKey{Name: "X-Request-Key", Location: "header"}) {
 		t.Errorf("adapter idempotency_key = %+v", k)
 	}
 	if r := cfg.Routes["b"]; r.KeyTTL != 2*time.Hour || r.IdempotencyKey == nil || *r.IdempotencyKey != (IdempotencyKey{Name: "request_id", Location: "body"}) {

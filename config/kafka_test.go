@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/drainer-io/drainer/dispatch/kafka"
 	"slices"
 	"strings"
 	"testing"
@@ -27,17 +28,17 @@ routes:
   create_order: {adapter: events}
   ship_order: {adapter: plain_tls}
 `, true)
-	if cfg.Adapters["plain_tls"].TLS == nil {
+	if settingsOf[kafka.Settings](t, cfg.Adapters["plain_tls"]).TLS == nil {
 		t.Error("tls: {} decoded as no TLS; it means TLS with the system roots")
 	}
-	a := cfg.Adapters["events"]
+	a := settingsOf[kafka.Settings](t, cfg.Adapters["events"])
 	if !slices.Equal(a.Brokers, []string{"k1:9092,k2:9093", "k3:9092"}) || a.Topic != "agents.{tool_name}" {
 		t.Errorf("brokers %q, topic %q", a.Brokers, a.Topic)
 	}
 	if a.TLS == nil || a.TLS.CAFile != "/etc/kafka/ca.pem" || a.TLS.KeyFile != "/etc/kafka/client.key" || a.TLS.ServerName != "kafka.internal" {
 		t.Errorf("tls %+v", a.TLS)
 	}
-	if a.SASL == nil || a.SASL.Mechanism != "SCRAM-SHA-512" || a.SASL.Username != "drainer" || a.SASL.Password.Reveal() != "kafka-pw-31f0" {
+	if a.SASL == nil || a.SASL.Mechanism != "SCRAM-SHA-512" || a.SASL.Username != "drainer" || a.SASL.Password != "kafka-pw-31f0" {
 		t.Errorf("sasl %+v", a.SASL)
 	}
 }

@@ -3,6 +3,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/dispatch/execplugin"
+	"github.com/drainer-io/drainer/dispatch/natsjs"
+	"github.com/drainer-io/drainer/dispatch/pgtable"
+	"github.com/drainer-io/drainer/dispatch/riverjob"
+	"github.com/drainer-io/drainer/dispatch/stripe"
+	"github.com/drainer-io/drainer/dispatch/webhook"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -114,16 +120,17 @@ func TestLoadExample(t *testing.T) {
 	}
 
 	p := cfg.Adapters["payments"]
-	if p.Name != "payments" || p.Type != TypeHTTP || p.File != "testdata/example.yaml" || p.Line != 11 {
+	if p.Name != "payments" || p.Type != "http" || p.File != "testdata/example.yaml" || p.Line != 11 {
 		t.Errorf("payments: name %q type %q at %s:%d", p.Name, p.Type, p.File, p.Line)
 	}
-	if p.URL != "http://payments.internal/v1/{tool_name}" || p.Timeout != 10*time.Second || p.KeyTTL != 24*time.Hour {
-		t.Errorf("payments: url %q timeout %v key_ttl %v", p.URL, p.Timeout, p.KeyTTL)
+	ps := settingsOf[webhook.Settings](t, p)
+	if ps.URL != "http://payments.internal/v1/{tool_name}" || p.Timeout != 10*time.Second || p.KeyTTL != 24*time.Hour {
+		t.Errorf("payments: url %q timeout %v key_ttl %v", ps.URL, p.Timeout, p.KeyTTL)
 	}
-	if got := p.Headers["Authorization"].Reveal(); got != "Bearer pay-token-1" {
+	if got := ps.Headers["Authorization"].Reveal(); got != "Bearer pay-token-1" {
 		t.Errorf("Authorization = %q", got)
 	}
-	if got := p.Headers["X-Tenant"].Reveal(); got != "acme" {
+	if got := ps.Headers["X-Tenant"].Reveal(); got != "acme" {
 		t.Errorf("X-Tenant = %q", got)
 	}
 	if p.Breaker.Failures() != 5 || p.Breaker.Disabled() || p.Breaker.OpenFor != 30*time.Second {
@@ -142,7 +149,7 @@ func TestLoadExample(t *testing.T) {
 		b.Breaker.OpenFor != DefaultBreakerOpenFor || b.RateLimit != nil || b.MaxConcurrency != 0 || b.KeyTTL != 0 {
 		t.Errorf("backup defaults: %+v", b)
 	}
-	if got := b.Headers["Authorization"].Reveal(); got != "Bearer backup-token-1" {
+	if got := settingsOf[webhook.Settings](t, b).Headers["Authorization"].Reveal(); got != "Bearer backup-token-1" {
 		t.Errorf("backup Authorization = %q", got)
 	}
 	if !cfg.Adapters["pager"].Breaker.Disabled() {
@@ -186,25 +193,28 @@ func TestLoadAllTypes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	s := cfg.Adapters["stripe"]
+	s := settingsOf[stripe.Settings](t, cfg.Adapters["stripe"])
 	if s.APIKey.Reveal() != "sk_test_123" || s.StripeVersion != "2024-06-20" || s.BaseURL != "http://localhost:12111" {
 		t.Errorf("stripe = %+v (api key %q)", s, s.APIKey.Reveal())
 	}
-	l := cfg.Adapters["ledger"]
+	l := settingsOf[pgtable.Settings](t, cfg.Adapters["ledger"])
 	if l.DSN.Reveal() != "postgres://ledger:ledger-pass-1@ledger-db:5432/ledger?sslmode=require" || l.Table != "public.ledger_events" {
 		t.Errorf("ledger dsn %q table %q", l.DSN.Reveal(), l.Table)
 	}
-	j := cfg.Adapters["jobs"]
+	j := settingsOf[riverjob.Settings](t, cfg.Adapters["jobs"])
 	if j.DSN.Reveal() != "host=jobs-db user=app password=jobs-pass-1 dbname=jobs" || j.Queue != "outbox" || j.JobKind != "send_email" || j.Schema != "river" {
 		t.Errorf("jobs = %+v", j)
 	}
-	e := cfg.Adapters["events"]
-	if strings.Join(e.Servers, ",") != "nats://nats-1:4222,nats://nats-2:4222" || e.Subject != "outbox.events" || e.Stream != "OUTBOX" || e.KeyTTL != 2*time.Minute {
+	e := settingsOf[natsjs.Settings](t, cfg.Adapters["events"])
+	if cfg.Adapters["events"].KeyTTL != 2*time.Minute {
+		t.Errorf("events key_ttl %s", cfg.Adapters["events"].KeyTTL)
+	}
+	if strings.Join(e.Servers, ",") != "nats://nats-1:4222,nats://nats-2:4222" || e.Subject != "outbox.events" || e.Stream != "OUTBOX" {
 		t.Errorf("events = %+v", e)
 	}
 	p := cfg.Adapters["legacy"]
-	if p.Command != "/usr/local/bin/legacy-adapter" || strings.Join(p.Args, " ") != "--mode strict" || len(p.SHA256) != 64 {
-		t.Errorf("legacy = %+v", p)
+	if ps := settingsOf[execplugin.Settings](t, p); ps.Command != "/usr/local/bin/legacy-adapter" || strings.Join(ps.Args, " ") != "--mode strict" || len(ps.SHA256) != 64 {
+		t.Errorf("legacy = %+v", ps)
 	}
 	if p.RateLimit.PerSecond != 0.5 || p.RateLimit.Burst != 1 || p.MaxConcurrency != 2 {
 		t.Errorf("legacy rate limit %+v, max_concurrency %d", p.RateLimit, p.MaxConcurrency)
@@ -247,7 +257,7 @@ func TestLoadReadsEnvAndFiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	h := cfg.Adapters["p"].Headers
+	h := settingsOf[webhook.Settings](t, cfg.Adapters["p"]).Headers
 	if h["Authorization"].Reveal() != "Bearer from-env" || h["X-Secret"].Reveal() != "from-file" {
 		t.Errorf("headers: %q, %q", h["Authorization"].Reveal(), h["X-Secret"].Reveal())
 	}
@@ -340,12 +350,12 @@ routes:
 		"c.yaml:8:14: adapters.p.headers.X-Key: cannot read ${file:/run/secrets/missing}: file does not exist",
 		"c.yaml:9:14: adapters.p.timeout: environment variable UNSET_TIMEOUT is not set (${env:UNSET_TIMEOUT})",
 	})
-	p := cfg.Adapters["p"]
+	p := settingsOf[webhook.Settings](t, cfg.Adapters["p"])
 	if p.URL != "" || p.Headers["Authorization"].Reveal() != "" || cfg.DatabaseURL.Reveal() != "" {
 		t.Errorf("unresolved values must be left empty: url %q", p.URL)
 	}
-	if p.Timeout != DefaultAdapterTimeout {
-		t.Errorf("unresolved timeout: got %v, want the default", p.Timeout)
+	if cfg.Adapters["p"].Timeout != DefaultAdapterTimeout {
+		t.Errorf("unresolved timeout: got %v, want the default", cfg.Adapters["p"].Timeout)
 	}
 
 	// Check mode still reports real errors.
@@ -369,8 +379,8 @@ routes:
   u: {adapter: secondary}
 `, false)
 	s := cfg.Adapters["secondary"]
-	if s.Type != TypeHTTP || s.URL != "http://b/{tool_name}" || s.Timeout != 5*time.Second ||
-		s.Headers["Authorization"].Reveal() != "Bearer pay-token-1" || s.Line != 7 {
+	if ss := settingsOf[webhook.Settings](t, s); s.Type != "http" || ss.URL != "http://b/{tool_name}" || s.Timeout != 5*time.Second ||
+		ss.Headers["Authorization"].Reveal() != "Bearer pay-token-1" || s.Line != 7 {
 		t.Errorf("secondary = %+v", s)
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/drainer-io/drainer/dispatch/wire"
 	"github.com/drainer-io/drainer/outbox"
 )
 
@@ -141,7 +143,7 @@ func (v *validator) validate() {
 	}
 	v.positive("lease", c.Lease)
 	v.positive("unrouted_recheck", c.UnroutedRecheck)
-	v.secrets("", reflect.ValueOf(c).Elem())
+	v.secrets("", reflect.ValueOf(c).Elem(), false)
 
 	adapters := slices.Sorted(maps.Keys(c.Adapters))
 	for _, name := range adapters {
@@ -224,9 +226,14 @@ func (v *validator) adapter(name string, a *Adapter) {
 		v.keyErrorf(p, "adapter names are letters, digits, '_', '-' and '.', starting with a letter or digit")
 	}
 	if v.require(p + ".type") {
-		if k, ok := adapterKindOf(a.Type); ok {
-			k.validate(v, p, a)
+		if a.Settings != nil {
+			v.adapterSettings(p, a)
 		} else {
+			if len(AdapterTypes()) == 0 {
+				// A program that parses configs without the adapter
+				// packages (dispatch/builtin imports them all).
+				panic("config: no adapter type is registered; import github.com/drainer-io/drainer/dispatch/builtin")
+			}
 			v.errorf(p+".type", "unknown adapter type %s; valid types: %s", v.quoted(p+".type"), strings.Join(AdapterTypes(), ", "))
 		}
 	}
@@ -319,8 +326,11 @@ func (v *validator) route(name string, r *Route) {
 	v.reclaimWithinKeyTTL(p, r)
 	v.fallback(p, r, adapters)
 	v.detect(p, r)
-	v.routeKeyOverrides(p, r)
-	v.routeRequest(p, r)
+	if f := p + ".key_ttl"; v.usable(f) && r.KeyTTL <= KeyTTLMargin {
+		v.errorf(f, "must exceed %s (a key_idempotent row stops being sent %s before its key expires), got %s",
+			formatDuration(KeyTTLMargin), formatDuration(KeyTTLMargin), v.quoted(f))
+	}
+	v.routeAdapterKeys(p, name, r)
 }
 
 // detect checks a route's probe: non_idempotent routes only, an absolute URL
@@ -339,10 +349,10 @@ func (v *validator) detect(p string, r *Route) {
 	}
 	segs, _ := splitReferences(v.src[u].raw)
 	for _, s := range segs {
-		if s.scheme != "" {
+		if s.Scheme != "" {
 			continue
 		}
-		for _, m := range urlVariable.FindAllString(s.text, -1) {
+		for _, m := range wire.TemplateVars(s.Text) {
 			if m != "{key}" && m != "{tool_name}" {
 				v.errorf(u, "unknown URL variable %s; {key} and {tool_name} are the only ones", m)
 				return
@@ -361,7 +371,7 @@ func (v *validator) detect(p string, r *Route) {
 		v.errorf(f+".settle", "must be at most 1m (it is waited twice within the row's lease), got %s", v.quoted(f+".settle"))
 	}
 	if name := f + ".headers"; v.set(name) {
-		v.secrets(f, reflect.ValueOf(&r.Detect).Elem())
+		v.secrets(f, reflect.ValueOf(&r.Detect).Elem(), false)
 	}
 }
 
@@ -411,35 +421,75 @@ var (
 	secretMapType = reflect.TypeFor[map[string]Secret]()
 )
 
+// dsnFields are the config's own Secret fields holding a connection string:
+// only their password must come from a reference, so a password-less DSN
+// (peer or certificate authentication, a .pgpass file) may be written inline.
+var dsnFields = map[string]bool{"database_url": true}
+
 // secrets enforces that secret values come from references, for every
-// Secret field of a struct (recursing into adapters): a connection string
-// may be inline without a password, a header only if its name is not
-// sensitive, anything else never.
-func (v *validator) secrets(path string, sv reflect.Value) {
+// field of a struct a rule applies to (recursing into nested structs when
+// nested is set, as in an adapter's settings): a Secret, or a field tagged
+// secret:"reference", must come from references; one tagged
+// secret:"password" (a connection string, a server URL) may be inline
+// without a password; a header map's value must be a reference when the
+// header's name is sensitive.
+func (v *validator) secrets(path string, sv reflect.Value, nested bool) {
 	t := sv.Type()
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
 		f, p := sv.Field(i), join(path, name)
+		rule := t.Field(i).Tag.Get("secret")
+		if rule == "" && f.Type() == secretType {
+			rule = wire.SecretReference
+			if dsnFields[name] {
+				rule = wire.SecretPassword
+			}
+		}
 		switch {
 		case name == "" || name == "-":
-		case f.Type() == secretType && v.set(p):
-			raw := v.src[p].raw
-			if dsnFields[name] && literalPassword(raw) || !dsnFields[name] && !hasReference(raw) {
-				v.errorf(p, errInlineSecret)
+		case f.Kind() == reflect.String && rule != "" && v.set(p):
+			v.secretValue(p, rule)
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String && rule != "":
+			for j := range f.Len() {
+				if ep := wire.Index(p, j); v.set(ep) {
+					v.secretValue(ep, rule)
+				}
 			}
 		case f.Type() == secretMapType:
 			for _, key := range slices.Sorted(maps.Keys(f.Interface().(map[string]Secret))) {
 				kp := join(p, key)
-				if sensitiveHeader(key) && !reservedHeaders[strings.ToLower(key)] && v.set(kp) && !hasReference(v.src[kp].raw) {
+				if wire.SensitiveHeader(key) && !wire.HeaderIn(key, wire.SetByDrainer) && v.set(kp) && !hasReference(v.src[kp].raw) {
 					v.errorf(kp, errInlineSecret)
 				}
 			}
-		case f.Type() == reflect.TypeFor[map[string]*Adapter]():
-			for _, key := range slices.Sorted(maps.Keys(v.cfg.Adapters)) {
-				v.secrets(join(p, key), reflect.ValueOf(v.cfg.Adapters[key]).Elem())
-			}
+		case nested && f.Kind() == reflect.Struct:
+			v.secrets(p, f, nested)
+		case nested && f.Kind() == reflect.Pointer && !f.IsNil() && f.Elem().Kind() == reflect.Struct:
+			v.secrets(p, f.Elem(), nested)
 		}
 	}
+}
+
+// secretValue applies a secret rule to the value at path as written.
+func (v *validator) secretValue(path, rule string) {
+	raw := v.src[path].raw
+	if rule == wire.SecretPassword && literalPassword(raw) || rule != wire.SecretPassword && !hasReference(raw) {
+		v.errorf(path, errInlineSecret)
+	}
+}
+
+// absoluteURL checks an absolute http(s) URL without inline credentials.
+func (v *validator) absoluteURL(path, val string) bool {
+	u, err := url.Parse(val)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.errorf(path, "must be an absolute http:// or https:// URL")
+		return false
+	}
+	if literalPassword(v.src[path].raw) {
+		v.errorf(path, errInlineSecret)
+		return false
+	}
+	return true
 }
 
 // reclaimWithinKeyTTL warns when a key_idempotent route's window (key_ttl,

@@ -245,7 +245,7 @@ adapters:
 routes:
   t: {adapter: events}
 `,
-			want: []string{`c.yaml:3:11: adapters.events.type: unknown adapter type "rabbitmq"; valid types: http, stripe, postgres, river, nats, plugin, mcp, kafka`},
+			want: []string{`c.yaml:3:11: adapters.events.type: unknown adapter type "rabbitmq"; valid types: http, kafka, mcp, nats, plugin, postgres, river, stripe`},
 		},
 		{
 			name: "adapter without type, route without adapter",
@@ -423,7 +423,7 @@ routes:
 `,
 			want: []string{
 				`c.yaml:1:15: database_url: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
-				`c.yaml:5:10: adapters.p.url: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:5:10: adapters.p.url: must not contain userinfo; send credentials in headers`,
 				`c.yaml:7:22: adapters.p.headers.Authorization: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
 				`c.yaml:8:18: adapters.p.headers.X-Api-Key: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
 				`c.yaml:9:15: adapters.p.headers.Cookie: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
@@ -502,7 +502,7 @@ routes:
 			want: []string{
 				`c.yaml:6:7: adapters.p.headers.Idempotency-Key: header Idempotency-Key is set by drainer on every request and cannot be configured`,
 				`c.yaml:8:7: adapters.p.headers.x-tenant: header x-tenant is also configured as X-Tenant (header names are case-insensitive)`,
-				`c.yaml:9:7: adapters.p.headers.Bad Header: invalid header name (letters, digits and !#$%&'*+-.^_` + "`" + `|~ only)`,
+				`c.yaml:9:7: adapters.p.headers.Bad Header: "Bad Header" is not a valid header name (letters, digits and !#$%&'*+-.^_` + "`" + `|~ only)`,
 			},
 		},
 		{
@@ -530,13 +530,13 @@ routes:
 				`c.yaml:2:37: adapters.s.stripe_version: must be a Stripe API version like "2024-06-20", got "latest"`,
 				`c.yaml:2:55: adapters.s.base_url: must be an absolute http:// or https:// URL`,
 				`c.yaml:3:3: adapters.pg.dsn: required field is missing`,
-				`c.yaml:3:31: adapters.pg.table: must be a table name, optionally schema-qualified (events or app.events), got "a.b.c"`,
+				`c.yaml:3:31: adapters.pg.table: must be a table name, optionally schema-qualified ("effects" or "app.effects"; letters, digits, _ and $), got "a.b.c"`,
 				`c.yaml:4:47: adapters.rv.job_kind: must not be empty`,
-				`c.yaml:4:58: adapters.rv.queue: must be a River queue name (at most 64 lower-case letters and digits, separated by _ or -), got "Bad_Queue"`,
-				`c.yaml:4:77: adapters.rv.schema: must be a schema name, got "my schema"`,
+				`c.yaml:4:58: adapters.rv.queue: must be a River queue name (at most 64 lower-case letters and digits, separated by _, - or |), got "Bad_Queue"`,
+				`c.yaml:4:77: adapters.rv.schema: must be a schema name River accepts (a plain identifier of at most 46 letters, digits and _), got "my schema"`,
 				`c.yaml:5:28: adapters.n.servers: must list at least one server`,
-				`c.yaml:5:41: adapters.n.subject: must be a NATS subject to publish to (dot-separated tokens, no spaces or wildcards), got "a.>"`,
-				`c.yaml:5:56: adapters.n.stream: must be a JetStream stream name (no spaces, ".", "*", ">", "/" or "\"), got "a.b"`,
+				`c.yaml:5:41: adapters.n.subject: must be a NATS subject to publish to: "a.>": wildcards cannot be published to`,
+				`c.yaml:5:56: adapters.n.stream: must be a JetStream stream name (no whitespace, ".", "*", ">", "/" or "\"), got "a.b"`,
 				`c.yaml:6:3: adapters.n2.subject: required field is missing`,
 				`c.yaml:6:30: adapters.n2.servers[0]: must be a server URL like nats://host:4222 (schemes nats, tls, ws, wss)`,
 				`c.yaml:7:31: adapters.pl.command: must be an absolute path, got "bin/adapter"`,

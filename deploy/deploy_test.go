@@ -32,6 +32,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/drainer-io/drainer/config"
+	// The adapter types the config check knows, as `drainer check` has them.
+	_ "github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
 )
 

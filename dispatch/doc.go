@@ -3,7 +3,13 @@
 // interface that sends it, and the classified Result it returns.
 //
 // Adapters live in their own subpackages (webhook, stripe, pgtable, riverjob,
-// natsjs, execplugin, mcp, kafka) and import this package, never the engine. The Registry
-// maps configured adapter names to built adapters; dispatch/builtin is the one
-// place that turns configuration into adapters.
+// natsjs, execplugin, mcp, kafka) and import this package, never the engine
+// nor package config. Each registers its adapter type with RegisterKind
+// (kind.go): the struct its config keys decode into (Settings) and their
+// rules, the route keys it accepts, and how it is configured and started;
+// config checks and builtin builds through this one table. What adapters
+// share (secrets, field errors, header rules, trace context, one-line text)
+// is in dispatch/wire. The Registry maps configured adapter names to built
+// adapters; dispatch/builtin is the one place that turns configuration
+// into adapters.
 package dispatch

@@ -5,14 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"strings"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/dispatch/kafka"
-	"github.com/drainer-io/drainer/dispatch/webhook"
+
+	// The adapter types: each registers its kind (its settings, their
+	// rules, how it is built) in package dispatch, the one table `drainer
+	// check` and `drainer run` read.
+	_ "github.com/drainer-io/drainer/dispatch/execplugin"
+	_ "github.com/drainer-io/drainer/dispatch/kafka"
+	_ "github.com/drainer-io/drainer/dispatch/mcp"
+	_ "github.com/drainer-io/drainer/dispatch/natsjs"
+	_ "github.com/drainer-io/drainer/dispatch/pgtable"
+	_ "github.com/drainer-io/drainer/dispatch/riverjob"
+	_ "github.com/drainer-io/drainer/dispatch/stripe"
+	_ "github.com/drainer-io/drainer/dispatch/webhook"
 )
 
 // Options carries what adapters need beyond their config.
@@ -23,40 +33,40 @@ type Options struct {
 }
 
 // DefaultKeyTTL is the provider idempotency window assumed per adapter type
-// when the config leaves key_ttl unset (0: unlimited).
-var DefaultKeyTTL = map[string]time.Duration{
-	"http":     24 * time.Hour,
-	"stripe":   24 * time.Hour,
-	"postgres": 0,
-	"mcp":      24 * time.Hour,
-	"kafka":    kafka.DefaultKeyTTL,
+// when the config leaves key_ttl unset and the adapter reports none (0:
+// unlimited): each registered kind's DefaultKeyTTL.
+var DefaultKeyTTL = func() map[string]time.Duration {
+	m := make(map[string]time.Duration)
+	for _, typ := range dispatch.KindTypes() {
+		k, _ := dispatch.KindOf(typ)
+		m[typ] = k.DefaultKeyTTL
+	}
+	return m
+}()
+
+// configured is an adapter whose settings passed its type's Configure:
+// ready to start.
+type configured struct {
+	entry *dispatch.Entry
+	start dispatch.Start
+	log   *slog.Logger
 }
 
 // Build builds every configured adapter. Errors are joined, each naming the
 // adapter and its line in the config file.
 func Build(ctx context.Context, cfg *config.Config, opts Options) (*dispatch.Registry, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	ready, err := configure(cfg, opts)
+	if err != nil {
+		return nil, err
 	}
-	names := make([]string, 0, len(cfg.Adapters))
-	for name := range cfg.Adapters {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var entries []*dispatch.Entry
 	var errs []error
-	for _, name := range names {
-		a := cfg.Adapters[name]
-		entry, err := build(ctx, cfg, name, a, opts, log.With("adapter", name))
-		if err != nil {
-			// One line per problem, each located at the adapter.
-			for _, e := range unjoin(err) {
-				errs = append(errs, fmt.Errorf("%s:%d: adapters.%s: %w", cfg.Path, a.Line, name, e))
-			}
+	for _, c := range ready {
+		if err := start(ctx, c); err != nil {
+			errs = append(errs, located(cfg, c.entry.Name, err)...)
 			continue
 		}
-		entries = append(entries, entry)
+		entries = append(entries, c.entry)
 	}
 	if len(errs) > 0 {
 		for _, e := range entries {
@@ -67,95 +77,79 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*dispatch.Reg
 	return dispatch.NewRegistry(entries...)
 }
 
-func build(ctx context.Context, cfg *config.Config, name string, a *config.Adapter, opts Options, log *slog.Logger) (*dispatch.Entry, error) {
-	timeout := a.Timeout
-	if timeout == 0 {
-		timeout = config.DefaultAdapterTimeout
+// configure runs every adapter type's Configure: each adapter's runtime
+// config built from its settings and validated, nothing connected yet.
+func configure(cfg *config.Config, opts Options) ([]configured, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	entry := &dispatch.Entry{Name: name, Type: a.Type, Timeout: timeout, KeyTTL: a.KeyTTL}
-	opts.Logger = log
-	var err error
-	switch a.Type {
-	case config.TypeHTTP:
-		entry.Adapter, err = buildHTTP(cfg, name, a, timeout, opts)
-	case config.TypeStripe:
-		entry.Adapter, err = buildStripe(ctx, name, a, opts)
-	case config.TypePostgres:
-		entry.Adapter, err = buildPostgres(ctx, name, a, opts)
-	case config.TypeRiver:
-		entry.Adapter, err = buildRiver(ctx, name, a, opts)
-	case config.TypeNATS:
-		entry.Adapter, err = buildNATS(ctx, name, a, opts)
-	case config.TypePlugin:
-		entry.Adapter, err = buildPlugin(ctx, name, a, opts)
-	case config.TypeMCP:
-		entry.Adapter, err = buildMCP(ctx, cfg, name, a, timeout, opts)
-	case config.TypeKafka:
-		entry.Adapter, err = buildKafka(ctx, name, a, timeout, opts)
-	default:
-		return nil, fmt.Errorf("unknown adapter type %q (valid: %s)", a.Type, strings.Join(config.AdapterTypes(), ", "))
+	var ready []configured
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(cfg.Adapters)) {
+		a := cfg.Adapters[name]
+		kind, ok := dispatch.KindOf(a.Type)
+		if !ok || a.Settings == nil {
+			errs = append(errs, located(cfg, name, fmt.Errorf("unknown adapter type %q (valid: %v)", a.Type, config.AdapterTypes()))...)
+			continue
+		}
+		timeout := a.Timeout
+		if timeout == 0 {
+			timeout = config.DefaultAdapterTimeout
+		}
+		alog := log.With("adapter", name)
+		start, err := kind.Configure(dispatch.BuildInput{
+			Name: name, Settings: a.Settings, Timeout: timeout, MaxConcurrency: a.MaxConcurrency,
+			KeyTTL: a.KeyTTL, Routes: cfg.RoutesServedBy(name), Logger: alog, Version: opts.Version,
+		})
+		if err != nil {
+			errs = append(errs, located(cfg, name, err)...)
+			continue
+		}
+		ready = append(ready, configured{
+			entry: &dispatch.Entry{Name: name, Type: a.Type, Timeout: timeout, KeyTTL: a.KeyTTL},
+			start: start, log: alog,
+		})
 	}
+	return ready, errors.Join(errs...)
+}
+
+// start connects one configured adapter and settles its key_ttl: the
+// config's, else the one the provider reports, else the type's default.
+func start(ctx context.Context, c configured) error {
+	e := c.entry
+	ad, err := c.start(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if entry.KeyTTL == 0 {
-		entry.KeyTTL = DefaultKeyTTL[a.Type]
-		if t, ok := entry.Adapter.(dispatch.KeyTTLer); ok {
+	e.Adapter = ad
+	if e.KeyTTL == 0 {
+		e.KeyTTL = DefaultKeyTTL[e.Type]
+		if t, ok := ad.(dispatch.KeyTTLer); ok {
 			ttl, err := t.KeyTTL(ctx)
 			if err != nil {
-				closeAdapter(entry.Adapter)
-				return nil, fmt.Errorf("read key_ttl from the provider: %w", err)
+				closeAdapter(ad)
+				return fmt.Errorf("read key_ttl from the provider: %w", err)
 			}
-			entry.KeyTTL = ttl
+			e.KeyTTL = ttl
 		}
 	}
-	log.Debug("adapter built", "type", a.Type, "timeout", timeout, "key_ttl", entry.KeyTTL)
-	return entry, nil
+	c.log.Debug("adapter built", "type", e.Type, "timeout", e.Timeout, "key_ttl", e.KeyTTL)
+	return nil
 }
 
-// buildHTTP builds an http adapter; the key placement of each route using
-// it that sets idempotency_key becomes a per-tool override, and its method,
-// path and query the tool's own request.
-func buildHTTP(c *config.Config, name string, a *config.Adapter, timeout time.Duration, opts Options) (dispatch.Adapter, error) {
-	headers := make(map[string]string, len(a.Headers))
-	for k, v := range a.Headers {
-		headers[k] = v.Reveal()
-	}
-	cfg := webhook.Config{URL: a.URL, Headers: headers, Timeout: timeout, KeyPlacement: keyPlacement(a.IdempotencyKey)}
-	for tool, r := range c.Routes {
-		if r.Adapter == name && r.IdempotencyKey != nil {
-			if cfg.ToolKeyPlacement == nil {
-				cfg.ToolKeyPlacement = map[string]webhook.KeyPlacement{}
-			}
-			cfg.ToolKeyPlacement[tool] = keyPlacement(r.IdempotencyKey)
-		}
-		if r.Adapter == name && (r.Method != "" || r.Path != "" || len(r.Query) > 0) {
-			if cfg.Routes == nil {
-				cfg.Routes = map[string]webhook.Route{}
-			}
-			cfg.Routes[tool] = webhook.Route{Method: r.Method, Path: r.Path, Query: r.Query}
-		}
-	}
-	if opts.Version != "" {
-		cfg.UserAgent = "drainer/" + opts.Version
-	}
-	return webhook.New(cfg)
-}
-
-// keyPlacement converts a configured idempotency_key (nil: the default).
-func keyPlacement(k *config.IdempotencyKey) webhook.KeyPlacement {
-	if k == nil {
-		return webhook.KeyPlacement{}
-	}
-	return webhook.KeyPlacement{Name: k.Name, Location: k.Location}
-}
-
-// unjoin splits an errors.Join result into its parts.
-func unjoin(err error) []error {
+// located splits an adapter's error into one line per problem, each
+// located at the adapter's name in the config file.
+func located(cfg *config.Config, name string, err error) []error {
+	parts := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
+		parts = j.Unwrap()
 	}
-	return []error{err}
+	out := make([]error, len(parts))
+	for i, e := range parts {
+		out[i] = fmt.Errorf("%s:%d: adapters.%s: %w", cfg.Path, cfg.Adapters[name].Line, name, e)
+	}
+	return out
 }
 
 func closeAdapter(a dispatch.Adapter) {

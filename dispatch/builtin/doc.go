@@ -2,18 +2,12 @@
 // dispatch adapters: run, demo, bench and the integration tests all wire
 // adapters through Build, so they behave the same.
 //
-// # Files
-//
-//	builtin.go     Options, DefaultKeyTTL, Build: each adapter by name, errors at its
-//	               config line, key_ttl filled in; the http adapter (package webhook)
-//	stripe.go      the stripe adapter
-//	pgtable.go     the postgres adapter: connects and checks its table at startup
-//	riverjob.go    the river adapter: connects and checks River's migrations
-//	natsjs.go      the nats adapter: connects and checks the expected stream
-//	execplugin.go  the plugin adapter: starts the executable; one reporting no
-//	               key_ttl gets the type's default
-//	mcp.go         the mcp adapter: its routes checked against the server's
-//	               tools/list
-//	kafka.go       the kafka adapter: asks the brokers for metadata; brokers
-//	               not reachable yet are tried again in the background
+// It imports every adapter package, each of which registers its type
+// (dispatch.RegisterKind): its settings, their rules and how it is built
+// live in the adapter's own package (settings.go there). Build runs each
+// type's Configure for every adapter (the runtime config built and
+// validated, nothing connected: a config `drainer check` accepts passes
+// it), then starts them, fills in key_ttl (the config's, the provider's,
+// else the type's default) and locates every error at the adapter's line
+// in the config file.
 package builtin

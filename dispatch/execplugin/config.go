@@ -7,9 +7,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"regexp"
 	"time"
+
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // Defaults for zero Config fields.
@@ -49,34 +49,24 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
-// Validate reports every problem of c at once, each naming its field. It
-// checks that Command is an executable regular file; Args are never quoted.
+// Validate reports every problem of c at once, each naming its field: the
+// rules of the config file's keys (Settings.Check) and of the runtime
+// fields. Args are never quoted. That the executable exists is checked by
+// New, before every start.
 func (c Config) Validate() error {
-	var errs []error
-	if err := checkCommand(c.Command); err != nil {
-		errs = append(errs, fmt.Errorf("command: %w", err))
-	}
-	if c.SHA256 != "" && !sha256Hex.MatchString(c.SHA256) {
-		errs = append(errs, errors.New("sha256: must be 64 lower-case hex digits (the output of sha256sum)"))
-	}
+	ch := wire.NewChecker(nil)
+	(&Settings{Command: c.Command, Args: c.Args, SHA256: c.SHA256}).Check(ch)
 	if c.Timeout < 0 {
-		errs = append(errs, errors.New("timeout: must not be negative"))
+		ch.Errorf("timeout", "must not be negative")
 	}
 	if c.StartTimeout < 0 {
-		errs = append(errs, errors.New("start timeout: must not be negative"))
+		ch.Errorf("start timeout", "must not be negative")
 	}
-	return errors.Join(errs...)
+	return ch.Errs.Err()
 }
 
+// checkCommand checks that the executable exists and can be run.
 func checkCommand(path string) error {
-	switch {
-	case path == "":
-		return errors.New("required")
-	case !filepath.IsAbs(path):
-		return fmt.Errorf("must be an absolute path, got %q", path)
-	}
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

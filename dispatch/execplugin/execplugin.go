@@ -121,6 +121,9 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkCommand(cfg.Command); err != nil {
+		return nil, fmt.Errorf("command: %w", err)
+	}
 	tmpDir, err := os.MkdirTemp("", "drainer-plugin-")
 	if err != nil {
 		return nil, fmt.Errorf("plugin socket directory: %w", err)

@@ -310,7 +310,7 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"missing binary", Config{Command: missing}, []string{missing, "does not exist"}},
 		{"relative path", Config{Command: "plugin-echo"}, []string{"absolute path", `"plugin-echo"`}},
-		{"empty", Config{}, []string{"command: required"}},
+		{"empty", Config{}, []string{"command: required field is missing"}},
 		{"directory", Config{Command: dir}, []string{dir, "not a regular file"}},
 		{"not executable", Config{Command: notExec}, []string{notExec, "not executable"}},
 		{"bad sha256", Config{Command: echoBin, SHA256: "ABC"}, []string{"sha256", "64 lower-case hex"}},

@@ -9,10 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // Defaults applied by Config.WithDefaults.
@@ -67,22 +68,24 @@ type Config struct {
 type TLS struct {
 	// CAFile is a PEM file of the CAs that sign the brokers' certificates;
 	// "" means the system roots.
-	CAFile string
+	CAFile string `yaml:"ca_file"`
 	// CertFile and KeyFile are a PEM client certificate and its key, for
 	// brokers that require client authentication; both or neither.
-	CertFile, KeyFile string
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 	// ServerName overrides the host name the brokers' certificates are
 	// checked against.
-	ServerName string
+	ServerName string `yaml:"server_name"`
 }
 
 // SASL configures SASL authentication. The password is only ever sent on
 // the wire: errors and logs never show it.
 type SASL struct {
 	// Mechanism is one of Mechanisms().
-	Mechanism string
-	Username  string
-	Password  string
+	Mechanism string `yaml:"mechanism"`
+	Username  string `yaml:"username"`
+	// Password must come from ${env:NAME} or ${file:/path}.
+	Password string `yaml:"password" secret:"reference"`
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
@@ -109,42 +112,17 @@ func (c Config) SeedBrokers() []string {
 	return out
 }
 
-// Validate reports every problem of c at once, each naming its field. A
-// broker is named by its index and only quoted when it is not an address
-// (a broker address is not a secret; a mistyped one is easier to fix seen).
+// Validate reports every problem of c at once, each naming its field: the
+// rules of the config file's keys (Settings.Check) and of the runtime
+// fields. A broker is only quoted when it is not an address (a broker
+// address is not a secret; a mistyped one is easier to fix seen).
 func (c Config) Validate() error {
-	var errs []error
-	if len(c.SeedBrokers()) == 0 {
-		errs = append(errs, errors.New("brokers: at least one broker (host:port) is required"))
-	}
-	for i, b := range c.SeedBrokers() {
-		if err := CheckBroker(b); err != nil {
-			errs = append(errs, fmt.Errorf("brokers[%d]: %w", i, err))
-		}
-	}
-	if _, err := ParseTopic(c.Topic); err != nil {
-		errs = append(errs, fmt.Errorf("topic: %w", err))
-	}
-	if c.TLS != nil {
-		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-			errs = append(errs, errors.New("tls: cert_file and key_file go together (a client certificate and its key)"))
-		}
-	}
-	if c.SASL != nil {
-		if !slices.Contains(Mechanisms(), c.SASL.Mechanism) {
-			errs = append(errs, fmt.Errorf("sasl.mechanism: must be one of %s, got %q", strings.Join(Mechanisms(), ", "), c.SASL.Mechanism))
-		}
-		if c.SASL.Username == "" {
-			errs = append(errs, errors.New("sasl.username: required"))
-		}
-		if c.SASL.Password == "" {
-			errs = append(errs, errors.New("sasl.password: required"))
-		}
-	}
+	ch := wire.NewChecker(nil)
+	(&Settings{Brokers: c.Brokers, Topic: c.Topic, TLS: c.TLS, SASL: c.SASL}).Check(ch)
 	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("timeout: must be positive, got %s", c.Timeout))
+		ch.Errorf("timeout", "must be positive, got %s", c.Timeout)
 	}
-	return errors.Join(errs...)
+	return ch.Errs.Err()
 }
 
 // CheckBroker checks one seed broker address: host:port, without a scheme.

@@ -155,7 +155,7 @@ func TestConfigErrors(t *testing.T) {
 	if strings.Contains(err.Error(), pass) {
 		t.Errorf("error reveals the password: %v", err)
 	}
-	if _, err := New(Config{Topic: "t"}); err == nil || !strings.Contains(err.Error(), "brokers: at least one broker") {
+	if _, err := New(Config{Topic: "t"}); err == nil || !strings.Contains(err.Error(), "brokers: required field is missing") {
 		t.Errorf("no brokers: %v", err)
 	}
 }

@@ -2,16 +2,12 @@ package mcp
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // DefaultTimeout bounds one attempt when Config.Timeout is zero.
@@ -20,12 +16,6 @@ const DefaultTimeout = 30 * time.Second
 // DefaultMessageLimit bounds the bytes read of one JSON-RPC message from the
 // server. A larger answer is refused (terminal) without being read further.
 const DefaultMessageLimit = 16 << 20
-
-// reservedHeaders are set by the adapter; configured headers cannot override them.
-var reservedHeaders = []string{
-	"Idempotency-Key", "Mcp-Session-Id", "Mcp-Protocol-Version", "Content-Type",
-	"Content-Length", "Accept", "Host", "Transfer-Encoding",
-}
 
 // Config configures one mcp adapter instance.
 type Config struct {
@@ -65,57 +55,20 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports every problem of c at once, each naming its field. It never
-// quotes the URL or a header value.
+// Validate reports every problem of c at once, each naming its field: the
+// rules of the config file's keys (Settings.Check) and of the runtime
+// fields. It never quotes the URL or a header value.
 func (c Config) Validate() error {
-	var errs []error
-	if err := validateURL(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("url: %w", err))
-	}
-	names := make([]string, 0, len(c.Headers))
-	for name := range c.Headers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		switch {
-		case name == "" || strings.ContainsAny(name, " \t\r\n:()<>@,;\\\"/[]?={}"):
-			errs = append(errs, fmt.Errorf("headers: %q is not a valid header name", name))
-		case slices.ContainsFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, name) }):
-			errs = append(errs, fmt.Errorf("headers: %s is set by the adapter and cannot be overridden", name))
-		case strings.ContainsAny(c.Headers[name], "\r\n\x00"):
-			errs = append(errs, fmt.Errorf("headers: %s: value contains a control character", name))
-		}
-	}
+	ch := wire.NewChecker(nil)
+	(&Settings{URL: c.URL, Headers: wire.Hide(c.Headers)}).Check(ch)
 	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("timeout: must be positive, got %s", c.Timeout))
+		ch.Errorf("timeout", "must be positive, got %s", c.Timeout)
 	}
 	if c.ResponseLimit < 0 {
-		errs = append(errs, fmt.Errorf("response_limit: must not be negative, got %d", c.ResponseLimit))
+		ch.Errorf("response_limit", "must not be negative, got %d", c.ResponseLimit)
 	}
 	if c.MessageLimit < 0 {
-		errs = append(errs, fmt.Errorf("message_limit: must not be negative, got %d", c.MessageLimit))
+		ch.Errorf("message_limit", "must not be negative, got %d", c.MessageLimit)
 	}
-	return errors.Join(errs...)
-}
-
-func validateURL(s string) error {
-	if s == "" {
-		return errors.New("required")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return errors.New("not a valid URL")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("scheme must be http or https, got %q", u.Scheme)
-	case u.User != nil:
-		return errors.New("must not contain userinfo; send credentials in headers")
-	case u.Host == "":
-		return errors.New("host is missing")
-	case u.Fragment != "":
-		return errors.New("must not contain a fragment")
-	}
-	return nil
+	return ch.Errs.Err()
 }

@@ -22,8 +22,13 @@
 //
 // Files:
 //
+//	settings.go Settings: the config keys (url, headers) and their rules; the
+//	            type's registration (dispatch.RegisterKind) and its build
 //	config.go   Config: url, headers, timeouts, limits, client identity
-//	mcp.go      Adapter: negotiation, sessions and their recovery, tools/call, answers
+//	mcp.go      Adapter: New, Close, Dispatch (one tools/call and its _meta)
+//	session.go  negotiation, sessions and their recovery
+//	transport.go the HTTP transport: headers, one call, SSE answers
+//	result.go   answers: JSON-RPC errors, tool results
 //	tools.go    ListTools, CheckRoutes: tools/list at startup, class vs annotations
 //	start.go    StartInBackground: a server unreachable at startup, its rows held (not sent)
 //

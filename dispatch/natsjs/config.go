@@ -2,13 +2,10 @@ package natsjs
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net/url"
-	"slices"
-	"strings"
 	"time"
+
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // Defaults applied by Config.WithDefaults.
@@ -49,27 +46,14 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports every problem of c at once, each naming its field. A
-// server is named by its index, never quoted.
+// Validate reports every problem of c at once, each naming its field: the
+// rules of the config file's keys (Settings.Check) and of the runtime
+// fields. A server is named by its index, never quoted.
 func (c Config) Validate() error {
-	var errs []error
-	if len(c.Servers) == 0 {
-		errs = append(errs, errors.New("servers: at least one server URL is required"))
-	}
-	for i, s := range c.Servers {
-		u, err := url.Parse(s)
-		if err != nil || !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme) || u.Host == "" {
-			errs = append(errs, fmt.Errorf("servers[%d]: must be a URL like nats://host:4222 (schemes nats, tls, ws, wss)", i))
-		}
-	}
-	if _, err := parseSubject(c.Subject); err != nil {
-		errs = append(errs, fmt.Errorf("subject: %w", err))
-	}
-	if c.Stream != "" && strings.ContainsAny(c.Stream, " \t\r\n.*>/\\") {
-		errs = append(errs, fmt.Errorf(`stream: must be a stream name (no whitespace, ".", "*", ">", "/" or "\"), got %q`, c.Stream))
-	}
+	ch := wire.NewChecker(nil)
+	(&Settings{Servers: c.Servers, Subject: c.Subject, Stream: c.Stream}).Check(ch)
 	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("timeout: must be positive, got %s", c.Timeout))
+		ch.Errorf("timeout", "must be positive, got %s", c.Timeout)
 	}
-	return errors.Join(errs...)
+	return ch.Errs.Err()
 }

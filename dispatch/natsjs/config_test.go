@@ -23,8 +23,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"valid", func(*Config) {}, nil},
 		{"plain subject", func(c *Config) { c.Subject = "intents" }, nil},
-		{"no servers", func(c *Config) { c.Servers = nil }, []string{"servers: at least one"}},
-		{"bad scheme", func(c *Config) { c.Servers = []string{"nats://a", "http://u:" + credential + "@h"} }, []string{"servers[1]: must be a URL"}},
+		{"no servers", func(c *Config) { c.Servers = nil }, []string{"servers: required field is missing"}},
+		{"bad scheme", func(c *Config) { c.Servers = []string{"nats://a", "http://u:" + credential + "@h"} }, []string{"servers[1]: must be a server URL"}},
 		{"no host", func(c *Config) { c.Servers = []string{"nats://"} }, []string{"servers[0]"}},
 		{"no subject", func(c *Config) { c.Subject = "" }, []string{"subject: required"}},
 		{"wildcard", func(c *Config) { c.Subject = "agents.*" }, []string{"subject:", "wildcards"}},
@@ -33,7 +33,7 @@ func TestConfigValidate(t *testing.T) {
 		{"space", func(c *Config) { c.Subject = "agents x" }, []string{"whitespace"}},
 		{"partial variable", func(c *Config) { c.Subject = "agents.tool_{tool_name}" }, []string{"whole token"}},
 		{"unknown variable", func(c *Config) { c.Subject = "agents.{tool}" }, []string{"{tool_name} is the only variable"}},
-		{"bad stream", func(c *Config) { c.Stream = "a.b" }, []string{"stream: must be a stream name"}},
+		{"bad stream", func(c *Config) { c.Stream = "a.b" }, []string{"stream: must be a JetStream stream name"}},
 		{"timeout", func(c *Config) { c.Timeout = 0 }, []string{"timeout: must be positive"}},
 		{"all at once", func(c *Config) { c.Servers = nil; c.Subject = ""; c.Timeout = -1 }, []string{"servers:", "subject:", "timeout:"}},
 	}

@@ -3,11 +3,11 @@ package pgtable
 import (
 	"cmp"
 	"errors"
-	"fmt"
 	"regexp"
 	"strings"
 	"time"
 
+	"github.com/drainer-io/drainer/dispatch/wire"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -43,36 +43,30 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// identifier is a plain Postgres identifier, as config accepts for table.
+// identifier is a plain Postgres identifier (quoted identifiers are not
+// accepted: they are rarely meant and easy to get wrong in YAML).
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 
-// Validate reports every problem of c at once, each naming its field. The
-// messages never quote the DSN.
+// Validate reports every problem of c at once, each naming its field: the
+// rules of the config file's keys (Settings.Check) and of the runtime
+// fields. The messages never quote the DSN.
 func (c Config) Validate() error {
-	var errs []error
-	if strings.TrimSpace(c.DSN) == "" {
-		errs = append(errs, errors.New("dsn: required"))
-	}
-	if _, err := parseTable(c.Table); err != nil {
-		errs = append(errs, fmt.Errorf("table: %w", err))
-	}
+	ch := wire.NewChecker(nil)
+	(&Settings{DSN: wire.Secret(c.DSN), Table: c.Table}).Check(ch)
 	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("timeout: must be positive, got %s", c.Timeout))
+		ch.Errorf("timeout", "must be positive, got %s", c.Timeout)
 	}
 	if c.MaxConns < 0 {
-		errs = append(errs, fmt.Errorf("max_conns: must not be negative, got %d", c.MaxConns))
+		ch.Errorf("max_conns", "must not be negative, got %d", c.MaxConns)
 	}
-	return errors.Join(errs...)
+	return ch.Errs.Err()
 }
 
 // parseTable splits "table" or "schema.table" into identifier parts.
 func parseTable(name string) (pgx.Identifier, error) {
-	if name == "" {
-		return nil, errors.New("required")
-	}
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 || !identifier.MatchString(parts[0]) || (len(parts) == 2 && !identifier.MatchString(parts[1])) {
-		return nil, fmt.Errorf(`must be a table name, optionally schema-qualified ("effects" or "app.effects"; letters, digits, _ and $), got %q`, name)
+		return nil, errors.New(`must be a table name, optionally schema-qualified ("effects" or "app.effects"; letters, digits, _ and $)`)
 	}
 	return pgx.Identifier(parts), nil
 }

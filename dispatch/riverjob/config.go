@@ -2,12 +2,11 @@ package riverjob
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
 	"log/slog"
 	"regexp"
 	"time"
 
+	"github.com/drainer-io/drainer/dispatch/wire"
 	"github.com/riverqueue/river"
 )
 
@@ -63,24 +62,14 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports every problem of c at once, each naming its field. It
-// never quotes the DSN.
+// Validate reports every problem of c at once, each naming its field: the
+// rules of the config file's keys (Settings.Check) and of the runtime
+// fields. It never quotes the DSN.
 func (c Config) Validate() error {
-	var errs []error
-	if c.DSN == "" {
-		errs = append(errs, errors.New("dsn: required"))
-	}
-	if len(c.Queue) > 64 || !queueName.MatchString(c.Queue) {
-		errs = append(errs, fmt.Errorf("queue: must be a River queue name (at most 64 lower-case letters and digits separated by _ or -), got %q", c.Queue))
-	}
-	if !kindName.MatchString(c.JobKind) {
-		errs = append(errs, fmt.Errorf("job_kind: must match %s (River's job kind syntax), got %q", kindName, c.JobKind))
-	}
-	if c.Schema != "" && (len(c.Schema) > maxSchemaLength || !schemaName.MatchString(c.Schema)) {
-		errs = append(errs, fmt.Errorf("schema: must be a plain identifier of at most %d characters, got %q", maxSchemaLength, c.Schema))
-	}
+	ch := wire.NewChecker(nil)
+	(&Settings{DSN: wire.Secret(c.DSN), Queue: c.Queue, JobKind: c.JobKind, Schema: c.Schema}).Check(ch)
 	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("timeout: must be positive, got %s", c.Timeout))
+		ch.Errorf("timeout", "must be positive, got %s", c.Timeout)
 	}
-	return errors.Join(errs...)
+	return ch.Errs.Err()
 }

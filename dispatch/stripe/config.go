@@ -2,19 +2,13 @@ package stripe
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
-	"maps"
 	"net/http"
-	"net/url"
-	"regexp"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // Defaults applied by Config.WithDefaults.
@@ -61,62 +55,22 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// stripeVersion is the syntax of an API version: a date, optionally followed
-// by a release name ("2024-09-30.acacia").
-var stripeVersion = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}(\.[a-z]+)?$`)
-
-// Validate reports every problem of c at once, each naming its field. The
-// messages never quote the API key or the base URL.
+// Validate reports every problem of c at once, each naming its field: the
+// rules of the config file's keys (Settings.Check) and of the runtime
+// fields. The messages never quote the API key or the base URL.
 func (c Config) Validate() error {
-	var errs []error
-	switch {
-	case c.APIKey == "":
-		errs = append(errs, errors.New("api_key: required"))
-	case strings.ContainsFunc(c.APIKey, func(r rune) bool { return r <= ' ' || r == 0x7f || r == utf8.RuneError }):
-		errs = append(errs, errors.New("api_key: contains a space or a control character"))
-	}
-	if c.StripeVersion != "" && !stripeVersion.MatchString(c.StripeVersion) {
-		errs = append(errs, fmt.Errorf(`stripe_version: must be an API version like "2024-06-20", got %q`, c.StripeVersion))
-	}
-	if err := validateBaseURL(c.BaseURL); err != nil {
-		errs = append(errs, fmt.Errorf("base_url: %w", err))
-	}
+	ch := wire.NewChecker(nil)
+	(&Settings{APIKey: wire.Secret(c.APIKey), StripeVersion: c.StripeVersion, BaseURL: c.BaseURL, Tools: c.Tools}).Check(ch)
 	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("timeout: must be positive, got %s", c.Timeout))
+		ch.Errorf("timeout", "must be positive, got %s", c.Timeout)
 	}
 	if c.ResponseLimit < 0 {
-		errs = append(errs, fmt.Errorf("response_limit: must not be negative, got %d", c.ResponseLimit))
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.Tools)) {
-		switch path := c.Tools[name]; {
-		case name == "" || len(name) > maxToolName || !utf8.ValidString(name) || strings.ContainsRune(name, 0):
-			errs = append(errs, fmt.Errorf("tools: %q is not a valid tool name", name))
-		case !apiPath.MatchString(path):
-			errs = append(errs, fmt.Errorf(`tools: %s: path must look like "/v1/customers" (lower-case segments), got %q`, name, path))
-		}
+		ch.Errorf("response_limit", "must not be negative, got %d", c.ResponseLimit)
 	}
 	if strings.ContainsFunc(c.UserAgent, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		errs = append(errs, errors.New("user_agent: contains a control character"))
+		ch.Errorf("user_agent", "contains a control character")
 	}
-	return errors.Join(errs...)
-}
-
-// validateBaseURL checks the API root. Its errors never quote the URL.
-func validateBaseURL(raw string) error {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return errors.New("not a valid URL")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("scheme must be http or https, got %q", u.Scheme)
-	case u.Host == "":
-		return errors.New("host is missing")
-	case u.User != nil:
-		return errors.New("must not contain userinfo; the API key is sent as a bearer token")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(raw, "#"):
-		return errors.New("must not contain a query or a fragment")
-	}
-	return nil
+	return ch.Errs.Err()
 }
 
 // version is the main module's version, or "dev" for a local build.

@@ -35,17 +35,17 @@ func TestConfigValidate(t *testing.T) {
 			c.Headers = map[string]string{"Authorization": "Bearer " + secret, "X-Tenant": "a\tb", "User-Agent": "custom"}
 		}, nil},
 		{"missing url", func(c *Config) { c.URL = "" }, []string{"url: required"}},
-		{"relative url", func(c *Config) { c.URL = "/v1/{tool_name}" }, []string{"url: scheme must be http or https"}},
-		{"ftp", func(c *Config) { c.URL = "ftp://x/{tool_name}" }, []string{`url: scheme must be http or https, got "ftp"`}},
-		{"no host", func(c *Config) { c.URL = "http:///path" }, []string{"url: host is missing"}},
-		{"opaque", func(c *Config) { c.URL = "http:foo" }, []string{"url: host is missing"}},
+		{"relative url", func(c *Config) { c.URL = "/v1/{tool_name}" }, []string{"url: must be an absolute http:// or https:// URL"}},
+		{"ftp", func(c *Config) { c.URL = "ftp://x/{tool_name}" }, []string{`url: must be an absolute http:// or https:// URL`}},
+		{"no host", func(c *Config) { c.URL = "http:///path" }, []string{"url: must be an absolute http:// or https:// URL (the host is missing)"}},
+		{"opaque", func(c *Config) { c.URL = "http:foo" }, []string{"url: must be an absolute http:// or https:// URL (the host is missing)"}},
 		{"userinfo", func(c *Config) { c.URL = "https://user:" + secret + "@x/{tool_name}" }, []string{"url: must not contain userinfo"}},
-		{"unknown variable", func(c *Config) { c.URL = "https://x/{tool}/{tool_name}?k=" + secret }, []string{`url: unknown template variable or stray brace "{tool}"`}},
-		{"stray brace", func(c *Config) { c.URL = "https://x/}{tool_name}" }, []string{`stray brace "}"`}},
-		{"variable in host", func(c *Config) { c.URL = "https://{tool_name}.example.com/" }, []string{"url: {tool_name} may appear only in the path or the query"}},
+		{"unknown variable", func(c *Config) { c.URL = "https://x/{tool}/{tool_name}?k=" + secret }, []string{"url: unknown URL variable {tool}; {tool_name} is the only one"}},
+		{"stray brace", func(c *Config) { c.URL = "https://x/}{tool_name}" }, []string{"unbalanced { or }"}},
+		{"variable in host", func(c *Config) { c.URL = "https://{tool_name}.example.com/" }, []string{"url: {tool_name} may appear only in the URL's path or query"}},
 		{"fragment", func(c *Config) { c.URL = "https://x/{tool_name}#frag" }, []string{"url: must not contain a fragment"}},
 		{"unparsable", func(c *Config) { c.URL = "https://x/%zz?k=" + secret }, []string{"url: not a valid URL"}},
-		{"bad header name", func(c *Config) { c.Headers = map[string]string{"Bad Name": secret} }, []string{`headers: "Bad Name" is not a valid header name`}},
+		{"bad header name", func(c *Config) { c.Headers = map[string]string{"Bad Name": secret} }, []string{`headers.Bad Name: "Bad Name" is not a valid header name`}},
 		{"empty header name", func(c *Config) { c.Headers = map[string]string{"": secret} }, []string{`headers: "" is not a valid header name`}},
 		{"reserved headers", func(c *Config) {
 			c.Headers = map[string]string{
@@ -53,11 +53,11 @@ func TestConfigValidate(t *testing.T) {
 				"Host": secret, "Content-Length": secret,
 			}
 		}, []string{
-			"headers: idempotency-key is set by the adapter", "headers: X-Agent-Idempotency-Tuple is set by the adapter",
-			"headers: Content-Type is set", "headers: Host is set", "headers: Content-Length is set",
+			"headers.idempotency-key: header idempotency-key is set by drainer", "headers.X-Agent-Idempotency-Tuple: header X-Agent-Idempotency-Tuple is set by drainer",
+			"headers.Content-Type: header Content-Type is set by drainer", "headers.Host: header Host is set by drainer", "headers.Content-Length: header Content-Length is set by drainer",
 		}},
 		{"header value with newline", func(c *Config) { c.Headers = map[string]string{"Authorization": secret + "\r\nX-Evil: 1"} },
-			[]string{"headers: Authorization: value contains a control character"}},
+			[]string{"headers.Authorization: header values cannot contain"}},
 		{"zero timeout", func(c *Config) { c.Timeout = 0 }, []string{"timeout: must be positive, got 0s"}},
 		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, []string{"timeout: must be positive, got -1s"}},
 		{"negative limit", func(c *Config) { c.ResponseLimit = -1 }, []string{"response_limit: must not be negative"}},
@@ -66,7 +66,7 @@ func TestConfigValidate(t *testing.T) {
 			c.URL = "ftp://x"
 			c.Timeout = 0
 			c.Headers = map[string]string{"Host": secret}
-		}, []string{"url: scheme", "timeout: must be positive", "headers: Host is set"}},
+		}, []string{"url: must be an absolute", "timeout: must be positive", "headers.Host: header Host is set by drainer"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

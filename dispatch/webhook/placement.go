@@ -2,95 +2,77 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // Key locations of a KeyPlacement (docs/reference.md §5).
 const (
-	LocationHeader = "header"
-	LocationQuery  = "query"
-	LocationBody   = "body"
+	LocationHeader = wire.LocationHeader
+	LocationQuery  = wire.LocationQuery
+	LocationBody   = wire.LocationBody
 )
 
 // DefaultKeyHeader is the header that carries the key by default.
-const DefaultKeyHeader = "Idempotency-Key"
+const DefaultKeyHeader = wire.DefaultKeyHeader
 
 // KeyPlacement says where the idempotency key travels: header Name, query
 // parameter Name, or top-level field Name of the JSON-object payload. The zero
 // value means the default, header Idempotency-Key.
-type KeyPlacement struct {
-	Name     string
-	Location string
-}
+type KeyPlacement = wire.KeyPlacement
 
-// IsZero reports whether p is unset.
-func (p KeyPlacement) IsZero() bool { return p == KeyPlacement{} }
-
-// withDefaults fills an unset placement with the default header, and an
-// unset location with header.
-func (p KeyPlacement) withDefaults() KeyPlacement {
-	if p.IsZero() {
-		return KeyPlacement{Name: DefaultKeyHeader, Location: LocationHeader}
+// checkPlacement checks one placement at path against the adapter's URL
+// template and configured headers. Its messages quote the placement's name
+// (a config identifier), never a URL or a header value.
+func checkPlacement(c *wire.Checker, path string, p KeyPlacement, urlTmpl string, headers map[string]string) {
+	lp, np := wire.Join(path, "location"), wire.Join(path, "name")
+	loc := cmp.Or(p.Location, LocationHeader)
+	if c.Set(lp, p.Location == "") {
+		if !c.Known(lp) {
+			return
+		}
+		if !slices.Contains([]string{LocationHeader, LocationQuery, LocationBody}, p.Location) {
+			c.Errorf(lp, "must be one of header, query or body, got %s", c.Quote(lp, p.Location))
+			return
+		}
 	}
-	if p.Location == "" {
-		p.Location = LocationHeader
+	if p.IsZero() || !c.Require(np, p.Name == "") {
+		return
 	}
-	return p
-}
-
-// String is "location name", for messages.
-func (p KeyPlacement) String() string { return p.Location + " " + p.Name }
-
-// validatePlacement checks one placement against the adapter's URL template
-// and configured headers. Its errors quote the placement's name (a config
-// identifier), never a URL or a header value.
-func validatePlacement(p KeyPlacement, urlTmpl string, headers map[string]string) error {
-	p = p.withDefaults()
-	switch p.Location {
-	case LocationHeader:
+	switch {
+	case p.Name == "":
+		c.Errorf(np, "must not be empty")
+	case loc == LocationHeader:
 		switch {
-		case !isToken(p.Name):
-			return fmt.Errorf("name %q is not a valid header name", p.Name)
-		case !strings.EqualFold(p.Name, DefaultKeyHeader) &&
-			slices.ContainsFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, p.Name) }):
-			return fmt.Errorf("header %s is set by the adapter and cannot carry the key", p.Name)
-		case strings.EqualFold(p.Name, "User-Agent") || strings.EqualFold(p.Name, "Traceparent"):
-			return fmt.Errorf("header %s is set by the adapter and cannot carry the key", p.Name)
+		case !wire.ValidHeaderName(p.Name):
+			c.Errorf(np, "%q is not a valid header name (letters, digits and !#$%%&'*+-.^_`|~ only)", p.Name)
+		case wire.HeaderIn(p.Name, wire.NotKeyCarriers):
+			c.Errorf(np, "header %s is set by drainer on every request and cannot carry the key", p.Name)
+		case !strings.EqualFold(p.Name, DefaultKeyHeader) && slices.ContainsFunc(slices.Collect(maps.Keys(headers)),
+			func(h string) bool { return strings.EqualFold(h, p.Name) }):
+			c.Errorf(np, "header %s is also configured in the adapter's headers", p.Name)
 		}
-		for name := range headers {
-			// A configured reserved header is reported by Validate already.
-			if strings.EqualFold(name, p.Name) && !strings.EqualFold(name, DefaultKeyHeader) {
-				return fmt.Errorf("header %s is also configured in headers", p.Name)
-			}
-		}
-	case LocationQuery:
-		if p.Name == "" {
-			return errors.New("name is required")
-		}
+	case loc == LocationQuery:
 		if u, err := url.Parse(strings.ReplaceAll(urlTmpl, toolNameVar, "x")); err == nil && u.Query().Has(p.Name) {
-			return fmt.Errorf("query parameter %q is already in the url", p.Name)
+			c.Errorf(np, "query parameter %s is already in the adapter's url", p.Name)
 		}
-	case LocationBody:
-		if p.Name == "" {
-			return errors.New("name is required")
-		}
-	default:
-		return fmt.Errorf("location must be header, query or body, got %q", p.Location)
 	}
-	return nil
 }
 
 // placementFor returns the placement of tool: its override, else the adapter's.
 func (c Config) placementFor(tool string) KeyPlacement {
 	if p, ok := c.ToolKeyPlacement[tool]; ok {
-		return p.withDefaults()
+		return p.WithDefaults()
 	}
-	return c.KeyPlacement.withDefaults()
+	return c.KeyPlacement.WithDefaults()
 }
 
 // errPayloadNotObject and errFieldConflict are terminal: the same payload

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // Methods a route may use (docs/reference.md §4); POST is the default.
@@ -249,33 +250,35 @@ func unsendable(err error) dispatch.Result {
 	return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable, Err: err}
 }
 
-// validateRoute checks one tool's route against the adapter's key placement.
-func validateRoute(r Route, place KeyPlacement) error {
-	var errs []error
-	if r.Method != "" {
+// checkRoute checks one tool's route at path against the key placement
+// that applies to it.
+func checkRoute(c *wire.Checker, path string, r Route, place KeyPlacement) {
+	if mp := wire.Join(path, "method"); r.Method != "" && c.Known(mp) {
 		if err := ValidateMethod(r.Method); err != nil {
-			errs = append(errs, fmt.Errorf("method: %w", err))
+			c.Errorf(mp, "%v", err)
+		} else if !r.hasBody() && place.Location == LocationBody {
+			c.Errorf(mp, "a DELETE sends no body, so its idempotency key cannot travel in the body; place it in a header or the query")
 		}
 	}
-	if r.Path != "" {
-		if _, err := ParsePath(r.Path); err != nil {
-			errs = append(errs, fmt.Errorf("path: %w", err))
+	if pp := wire.Join(path, "path"); r.Path != "" && c.Known(pp) {
+		if c.FromReference(pp) {
+			c.Errorf(pp, "a path is written in the config, not read from a reference")
+		} else if _, err := ParsePath(r.Path); err != nil {
+			c.Errorf(pp, "%v", err)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Query)) {
+		qp := wire.Join(path, "query."+name)
 		switch {
 		case name == "":
-			errs = append(errs, errors.New("query: empty parameter name"))
+			c.KeyErrorf(qp, "empty query parameter name")
+		case !c.Known(qp):
 		case strings.ContainsAny(r.Query[name], "{}"):
-			errs = append(errs, fmt.Errorf("query: %s: values are fixed (config only); a payload field cannot fill one", name))
+			c.Errorf(qp, "query values are fixed in the config; a payload field cannot fill one (use a {field} in path, or leave it in the body)")
 		case place.Location == LocationQuery && place.Name == name:
-			errs = append(errs, fmt.Errorf("query: %s also carries the idempotency key", name))
+			c.KeyErrorf(qp, "query parameter %s also carries the idempotency key", name)
 		}
 	}
-	if !r.hasBody() && place.Location == LocationBody {
-		errs = append(errs, errors.New("method: a DELETE sends no body, so its idempotency key cannot travel in the body"))
-	}
-	return errors.Join(errs...)
 }
 
 // compiledRoute is a Route ready to send: its path parsed (nil: none), its

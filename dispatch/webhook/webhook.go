@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // reasonInvalidRequest marks a request that could not be built; with a
@@ -135,7 +136,7 @@ func (a *Adapter) newRequest(ctx context.Context, m *dispatch.Message) (*http.Re
 		req.Header.Set(place.Name, m.Key)
 	}
 	req.Header.Set("X-Agent-Idempotency-Tuple", m.Tuple.Encoded())
-	if validTraceparent(m.Traceparent) {
+	if wire.ValidTraceparent(m.Traceparent) {
 		req.Header.Set("Traceparent", m.Traceparent)
 	}
 	return req, nil
@@ -161,27 +162,4 @@ func (a *Adapter) result(ctx context.Context, resp *http.Response, body []byte, 
 	r.Problem = dispatch.ParseProblem(contentType, body)
 	r.Err = dispatch.NewHTTPError(resp.StatusCode, body, r.Problem)
 	return r
-}
-
-// validTraceparent reports whether s is a W3C traceparent header
-// (version-traceid-parentid-flags in lower-case hex, later versions may append
-// fields). An invalid one is dropped rather than failing the request.
-func validTraceparent(s string) bool {
-	if len(s) < 55 || len(s) > 512 || (len(s) > 55 && s[55] != '-') || !validHeaderValue(s) {
-		return false
-	}
-	for i := range 55 {
-		c := s[i]
-		switch i {
-		case 2, 35, 52:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return s[:2] != "ff"
 }

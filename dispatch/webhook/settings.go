@@ -1,0 +1,165 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
+)
+
+// The http adapter's config keys and their rules (docs/reference.md §4),
+// and its registration as adapter type http.
+
+// DefaultKeyTTL is the http adapter's key_ttl when the config leaves it
+// unset: the usual provider idempotency window.
+const DefaultKeyTTL = 24 * time.Hour
+
+// Settings are the keys of an http adapter in the config file.
+type Settings struct {
+	// URL is the target; {tool_name}, path-escaped, is its only variable.
+	URL     string                 `yaml:"url"`
+	Headers map[string]wire.Secret `yaml:"headers"`
+	// IdempotencyKey is where the key travels; nil means header
+	// Idempotency-Key.
+	IdempotencyKey *KeyPlacement `yaml:"idempotency_key"`
+}
+
+// Check reports every problem of the settings.
+func (s *Settings) Check(c *wire.Checker) {
+	if c.Require("url", s.URL == "") {
+		checkURL(c, "url", s.URL)
+	}
+	headers := wire.Reveal(s.Headers)
+	wire.CheckHeaders(c, "headers", headers, wire.SetByDrainer)
+	if s.IdempotencyKey != nil {
+		checkPlacement(c, "idempotency_key", *s.IdempotencyKey, s.URL, headers)
+	}
+}
+
+// settings are the config keys of a runtime config.
+func (c Config) settings() *Settings {
+	s := &Settings{URL: c.URL, Headers: wire.Hide(c.Headers)}
+	if !c.KeyPlacement.IsZero() {
+		s.IdempotencyKey = &c.KeyPlacement
+	}
+	return s
+}
+
+// checkURL checks the URL template at path: {tool_name} is its only
+// variable (looked for in the text as written, so a message never shows
+// part of an expanded value), in the path or the query of an absolute http
+// or https URL.
+func checkURL(c *wire.Checker, path, tmpl string) {
+	for _, v := range wire.TemplateVars(wire.Literal(c.Raw(path, tmpl))) {
+		if v != toolNameVar {
+			c.Errorf(path, "unknown URL variable %s; {tool_name} is the only one", v)
+			return
+		}
+	}
+	if err := validateURL(tmpl); err != nil {
+		c.Errorf(path, "%v", err)
+	}
+}
+
+// validateURL checks the URL template. Its errors never quote the URL.
+func validateURL(tmpl string) error {
+	if strings.ContainsAny(strings.ReplaceAll(tmpl, toolNameVar, ""), "{}") {
+		return errors.New("unbalanced { or } in the URL; {tool_name} is the only variable")
+	}
+	const marker = "drainer-tool-name"
+	u, err := url.Parse(strings.ReplaceAll(tmpl, toolNameVar, marker))
+	if err != nil {
+		return errors.New("not a valid URL")
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("must be an absolute http:// or https:// URL")
+	case u.User != nil:
+		return errors.New("must not contain userinfo; send credentials in headers")
+	case u.Host == "":
+		return errors.New("must be an absolute http:// or https:// URL (the host is missing)")
+	case strings.Contains(u.Host, marker):
+		return errors.New("{tool_name} may appear only in the URL's path or query")
+	case u.Fragment != "" || strings.Contains(tmpl, "#"):
+		return errors.New("must not contain a fragment")
+	}
+	return nil
+}
+
+// routeKeys are the route keys of an http route (docs/reference.md §4).
+var routeKeys = []string{"method", "path", "query", "idempotency_key"}
+
+// checkConfiguredRoute checks the request keys of a route the adapter
+// serves as its adapter: its idempotency_key, method, path and query.
+func checkConfiguredRoute(c *wire.Checker, adapter string, ds dispatch.Settings, r dispatch.RouteSpec) {
+	s := ds.(*Settings)
+	if r.Fallback {
+		return
+	}
+	place := KeyPlacement{}
+	if s.IdempotencyKey != nil {
+		place = *s.IdempotencyKey
+	}
+	if r.IdempotencyKey != nil {
+		checkPlacement(c, "idempotency_key", *r.IdempotencyKey, s.URL, wire.Reveal(s.Headers))
+		place = *r.IdempotencyKey
+	}
+	checkRoute(c, "", Route{Method: r.Method, Path: r.Path, Query: r.Query}, place.WithDefaults())
+	if r.Path != "" && strings.Contains(s.URL, toolNameVar) {
+		// The mistake of a config written for POST url/{tool_name} that
+		// then gains imported paths.
+		c.Warnf("path", "the path is appended to adapters.%s.url, which holds {tool_name}: requests go to .../{tool_name}%s; make that url the API's base", adapter, r.Path)
+	}
+}
+
+// configure turns an http adapter's settings into its runtime config: each
+// route's key placement, method, path and query become the tool's own.
+func configure(in dispatch.BuildInput) (dispatch.Start, error) {
+	s := in.Settings.(*Settings)
+	cfg := Config{URL: s.URL, Headers: wire.Reveal(s.Headers), Timeout: in.Timeout, UserAgent: in.UserAgent()}
+	if s.IdempotencyKey != nil {
+		cfg.KeyPlacement = *s.IdempotencyKey
+	}
+	for _, r := range in.Routes {
+		if r.Fallback {
+			continue
+		}
+		if r.IdempotencyKey != nil {
+			if cfg.ToolKeyPlacement == nil {
+				cfg.ToolKeyPlacement = map[string]KeyPlacement{}
+			}
+			cfg.ToolKeyPlacement[r.Tool] = *r.IdempotencyKey
+		}
+		if r.Method != "" || r.Path != "" || len(r.Query) > 0 {
+			if cfg.Routes == nil {
+				cfg.Routes = map[string]Route{}
+			}
+			cfg.Routes[r.Tool] = Route{Method: r.Method, Path: r.Path, Query: r.Query}
+		}
+	}
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	return func(context.Context) (dispatch.Adapter, error) {
+		a, err := New(cfg)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return a, nil
+	}, nil
+}
+
+func init() {
+	dispatch.RegisterKind(dispatch.Kind{
+		Type:          "http",
+		DefaultKeyTTL: DefaultKeyTTL,
+		NewSettings:   func() dispatch.Settings { return new(Settings) },
+		RouteKeys:     routeKeys,
+		CheckRoute:    checkConfiguredRoute,
+		Configure:     configure,
+	})
+}
