@@ -9,7 +9,6 @@ import (
 
 	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/outbox"
-	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,10 +34,9 @@ func newEnv(t testing.TB) *env {
 // enqueue records steps s0…s(n-1) of run for tool and returns their keys.
 func (e *env) enqueue(run, tool string, n int) []string {
 	e.t.Helper()
-	ins := make([]producer.Intent, n)
+	ins := make([]store.Intent, n)
 	for i := range ins {
-		ins[i].AgentRunID, ins[i].StepID, ins[i].ToolName = run, "s"+strconv.Itoa(i), tool
-		ins[i].Payload = []byte(fmt.Sprintf(`{"i":%d}`, i))
+		ins[i] = store.Intent{AgentRunID: run, StepID: "s" + strconv.Itoa(i), ToolName: tool, Payload: []byte(fmt.Sprintf(`{"i":%d}`, i))}
 	}
 	return storetest.EnqueueIntents(e.t, e.pool, ins)
 }

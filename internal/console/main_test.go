@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/drainer-io/drainer/internal/dbtest"
-	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -52,10 +51,10 @@ func newEnv(t testing.TB, actions bool) *env {
 // their keys; step i has payload {"i": i, "customer": "c<i%2>"}.
 func (e *env) enqueue(run, tool, scope string, n int) []string {
 	e.t.Helper()
-	ins := make([]producer.Intent, n)
+	ins := make([]store.Intent, n)
 	for i := range ins {
-		ins[i].AgentRunID, ins[i].StepID, ins[i].ToolName, ins[i].BusinessScope = run, "s"+strconv.Itoa(i), tool, scope
-		ins[i].Payload = []byte(fmt.Sprintf(`{"i":%d,"customer":"c%d"}`, i, i%2))
+		ins[i] = store.Intent{AgentRunID: run, StepID: "s" + strconv.Itoa(i), ToolName: tool, BusinessScope: scope,
+			Payload: []byte(fmt.Sprintf(`{"i":%d,"customer":"c%d"}`, i, i%2))}
 	}
 	return storetest.EnqueueIntents(e.t, e.pool, ins)
 }

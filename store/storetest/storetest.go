@@ -11,7 +11,7 @@ import (
 	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
-	"github.com/drainer-io/drainer/producer"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -52,21 +52,27 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 // their keys in order.
 func Enqueue(t testing.TB, pool *pgxpool.Pool, run, tool string, n int) []string {
 	t.Helper()
-	ins := make([]producer.Intent, n)
+	ins := make([]store.Intent, n)
 	for i := range ins {
-		ins[i] = producer.Intent{Payload: []byte(`{"i":` + strconv.Itoa(i) + `}`)}
-		ins[i].AgentRunID, ins[i].StepID, ins[i].ToolName = run, "step-"+strconv.Itoa(i), tool
+		ins[i] = store.Intent{AgentRunID: run, StepID: "step-" + strconv.Itoa(i), ToolName: tool,
+			Payload: []byte(`{"i":` + strconv.Itoa(i) + `}`)}
 	}
 	return EnqueueIntents(t, pool, ins)
 }
 
-// EnqueueIntents enqueues ins in one transaction, as an agent does, and
-// returns their keys in order.
-func EnqueueIntents(t testing.TB, pool *pgxpool.Pool, ins []producer.Intent) []string {
+// EnqueueIntents enqueues ins in one transaction with the statement the
+// producer uses (store's EnqueueBatch: drainer.enqueue_batch, one
+// notification), and returns their keys in order. Unlike the producer it
+// does not validate them first: give valid intents.
+func EnqueueIntents(t testing.TB, pool *pgxpool.Pool, ins []store.Intent) []string {
 	t.Helper()
+	st, err := store.New(Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var keys []string
-	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		res, err := producer.EnqueueBatchTx(context.Background(), tx, ins)
+	err = pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		res, err := st.EnqueueBatch(context.Background(), tx, ins)
 		for _, r := range res {
 			keys = append(keys, r.Key)
 		}
