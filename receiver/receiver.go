@@ -96,43 +96,18 @@ func (rc *Receiver) Wrap(next http.Handler) http.Handler {
 // serve runs the request flow of docs/receiver.md for a request that needs a key.
 func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	// 1. Checks that store nothing: body size, key, tuple.
-	if r.ContentLength > rc.opts.MaxBody {
-		rc.tooLarge(w)
+	scope, key, fp, ok := rc.admit(w, r)
+	if !ok {
 		return
 	}
-	body, err := readBody(w, r, rc.opts.MaxBody)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			rc.tooLarge(w)
-			return
-		}
-		writeProblem(w, http.StatusBadRequest, "unreadable-body", "Request body unreadable",
-			"the request body could not be read completely", nil)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-
-	key, prob := rc.requestKey(r)
-	if prob != nil {
-		prob.write(w)
-		return
-	}
-	scope := rc.opts.Scope(r)
-	if !utf8.ValidString(scope) || bytes.IndexByte([]byte(scope), 0) >= 0 {
-		writeProblem(w, http.StatusBadRequest, "invalid-scope", "Invalid scope",
-			"the request's scope is not valid UTF-8 or contains a NUL byte", nil)
-		return
-	}
-	fp := Fingerprint(r.Method, requestPath(r), r.Header.Get(headerContentType), body)
 
 	if rc.opts.InTransaction {
-		rc.serveInTransaction(w, r, next, scope, key, fp[:])
+		rc.serveInTransaction(w, r, next, scope, key, fp)
 		return
 	}
 
 	// 2. Claim the record.
-	res, err := rc.claim(r.Context(), scope, key, fp[:])
+	res, err := rc.claim(r.Context(), scope, key, fp)
 	if err != nil {
 		rc.logFailure("claim failed; answered 503", scope, err)
 		writeUnavailable(w, "the idempotency store could not be reached; the request was not processed, retry it with the same key")
@@ -174,6 +149,42 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		}
 	}
 	rec.flush(w)
+}
+
+// admit runs the checks that store nothing (body size, key, tuple, scope)
+// and returns the request's scope, key and fingerprint, or answers the
+// request and reports false. The body read is put back for the handler.
+func (rc *Receiver) admit(w http.ResponseWriter, r *http.Request) (string, string, []byte, bool) {
+	if r.ContentLength > rc.opts.MaxBody {
+		rc.tooLarge(w)
+		return "", "", nil, false
+	}
+	body, err := readBody(w, r, rc.opts.MaxBody)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			rc.tooLarge(w)
+			return "", "", nil, false
+		}
+		writeProblem(w, http.StatusBadRequest, "unreadable-body", "Request body unreadable",
+			"the request body could not be read completely", nil)
+		return "", "", nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+
+	key, prob := rc.requestKey(r)
+	if prob != nil {
+		prob.write(w)
+		return "", "", nil, false
+	}
+	scope := rc.opts.Scope(r)
+	if !utf8.ValidString(scope) || bytes.IndexByte([]byte(scope), 0) >= 0 {
+		writeProblem(w, http.StatusBadRequest, "invalid-scope", "Invalid scope",
+			"the request's scope is not valid UTF-8 or contains a NUL byte", nil)
+		return "", "", nil, false
+	}
+	fp := Fingerprint(r.Method, requestPath(r), r.Header.Get(headerContentType), body)
+	return scope, key, fp[:], true
 }
 
 // refuse answers a request whose claim did not give it the record (a

@@ -242,44 +242,13 @@ func (rc *Receiver) claimRound(ctx context.Context, tx pgx.Tx, scope, key string
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return res, false, err
 	}
-	var (
-		storedFP             []byte
-		state                string
-		expired, recoverable bool
-		status               *int32
-		headers              map[string][]string
-		body                 []byte
-	)
-	// A plain read decides a replay, a mismatch or an in-flight answer: a
-	// completed record changes only once expired, and a record's
-	// fingerprint only by an expiry overwrite. Only an overwrite, a
-	// takeover or marking an abandoned record reads again under the row
-	// lock. NOWAIT: a record locked by another transaction is being
-	// claimed, completed or (InTransaction) worked on right now.
-	for _, lock := range []string{"", " FOR UPDATE NOWAIT"} {
-		err = tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
-				coalesce(locked_until <= now(), false), status, headers, body
-			FROM `+rc.table+` WHERE scope = $1 AND key = $2`+lock, scope, key).
-			Scan(&storedFP, &state, &expired, &recoverable, &status, &headers, &body)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return res, false, nil // gone meanwhile, or being inserted: try again
-		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
-			return res, false, errLocked // the transaction is aborted: roll it back
-		}
-		if err != nil {
-			return res, false, err
-		}
-		sameRequest := string(storedFP) == string(fp)
-		if lock == "" && (expired || (sameRequest && state == stateInFlight && recoverable)) {
-			continue
-		}
-		break
+	rec, err := rc.readRecord(ctx, tx, scope, key, fp)
+	if err != nil || rec == nil {
+		return res, false, err
 	}
-	sameRequest := string(storedFP) == string(fp)
+	sameRequest := string(rec.fingerprint) == string(fp)
 	switch {
-	case expired:
+	case rec.expired:
 		// An expired key is a new first request.
 		err = tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
 				locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
@@ -289,15 +258,15 @@ func (rc *Receiver) claimRound(ctx context.Context, tx pgx.Tx, scope, key string
 		res.outcome = claimed
 	case !sameRequest:
 		res.outcome = mismatch
-	case state == stateCompleted:
+	case rec.state == stateCompleted:
 		res.outcome = replay
-		res.answer = stored{status: 200, headers: http.Header(headers), body: body}
-		if status != nil {
-			res.answer.status = int(*status)
+		res.answer = stored{status: 200, headers: http.Header(rec.headers), body: rec.body}
+		if rec.status != nil {
+			res.answer.status = int(*rec.status)
 		}
-	case state == stateOutcomeUnknown:
+	case rec.state == stateOutcomeUnknown:
 		res.outcome = outcomeUnknown
-	case !recoverable:
+	case !rec.recoverable:
 		res.outcome = inFlight
 	case rc.opts.RerunAbandoned:
 		// The first request's process stopped mid-run and the service
@@ -315,6 +284,50 @@ func (rc *Receiver) claimRound(ctx context.Context, tx pgx.Tx, scope, key string
 		res.outcome, res.abandoned = outcomeUnknown, true
 	}
 	return res, err == nil, err
+}
+
+// storedRecord is a record as claimRound reads it.
+type storedRecord struct {
+	fingerprint          []byte
+	state                string
+	expired, recoverable bool
+	status               *int32
+	headers              map[string][]string
+	body                 []byte
+}
+
+// readRecord reads the record of (scope, key) for claimRound; nil when it
+// is gone meanwhile, or being inserted (claim again). A plain read decides
+// a replay, a mismatch or an in-flight answer: a completed record changes
+// only once expired, and a record's fingerprint only by an expiry
+// overwrite. Only an overwrite, a takeover or marking an abandoned record
+// reads again under the row lock. NOWAIT: a record locked by another
+// transaction is being claimed, completed or (InTransaction) worked on
+// right now.
+func (rc *Receiver) readRecord(ctx context.Context, tx pgx.Tx, scope, key string, fp []byte) (*storedRecord, error) {
+	var r storedRecord
+	for _, lock := range []string{"", " FOR UPDATE NOWAIT"} {
+		err := tx.QueryRow(ctx, `SELECT fingerprint, state, expires_at <= now(),
+				coalesce(locked_until <= now(), false), status, headers, body
+			FROM `+rc.table+` WHERE scope = $1 AND key = $2`+lock, scope, key).
+			Scan(&r.fingerprint, &r.state, &r.expired, &r.recoverable, &r.status, &r.headers, &r.body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, nil
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgLockNotAvailable {
+			return nil, errLocked // the transaction is aborted: roll it back
+		}
+		if err != nil {
+			return nil, err
+		}
+		sameRequest := string(r.fingerprint) == string(fp)
+		if lock == "" && (r.expired || (sameRequest && r.state == stateInFlight && r.recoverable)) {
+			continue
+		}
+		break
+	}
+	return &r, nil
 }
 
 // querier is a pool or a transaction.

@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/ed25519"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/drainer-io/drainer/ops"
@@ -79,26 +80,7 @@ touched; exit 1.`,
 					return err
 				}
 			} else {
-				if v.OK {
-					fmt.Fprintf(w, "audit: %d entries in %d chains verified\n", v.Entries, v.Chains)
-				} else {
-					t := newTable(w, "ID", "KEY", "PROBLEM")
-					for _, b := range v.Broken {
-						t.row(i64(b.ID), b.Key, b.Problem)
-					}
-					_ = t.flush()
-				}
-				if cp := v.Checkpoints; cp != nil {
-					if cp.OK {
-						fmt.Fprintf(w, "checkpoints: %d of %d verified\n", cp.Verified, cp.Checkpoints)
-					} else {
-						t := newTable(w, "CHECKPOINT", "RECORD", "KEY", "PROBLEM")
-						for _, p := range cp.Problems {
-							t.row(p.File, i64(p.Record), p.Key, p.Problem)
-						}
-						_ = t.flush()
-					}
-				}
+				printAuditVerification(w, v)
 			}
 			switch {
 			case !v.OK:
@@ -115,6 +97,32 @@ touched; exit 1.`,
 	cmd.Flags().StringVar(&pubFile, "public-key", "", "the Ed25519 public key (PEM) the checkpoints are signed with")
 	addOpFlags(cmd, &o)
 	return cmd
+}
+
+// printAuditVerification prints what audit verify found: the count, or the
+// broken links; then the checkpoints' verdict, or their problems.
+func printAuditVerification(w io.Writer, v *ops.Verification) {
+	if v.OK {
+		fmt.Fprintf(w, "audit: %d entries in %d chains verified\n", v.Entries, v.Chains)
+	} else {
+		t := newTable(w, "ID", "KEY", "PROBLEM")
+		for _, b := range v.Broken {
+			t.row(i64(b.ID), b.Key, b.Problem)
+		}
+		_ = t.flush()
+	}
+	cp := v.Checkpoints
+	switch {
+	case cp == nil:
+	case cp.OK:
+		fmt.Fprintf(w, "checkpoints: %d of %d verified\n", cp.Verified, cp.Checkpoints)
+	default:
+		t := newTable(w, "CHECKPOINT", "RECORD", "KEY", "PROBLEM")
+		for _, p := range cp.Problems {
+			t.row(p.File, i64(p.Record), p.Key, p.Problem)
+		}
+		_ = t.flush()
+	}
 }
 
 func newAuditCheckpointCmd() *cobra.Command {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/drainer-io/drainer/store"
 	"io"
 	"log/slog"
 	"slices"
@@ -83,36 +84,11 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int) error {
 	ctx, log := cmd.Context(), cmdLogger(cmd)
 	out := &lineWriter{w: cmd.OutOrStdout()}
 
-	// Static entries, each url resolved now; then the catalog's rows, a
-	// static name winning.
-	type target struct {
-		name string
-		url  config.Secret
-		err  error
-	}
-	var targets []target
-	static := make(map[string]bool)
-	for _, e := range dbs.Static {
-		url, err := e.ResolveURL()
-		targets = append(targets, target{name: e.Name, url: url, err: err})
-		static[e.Name] = true
-	}
+	targets, catalogErr := migrateTargets(ctx, dbs, log)
 	failed := 0
-	if dbs.Query != nil {
-		c := catalog.New(&config.Databases{Query: dbs.Query}, log)
-		list, err := c.List(ctx)
-		c.Close()
-		if err != nil {
-			failed++
-			out.printf("catalog: error: %v\n", err)
-		}
-		for _, d := range list {
-			if static[d.Name] {
-				log.Warn("databases: catalog row names a static database; the static entry wins", "database", d.Name)
-				continue
-			}
-			targets = append(targets, target{name: d.Name, url: d.URL})
-		}
+	if catalogErr != nil {
+		failed++
+		out.printf("catalog: error: %v\n", catalogErr)
 	}
 
 	sem := make(chan struct{}, parallel)
@@ -158,6 +134,42 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int) error {
 	return nil
 }
 
+// migrateTarget is a database `migrate --all` migrates; err is why its url
+// could not be resolved.
+type migrateTarget struct {
+	name string
+	url  config.Secret
+	err  error
+}
+
+// migrateTargets lists what `migrate --all` migrates: the static entries,
+// each url resolved now; then the catalog's rows, a static name winning.
+// The catalog's error, if it could not be read, comes with the static
+// entries.
+func migrateTargets(ctx context.Context, dbs *config.Databases, log *slog.Logger) ([]migrateTarget, error) {
+	var targets []migrateTarget
+	static := make(map[string]bool)
+	for _, e := range dbs.Static {
+		url, err := e.ResolveURL()
+		targets = append(targets, migrateTarget{name: e.Name, url: url, err: err})
+		static[e.Name] = true
+	}
+	if dbs.Query == nil {
+		return targets, nil
+	}
+	c := catalog.New(&config.Databases{Query: dbs.Query}, log)
+	list, err := c.List(ctx)
+	c.Close()
+	for _, d := range list {
+		if static[d.Name] {
+			log.Warn("databases: catalog row names a static database; the static entry wins", "database", d.Name)
+			continue
+		}
+		targets = append(targets, migrateTarget{name: d.Name, url: d.URL})
+	}
+	return targets, err
+}
+
 // migrateOne migrates one database and reports its schema version before
 // and after. Its errors hold no url.
 func migrateOne(ctx context.Context, url config.Secret, schema string, log *slog.Logger) (from, to, applied int, err error) {
@@ -178,21 +190,13 @@ func migrateOne(ctx context.Context, url config.Secret, schema string, log *slog
 	return from, to, applied, err
 }
 
-// schemaVersion reads a schema's migration version, 0 when never migrated
-// (schema is a validated identifier).
+// schemaVersion reads a schema's migration version, 0 when never migrated.
 func schemaVersion(ctx context.Context, conn *pgx.Conn, schema string) (int, error) {
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", schema+".schema_version").Scan(&exists); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+	st, err := store.New(schema)
+	if err != nil {
+		return 0, err
 	}
-	if !exists {
-		return 0, nil
-	}
-	var v int
-	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+schema+".schema_version").Scan(&v); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	return v, nil
+	return st.SchemaVersion(ctx, conn)
 }
 
 // lineWriter serialises lines written by concurrent goroutines.

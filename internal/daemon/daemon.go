@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -169,30 +170,12 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := drainer.NewMetrics(reg, d.opts.Version)
-	// Every series a dashboard or an alert reads exists from now on, while
-	// the daemon may still wait for the database or a provider.
-	metrics.InitConfigured(routesByAdapter(st.cfg))
-	metrics.Workers.Set(float64(st.workers))
-
 	// Health and metrics first, so /readyz answers "not ready" while a
 	// provider or the database is unreachable.
-	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, func(ctx context.Context) error { return d.pool.Load().Ping(ctx) },
-		func() []drainer.AdapterState {
-			if eng := d.engine.Load(); eng != nil {
-				return eng.AdapterStates()
-			}
-			return nil
-		}, log)
+	metrics, addr, err := d.serveMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	d.onCleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	})
 
 	// The console's address is taken before anything slow, so a taken one
 	// is refused at once.
@@ -222,15 +205,10 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		return nil, err
 	}
 
-	tracer, stopTracing, err := newTracer(ctx, d.opts.Version, log)
+	tracer, err := d.startTracing(ctx)
 	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("tracing: %w", err)}
+		return nil, err
 	}
-	d.onCleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		stopTracing(sctx)
-	})
 	engCfg := d.opts.Engine
 	engCfg.Schema, engCfg.Workers, engCfg.Lease, engCfg.Logger, engCfg.Metrics = st.schema, st.workers, st.lease, log, metrics
 	if tracer != nil {
@@ -253,11 +231,59 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	d.engine.Store(eng)
 	d.ready.Store(true)
 	log.Info("drainer started", "version", d.opts.Version, "schema", st.schema, "workers", st.workers,
-		"lease", st.lease, "adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", srv.Addr)
+		"lease", st.lease, "adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", addr)
 	if d.opts.Started != nil {
 		d.opts.Started(eng)
 	}
 	return eng, nil
+}
+
+// serveMetrics registers the daemon's metrics on reg and serves health
+// and metrics; it returns the metrics and the address served. Every series
+// a dashboard or an alert reads exists from then on, while the daemon may
+// still wait for the database or a provider.
+func (d *daemonRun) serveMetrics(reg *prometheus.Registry) (*drainer.Metrics, string, error) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := drainer.NewMetrics(reg, d.opts.Version)
+	metrics.InitConfigured(routesByAdapter(d.st.cfg))
+	metrics.Workers.Set(float64(d.st.workers))
+	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, func(ctx context.Context) error { return d.pool.Load().Ping(ctx) },
+		func() []drainer.AdapterState {
+			if eng := d.engine.Load(); eng != nil {
+				return eng.AdapterStates()
+			}
+			return nil
+		}, d.log)
+	if err != nil {
+		return nil, "", err
+	}
+	d.onCleanup(func() { shutdownServer(srv) })
+	return metrics, srv.Addr, nil
+}
+
+// shutdownServer stops srv, waiting at most 5 s for the requests under way.
+func shutdownServer(srv *http.Server) {
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+}
+
+// startTracing starts the tracer (nil when tracing is off), stopped by
+// cleanup.
+func (d *daemonRun) startTracing(ctx context.Context) (trace.Tracer, error) {
+	tracer, stopTracing, err := newTracer(ctx, d.opts.Version, d.log)
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("tracing: %w", err)}
+	}
+	d.onCleanup(func() { stopWithin(stopTracing, 5*time.Second) })
+	return tracer, nil
+}
+
+// stopWithin calls stop with a context that ends after d.
+func stopWithin(stop func(context.Context), d time.Duration) {
+	sctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	stop(sctx)
 }
 
 func isConfigError(err error) bool {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"slices"
@@ -45,11 +47,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer shutdownServer(srv)
 	// The console's address is taken before anything slow, so a taken one
 	// is refused at once.
 	var consoleLn net.Listener
@@ -80,11 +78,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	if err != nil {
 		return &ConfigError{fmt.Errorf("tracing: %w", err)}
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		stopTracing(sctx)
-	}()
+	defer stopWithin(stopTracing, 5*time.Second)
 
 	// One connection to the coordination database, the catalog's when
 	// there is one: the catalog query runs over it too, between the
@@ -96,26 +90,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	defer coord.Close()
 	src := newSwappableCatalog(st.cfg.Databases, coord, log)
 	defer src.close()
-	engCfg := opts.Engine
-	engCfg.Workers, engCfg.Lease = st.workers, st.lease
-	if tracer != nil {
-		engCfg.Tracer = tracer
-	}
-	f, err := fleet.New(fleet.Config{
-		Source:        src.list,
-		Coordination:  coord,
-		Schema:        st.schema,
-		Lease:         st.lease,
-		Refresh:       st.cfg.Databases.Refresh,
-		StopTimeout:   cmp.Or(opts.ShutdownTimeout, 30*time.Second),
-		Engine:        engCfg,
-		Routing:       func() *drainer.Routing { return NewRouting(st.cfg, registry) },
-		CloseAdapters: closeAdapters(registry, log),
-		Registerer:    reg,
-		Version:       opts.Version,
-		Logger:        log,
-		Known:         staticNames(st.cfg.Databases),
-	})
+	f, err := newFleet(st, opts, src, coord, registry, reg, tracer, log)
 	if err != nil {
 		return &ConfigError{err}
 	}
@@ -127,10 +102,40 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 		defer stop()
 	}
 	owned = true
+	defer watchReloads(ctx, f, src, st, opts, log)() // no reload is under way once Run returns
+	log.Info("drainer fleet starting", "version", opts.Version, "member", f.ID(), "schema", st.schema,
+		"workers_per_database", st.workers, "lease", st.lease, "refresh", st.cfg.Databases.Refresh,
+		"adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", srv.Addr)
+	ready.Store(true)
+	defer ready.Store(false)
+	return f.Run(ctx)
+}
+
+// newFleet builds the fleet of runFleet.
+func newFleet(st settings, opts Options, src *swappableCatalog, coord *pgxpool.Pool, registry *dispatch.Registry,
+	reg prometheus.Registerer, tracer trace.Tracer, log *slog.Logger) (*fleet.Fleet, error) {
+	engCfg := opts.Engine
+	engCfg.Workers, engCfg.Lease = st.workers, st.lease
+	if tracer != nil {
+		engCfg.Tracer = tracer
+	}
+	return fleet.New(fleet.Config{
+		Source: src.list, Coordination: coord, Schema: st.schema, Lease: st.lease,
+		Refresh:       st.cfg.Databases.Refresh,
+		StopTimeout:   cmp.Or(opts.ShutdownTimeout, 30*time.Second),
+		Engine:        engCfg,
+		Routing:       func() *drainer.Routing { return NewRouting(st.cfg, registry) },
+		CloseAdapters: closeAdapters(registry, log),
+		Registerer:    reg, Version: opts.Version, Logger: log,
+		Known: staticNames(st.cfg.Databases),
+	})
+}
+
+// watchReloads reloads the fleet's config on each of opts.Reload until the
+// returned stop is called; stop returns once no reload is under way.
+func watchReloads(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, st settings, opts Options, log *slog.Logger) (stop func()) {
 	reloads := make(chan struct{})
-	defer func() { <-reloads }() // no reload is under way once Run returns
 	rctx, stopReloads := context.WithCancel(ctx)
-	defer stopReloads()
 	go func() {
 		defer close(reloads)
 		running := st
@@ -145,12 +150,10 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 			}
 		}
 	}()
-	log.Info("drainer fleet starting", "version", opts.Version, "member", f.ID(), "schema", st.schema,
-		"workers_per_database", st.workers, "lease", st.lease, "refresh", st.cfg.Databases.Refresh,
-		"adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", srv.Addr)
-	ready.Store(true)
-	defer ready.Store(false)
-	return f.Run(ctx)
+	return func() {
+		stopReloads()
+		<-reloads
+	}
 }
 
 // startFleetConsole serves the console of the fleet on ln: its overview

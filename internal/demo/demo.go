@@ -83,6 +83,19 @@ routes:
     backoff: {base: 50ms, cap: 1s}
 `
 
+// migratedPool migrates the demo's database and opens a pool on it.
+func migratedPool(ctx context.Context, dbURL string) (*pgxpool.Pool, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
+		return nil, err
+	}
+	return pgxpool.New(ctx, dbURL)
+}
+
 // Run runs the demo until every row is settled.
 func Run(ctx context.Context, opts Options) error {
 	opts.Runs = max(opts.Runs, 1)
@@ -115,17 +128,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer provider.Close()
 
 	dbURL := pg.url
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
-		conn.Close(ctx)
-		return err
-	}
-	conn.Close(ctx)
-
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := migratedPool(ctx, dbURL)
 	if err != nil {
 		return err
 	}

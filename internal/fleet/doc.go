@@ -11,14 +11,16 @@
 //
 // Files:
 //
-//   - fleet.go: Config, Fleet and its loop: heartbeat, read the database
-//     list (Source; at once on Relist), reconcile (start engines for
-//     databases newly assigned here once no other live replica holds them,
-//     let go of the others), leave on shutdown. Its coordination
-//     connection (OpenCoordination, a pool of one, shared with the catalog
-//     by the caller) is the loop's: the heartbeat, the bounded publication
-//     after a beat, the list. Its pools' connections close only once the
-//     server has closed its end (dialAwaitingClose).
+//   - fleet.go: Config, Fleet and its loop (Run, Relist).
+//   - loop.go: the loop's steps: heartbeat, read the database list
+//     (Source; at once on Relist), reconcile (start engines for databases
+//     newly assigned here once no other live replica holds them, let go of
+//     the others), leave on shutdown.
+//   - conns.go: the coordination connection (OpenCoordination, a pool of
+//     one, shared with the catalog by the caller), the loop's: the
+//     heartbeat, the bounded publication after a beat, the list; and the
+//     databases' pools, whose connections close only once the server has
+//     closed its end (dialAwaitingClose).
 //   - budget.go: the replica's budget of pools (its share: the databases
 //     assigned to it).
 //   - adapters.go: Reload and the generations of shared adapters: each

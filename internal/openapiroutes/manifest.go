@@ -198,50 +198,22 @@ func decodeManifest(raw any) (Manifest, map[string]bool, []string) {
 	if !ok {
 		return m, nil, []string{Extension + ": must be an object"}
 	}
-	var errs []string
-	bad := map[string]bool{}
-	unknown := func(prefix, key string, valid []string) {
-		msg := fmt.Sprintf("%s.%s%s: unknown field", Extension, prefix, key)
-		if s := config.Closest(key, valid); s != "" {
-			msg += fmt.Sprintf("; did you mean %q?", s)
-		} else {
-			msg += "; valid fields: " + strings.Join(valid, ", ")
-		}
-		errs = append(errs, msg)
-	}
-	wrong := func(field, want string) {
-		bad[field] = true
-		errs = append(errs, fmt.Sprintf("%s.%s: must be %s", Extension, field, want))
-	}
-	str := func(v any, field string, dst *string) {
-		if s, ok := v.(string); ok {
-			*dst = s
-		} else {
-			wrong(field, "a string")
-		}
-	}
-	num := func(v any, field string) *float64 {
-		if f, ok := number(v); ok {
-			return &f
-		}
-		wrong(field, "a number")
-		return nil
-	}
+	d := &manifestDecoder{bad: map[string]bool{}}
 	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		v := obj[k]
 		switch k {
 		case "class":
-			str(v, k, &m.Class)
+			d.str(v, k, &m.Class)
 		case "key_field":
-			str(v, k, &m.KeyField)
+			d.str(v, k, &m.KeyField)
 		case "key_location":
-			str(v, k, &m.KeyLocation)
+			d.str(v, k, &m.KeyLocation)
 		case "scope":
-			str(v, k, &m.Scope)
+			d.str(v, k, &m.Scope)
 		case "replay_header":
-			str(v, k, &m.ReplayHeader)
+			d.str(v, k, &m.ReplayHeader)
 		case "ttl_seconds":
-			m.TTLSeconds = num(v, k)
+			m.TTLSeconds = d.num(v, k)
 		case "replay_status":
 			m.ReplayStatus = v
 		case "conflict_status":
@@ -250,32 +222,77 @@ func decodeManifest(raw any) (Manifest, map[string]bool, []string) {
 			if b, ok := v.(bool); ok {
 				m.AgentSafe = &b
 			} else {
-				wrong(k, "true or false")
+				d.wrong(k, "true or false")
 			}
 		case "compensation":
-			c, ok := v.(map[string]any)
-			if !ok {
-				wrong(k, "an object {operation, detection, window_seconds}")
-				continue
-			}
-			m.Compensation = &Compensation{}
-			for _, ck := range slices.Sorted(maps.Keys(c)) {
-				switch cv := c[ck]; ck {
-				case "operation":
-					str(cv, "compensation.operation", &m.Compensation.Operation)
-				case "detection":
-					str(cv, "compensation.detection", &m.Compensation.Detection)
-				case "window_seconds":
-					m.Compensation.WindowSeconds = num(cv, "compensation.window_seconds")
-				default:
-					unknown("compensation.", ck, compensationFields)
-				}
-			}
+			m.Compensation = d.compensation(v, k)
 		default:
-			unknown("", k, manifestFields)
+			d.unknown("", k, manifestFields)
 		}
 	}
-	return m, bad, errs
+	return m, d.bad, d.errs
+}
+
+// manifestDecoder collects what decodeManifest finds wrong: the messages,
+// and the fields of the wrong type.
+type manifestDecoder struct {
+	errs []string
+	bad  map[string]bool
+}
+
+func (d *manifestDecoder) unknown(prefix, key string, valid []string) {
+	msg := fmt.Sprintf("%s.%s%s: unknown field", Extension, prefix, key)
+	if s := config.Closest(key, valid); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	} else {
+		msg += "; valid fields: " + strings.Join(valid, ", ")
+	}
+	d.errs = append(d.errs, msg)
+}
+
+func (d *manifestDecoder) wrong(field, want string) {
+	d.bad[field] = true
+	d.errs = append(d.errs, fmt.Sprintf("%s.%s: must be %s", Extension, field, want))
+}
+
+func (d *manifestDecoder) str(v any, field string, dst *string) {
+	if s, ok := v.(string); ok {
+		*dst = s
+	} else {
+		d.wrong(field, "a string")
+	}
+}
+
+func (d *manifestDecoder) num(v any, field string) *float64 {
+	if f, ok := number(v); ok {
+		return &f
+	}
+	d.wrong(field, "a number")
+	return nil
+}
+
+// compensation reads the compensation triplet of field k; nil when it is
+// not an object.
+func (d *manifestDecoder) compensation(v any, k string) *Compensation {
+	c, ok := v.(map[string]any)
+	if !ok {
+		d.wrong(k, "an object {operation, detection, window_seconds}")
+		return nil
+	}
+	comp := &Compensation{}
+	for _, ck := range slices.Sorted(maps.Keys(c)) {
+		switch cv := c[ck]; ck {
+		case "operation":
+			d.str(cv, "compensation.operation", &comp.Operation)
+		case "detection":
+			d.str(cv, "compensation.detection", &comp.Detection)
+		case "window_seconds":
+			comp.WindowSeconds = d.num(cv, "compensation.window_seconds")
+		default:
+			d.unknown("compensation.", ck, compensationFields)
+		}
+	}
+	return comp
 }
 
 // number reads a JSON or YAML number (float64 from JSON, int or uint64

@@ -1,0 +1,265 @@
+package fleet
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// shutdown leaves (unless abandoned), lets every database go and, once
+// their pools have closed, publishes their release: the others take them
+// then, not while this replica still holds their connections.
+func (f *Fleet) shutdown(mem *membership) {
+	if !f.abandon.Load() {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := mem.leave(lctx); err != nil {
+			f.log.Warn("fleet: could not leave the membership; the others take over when it expires", "err", redact(err))
+		}
+		cancel()
+		defer func() {
+			lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := mem.releaseAll(lctx); err != nil {
+				f.log.Warn("fleet: could not publish the release of this replica's databases; the others take them a lease after it left", "err", redact(err))
+			}
+		}()
+	}
+	f.mu.Lock()
+	f.closing = true
+	for _, e := range f.entries {
+		if !e.stopping {
+			e.stopping = true
+			e.cancel()
+		}
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+	f.log.Info("fleet left", "member", f.cfg.MemberID, "abandoned", f.abandon.Load())
+}
+
+// heartbeat renews the membership; on failure the last members are kept.
+func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
+	start := time.Now()
+	// A beat renews the membership when it runs, however late: it is cut
+	// only once this replica's membership would have expired anyway.
+	bctx, cancel := context.WithTimeout(ctx, f.ttl())
+	members, expired, err := mem.beat(bctx, f.ttl())
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			f.m.coordErrors.Inc()
+			f.log.Error("fleet heartbeat failed; keeping the last known members", "err", redact(err))
+		}
+		return
+	}
+	f.m.members.Set(float64(len(members)))
+	f.mu.Lock()
+	if !slices.Equal(members, f.members) {
+		f.log.Info("fleet members changed", "members", len(members), "was", len(f.members))
+	}
+	for _, m := range f.members {
+		if slices.Contains(expired, m) {
+			// Its databases move here or elsewhere now; if it is alive
+			// after all (beats too slow on a loaded host), two replicas
+			// drain them until it beats again.
+			f.m.expiries.Inc()
+			f.log.Warn("fleet member expired: its heartbeats stopped; its databases move", "member", m)
+		}
+	}
+	f.members = members
+	f.mu.Unlock()
+	// The backlog is published, and the fleet's read back for the
+	// console's overview, after the membership, which it must never delay
+	// (a late beat makes this replica look dead): it shares the one
+	// coordination connection, so it is skipped when the beat itself was
+	// slow and bounded to half a heartbeat (a lock on the table cuts it on
+	// the server at half that, keeping the connection). A skipped or cut
+	// one only makes the overview a beat older: it keeps the last read
+	// (and a hand-over waits a beat longer for the release it publishes).
+	if time.Since(start) >= f.cfg.Heartbeat/2 {
+		return
+	}
+	bound := f.cfg.Heartbeat / 2
+	pctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	bl, err := f.publish(pctx, mem.pool, bound/2)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.m.coordErrors.Inc()
+			f.log.Warn("fleet: publishing the databases' backlog failed; the console shows the last read", "err", redact(err))
+		}
+		return
+	}
+	f.overview.store(bl, time.Now())
+}
+
+// list reads the databases; a failing Source keeps the last known list.
+func (f *Fleet) list(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, max(f.cfg.Refresh, 5*time.Second))
+	dbs, err := f.cfg.Source(lctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		f.m.catalogErrors.Inc()
+		f.log.Error("listing databases failed; draining the last known list", "err", redact(err), "known", len(dbs))
+		if dbs == nil {
+			return
+		}
+	}
+	seen := map[string]bool{}
+	kept := make([]Database, 0, len(dbs))
+	for _, db := range dbs {
+		if db.Name == "" || seen[db.Name] {
+			f.log.Warn("database listed twice or without a name; ignored", "database", db.Name)
+			continue
+		}
+		seen[db.Name] = true
+		kept = append(kept, db)
+	}
+	f.mu.Lock()
+	f.dbs, f.listed = kept, true
+	f.labelListedLocked()
+	f.mu.Unlock()
+	f.pools.keep(kept)
+	f.m.databases.WithLabelValues(stateKnown).Set(float64(len(kept)))
+}
+
+// reconcile starts an engine for each database newly assigned here and
+// lets go of each database no longer assigned (or listed). A database
+// still being let go is started again once that is done.
+func (f *Fleet) reconcile() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closing {
+		return
+	}
+	members := f.members
+	if !slices.Contains(members, f.cfg.MemberID) {
+		members = append(slices.Clone(members), f.cfg.MemberID)
+	}
+	want := map[string]Database{}
+	forced := map[string]bool{}
+	for _, db := range f.dbs {
+		if f.cfg.Force != nil && f.cfg.Force(db.Name) {
+			want[db.Name], forced[db.Name] = db, true
+		} else if Owner(members, db.Name) == f.cfg.MemberID {
+			want[db.Name] = db
+		}
+	}
+	f.budget.setShare(len(want))
+	for name, e := range f.entries {
+		if db, ok := want[name]; (!ok || db.URL != e.db.URL) && !e.stopping {
+			e.stopping = true
+			e.cancel()
+		}
+	}
+	for name := range f.waiting {
+		if _, ok := want[name]; !ok {
+			delete(f.waiting, name)
+		}
+	}
+	held := f.heldElsewhere(members)
+	now := time.Now()
+	for name, db := range want {
+		if _, ok := f.entries[name]; ok {
+			continue
+		}
+		// A hand-over: the pool opens once the replica that held the
+		// database has let it go (its release published), so that one
+		// replica at a time holds its connections. A lease at most: a
+		// replica that cannot publish it is taken over all the same.
+		if holder, ok := held[name]; ok && !forced[name] {
+			since, seen := f.waiting[name]
+			if !seen {
+				f.waiting[name] = now
+				f.log.Info("database assigned here; waiting for the replica holding it to let it go", "database", name, "holder", holder)
+				continue
+			}
+			if now.Sub(since) < f.cfg.Lease {
+				continue
+			}
+			f.log.Warn("database still held by another replica a lease after it was assigned here; draining it all the same (claims, leases and fencing keep each row exactly-once)",
+				"database", name, "holder", holder)
+		}
+		delete(f.waiting, name)
+		delete(f.released, name)
+		ctx, cancel := context.WithCancel(context.Background())
+		e := &entry{db: db, cancel: cancel, done: make(chan struct{})}
+		e.state.Store(stateStarting)
+		f.entries[name] = e
+		f.wg.Add(1)
+		go f.drain(ctx, e)
+	}
+	f.m.databases.WithLabelValues(stateOwned).Set(float64(len(want)))
+	f.countStatesLocked()
+}
+
+// heldElsewhere maps each database that another replica holds, as the last
+// read of fleet_databases says, to that replica: one this replica sees
+// alive whose row is not released, or one that left and is still letting
+// it go (stopping).
+func (f *Fleet) heldElsewhere(members []string) map[string]string {
+	f.overview.mu.Lock()
+	rows := f.overview.rows
+	f.overview.mu.Unlock()
+	out := map[string]string{}
+	for _, b := range rows {
+		if b.Member == f.cfg.MemberID || b.State == stateReleased {
+			continue
+		}
+		if b.State == stateStopping || (b.MemberAlive && slices.Contains(members, b.Member)) {
+			out[b.Name] = b.Member
+		}
+	}
+	return out
+}
+
+// countStatesLocked sets the unreachable, schema_mismatch and waiting
+// gauges.
+func (f *Fleet) countStatesLocked() {
+	var unreachable, mismatch int
+	for _, e := range f.entries {
+		switch e.state.Load() {
+		case stateUnreachable:
+			unreachable++
+		case stateSchemaMismatch:
+			mismatch++
+		}
+	}
+	f.m.databases.WithLabelValues(stateUnreachable).Set(float64(unreachable))
+	f.m.databases.WithLabelValues(stateSchemaMismatch).Set(float64(mismatch))
+	f.m.databases.WithLabelValues(stateWaiting).Set(float64(len(f.waiting)))
+}
+
+func (f *Fleet) setState(e *entry, s string) {
+	e.state.Store(s)
+	f.mu.Lock()
+	f.countStatesLocked()
+	f.mu.Unlock()
+}
+
+// signal asks the main loop to reconcile soon.
+func (f *Fleet) signal() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// retry calls try until it succeeds or ctx ends, with backoff.
+func (f *Fleet) retry(ctx context.Context, what string, try func() error) error {
+	delay := 500 * time.Millisecond
+	for {
+		err := try()
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		f.log.Error(what+" failed; retrying", "err", redact(err), "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return ctx.Err()
+		}
+		delay = min(2*delay, 30*time.Second)
+	}
+}
