@@ -17,8 +17,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // This file holds what every HTTP-based adapter (webhook, stripe) shares: the
@@ -164,7 +165,7 @@ func (p *Problem) String() string {
 	if p == nil {
 		return ""
 	}
-	title, detail := oneLine(p.Title, 160), oneLine(p.Detail, 480)
+	title, detail := wire.OneLine(p.Title, 160), wire.OneLine(p.Detail, 480)
 	var b strings.Builder
 	switch {
 	case title != "" && detail != "":
@@ -175,10 +176,10 @@ func (p *Problem) String() string {
 		b.WriteString("problem")
 	}
 	var attrs []string
-	if t := oneLine(p.Type, 160); t != "" && t != "about:blank" {
+	if t := wire.OneLine(p.Type, 160); t != "" && t != "about:blank" {
 		attrs = append(attrs, "type="+t)
 	}
-	if i := oneLine(p.Instance, 160); i != "" {
+	if i := wire.OneLine(p.Instance, 160); i != "" {
 		attrs = append(attrs, "instance="+i)
 	}
 	if len(attrs) > 0 {
@@ -203,7 +204,7 @@ type HTTPError struct {
 func NewHTTPError(status int, body []byte, p *Problem) *HTTPError {
 	e := &HTTPError{Status: status, Problem: p}
 	if p == nil {
-		e.Excerpt = oneLine(string(body[:min(len(body), 4*excerptLimit)]), excerptLimit)
+		e.Excerpt = wire.OneLine(string(body[:min(len(body), 4*excerptLimit)]), excerptLimit)
 	}
 	return e
 }
@@ -425,25 +426,4 @@ func mediaType(contentType string) string {
 		return ""
 	}
 	return mt
-}
-
-// oneLine makes provider text safe for a log line: invalid UTF-8 and control
-// or format characters (newlines, bidi overrides) become spaces, and the text
-// is cut at a character boundary to at most limit bytes, "…" included.
-func oneLine(s string, limit int) string {
-	s = strings.TrimSpace(strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, " ")))
-	if len(s) <= limit {
-		return s
-	}
-	const ellipsis = "…"
-	cut := limit - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strings.TrimSpace(s[:cut]) + ellipsis
 }

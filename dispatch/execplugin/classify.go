@@ -6,17 +6,15 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/status"
 
 	"github.com/drainer-io/drainer/dispatch"
 	pluginpb "github.com/drainer-io/drainer/dispatch/execplugin/proto"
+	"github.com/drainer-io/drainer/dispatch/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 )
 
 // Reasons set by the adapter itself (the plugin sets its own on answers).
@@ -128,7 +126,7 @@ func result(resp *pluginpb.DispatchResponse) dispatch.Result {
 			Type: p.GetType(), Title: p.GetTitle(), Status: int(p.GetStatus()), Detail: p.GetDetail(), Instance: p.GetInstance(),
 		}
 	}
-	r.Err = &PluginError{Outcome: r.Outcome, Status: r.Status, Message: oneLine(resp.GetError(), errTextLimit), Problem: r.Problem}
+	r.Err = &PluginError{Outcome: r.Outcome, Status: r.Status, Message: wire.OneLine(resp.GetError(), errTextLimit), Problem: r.Problem}
 	if protocolErr != "" {
 		r.Err = fmt.Errorf("%s: %w", protocolErr, r.Err)
 	}
@@ -222,7 +220,7 @@ func (a *Adapter) callFailed(ctx context.Context, p *process, err error) dispatc
 // statusText renders a gRPC error as "Code: message" on one line.
 func statusText(err error) string {
 	st := status.Convert(err)
-	return st.Code().String() + ": " + oneLine(st.Message(), errTextLimit)
+	return st.Code().String() + ": " + wire.OneLine(st.Message(), errTextLimit)
 }
 
 // millis converts milliseconds to a Duration without overflow.
@@ -231,24 +229,4 @@ func millis(ms int64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(ms) * time.Millisecond
-}
-
-// oneLine makes plugin text safe for a log line: invalid UTF-8 and control or
-// format characters become spaces, and the text is cut at a character
-// boundary to at most limit bytes, "…" included.
-func oneLine(s string, limit int) string {
-	s = strings.TrimSpace(strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, " ")))
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
