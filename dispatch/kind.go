@@ -43,6 +43,18 @@ type RouteSpec struct {
 // or plugin process) and returns it ready to dispatch.
 type Start func(ctx context.Context) (Adapter, error)
 
+// StartWith is the Start of an adapter built by newAdapter: its error is
+// returned as is, and a failed build never yields a typed nil Adapter.
+func StartWith[A Adapter](newAdapter func(context.Context) (A, error)) Start {
+	return func(ctx context.Context) (Adapter, error) {
+		a, err := newAdapter(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return a, nil
+	}
+}
+
 // BuildInput is what an adapter is built from: its settings and the
 // config's envelope of it.
 type BuildInput struct {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"time"
 
@@ -45,21 +44,8 @@ func validateURL(s string) error {
 	if strings.Contains(s, "{tool_name}") {
 		return errors.New("an MCP server has one endpoint: {tool_name} is not a variable of an mcp url (the tool goes in tools/call)")
 	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return errors.New("not a valid URL")
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http:// or https:// URL")
-	case u.User != nil:
-		return errors.New("must not contain userinfo; send credentials in headers")
-	case u.Host == "":
-		return errors.New("must be an absolute http:// or https:// URL (the host is missing)")
-	case u.Fragment != "" || strings.Contains(s, "#"):
-		return errors.New("must not contain a fragment")
-	}
-	return nil
+	_, err := wire.ParseEndpoint(s)
+	return err
 }
 
 // configure builds an mcp adapter; its Start checks, against the server's

@@ -47,13 +47,7 @@ func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	if err := c.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) (dispatch.Adapter, error) {
-		a, err := New(ctx, c)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return a, nil
-	}, nil
+	return dispatch.StartWith(func(ctx context.Context) (*Adapter, error) { return New(ctx, c) }), nil
 }
 
 func init() {

@@ -5,10 +5,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
 // Reasons set by the adapter besides those of dispatch.ClassifyHTTP and
@@ -138,27 +137,13 @@ func classify(status int, h http.Header, apiErr *APIError) (dispatch.Outcome, st
 }
 
 // clean makes provider text safe for a log line: each string of redact is
-// replaced by "<redacted>", control and format characters become spaces,
-// and the result is cut at a character boundary to at most limit bytes.
+// replaced by "<redacted>", then wire.OneLine makes it one line of at most
+// limit bytes.
 func clean(s string, limit int, redact []string) string {
 	for _, r := range redact {
 		if r != "" {
 			s = strings.ReplaceAll(s, r, "<redacted>")
 		}
 	}
-	s = strings.TrimSpace(strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, " ")))
-	if len(s) <= limit {
-		return s
-	}
-	const ellipsis = "…"
-	cut := limit - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strings.TrimSpace(s[:cut]) + ellipsis
+	return wire.OneLine(s, limit)
 }

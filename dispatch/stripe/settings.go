@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -68,18 +67,12 @@ func (s *Settings) Check(c *wire.Checker) {
 
 // validateBaseURL checks the API root. Its errors never quote the URL.
 func validateBaseURL(raw string) error {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return errors.New("not a valid URL")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http:// or https:// URL")
-	case u.Host == "":
-		return errors.New("must be an absolute http:// or https:// URL (the host is missing)")
-	case u.User != nil:
-		return errors.New("must not contain userinfo; the API key is sent as a bearer token")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(raw, "#"):
-		return errors.New("must not contain a query or a fragment")
+	u, err := wire.ParseEndpoint(raw)
+	if err != nil {
+		return err
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		return errors.New("must not contain a query")
 	}
 	return nil
 }
@@ -93,13 +86,7 @@ func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	if err := c.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	return func(context.Context) (dispatch.Adapter, error) {
-		a, err := New(c)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return a, nil
-	}, nil
+	return dispatch.StartWith(func(context.Context) (*Adapter, error) { return New(c) }), nil
 }
 
 func init() {

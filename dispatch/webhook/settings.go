@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"time"
 
@@ -71,21 +70,12 @@ func validateURL(tmpl string) error {
 		return errors.New("unbalanced { or } in the URL; {tool_name} is the only variable")
 	}
 	const marker = "drainer-tool-name"
-	u, err := url.Parse(strings.ReplaceAll(tmpl, toolNameVar, marker))
+	u, err := wire.ParseEndpoint(strings.ReplaceAll(tmpl, toolNameVar, marker))
 	if err != nil {
-		return errors.New("not a valid URL")
+		return err
 	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("must be an absolute http:// or https:// URL")
-	case u.User != nil:
-		return errors.New("must not contain userinfo; send credentials in headers")
-	case u.Host == "":
-		return errors.New("must be an absolute http:// or https:// URL (the host is missing)")
-	case strings.Contains(u.Host, marker):
+	if strings.Contains(u.Host, marker) {
 		return errors.New("{tool_name} may appear only in the URL's path or query")
-	case u.Fragment != "" || strings.Contains(tmpl, "#"):
-		return errors.New("must not contain a fragment")
 	}
 	return nil
 }
@@ -144,13 +134,7 @@ func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	return func(context.Context) (dispatch.Adapter, error) {
-		a, err := New(cfg)
-		if err != nil {
-			return nil, err // not a typed nil in the interface
-		}
-		return a, nil
-	}, nil
+	return dispatch.StartWith(func(context.Context) (*Adapter, error) { return New(cfg) }), nil
 }
 
 func init() {
