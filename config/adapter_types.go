@@ -27,6 +27,22 @@ func settingsFields(k dispatch.Kind) (reflect.Type, map[string]int) {
 	return t, fieldsOf(t)
 }
 
+// adapterRouteKeys lists the route keys some adapter type owns (each
+// kind's RouteKeys), sorted.
+func adapterRouteKeys() []string {
+	var keys []string
+	for _, typ := range AdapterTypes() {
+		k, _ := dispatch.KindOf(typ)
+		for _, key := range k.RouteKeys {
+			if !slices.Contains(keys, key) {
+				keys = append(keys, key)
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // keyOwners lists the adapter types whose settings (or, with route set,
 // whose routes) accept the key name.
 func keyOwners(name string, route bool) []string {
@@ -156,7 +172,7 @@ func (v *validator) routeAdapterKeys(p, tool string, r *Route) {
 	a := v.cfg.Adapters[r.Adapter]
 	if v.usable(p+".adapter") && a != nil && a.Settings != nil {
 		kind, _ := dispatch.KindOf(a.Type)
-		for _, key := range []string{"method", "path", "query", "idempotency_key"} {
+		for _, key := range adapterRouteKeys() {
 			if v.set(p+"."+key) && !slices.Contains(kind.RouteKeys, key) {
 				v.keyErrorf(p+"."+key, "%s is valid only on routes whose adapter is %s; adapter %s is %s",
 					key, strings.Join(keyOwners(key, true), " or "), r.Adapter, a.Type)
