@@ -75,7 +75,7 @@ promtool:
 
 ## chaos: the full chaos suite (real processes, faults, invariant checks); make test runs its short version
 chaos: tools
-	set -o pipefail; DRAINER_CHAOS=full $(GO) test -count=1 -timeout 85m -tags integration -run '^TestChaos' -v ./integration/ 2>&1 | tee chaos.log
+	set -o pipefail; DRAINER_CHAOS=full $(GO) test -count=1 -timeout 170m -tags integration -run '^TestChaos' -v ./integration/ 2>&1 | tee chaos.log
 
 ## fuzz: every fuzz target for a bounded time each (FUZZTIME, default 20s)
 fuzz:
