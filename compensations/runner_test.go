@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

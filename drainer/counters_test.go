@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // effectProvider is a non-idempotent provider double with a probe endpoint.

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // TestRouteKeyTTLOverridesAdapter: two rows first attempted 2h ago on the

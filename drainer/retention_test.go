@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"

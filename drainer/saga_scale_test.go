@@ -8,8 +8,8 @@ import (
 
 	"github.com/drainer-io/drainer/compensations"
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

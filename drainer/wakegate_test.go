@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // TestWakeGateNoRowWaitsForThePoll: in each round a burst of producers,

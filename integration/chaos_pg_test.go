@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/mockprovider"
-	"github.com/drainer-io/drainer/internal/pgtemp"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
+	"github.com/drainer-io/drainer/tooling/mockprovider"
+	"github.com/drainer-io/drainer/tooling/pgtemp"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

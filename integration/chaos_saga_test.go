@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/mockprovider"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/mockprovider"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // chaosSagaStorm: many runs fail at once; their compensations go to a

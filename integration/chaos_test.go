@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/mockprovider"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/mockprovider"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

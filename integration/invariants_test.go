@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/tooling/mockprovider"
 )
 
 // chaosVerdict is what chaosCheck found after a scenario.

@@ -23,7 +23,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // Wire names of docs/reference.md §5, spelled out here rather than imported, so the

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/tooling/mockprovider"
 )
 
 // scriptProvider is the provider of the model-checked test (model_test.go).

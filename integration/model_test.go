@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/pgtemp"
+	"github.com/drainer-io/drainer/tooling/pgtemp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"

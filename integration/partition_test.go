@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/mockprovider"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/mockprovider"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // TestRetryAfterSurvivesPartition: a replica's request is answered 503 with

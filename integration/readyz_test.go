@@ -4,7 +4,7 @@ package integration
 
 import (
 	"fmt"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"io"
 	"net"
 	"net/http"

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/receiver"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 // The example receivers of examples/receiver, started as processes as a

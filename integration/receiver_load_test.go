@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/receiver"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

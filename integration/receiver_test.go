@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 // recvService is one running example service of examples/receiver.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

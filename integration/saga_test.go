@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/mockprovider"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/mockprovider"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // TestSagaSurvivesSIGKILL: forward steps succeed, the last step of every run

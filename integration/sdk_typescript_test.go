@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/mockprovider"
+	"github.com/drainer-io/drainer/tooling/mockprovider"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -7,8 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 )
 

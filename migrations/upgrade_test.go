@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 )

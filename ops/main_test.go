@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

@@ -5,11 +5,11 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/drainer-io/drainer/store"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

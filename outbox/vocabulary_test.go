@@ -38,9 +38,9 @@ var spellingExemptions = []spellingExemption{
 	{"receiver/store.go", []string{"in_flight", "outcome_unknown"},
 		"the receiver's record states, in its own table of its own schema (drainer_receiver)"},
 	{"receiver/metrics.go", []string{"outcome_unknown"}, "the receiver's abandoned-record label, its own record state"},
-	{"internal/bench/ceiling.go", []string{"pending", "in_flight", "succeeded"},
+	{"tooling/bench/ceiling.go", []string{"pending", "in_flight", "succeeded"},
 		"the ceiling's bare table, the bench's own minimal table (docs/reference.md §8), not drainer's"},
-	{"internal/bench/enqueue.go", []string{"pending", "forward"},
+	{"tooling/bench/enqueue.go", []string{"pending", "forward"},
 		"the insert shape, the bench's own table for the plain INSERT figure, not drainer's"},
 }
 

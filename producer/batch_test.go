@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -12,7 +12,7 @@
 # sets go test's -parallel (default: GOMAXPROCS). FUZZMINIMIZETIME (default
 # 5s) bounds the minimisation of each new input: go test's default of 60s
 # would eat a short FUZZTIME whole on targets with large seeds. Targets that
-# need PostgreSQL get it from internal/dbtest: DRAINER_TEST_DATABASE_URL, else
+# need PostgreSQL get it from tooling/dbtest: DRAINER_TEST_DATABASE_URL, else
 # a throwaway local cluster per fuzz process (set the variable to save the
 # start-up of one cluster per worker).
 #

@@ -3,9 +3,9 @@ package store_test
 import (
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }

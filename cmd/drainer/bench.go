@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/drainer-io/drainer/config"
-	"github.com/drainer-io/drainer/internal/bench"
+	"github.com/drainer-io/drainer/tooling/bench"
 	"github.com/spf13/cobra"
 )
 

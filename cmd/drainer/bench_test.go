@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 )
 
 // TestBenchUsageErrors checks that bad flags exit 2 before anything starts;
-// internal/bench's tests run the measurements themselves.
+// tooling/bench's tests run the measurements themselves.
 func TestBenchUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/drainer-io/drainer/internal/demo"
+	"github.com/drainer-io/drainer/tooling/demo"
 	"github.com/spf13/cobra"
 )
 

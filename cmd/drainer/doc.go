@@ -24,6 +24,6 @@
 //   - routes.go: `drainer routes import` (OpenAPI idempotency manifests).
 //   - conformance.go: `drainer conformance` (package internal/conformance):
 //     probes a provider endpoint for the replay contract.
-//   - demo.go: `drainer demo` (package internal/demo); bench.go: `drainer
-//     bench` (package internal/bench); version.go: `drainer version`.
+//   - demo.go: `drainer demo` (package tooling/demo); bench.go: `drainer
+//     bench` (package tooling/bench); version.go: `drainer version`.
 package main

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/spf13/cobra"
 )
 

@@ -3,7 +3,7 @@ package kafka
 import (
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 // TestMain shares one PostgreSQL server between the package's engine tests

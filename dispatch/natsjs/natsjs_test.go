@@ -9,7 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // payloadSecret must never appear in an error.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
-	"github.com/drainer-io/drainer/internal/pgtemp"
+	"github.com/drainer-io/drainer/tooling/pgtemp"
 )
 
 const benchPayload = `{"amount":1250,"currency":"eur","metadata":{"order":"A-17"}}`

@@ -9,7 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 // faultsSQL installs, on table effects, a BEFORE INSERT trigger that fails

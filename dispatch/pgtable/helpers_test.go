@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 // testDB is a fresh database with a pool the test uses to set it up and to

@@ -9,7 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 // TestConformance runs the shared adapter suite against River on a real

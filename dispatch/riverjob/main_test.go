@@ -3,7 +3,7 @@ package riverjob
 import (
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 // TestMain stops the shared test server after the tests and fails the

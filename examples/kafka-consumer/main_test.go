@@ -17,8 +17,8 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/kafka"
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }

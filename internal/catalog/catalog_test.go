@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -18,10 +18,10 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/fleet"
-	"github.com/drainer-io/drainer/internal/pgtemp"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/pgtemp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/pgtemp"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/tooling/pgtemp"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -17,10 +17,10 @@ import (
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/drainer"
-	"github.com/drainer-io/drainer/internal/pgtemp"
-	"github.com/drainer-io/drainer/internal/testkit"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/pgtemp"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"

@@ -3,7 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"sync"
 	"testing"
 	"time"

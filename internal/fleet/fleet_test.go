@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/testkit"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 func TestMain(m *testing.M) {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 )
 
 // replayStatements reads replay.sql as psql would run it with -v

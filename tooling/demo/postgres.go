@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/drainer-io/drainer/internal/pgtemp"
+	"github.com/drainer-io/drainer/tooling/pgtemp"
 	"github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
-	"github.com/drainer-io/drainer/internal/pgtemp"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/tooling/pgtemp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -14,8 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/drainer-io/drainer/internal/dbtest"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 )
 

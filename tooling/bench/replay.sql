@@ -3,14 +3,14 @@
 -- (complete_rows, with the audit as shipped), run as a PL/pgSQL loop inside
 -- the server, each in its own transaction with synchronous_commit off, so
 -- that no client, round trip or engine process takes part; and the same
--- loop over the bench's minimal table (internal/bench/ceiling.go). What one
+-- loop over the bench's minimal table (tooling/bench/ceiling.go). What one
 -- backend, or two side by side, reach here bounds what the drain can reach
 -- on the same machine with any client.
 --
 -- Into a scratch database that `drainer migrate` has set up (schema
 -- drainer, nothing else in it):
 --
---   psql -d DB -v rows=100000 -f internal/bench/replay.sql
+--   psql -d DB -v rows=100000 -f tooling/bench/replay.sql
 --   psql -d DB -c 'CALL replay.drain(150, NULL, NULL, NULL)' &
 --   psql -d DB -c 'CALL replay.drain(150, NULL, NULL, NULL)' & wait
 --   psql -d DB -c 'CALL replay.ceiling(150, NULL, NULL, NULL)' & (twice)
@@ -87,7 +87,7 @@ BEGIN
 END
 $$;
 
--- ceiling runs the bench's ceiling statements (internal/bench/ceiling.go)
+-- ceiling runs the bench's ceiling statements (tooling/bench/ceiling.go)
 -- the same way.
 CREATE OR REPLACE PROCEDURE replay.ceiling(p_batch integer, INOUT rows bigint, INOUT seconds numeric, INOUT wal_bytes numeric)
 LANGUAGE plpgsql AS $$
