@@ -63,6 +63,8 @@ type Config struct {
 	Retention Retention `yaml:"retention"`
 	// Console is the operator console (docs/reference.md §10).
 	Console Console `yaml:"console"`
+	// Gateway is the durable MCP gateway (docs/reference.md §13).
+	Gateway Gateway `yaml:"gateway"`
 	// Databases, when set, lists the databases one fleet drains; nil: the
 	// one database of database_url (or --database-url).
 	Databases *Databases `yaml:"databases"`
@@ -119,6 +121,20 @@ type Console struct {
 	// Token opens actions (bearer token or session); required with actions,
 	// from ${env:X} or ${file:/path} only.
 	Token Secret `yaml:"token"`
+}
+
+// Gateway configures the durable MCP gateway served by `drainer run`
+// (docs/reference.md §13). The --gateway-addr flag wins over Addr.
+type Gateway struct {
+	// Addr is the gateway's listen address; empty: no gateway.
+	Addr string `yaml:"addr"`
+	// Token, when set, is required of every request as a bearer token;
+	// required off a loopback address; from ${env:X} or ${file:/path} only.
+	Token Secret `yaml:"token"`
+	// Wait bounds how long a call waits for its row to settle (default 30s).
+	Wait time.Duration `yaml:"wait"`
+	// AbortTool lists the tool drainer_abort_run.
+	AbortTool bool `yaml:"abort_tool"`
 }
 
 // Alerts names adapters notified on events a human must act on.

@@ -2,7 +2,9 @@ package config
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"reflect"
 	"slices"
@@ -36,6 +38,7 @@ func (v *validator) validate() {
 	}
 	v.retention()
 	v.console()
+	v.gateway()
 	v.databases()
 	v.unused(adapters)
 }
@@ -49,6 +52,25 @@ func (v *validator) console() {
 	}
 	if p := "console.actions"; v.usable(p) && c.Actions && !v.set("console.token") {
 		v.errorf(p, "actions need console.token (from ${env:NAME} or ${file:/path})")
+	}
+}
+
+// gateway checks the MCP gateway: its token comes from a reference, and an
+// address off loopback needs one (the gateway sends calls with the tool
+// servers' credentials).
+func (v *validator) gateway() {
+	g := v.cfg.Gateway
+	if p := "gateway.token"; v.set(p) && !hasReference(v.src[p].raw) {
+		v.errorf(p, errInlineSecret)
+	}
+	v.positive("gateway.wait", g.Wait)
+	if p := "gateway.addr"; v.usable(p) && g.Addr != "" {
+		if err := RequireGatewayToken(g.Addr, v.set("gateway.token")); err != nil {
+			v.errorf(p, "%s", err.Error())
+		}
+	}
+	if p := "gateway.addr"; v.usable(p) && g.Addr != "" && v.cfg.Databases != nil {
+		v.errorf(p, "the gateway records calls in one database: it cannot be used with databases:")
 	}
 }
 
@@ -399,4 +421,21 @@ func (v *validator) reclaimWithinKeyTTL(p string, r *Route) {
 		v.warnf(field, "key_ttl %s (less the 1m margin) is shorter than lease %s plus %s (route %s's longest reclaim wait: max_retry_after or reclaim_hold), which a reclaimed row may wait: a row whose replica died mid-call could end failed by the key-TTL guard though its effect may exist; lower max_retry_after or reclaim_hold, or raise key_ttl",
 			formatDuration(ttl), formatDuration(lease), formatDuration(wait), strings.TrimPrefix(p, "routes."))
 	}
+}
+
+// RequireGatewayToken refuses a gateway address off loopback without a
+// token: the gateway records calls and sends them with the tool servers'
+// credentials. `check`, `run` and --gateway-addr apply this one rule.
+func RequireGatewayToken(addr string, hasToken bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	if hasToken || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q is not a loopback address: set gateway.token (from ${env:NAME} or ${file:/path}); every request must then carry it as a bearer token", addr)
 }

@@ -25,7 +25,7 @@ lease: 30s
 			yaml: `
 colour: blue
 `,
-			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, console, database_url, databases, lease, retention, routes, unrouted_recheck, workers`},
+			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, console, database_url, databases, gateway, lease, retention, routes, unrouted_recheck, workers`},
 		},
 		{
 			name: "console token inline",
@@ -44,6 +44,27 @@ console:
   actions: true
 `,
 			want: []string{`c.yaml:3:12: console.actions: actions need console.token (from ${env:NAME} or ${file:/path})`},
+		},
+		{
+			name: "gateway token inline",
+			yaml: `
+gateway:
+  addr: 127.0.0.1:8790
+  token: hunter2
+`,
+			want: []string{`c.yaml:3:10: gateway.token: secret values must come from ${env:NAME} or ${file:/path}, not the config text`},
+		},
+		{
+			name: "gateway off loopback without a token",
+			yaml: `
+gateway:
+  addr: 0.0.0.0:8790
+  wait: 0s
+`,
+			want: []string{
+				`c.yaml:2:9: gateway.addr: "0.0.0.0:8790" is not a loopback address: set gateway.token (from ${env:NAME} or ${file:/path}); every request must then carry it as a bearer token`,
+				`c.yaml:3:9: gateway.wait: must be positive, got "0s"`,
+			},
 		},
 		{
 			name: "unknown field in an adapter",

@@ -99,6 +99,12 @@ type Result struct {
 	Reason string
 	// Err is the redacted cause; nil on success.
 	Err error
+	// Record is the provider's whole answer as a caller replays it, for
+	// adapters whose answer is more than Response holds (an MCP tool
+	// result: content, structuredContent, isError). It is kept beside the
+	// row (drainer.call_records) when the row settles, so the MCP gateway
+	// answers every retry of the call with exactly what the first got.
+	Record json.RawMessage
 }
 
 // ReasonNotReady is the Reason of a Retry, NotSent that says the adapter is

@@ -209,12 +209,14 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 	}
 	if row.Attempts > route.MaxAttempts {
 		c := failNow(row, fmt.Sprintf("attempts exhausted (%d of %d): the last attempt's lease expired", row.Attempts-1, route.MaxAttempts), noteExhausted)
+		c.route = route
 		return nil, nil, &c
 	}
 	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 &&
 		row.DBNow.Sub(row.FirstAttemptAt) > ttl-time.Minute {
 		c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
 			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl), noteKeyTTL)
+		c.route = route
 		return nil, nil, &c
 	}
 	if e.fetchCtx.Err() != nil {

@@ -76,6 +76,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		}
 	}
 	c.outcome = outbox.Outcome(res.Outcome.String())
+	c.Record = res.Record
 	switch res.Outcome {
 	case dispatch.Success, dispatch.Replay:
 		c.Status, c.Response, c.KeepNext = outbox.StatusSucceeded, res.Response, true

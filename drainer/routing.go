@@ -29,6 +29,12 @@ type Route struct {
 	// Detect, on non_idempotent routes, asks the provider whether an
 	// ambiguous attempt had its effect (nil: park as outcome_unknown).
 	Detect *Detector
+	// Announce: when a row of this route settles (terminal or parked), the
+	// completion keeps its answer's record (dispatch.Result.Record) and
+	// announces the row's key on the settle channel, in the same
+	// transaction. The MCP gateway waits for its calls that way; routes to
+	// MCP adapters announce.
+	Announce bool
 }
 
 // NonIdempotent reports whether a retry of an ambiguous attempt could repeat

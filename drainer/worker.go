@@ -19,6 +19,11 @@ func (e *Engine) finish(c *completion) {
 		c.route.Detect.sawSuccess(c.row.Key, idemkey.Tuple{AgentRunID: c.row.AgentRunID, StepID: c.row.StepID,
 			ToolName: c.row.ToolName, BusinessScope: c.row.BusinessScope})
 	}
+	if c.route != nil && c.route.Announce && (c.Status.Terminal() || c.Status.Parked()) {
+		c.Announce = true
+	} else {
+		c.Record = nil
+	}
 	c.sanitize()
 	e.observe(c)
 	e.completer.add(*c)

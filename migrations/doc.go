@@ -82,4 +82,6 @@
 //	                          versions (audit_anchor_history) with status, attempts and problems
 //	023_retry_after_marks.sql retry_after_marks: the longest Retry-After each tool was
 //	                          answered per minute, which holds the rows a reclaim takes back
+//	024_call_records.sql      call_records: a settled MCP call's whole tool result, which the
+//	                          gateway answers its retries with
 package migrations

@@ -157,6 +157,14 @@ CREATE TABLE drainer.backlog_snapshot (
     CONSTRAINT backlog_snapshot_pkey PRIMARY KEY (id)
 );
 
+-- drainer.call_records: table
+CREATE TABLE drainer.call_records (
+    key         text NOT NULL,
+    result      json NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT call_records_pkey PRIMARY KEY (key)
+);
+
 -- drainer.intents: table
 CREATE TABLE drainer.intents (
     seq            bigint GENERATED ALWAYS AS IDENTITY,

@@ -60,6 +60,13 @@ type Completion struct {
 	// (see reclaimSQL).
 	Tool       string
 	RetryAfter time.Duration
+	// Announce: the row settles (terminal or parked) and someone may wait
+	// for it (the MCP gateway): once written, its key is announced on the
+	// settle channel (SettleChannel) and its Record, when it has one, kept
+	// in call_records, both in the completion's transaction.
+	Announce bool
+	// Record is the provider's whole answer (dispatch.Result.Record).
+	Record json.RawMessage
 }
 
 // Completed is what a written batch of completions did.
@@ -136,6 +143,7 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 		statements++
 	}
 	marked := s.queueRetryAfterMarks(b, cs)
+	announced := s.queueAnnounce(b, cs)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
@@ -168,6 +176,11 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 	if marked {
 		if _, err := br.Exec(); err != nil {
 			return Completed{}, fmt.Errorf("complete batch: record Retry-After: %w", err)
+		}
+	}
+	if announced {
+		if _, err := br.Exec(); err != nil {
+			return Completed{}, fmt.Errorf("complete batch: announce settled calls: %w", err)
 		}
 	}
 	if _, err := br.Exec(); err != nil {

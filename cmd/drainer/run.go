@@ -72,6 +72,7 @@ running one kept.`,
 	cmd.Flags().IntVar(&opts.Workers, "workers", 0, fmt.Sprintf("worker slots (default: the config's workers, else %d)", config.DefaultWorkers))
 	cmd.Flags().StringVar(&opts.MetricsAddr, "metrics-addr", ":9753", "address serving /metrics, /healthz and /readyz")
 	cmd.Flags().StringVar(&opts.ConsoleAddr, "console-addr", "", "address serving the operator console, e.g. 127.0.0.1:9754 (default: the config's console.addr; off when neither is set)")
+	cmd.Flags().StringVar(&opts.GatewayAddr, "gateway-addr", "", "address serving the durable MCP gateway at /mcp, e.g. 127.0.0.1:8790 (default: the config's gateway.addr; off when neither is set)")
 	cmd.Flags().DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for calls under way")
 	addDBFlags(cmd, g)
 	return cmd

@@ -14,7 +14,7 @@
 
 -- After `drainer migrate`, never before: on an older schema its
 -- grants would break the daemon. This stops with an error naming the order.
-SELECT CASE WHEN version < 23
+SELECT CASE WHEN version < 24
             THEN ('schema version ' || version || ' predates these grants: run drainer migrate first, then this file')::int
        END
   FROM :"schema".schema_version;
@@ -38,6 +38,9 @@ GRANT SELECT, INSERT, DELETE ON TABLE :"schema".pauses TO :"runtime_role";
 -- rows reclaimed from a replica that died (written by the completions,
 -- read by the reclaim, pruned by both's replicas).
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".retry_after_marks TO :"runtime_role";
+-- The MCP gateway's records of settled calls (written by the completions,
+-- read by the gateway, deleted with their rows).
+GRANT SELECT, INSERT, DELETE ON TABLE :"schema".call_records TO :"runtime_role";
 -- Audit entries are written by the queue's audit triggers and by
 -- audit_append, with the owner's rights: the role reads them (audit verify,
 -- inspect) and prunes them (retention), and never inserts one itself.

@@ -17,6 +17,10 @@ const DefaultTimeout = 30 * time.Second
 // server. A larger answer is refused (terminal) without being read further.
 const DefaultMessageLimit = 16 << 20
 
+// DefaultRecordLimit bounds a tool result's record (Config.RecordLimit):
+// 1 MiB, the payload limit of drainer.enqueue.
+const DefaultRecordLimit = 1 << 20
+
 // Config configures one mcp adapter instance.
 type Config struct {
 	// URL is the server's Streamable HTTP endpoint (absolute http or https, no userinfo).
@@ -28,6 +32,9 @@ type Config struct {
 	Timeout time.Duration
 	// ResponseLimit bounds the stored response; 0 means dispatch.DefaultResponseLimit.
 	ResponseLimit int
+	// RecordLimit bounds the record of a tool result kept for the gateway's
+	// replays (Record); 0 means DefaultRecordLimit.
+	RecordLimit int
 	// MessageLimit bounds the bytes read of one server message; 0 means DefaultMessageLimit.
 	MessageLimit int
 	// UserAgent is the User-Agent header; "" means "drainer".
@@ -46,6 +53,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	c.ResponseLimit = cmp.Or(c.ResponseLimit, dispatch.DefaultResponseLimit)
+	c.RecordLimit = cmp.Or(c.RecordLimit, DefaultRecordLimit)
 	c.MessageLimit = cmp.Or(c.MessageLimit, DefaultMessageLimit)
 	c.UserAgent = cmp.Or(c.UserAgent, "drainer")
 	c.ClientVersion = cmp.Or(c.ClientVersion, "dev")

@@ -75,6 +75,8 @@ type Adapter struct {
 	cfg    Config
 	client *http.Client
 	nextID atomic.Int64
+	// oversized keeps the last results too large to record, briefly.
+	oversized oversizedCache
 
 	mu    sync.Mutex
 	ready bool // negotiated
@@ -164,8 +166,20 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	if msg.Error != nil {
 		return rpcErrorResult(status, msg.Error)
 	}
-	return a.toolResult(status, h, msg.Result)
+	res := a.toolResult(status, h, msg.Result)
+	if len(res.Record) > a.cfg.RecordLimit {
+		// Too large to keep: the gateway's call waiting for it in this
+		// process still gets it (Oversized); the record says it was not kept.
+		a.oversized.put(m.Key, res.Record)
+		res.Record = json.RawMessage(fmt.Sprintf(`{%q:%d}`, MetaTooLarge, len(res.Record)))
+	}
+	return res
 }
+
+// Oversized returns the whole result of the call of key when it was too
+// large to record and was answered lately (within oversizedTTL) in this
+// process: the MCP gateway answers the call waiting for it with it.
+func (a *Adapter) Oversized(key string) (json.RawMessage, bool) { return a.oversized.get(key) }
 
 // request sends one JSON-RPC request on the current session, negotiating
 // one first when there is none, and once more on a new session when the

@@ -69,14 +69,46 @@ func (a *Adapter) toolResult(status int, h http.Header, raw json.RawMessage) dis
 		body := append(append([]byte(`{"content":`), content...), '}')
 		resp = dispatch.ResponseJSON("application/json", body, a.cfg.ResponseLimit)
 	}
+	rec := Record(res.Content, res.StructuredContent, res.IsError, 0) // limited by Dispatch
 	if res.IsError {
 		return dispatch.Result{Outcome: dispatch.Terminal, Status: status, Reason: ReasonToolError,
-			Response: resp, Err: errors.New("mcp: the tool answered isError: true: " + excerpt(resp))}
+			Response: resp, Record: rec, Err: errors.New("mcp: the tool answered isError: true: " + excerpt(resp))}
 	}
 	if res.Meta.Replay {
-		return dispatch.Result{Outcome: dispatch.Replay, Status: status, Reason: dispatch.ReasonReplay, Response: resp}
+		return dispatch.Result{Outcome: dispatch.Replay, Status: status, Reason: dispatch.ReasonReplay, Response: resp, Record: rec}
 	}
-	return dispatch.Result{Outcome: dispatch.Success, Status: status, Reason: dispatch.ReasonHTTP2xx, Response: resp}
+	return dispatch.Result{Outcome: dispatch.Success, Status: status, Reason: dispatch.ReasonHTTP2xx, Response: resp, Record: rec}
+}
+
+// MetaTooLarge, in a record, says the tool's result was larger than the
+// record limit and was not kept: its value is the result's size in bytes.
+const MetaTooLarge = "io.drainer/too_large"
+
+// Record returns the record of a tool result as the gateway replays it:
+// {"content": …, "structuredContent": …, "isError": …}, each field exactly
+// as the server sent it (content [] when absent, structuredContent only
+// when present). A record longer than limit bytes is replaced by
+// {"io.drainer/too_large": <its size>}.
+func Record(content, structured json.RawMessage, isError bool, limit int) json.RawMessage {
+	if len(content) == 0 || string(content) == "null" {
+		content = json.RawMessage("[]")
+	}
+	b := make([]byte, 0, len(content)+len(structured)+64)
+	b = append(b, `{"content":`...)
+	b = append(b, content...)
+	if len(structured) > 0 && string(structured) != "null" {
+		b = append(b, `,"structuredContent":`...)
+		b = append(b, structured...)
+	}
+	if isError {
+		b = append(b, `,"isError":true}`...)
+	} else {
+		b = append(b, `,"isError":false}`...)
+	}
+	if limit > 0 && len(b) > limit {
+		return json.RawMessage(fmt.Sprintf(`{%q:%d}`, MetaTooLarge, len(b)))
+	}
+	return b
 }
 
 // excerpt returns the start of a stored response, on one line.

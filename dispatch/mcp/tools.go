@@ -17,6 +17,9 @@ import (
 type Tool struct {
 	Name        string       `json:"name"`
 	Annotations *Annotations `json:"annotations"`
+	// Definition is the whole entry as the server listed it (description,
+	// schemas, annotations), which the gateway lists again.
+	Definition json.RawMessage `json:"-"`
 }
 
 // Annotations are a tool's behaviour hints; nil means not given (MCP defaults:
@@ -59,13 +62,20 @@ func (a *Adapter) ListTools(ctx context.Context) ([]Tool, error) {
 			return nil, fmt.Errorf("mcp tools/list: %w", msg.Error)
 		}
 		var res struct {
-			Tools      []Tool `json:"tools"`
-			NextCursor string `json:"nextCursor"`
+			Tools      []json.RawMessage `json:"tools"`
+			NextCursor string            `json:"nextCursor"`
 		}
 		if err := json.Unmarshal(msg.Result, &res); err != nil {
 			return nil, errors.New("mcp tools/list: the result is not a tool list")
 		}
-		tools = append(tools, res.Tools...)
+		for _, raw := range res.Tools {
+			var t Tool
+			if err := json.Unmarshal(raw, &t); err != nil {
+				return nil, errors.New("mcp tools/list: an entry is not a tool")
+			}
+			t.Definition = raw
+			tools = append(tools, t)
+		}
 		if res.NextCursor == "" {
 			return tools, nil
 		}

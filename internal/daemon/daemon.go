@@ -43,9 +43,16 @@ type Options struct {
 	// ConsoleSampleEvery is how often the console samples the backlog
 	// (zero: its default).
 	ConsoleSampleEvery time.Duration
-	ShutdownTimeout    time.Duration
-	Logger             *slog.Logger
-	Version            string
+	// GatewayAddr wins over the config's gateway.addr; empty: no gateway
+	// unless the config names one.
+	GatewayAddr string
+	// GatewayListener, when set, serves the gateway instead of taking its
+	// address (an in-process caller that needs the address first: the
+	// demo, tests). The daemon closes it.
+	GatewayListener net.Listener
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+	Version         string
 	// Reload receives a value per SIGHUP.
 	Reload <-chan struct{}
 	// Started, when set, is called once the engine runs.
@@ -74,6 +81,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if st.cfg.Databases != nil {
+		if opts.GatewayAddr != "" {
+			return &ConfigError{errors.New("--gateway-addr: the gateway records calls in one database; it cannot serve a fleet (databases:)")}
+		}
 		return runFleet(ctx, st, opts, log)
 	}
 	d := &daemonRun{opts: opts, st: st, log: log}
@@ -97,6 +107,11 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	d.ready.Store(false)
+	if d.stopGateway != nil {
+		// Calls waiting for their rows are answered now (recorded, not
+		// finished: their retries get the outcome), before the engine stops.
+		d.stopGateway()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), cmp.Or(opts.ShutdownTimeout, 30*time.Second))
 	defer cancel()
 	return eng.Stop(sctx)
@@ -149,6 +164,8 @@ type daemonRun struct {
 	pool    atomic.Pointer[pgxpool.Pool]
 	engine  atomic.Pointer[drainer.Engine] // for /readyz, once started
 	closers []func()
+	// stopGateway stops the MCP gateway (nil: none); idempotent.
+	stopGateway func()
 }
 
 // onCleanup registers f to run at cleanup, after those registered later.
@@ -180,6 +197,10 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	// The console's address is taken before anything slow, so a taken one
 	// is refused at once.
 	consoleLn, err := d.listenConsole()
+	if err != nil {
+		return nil, err
+	}
+	gatewayLn, err := d.listenGateway()
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +243,9 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	// (a notification, a poll the wake-up should have spared, ...).
 	reg.MustRegister(eng.ClaimCollector())
 	if err := d.startConsole(ctx, consoleLn, p, reg); err != nil {
+		return nil, err
+	}
+	if err := d.startGateway(ctx, gatewayLn, p, registry, reg); err != nil {
 		return nil, err
 	}
 	if err := startEngine(ctx, eng, 500*time.Millisecond, log); err != nil {

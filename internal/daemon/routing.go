@@ -27,6 +27,10 @@ func NewRouting(cfg *config.Config, reg *dispatch.Registry) *drainer.Routing {
 	comp := make(map[string]string, len(cfg.Routes))
 	for tool, r := range cfg.Routes {
 		rt.Routes[tool] = newRoute(tool, r)
+		if a := cfg.Adapters[r.Adapter]; a != nil && a.Type == mcpType {
+			// The MCP gateway waits for these rows to settle.
+			rt.Routes[tool].Announce = true
+		}
 		comp[tool] = r.Compensation
 	}
 	rt.Compensations = compensations.NewMap(comp)
@@ -41,6 +45,9 @@ func NewRouting(cfg *config.Config, reg *dispatch.Registry) *drainer.Routing {
 	}
 	return rt
 }
+
+// mcpType is the adapter type whose routes announce their settled rows.
+const mcpType = "mcp"
 
 func newRoute(tool string, r *config.Route) *drainer.Route {
 	route := &drainer.Route{

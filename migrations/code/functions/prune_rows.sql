@@ -6,7 +6,7 @@
 -- p_windows_ms[i] (the route's compensation_window) has passed since it
 -- succeeded: its run can still be aborted and need it undone. Pruning a
 -- run's rows stamps the run's rows_pruned_at, so its abort outlives their
--- tombstones.
+-- tombstones. A pruned row's call record (call_records) is deleted with it.
 CREATE OR REPLACE FUNCTION {{.schema}}.prune_rows(p_status text, p_before timestamp with time zone, p_limit integer, p_comp_tools text[], p_windows_ms bigint[])
  RETURNS integer
  LANGUAGE plpgsql
@@ -39,6 +39,9 @@ BEGIN
         DELETE FROM {{.schema}}.intents i USING dequeued d
          WHERE i.seq = d.seq
         RETURNING i.key, i.payload_hash, d.status, i.agent_run_id
+    ), forgotten AS (
+        -- The gateway's record of the call goes with its row.
+        DELETE FROM {{.schema}}.call_records c USING moved m WHERE c.key = m.key
     ), stamped AS (
         UPDATE {{.schema}}.runs r SET rows_pruned_at = now()
          WHERE r.agent_run_id IN (SELECT m.agent_run_id FROM moved m)

@@ -1,0 +1,128 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch/mcp"
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// answer is the answer about a settled call (docs/reference.md §13): the
+// tool result recorded when its row settled, exactly as the first call got
+// it; or, when the row holds none, an isError result naming the key and
+// what a human must do. replay marks every answer but the one to the call
+// that created the row.
+func answer(c store.Call, replay bool) *sdk.CallToolResult {
+	meta := sdk.Meta{MetaKey: c.Key}
+	if replay {
+		meta[MetaReplay] = true
+	}
+	if len(c.Record) > 0 && (c.Status == outbox.StatusSucceeded || c.Status == outbox.StatusFailed) {
+		if n, tooLarge := recordTooLarge(c.Record); tooLarge {
+			meta[mcp.MetaTooLarge] = n
+			res := textResult(meta, fmt.Sprintf("The tool answered (%d bytes), more than drainer keeps of a result; the call took effect once (key %s, status %s). "+
+				"Its response as stored: %s", n, c.Key, c.Status, excerpt(c.Response)))
+			res.IsError = c.Status != outbox.StatusSucceeded
+			return res
+		}
+		if res, err := fromRecord(c.Record); err == nil {
+			res.Meta = meta
+			return res
+		}
+	}
+	meta[MetaStatus] = string(c.Status)
+	switch c.Status {
+	case outbox.StatusSucceeded:
+		// Settled without a tool result (resolved by an operator, say).
+		return textResult(meta, fmt.Sprintf("The call succeeded (key %s); its response as stored: %s", c.Key, excerpt(c.Response)))
+	case outbox.StatusOutcomeUnknown:
+		return errorResult(meta, fmt.Sprintf("The call may or may not have taken effect (key %s): %s. It is parked and will not be sent again: "+
+			"a human must check with the tool's owner and run `drainer resolve %s --note ...`. Calling again answers the same until then.", c.Key, c.LastError, c.Key))
+	case outbox.StatusCancelled:
+		return errorResult(meta, fmt.Sprintf("The call was cancelled before it was sent (key %s): its run was aborted or an operator cancelled it. Nothing was sent.", c.Key))
+	case outbox.StatusCompensated:
+		return errorResult(meta, fmt.Sprintf("The call took effect and was then undone by its compensation (key %s): its run was aborted.", c.Key))
+	default:
+		return errorResult(meta, fmt.Sprintf("The call failed and will not be sent again (key %s): %s. "+
+			"A human can inspect it (`drainer inspect %s`) and requeue it (`drainer requeue %s`) once the cause is fixed.", c.Key, c.LastError, c.Key, c.Key))
+	}
+}
+
+// timedOut answers a call whose row had not settled within the wait.
+func timedOut(c store.Call, wait time.Duration, replay bool) *sdk.CallToolResult {
+	meta := sdk.Meta{MetaKey: c.Key, MetaStatus: string(c.Status)}
+	if replay {
+		meta[MetaReplay] = true
+	}
+	return errorResult(meta, fmt.Sprintf("The call is recorded (key %s) and has not finished within %s (status %s). "+
+		"Call again with the same arguments to get its outcome; it will not be sent twice.", c.Key, wait, c.Status))
+}
+
+// pruned answers a call made before whose row has been pruned since.
+func pruned(key string) *sdk.CallToolResult {
+	return errorResult(sdk.Meta{MetaKey: key, MetaReplay: true},
+		fmt.Sprintf("This call was made before (key %s) and its record has been pruned; it was not sent again. "+
+			"A deliberate new call names its own _meta[%q].", key, MetaStepID))
+}
+
+// fromRecord decodes a record (mcp.Record) into a result, keeping its
+// structuredContent as the server wrote it.
+func fromRecord(rec json.RawMessage) (*sdk.CallToolResult, error) {
+	var res sdk.CallToolResult
+	if err := json.Unmarshal(rec, &res); err != nil {
+		return nil, err
+	}
+	var raw struct {
+		StructuredContent json.RawMessage `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(rec, &raw); err != nil {
+		return nil, err
+	}
+	res.StructuredContent = nil
+	if len(raw.StructuredContent) > 0 {
+		res.StructuredContent = raw.StructuredContent
+	}
+	if res.Content == nil {
+		res.Content = []sdk.Content{}
+	}
+	return &res, nil
+}
+
+// recordTooLarge reports a record that says the result was not kept.
+func recordTooLarge(rec json.RawMessage) (int64, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(rec, &m) != nil || len(m) != 1 {
+		return 0, false
+	}
+	var n int64
+	if v, ok := m[mcp.MetaTooLarge]; ok && json.Unmarshal(v, &n) == nil {
+		return n, true
+	}
+	return 0, false
+}
+
+func textResult(meta sdk.Meta, text string) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Meta: meta, Content: []sdk.Content{&sdk.TextContent{Text: text}}}
+}
+
+func errorResult(meta sdk.Meta, text string) *sdk.CallToolResult {
+	res := textResult(meta, text)
+	res.IsError = true
+	return res
+}
+
+// excerpt is the start of a stored response, for a text answer.
+func excerpt(b json.RawMessage) string {
+	s := string(b)
+	if s == "" {
+		s = "null"
+	}
+	if len(s) > 2000 {
+		s = s[:2000] + "…"
+	}
+	return s
+}

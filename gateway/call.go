@@ -1,0 +1,172 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/wire"
+	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// call answers one tools/call of t: its tuple, then straight through (a
+// read-only naturally idempotent tool) or recorded, dispatched by the
+// engine and answered once its row settled.
+func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (res *sdk.CallToolResult, err error) {
+	start := time.Now()
+	outcome := OutcomeRefused
+	defer func() {
+		g.metrics.calls.WithLabelValues(t.Name, string(outcome)).Inc()
+		g.metrics.seconds.WithLabelValues(t.Name).Observe(time.Since(start).Seconds())
+	}()
+	var header http.Header
+	if req.Extra != nil {
+		header = req.Extra.Header
+	}
+	tuple, canon, err := identify(t.Name, req.Params.Arguments, req.Params.Meta, header)
+	if err != nil {
+		g.log.Info("gateway: call refused", "tool", t.Name, "reason", err.Error())
+		return nil, invalidParams(err.Error())
+	}
+	key := tuple.Key()
+	tp, _, _ := metaString(req.Params.Meta, MetaTraceparent)
+	if tp != "" && !wire.ValidTraceparent(tp) {
+		tp = ""
+	}
+	if t.Passthrough {
+		outcome = OutcomePassthrough
+		return g.passthrough(ctx, t, key, tuple, canon, tp), nil
+	}
+
+	// Interest first, then the record: an announcement between the two
+	// is not lost.
+	settled, stopWatching := g.watch.watch(key)
+	defer stopWatching()
+	in := store.Intent{AgentRunID: tuple.AgentRunID, StepID: tuple.StepID, ToolName: tuple.ToolName,
+		BusinessScope: tuple.BusinessScope, Payload: canon}
+	if tp != "" {
+		in.Traceparent = &tp
+	}
+	enq, err := g.cfg.Store.Enqueue(ctx, g.cfg.DB, in)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			outcome = OutcomeConflict
+			g.log.Info("gateway: conflicting call refused", "tool", t.Name, "key", key, "agent_run_id", tuple.AgentRunID, "step_id", tuple.StepID)
+			return nil, invalidParams(fmt.Sprintf("key %s was recorded with other arguments for this agent_run_id, step_id, tool and business_scope; nothing was sent. "+
+				"A deliberate second call in one run names its own _meta[%q]", key, MetaStepID))
+		}
+		if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
+			return nil, invalidParams(fmt.Sprintf("the call cannot be recorded: %s", pgErr.Message))
+		}
+		g.log.Warn("gateway: could not record a call; nothing was sent", "tool", t.Name, "key", key, "err", err)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+			Message: fmt.Sprintf("drainer could not record the call (key %s): %v; nothing was sent: call again with the same arguments", key, err)}
+	}
+	c, joined, err := g.await(ctx, key, settled)
+	switch {
+	case errors.Is(err, store.ErrNoCall):
+		outcome = OutcomeReplayed
+		return pruned(key), nil
+	case err != nil:
+		g.log.Warn("gateway: could not read a call's row", "tool", t.Name, "key", key, "err", err)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+			Message: fmt.Sprintf("drainer recorded the call (key %s) but could not read its outcome: %v; call again with the same arguments for it", key, err)}
+	case !c.Settled():
+		outcome = OutcomeTimeout
+		return timedOut(c, g.cfg.Wait, !enq.Created), nil
+	case enq.Created:
+		outcome = OutcomeCreated
+	case joined:
+		outcome = OutcomeJoined
+	default:
+		outcome = OutcomeReplayed
+	}
+	res = answer(c, !enq.Created)
+	if enq.Created || joined {
+		// The call that waited for the row gets a result too large to
+		// record whole, when this process sent it.
+		res = g.whole(t, c, res)
+	}
+	return res, nil
+}
+
+// whole replaces the answer about a result too large to record by the
+// result itself, when the tool's adapter in this process still has it.
+func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.CallToolResult {
+	if _, tooLarge := recordTooLarge(c.Record); !tooLarge || t.Oversized == nil {
+		return res
+	}
+	full, ok := t.Oversized(c.Key)
+	if !ok {
+		return res
+	}
+	r, err := fromRecord(full)
+	if err != nil {
+		return res
+	}
+	r.Meta = res.Meta
+	return r
+}
+
+// await reads the row of key until it settled, the wait ended or ctx
+// ended; joined says it was not settled at first.
+func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}) (store.Call, bool, error) {
+	deadline := time.NewTimer(g.cfg.Wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(recheck)
+	defer tick.Stop()
+	for first := true; ; first = false {
+		c, err := g.cfg.Store.Call(ctx, g.cfg.DB, key)
+		if err != nil || c.Settled() {
+			return c, !first, err
+		}
+		select {
+		case <-settled:
+		case <-tick.C:
+		case <-deadline.C:
+			// One last look: it may have settled this instant.
+			c, err := g.cfg.Store.Call(ctx, g.cfg.DB, key)
+			return c, true, err
+		case <-ctx.Done():
+			return c, true, nil
+		case <-g.closing:
+			return c, true, nil
+		}
+	}
+}
+
+// passthrough sends a call of a read-only naturally idempotent tool
+// straight to its server, unrecorded, with its key.
+func (g *Gateway) passthrough(ctx context.Context, t *Tool, key string, tuple idemkey.Tuple, canon []byte, tp string) *sdk.CallToolResult {
+	m := &dispatch.Message{Key: key, Tuple: tuple, Payload: canon, Attempt: 1, Traceparent: tp}
+	r := t.Send(ctx, m)
+	if _, tooLarge := recordTooLarge(r.Record); tooLarge && t.Oversized != nil {
+		if full, ok := t.Oversized(key); ok {
+			r.Record = full
+		}
+	}
+	if len(r.Record) > 0 {
+		if res, err := fromRecord(r.Record); err == nil {
+			res.Meta = sdk.Meta{MetaKey: key}
+			return res
+		}
+	}
+	msg := "the tool server did not answer"
+	if r.Err != nil {
+		msg = r.Err.Error()
+	}
+	return errorResult(sdk.Meta{MetaKey: key}, fmt.Sprintf("%s (read-only tool, not recorded): %s; calling again is safe", t.Name, msg))
+}
+
+// invalidParams is the JSON-RPC error -32602 with msg.
+func invalidParams(msg string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg}
+}

@@ -1,0 +1,31 @@
+// Package gateway is the durable MCP gateway (docs/reference.md §13): an MCP
+// server on Streamable HTTP that agents point their MCP client at instead of
+// their tool servers. Every tools/call is recorded in the outbox (committed
+// before anything is sent), dispatched by the engine through the route's mcp
+// adapter with the call's key, and answered with the tool result recorded
+// when its row settled. A retry of the call, under any request id, maps to
+// the same four-tuple and key, so it is answered from that record (or waits
+// for the call in flight) and never reaches the tool a second time.
+//
+// Files:
+//
+//	gateway.go  Config, New, Serve, Shutdown: the HTTP server, its bearer
+//	            token, the MCP server (the official Go SDK's, stateless, so
+//	            both 2026-07-28 and 2025-11-25 clients are served and a
+//	            restart loses no session)
+//	tools.go    the tools listed: each routed tool of the config's mcp
+//	            adapters, with the server's own definition; drainer_abort_run
+//	call.go     one tools/call: its tuple (identity.go), its record, its wait
+//	identity.go the four-tuple of a call: _meta, X-Agent-Run-Id, the derived
+//	            auto- step id
+//	answer.go   the answer of a recorded call from its row and record
+//	settle.go   waiting for rows to settle: one LISTEN connection on the
+//	            settle channel, re-armed when it dies, and a recheck
+//	metrics.go  drainer_gateway_calls_total and drainer_gateway_call_seconds
+//
+// What is kept where: the call's row is an ordinary outbox row (its tuple
+// names the run), so the console, the CLI and the sagas see it like any
+// other; the tool result the first call got is kept in call_records
+// (migrations/024_call_records.sql), written by the completion that settled
+// the row, in its transaction (store.Complete, store/calls.go).
+package gateway

@@ -1,0 +1,202 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultWait bounds how long a call waits for its row to settle.
+const DefaultWait = 30 * time.Second
+
+// Path is where the gateway serves MCP.
+const Path = "/mcp"
+
+// Config configures a Gateway.
+type Config struct {
+	// Addr is the listen address (host:port); Listener, when set, is used instead.
+	Addr     string
+	Listener net.Listener
+	// Token, when set, is required of every request as
+	// "Authorization: Bearer <token>". Off a loopback address it must be set
+	// (New refuses otherwise).
+	Token string
+	// Wait bounds how long a call waits for its row to settle (0: DefaultWait).
+	Wait time.Duration
+	// AbortTool lists drainer_abort_run.
+	AbortTool bool
+	// DB and Store are the database the calls are recorded in.
+	DB    *pgxpool.Pool
+	Store *store.Store
+	// Connect opens the settle listener's own connection (nil: one like
+	// DB's).
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// Tools are the tools listed and served.
+	Tools []Tool
+	// Registerer receives the gateway's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Version    string
+}
+
+// Gateway serves MCP on its listener until Shutdown.
+type Gateway struct {
+	cfg     Config
+	log     *slog.Logger
+	ln      net.Listener
+	srv     *http.Server
+	mcp     *sdk.Server
+	watch   *settleWatch
+	metrics *metrics
+	token   [sha256.Size]byte // sha256 of the token, compared in constant time
+
+	mu    sync.RWMutex
+	tools map[string]*Tool
+
+	stop context.CancelFunc
+	done sync.WaitGroup
+	// closing is closed by Shutdown: waiting calls are answered at once.
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+// New checks cfg, takes its address and builds the server; Serve starts it.
+func New(cfg Config) (*Gateway, error) {
+	cfg.Wait = cmp.Or(cfg.Wait, DefaultWait)
+	if cfg.Wait < 0 {
+		return nil, fmt.Errorf("gateway.wait must be positive, got %s", cfg.Wait)
+	}
+	if cfg.DB == nil || cfg.Store == nil {
+		return nil, errors.New("gateway: no database")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ln := cfg.Listener
+	if ln == nil {
+		if err := config.RequireGatewayToken(cfg.Addr, cfg.Token != ""); err != nil {
+			return nil, err
+		}
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, fmt.Errorf("gateway: listen on %s: %w", cfg.Addr, err)
+		}
+	} else if err := config.RequireGatewayToken(ln.Addr().String(), cfg.Token != ""); err != nil {
+		return nil, err
+	}
+	if cfg.Connect == nil {
+		cc := cfg.DB.Config().ConnConfig
+		cfg.Connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }
+	}
+	g := &Gateway{cfg: cfg, log: log, ln: ln, tools: map[string]*Tool{}, closing: make(chan struct{})}
+	if cfg.Token != "" {
+		g.token = sha256.Sum256([]byte(cfg.Token))
+	}
+	names := make([]string, 0, len(cfg.Tools)+1)
+	for _, t := range cfg.Tools {
+		names = append(names, t.Name)
+	}
+	if cfg.AbortTool {
+		names = append(names, AbortToolName)
+	}
+	g.metrics = newMetrics(cfg.Registerer, names)
+	g.watch = newSettleWatch(cfg.Connect, cfg.Store.SettleChannel(), log)
+	g.mcp = sdk.NewServer(&sdk.Implementation{Name: "drainer-gateway", Version: cmp.Or(cfg.Version, "dev")},
+		&sdk.ServerOptions{Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}}})
+	if err := g.AddTools(cfg.Tools...); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	if cfg.AbortTool {
+		g.addAbortTool()
+	}
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return g.mcp },
+		&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: maxRequestBytes})
+	mux := http.NewServeMux()
+	mux.Handle(Path, g.authorize(h))
+	g.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	return g, nil
+}
+
+// maxRequestBytes bounds one request's body: the payload limit of
+// drainer.enqueue (1 MiB) and room for the envelope.
+const maxRequestBytes = 1<<20 + 64<<10
+
+// Addr is the address the gateway listens on.
+func (g *Gateway) Addr() string { return g.ln.Addr().String() }
+
+// URL is the gateway's MCP endpoint.
+func (g *Gateway) URL() string { return "http://" + g.Addr() + Path }
+
+// Serve starts the settle listener and the HTTP server; it returns once the
+// listener listens (or ctx ends).
+func (g *Gateway) Serve(ctx context.Context) error {
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	g.stop = stop
+	g.done.Add(2)
+	go func() { defer g.done.Done(); g.watch.run(wctx) }()
+	go func() {
+		defer g.done.Done()
+		if err := g.srv.Serve(g.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			g.log.Error("gateway: server stopped", "err", err)
+		}
+	}()
+	select {
+	case <-g.watch.listening:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Second):
+		g.log.Warn("gateway: the settle listener is not listening yet; calls read their rows every " + recheck.String() + " until it is")
+	}
+	g.log.Info("gateway serving", "gateway_addr", g.Addr(), "tools", len(g.cfg.Tools), "token", g.cfg.Token != "", "wait", g.cfg.Wait)
+	return nil
+}
+
+// Shutdown stops taking calls, lets the calls under way end (within ctx),
+// and stops the listener. A call cut off by it has its row recorded: its
+// retry is answered from it.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.closeOnce.Do(func() { close(g.closing) })
+	err := g.srv.Shutdown(ctx)
+	if g.stop != nil {
+		g.stop()
+	}
+	g.done.Wait()
+	return err
+}
+
+// authorize requires the bearer token, when there is one, compared in
+// constant time; a request without it is answered 401 and nothing of it is
+// recorded or sent.
+func (g *Gateway) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.cfg.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+			if !ok || subtle.ConstantTimeCompare(sum[:], g.token[:]) != 1 {
+				g.metrics.calls.WithLabelValues("", string(OutcomeRefused)).Inc()
+				w.Header().Set("WWW-Authenticate", `Bearer realm="drainer gateway"`)
+				http.Error(w, "drainer gateway: a bearer token is required (Authorization: Bearer <gateway.token>)", http.StatusUnauthorized)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,461 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/gateway"
+	"github.com/drainer-io/drainer/internal/daemon"
+	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// upstreamToken is what the adapter sends the tool server; agentToken is
+// what the agent sends the gateway. The server must never see the latter.
+const (
+	upstreamToken = "upstream-secret"
+	agentToken    = "agent-secret"
+)
+
+// toolServer is an MCP server (the official SDK's) whose tools count their
+// effects per idempotency key, as a provider honouring the key does.
+type toolServer struct {
+	url string
+
+	mu       sync.Mutex
+	effects  map[string]int // per tool
+	byKey    map[string]*sdk.CallToolResult
+	requests map[string]int // per tool, every request
+	auth     map[string]int // Authorization headers seen
+	gate     chan struct{}  // "slow" waits on it
+}
+
+func newToolServer(t *testing.T) *toolServer {
+	ts := &toolServer{effects: map[string]int{}, byKey: map[string]*sdk.CallToolResult{}, requests: map[string]int{},
+		auth: map[string]int{}, gate: make(chan struct{})}
+	server := sdk.NewServer(&sdk.Implementation{Name: "tools", Version: "1"}, nil)
+	obj := json.RawMessage(`{"type":"object"}`)
+	yes := true
+	effect := func(name string, result func(n int) *sdk.CallToolResult) sdk.ToolHandler {
+		return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			if name == "slow" {
+				select {
+				case <-ts.gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			key, _ := req.Params.Meta["io.drainer/idempotency-key"].(string)
+			ts.mu.Lock()
+			defer ts.mu.Unlock()
+			ts.requests[name]++
+			ts.auth[req.Extra.Header.Get("Authorization")]++
+			if prev, ok := ts.byKey[key]; ok && key != "" {
+				replay := *prev
+				replay.Meta = sdk.Meta{"io.drainer/replay": true}
+				return &replay, nil
+			}
+			ts.effects[name]++
+			res := result(ts.effects[name])
+			if key != "" {
+				ts.byKey[key] = res
+			}
+			return res, nil
+		}
+	}
+	server.AddTool(&sdk.Tool{Name: "charge", Description: "charges a card", InputSchema: obj,
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes}},
+		effect("charge", func(n int) *sdk.CallToolResult {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("charged #%d", n)}},
+				StructuredContent: json.RawMessage(fmt.Sprintf(`{"z":1,"charge":%d,"a":"first"}`, n))}
+		}))
+	server.AddTool(&sdk.Tool{Name: "refund", InputSchema: obj}, effect("refund", func(n int) *sdk.CallToolResult {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("refunded #%d", n)}}}
+	}))
+	server.AddTool(&sdk.Tool{Name: "refuse", InputSchema: obj}, effect("refuse", func(n int) *sdk.CallToolResult {
+		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: "card declined"}}}
+	}))
+	server.AddTool(&sdk.Tool{Name: "slow", InputSchema: obj}, effect("slow", func(n int) *sdk.CallToolResult {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("slow #%d", n)}}}
+	}))
+	server.AddTool(&sdk.Tool{Name: "big", InputSchema: obj}, effect("big", func(n int) *sdk.CallToolResult {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", bigResult)}}}
+	}))
+	server.AddTool(&sdk.Tool{Name: "lookup", InputSchema: obj, Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			ts.mu.Lock()
+			ts.requests["lookup"]++
+			ts.auth[req.Extra.Header.Get("Authorization")]++
+			ts.mu.Unlock()
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "found"}}}, nil
+		})
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server },
+		&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ts.url = srv.URL
+	return ts
+}
+
+// bigResult is the size of the big tool's text: more than the 1 MiB record limit.
+const bigResult = 3 << 19
+
+func (ts *toolServer) count(m map[string]int, k string) int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return m[k]
+}
+
+// gw is a drainer run with the gateway, in this process.
+type gw struct {
+	url  string
+	pool *pgxpool.Pool
+	ts   *toolServer
+}
+
+// startGateway runs drainer with its gateway in front of a tool server.
+func startGateway(t *testing.T, wait time.Duration) *gw {
+	t.Helper()
+	ts := newToolServer(t)
+	pool := storetest.NewPool(t)
+	t.Setenv("GW_TEST_UPSTREAM_TOKEN", upstreamToken)
+	t.Setenv("GW_TEST_TOKEN", agentToken)
+	cfg := fmt.Sprintf(`workers: 8
+lease: 20s
+adapters:
+  tools:
+    type: mcp
+    url: %s
+    timeout: 10s
+    headers: {Authorization: "Bearer ${env:GW_TEST_UPSTREAM_TOKEN}"}
+routes:
+  charge: {adapter: tools, class: key_idempotent, compensation: refund}
+  refund: {adapter: tools, class: key_idempotent}
+  refuse: {adapter: tools, class: key_idempotent}
+  slow: {adapter: tools, class: key_idempotent}
+  lookup: {adapter: tools, class: naturally_idempotent}
+  big: {adapter: tools, class: key_idempotent}
+gateway:
+  token: ${env:GW_TEST_TOKEN}
+  wait: %s
+  abort_tool: true
+`, ts.url, wait)
+	path := filepath.Join(t.TempDir(), "drainer.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{ConfigPath: path, DatabaseURL: pool.Config().ConnString(),
+			MetricsAddr: "127.0.0.1:0", GatewayListener: ln, ShutdownTimeout: 10 * time.Second,
+			Started: func(*drainer.Engine) { close(started) }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("drainer run: %v", err)
+		}
+	})
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("drainer run: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("drainer did not start within a minute")
+	}
+	return &gw{url: "http://" + ln.Addr().String() + gateway.Path, pool: pool, ts: ts}
+}
+
+// client connects an MCP client (the official SDK's) to the gateway with
+// the given headers.
+func (g *gw) client(t *testing.T, headers map[string]string) *sdk.ClientSession {
+	t.Helper()
+	hc := &http.Client{Transport: headerTransport{headers}}
+	c := sdk.NewClient(&sdk.Implementation{Name: "agent", Version: "1"}, nil)
+	s, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: g.url, HTTPClient: hc, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("connect to the gateway: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+type headerTransport struct{ h map[string]string }
+
+func (ht headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range ht.h {
+		r.Header.Set(k, v)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func agentHeaders(run string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + agentToken, gateway.HeaderAgentRunID: run}
+}
+
+func call(t *testing.T, s *sdk.ClientSession, tool string, args map[string]any, meta sdk.Meta) *sdk.CallToolResult {
+	t.Helper()
+	res, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: args, Meta: meta})
+	if err != nil {
+		t.Fatalf("tools/call %s: %v", tool, err)
+	}
+	return res
+}
+
+// body is a result as the client decoded it, without _meta and resultType,
+// as JSON with sorted keys, to compare answers.
+func body(t *testing.T, r *sdk.CallToolResult) string {
+	t.Helper()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m, "_meta")
+	delete(m, "resultType")
+	b, err = json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestRetriesUnderNewRequestIDsHaveOneEffectAndOneAnswer(t *testing.T) {
+	g := startGateway(t, 30*time.Second)
+	s := g.client(t, agentHeaders("run-retry"))
+	args := map[string]any{"amount": 5, "card": "c1"}
+	first := call(t, s, "charge", args, nil)
+	if first.IsError {
+		t.Fatalf("first call: %s", body(t, first))
+	}
+	if first.Meta[gateway.MetaReplay] != nil {
+		t.Fatalf("the call that created the row is not a replay: %v", first.Meta)
+	}
+	want := `{"content":[{"text":"charged #1","type":"text"}],"structuredContent":{"a":"first","charge":1,"z":1}}`
+	if got := body(t, first); got != want {
+		t.Fatalf("answer:\n got %s\nwant %s", got, want)
+	}
+	// The record keeps the server's answer byte for byte (its key order too).
+	var rec string
+	if err := g.pool.QueryRow(context.Background(), `SELECT result::text FROM drainer.call_records WHERE key = $1`, first.Meta[gateway.MetaKey]).Scan(&rec); err != nil {
+		t.Fatal(err)
+	}
+	if wantRec := `{"content":[{"type":"text","text":"charged #1"}],"structuredContent":{"z":1,"charge":1,"a":"first"},"isError":false}`; rec != wantRec {
+		t.Fatalf("record:\n got %s\nwant %s", rec, wantRec)
+	}
+	// The same call again, from a new session (the harness reconnected),
+	// with the arguments in another order: one effect, the same answer.
+	s2 := g.client(t, agentHeaders("run-retry"))
+	for i := range 3 {
+		again := call(t, s2, "charge", map[string]any{"card": "c1", "amount": 5}, nil)
+		if got := body(t, again); got != want {
+			t.Fatalf("retry %d answered\n %s\nnot\n %s", i, got, want)
+		}
+		if again.Meta[gateway.MetaReplay] != true || again.Meta[gateway.MetaKey] != first.Meta[gateway.MetaKey] {
+			t.Fatalf("retry %d _meta %v: want replay true and the first call's key %v", i, again.Meta, first.Meta[gateway.MetaKey])
+		}
+	}
+	if n := g.ts.count(g.ts.effects, "charge"); n != 1 {
+		t.Fatalf("%d effects upstream, want 1", n)
+	}
+	// The agent's own credentials never reach the tool server.
+	if n := g.ts.count(g.ts.auth, "Bearer "+agentToken); n != 0 {
+		t.Fatalf("the tool server saw the agent's Authorization %d times", n)
+	}
+	if n := g.ts.count(g.ts.auth, "Bearer "+upstreamToken); n == 0 {
+		t.Fatal("the tool server never saw the adapter's credentials")
+	}
+	// A deliberate second identical call names its own step.
+	other := call(t, s, "charge", args, sdk.Meta{gateway.MetaStepID: "second-charge"})
+	if other.IsError || other.Meta[gateway.MetaReplay] != nil || g.ts.count(g.ts.effects, "charge") != 2 {
+		t.Fatalf("a call with its own step_id: %s %v, effects %d", body(t, other), other.Meta, g.ts.count(g.ts.effects, "charge"))
+	}
+}
+
+func TestConcurrentIdenticalCallsHaveOneEffect(t *testing.T) {
+	g := startGateway(t, 30*time.Second)
+	const n = 50
+	answers := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		s := g.client(t, agentHeaders("run-concurrent"))
+		wg.Go(func() {
+			res, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"amount": 7}})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			answers[i] = body(t, res)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range answers {
+		if a != answers[0] {
+			t.Fatalf("answer %d differs:\n%s\n%s", i, a, answers[0])
+		}
+	}
+	if e, r := g.ts.count(g.ts.effects, "charge"), g.ts.count(g.ts.requests, "charge"); e != 1 || r != 1 {
+		t.Fatalf("%d effects and %d requests upstream, want 1 and 1", e, r)
+	}
+}
+
+func TestConflictTimeoutPassthroughAndRefusals(t *testing.T) {
+	g := startGateway(t, time.Second)
+	s := g.client(t, agentHeaders("run-misc"))
+
+	// The same tuple with other arguments: -32602 naming the key; nothing sent.
+	step := sdk.Meta{gateway.MetaStepID: "pay"}
+	first := call(t, s, "charge", map[string]any{"amount": 1}, step)
+	_, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"amount": 2}, Meta: step})
+	var rpcErr *jsonrpc.Error
+	if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams || !containsKey(rpcErr.Message, first.Meta) {
+		t.Fatalf("conflict: %v; want -32602 naming %v", err, first.Meta[gateway.MetaKey])
+	}
+	if n := g.ts.count(g.ts.requests, "charge"); n != 1 {
+		t.Fatalf("%d requests upstream after a conflict, want 1", n)
+	}
+
+	// Not settled within wait: isError with the row's status; the retry
+	// after it settled gets the result.
+	slow := call(t, s, "slow", map[string]any{"x": 1}, nil)
+	if !slow.IsError || slow.Meta[gateway.MetaStatus] != "in_flight" {
+		t.Fatalf("timeout answer: %s %v", body(t, slow), slow.Meta)
+	}
+	close(g.ts.gate)
+	var later *sdk.CallToolResult
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		if later = call(t, s, "slow", map[string]any{"x": 1}, nil); !later.IsError {
+			break
+		}
+	}
+	if later.IsError || body(t, later) != `{"content":[{"text":"slow #1","type":"text"}]}` || later.Meta[gateway.MetaReplay] != true {
+		t.Fatalf("after the timeout: %s %v", body(t, later), later.Meta)
+	}
+
+	// A tool answering isError: the row failed, the answer is the tool's, as recorded.
+	refused := call(t, s, "refuse", map[string]any{"card": "x"}, nil)
+	again := call(t, s, "refuse", map[string]any{"card": "x"}, nil)
+	if !refused.IsError || body(t, refused) != `{"content":[{"text":"card declined","type":"text"}],"isError":true}` || body(t, again) != body(t, refused) {
+		t.Fatalf("isError answers: %s then %s", body(t, refused), body(t, again))
+	}
+	if n := g.ts.count(g.ts.requests, "refuse"); n != 1 {
+		t.Fatalf("refuse reached the server %d times", n)
+	}
+
+	// Read-only and naturally idempotent: straight through, unrecorded.
+	for range 2 {
+		if r := call(t, s, "lookup", nil, nil); r.IsError {
+			t.Fatalf("lookup: %s", body(t, r))
+		}
+	}
+	var rows int
+	if err := g.pool.QueryRow(context.Background(), `SELECT count(*) FROM drainer.outbox WHERE tool_name = 'lookup'`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.ts.count(g.ts.requests, "lookup"); n != 2 || rows != 0 {
+		t.Fatalf("lookup: %d requests upstream and %d rows; want 2 and 0", n, rows)
+	}
+
+	// A result too large to record: the call that waited for it gets it
+	// whole; a later retry is told it was not kept, and nothing is sent again.
+	// (Its own run: the refused call above failed its row, which aborted
+	// run-misc, so its later calls are cancelled, as docs/reference.md §6 says.)
+	sb := g.client(t, agentHeaders("run-big"))
+	big := call(t, sb, "big", nil, nil)
+	if big.IsError || len(big.Content) != 1 || len(big.Content[0].(*sdk.TextContent).Text) != bigResult {
+		t.Fatalf("big result: isError %v, %d blocks: %.300s", big.IsError, len(big.Content), body(t, big))
+	}
+	notice := call(t, sb, "big", nil, nil)
+	if notice.IsError || notice.Meta["io.drainer/too_large"] == nil || notice.Meta[gateway.MetaReplay] != true ||
+		!strings.Contains(notice.Content[0].(*sdk.TextContent).Text, "more than drainer keeps") {
+		t.Fatalf("retry of a big result: %v %v", notice.Meta, notice.Content)
+	}
+	if n := g.ts.count(g.ts.requests, "big"); n != 1 {
+		t.Fatalf("big reached the server %d times", n)
+	}
+
+	// No run named: -32602 naming both places.
+	anon := g.client(t, map[string]string{"Authorization": "Bearer " + agentToken})
+	_, err = anon.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"amount": 9}})
+	if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams {
+		t.Fatalf("a call naming no run: %v", err)
+	}
+
+	// Without the token: 401, nothing recorded.
+	resp, err := http.Post(g.url, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", resp.StatusCode)
+	}
+}
+
+func containsKey(msg string, meta sdk.Meta) bool {
+	k, _ := meta[gateway.MetaKey].(string)
+	return k != "" && strings.Contains(msg, k)
+}
+
+func TestAbortRunCompensatesCompletedSteps(t *testing.T) {
+	g := startGateway(t, 30*time.Second)
+	s := g.client(t, agentHeaders("run-abort"))
+	if r := call(t, s, "charge", map[string]any{"amount": 3}, nil); r.IsError {
+		t.Fatalf("charge: %s", body(t, r))
+	}
+	if r := call(t, s, gateway.AbortToolName, map[string]any{"reason": "wrong card"}, nil); r.IsError {
+		t.Fatalf("abort: %s", body(t, r))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for g.ts.count(g.ts.effects, "refund") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the charge was not compensated within a minute of the abort")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The forward row ends compensated once its refund succeeded.
+	for {
+		var status string
+		if err := g.pool.QueryRow(context.Background(), `SELECT status FROM drainer.outbox WHERE tool_name = 'charge' AND kind = 'forward'`).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+		if status == "compensated" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the charge row is %s, not compensated, a minute after the abort", status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

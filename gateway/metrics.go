@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome is how the gateway answered one tools/call (the outcome label of
+// drainer_gateway_calls_total, docs/reference.md §13).
+type Outcome string
+
+const (
+	// OutcomeCreated: the call recorded a new row and was answered with its result.
+	OutcomeCreated Outcome = "created"
+	// OutcomeReplayed: the call's row had settled; answered from its record.
+	OutcomeReplayed Outcome = "replayed"
+	// OutcomeJoined: the call's row was in flight; answered when it settled.
+	OutcomeJoined Outcome = "joined"
+	// OutcomePassthrough: a read-only naturally idempotent tool, sent straight through.
+	OutcomePassthrough Outcome = "passthrough"
+	// OutcomeConflict: the tuple was recorded with other arguments; nothing sent.
+	OutcomeConflict Outcome = "conflict"
+	// OutcomeTimeout: the row had not settled within `wait`.
+	OutcomeTimeout Outcome = "timeout"
+	// OutcomeRefused: refused before anything was recorded (no token, no
+	// run, bad arguments, the database unreachable).
+	OutcomeRefused Outcome = "refused"
+)
+
+// Outcomes lists every outcome, for series that exist from startup.
+var Outcomes = []Outcome{OutcomeCreated, OutcomeReplayed, OutcomeJoined, OutcomePassthrough,
+	OutcomeConflict, OutcomeTimeout, OutcomeRefused}
+
+// metrics are the gateway's series.
+type metrics struct {
+	calls   *prometheus.CounterVec
+	seconds *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer, tools []string) *metrics {
+	m := &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drainer_gateway_calls_total",
+			Help: "tools/call requests answered by the MCP gateway, by tool and outcome (created, replayed, joined, passthrough, conflict, timeout, refused).",
+		}, []string{"tool", "outcome"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "drainer_gateway_call_seconds",
+			Help:    "Time from a tools/call's arrival at the MCP gateway to its answer, by tool.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"tool"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.calls, m.seconds)
+	}
+	// Every configured tool's series exist from startup, at zero.
+	for _, t := range tools {
+		for _, o := range Outcomes {
+			m.calls.WithLabelValues(t, string(o))
+		}
+		m.seconds.WithLabelValues(t)
+	}
+	m.calls.WithLabelValues("", string(OutcomeRefused))
+	return m
+}

@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// settleWatch tells the calls waiting for a key that its row may have
+// settled. One connection LISTENs on the settle channel (store.SettleChannel),
+// where each completion announces the keys of the rows it settled. A call
+// registers its key before it reads the row, so an announcement between the
+// read and the wait is not lost. The connection is re-established when it
+// dies (a restart, an idle-connection killer, a network drop), and every
+// waiting call is woken then to read its row again: whatever was announced
+// while nobody listened is found that way. Each waiting call also reads its
+// row again every recheck, for rows settled by someone who does not
+// announce (an operator's cancel or resolve, an abort of the run).
+type settleWatch struct {
+	connect func(ctx context.Context) (*pgx.Conn, error)
+	channel string
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+	// listening is closed once the first LISTEN took effect.
+	listening chan struct{}
+	listened  bool
+}
+
+// recheck is how often a waiting call reads its row again without an
+// announcement.
+const recheck = 2 * time.Second
+
+func newSettleWatch(connect func(context.Context) (*pgx.Conn, error), channel string, log *slog.Logger) *settleWatch {
+	return &settleWatch{connect: connect, channel: channel, log: log,
+		waiters: map[string]map[chan struct{}]struct{}{}, listening: make(chan struct{})}
+}
+
+// watch registers interest in key: ch receives a value (without blocking
+// the watch) whenever key may have settled. cancel removes it.
+func (w *settleWatch) watch(key string) (ch chan struct{}, cancel func()) {
+	ch = make(chan struct{}, 1)
+	w.mu.Lock()
+	set := w.waiters[key]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		w.waiters[key] = set
+	}
+	set[ch] = struct{}{}
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		delete(w.waiters[key], ch)
+		if len(w.waiters[key]) == 0 {
+			delete(w.waiters, key)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// wake tells the waiters of key (every waiter when key is "").
+func (w *settleWatch) wake(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, set := range w.waiters {
+		if key != "" && k != key {
+			continue
+		}
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// run listens until ctx ends, reconnecting with backoff (100 ms doubling to
+// 5 s) when the connection fails.
+func (w *settleWatch) run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := w.listen(ctx, func() { backoff = 100 * time.Millisecond })
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("gateway: the settle listener lost its database connection; reconnecting (waiting calls read their rows meanwhile)",
+			"err", err, "retry_in", backoff)
+		w.wake("")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// listen holds one connection: LISTEN, wake everyone (what was announced
+// before is read now), then deliver announcements until it fails.
+func (w *settleWatch) listen(ctx context.Context, connected func()) error {
+	conn, err := w.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.channel}.Sanitize()); err != nil {
+		return err
+	}
+	connected()
+	w.mu.Lock()
+	if !w.listened {
+		w.listened = true
+		close(w.listening)
+	}
+	w.mu.Unlock()
+	w.wake("")
+	for {
+		wctx, cancel := context.WithTimeout(ctx, pingEvery)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			// Quiet for a while: is the server still there? A connection
+			// that died without a word would otherwise leave every call
+			// to its recheck.
+			pctx, cancel := context.WithTimeout(ctx, pingWait)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		w.wake(n.Payload)
+	}
+}
+
+// pingEvery and pingWait: a listener quiet for pingEvery pings the server
+// and gives the connection up when no answer comes within pingWait.
+const (
+	pingEvery = 10 * time.Second
+	pingWait  = 5 * time.Second
+)

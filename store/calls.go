@@ -1,0 +1,105 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements of the MCP gateway's calls (docs/reference.md §13): the
+// completion's announcement of a settled row with its record, and the
+// gateway's reading of a call's state.
+
+// SettleChannel is the LISTEN/NOTIFY channel on which a completion
+// announces the key of each row of an announcing route that settled
+// (Completion.Announce); the MCP gateway waits on it.
+func (s *Store) SettleChannel() string { return s.schema + ".settled" }
+
+// announceSQL, in a completion's transaction after its rows were written:
+// of the completions that announce ($1 seqs, $2 records or null), those
+// whose row is now settled (a fenced completion whose row another replica
+// owns is not) keep their record, the first written for the key, and have
+// their key announced on $3 at commit.
+const announceSQL = `WITH c AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[]) AS c(seq, rec)
+), settled AS (
+    SELECT i.key, c.rec
+      FROM c
+      JOIN {s}.queue q ON q.seq = c.seq
+      JOIN {s}.intents i ON i.seq = c.seq
+     WHERE q.status NOT IN ({StatusPending}, {StatusInFlight})
+), kept AS (
+    INSERT INTO {s}.call_records (key, result)
+    SELECT key, rec::json FROM settled WHERE rec IS NOT NULL
+    ON CONFLICT (key) DO NOTHING
+)
+SELECT count(pg_notify($3, key)) FROM settled`
+
+// queueAnnounce queues announceSQL for the completions of cs that announce;
+// it reports whether it queued a statement.
+func (s *Store) queueAnnounce(b *pgx.Batch, cs []Completion) bool {
+	var seqs []int64
+	var recs []*string
+	for _, c := range cs {
+		if !c.Announce {
+			continue
+		}
+		seqs = append(seqs, c.Seq)
+		var rec *string
+		if len(c.Record) > 0 && json.Valid(c.Record) {
+			r := string(c.Record)
+			rec = &r
+		}
+		recs = append(recs, rec)
+	}
+	if len(seqs) == 0 {
+		return false
+	}
+	b.Queue(s.sql(announceSQL), seqs, recs, s.SettleChannel())
+	return true
+}
+
+// Call is what the gateway answers about a recorded call.
+type Call struct {
+	Key       string
+	Status    outbox.Status
+	Response  json.RawMessage // the row's response (docs/reference.md §2)
+	LastError string
+	// Record is the tool result kept when the row settled (nil: none,
+	// e.g. the call failed without an answer).
+	Record json.RawMessage
+	// Traceparent is the row's trace context ("" when it has none).
+	Traceparent string
+}
+
+// Settled reports whether the call's row is terminal or parked.
+func (c Call) Settled() bool { return c.Status.Terminal() || c.Status.Parked() }
+
+// ErrNoCall: the key has no row (never enqueued, or pruned since).
+var ErrNoCall = errors.New("no row for the key")
+
+const callSQL = `SELECT o.status, o.response, coalesce(o.last_error, ''), r.result, coalesce(o.traceparent, '')
+  FROM {s}.outbox o
+  LEFT JOIN {s}.call_records r ON r.key = o.key
+ WHERE o.key = $1`
+
+// Call reads the state of the row of key, with its record; ErrNoCall when
+// there is no row.
+func (s *Store) Call(ctx context.Context, db DB, key string) (Call, error) {
+	c := Call{Key: key}
+	var status string
+	var resp, rec []byte
+	err := db.QueryRow(ctx, s.sql(callSQL), key).Scan(&status, &resp, &c.LastError, &rec, &c.Traceparent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, ErrNoCall
+	}
+	if err != nil {
+		return c, fmt.Errorf("read call %s: %w", key, err)
+	}
+	c.Status, c.Response, c.Record = outbox.Status(status), resp, rec
+	return c, nil
+}
