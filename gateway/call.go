@@ -25,6 +25,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	defer func() {
 		g.metrics.calls.WithLabelValues(t.Name, string(outcome)).Inc()
 		g.metrics.seconds.WithLabelValues(t.Name).Observe(time.Since(start).Seconds())
+		g.log.Debug("gateway: call answered", "tool", t.Name, "outcome", string(outcome), "duration", time.Since(start))
 	}()
 	var header http.Header
 	if req.Extra != nil {
@@ -123,14 +124,20 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}
 	defer deadline.Stop()
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
-	for first := true; ; first = false {
+	cause := ""
+	for {
 		c, err := g.cfg.Store.Call(ctx, g.cfg.DB, key)
 		if err != nil || c.Settled() {
-			return c, !first, err
+			if cause != "" && err == nil {
+				g.metrics.settled.WithLabelValues(cause).Inc()
+			}
+			return c, cause != "", err
 		}
 		select {
 		case <-settled:
+			cause = "notify"
 		case <-tick.C:
+			cause = "recheck"
 		case <-deadline.C:
 			// One last look: it may have settled this instant.
 			c, err := g.cfg.Store.Call(ctx, g.cfg.DB, key)

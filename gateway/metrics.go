@@ -34,6 +34,10 @@ var Outcomes = []Outcome{OutcomeCreated, OutcomeReplayed, OutcomeJoined, Outcome
 type metrics struct {
 	calls   *prometheus.CounterVec
 	seconds *prometheus.HistogramVec
+	// settled counts the calls that found their row settled after waiting,
+	// by what made them read it: the settle notification (notify), the
+	// periodic read (recheck: an operator's action, or a deaf listener).
+	settled *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, tools []string) *metrics {
@@ -47,10 +51,16 @@ func newMetrics(reg prometheus.Registerer, tools []string) *metrics {
 			Help:    "Time from a tools/call's arrival at the MCP gateway to its answer, by tool.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"tool"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drainer_gateway_settled_reads_total",
+			Help: "Gateway calls that saw their row settle while waiting, by what made them read it: notify (the settle notification) or recheck (the periodic read; a healthy listener leaves only rows settled by an operator or an abort).",
+		}, []string{"cause"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.seconds)
+		reg.MustRegister(m.calls, m.seconds, m.settled)
 	}
+	m.settled.WithLabelValues("notify")
+	m.settled.WithLabelValues("recheck")
 	// Every configured tool's series exist from startup, at zero.
 	for _, t := range tools {
 		for _, o := range Outcomes {

@@ -18,6 +18,7 @@ import (
 	"github.com/drainer-io/drainer/gateway"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -67,9 +68,15 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 		return &ConfigError{err}
 	}
 	g := d.st.cfg.Gateway
+	cc := pool.Config().ConnConfig
 	gw, err := gateway.New(gateway.Config{
 		Listener: ln, Token: g.Token.Reveal(), Wait: g.Wait, AbortTool: g.AbortTool,
 		DB: pool, Store: st, Tools: tools, Registerer: prom, Logger: d.log, Version: d.opts.Version,
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			c := cc.Copy()
+			c.RuntimeParams["application_name"] = "drainer gateway"
+			return pgx.ConnectConfig(ctx, c)
+		},
 	})
 	if err != nil {
 		return &ConfigError{err}
