@@ -39,6 +39,7 @@ is measured):
   xmin_ratio                            drain while a snapshot is held ÷ without
   http_rows_per_s, http_in_flight_max   http adapter, provider answering after 50ms
   enqueue_single_rows_per_s, insert_single_rows_per_s, enqueue_batch_rows_per_s
+  gateway_overhead_p50_ms, gateway_overhead_p99_ms   tools/call through the MCP gateway − direct
   peak_rss_bytes                        largest replica process, 1,000 in flight
 
 plus xacts_per_row and wal_bytes_per_row of the drain (audit on) and how each figure was
@@ -73,7 +74,7 @@ drainer schema), and drops what it created when done or interrupted.`,
 	f.IntVar(&o.Replicas, "replicas", bench.DefaultReplicas, "engines in this process, each its own pool (and River clients)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the drain runs to this file (go tool pprof -top FILE)")
 	f.BoolVar(&o.WaitEvents, "wait-events", false, "sample the replicas' wait events (pg_stat_activity) during the drain runs")
-	f.StringSliceVar(&o.Phases, "phases", nil, "run only these phases (drain,no-audit,ceiling,river,backlog,latency,xmin,http,enqueue,rss)")
+	f.StringSliceVar(&o.Phases, "phases", nil, "run only these phases (drain,no-audit,ceiling,river,backlog,latency,xmin,http,enqueue,gateway,rss)")
 	cmd.AddCommand(newBenchReplicaCmd())
 	return cmd
 }

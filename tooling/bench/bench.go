@@ -63,7 +63,7 @@ type Options struct {
 	// is then 0 and Run says why.
 	ReplicaCommand []string
 	// Phases, when set, runs only the named phases (drain, no-audit,
-	// ceiling, river, backlog, latency, xmin, http, enqueue, rss): for
+	// ceiling, river, backlog, latency, xmin, http, enqueue, gateway, rss): for
 	// measuring one change quickly; the figures of the others stay 0.
 	Phases []string
 	// WaitEvents samples the wait events of the drain's connections
@@ -95,6 +95,9 @@ type Sizes struct {
 	// about RSSWorkers rows are in flight per replica.
 	RSSWorkers int
 	RSSHold    time.Duration
+	// GatewayCalls is how many tools/calls the gateway phase makes each
+	// way (direct and through the gateway).
+	GatewayCalls int
 	// RiverSettings are the River configurations tried; the best counts.
 	RiverSettings []RiverSetting
 	// CeilingSettings are the bare-loop configurations tried; the best counts.
@@ -151,6 +154,7 @@ func QuickSizes() Sizes {
 		LatencyDuration: 10 * time.Second, LatencyWarmup: 2 * time.Second,
 		XminDuration: 20 * time.Second,
 		RSSWorkers:   1000, RSSHold: time.Second,
+		GatewayCalls:    400,
 		RiverSettings:   riverSettings(),
 		CeilingSettings: ceilingSettings(),
 	}
@@ -164,6 +168,7 @@ func FullSizes() Sizes {
 		LatencyDuration: 30 * time.Second, LatencyWarmup: 5 * time.Second,
 		XminDuration: 60 * time.Second,
 		RSSWorkers:   1000, RSSHold: time.Second,
+		GatewayCalls:    1000,
 		RiverSettings:   riverSettings(),
 		CeilingSettings: ceilingSettings(),
 	}
@@ -182,6 +187,7 @@ func (s Sizes) withDefaults(d Sizes) Sizes {
 	s.XminDuration = cmp.Or(s.XminDuration, d.XminDuration)
 	s.RSSWorkers = cmp.Or(s.RSSWorkers, d.RSSWorkers)
 	s.RSSHold = cmp.Or(s.RSSHold, d.RSSHold)
+	s.GatewayCalls = cmp.Or(s.GatewayCalls, d.GatewayCalls)
 	if len(s.RiverSettings) == 0 {
 		s.RiverSettings = d.RiverSettings
 	}
@@ -199,7 +205,7 @@ func (s Sizes) validate() error {
 		n    int
 	}{{"warmup rows", s.WarmupRows}, {"rows", s.Rows}, {"drain runs", s.DrainRuns},
 		{"small backlog", s.BacklogSmall}, {"large backlog", s.BacklogLarge}, {"measured backlog rows", s.BacklogMeasured},
-		{"rss workers", s.RSSWorkers}} {
+		{"rss workers", s.RSSWorkers}, {"gateway calls", s.GatewayCalls}} {
 		if v.n < 1 {
 			errs = append(errs, fmt.Errorf("%s (%d) must be positive", v.name, v.n))
 		}
@@ -267,7 +273,7 @@ func (o Options) Validate() error {
 }
 
 // phaseNames are the phases of a run, in the order they run.
-var phaseNames = []string{"drain", "no-audit", "ceiling", "river", "backlog", "latency", "xmin", "http", "enqueue", "rss"}
+var phaseNames = []string{"drain", "no-audit", "ceiling", "river", "backlog", "latency", "xmin", "http", "enqueue", "gateway", "rss"}
 
 func (o Options) withDefaults() Options {
 	o.Schema = cmp.Or(o.Schema, DefaultSchema)

@@ -43,6 +43,7 @@ func tinySizes() Sizes {
 		LatencyDuration: 1500 * time.Millisecond, LatencyWarmup: 200 * time.Millisecond,
 		XminDuration: 300 * time.Millisecond,
 		RSSWorkers:   4, RSSHold: 20 * time.Millisecond,
+		GatewayCalls:    40,
 		RiverSettings:   []RiverSetting{{FetchCooldown: riverbenchCooldown, FetchPollInterval: riverbenchPoll}},
 		CeilingSettings: []CeilingSetting{{Loops: 2, Batch: 100}},
 	}
@@ -58,18 +59,21 @@ var (
 		"http_rows_per_s", "http_in_flight_max", "enqueue_single_rows_per_s", "insert_single_rows_per_s",
 		"enqueue_batch_rows_per_s", "peak_rss_bytes", "xacts_per_row", "wal_bytes_per_row",
 		"rows", "workers", "replicas", "duration_s",
+		"gateway_p50_ms", "gateway_p99_ms", "gateway_direct_p50_ms", "gateway_direct_p99_ms", "gateway_calls", "gateway_clients",
 	}
 	// finiteFields may be zero or negative on tiny runs (a difference of
 	// two noisy rates; a latency under the clock's resolution).
-	finiteFields = []string{"audit_cost", "latency_p50_ms", "latency_half_p50_ms", "dead_tuples_after", "latency_poll_pickups"}
-	otherFields  = []string{"postgres_version", "quick", "audit"}
+	// gateway_overhead_* are differences of two percentiles of few calls.
+	finiteFields = []string{"audit_cost", "latency_p50_ms", "latency_half_p50_ms", "dead_tuples_after", "latency_poll_pickups",
+		"gateway_overhead_p50_ms", "gateway_overhead_p99_ms"}
+	otherFields = []string{"postgres_version", "quick", "audit"}
 	// tableFields are the figures the table shows, by JSON name.
 	tableFields = []string{
 		"drain_rows_per_s", "drain_no_audit_rows_per_s", "audit_cost", "river_jobs_per_s", "ratio_vs_river",
 		"ceiling_rows_per_s", "ratio_vs_ceiling", "backlog_ratio", "latency_p50_ms", "latency_p99_ms",
 		"latency_achieved_ratio", "latency_half_p50_ms", "latency_half_p99_ms", "latency_half_achieved_ratio", "dead_tuples_after", "xmin_ratio", "http_rows_per_s", "http_in_flight_max",
 		"enqueue_single_rows_per_s", "insert_single_rows_per_s", "enqueue_batch_rows_per_s", "peak_rss_bytes",
-		"xacts_per_row", "wal_bytes_per_row", "latency_poll_pickups",
+		"xacts_per_row", "wal_bytes_per_row", "latency_poll_pickups", "gateway_overhead_p50_ms", "gateway_overhead_p99_ms",
 	}
 )
 
@@ -187,6 +191,16 @@ func TestRunReportsEveryField(t *testing.T) {
 	if claimed < uint64(res.LatencySamples) || uint64(res.LatencyPollPickups) != res.LatencyClaimedRows["poll"] {
 		t.Errorf("latency: %d rows claimed by cause %v, %d measured, %d poll pickups; want every measured row claimed, the poll's counted",
 			claimed, res.LatencyClaimedRows, res.LatencySamples, res.LatencyPollPickups)
+	}
+	// Each overhead is the percentile through the gateway minus the same
+	// percentile direct, over the calls asked for.
+	if res.GatewayCalls != 40 || res.GatewayClients != gatewayClients ||
+		math.Abs(res.GatewayOverheadP50Ms-(res.GatewayP50Ms-res.GatewayDirectP50Ms)) > 0.005+1e-9 ||
+		math.Abs(res.GatewayOverheadP99Ms-(res.GatewayP99Ms-res.GatewayDirectP99Ms)) > 0.005+1e-9 ||
+		res.GatewayP50Ms > res.GatewayP99Ms || res.GatewayDirectP50Ms > res.GatewayDirectP99Ms {
+		t.Errorf("gateway: %d calls from %d clients; p50 %v − %v = %v, p99 %v − %v = %v",
+			res.GatewayCalls, res.GatewayClients, res.GatewayP50Ms, res.GatewayDirectP50Ms, res.GatewayOverheadP50Ms,
+			res.GatewayP99Ms, res.GatewayDirectP99Ms, res.GatewayOverheadP99Ms)
 	}
 	if res.DeadTuplesAfter < 0 {
 		t.Errorf("dead_tuples_after = %d", res.DeadTuplesAfter)

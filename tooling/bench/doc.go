@@ -21,6 +21,10 @@
 //   - backlog_ratio, latency (latency.go), xmin_ratio (xmin.go), the http
 //     adapter against a local 50 ms provider (http.go), enqueue and insert
 //     rates (enqueue.go).
+//   - gateway_overhead_p50_ms and _p99_ms (gateway.go): tools/calls from 8
+//     MCP clients to a local MCP server, direct and through the gateway of
+//     a `drainer run` in this process (daemon.Run), each call a new row; a
+//     percentile through the gateway minus the same percentile direct.
 //   - peak_rss_bytes: the largest VmHWM of Replicas replica processes
 //     (replica.go), each re-executing the binary (Options.ReplicaCommand)
 //     to run one engine with 1,000 rows in flight.

@@ -25,6 +25,7 @@ func (r *runner) measure(ctx context.Context, res *Result) error {
 		{"xmin", r.xmin},
 		{"http", r.httpPhase},
 		{"enqueue", r.enqueues},
+		{"gateway", r.gatewayPhase},
 		{"rss", r.rss},
 	}
 	for _, p := range phases {

@@ -30,6 +30,7 @@ func WriteTable(w io.Writer, res *Result) error {
 	conditionRows(row, res)
 	httpRows(row, res)
 	producerRows(row, res)
+	gatewayRows(row, res)
 	row("peak RSS", mib(res.PeakRSSBytes), "peak_rss_bytes",
 		fmt.Sprintf("largest replica process (VmHWM), %d workers, at most %d rows in flight", res.RSSWorkers, res.RSSInFlightMax))
 	waitEventRows(row, res)
@@ -137,6 +138,16 @@ func producerRows(row tableRow, res *Result) {
 	row("enqueue ÷ insert", fmt.Sprintf("%.3f", res.EnqueueVsInsert), "enqueue_vs_insert", "")
 	row("enqueue, batch", rate(res.EnqueueBatchRowsPerS, "rows/s"), "enqueue_batch_rows_per_s",
 		fmt.Sprintf("producer.EnqueueBatchTx, %d rows per transaction", res.EnqueueBatchSize))
+}
+
+// gatewayRows writes the MCP gateway's overhead: a percentile through the
+// gateway minus the same percentile direct.
+func gatewayRows(row tableRow, res *Result) {
+	row("gateway overhead p50", fmt.Sprintf("%.2f ms", res.GatewayOverheadP50Ms), "gateway_overhead_p50_ms",
+		fmt.Sprintf("tools/call through the MCP gateway (recorded, dispatched, answered from its record) p50 %.2f ms − direct p50 %.2f ms; %d calls each way from %d clients",
+			res.GatewayP50Ms, res.GatewayDirectP50Ms, res.GatewayCalls, res.GatewayClients))
+	row("gateway overhead p99", fmt.Sprintf("%.2f ms", res.GatewayOverheadP99Ms), "gateway_overhead_p99_ms",
+		fmt.Sprintf("p99 %.2f ms through the gateway − %.2f ms direct", res.GatewayP99Ms, res.GatewayDirectP99Ms))
 }
 
 // waitEventRows writes the eight most sampled wait events of the drain, if

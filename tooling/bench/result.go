@@ -120,6 +120,20 @@ type Result struct {
 	EnqueueBatchSize               int     `json:"enqueue_batch_size"`
 	EnqueueConnections             int     `json:"enqueue_connections"`
 
+	// GatewayOverheadP50Ms and GatewayOverheadP99Ms are a percentile of a
+	// tools/call through the MCP gateway (GatewayP50Ms, GatewayP99Ms) minus
+	// the same percentile of the call made to the tool server directly
+	// (GatewayDirectP50Ms, GatewayDirectP99Ms), over GatewayCalls calls
+	// from GatewayClients clients each way.
+	GatewayOverheadP50Ms float64 `json:"gateway_overhead_p50_ms"`
+	GatewayOverheadP99Ms float64 `json:"gateway_overhead_p99_ms"`
+	GatewayP50Ms         float64 `json:"gateway_p50_ms"`
+	GatewayP99Ms         float64 `json:"gateway_p99_ms"`
+	GatewayDirectP50Ms   float64 `json:"gateway_direct_p50_ms"`
+	GatewayDirectP99Ms   float64 `json:"gateway_direct_p99_ms"`
+	GatewayCalls         int     `json:"gateway_calls"`
+	GatewayClients       int     `json:"gateway_clients"`
+
 	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
 	RSSReplicaBytes []int64 `json:"rss_replica_bytes"`
 	RSSWorkers      int     `json:"rss_workers"`
