@@ -11,7 +11,7 @@ export PATH := $(GOBIN_DIR):$(PATH)
 STRIPE_MOCK_VERSION := v0.203.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo test lint tools stripe-mock promtool python-deps node-deps mcp-everything console-browser console-screenshots chaos fuzz bench clean
+.PHONY: all build demo demo-gateway test lint tools stripe-mock promtool python-deps node-deps mcp-everything console-browser console-screenshots chaos fuzz bench clean
 
 all: build
 
@@ -21,6 +21,10 @@ build:
 ## demo: drain sample intents (throwaway Postgres + built-in mock provider)
 demo: build
 	./$(BIN) demo
+
+## demo-gateway: the MCP gateway: a call cut mid-call and re-sent twice, one effect upstream
+demo-gateway: build
+	./$(BIN) demo --gateway
 
 ## test: vet, unit, integration and end-to-end tests, alert-rule tests
 # The timeout catches a hang, not slowness: on a loaded 2-core machine the

@@ -1,25 +1,48 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
+	"os"
+
 	"github.com/drainer-io/drainer/tooling/demo"
 	"github.com/spf13/cobra"
 )
 
 func newDemoCmd() *cobra.Command {
 	opts := demo.Options{}
+	var withGateway bool
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use:   "demo [--gateway]",
 		Short: "Drain sample intents against a throwaway Postgres and a built-in mock provider",
 		Long: `Start a throwaway Postgres (local binaries, else Docker) and a mock provider that
 fails transiently and refuses some tools, enqueue sample intents (some failing,
-one saga), drain them with the daemon, print a summary, and leave nothing running.`,
+one saga), drain them with the daemon, print a summary, and leave nothing running.
+
+With --gateway: drainer run with its MCP gateway in front of a built-in mock MCP
+tool server; an agent calls charge_card through the gateway, the harness cuts
+the call while the tool works and re-sends it twice under new request ids; the
+summary shows each answer and one effect upstream (exit 1 otherwise). The
+daemon's logs go to a file, named on the first line.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Out, opts.Err, opts.Version, opts.Logger = cmd.OutOrStdout(), cmd.ErrOrStderr(), version, cmdLogger(cmd)
-			return demo.Run(cmd.Context(), opts)
+			if !withGateway {
+				return demo.Run(cmd.Context(), opts)
+			}
+			// The summary is a few plain lines: the daemon's logs go to a file.
+			f, err := os.CreateTemp("", "drainer-demo-gateway-*.log")
+			if err != nil {
+				return fmt.Errorf("demo log file: %w", err)
+			}
+			defer f.Close()
+			opts.Logger = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{ReplaceAttr: readableDurations}))
+			fmt.Fprintf(opts.Out, "the daemon's logs: %s\n", f.Name())
+			return demo.RunGateway(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().IntVar(&opts.Runs, "runs", 100, "ordinary two-step runs to enqueue")
 	cmd.Flags().IntVar(&opts.Workers, "workers", 16, "worker slots")
+	cmd.Flags().BoolVar(&withGateway, "gateway", false, "the MCP gateway scenario: a call cut mid-call and re-sent twice, one effect upstream")
 	return cmd
 }
