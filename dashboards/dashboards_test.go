@@ -3,6 +3,7 @@ package dashboards
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +19,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/gateway"
+	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const (
@@ -29,8 +33,9 @@ const (
 )
 
 // exported returns the metric families the daemon exports, built exactly as
-// the daemon builds its registry, with their types (histograms under their
-// base name). Gather omits a vector that has no series yet (such as
+// the daemon builds its registry (the MCP gateway's too, as a gateway with
+// one tool registers them), with their types (histograms under their base
+// name). Gather omits a vector that has no series yet (such as
 // drainer_unrouted_rows while every tool is routed), so the registry's
 // descriptors are read too; those names get a nil type.
 func exported(t *testing.T) map[string]*dto.MetricType {
@@ -38,6 +43,7 @@ func exported(t *testing.T) map[string]*dto.MetricType {
 	reg := prometheus.NewRegistry()
 	m := drainer.NewMetrics(reg, "test")
 	m.InitAdapters([]string{"a"})
+	registerGateway(t, reg)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
@@ -59,6 +65,28 @@ func exported(t *testing.T) map[string]*dto.MetricType {
 		}
 	}
 	return names
+}
+
+// registerGateway builds a gateway (never served: its database is not
+// connected to) with one tool, which registers its metrics with reg as the
+// daemon's gateway does.
+func registerGateway(t *testing.T, reg prometheus.Registerer) {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), "postgres://127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	_, err = gateway.New(gateway.Config{Listener: ln, DB: pool, Store: store.MustNew("drainer"), Registerer: reg,
+		Tools: []gateway.Tool{{Name: "t", Adapter: "a", Definition: json.RawMessage(`{"name":"t","inputSchema":{"type":"object"}}`)}}})
+	if err != nil {
+		t.Fatalf("gateway: %v", err)
+	}
 }
 
 // resolve maps a series name used in a query to the exported family it
