@@ -36,6 +36,9 @@ type seqModel struct {
 	// handOvers follow the rows each SIGKILLed replica left in flight
 	// (model_liveness_test.go).
 	handOvers []*handOver
+	// gwCalls are the agent calls made through the gateways
+	// (model_gateway_test.go).
+	gwCalls []*gwCall
 }
 
 type mRun struct {

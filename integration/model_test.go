@@ -63,8 +63,9 @@ var modelCases = []modelCase{
 // fault (SIGKILL, SIGSTOP, Postgres restarts), operator (CLI commands),
 // abort (agents' abort_run), saga (compensable steps: without it, charge
 // steps become note steps), tamper (edits of the audit behind the daemons'
-// back).
-var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort", "saga", "tamper"}
+// back), gateway (agent calls through the replicas' MCP gateways,
+// model_gateway_test.go).
+var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort", "saga", "tamper", "gateway"}
 
 // Timing of the daemons under test (see modelConfig).
 const (
@@ -219,6 +220,10 @@ type modelEnv struct {
 	// may still send a request it prepared before the SIGSTOP.
 	zombies    []lossWindow
 	floorsSeen int // provider floor violations already reported
+	// gwServer is the MCP tool server behind the replicas' gateways;
+	// gateways maps each replica (by name) to its gateway's URL.
+	gwServer *gwServer
+	gateways map[string]string
 }
 
 type modelReplica struct {
@@ -271,11 +276,13 @@ func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
 	provider := newScriptProvider(modelDedupeTools...)
 	srv := httptest.NewServer(provider)
 	t.Cleanup(srv.Close)
-	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", modelConfig(srv.URL, !without["prune"]))
+	gw := newGWServer(t)
+	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", modelConfig(srv.URL, gw.url, !without["prune"]))
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {
 		t.Fatalf("drainer check: %s", res)
 	}
-	e := &modelEnv{t: t, cluster: cluster, dbURL: dbURL, pool: pool, provider: provider, cfgPath: cfgPath, tampered: map[string]string{}}
+	e := &modelEnv{t: t, cluster: cluster, dbURL: dbURL, pool: pool, provider: provider, cfgPath: cfgPath, tampered: map[string]string{},
+		gwServer: gw, gateways: map[string]string{}}
 	for range 2 {
 		e.replicas = append(e.replicas, &modelReplica{d: e.startReplica()})
 	}
@@ -286,7 +293,8 @@ func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
 }
 
 // Tools of the model's config: charge is compensated by refund; note is a
-// key_idempotent step without compensation; sms is non_idempotent.
+// key_idempotent step without compensation; sms is non_idempotent;
+// gw_charge (gwTool) is the MCP tool agents call through the gateways.
 const (
 	toolCharge = "charge"
 	toolRefund = "refund"
@@ -299,7 +307,7 @@ var modelDedupeTools = []string{toolCharge, toolRefund, toolNote}
 // modelConfig is the daemons' config. With prune, retention runs every
 // second with windows of a second or two; without, it keeps the defaults
 // (nothing is pruned during a run).
-func modelConfig(baseURL string, prune bool) string {
+func modelConfig(baseURL, mcpURL string, prune bool) string {
 	retention := "  interval: 1s\n  batch_size: 100\n  succeeded: 1s\n  cancelled: 1s\n  failed: 20s\n  compensated: 1s\n  audit: 1h\n"
 	if !prune {
 		retention = ""
@@ -316,18 +324,28 @@ adapters:
     timeout: 1s
     key_ttl: %s
     breaker: {consecutive_failures: 0}
+  tools:
+    type: mcp
+    url: %s
+    timeout: 1s
 routes:
   charge: {adapter: provider, class: key_idempotent, compensation: refund, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   refund: {adapter: provider, class: key_idempotent, max_attempts: 6, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   note: {adapter: provider, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   sms: {adapter: provider, class: non_idempotent, max_attempts: 3, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
-`, modelLease, retention, modelTombstones, baseURL, modelKeyTTL)
+  gw_charge: {adapter: tools, class: key_idempotent, max_attempts: 20, backoff: {base: 100ms, cap: 1s}}
+gateway:
+  wait: 5s
+`, modelLease, retention, modelTombstones, baseURL, modelKeyTTL, mcpURL)
 }
 
 func (e *modelEnv) startReplica() *daemon {
 	e.gen++
-	return startDaemon(e.t, "model-replica-"+strconv.Itoa(e.gen),
-		"--config", e.cfgPath, "--database-url", e.dbURL, "--shutdown-timeout", "5s")
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(e.t))
+	d := startDaemon(e.t, "model-replica-"+strconv.Itoa(e.gen),
+		"--config", e.cfgPath, "--database-url", e.dbURL, "--shutdown-timeout", "5s", "--gateway-addr", addr)
+	e.gateways[d.name] = "http://" + addr + "/mcp"
+	return d
 }
 
 // cli runs an operator command against the model's database.
@@ -368,6 +386,7 @@ func (e *modelEnv) sequence(rt *rapid.T) {
 		}{
 			{"kill_conns", m.actKillConns},
 			{"tamper", m.actTamper},
+			{"gateway", m.actGateway}, {"gateway", m.actGateway},
 		}...)
 	}
 	for step := range e.steps {
@@ -388,7 +407,7 @@ func (e *modelEnv) allowed(action string) bool {
 	switch action {
 	case "begin", "enqueue_in_tx", "end_tx":
 		return !e.without["snapshot"]
-	case "prune", "fault", "operator", "tamper":
+	case "prune", "fault", "operator", "tamper", "gateway":
 		return !e.without[action]
 	case "kill_conns":
 		return !e.without["fault"]

@@ -63,6 +63,7 @@ func (m *seqModel) settle() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	m.settleGateway()
 }
 
 // dump describes the sequence's rows and runs, for failure messages.
@@ -274,6 +275,7 @@ func (m *seqModel) verify() {
 	if bad := e.provider.badRequests(); len(bad) > 0 {
 		fail("provider answered %d malformed requests: %v", len(bad), bad)
 	}
+	m.checkGateway(fail)
 	m.checkTampering(fail)
 	m.checkHandOvers(fail)
 	m.checkWakeUp(fail)
