@@ -154,23 +154,8 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 	}
 	written := make(map[int64]bool, len(cs))
 	for range statements {
-		if _, err := br.Exec(); err != nil {
-			return Completed{}, fmt.Errorf("complete batch: audit settings: %w", err)
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return Completed{}, fmt.Errorf("complete batch: %w", err)
-		}
-		var seq int64
-		var run *string
-		if _, err := pgx.ForEachRow(rows, []any{&seq, &run}, func() error {
-			written[seq] = true
-			if run != nil && !slices.Contains(out.Runs, *run) {
-				out.Runs = append(out.Runs, *run)
-			}
-			return nil
-		}); err != nil {
-			return Completed{}, fmt.Errorf("complete batch: %w", err)
+		if err := readWritten(br, written, &out); err != nil {
+			return Completed{}, err
 		}
 	}
 	if marked {
@@ -194,6 +179,30 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 		}
 	}
 	return out, nil
+}
+
+// readWritten reads the answers of one completion statement (after its
+// audit settings): the rows written, and the runs whose saga may move.
+func readWritten(br pgx.BatchResults, written map[int64]bool, out *Completed) error {
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("complete batch: audit settings: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("complete batch: %w", err)
+	}
+	var seq int64
+	var run *string
+	if _, err := pgx.ForEachRow(rows, []any{&seq, &run}, func() error {
+		written[seq] = true
+		if run != nil && !slices.Contains(out.Runs, *run) {
+			out.Runs = append(out.Runs, *run)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("complete batch: %w", err)
+	}
+	return nil
 }
 
 // queueComplete queues the statement writing cs (sorted by seq).

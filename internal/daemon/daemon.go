@@ -315,30 +315,6 @@ func isConfigError(err error) bool {
 	return ok
 }
 
-// reload loads the config again; a bad one is refused and the old one kept.
-func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Logger) {
-	if opts.ConfigPath == "" {
-		log.Warn("reload ignored: no config file")
-		return
-	}
-	cfg, err := config.Load(opts.ConfigPath, config.LoadOptions{})
-	if err != nil {
-		log.Error("config reload refused; keeping the running config", "err", err)
-		return
-	}
-	lease := cmp.Or(cfg.Lease, config.DefaultLease)
-	if lease != eng.Config().Lease {
-		log.Warn("lease changes take effect on restart", "running", eng.Config().Lease, "file", lease)
-	}
-	registry, err := builtin.Build(ctx, cfg, builtin.Options{Logger: log, Version: opts.Version})
-	if err != nil {
-		log.Error("config reload refused; keeping the running config", "err", err)
-		return
-	}
-	eng.Reload(NewRouting(cfg, registry))
-	log.Info("config reloaded", "adapters", adapterSummary(cfg), "routes", len(cfg.Routes))
-}
-
 // buildAdapters builds the configured adapters. A configuration problem
 // (a tool the provider lacks, a server that is not what the config says)
 // is a ConfigError; a provider that cannot be reached yet (every error

@@ -6,7 +6,10 @@
 //
 //	daemon.go   Options, ConfigError, Run: settings merged; health and metrics
 //	            server, adapters, pool, schema (waited for with backoff), engine;
-//	            reload; cleanup, last first
+//	            cleanup, last first
+//	reload.go   reload: SIGHUP loads the config again; a bad one is refused
+//	gateway.go  the MCP gateway (package gateway) on --gateway-addr or
+//	            gateway.addr: its tools listed from the mcp adapters with routes
 //	fleet.go    runFleet: with databases:, one fleet (internal/fleet) drains every
 //	            database the catalog lists, on shared adapters; the membership
 //	            lives in the catalog database, else the first static one by name;
