@@ -11,7 +11,7 @@ export PATH := $(GOBIN_DIR):$(PATH)
 STRIPE_MOCK_VERSION := v0.203.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo demo-gateway test lint tools stripe-mock promtool python-deps node-deps mcp-everything console-browser console-screenshots chaos fuzz bench clean
+.PHONY: all build demo demo-gateway test lint tools stripe-mock promtool python-deps node-deps mcp-everything gateway-ts console-browser console-screenshots chaos fuzz bench clean
 
 all: build
 
@@ -39,7 +39,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet -tags integration ./...
 
-tools: stripe-mock promtool python-deps node-deps mcp-everything console-browser
+tools: stripe-mock promtool python-deps node-deps mcp-everything console-browser gateway-ts
 
 # python-deps: what sdk/python needs, from Debian (no PyPI on the build machines).
 python-deps:
@@ -56,6 +56,11 @@ node-deps:
 # locked) the integration tests restart under the daemon.
 mcp-everything:
 	cd integration/testdata/mcp-everything && npm ci --no-audit --no-fund --loglevel=error
+
+# gateway-ts: the official TypeScript MCP SDK (npm @modelcontextprotocol/sdk, locked),
+# the agent of integration/gateway_test.go's TypeScript client test.
+gateway-ts:
+	cd integration/testdata/gateway-ts && npm ci --no-audit --no-fund --loglevel=error
 
 # console-browser: Debian's chromium and the locked npm playwright-core that drive the
 # operator console in integration/console_browser_test.go.
