@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
@@ -33,6 +35,10 @@ type TxDB interface {
 type Store struct {
 	schema string
 	text   *strings.Replacer // what sql places into a statement
+	// expanded holds each statement sql has expanded (template → text),
+	// so that a statement is expanded once per Store; cached counts them.
+	expanded *sync.Map
+	cached   *atomic.Int64
 }
 
 // New returns the store of schema (migrations.DefaultSchema when empty).
@@ -43,7 +49,12 @@ func New(schema string) (*Store, error) {
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return nil, err
 	}
-	return &Store{schema: schema, text: strings.NewReplacer(append([]string{"{s}", schema}, vocabularySQL...)...)}, nil
+	return &Store{
+		schema:   schema,
+		text:     strings.NewReplacer(append([]string{"{s}", schema}, vocabularySQL...)...),
+		expanded: new(sync.Map),
+		cached:   new(atomic.Int64),
+	}, nil
 }
 
 // MustNew is New for a schema already validated (it panics otherwise).
@@ -65,7 +76,26 @@ func (s *Store) Schema() string { return s.schema }
 // the outbox vocabulary, spelt as SQL literals by package outbox (a
 // literal, not a parameter, so that the planner matches the partial
 // indexes on status).
-func (s *Store) sql(stmt string) string { return s.text.Replace(stmt) }
+//
+// Each distinct statement is expanded once per Store and kept. The
+// statements are constants, or a constant with one of a fixed set of
+// conditions (Filter.where, the claim's clauses), so they are few; past
+// maxExpanded (a bug) sql expands without keeping, so memory stays bounded.
+func (s *Store) sql(stmt string) string {
+	if text, ok := s.expanded.Load(stmt); ok {
+		return text.(string)
+	}
+	text := s.text.Replace(stmt)
+	if s.cached.Add(1) > maxExpanded {
+		s.cached.Add(-1) // full: expanded, not kept
+	} else if _, loaded := s.expanded.LoadOrStore(stmt, text); loaded {
+		s.cached.Add(-1) // another caller kept it first
+	}
+	return text
+}
+
+// maxExpanded bounds how many expanded statements a Store keeps.
+const maxExpanded = 4096
 
 // vocabularySQL pairs each placeholder of the outbox vocabulary with its
 // SQL literal.
