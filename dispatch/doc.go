@@ -7,9 +7,11 @@
 // nor package config. Each registers its adapter type with RegisterKind
 // (kind.go): the struct its config keys decode into (Settings) and their
 // rules, the route keys it accepts, and how it is configured and started;
-// config checks and builtin builds through this one table. What adapters
-// share (secrets, field errors, header rules, trace context, one-line text)
-// is in dispatch/wire. The Registry maps configured adapter names to built
-// adapters; dispatch/builtin is the one place that turns configuration
-// into adapters.
+// config checks and builtin builds through this one table. An adapter that
+// must reach its provider at startup starts through StartProbed (start.go):
+// a provider not reachable yet leaves it connecting in the background. What
+// adapters share (secrets, field errors, header rules, trace context,
+// one-line text) is in dispatch/wire. The Registry maps configured adapter
+// names to built adapters; dispatch/builtin is the one place that turns
+// configuration into adapters.
 package dispatch

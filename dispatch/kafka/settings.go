@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 
@@ -96,25 +95,11 @@ func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	if err := c.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) (dispatch.Adapter, error) {
-		ad, err := New(c)
-		if err != nil {
-			return nil, err
-		}
-		err = ad.Probe(ctx)
-		if errors.Is(err, dispatch.ErrUnavailable) {
-			if in.Logger != nil {
-				in.Logger.Warn("kafka: no broker reachable at startup; the other adapters drain, this one connects in the background", "err", err)
-			}
-			ad.StartInBackground(in.Logger)
-			return ad, nil
-		}
-		if err != nil {
-			_ = ad.Close(context.Background())
-			return nil, err
-		}
-		return ad, nil
-	}, nil
+	return dispatch.StartProbed(in.Logger,
+		"kafka: no broker reachable at startup; the other adapters drain, this one connects in the background",
+		func() (*Adapter, error) { return New(c) },
+		func(ctx context.Context, ad *Adapter) error { return ad.Probe(ctx) },
+		func(ad *Adapter) { ad.StartInBackground(in.Logger) }), nil
 }
 
 func init() {

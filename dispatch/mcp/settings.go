@@ -66,28 +66,13 @@ func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	for _, r := range in.Routes {
 		routes = append(routes, Route{Tool: r.Tool, Class: cmp.Or(r.Class, outbox.ClassKeyIdempotent)})
 	}
-	return func(ctx context.Context) (dispatch.Adapter, error) {
-		ad, err := New(c)
-		if err != nil {
-			return nil, err
-		}
-		err = ad.CheckRoutes(ctx, in.Name, routes, in.Logger)
-		if errors.Is(err, dispatch.ErrUnavailable) {
-			// Unreachable (yet): never hold the other adapters. Its rows
-			// wait, no attempt consumed, until it answers and tools/list
-			// is read.
-			if in.Logger != nil {
-				in.Logger.Warn("mcp: server unreachable at startup; the other adapters drain, this one connects in the background", "err", err)
-			}
-			ad.StartInBackground(in.Name, routes, in.Logger)
-			return ad, nil
-		}
-		if err != nil {
-			_ = ad.Close(context.Background())
-			return nil, err
-		}
-		return ad, nil
-	}, nil
+	// Unreachable (yet): its rows wait, no attempt consumed, until it
+	// answers and tools/list is read.
+	return dispatch.StartProbed(in.Logger,
+		"mcp: server unreachable at startup; the other adapters drain, this one connects in the background",
+		func() (*Adapter, error) { return New(c) },
+		func(ctx context.Context, ad *Adapter) error { return ad.CheckRoutes(ctx, in.Name, routes, in.Logger) },
+		func(ad *Adapter) { ad.StartInBackground(in.Name, routes, in.Logger) }), nil
 }
 
 func init() {
