@@ -149,22 +149,50 @@ func (c *completer) run() {
 			return
 		}
 		batch = append(batch[:0], first)
-		linger := time.NewTimer(c.e.cfg.CompleteLinger)
-	collect:
-		for len(batch) < c.e.cfg.CompleteBatch {
+		// A completion someone waits for (the MCP gateway's call) is
+		// written at once, with whatever is already queued: no linger.
+		wait := c.e.cfg.CompleteLinger
+		if first.Announce {
+			wait = 0
+		}
+		batch = c.collect(batch, wait)
+		c.flush(batch)
+	}
+}
+
+// collect adds to batch what arrives within wait (what is already queued
+// when wait is 0), up to CompleteBatch completions.
+func (c *completer) collect(batch []completion, wait time.Duration) []completion {
+	var linger <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		linger = t.C
+	}
+	for len(batch) < c.e.cfg.CompleteBatch {
+		if linger == nil {
 			select {
 			case x, ok := <-c.in:
 				if !ok {
-					break collect
+					return batch
 				}
 				batch = append(batch, x)
-			case <-linger.C:
-				break collect
+			default:
+				return batch
 			}
+			continue
 		}
-		linger.Stop()
-		c.flush(batch)
+		select {
+		case x, ok := <-c.in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, x)
+		case <-linger:
+			return batch
+		}
 	}
+	return batch
 }
 
 // flush writes batch, retrying while the database is unreachable, for at
