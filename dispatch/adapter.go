@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Message is one delivery attempt of one outbox row.
@@ -15,7 +16,7 @@ type Message struct {
 	Key   string
 	Tuple idemkey.Tuple
 	// Kind is outbox.KindForward or outbox.KindCompensation.
-	Kind string
+	Kind outbox.Kind
 	// Payload is the row's JSON payload, sent as-is (or re-encoded by adapters
 	// whose provider wants another format). It never names where to send.
 	Payload json.RawMessage

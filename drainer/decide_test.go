@@ -22,7 +22,7 @@ func TestDecideAttemptsTable(t *testing.T) {
 	cases := []struct {
 		name     string
 		route    *Route
-		kind     string
+		kind     outbox.Kind
 		attempt  int // consumed attempts including this one
 		res      dispatch.Result
 		status   outbox.Status

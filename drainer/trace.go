@@ -25,7 +25,7 @@ func (e *Engine) startDispatchSpan(ctx context.Context, m *dispatch.Message, ada
 		trace.WithAttributes(
 			attribute.String("drainer.tool_name", m.Tuple.ToolName),
 			attribute.String("drainer.adapter", adapter),
-			attribute.String("drainer.kind", m.Kind),
+			attribute.String("drainer.kind", string(m.Kind)),
 			attribute.Int("drainer.attempt", m.Attempt),
 			attribute.Int64("drainer.outbox_seq", m.Seq),
 		))

@@ -44,7 +44,7 @@ type Change struct {
 	AgentRunID   string        `json:"agent_run_id"`
 	StepID       string        `json:"step_id"`
 	ToolName     string        `json:"tool_name"`
-	Kind         string        `json:"kind"`
+	Kind         outbox.Kind   `json:"kind"`
 	FromStatus   outbox.Status `json:"from_status"`
 	Status       outbox.Status `json:"status"`
 	FromAttempts int           `json:"from_attempts"`

@@ -23,7 +23,7 @@ type Resolution struct {
 type Resolved struct {
 	Key        string        `json:"key"`
 	AgentRunID string        `json:"agent_run_id"`
-	Kind       string        `json:"kind"`
+	Kind       outbox.Kind   `json:"kind"`
 	FromStatus outbox.Status `json:"from_status"`
 	Status     outbox.Status `json:"status"`
 	Note       string        `json:"note"`

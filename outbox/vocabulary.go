@@ -61,10 +61,8 @@ func StatusStrings(statuses ...Status) []string {
 	return out
 }
 
-// Kind is the kind of an outbox row. It is a name for string, not a type of
-// its own, because dispatch.Message.Kind is a plain string that takes these
-// constants.
-type Kind = string
+// Kind is the kind of an outbox row (queue.kind).
+type Kind string
 
 // Row kinds.
 const (
@@ -73,7 +71,7 @@ const (
 )
 
 // KindSQL returns k as a SQL string literal.
-func KindSQL(k Kind) string { return sqlLiteral(k) }
+func KindSQL(k Kind) string { return sqlLiteral(string(k)) }
 
 // Idempotency classes of a route (docs/reference.md §4).
 const (

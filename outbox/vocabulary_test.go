@@ -55,7 +55,7 @@ func TestVocabularyIsSpeltOnce(t *testing.T) {
 		statuses = append(statuses, string(s))
 		sqlWords = append(sqlWords, string(s))
 	}
-	sqlWords = append(sqlWords, outbox.KindForward, outbox.KindCompensation, string(outbox.SagaWaiting),
+	sqlWords = append(sqlWords, string(outbox.KindForward), string(outbox.KindCompensation), string(outbox.SagaWaiting),
 		string(outbox.SagaCompensating), string(outbox.SagaHalted), string(outbox.SagaDone))
 	exempt := map[string]map[string]bool{}
 	used := map[string]bool{}

@@ -15,7 +15,7 @@ type Candidate struct {
 	AgentRunID     string        `db:"agent_run_id"`
 	StepID         string        `db:"step_id"`
 	ToolName       string        `db:"tool_name"`
-	Kind           string        `db:"kind"`
+	Kind           outbox.Kind   `db:"kind"`
 	Status         outbox.Status `db:"status"`
 	Attempts       int           `db:"attempts"`
 	LeaseExpiresAt *time.Time    `db:"lease_expires_at"`

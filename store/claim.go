@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -18,7 +19,7 @@ type ClaimedRow struct {
 	StepID         string
 	ToolName       string
 	BusinessScope  string
-	Kind           string
+	Kind           outbox.Kind
 	Payload        json.RawMessage
 	Attempts       int // including the attempt this claim consumes
 	LeaseToken     pgtype.UUID

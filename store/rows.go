@@ -24,7 +24,7 @@ type Row struct {
 	StepID         string          `json:"step_id" db:"step_id"`
 	ToolName       string          `json:"tool_name" db:"tool_name"`
 	BusinessScope  string          `json:"business_scope" db:"business_scope"`
-	Kind           string          `json:"kind" db:"kind"`
+	Kind           outbox.Kind     `json:"kind" db:"kind"`
 	Payload        json.RawMessage `json:"payload" db:"payload"`
 	Status         outbox.Status   `json:"status" db:"status"`
 	Attempts       int             `json:"attempts" db:"attempts"`
@@ -131,7 +131,7 @@ type RunRow struct {
 	Seq      int64         `json:"seq" db:"seq"`
 	StepID   string        `json:"step_id" db:"step_id"`
 	ToolName string        `json:"tool_name" db:"tool_name"`
-	Kind     string        `json:"kind" db:"kind"`
+	Kind     outbox.Kind   `json:"kind" db:"kind"`
 	Status   outbox.Status `json:"status" db:"status"`
 	Attempts int           `json:"attempts" db:"attempts"`
 }

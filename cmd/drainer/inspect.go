@@ -70,7 +70,7 @@ func printInspection(w io.Writer, in *ops.Inspection) {
 		fmt.Fprintf(w, "\nrows of run %s\n", in.AgentRunID)
 		t := newTable(w, "SEQ", "KEY", "STEP", "TOOL", "KIND", "STATUS", "ATTEMPTS")
 		for _, r := range in.RunRows {
-			t.row(i64(r.Seq), r.Key, trunc(r.StepID, 20), trunc(r.ToolName, 24), r.Kind, string(r.Status), strconv.Itoa(r.Attempts))
+			t.row(i64(r.Seq), r.Key, trunc(r.StepID, 20), trunc(r.ToolName, 24), string(r.Kind), string(r.Status), strconv.Itoa(r.Attempts))
 		}
 		_ = t.flush()
 		if len(in.RunRows) == ops.MaxRunRows {
@@ -94,7 +94,7 @@ func printRowFields(t *table, r *ops.Row) {
 	t.row("step_id", r.StepID)
 	t.row("tool_name", r.ToolName)
 	t.row("business_scope", r.BusinessScope)
-	t.row("kind", r.Kind)
+	t.row("kind", string(r.Kind))
 	t.row("status", string(r.Status))
 	t.row("attempts", strconv.Itoa(r.Attempts))
 	t.row("next_attempt_at", fmtTime(r.NextAttemptAt))

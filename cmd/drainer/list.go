@@ -90,7 +90,7 @@ func printRows(w interface{ Write([]byte) (int, error) }, rows []ops.Row) {
 	t := newTable(w, "SEQ", "KEY", "RUN", "STEP", "TOOL", "KIND", "STATUS", "ATTEMPTS", "NEXT_ATTEMPT_AT", "UPDATED_AT", "LAST_ERROR")
 	for _, r := range rows {
 		t.row(strconv.FormatInt(r.Seq, 10), r.Key, trunc(r.AgentRunID, 24), trunc(r.StepID, 20), trunc(r.ToolName, 24),
-			r.Kind, string(r.Status), strconv.Itoa(r.Attempts), fmtTime(r.NextAttemptAt), fmtTime(r.UpdatedAt),
+			string(r.Kind), string(r.Status), strconv.Itoa(r.Attempts), fmtTime(r.NextAttemptAt), fmtTime(r.UpdatedAt),
 			trunc(ops.Str(r.LastError), 60))
 	}
 	_ = t.flush()

@@ -59,7 +59,7 @@ func request(ctx context.Context, m *dispatch.Message) (*pluginpb.DispatchReques
 	t := m.Tuple
 	for _, f := range [...]struct{ name, v string }{
 		{"key", m.Key}, {"agent_run_id", t.AgentRunID}, {"step_id", t.StepID}, {"tool_name", t.ToolName},
-		{"business_scope", t.BusinessScope}, {"kind", m.Kind}, {"traceparent", m.Traceparent},
+		{"business_scope", t.BusinessScope}, {"kind", string(m.Kind)}, {"traceparent", m.Traceparent},
 	} {
 		if !utf8.ValidString(f.v) {
 			return nil, fmt.Errorf("build request: %s is not valid UTF-8", f.name)
@@ -71,7 +71,7 @@ func request(ctx context.Context, m *dispatch.Message) (*pluginpb.DispatchReques
 		StepId:        t.StepID,
 		ToolName:      t.ToolName,
 		BusinessScope: t.BusinessScope,
-		Kind:          m.Kind,
+		Kind:          string(m.Kind),
 		Payload:       m.Payload,
 		Attempt:       int32(min(max(m.Attempt, 0), math.MaxInt32)),
 		Seq:           m.Seq,

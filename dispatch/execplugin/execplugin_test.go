@@ -107,7 +107,7 @@ func TestDispatch(t *testing.T) {
 		t.Fatalf("%d records, want 1", len(recs))
 	}
 	got := recs[0]
-	if got.Key != m.Key || got.ToolName != "charge_card" || got.Kind != outbox.KindCompensation ||
+	if got.Key != m.Key || got.ToolName != "charge_card" || got.Kind != string(outbox.KindCompensation) ||
 		got.Seq != m.Seq || got.Attempt != 3 || string(got.Payload) != testPayload {
 		t.Errorf("plugin received %+v, want the message's fields", got)
 	}

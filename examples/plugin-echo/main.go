@@ -152,7 +152,7 @@ func (e *echo) deliver(m *dispatch.Message) dispatch.Result {
 		}
 		return dispatch.Result{Outcome: dispatch.Replay, Status: 200, Reason: "replay", Response: response(d.line)}
 	}
-	line, err := json.Marshal(record{Key: m.Key, ToolName: m.Tuple.ToolName, Kind: m.Kind, Seq: m.Seq,
+	line, err := json.Marshal(record{Key: m.Key, ToolName: m.Tuple.ToolName, Kind: string(m.Kind), Seq: m.Seq,
 		Attempt: m.Attempt, Tag: e.tag, Payload: m.Payload})
 	if err != nil { // the payload is not valid JSON
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: "invalid_payload",

@@ -81,7 +81,7 @@ type RowView struct {
 	StepID         string        `json:"step_id"`
 	ToolName       string        `json:"tool_name"`
 	BusinessScope  string        `json:"business_scope"`
-	Kind           string        `json:"kind"`
+	Kind           outbox.Kind   `json:"kind"`
 	Status         outbox.Status `json:"status"`
 	Attempts       int           `json:"attempts"`
 	NextAttemptAt  time.Time     `json:"next_attempt_at"`

@@ -17,6 +17,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch/execplugin/internal/wire"
 	pluginpb "github.com/drainer-io/drainer/dispatch/execplugin/proto"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Adapter makes one delivery attempt; see the package documentation.
@@ -142,7 +143,7 @@ func message(req *pluginpb.DispatchRequest) *dispatch.Message {
 			ToolName:      req.GetToolName(),
 			BusinessScope: req.GetBusinessScope(),
 		},
-		Kind:        req.GetKind(),
+		Kind:        outbox.Kind(req.GetKind()),
 		Payload:     req.GetPayload(),
 		Attempt:     int(req.GetAttempt()),
 		Seq:         req.GetSeq(),

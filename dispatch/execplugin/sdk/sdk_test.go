@@ -40,7 +40,7 @@ func (w withTTL) KeyTTL(context.Context) (time.Duration, error) { return w.ttl, 
 func TestDispatchRoundTrip(t *testing.T) {
 	req := &pluginpb.DispatchRequest{
 		Key: "k1", AgentRunId: "run", StepId: "step", ToolName: "tool", BusinessScope: "scope",
-		Kind: outbox.KindForward, Payload: []byte(`{"a":1}`), Attempt: 2, Seq: 9, Traceparent: "tp",
+		Kind: string(outbox.KindForward), Payload: []byte(`{"a":1}`), Attempt: 2, Seq: 9, Traceparent: "tp",
 	}
 	var got *dispatch.Message
 	s := &server{impl: adapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
