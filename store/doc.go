@@ -1,7 +1,7 @@
 // Package store holds every statement drainer runs on its own tables. The
 // engine, the saga runner, the operator commands (package ops), the
-// producer and the demo call it; outside tests, no other code writes SQL on
-// these tables, except the migrations that create them.
+// producer, the fleet and the demo call it; outside tests, no other code
+// writes SQL on these tables, except the migrations that create them.
 //
 // One executor: every method takes the DB it runs on (a pool, a
 // connection or a transaction), so the caller decides what shares a
@@ -46,6 +46,10 @@
 //	                read raw for audit checkpoint and verify --checkpoints
 //	console.go      RowFloor, VerifyAuditKey, CountsByTool: the operator console's reads
 //	progress.go     ReadProgress, CountByStatusKind (the demo's progress and summary)
+//	fleet.go        the fleet's tables in its coordination database (package
+//	                internal/fleet): EnsureFleetTables, FleetHeartbeat, FleetLeave,
+//	                FleetReleaseAll (the membership), PublishFleet (each replica's
+//	                backlogs, and the whole fleet's read back, in one round trip)
 //
 // The daemon's statements wrap their errors with the operation they
 // performed. The operator statements (rows.go through audit.go) return the

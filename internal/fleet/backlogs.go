@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -42,135 +42,30 @@ type Backlog struct {
 // backlogs from the coordination database (or once Run has returned).
 var ErrNotJoined = errors.New("fleet: the databases' backlogs have not been read from the coordination database yet")
 
-// backlogs is the table <schema>.fleet_databases: each replica writes the
-// rows of the databases it drains after each heartbeat, on its coordination
-// connection, from the snapshot its engines already keep (no query in the
-// drained databases), and reads every replica's rows back in the same round
-// trip: the whole fleet's backlog, kept in memory for the console.
-type backlogs struct {
-	table   string // quoted schema.fleet_databases
-	members string // quoted schema.fleet_members
-}
+// The backlogs are the table <schema>.fleet_databases: each replica writes
+// the rows of the databases it drains after each heartbeat, on its
+// coordination connection, from the snapshot its engines already keep (no
+// query in the drained databases), and reads every replica's rows back in
+// the same round trip (store.PublishFleet): the whole fleet's backlog, kept
+// in memory for the console.
 
-func newBacklogs(schema string) backlogs {
-	return backlogs{table: pgx.Identifier{schema, "fleet_databases"}.Sanitize(),
-		members: pgx.Identifier{schema, "fleet_members"}.Sanitize()}
-}
-
-// createSQL creates the table; membership.ensure runs it under its lock.
-func (b backlogs) createSQL() string {
-	return `CREATE TABLE IF NOT EXISTS ` + b.table + ` (
-	name                       text PRIMARY KEY,
-	member_id                  text NOT NULL,
-	state                      text NOT NULL,
-	rows_by_status             jsonb,
-	oldest_pending_age_seconds float8,
-	sampled_at                 timestamptz,
-	published_at               timestamptz NOT NULL DEFAULT now()
-)`
-}
-
-// published is one row to write.
-type published struct {
-	name, state string
-	rows        *string  // JSON; nil before the engine's first snapshot
-	oldest      *float64 // seconds
-	age         *float64 // the sample's age in milliseconds
-}
-
-// publish writes rows as member's, marks the databases of released as
-// released (where member still holds their row), and returns every
-// published row (this replica's and the others'), sorted by name: one
-// round trip, one implicit transaction. A row without a sample keeps the
-// last one (a new owner shows the previous owner's counts, with their age,
-// until its engine measures). A stopping row never takes the row of
-// another member (the new owner's). When listed is not nil, rows of databases no longer listed are
-// deleted once no one has written them for forget: a replica whose list is
-// older than another's never deletes a database just added. A lock held on
-// the table (by a migration, an operator) cuts it on the server after
-// lockWait, leaving the connection usable; the statements are sent in one
-// pipeline (the connection's QueryExecModeExec: no prepare round trip, which
-// would wait on such a lock before lock_timeout is set).
-func (b backlogs) publish(ctx context.Context, pool *pgxpool.Pool, member string, rows []published, released, listed []string,
-	forget, lockWait time.Duration) ([]Backlog, error) {
-	names := make([]string, len(rows))
-	states := make([]string, len(rows))
-	counts := make([]*string, len(rows))
-	oldest := make([]*float64, len(rows))
-	ages := make([]*float64, len(rows))
-	for i, r := range rows {
-		names[i], states[i], counts[i], oldest[i], ages[i] = r.name, r.state, r.rows, r.oldest, r.age
-	}
-	batch := &pgx.Batch{}
-	// Local to the batch's implicit transaction: the heartbeat's statements
-	// keep waiting as they always did.
-	batch.Queue(`SELECT set_config('lock_timeout', $1, true)`, fmt.Sprintf("%dms", max(lockWait.Milliseconds(), 1)))
-	batch.Queue(`WITH gone AS (
-	DELETE FROM `+b.table+` WHERE $7::text[] IS NOT NULL AND NOT (name = ANY($7::text[]))
-	   AND published_at < now() - $8::float8 * interval '1 millisecond'
-)
-INSERT INTO `+b.table+` AS d (name, member_id, state, rows_by_status, oldest_pending_age_seconds, sampled_at, published_at)
-SELECT u.n, $1::text, u.s, u.r::jsonb, u.o, now() - u.a * interval '1 millisecond', now()
-  FROM unnest($2::text[], $3::text[], $4::text[], $5::float8[], $6::float8[]) AS u(n, s, r, o, a)
-ON CONFLICT (name) DO UPDATE SET
-	member_id = excluded.member_id, state = excluded.state, published_at = excluded.published_at,
-	rows_by_status = coalesce(excluded.rows_by_status, d.rows_by_status),
-	oldest_pending_age_seconds = coalesce(excluded.oldest_pending_age_seconds, d.oldest_pending_age_seconds),
-	sampled_at = coalesce(excluded.sampled_at, d.sampled_at)
- WHERE excluded.state <> $9 OR d.member_id = excluded.member_id`,
-		member, names, states, counts, oldest, ages, listed, float64(forget.Milliseconds()), stateStopping)
-	batch.Queue(`UPDATE `+b.table+` SET state = $3, published_at = now() WHERE member_id = $1 AND name = ANY($2::text[])`,
-		member, released, stateReleased)
-	batch.Queue(`SELECT d.name, d.member_id, d.state, d.rows_by_status, coalesce(d.oldest_pending_age_seconds, 0),
-       d.sampled_at, extract(epoch FROM now() - d.sampled_at)::float8, d.published_at,
-       EXISTS (SELECT 1 FROM ` + b.members + ` m WHERE m.member_id = d.member_id AND m.expires_at > now())
-  FROM ` + b.table + ` d ORDER BY d.name`)
-	br := pool.SendBatch(ctx, batch)
-	defer br.Close()
-	for range 3 {
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("fleet databases: %w", err)
-		}
-	}
-	out, err := scanBacklogs(br.Query())
-	if err != nil {
-		return nil, err
-	}
-	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("fleet databases: %w", err)
-	}
-	return out, nil
-}
-
-// scanBacklogs reads the rows of publish's last statement.
-func scanBacklogs(rows pgx.Rows, err error) ([]Backlog, error) {
-	if err != nil {
-		return nil, fmt.Errorf("fleet databases: %w", err)
-	}
-	out := []Backlog{}
-	var raw []byte
-	var x Backlog
-	_, err = pgx.ForEachRow(rows, []any{&x.Name, &x.Member, &x.State, &raw, &x.OldestPendingAgeSeconds, &x.SampledAt,
-		&x.SampleAgeSeconds, &x.PublishedAt, &x.MemberAlive}, func() error {
-		y := x
-		y.RowsByStatus = map[string]int64{}
-		if raw != nil {
-			if err := json.Unmarshal(raw, &y.RowsByStatus); err != nil {
-				return err
+// backlogsOf turns the rows read back into Backlogs.
+func backlogsOf(rows []store.FleetBacklog) ([]Backlog, error) {
+	out := make([]Backlog, 0, len(rows))
+	for _, r := range rows {
+		b := Backlog{Name: r.Name, Member: r.Member, MemberAlive: r.MemberAlive, State: r.State,
+			RowsByStatus: map[string]int64{}, OldestPendingAgeSeconds: r.OldestPendingAgeSeconds,
+			SampledAt: r.SampledAt, SampleAgeSeconds: r.SampleAgeSeconds, PublishedAt: r.PublishedAt.UTC()}
+		if r.RowsByStatus != nil {
+			if err := json.Unmarshal(r.RowsByStatus, &b.RowsByStatus); err != nil {
+				return nil, fmt.Errorf("fleet databases: %w", err)
 			}
 		}
-		if y.SampledAt != nil {
-			at := y.SampledAt.UTC()
-			y.SampledAt = &at
+		if b.SampledAt != nil {
+			at := b.SampledAt.UTC()
+			b.SampledAt = &at
 		}
-		y.PublishedAt = y.PublishedAt.UTC()
-		out = append(out, y)
-		x = Backlog{}
-		raw = nil
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("fleet databases: %w", err)
+		out = append(out, b)
 	}
 	return out, nil
 }
@@ -228,18 +123,18 @@ func (f *Fleet) Backlogs() (bl []Backlog, readAt time.Time, err error) {
 // returns every database's, as published by each replica.
 func (f *Fleet) publish(ctx context.Context, pool *pgxpool.Pool, lockWait time.Duration) ([]Backlog, error) {
 	f.mu.Lock()
-	var rows []published
+	var rows []store.FleetPublished
 	for name, e := range f.entries {
-		p := published{name: name, state: e.state.Load().(string)}
+		p := store.FleetPublished{Name: name, State: e.state.Load().(string)}
 		if e.stopping {
-			p.state = stateStopping
+			p.State = stateStopping
 		}
 		if eng := e.eng.Load(); eng != nil {
 			if s, age, ok := eng.Backlog(); ok {
 				raw, err := json.Marshal(s.RowsByStatus)
 				if err == nil {
 					js, oldest, ms := string(raw), s.OldestPendingAge, float64(age.Milliseconds())
-					p.rows, p.oldest, p.age = &js, &oldest, &ms
+					p.RowsByStatus, p.OldestPending, p.SampleAge = &js, &oldest, &ms
 				}
 			}
 		}
@@ -259,9 +154,13 @@ func (f *Fleet) publish(ctx context.Context, pool *pgxpool.Pool, lockWait time.D
 		}
 	}
 	f.mu.Unlock()
-	slices.SortFunc(rows, func(a, b published) int { return strings.Compare(a.name, b.name) })
-	forget := 2 * max(f.cfg.Refresh, f.cfg.Heartbeat)
-	out, err := newBacklogs(f.cfg.Schema).publish(ctx, pool, f.cfg.MemberID, rows, released, listed, forget, lockWait)
+	slices.SortFunc(rows, func(a, b store.FleetPublished) int { return strings.Compare(a.Name, b.Name) })
+	read, err := f.store.PublishFleet(ctx, pool, store.FleetPublication{Member: f.cfg.MemberID, Rows: rows,
+		Released: released, Listed: listed, Forget: 2 * max(f.cfg.Refresh, f.cfg.Heartbeat), LockWait: lockWait})
+	var out []Backlog
+	if err == nil {
+		out, err = backlogsOf(read)
+	}
 	if err == nil {
 		f.mu.Lock()
 		for _, name := range released {

@@ -30,7 +30,8 @@
 //     weight) assignment.
 //   - members.go: the membership table <schema>.fleet_members in the
 //     coordination database, heartbeats with an expiry on the database
-//     clock; leaving marks this replica's databases stopping.
+//     clock; leaving marks this replica's databases stopping. The
+//     statements on both fleet tables are in package store (store/fleet.go).
 //   - backlogs.go: <schema>.fleet_databases in the coordination database:
 //     each replica publishes the backlog and state of the databases it
 //     drains after its heartbeat (its engines' last snapshot, skipped when

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -113,6 +114,7 @@ type Config struct {
 type Fleet struct {
 	cfg      Config
 	log      *slog.Logger
+	store    *store.Store // the fleet's tables in the coordination database
 	m        *metrics
 	abandon  atomic.Bool
 	kick     chan struct{}
@@ -198,7 +200,7 @@ func New(cfg Config) (*Fleet, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	drainer.RegisterBuildInfo(cfg.Registerer, cfg.Version) // once for the process, not per database
-	f := &Fleet{cfg: cfg, log: cfg.Logger, m: newMetrics(cfg.Registerer),
+	f := &Fleet{cfg: cfg, log: cfg.Logger, store: store.MustNew(cfg.Schema), m: newMetrics(cfg.Registerer),
 		kick: make(chan struct{}, 1), relist: make(chan time.Duration, 1), entries: map[string]*entry{},
 		gen: newGeneration(cfg.Routing, cfg.CloseAdapters), engines: map[*drainer.Engine]struct{}{},
 		pools: lazyPools{idle: cfg.PoolIdle}, budget: newBudget(), starts: make(chan struct{}, startConcurrency),
@@ -281,7 +283,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		defer coord.Close()
 	}
 	defer f.pools.closeAll(f.cfg.StopTimeout)
-	mem := newMembership(coord, f.cfg.Schema, f.cfg.MemberID)
+	mem := newMembership(coord, f.store, f.cfg.MemberID)
 	if err := f.retry(ctx, "fleet membership table", func() error { return mem.ensure(ctx) }); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"github.com/drainer-io/drainer/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -21,8 +22,8 @@ const (
 const (
 	stateStarting = "starting"
 	stateRunning  = "running"
-	stateStopping = "stopping"
-	stateReleased = "released"
+	stateStopping = store.FleetStopping
+	stateReleased = store.FleetReleased
 )
 
 // Reasons counted by drainer_fleet_database_errors_total.
