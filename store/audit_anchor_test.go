@@ -167,6 +167,22 @@ func TestAuditTamperingOutlivesRotation(t *testing.T) {
 			storetest.TamperStatus(t, b.pool, b.keys[3], outbox.StatusSucceeded)
 			return b.keys[3]
 		}, "not recorded"},
+		{"status changed with the triggers off, then a recorded change", func(t *testing.T, b *auditBundle) string {
+			// The row's later, recorded change starts from the status
+			// nobody recorded: its chain ends where the row stands, and
+			// only the break between the two changes tells.
+			storetest.TamperStatus(t, b.pool, b.keys[3], outbox.StatusCancelled)
+			setStatus(t, b, b.keys[3], outbox.StatusPending)
+			return b.keys[3]
+		}, "not recorded"},
+		{"inserted entry ending a settled chain in the row's own status", func(t *testing.T, b *auditBundle) string {
+			// The forgery (a cancel) takes a new id and ends the chain of
+			// a row that is cancelled anyway: once the row is pruned, its
+			// tombstone agrees with the forged end.
+			setStatus(t, b, b.keys[3], outbox.StatusCancelled)
+			storetest.TamperInsert(t, b.pool, b.keys[3])
+			return b.keys[3]
+		}, "not recorded"},
 	}
 	// The same, done after the generation was anchored and before it is
 	// truncated: the anchors were written from the entries as they were.
@@ -207,6 +223,17 @@ func TestAuditTamperingOutlivesRotation(t *testing.T) {
 			b.forgetTombstones(t, key)
 			b.reported(t, "after the tombstones' age", key, c.want)
 		})
+	}
+}
+
+// setStatus changes key's row to status as an operator's command does,
+// the audit trigger recording it.
+func setStatus(t *testing.T, b *auditBundle, key string, status outbox.Status) {
+	t.Helper()
+	tag, err := b.pool.Exec(context.Background(), `UPDATE drainer.queue q SET status = $2
+	    FROM drainer.intents i WHERE i.seq = q.seq AND i.key = $1 AND q.status <> 'in_flight'`, key, status)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("set %s to %s: %v (%d rows)", key, status, err, tag.RowsAffected())
 	}
 }
 

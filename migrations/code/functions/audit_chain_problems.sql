@@ -6,8 +6,15 @@
 -- remaining entry links to the anchor that stands for the entries before
 -- it: the latest anchor version (audit_anchors, audit_anchor_history) whose
 -- last entry comes before it (one written before migration 022, which
--- names none, comes before every entry). audit_problems reads it, and
--- rotate_audit before it anchors a generation.
+-- names none, comes before every entry). And a change that was not
+-- recorded: an entry whose from_status is not the to_status of the chain's
+-- change before it (that entry's, or, for the first remaining one, the
+-- anchor's that stands before it), a claim aside (pending to in_flight
+-- writes no entry). So a status changed with the audit bypassed stays
+-- evident after later changes of the row, its pruning and the
+-- truncation of its entries, as does a forged entry that ends a chain.
+-- audit_problems reads it, and rotate_audit before it anchors a
+-- generation (what it finds is kept in the anchor for good).
 CREATE OR REPLACE FUNCTION {{.schema}}.audit_chain_problems(p_key text, p_part smallint)
  RETURNS TABLE(id bigint, key text, part smallint, problem text)
  LANGUAGE sql
@@ -27,6 +34,30 @@ AS $function$
            AND (p_part IS NULL OR a.key IN (SELECT e.key FROM {{.schema}}.audit e WHERE e.part = p_part))
         WINDOW w AS (PARTITION BY a.key ORDER BY a.id)
     )
+    , status_chain AS (
+        SELECT a.id, a.key, a.part, a.from_status,
+               CASE WHEN lag(a.id) OVER w IS NOT NULL THEN lag(a.to_status) OVER w
+                    ELSE (SELECT v.status
+                            FROM (SELECT x.status, x.last_id, x.vid FROM {{.schema}}.audit_anchors x WHERE x.key = a.key
+                                  UNION ALL
+                                  SELECT h.status, h.last_id, h.vid FROM {{.schema}}.audit_anchor_history h WHERE h.key = a.key) v
+                           WHERE coalesce(v.last_id, 0) < a.id
+                           ORDER BY coalesce(v.last_id, 0) DESC, v.vid DESC LIMIT 1)
+               END AS prev_status
+          FROM {{.schema}}.audit a
+         WHERE a.to_status IS NOT NULL
+           AND (p_key IS NULL OR a.key = p_key)
+           AND (p_part IS NULL OR a.key IN (SELECT e.key FROM {{.schema}}.audit e WHERE e.part = p_part))
+        WINDOW w AS (PARTITION BY a.key ORDER BY a.id)
+    )
+    SELECT s.id, s.key, s.part,
+           format('the entry records a change from %s, but the change before it ended in %s (a change was not recorded)',
+                  s.from_status, s.prev_status)
+      FROM status_chain s
+     WHERE s.from_status IS NOT NULL AND s.prev_status IS NOT NULL
+       AND s.from_status IS DISTINCT FROM s.prev_status
+       AND NOT (s.prev_status = 'pending' AND s.from_status = 'in_flight')
+    UNION ALL
     SELECT c.id, c.key, c.part,
            CASE WHEN c.hash IS DISTINCT FROM {{.schema}}.audit_hash(c.prev_hash, c.key, c.at, c.event, c.from_status,
                       c.to_status, c.attempts, c.response_status, c.actor, c.reason, c.detail_sha256)
