@@ -49,7 +49,9 @@ type Config struct {
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Tools are the tools listed and served.
 	Tools []Tool
-	// Registerer receives the gateway's metrics (nil: not registered).
+	// Metrics are the series the gateway counts in (nil: its own,
+	// registered on Registerer when that is set).
+	Metrics    *Metrics
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Version    string
@@ -63,7 +65,7 @@ type Gateway struct {
 	srv     *http.Server
 	mcp     *sdk.Server
 	watch   *settleWatch
-	metrics *metrics
+	metrics *Metrics
 	token   [sha256.Size]byte // sha256 of the token, compared in constant time
 
 	mu    sync.RWMutex
@@ -116,7 +118,10 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.AbortTool {
 		names = append(names, AbortToolName)
 	}
-	g.metrics = newMetrics(cfg.Registerer, names)
+	g.metrics = cfg.Metrics
+	if g.metrics == nil {
+		g.metrics = NewMetrics(cfg.Registerer, names)
+	}
 	g.watch = newSettleWatch(cfg.Connect, cfg.Store.SettleChannel(), log)
 	g.mcp = sdk.NewServer(&sdk.Implementation{Name: "drainer-gateway", Version: cmp.Or(cfg.Version, "dev")},
 		&sdk.ServerOptions{Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}}})

@@ -30,8 +30,10 @@ const (
 var Outcomes = []Outcome{OutcomeCreated, OutcomeReplayed, OutcomeJoined, OutcomePassthrough,
 	OutcomeConflict, OutcomeTimeout, OutcomeRefused}
 
-// metrics are the gateway's series.
-type metrics struct {
+// Metrics are the gateway's series. `drainer run` registers them at its
+// start, gateway or not, so that every series a dashboard reads exists from
+// then on (zero-valued for the tools it will serve, and tool "" without any).
+type Metrics struct {
 	calls   *prometheus.CounterVec
 	seconds *prometheus.HistogramVec
 	// settled counts the calls that found their row settled after waiting,
@@ -40,8 +42,10 @@ type metrics struct {
 	settled *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, tools []string) *metrics {
-	m := &metrics{
+// NewMetrics registers the gateway's series on reg (nil: not registered),
+// zero-valued for tools.
+func NewMetrics(reg prometheus.Registerer, tools []string) *Metrics {
+	m := &Metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "drainer_gateway_calls_total",
 			Help: "tools/call requests answered by the MCP gateway, by tool and outcome (created, replayed, joined, passthrough, conflict, timeout, refused).",
@@ -69,5 +73,8 @@ func newMetrics(reg prometheus.Registerer, tools []string) *metrics {
 		m.seconds.WithLabelValues(t)
 	}
 	m.calls.WithLabelValues("", string(OutcomeRefused))
+	if len(tools) == 0 {
+		m.seconds.WithLabelValues("")
+	}
 	return m
 }

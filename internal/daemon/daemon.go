@@ -18,6 +18,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/gateway"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -166,6 +167,8 @@ type daemonRun struct {
 	closers []func()
 	// stopGateway stops the MCP gateway (nil: none); idempotent.
 	stopGateway func()
+	// gatewayMetrics are registered at the start, gateway or not.
+	gatewayMetrics *gateway.Metrics
 }
 
 // onCleanup registers f to run at cleanup, after those registered later.
@@ -270,6 +273,7 @@ func (d *daemonRun) serveMetrics(reg *prometheus.Registry) (*drainer.Metrics, st
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := drainer.NewMetrics(reg, d.opts.Version)
 	metrics.InitConfigured(routesByAdapter(d.st.cfg))
+	d.gatewayMetrics = gateway.NewMetrics(reg, gatewayToolNames(d.st.cfg))
 	metrics.Workers.Set(float64(d.st.workers))
 	srv, err := serveHTTP(d.opts.MetricsAddr, reg, &d.ready, func(ctx context.Context) error { return d.pool.Load().Ping(ctx) },
 		func() []drainer.AdapterState {

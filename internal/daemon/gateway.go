@@ -71,7 +71,7 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	cc := pool.Config().ConnConfig
 	gw, err := gateway.New(gateway.Config{
 		Listener: ln, Token: g.Token.Reveal(), Wait: g.Wait, AbortTool: g.AbortTool,
-		DB: pool, Store: st, Tools: tools, Registerer: prom, Logger: d.log, Version: d.opts.Version,
+		DB: pool, Store: st, Tools: tools, Metrics: d.gatewayMetrics, Logger: d.log, Version: d.opts.Version,
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			c := cc.Copy()
 			c.RuntimeParams["application_name"] = "drainer gateway"
@@ -96,6 +96,21 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	}
 	d.onCleanup(d.stopGateway)
 	return nil
+}
+
+// gatewayToolNames are the tools the gateway may serve: the routes of the
+// config's mcp adapters, plus drainer_abort_run when it is listed.
+func gatewayToolNames(cfg *config.Config) []string {
+	var names []string
+	for _, tool := range slices.Sorted(maps.Keys(cfg.Routes)) {
+		if a := cfg.Adapters[cfg.Routes[tool].Adapter]; a != nil && a.Type == mcpType {
+			names = append(names, tool)
+		}
+	}
+	if cfg.Gateway.AbortTool {
+		names = append(names, gateway.AbortToolName)
+	}
+	return names
 }
 
 // gatewayServer is one mcp adapter with routes, and the routes.
