@@ -148,48 +148,44 @@ func (c *completer) run() {
 		if !ok {
 			return
 		}
-		batch = append(batch[:0], first)
-		// A completion someone waits for (the MCP gateway's call) is
-		// written at once, with whatever is already queued: no linger.
-		wait := c.e.cfg.CompleteLinger
-		if first.Announce {
-			wait = 0
-		}
-		batch = c.collect(batch, wait)
+		batch = c.collect(append(batch[:0], first))
 		c.flush(batch)
 	}
 }
 
-// collect adds to batch what arrives within wait (what is already queued
-// when wait is 0), up to CompleteBatch completions.
-func (c *completer) collect(batch []completion, wait time.Duration) []completion {
+// collect adds to batch what arrives within the completion linger, up to
+// CompleteBatch completions. A completion someone waits for (the MCP
+// gateway's call, Completion.Announce) ends the linger: the batch is
+// written at once, with whatever is already queued.
+func (c *completer) collect(batch []completion) []completion {
 	var linger <-chan time.Time
-	if wait > 0 {
+	if wait := c.e.cfg.CompleteLinger; wait > 0 && !batch[0].Announce {
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		linger = t.C
 	}
 	for len(batch) < c.e.cfg.CompleteBatch {
+		var x completion
+		var ok bool
 		if linger == nil {
 			select {
-			case x, ok := <-c.in:
-				if !ok {
-					return batch
-				}
-				batch = append(batch, x)
+			case x, ok = <-c.in:
 			default:
 				return batch
 			}
-			continue
-		}
-		select {
-		case x, ok := <-c.in:
-			if !ok {
+		} else {
+			select {
+			case x, ok = <-c.in:
+			case <-linger:
 				return batch
 			}
-			batch = append(batch, x)
-		case <-linger:
+		}
+		if !ok {
 			return batch
+		}
+		batch = append(batch, x)
+		if x.Announce {
+			linger = nil
 		}
 	}
 	return batch

@@ -19,28 +19,39 @@ import (
 // (Completion.Announce); the MCP gateway waits on it.
 func (s *Store) SettleChannel() string { return s.schema + ".settled" }
 
-// announceSQL, in a completion's transaction after its rows were written:
-// of the completions that announce ($1 seqs, $2 records or null), those
-// whose row is now settled (a fenced completion whose row another replica
-// owns is not) keep their record, the first written for the key, and have
-// their key announced on $3 at commit.
-const announceSQL = `WITH c AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[]) AS c(seq, rec)
-), settled AS (
-    SELECT i.key, c.rec
-      FROM c
+// settledHere selects, of the completions that announce ($1 seqs, $2
+// records or null), those whose row this transaction settled, with their
+// key. A completion fenced out (its row claimed again, perhaps settled by
+// another replica since) wrote nothing: the row's version is not this
+// transaction's (xmin), so it neither announces nor touches a record.
+const settledHere = `SELECT i.key, c.rec
+      FROM unnest($1::bigint[], $2::text[]) AS c(seq, rec)
       JOIN {s}.queue q ON q.seq = c.seq
       JOIN {s}.intents i ON i.seq = c.seq
      WHERE q.status NOT IN ({StatusPending}, {StatusInFlight})
+       AND q.xmin = pg_current_xact_id()::xid`
+
+// unrecordSQL and announceSQL, in a completion's transaction after its rows
+// were written: the record of each row this transaction settled replaces
+// the one kept before (unrecordSQL deletes it, announceSQL inserts the new
+// one when there is one), so a replay answers what the row says now: a row
+// settled, requeued by an operator and settled again answers the second
+// attempt's result, or none when that attempt got none. announceSQL then
+// announces each key on $3 at commit.
+const (
+	unrecordSQL = `DELETE FROM {s}.call_records r
+ USING (` + settledHere + `) d
+ WHERE r.key = d.key`
+	announceSQL = `WITH settled AS (` + settledHere + `
 ), kept AS (
     INSERT INTO {s}.call_records (key, result)
     SELECT key, rec::json FROM settled WHERE rec IS NOT NULL
-    ON CONFLICT (key) DO NOTHING
 )
 SELECT count(pg_notify($3, key)) FROM settled`
+)
 
-// queueAnnounce queues announceSQL for the completions of cs that announce;
-// it reports whether it queued a statement.
+// queueAnnounce queues unrecordSQL and announceSQL for the completions of
+// cs that announce; it reports whether it queued them.
 func (s *Store) queueAnnounce(b *pgx.Batch, cs []Completion) bool {
 	var seqs []int64
 	var recs []*string
@@ -59,6 +70,7 @@ func (s *Store) queueAnnounce(b *pgx.Batch, cs []Completion) bool {
 	if len(seqs) == 0 {
 		return false
 	}
+	b.Queue(s.sql(unrecordSQL), seqs, recs)
 	b.Queue(s.sql(announceSQL), seqs, recs, s.SettleChannel())
 	return true
 }

@@ -164,8 +164,10 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 		}
 	}
 	if announced {
-		if _, err := br.Exec(); err != nil {
-			return Completed{}, fmt.Errorf("complete batch: announce settled calls: %w", err)
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return Completed{}, fmt.Errorf("complete batch: record and announce settled calls: %w", err)
+			}
 		}
 	}
 	if _, err := br.Exec(); err != nil {

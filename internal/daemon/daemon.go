@@ -248,7 +248,7 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	if err := d.startConsole(ctx, consoleLn, p, reg); err != nil {
 		return nil, err
 	}
-	if err := d.startGateway(ctx, gatewayLn, p, registry, reg); err != nil {
+	if err := d.startGateway(ctx, gatewayLn, p, registry); err != nil {
 		return nil, err
 	}
 	if err := startEngine(ctx, eng, 500*time.Millisecond, log); err != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // listenGateway takes the MCP gateway's address (--gateway-addr, else
@@ -54,7 +53,7 @@ func (d *daemonRun) listenGateway() (net.Listener, error) {
 // startGateway serves the gateway on ln (nothing when ln is nil) once the
 // engine runs: its tools are the routed tools of the config's mcp adapters.
 // A server unreachable now has its tools listed once it answers.
-func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgxpool.Pool, reg *dispatch.Registry, prom prometheus.Registerer) error {
+func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgxpool.Pool, reg *dispatch.Registry) error {
 	if ln == nil {
 		return nil
 	}
