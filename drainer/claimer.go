@@ -52,8 +52,12 @@ func (e *Engine) claimLoop() {
 			cause = causeSlots
 			// Under load slots free one by one; let them accumulate for a
 			// moment so a claim (one durable commit) leases a full batch
-			// rather than a row or two.
-			if free := e.cfg.Workers - int(e.active.Load()); free < e.cfg.BatchSize {
+			// rather than a row or two. Not when a producer's notification
+			// woke the loop: the wake gate is armed only while the daemon
+			// is not busy (see claimWhileFree), and then a new row goes out
+			// at once rather than a cooldown later.
+			notified := e.wakeWhy.Load()&(1<<causeNotify) != 0
+			if free := e.cfg.Workers - int(e.active.Load()); free < e.cfg.BatchSize && !notified {
 				t := time.NewTimer(e.cfg.FetchCooldown)
 				select {
 				case <-e.batchFree:

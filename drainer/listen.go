@@ -2,7 +2,6 @@ package drainer
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/drainer-io/drainer/internal/maintenance"
@@ -60,21 +59,9 @@ func (e *Engine) listenOnce(ctx context.Context) (listened bool, err error) {
 	e.floor.wantFull() // anything enqueued while not listening
 	e.wakeFor(causeRearm)
 	for {
-		wctx, cancel := context.WithTimeout(ctx, wakeCheckEvery)
-		n, err := conn.WaitForNotification(wctx)
-		cancel()
+		n, err := store.NextNotification(ctx, conn, wakeCheckEvery, wakePingWait)
 		if err != nil {
-			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-				return true, err
-			}
-			// Quiet for wakeCheckEvery: is the server still there?
-			pctx, cancel := context.WithTimeout(ctx, wakePingWait)
-			err = conn.Ping(pctx)
-			cancel()
-			if err != nil {
-				return true, err
-			}
-			continue
+			return true, err
 		}
 		if n.Channel == sagaChannel {
 			e.sagas.Notify(n.Payload)

@@ -2,11 +2,11 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -27,9 +27,10 @@ type settleWatch struct {
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{}
-	// listening is closed once the first LISTEN took effect.
+	// listening is closed once the first LISTEN took effect; listens
+	// counts the LISTENs that did (each after the waiters were woken).
 	listening chan struct{}
-	listened  bool
+	listens   int
 }
 
 // recheck is how often a waiting call reads its row again without an
@@ -117,31 +118,17 @@ func (w *settleWatch) listen(ctx context.Context, connected func()) error {
 		return err
 	}
 	connected()
+	w.wake("")
 	w.mu.Lock()
-	if !w.listened {
-		w.listened = true
+	w.listens++
+	if w.listens == 1 {
 		close(w.listening)
 	}
 	w.mu.Unlock()
-	w.wake("")
 	for {
-		wctx, cancel := context.WithTimeout(ctx, pingEvery)
-		n, err := conn.WaitForNotification(wctx)
-		cancel()
+		n, err := store.NextNotification(ctx, conn, pingEvery, pingWait)
 		if err != nil {
-			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			// Quiet for a while: is the server still there? A connection
-			// that died without a word would otherwise leave every call
-			// to its recheck.
-			pctx, cancel := context.WithTimeout(ctx, pingWait)
-			err = conn.Ping(pctx)
-			cancel()
-			if err != nil {
-				return err
-			}
-			continue
+			return err
 		}
 		w.wake(n.Payload)
 	}

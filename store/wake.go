@@ -103,3 +103,32 @@ func WakePosition(payload string) (p Position, ok bool) {
 	}
 	return Position{Due: time.UnixMicro(us), Seq: n}, true
 }
+
+// NextNotification waits for the next notification on conn, a connection
+// that LISTENs. A connection quiet for quiet is pinged, and given up (its
+// error returned) when no answer comes within pingWait: one that died
+// without a word (a restart, an idle-connection killer, a network drop)
+// would otherwise leave its listener deaf. It returns ctx's error once ctx
+// ends.
+func NextNotification(ctx context.Context, conn *pgx.Conn, quiet, pingWait time.Duration) (*pgconn.Notification, error) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, quiet)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err == nil {
+			return n, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		pctx, cancel := context.WithTimeout(ctx, pingWait)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
