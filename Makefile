@@ -47,10 +47,11 @@ python-deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
 		python3-psycopg python3-pip python3-setuptools python3-wheel python3-venv >/dev/null; }
 
-# node-deps: sdk/typescript's locked dependencies and its build.
+# node-deps: sdk/typescript's locked devDependencies (its tests' tsc and pg); its
+# dist/ is committed (`npm run build` there after changing src/).
 node-deps:
 	@if [ -f sdk/typescript/package-lock.json ]; then cd sdk/typescript && \
-		npm ci --no-audit --no-fund --loglevel=error && npm run --silent build; fi
+		npm ci --no-audit --no-fund --loglevel=error; fi
 
 # mcp-everything: the MCP reference server (npm @modelcontextprotocol/server-everything,
 # locked) the integration tests restart under the daemon.

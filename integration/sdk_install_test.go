@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -58,47 +59,80 @@ func TestPythonInstallFromClone(t *testing.T) {
 	}
 }
 
-// TestTypeScriptInstallFromClone installs @drainer/client into a new project
-// with `npm install /path/to/sdk/typescript` from a copy of the library's
-// committed files (no node_modules, no dist: what a clone holds), as the
-// README says; the package must build on install, import, and derive the
-// Go key.
+// TestTypeScriptInstallFromClone installs @drainer/client into fresh
+// projects the two ways sdk/typescript's README gives, following its blocks
+// literally, from a copy of the library's committed files (what a clone
+// holds): linked from the folder ("Install into your project") and from
+// `npm pack`'s tarball ("From a tarball"). Each install must run no install
+// script (npm warns about none), write nothing into the copy, bring pg, and
+// give a package that both require and import load (one implementation,
+// the receiver too) and that derives the Go key.
 func TestTypeScriptInstallFromClone(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("npm"); err != nil {
 		t.Fatalf("npm not found (%v): install Node 20", err)
 	}
-	steps := readmeBlock(t, "../sdk/typescript/README.md", "## Install into your project")
 	clone := cloneTracked(t, "sdk/typescript")
-	if _, err := os.Stat(filepath.Join(clone, "sdk", "typescript", "dist")); err == nil {
-		t.Fatal("the copy holds dist/: it must come from the install")
-	}
-	project := t.TempDir()
-	if err := os.WriteFile(filepath.Join(project, "package.json"), []byte(`{"name": "consumer", "private": true}`+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"NO_COLOR=1", "npm_config_update_notifier=false", "npm_config_audit=false", "npm_config_fund=false"}
-	var out string
-	installed := false
-	for _, step := range steps {
-		if strings.HasPrefix(step, "cd ") {
-			continue // the project is the temporary directory
+	lib := filepath.Join(clone, "sdk", "typescript")
+	for _, f := range []string{"dist/index.js", "dist/cjs/index.js", "dist/receiver.js", "dist/cjs/receiver.js"} {
+		if _, err := os.Stat(filepath.Join(lib, f)); err != nil {
+			t.Fatalf("the copy of the committed files has no %s: the package must run from committed files, with no build at install", f)
 		}
-		installed = installed || strings.HasPrefix(step, "npm install /path/to/drainer/sdk/typescript")
-		step = strings.ReplaceAll(step, "/path/to/drainer", clone)
-		out = installRun(t, project, env, "sh", "-c", step)
 	}
-	if !installed {
-		t.Fatalf("the README's install block %q has no `npm install /path/to/drainer/sdk/typescript`", steps)
-	}
-	if got := strings.TrimSpace(out); !strings.HasSuffix(got, installTuple.Key()) {
-		t.Fatalf("the README's last step printed %q, want the key %s", got, installTuple.Key())
-	}
-	// The subpath export of the receiver resolves in the installed package.
-	out = installRun(t, project, env, "node", "--input-type=module", "-e",
-		`const m = await import('@drainer/client/receiver'); console.log(typeof m.createReceiver)`)
-	if got := strings.TrimSpace(out); !strings.HasSuffix(got, "function") {
-		t.Fatalf("import('@drainer/client/receiver') printed %q, want function", got)
+	before := tsTreeSnapshot(t, lib)
+	for _, c := range []struct {
+		name, heading, install string
+		linked                 bool
+	}{
+		{"clone", "## Install into your project", "npm install /path/to/drainer/sdk/typescript", true},
+		{"tarball", "### From a tarball", "npm install ./drainer-client-", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			steps := readmeBlock(t, "../sdk/typescript/README.md", c.heading)
+			project := t.TempDir()
+			if err := os.WriteFile(filepath.Join(project, "package.json"), []byte(`{"name": "consumer", "private": true}`+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var all strings.Builder
+			installed, printed := false, 0
+			for _, step := range steps {
+				if strings.HasPrefix(step, "cd ") {
+					continue // the project is the temporary directory
+				}
+				installed = installed || strings.HasPrefix(step, c.install)
+				out := installRun(t, project, tsInstallEnv, "sh", "-c", strings.ReplaceAll(step, "/path/to/drainer", clone))
+				all.WriteString(out)
+				if strings.HasPrefix(step, "node ") {
+					if got := strings.TrimSpace(out); !strings.HasSuffix(got, installTuple.Key()) {
+						t.Fatalf("the README's step %q printed %q, want the key %s", step, got, installTuple.Key())
+					}
+					printed++
+				}
+			}
+			if !installed || printed == 0 {
+				t.Fatalf("the README's block under %q (%q) has no `%s…` or no node step printing the key", c.heading, steps, c.install)
+			}
+			if w := tsScriptWarnings(all.String()); len(w) > 0 {
+				t.Errorf("npm warned about scripts or peers while installing:\n%s", strings.Join(w, "\n"))
+			}
+			fi, err := os.Lstat(filepath.Join(project, "node_modules", "@drainer", "client"))
+			if err != nil {
+				t.Fatalf("@drainer/client is not installed: %v", err)
+			}
+			if linked := fi.Mode()&os.ModeSymlink != 0; linked != c.linked {
+				t.Errorf("node_modules/@drainer/client is a link: %v, want %v", linked, c.linked)
+			}
+			// pg came with the install: the project's own code can use it.
+			out := installRun(t, project, tsInstallEnv, "node", "-e",
+				`console.log(require('pg/package.json').version, typeof require('pg').Pool)`)
+			if !regexp.MustCompile(`(?m)^8\.\d+\.\d+ function$`).MatchString(out) {
+				t.Errorf("pg in the project: %q, want version 8 and its Pool", out)
+			}
+			tsRequireAndImport(t, project)
+			if diff := tsTreeDiff(before, tsTreeSnapshot(t, lib)); len(diff) > 0 {
+				t.Fatalf("installing wrote into the clone's sdk/typescript:\n%s", strings.Join(diff, "\n"))
+			}
+		})
 	}
 }
 

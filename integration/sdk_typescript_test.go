@@ -5,12 +5,15 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,8 +165,9 @@ routes:
 }
 
 // tsPrepareSDK returns the absolute path of sdk/typescript once its locked
-// dependencies are installed and the library is built (what `make
-// node-deps` does), doing both itself when either is missing.
+// devDependencies are installed (what `make node-deps` does), running npm ci
+// itself when they are missing. The library itself is not built here: dist/
+// is committed, and npm test fails when it is not the build of src/.
 func tsPrepareSDK(t *testing.T) string {
 	t.Helper()
 	dir, err := filepath.Abs(tsSDKDir)
@@ -176,21 +180,13 @@ func tsPrepareSDK(t *testing.T) string {
 	if _, err := exec.LookPath("npm"); err != nil {
 		t.Fatalf("npm not found (%v): install Node 20 and run `make node-deps`", err)
 	}
-	installed := tsExists(filepath.Join(dir, "node_modules", "typescript", "package.json")) &&
-		tsExists(filepath.Join(dir, "node_modules", "pg", "package.json"))
-	built := tsExists(filepath.Join(dir, "dist", "index.js")) && tsExists(filepath.Join(dir, "dist", "index.d.ts")) &&
-		tsExists(filepath.Join(dir, "dist", "receiver.js"))
-	if installed && built {
+	if tsExists(filepath.Join(dir, "node_modules", "typescript", "package.json")) &&
+		tsExists(filepath.Join(dir, "node_modules", "pg", "package.json")) {
 		return dir
 	}
-	t.Logf("%s: node_modules or dist missing: running npm ci and npm run build (what `make node-deps` does)", dir)
-	if !installed {
-		if out, errOut, code := tsRunNPM(t, dir, 5*time.Minute, nil, "ci", "--no-audit", "--no-fund"); code != 0 {
-			t.Fatalf("npm ci in %s exited %d; run `make node-deps` and see its output:\n%s\n%s", dir, code, tail(out, 4000), tail(errOut, 4000))
-		}
-	}
-	if out, errOut, code := tsRunNPM(t, dir, 5*time.Minute, nil, "run", "build"); code != 0 {
-		t.Fatalf("npm run build in %s exited %d; run `make node-deps` and see its output:\n%s\n%s", dir, code, tail(out, 4000), tail(errOut, 4000))
+	t.Logf("%s: node_modules missing: running npm ci (what `make node-deps` does)", dir)
+	if out, errOut, code := tsRunNPM(t, dir, 5*time.Minute, nil, "ci", "--no-audit", "--no-fund"); code != 0 {
+		t.Fatalf("npm ci in %s exited %d; run `make node-deps` and see its output:\n%s\n%s", dir, code, tail(out, 4000), tail(errOut, 4000))
 	}
 	return dir
 }
@@ -315,4 +311,103 @@ func TestTypeScriptSDKSummary(t *testing.T) {
 	if _, err := tsParseSummary("npm error missing script: test\n"); err == nil {
 		t.Error("output without a summary accepted")
 	}
+}
+
+// tsInstallEnv is the environment of the install steps: no colours, no
+// notices, and npm's cache preferred to the registry.
+var tsInstallEnv = []string{"NO_COLOR=1", "npm_config_update_notifier=false", "npm_config_audit=false",
+	"npm_config_fund=false", "npm_config_prefer_offline=true"}
+
+// tsScriptWarning matches npm's warnings about install scripts (npm 11's
+// "npm warn install-scripts … not yet covered by allowScripts") and about
+// peer dependencies it could not satisfy.
+var tsScriptWarning = regexp.MustCompile(`(?i)^npm warn.*(script|peer|ERESOLVE)`)
+
+// tsScriptWarnings returns the lines of npm's output that tsScriptWarning matches.
+func tsScriptWarnings(out string) []string {
+	var w []string
+	for _, line := range strings.Split(out, "\n") {
+		if tsScriptWarning.MatchString(strings.TrimSpace(line)) {
+			w = append(w, line)
+		}
+	}
+	return w
+}
+
+// tsRequireAndImport checks, in a project that installed @drainer/client,
+// that CommonJS require and ES module import both load the package and its
+// receiver, derive the Go key, and are one implementation.
+func tsRequireAndImport(t *testing.T, project string) {
+	t.Helper()
+	key := installTuple.Key()
+	cjs := `const m = require('@drainer/client'); const r = require('@drainer/client/receiver');
+console.log(m.idempotencyKey({agentRunId: 'run-1', stepId: 'step-1', toolName: 'charge_card', businessScope: ''}), typeof r.createReceiver, typeof m.PayloadError);`
+	if got := strings.TrimSpace(installRun(t, project, tsInstallEnv, "node", "-e", cjs)); !strings.HasSuffix(got, key+" function function") {
+		t.Errorf("require('@drainer/client') printed %q, want %q", got, key+" function function")
+	}
+	esm := `import { idempotencyKey, enqueue, PayloadError } from '@drainer/client';
+import { createReceiver } from '@drainer/client/receiver';
+import { createRequire } from 'node:module';
+const require = createRequire(process.cwd() + '/');
+const same = require('@drainer/client').enqueue === enqueue && require('@drainer/client').PayloadError === PayloadError &&
+  require('@drainer/client/receiver').createReceiver === createReceiver;
+console.log(idempotencyKey({agentRunId: 'run-1', stepId: 'step-1', toolName: 'charge_card', businessScope: ''}), typeof createReceiver, same);`
+	if got := strings.TrimSpace(installRun(t, project, tsInstallEnv, "node", "--input-type=module", "-e", esm)); !strings.HasSuffix(got, key+" function true") {
+		t.Errorf("import of @drainer/client printed %q, want %q (the last word: require and import load the same module)", got, key+" function true")
+	}
+}
+
+// tsTreeSnapshot describes every entry under dir (symbolic links not
+// followed): its type, mode, and for a file its size and SHA-256.
+func tsTreeSnapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	snap := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := info.Mode().String()
+		if info.Mode().IsRegular() {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			desc += fmt.Sprintf(" %d bytes sha256 %x", len(b), sha256.Sum256(b))
+		}
+		snap[filepath.ToSlash(rel)] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", dir, err)
+	}
+	return snap
+}
+
+// tsTreeDiff lists what differs between two snapshots of one tree: entries
+// added, removed or changed (at most 20 lines).
+func tsTreeDiff(before, after map[string]string) []string {
+	var diff []string
+	for p, a := range after {
+		switch b, ok := before[p]; {
+		case !ok:
+			diff = append(diff, "added: "+p)
+		case a != b:
+			diff = append(diff, "changed: "+p)
+		}
+	}
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			diff = append(diff, "removed: "+p)
+		}
+	}
+	sort.Strings(diff)
+	if len(diff) > 20 {
+		diff = append(diff[:20], fmt.Sprintf("… and %d more", len(diff)-20))
+	}
+	return diff
 }

@@ -2,6 +2,7 @@
 // PayloadError naming where the payload cannot be represented faithfully.
 
 import { Buffer } from 'node:buffer';
+import { types } from 'node:util';
 
 import { PayloadError, PayloadTooLargeError } from './errors.js';
 import { describeType, loneSurrogateIndex } from './key.js';
@@ -14,12 +15,14 @@ export const DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20;
 
 /**
  * Serialises a payload to compact JSON, as JSON.stringify does (toJSON is
- * honoured, so a Date becomes its ISO string; object properties whose value
- * is undefined are omitted), but refuses what JSON.stringify would drop,
+ * honoured, so a Date becomes its toISOString() text,
+ * YYYY-MM-DDTHH:MM:SS.sssZ in UTC; object properties whose value is
+ * undefined are omitted), but refuses what JSON.stringify would drop,
  * change or choke on: BigInt, functions, symbols, cycles, NaN and
- * ±Infinity, undefined at the top level or in an array, Map, Set, WeakMap,
- * WeakSet, and strings (values or keys) with a lone surrogate or a NUL
- * character, which Postgres jsonb cannot store.
+ * ±Infinity, an invalid Date (JSON.stringify would write null), undefined
+ * at the top level or in an array, Map, Set, WeakMap, WeakSet, and strings
+ * (values or keys) with a lone surrogate or a NUL character, which Postgres
+ * jsonb cannot store.
  *
  * Then checks the size: more than maxBytes bytes of UTF-8 is a
  * PayloadTooLargeError. The database measures the text of the stored jsonb,
@@ -52,6 +55,9 @@ export function serializePayload(payload: unknown, maxBytes: number = DEFAULT_MA
 
 function write(input: unknown, path: string, key: string, ancestors: Set<object>): string {
   let value = input;
+  if (types.isDate(value) && Number.isNaN(Date.prototype.getTime.call(value))) {
+    throw new PayloadError(path, 'is an invalid Date (its time is NaN): it has no ISO text, and JSON.stringify would write null');
+  }
   if (value !== null && (typeof value === 'object' || typeof value === 'bigint')) {
     const toJSON = (value as { toJSON?: unknown }).toJSON;
     if (typeof toJSON === 'function') {

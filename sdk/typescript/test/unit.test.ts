@@ -165,6 +165,49 @@ test('JSON-compatible values serialise exactly as JSON.stringify', () => {
   }
 });
 
+test('a Date becomes its toISOString() text: UTC, milliseconds, YYYY-MM-DDTHH:MM:SS.sssZ', () => {
+  // The same instant however it was built: local time zone and offsets do not show.
+  const instant = new Date(Date.UTC(2024, 1, 29, 23, 5, 9, 7));
+  const fromOffset = new Date('2024-03-01T01:05:09.007+02:00');
+  const fromTZ = new Date(2024, 1, 29, 23, 5, 9, 7); // local time: TZ-dependent instant
+  const text = '"2024-02-29T23:05:09.007Z"';
+  assert.equal(serializePayload(instant), text);
+  assert.equal(serializePayload(fromOffset), text);
+  assert.equal(serializePayload(fromTZ), JSON.stringify(fromTZ.toISOString()));
+  assert.match(serializePayload(fromTZ), /^"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z"$/);
+  assert.equal(
+    serializePayload({ at: new Date(0), list: [new Date(1700000000123)], nested: { d: new Date(-1) } }),
+    '{"at":"1970-01-01T00:00:00.000Z","list":["2023-11-14T22:13:20.123Z"],"nested":{"d":"1969-12-31T23:59:59.999Z"}}',
+  );
+  // Whole seconds keep their ".000"; years past 9999 take toISOString's expanded form.
+  assert.equal(serializePayload(new Date(Date.UTC(2030, 0, 1))), '"2030-01-01T00:00:00.000Z"');
+  assert.equal(serializePayload(new Date(Date.UTC(10000, 0, 1))), '"+010000-01-01T00:00:00.000Z"');
+  for (const d of [instant, new Date(0), new Date(8.64e15), new Date(-8.64e15)]) {
+    assert.equal(serializePayload({ d }), JSON.stringify({ d }));
+  }
+});
+
+test('an invalid Date is refused with PayloadError naming where, not written as null', async () => {
+  // JSON.stringify writes null for it: the intent would lose the value silently.
+  assert.equal(JSON.stringify({ at: new Date(NaN) }), '{"at":null}');
+  const c = new FakeClient(() => assert.fail('queried'));
+  const cases: Array<[unknown, string]> = [
+    [new Date(NaN), 'payload'],
+    [{ at: new Date('not a date') }, 'payload.at'],
+    [{ items: [new Date(0), new Date(8.64e15 + 1)] }, 'payload.items[1]'],
+  ];
+  for (const [payload, path] of cases) {
+    assert.throws(() => serializePayload(payload), PayloadError);
+    await assert.rejects(enqueue(c, tuple, payload), (err: unknown) => {
+      assert.ok(err instanceof PayloadError, `PayloadError for ${path}, got ${String(err)}`);
+      assert.equal(err.path, path);
+      assert.equal(err.message, `${path}: is an invalid Date (its time is NaN): it has no ISO text, and JSON.stringify would write null`);
+      return true;
+    });
+  }
+  assert.equal(c.calls.length, 0);
+});
+
 test('oversized payloads are refused before the database with PayloadTooLargeError', async () => {
   const c = new FakeClient(() => assert.fail('queried'));
   const big = { blob: 'x'.repeat(1 << 20) }; // 1 MiB of text plus the JSON around it

@@ -1,0 +1,234 @@
+"use strict";
+// RFC 8785 (JCS) canonical JSON of a request body, as the receiver's
+// fingerprint uses it (docs/receiver.md): the same bytes as the Go
+// receiver's receiver.CanonicalBody and Python's drainer_client.receiver.
+//
+// A strict parser, because JSON.parse is lenient where the fingerprint must
+// not be: a text with duplicate member names, a lone surrogate, a number out
+// of double range, invalid UTF-8 or trailing data has no canonical form
+// (canonicalJSON returns undefined and the fingerprint takes the bytes).
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.canonicalJSON = canonicalJSON;
+class NotCanonical extends Error {
+}
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+const MAX_DEPTH = 1000;
+class Parser {
+    s;
+    i = 0;
+    constructor(s) {
+        this.s = s;
+    }
+    parseDocument() {
+        const v = this.value(0);
+        this.ws();
+        if (this.i !== this.s.length)
+            throw new NotCanonical('trailing data');
+        return v;
+    }
+    ws() {
+        const s = this.s;
+        while (this.i < s.length) {
+            const c = s.charCodeAt(this.i);
+            if (c !== 0x20 && c !== 0x09 && c !== 0x0a && c !== 0x0d)
+                break;
+            this.i++;
+        }
+    }
+    value(depth) {
+        if (depth > MAX_DEPTH)
+            throw new NotCanonical('nested too deeply');
+        this.ws();
+        const s = this.s;
+        const c = s[this.i];
+        switch (c) {
+            case '{': {
+                this.i++;
+                const m = new Map();
+                this.ws();
+                if (s[this.i] === '}') {
+                    this.i++;
+                    return m;
+                }
+                for (;;) {
+                    this.ws();
+                    if (s[this.i] !== '"')
+                        throw new NotCanonical('member name expected');
+                    const name = this.string();
+                    if (m.has(name))
+                        throw new NotCanonical('duplicate member name');
+                    this.ws();
+                    if (s[this.i++] !== ':')
+                        throw new NotCanonical('":" expected');
+                    m.set(name, this.value(depth + 1));
+                    this.ws();
+                    const d = s[this.i++];
+                    if (d === '}')
+                        return m;
+                    if (d !== ',')
+                        throw new NotCanonical('"," or "}" expected');
+                }
+            }
+            case '[': {
+                this.i++;
+                const a = [];
+                this.ws();
+                if (s[this.i] === ']') {
+                    this.i++;
+                    return a;
+                }
+                for (;;) {
+                    a.push(this.value(depth + 1));
+                    this.ws();
+                    const d = s[this.i++];
+                    if (d === ']')
+                        return a;
+                    if (d !== ',')
+                        throw new NotCanonical('"," or "]" expected');
+                }
+            }
+            case '"':
+                return this.string();
+            case 't':
+                return this.literal('true', true);
+            case 'f':
+                return this.literal('false', false);
+            case 'n':
+                return this.literal('null', null);
+            default: {
+                NUMBER.lastIndex = this.i;
+                const m = NUMBER.exec(s);
+                if (!m)
+                    throw new NotCanonical('value expected');
+                this.i += m[0].length;
+                const n = Number(m[0]);
+                if (!Number.isFinite(n))
+                    throw new NotCanonical('number out of range');
+                return n;
+            }
+        }
+    }
+    literal(word, v) {
+        if (!this.s.startsWith(word, this.i))
+            throw new NotCanonical('value expected');
+        this.i += word.length;
+        return v;
+    }
+    string() {
+        const s = this.s;
+        this.i++; // opening quote
+        let out = '';
+        let start = this.i;
+        for (;;) {
+            if (this.i >= s.length)
+                throw new NotCanonical('unterminated string');
+            const c = s.charCodeAt(this.i);
+            if (c === 0x22) {
+                out += s.slice(start, this.i);
+                this.i++;
+                break;
+            }
+            if (c < 0x20)
+                throw new NotCanonical('control character in a string');
+            if (c !== 0x5c) {
+                this.i++;
+                continue;
+            }
+            out += s.slice(start, this.i);
+            const e = s[this.i + 1];
+            this.i += 2;
+            switch (e) {
+                case '"':
+                    out += '"';
+                    break;
+                case '\\':
+                    out += '\\';
+                    break;
+                case '/':
+                    out += '/';
+                    break;
+                case 'b':
+                    out += '\b';
+                    break;
+                case 'f':
+                    out += '\f';
+                    break;
+                case 'n':
+                    out += '\n';
+                    break;
+                case 'r':
+                    out += '\r';
+                    break;
+                case 't':
+                    out += '\t';
+                    break;
+                case 'u': {
+                    const hex = s.slice(this.i, this.i + 4);
+                    if (!/^[0-9a-fA-F]{4}$/.test(hex))
+                        throw new NotCanonical('bad \\u escape');
+                    out += String.fromCharCode(parseInt(hex, 16));
+                    this.i += 4;
+                    break;
+                }
+                default:
+                    throw new NotCanonical('bad escape');
+            }
+            start = this.i;
+        }
+        if (LONE_SURROGATE.test(out))
+            throw new NotCanonical('lone surrogate');
+        return out;
+    }
+}
+function write(v, out) {
+    if (v === null)
+        out.push('null');
+    else if (typeof v === 'boolean')
+        out.push(v ? 'true' : 'false');
+    else if (typeof v === 'number')
+        out.push(JSON.stringify(v)); // ECMAScript Number::toString; -0 is "0"
+    else if (typeof v === 'string')
+        out.push(JSON.stringify(v)); // JCS escaping (no lone surrogates here)
+    else if (Array.isArray(v)) {
+        out.push('[');
+        v.forEach((item, i) => {
+            if (i)
+                out.push(',');
+            write(item, out);
+        });
+        out.push(']');
+    }
+    else {
+        out.push('{');
+        // Default sort compares UTF-16 code units, as JCS requires.
+        [...v.keys()].sort().forEach((name, i) => {
+            if (i)
+                out.push(',');
+            out.push(JSON.stringify(name), ':');
+            write(v.get(name), out);
+        });
+        out.push('}');
+    }
+}
+const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+/** The JCS canonical form of a JSON text, or undefined if it has none. */
+function canonicalJSON(body) {
+    let text;
+    try {
+        text = decoder.decode(body);
+    }
+    catch {
+        return undefined;
+    }
+    try {
+        const out = [];
+        write(new Parser(text).parseDocument(), out);
+        return Buffer.from(out.join(''), 'utf8');
+    }
+    catch (err) {
+        if (err instanceof NotCanonical || err instanceof RangeError)
+            return undefined;
+        throw err;
+    }
+}

@@ -1,0 +1,140 @@
+"use strict";
+// Payload serialisation: the JSON text sent to drainer.enqueue, or a
+// PayloadError naming where the payload cannot be represented faithfully.
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.DEFAULT_MAX_PAYLOAD_BYTES = void 0;
+exports.serializePayload = serializePayload;
+const node_buffer_1 = require("node:buffer");
+const node_util_1 = require("node:util");
+const errors_js_1 = require("./errors.js");
+const key_js_1 = require("./key.js");
+/**
+ * The default payload limit, the default of the database setting
+ * drainer.max_payload_bytes (1 MiB).
+ */
+exports.DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20;
+/**
+ * Serialises a payload to compact JSON, as JSON.stringify does (toJSON is
+ * honoured, so a Date becomes its toISOString() text,
+ * YYYY-MM-DDTHH:MM:SS.sssZ in UTC; object properties whose value is
+ * undefined are omitted), but refuses what JSON.stringify would drop,
+ * change or choke on: BigInt, functions, symbols, cycles, NaN and
+ * ±Infinity, an invalid Date (JSON.stringify would write null), undefined
+ * at the top level or in an array, Map, Set, WeakMap, WeakSet, and strings
+ * (values or keys) with a lone surrogate or a NUL character, which Postgres
+ * jsonb cannot store.
+ *
+ * Then checks the size: more than maxBytes bytes of UTF-8 is a
+ * PayloadTooLargeError. The database measures the text of the stored jsonb,
+ * which adds a space after every ':' and ',', so it may still refuse a
+ * payload slightly under maxBytes with the same error.
+ */
+function serializePayload(payload, maxBytes = exports.DEFAULT_MAX_PAYLOAD_BYTES) {
+    let text;
+    try {
+        text = write(payload, 'payload', '', new Set());
+    }
+    catch (err) {
+        if (err instanceof errors_js_1.PayloadError)
+            throw err;
+        if (err instanceof RangeError) {
+            throw new errors_js_1.PayloadError('payload', 'is nested too deeply to serialise', { cause: err });
+        }
+        throw new errors_js_1.PayloadError('payload', `cannot be serialised: ${err instanceof Error ? err.message : String(err)}`, {
+            cause: err,
+        });
+    }
+    const bytes = node_buffer_1.Buffer.byteLength(text, 'utf8');
+    if (bytes > maxBytes) {
+        throw new errors_js_1.PayloadTooLargeError(bytes, maxBytes, `is ${bytes} bytes as JSON, more than the limit of ${maxBytes} (option maxPayloadBytes; the database's is the setting drainer.max_payload_bytes)`);
+    }
+    return text;
+}
+function write(input, path, key, ancestors) {
+    let value = input;
+    if (node_util_1.types.isDate(value) && Number.isNaN(Date.prototype.getTime.call(value))) {
+        throw new errors_js_1.PayloadError(path, 'is an invalid Date (its time is NaN): it has no ISO text, and JSON.stringify would write null');
+    }
+    if (value !== null && (typeof value === 'object' || typeof value === 'bigint')) {
+        const toJSON = value.toJSON;
+        if (typeof toJSON === 'function') {
+            value = toJSON.call(value, key);
+        }
+    }
+    if (value instanceof Number)
+        value = Number(value);
+    else if (value instanceof String)
+        value = String(value);
+    else if (value instanceof Boolean)
+        value = value.valueOf();
+    switch (typeof value) {
+        case 'string':
+            return writeString(value, path, 'string');
+        case 'number':
+            if (!Number.isFinite(value)) {
+                throw new errors_js_1.PayloadError(path, `${value} is not representable in JSON (JSON.stringify would write null)`);
+            }
+            return JSON.stringify(value);
+        case 'boolean':
+            return value ? 'true' : 'false';
+        case 'bigint':
+            throw new errors_js_1.PayloadError(path, 'a BigInt is not JSON-serialisable (convert it to a string or a number first)');
+        case 'function':
+            throw new errors_js_1.PayloadError(path, 'a function is not JSON-serialisable');
+        case 'symbol':
+            throw new errors_js_1.PayloadError(path, 'a symbol is not JSON-serialisable');
+        case 'undefined':
+            throw new errors_js_1.PayloadError(path, 'undefined is not JSON-serialisable');
+    }
+    if (value === null) {
+        return 'null';
+    }
+    const obj = value;
+    if (obj instanceof Map || obj instanceof Set || obj instanceof WeakMap || obj instanceof WeakSet) {
+        throw new errors_js_1.PayloadError(path, `${(0, key_js_1.describeType)(obj)} is not JSON-serialisable (JSON.stringify would write {}); convert it first`);
+    }
+    if (ancestors.has(obj)) {
+        throw new errors_js_1.PayloadError(path, 'is a cycle: the value contains itself');
+    }
+    ancestors.add(obj);
+    let out;
+    if (Array.isArray(obj)) {
+        const parts = [];
+        for (let i = 0; i < obj.length; i++) {
+            parts.push(write(obj[i], `${path}[${i}]`, String(i), ancestors));
+        }
+        out = '[' + parts.join(',') + ']';
+    }
+    else {
+        const parts = [];
+        for (const k of Object.keys(obj)) {
+            const v = obj[k];
+            const p = path + propertyPath(k);
+            if (v === undefined) {
+                continue; // omitted, as JSON.stringify does
+            }
+            parts.push(writeString(k, p, 'key') + ':' + write(v, p, k, ancestors));
+        }
+        out = '{' + parts.join(',') + '}';
+    }
+    ancestors.delete(obj);
+    return out;
+}
+function writeString(s, path, what) {
+    const surrogate = (0, key_js_1.loneSurrogateIndex)(s);
+    if (surrogate >= 0) {
+        throw new errors_js_1.PayloadError(path, `${what} is not valid UTF-8: lone surrogate at index ${surrogate}`);
+    }
+    const nul = s.indexOf('\u0000');
+    if (nul >= 0) {
+        throw new errors_js_1.PayloadError(path, `${what} contains a NUL character at index ${nul}, which Postgres jsonb cannot store`);
+    }
+    return JSON.stringify(s);
+}
+const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+function propertyPath(k) {
+    if (IDENTIFIER.test(k))
+        return '.' + k;
+    const shown = k.length > 64 ? k.slice(0, 64) + '…' : k;
+    return '[' + JSON.stringify(shown) + ']';
+}

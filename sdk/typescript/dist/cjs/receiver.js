@@ -1,0 +1,871 @@
+"use strict";
+// @drainer/client/receiver: the idempotency receiver for Node services
+// (docs/receiver.md, docs/reference.md §11). The provider's half of
+// drainer's contract: it makes a handler answer the retries of one
+// idempotency key with one effect and a byte-identical stored answer. Same
+// table layout, fingerprint and request flow as the Go package receiver and
+// Python's drainer_client.receiver, so services in all three share one store.
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.MAX_KEY_BYTES = exports.DEFAULT_KEY_HEADER = exports.DEFAULT_SCHEMA = void 0;
+exports.currentClient = currentClient;
+exports.canonicalBody = canonicalBody;
+exports.fingerprint = fingerprint;
+exports.checkKey = checkKey;
+exports.createReceiver = createReceiver;
+const node_buffer_1 = require("node:buffer");
+const node_crypto_1 = require("node:crypto");
+const node_http_1 = require("node:http");
+const jcs_js_1 = require("./jcs.js");
+const key_js_1 = require("./key.js");
+exports.DEFAULT_SCHEMA = 'drainer_receiver';
+exports.DEFAULT_KEY_HEADER = 'Idempotency-Key';
+exports.MAX_KEY_BYTES = 255;
+const DEFAULT_TTL_MS = 24 * 3600 * 1000;
+const DEFAULT_RECOVERY_MS = 60 * 1000;
+const DEFAULT_MAX_BODY = 1 << 20;
+const MIGRATE_LOCK = 'drainer_receiver.migrate';
+const PRUNE_BATCH = 1000;
+const PROBLEM_BASE = 'https://drainer.dev/problems/';
+const KEYED = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+const LOCK_NOT_AVAILABLE = '55P03';
+const CLAIM_ROUNDS = 3;
+const clients = new WeakMap();
+/** The client whose open transaction a keyed request's handler runs in (inTransaction), else undefined. */
+function currentClient(req) {
+    return clients.get(req);
+}
+function isJSON(contentType) {
+    const mt = (contentType.split(';', 1)[0] ?? '').trim().toLowerCase();
+    return mt === 'application/json' || (mt.startsWith('application/') && mt.endsWith('+json'));
+}
+/** The body as the fingerprint sees it: JCS canonical JSON for a JSON body that parses strictly, else the bytes. */
+function canonicalBody(contentType, body) {
+    if (isJSON(contentType)) {
+        const c = (0, jcs_js_1.canonicalJSON)(body);
+        if (c)
+            return c;
+    }
+    return node_buffer_1.Buffer.from(body);
+}
+/** SHA-256 over METHOD "\n" PATH "\n" BODY: the same bytes as Go's receiver.Fingerprint. */
+function fingerprint(method, path, contentType, body) {
+    return (0, node_crypto_1.createHash)('sha256')
+        .update(method.toUpperCase(), 'utf8')
+        .update('\n')
+        .update(path, 'utf8')
+        .update('\n')
+        .update(canonicalBody(contentType, body))
+        .digest();
+}
+/** Why a key is not acceptable (1 to 255 bytes of UTF-8, no control characters), or undefined. */
+function checkKey(key) {
+    if (key === '')
+        return 'the key is empty';
+    const n = node_buffer_1.Buffer.byteLength(key, 'utf8');
+    if (n > exports.MAX_KEY_BYTES)
+        return `the key is ${n} bytes, more than the limit of ${exports.MAX_KEY_BYTES}`;
+    for (let i = 0; i < key.length; i++) {
+        const c = key.charCodeAt(i);
+        if (c < 0x20 || c === 0x7f)
+            return `the key contains a control character at index ${i}`;
+    }
+    return undefined;
+}
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+/** Node decodes header values as latin1: recover the bytes, then read them as UTF-8. */
+function headerUTF8(v) {
+    try {
+        return utf8.decode(node_buffer_1.Buffer.from(v, 'latin1'));
+    }
+    catch {
+        return undefined;
+    }
+}
+const TUPLE_FIELDS = ['agent_run_id', 'step_id', 'tool_name', 'business_scope'];
+function checkTuple(values, key) {
+    if (values.length > 1)
+        return `the header appears ${values.length} times`;
+    const raw = values[0] ?? '';
+    if (!/^[A-Za-z0-9_-]*$/.test(raw) || raw.length % 4 === 1)
+        return 'not unpadded base64url';
+    const notTuple = 'not the JSON object of the four tuple fields';
+    let obj;
+    try {
+        obj = JSON.parse(utf8.decode(node_buffer_1.Buffer.from(raw, 'base64url')));
+    }
+    catch {
+        return notTuple;
+    }
+    if (typeof obj !== 'object' || obj === null || Array.isArray(obj))
+        return notTuple;
+    const o = obj;
+    for (const [k, v] of Object.entries(o)) {
+        if (!TUPLE_FIELDS.includes(k) || typeof v !== 'string')
+            return notTuple;
+    }
+    const f = (k) => o[k] ?? '';
+    let recomputed;
+    try {
+        recomputed = (0, key_js_1.idempotencyKey)({
+            agentRunId: f('agent_run_id'),
+            stepId: f('step_id'),
+            toolName: f('tool_name'),
+            businessScope: f('business_scope'),
+        });
+    }
+    catch {
+        return notTuple;
+    }
+    return recomputed === key ? undefined : "the key recomputed from the tuple differs from the request's key";
+}
+class Problem {
+    status;
+    slug;
+    title;
+    detail;
+    headers;
+    key;
+    constructor(status, slug, title, detail, headers = {}, 
+    /** The idempotency key, where a person needs it (outcome-unknown). */
+    key) {
+        this.status = status;
+        this.slug = slug;
+        this.title = title;
+        this.detail = detail;
+        this.headers = headers;
+        this.key = key;
+    }
+    send(res, write = res.writeHead.bind(res), end = res.end.bind(res)) {
+        const doc = { type: PROBLEM_BASE + this.slug, title: this.title, status: this.status, detail: this.detail };
+        if (this.key !== undefined)
+            doc['idempotency_key'] = this.key;
+        const body = node_buffer_1.Buffer.from(JSON.stringify(doc));
+        write(this.status, {
+            ...this.headers,
+            'Content-Type': 'application/problem+json',
+            'Content-Length': String(body.length),
+        });
+        end(body);
+    }
+}
+function unavailable(detail) {
+    return new Problem(503, 'unavailable', 'Idempotency store unavailable', detail, { 'Retry-After': '1' });
+}
+/** Header names stored as Go's http.CanonicalHeaderKey writes them. */
+function canonicalHeader(name) {
+    return name
+        .split('-')
+        .map((p) => p.slice(0, 1).toUpperCase() + p.slice(1).toLowerCase())
+        .join('-');
+}
+function quoteIdent(s) {
+    return '"' + s.replaceAll('"', '""') + '"';
+}
+/** Buffers a handler's answer so it can be stored before it is sent. */
+class Capture {
+    res;
+    chunks = [];
+    ended = false;
+    done;
+    resolveDone;
+    orig;
+    constructor(res) {
+        this.res = res;
+        this.done = new Promise((resolve) => (this.resolveDone = resolve));
+        const r = res;
+        this.orig = { writeHead: r.writeHead, write: r.write, end: r.end, flushHeaders: r.flushHeaders };
+        const toBuf = (chunk, enc) => {
+            if (chunk === undefined || chunk === null || typeof chunk === 'function')
+                return undefined;
+            if (typeof chunk === 'string')
+                return node_buffer_1.Buffer.from(chunk, typeof enc === 'string' ? enc : 'utf8');
+            return node_buffer_1.Buffer.from(chunk);
+        };
+        r.writeHead = (status, reason, headers) => {
+            res.statusCode = status;
+            const h = typeof reason === 'string' ? headers : reason;
+            if (Array.isArray(h)) {
+                for (let i = 0; i + 1 < h.length; i += 2)
+                    res.setHeader(String(h[i]), h[i + 1]);
+            }
+            else if (h && typeof h === 'object') {
+                for (const [k, v] of Object.entries(h)) {
+                    if (v !== undefined)
+                        res.setHeader(k, v);
+                }
+            }
+            return res;
+        };
+        r.flushHeaders = () => { };
+        r.write = (chunk, enc, cb) => {
+            const b = toBuf(chunk, enc);
+            if (b)
+                this.chunks.push(b);
+            const callback = typeof enc === 'function' ? enc : cb;
+            if (typeof callback === 'function')
+                queueMicrotask(() => callback());
+            return true;
+        };
+        r.end = (chunk, enc, cb) => {
+            if (this.ended)
+                return res;
+            const b = toBuf(chunk, enc);
+            if (b)
+                this.chunks.push(b);
+            this.ended = true;
+            const callback = typeof chunk === 'function' ? chunk : typeof enc === 'function' ? enc : cb;
+            if (typeof callback === 'function')
+                res.once('finish', callback);
+            this.resolveDone();
+            return res;
+        };
+        res.once('close', () => this.resolveDone());
+    }
+    /** Resolves once the handler ended the answer (or the connection closed). */
+    finished() {
+        return this.done;
+    }
+    body() {
+        return node_buffer_1.Buffer.concat(this.chunks);
+    }
+    stored(keep) {
+        const headers = {};
+        for (const [name, v] of Object.entries(this.res.getHeaders())) {
+            if (!keep.has(name.toLowerCase()) || v === undefined)
+                continue;
+            headers[canonicalHeader(name)] = Array.isArray(v) ? v.map(String) : [String(v)];
+        }
+        return { status: this.res.statusCode, headers, body: this.body() };
+    }
+    restore() {
+        Object.assign(this.res, this.orig);
+    }
+    /** Sends the buffered answer, marked as no replay. */
+    flush() {
+        this.restore();
+        const body = this.body();
+        const res = this.res;
+        if (res.headersSent || res.writableEnded || res.destroyed)
+            return;
+        res.setHeader('Idempotency-Replay', 'false');
+        res.setHeader('Content-Length', String(body.length));
+        res.end(body);
+    }
+}
+class ReceiverImpl {
+    pool;
+    schema;
+    table;
+    keyHeader;
+    keyHeaderName;
+    ttlUs;
+    recoveryUs;
+    scopeOf;
+    mode;
+    requireKey;
+    maxBody;
+    storeServerErrors;
+    keep;
+    inTransaction;
+    rerunAbandoned;
+    logger;
+    abandonedTotal = { outcome_unknown: 0, rerun: 0 };
+    constructor(pool, o) {
+        this.pool = pool;
+        const problems = [];
+        this.schema = o.schema ?? exports.DEFAULT_SCHEMA;
+        if (this.schema === '' || this.schema.includes('\0') || node_buffer_1.Buffer.byteLength(this.schema) > 63) {
+            problems.push(`schema ${JSON.stringify(this.schema)} must be 1 to 63 bytes without NUL`);
+        }
+        this.keyHeaderName = o.keyHeader ?? exports.DEFAULT_KEY_HEADER;
+        this.keyHeader = this.keyHeaderName.toLowerCase();
+        const ttl = o.ttlMs ?? DEFAULT_TTL_MS;
+        const rec = o.recoveryTimeoutMs ?? DEFAULT_RECOVERY_MS;
+        if (!(ttl >= 1))
+            problems.push(`ttlMs is ${ttl}, must be at least 1`);
+        if (!(rec >= 1))
+            problems.push(`recoveryTimeoutMs is ${rec}, must be at least 1`);
+        this.ttlUs = Math.round(ttl * 1000);
+        this.recoveryUs = Math.round(rec * 1000);
+        this.mode = o.mode ?? 'seed';
+        if (this.mode !== 'seed' && this.mode !== 'ietf')
+            problems.push(`mode is ${JSON.stringify(this.mode)}, must be "seed" or "ietf"`);
+        this.maxBody = o.maxBody ?? DEFAULT_MAX_BODY;
+        if (!(this.maxBody >= 0))
+            problems.push(`maxBody is ${this.maxBody}, must not be negative`);
+        if (problems.length)
+            throw new TypeError('@drainer/client/receiver: ' + problems.join('; '));
+        this.table = quoteIdent(this.schema) + '.records';
+        this.scopeOf = o.scope ?? (() => '');
+        this.requireKey = o.requireKey ?? ((req) => KEYED.has((req.method ?? '').toUpperCase()));
+        this.storeServerErrors = o.storeServerErrors ?? false;
+        this.keep = new Set(['content-type', 'location', ...(o.storeHeaders ?? []).map((h) => h.toLowerCase())]);
+        this.inTransaction = o.inTransaction ?? false;
+        this.rerunAbandoned = o.rerunAbandoned ?? false;
+        this.logger = o.logger ?? console;
+    }
+    metrics() {
+        return ('# HELP drainer_receiver_abandoned_total Keyed requests whose process stopped mid-request outside ' +
+            'inTransaction, found by a retry after the recovery timeout: outcome_unknown (answered 409, left for a ' +
+            'person) or rerun (rerunAbandoned).\n' +
+            '# TYPE drainer_receiver_abandoned_total counter\n' +
+            `drainer_receiver_abandoned_total{outcome="outcome_unknown"} ${this.abandonedTotal.outcome_unknown}\n` +
+            `drainer_receiver_abandoned_total{outcome="rerun"} ${this.abandonedTotal.rerun}\n`);
+    }
+    /** Counts and logs a record whose request stopped mid-run, with its scope and key (a person resolves it by the key). */
+    reportAbandoned(scope, key, rerun) {
+        const fields = { schema: this.schema, scope, key };
+        if (rerun) {
+            this.abandonedTotal.rerun++;
+            this.logger.warn('receiver: a request stopped mid-run; its handler runs again (rerunAbandoned)', fields);
+            return;
+        }
+        this.abandonedTotal.outcome_unknown++;
+        this.logger.error('receiver: a request stopped mid-run and its effect may exist; retries are answered 409 outcome-unknown until a person resolves the record', fields);
+    }
+    async migrate() {
+        const s = quoteIdent(this.schema);
+        const c = await this.pool.connect();
+        try {
+            await c.query('BEGIN');
+            try {
+                await c.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [MIGRATE_LOCK]);
+                await c.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+                await c.query(`CREATE TABLE IF NOT EXISTS ${s}.records (
+    scope         text        NOT NULL,
+    key           text        NOT NULL,
+    fingerprint   bytea       NOT NULL,
+    state         text        NOT NULL,
+    locked_until  timestamptz,
+    status        integer,
+    headers       jsonb,
+    body          bytea,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    completed_at  timestamptz,
+    expires_at    timestamptz NOT NULL,
+    PRIMARY KEY (scope, key),
+    CONSTRAINT records_state CHECK (state IN ('in_flight', 'completed', 'outcome_unknown'))
+)`);
+                await c.query(`CREATE INDEX IF NOT EXISTS records_expires_idx ON ${s}.records (expires_at)`);
+                // A store created before the outcome_unknown state had the unnamed
+                // check records_state_check; every row passes the wider one.
+                const has = await c.query(`SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND conname = 'records_state') AS has`, [this.table]);
+                if (!has.rows[0].has) {
+                    await c.query(`ALTER TABLE ${s}.records DROP CONSTRAINT IF EXISTS records_state_check,
+    ADD CONSTRAINT records_state CHECK (state IN ('in_flight', 'completed', 'outcome_unknown'))`);
+                }
+                await c.query('COMMIT');
+            }
+            catch (err) {
+                await c.query('ROLLBACK').catch(() => { });
+                throw err;
+            }
+        }
+        finally {
+            c.release();
+        }
+    }
+    async prune() {
+        const q = `DELETE FROM ${this.table} WHERE (scope, key) IN (SELECT scope, key FROM ${this.table}
+      WHERE expires_at <= now() LIMIT ${PRUNE_BATCH} FOR UPDATE SKIP LOCKED)`;
+        let total = 0;
+        for (;;) {
+            const r = await this.pool.query(q);
+            const n = r.rowCount ?? 0;
+            total += n;
+            if (n < PRUNE_BATCH)
+                return total;
+        }
+    }
+    wrap(handler) {
+        return async (req, res) => {
+            if (!this.requireKey(req)) {
+                await handler(req, res);
+                return;
+            }
+            const body = await this.readBody(req, res);
+            if (body === undefined)
+                return;
+            await this.serve(req, res, body, handler, replayRequest(req, body));
+        };
+    }
+    middleware() {
+        return (req, res, next) => {
+            if (!this.requireKey(req)) {
+                next();
+                return;
+            }
+            void (async () => {
+                const body = await this.readBody(req, res);
+                if (body === undefined)
+                    return;
+                const r = req;
+                r.rawBody = body;
+                r.body = body;
+                if (isJSON(String(req.headers['content-type'] ?? ''))) {
+                    try {
+                        r.body = body.length ? JSON.parse(body.toString('utf8')) : {};
+                    }
+                    catch {
+                        r.body = body;
+                    }
+                }
+                r._body = true;
+                // The rest of the chain answers (or fails into Express's error handler, which answers).
+                await this.serve(req, res, body, () => next(), req);
+            })().catch((err) => next(err));
+        };
+    }
+    /** The whole body, or undefined when an answer (413) was sent already. */
+    readBody(req, res) {
+        const tooLarge = () => new Problem(413, 'too-large', 'Request body too large', `the request body is larger than the limit of ${this.maxBody} bytes`, {
+            Connection: 'close',
+        }).send(res);
+        const declared = Number(req.headers['content-length'] ?? NaN);
+        if (declared > this.maxBody) {
+            tooLarge();
+            req.resume();
+            return Promise.resolve(undefined);
+        }
+        return new Promise((resolve, reject) => {
+            const chunks = [];
+            let size = 0;
+            let over = false;
+            req.on('data', (c) => {
+                if (over)
+                    return;
+                size += c.length;
+                if (size > this.maxBody) {
+                    over = true;
+                    tooLarge();
+                    resolve(undefined);
+                    return;
+                }
+                chunks.push(c);
+            });
+            req.on('end', () => {
+                if (!over)
+                    resolve(node_buffer_1.Buffer.concat(chunks));
+            });
+            req.on('error', (err) => (over ? undefined : reject(err)));
+        });
+    }
+    requestKey(req) {
+        const name = this.keyHeaderName;
+        const vals = headerValues(req, this.keyHeader);
+        if (vals.length === 0 || (vals.length === 1 && vals[0] === '')) {
+            throw new Problem(400, 'missing-key', 'Idempotency key missing', `this request needs an idempotency key in header ${name}`);
+        }
+        if (vals.length > 1) {
+            throw new Problem(400, 'invalid-key', 'Invalid idempotency key', `header ${name} appears ${vals.length} times; send it once`);
+        }
+        const key = headerUTF8(vals[0] ?? '');
+        if (key === undefined) {
+            throw new Problem(400, 'invalid-key', 'Invalid idempotency key', `header ${name}: the key is not valid UTF-8`);
+        }
+        const why = checkKey(key);
+        if (why)
+            throw new Problem(400, 'invalid-key', 'Invalid idempotency key', `header ${name}: ${why}`);
+        const tuple = headerValues(req, 'x-agent-idempotency-tuple');
+        if (tuple.length) {
+            const w = checkTuple(tuple, key);
+            if (w) {
+                throw new Problem(400, 'tuple-mismatch', 'Idempotency tuple does not match the key', `header X-Agent-Idempotency-Tuple: ${w}`);
+            }
+        }
+        return key;
+    }
+    async serve(req, res, body, run, handlerReq) {
+        let key;
+        let scope;
+        let fp;
+        let token = '';
+        try {
+            key = this.requestKey(req);
+            scope = this.scopeOf(req);
+            if (typeof scope !== 'string' || scope.includes('\0')) {
+                throw new Problem(400, 'invalid-scope', 'Invalid scope', "the request's scope is not a string without NUL");
+            }
+            const path = (req.url ?? '/').split('?', 1)[0] ?? '/';
+            fp = fingerprint(req.method ?? '', path, String(req.headers['content-type'] ?? ''), body);
+            if (!this.inTransaction) {
+                let claim;
+                try {
+                    claim = await this.claim(scope, key, fp);
+                }
+                catch {
+                    throw unavailable('the idempotency store could not be reached; the request was not processed, retry it with the same key');
+                }
+                if ('abandoned' in claim && claim.abandoned)
+                    this.reportAbandoned(scope, key, claim.outcome === 'claimed');
+                if (claim.outcome !== 'claimed') {
+                    this.refuse(res, key, claim);
+                    return;
+                }
+                token = claim.token;
+            }
+        }
+        catch (err) {
+            if (err instanceof Problem) {
+                err.send(res);
+                return;
+            }
+            throw err;
+        }
+        if (this.inTransaction)
+            await this.serveInTransaction(handlerReq, res, run, scope, key, fp);
+        else
+            await this.run(handlerReq, res, run, scope, key, token);
+    }
+    /** Answers a request whose claim did not give it the record. */
+    refuse(res, key, claim) {
+        switch (claim.outcome) {
+            case 'replay':
+                this.replay(res, claim.answer);
+                return;
+            case 'mismatch':
+                new Problem(this.mode === 'ietf' ? 422 : 409, 'payload-mismatch', 'Idempotency key reused with a different request', 'this key was first used with another method, path or body; use a new key for a new request', { 'Idempotency-Conflict': 'payload-mismatch' }).send(res);
+                return;
+            case 'outcome_unknown':
+                new Problem(409, 'outcome-unknown', 'Outcome of the request with this key unknown', `the first request with idempotency key ${key} stopped before its answer was stored, and its effect may ` +
+                    'exist; it is not run again: the key is held until the provider resolves it', { 'Idempotency-Conflict': 'outcome-unknown' }, key).send(res);
+                return;
+            default:
+                new Problem(409, 'in-flight', 'Request with this key in flight', 'a request with this key is still being processed; retry later with the same key', { 'Idempotency-Conflict': 'in-flight', 'Retry-After': '1' }).send(res);
+        }
+    }
+    async run(req, res, run, scope, key, token) {
+        const cap = new Capture(res);
+        const alive = this.keepAlive(scope, key, token);
+        try {
+            await run(req, res);
+            await cap.finished();
+        }
+        catch (err) {
+            cap.restore();
+            await this.release(scope, key, await alive.stop());
+            throw err;
+        }
+        token = await alive.stop();
+        if (!cap.ended) {
+            cap.restore();
+            await this.release(scope, key, token);
+            return;
+        }
+        const answer = cap.stored(this.keep);
+        if (answer.status >= 500 && !this.storeServerErrors) {
+            await this.release(scope, key, token);
+        }
+        else {
+            // If this fails the answer still goes out; after the recovery timeout a retry finds the record abandoned.
+            await this.complete(this.pool, scope, key, token, answer).catch(() => false);
+        }
+        cap.flush();
+    }
+    /**
+     * Claims the record and runs the handler in one transaction that also
+     * completes the record (inTransaction): a crash, a throw or a 5xx rolls
+     * back the record with the handler's effect.
+     */
+    async serveInTransaction(req, res, run, scope, key, fp) {
+        const fail = () => unavailable('the idempotency store failed while processing; nothing was committed, retry with the same key').send(res);
+        let c;
+        try {
+            c = await this.pool.connect();
+        }
+        catch {
+            fail();
+            return;
+        }
+        let broken;
+        try {
+            let claim;
+            let open = true;
+            try {
+                await c.query('BEGIN');
+                claim = await this.claimIn(c, scope, key, fp);
+            }
+            catch (err) {
+                await c.query('ROLLBACK').catch((e) => (broken = e));
+                if (err.code !== LOCK_NOT_AVAILABLE) {
+                    broken = err;
+                    fail();
+                    return;
+                }
+                claim = { outcome: 'in_flight' };
+                open = false;
+            }
+            if (claim.outcome !== 'claimed') {
+                const mark = 'abandoned' in claim && claim.abandoned === true;
+                if (open) {
+                    try {
+                        await c.query(mark ? 'COMMIT' : 'ROLLBACK');
+                    }
+                    catch (err) {
+                        broken = err;
+                        fail();
+                        return;
+                    }
+                }
+                if (mark)
+                    this.reportAbandoned(scope, key, false);
+                this.refuse(res, key, claim);
+                return;
+            }
+            if (claim.abandoned)
+                this.reportAbandoned(scope, key, true);
+            const cap = new Capture(res);
+            clients.set(req, c);
+            try {
+                await run(req, res);
+                await cap.finished();
+            }
+            catch (err) {
+                cap.restore();
+                await c.query('ROLLBACK').catch((e) => (broken = e));
+                throw err;
+            }
+            finally {
+                clients.delete(req);
+            }
+            const answer = cap.ended ? cap.stored(this.keep) : undefined;
+            if (!answer || (answer.status >= 500 && !this.storeServerErrors)) {
+                await c.query('ROLLBACK').catch((e) => (broken = e));
+                if (answer)
+                    cap.flush();
+                else
+                    cap.restore();
+                return;
+            }
+            try {
+                if (!(await this.complete(c, scope, key, claim.token, answer)))
+                    throw new Error("the in-flight record is no longer this request's");
+                await c.query('COMMIT');
+            }
+            catch (err) {
+                broken = err;
+                await c.query('ROLLBACK').catch(() => { });
+                cap.restore();
+                fail();
+                return;
+            }
+            cap.flush();
+        }
+        finally {
+            c.release(broken);
+        }
+    }
+    /**
+     * Moves a claimed record's recovery deadline forward every third of the
+     * recovery timeout while the handler runs, so a slow handler is not taken
+     * over by a retry (a dead process stops extending it). stop() resolves to
+     * the current token once no extension is in flight.
+     */
+    keepAlive(scope, key, token) {
+        let current = token;
+        let stopped = false;
+        let inflight;
+        const timer = setInterval(() => {
+            if (stopped || inflight)
+                return;
+            inflight = (async () => {
+                try {
+                    const r = await this.pool.query(`UPDATE ${this.table} SET locked_until = now() + $4::bigint * interval '1 microsecond'
+             WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3::timestamptz
+             RETURNING locked_until::text AS token`, [scope, key, current, this.recoveryUs]);
+                    if (r.rows.length === 1)
+                        current = r.rows[0].token;
+                    else
+                        clearInterval(timer); // taken over or gone
+                }
+                catch {
+                    // try again at the next beat
+                }
+            })().finally(() => {
+                inflight = undefined;
+            });
+        }, Math.max(1, Math.floor(this.recoveryUs / 3000)));
+        timer.unref();
+        return {
+            stop: async () => {
+                stopped = true;
+                clearInterval(timer);
+                await inflight;
+                return current;
+            },
+        };
+    }
+    replay(res, a) {
+        let status = a.status;
+        if (this.mode === 'seed' && status === 201)
+            status = 200;
+        for (const [name, values] of Object.entries(a.headers))
+            res.setHeader(name, values);
+        res.setHeader('Idempotency-Replay', 'true');
+        res.setHeader('Idempotent-Replayed', 'true');
+        res.setHeader('Content-Length', String(a.body.length));
+        res.statusCode = status;
+        res.end(a.body);
+    }
+    /** Step 2 of the request flow, in short transactions of its own: insert the in-flight record, or decide from the existing one. */
+    async claim(scope, key, fp) {
+        const c = await this.pool.connect();
+        let broken;
+        try {
+            for (let round = 0; round < CLAIM_ROUNDS; round++) {
+                await c.query('BEGIN');
+                let out;
+                try {
+                    out = await this.claimRound(c, scope, key, fp);
+                }
+                catch (err) {
+                    await c.query('ROLLBACK').catch((e) => (broken = e));
+                    if (err.code === LOCK_NOT_AVAILABLE)
+                        return { outcome: 'in_flight' };
+                    throw err;
+                }
+                if (!out) {
+                    await c.query('ROLLBACK');
+                    continue; // deleted meanwhile, or being inserted: try again
+                }
+                await c.query('COMMIT');
+                return out;
+            }
+            return { outcome: 'in_flight' };
+        }
+        catch (err) {
+            broken = err;
+            throw err;
+        }
+        finally {
+            c.release(broken);
+        }
+    }
+    /**
+     * The claim inside the open transaction of c, the one the handler then
+     * runs in (inTransaction): the record is written uncommitted, so it
+     * commits with the handler's effect or not at all. Rejects with code
+     * 55P03 (the transaction aborted) when the record is locked.
+     */
+    async claimIn(c, scope, key, fp) {
+        for (let round = 0; round < CLAIM_ROUNDS; round++) {
+            const out = await this.claimRound(c, scope, key, fp);
+            if (out)
+                return out;
+        }
+        return { outcome: 'in_flight' };
+    }
+    /**
+     * One round of the claim in c's transaction; undefined when there was no
+     * record to decide from (try again). The insert happens only while holding
+     * the key's claim lock (the same one as the Go and Python receivers'): a
+     * record being inserted by an open inTransaction run holds it, so a
+     * concurrent request answers in-flight instead of waiting for that run.
+     */
+    async claimRound(c, scope, key, fp) {
+        const t = this.table;
+        const ins = await c.query(`INSERT INTO ${t} (scope, key, fingerprint, state, locked_until, expires_at)
+       SELECT $1, $2, $3, 'in_flight', now() + $4::bigint * interval '1 microsecond',
+              now() + $5::bigint * interval '1 microsecond'
+       WHERE pg_try_advisory_xact_lock(hashtextextended($6::text || chr(10) || $1::text || chr(10) || $2::text, 0))
+       ON CONFLICT (scope, key) DO NOTHING RETURNING locked_until::text AS token`, [scope, key, fp, this.recoveryUs, this.ttlUs, this.schema]);
+        if (ins.rows.length === 1)
+            return { outcome: 'claimed', token: ins.rows[0].token };
+        // A plain read decides a replay, a mismatch or an in-flight answer;
+        // only an overwrite, a takeover or marking an abandoned record reads
+        // again under the row lock (NOWAIT: a locked record is being worked on
+        // right now).
+        let row;
+        for (const lock of ['', ' FOR UPDATE NOWAIT']) {
+            const sel = await c.query(`SELECT fingerprint, state, expires_at <= now() AS expired,
+                coalesce(locked_until <= now(), false) AS recoverable, status, headers, body
+           FROM ${t} WHERE scope = $1 AND key = $2${lock}`, [scope, key]);
+            row = sel.rows[0];
+            if (!row)
+                return undefined;
+            const same = node_buffer_1.Buffer.from(row.fingerprint).equals(fp);
+            if (lock === '' && (row.expired || (same && row.state === 'in_flight' && row.recoverable)))
+                continue;
+            break;
+        }
+        if (row.expired) {
+            const u = await c.query(`UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
+           locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
+           body = NULL, created_at = now(), completed_at = NULL,
+           expires_at = now() + $5::bigint * interval '1 microsecond'
+         WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`, [scope, key, fp, this.recoveryUs, this.ttlUs]);
+            return { outcome: 'claimed', token: u.rows[0].token };
+        }
+        if (!node_buffer_1.Buffer.from(row.fingerprint).equals(fp))
+            return { outcome: 'mismatch' };
+        if (row.state === 'completed') {
+            return {
+                outcome: 'replay',
+                answer: { status: row.status ?? 200, headers: row.headers ?? {}, body: node_buffer_1.Buffer.from(row.body ?? []) },
+            };
+        }
+        if (row.state === 'outcome_unknown')
+            return { outcome: 'outcome_unknown' };
+        if (!row.recoverable)
+            return { outcome: 'in_flight' };
+        if (this.rerunAbandoned) {
+            // The first request's process stopped mid-run and the service
+            // declared the handler safe to run again: take the record over.
+            const u = await c.query(`UPDATE ${t} SET locked_until = now() + $3::bigint * interval '1 microsecond'
+         WHERE scope = $1 AND key = $2 RETURNING locked_until::text AS token`, [scope, key, this.recoveryUs]);
+            return { outcome: 'claimed', token: u.rows[0].token, abandoned: true };
+        }
+        // Its effect may exist: keep the record for a person. locked_until
+        // stays, so a first handler that was only cut off from the database can
+        // still complete (or release) it.
+        await c.query(`UPDATE ${t} SET state = 'outcome_unknown' WHERE scope = $1 AND key = $2`, [scope, key]);
+        return { outcome: 'outcome_unknown', abandoned: true };
+    }
+    async complete(q, scope, key, token, a) {
+        const r = await q.query(`UPDATE ${this.table} SET state = 'completed', locked_until = NULL, status = $4, headers = $5::jsonb,
+         body = $6, completed_at = now()
+       WHERE scope = $1 AND key = $2 AND state IN ('in_flight', 'outcome_unknown') AND locked_until = $3::timestamptz`, [scope, key, token, a.status, JSON.stringify(a.headers), a.body]);
+        return r.rowCount === 1;
+    }
+    async release(scope, key, token) {
+        try {
+            await this.pool.query(`DELETE FROM ${this.table} WHERE scope = $1 AND key = $2 AND state IN ('in_flight', 'outcome_unknown')
+           AND locked_until = $3::timestamptz`, [scope, key, token]);
+        }
+        catch {
+            // The record expires after the recovery timeout instead.
+        }
+    }
+}
+function headerValues(req, name) {
+    const out = [];
+    const raw = req.rawHeaders;
+    for (let i = 0; i + 1 < raw.length; i += 2) {
+        if ((raw[i] ?? '').toLowerCase() === name)
+            out.push(raw[i + 1] ?? '');
+    }
+    return out;
+}
+/** A fresh IncomingMessage carrying req's head and the body already read. */
+function replayRequest(req, body) {
+    const r = new node_http_1.IncomingMessage(req.socket);
+    r.method = req.method;
+    r.url = req.url;
+    r.headers = req.headers;
+    r.rawHeaders = req.rawHeaders;
+    r.httpVersion = req.httpVersion;
+    r.httpVersionMajor = req.httpVersionMajor;
+    r.httpVersionMinor = req.httpVersionMinor;
+    r.complete = true; // else ending it would destroy the shared socket
+    r.push(body);
+    r.push(null);
+    return r;
+}
+/**
+ * Creates a receiver storing its records through a node-postgres Pool.
+ * Call migrate() once at startup, then serve wrap(handler) or use
+ * middleware().
+ */
+function createReceiver(pool, options = {}) {
+    return new ReceiverImpl(pool, options);
+}
