@@ -14,13 +14,15 @@ import (
 var traceContext = propagation.TraceContext{}
 
 // startDispatchSpan continues the agent's trace (the row's traceparent, if
-// any) with a span for one attempt, and returns the traceparent to send
-// upstream. With the default no-op tracer nothing is recorded and the
-// agent's traceparent is passed through unchanged.
-func (e *Engine) startDispatchSpan(ctx context.Context, m *dispatch.Message, adapter string) (context.Context, trace.Span) {
+// any) with a span for the time the row waited in the queue (queueSpan) and
+// a span for one attempt, and returns the traceparent to send upstream.
+// With the default no-op tracer nothing is recorded and the agent's
+// traceparent is passed through unchanged.
+func (e *Engine) startDispatchSpan(ctx context.Context, row *claimedRow, m *dispatch.Message, adapter string) (context.Context, trace.Span) {
 	if m.Traceparent != "" {
 		ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": m.Traceparent})
 	}
+	e.queueSpan(ctx, row)
 	ctx, span := e.tracer.Start(ctx, "drainer.dispatch "+m.Tuple.ToolName, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String("drainer.tool_name", m.Tuple.ToolName),
@@ -35,6 +37,26 @@ func (e *Engine) startDispatchSpan(ctx context.Context, m *dispatch.Message, ada
 		m.Traceparent = tp
 	}
 	return ctx, span
+}
+
+// queueSpan records, in the agent's trace, the time the row waited in the
+// queue before this attempt: from when it was due (its enqueue, for a
+// first attempt; the end of its backoff, for a retry) to its claim, both
+// read on the database clock.
+func (e *Engine) queueSpan(ctx context.Context, row *claimedRow) {
+	if row.Due.IsZero() || row.DBNow.Before(row.Due) {
+		return
+	}
+	_, span := e.tracer.Start(ctx, "drainer.queue "+row.ToolName, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(row.Due),
+		trace.WithAttributes(
+			attribute.String("drainer.tool_name", row.ToolName),
+			attribute.String("drainer.kind", string(row.Kind)),
+			attribute.Int("drainer.attempt", row.Attempts),
+			attribute.Int64("drainer.outbox_seq", row.Seq),
+			attribute.Float64("drainer.queue_seconds", row.DBNow.Sub(row.Due).Seconds()),
+		))
+	span.End(trace.WithTimestamp(row.DBNow))
 }
 
 // endDispatchSpan records the attempt's outcome on its span.

@@ -41,9 +41,29 @@ func TestDispatchContinuesAgentTrace(t *testing.T) {
 	if len(parts) != 4 || parts[1] != agentTrace || parts[2] == agentSpan {
 		t.Fatalf("provider got traceparent %q: want trace %s with a new parent span", tp2, agentTrace)
 	}
-	testkit.WaitFor(t, 5*time.Second, "span ended", func() (bool, string) { return len(rec.Ended()) == 1, "" })
-	span := rec.Ended()[0]
+	testkit.WaitFor(t, 5*time.Second, "spans ended", func() (bool, string) { return len(rec.Ended()) == 2, "" })
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		spans[s.Name()] = s
+	}
+	span, queued := spans["drainer.dispatch t"], spans["drainer.queue t"]
+	if span == nil || queued == nil {
+		t.Fatalf("spans %v: want drainer.queue t and drainer.dispatch t", spans)
+	}
 	if span.Parent().TraceID().String() != agentTrace || span.Parent().SpanID().String() != agentSpan || span.SpanContext().SpanID().String() != parts[2] {
 		t.Fatalf("span %s parent %s: not a child of the agent's span", span.SpanContext().SpanID(), span.Parent().SpanID())
+	}
+	// The time in the queue: a span of the agent's trace from the row's
+	// enqueue to its claim, both on the database clock, ended before the
+	// dispatch's started.
+	if queued.Parent().TraceID().String() != agentTrace || queued.Parent().SpanID().String() != agentSpan {
+		t.Fatalf("queue span's parent %s: not a child of the agent's span", queued.Parent().SpanID())
+	}
+	var enqueued, claimed time.Time
+	if err := pool.QueryRow(t.Context(), "SELECT created_at, first_attempt_at FROM drainer.outbox").Scan(&enqueued, &claimed); err != nil {
+		t.Fatal(err)
+	}
+	if !queued.StartTime().Equal(enqueued) || !queued.EndTime().Equal(claimed) {
+		t.Fatalf("queue span from %s to %s; want from the enqueue (%s) to the claim (%s)", queued.StartTime(), queued.EndTime(), enqueued, claimed)
 	}
 }

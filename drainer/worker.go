@@ -114,7 +114,7 @@ func (e *Engine) attempt(ctx context.Context, row *claimedRow, entry *dispatch.E
 	if row.Traceparent != nil {
 		msg.Traceparent = *row.Traceparent
 	}
-	ctx, span := e.startDispatchSpan(ctx, msg, entry.Name)
+	ctx, span := e.startDispatchSpan(ctx, row, msg, entry.Name)
 	start := time.Now()
 	res := e.safeDispatch(ctx, entry, msg)
 	e.metrics.DispatchDuration.WithLabelValues(entry.Name).Observe(time.Since(start).Seconds())

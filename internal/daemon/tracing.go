@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -16,7 +17,8 @@ import (
 // (HTTP) only when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (the exporter's own variables
 // configure it further); otherwise nil (no-op: the agent's traceparent is
-// still passed to providers). shutdown flushes pending spans.
+// still passed to providers). The spans' resource is traceResource's.
+// shutdown flushes pending spans.
 func newTracer(ctx context.Context, version string, log *slog.Logger) (tracer trace.Tracer, shutdown func(context.Context), err error) {
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 		return nil, func(context.Context) {}, nil
@@ -25,10 +27,32 @@ func newTracer(ctx context.Context, version string, log *slog.Logger) (tracer tr
 	if err != nil {
 		return nil, nil, err
 	}
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("drainer"), semconv.ServiceVersion(version))),
-	)
-	log.Info("tracing: exporting spans over OTLP")
+	res, err := traceResource(ctx, version)
+	if err != nil {
+		return nil, nil, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	log.Info("tracing: exporting spans over OTLP", "service_name", serviceName(res))
 	return tp.Tracer("github.com/drainer-io/drainer"), func(ctx context.Context) { _ = tp.Shutdown(ctx) }, nil
+}
+
+// traceResource describes the daemon in its spans: service.name "drainer"
+// and service.version, the SDK's telemetry.sdk.*, then the standard
+// variables OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, which override
+// what comes before them (OTEL_SERVICE_NAME last).
+func traceResource(ctx context.Context, version string) (*resource.Resource, error) {
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName("drainer"), semconv.ServiceVersion(version)),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("tracing: the resource of OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME: %w", err)
+	}
+	return res, nil
+}
+
+// serviceName is res's service.name.
+func serviceName(res *resource.Resource) string {
+	v, _ := res.Set().Value(semconv.ServiceNameKey)
+	return v.AsString()
 }
