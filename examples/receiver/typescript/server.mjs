@@ -8,7 +8,7 @@
 // --outside-transaction; --delay holds each order that long after writing
 // it, before answering.
 //
-//   (cd sdk/typescript && npm ci && npm run build)
+//   (cd sdk/typescript && npm ci)    # pg; the library's dist/ is committed
 //   DATABASE_URL=postgres://... node examples/receiver/typescript/server.mjs \
 //       [--addr 127.0.0.1:8080] [--mode seed|ietf] [--schema drainer_receiver] [--delay 0s] \
 //       [--outside-transaction] [--rerun-abandoned] [--recovery-timeout 60s]
