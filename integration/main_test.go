@@ -54,7 +54,9 @@ func buildBinary() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "drainer")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// A bound for a build that hangs, not for a slow one: on a busy
+	// machine with a cold cache the build alone can take many minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/drainer-io/drainer/cmd/drainer")
 	if out, err := cmd.CombinedOutput(); err != nil {
