@@ -41,11 +41,13 @@ lint:
 
 tools: stripe-mock promtool python-deps node-deps mcp-everything console-browser gateway-ts
 
-# python-deps: what sdk/python needs, from Debian (no PyPI on the build machines).
+# python-deps: what sdk/python needs, from Debian (no PyPI on the build machines);
+# SQLAlchemy with its psycopg2 and asyncpg drivers (and greenlet) for its tests.
 python-deps:
-	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip, ensurepip' 2>/dev/null || { $(SUDO) apt-get update -qq && \
+	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip, ensurepip, sqlalchemy, psycopg2, asyncpg, greenlet' 2>/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
-		python3-psycopg python3-pip python3-setuptools python3-wheel python3-venv >/dev/null; }
+		python3-psycopg python3-pip python3-setuptools python3-wheel python3-venv \
+		python3-sqlalchemy python3-psycopg2 python3-asyncpg python3-greenlet >/dev/null; }
 
 # node-deps: sdk/typescript's locked devDependencies (its tests' tsc and pg); its
 # dist/ is committed (`npm run build` there after changing src/).

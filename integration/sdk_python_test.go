@@ -162,7 +162,9 @@ routes:
 // pyRequireInterpreter returns the absolute path of sdk/python once it has
 // checked that /usr/bin/python3 can import what the library and its tests
 // need. It fails (never skips) when it cannot: `make python-deps` installs
-// Debian's python3-psycopg, python3-pip, python3-setuptools and python3-wheel.
+// Debian's python3-psycopg, python3-pip, python3-setuptools, python3-wheel,
+// and for the SQLAlchemy tests python3-sqlalchemy (1.4 on Debian 12) with
+// its psycopg2 and asyncpg drivers and greenlet.
 func pyRequireInterpreter(t *testing.T) string {
 	t.Helper()
 	dir, err := filepath.Abs(pySDKDir)
@@ -176,10 +178,11 @@ func pyRequireInterpreter(t *testing.T) string {
 		t.Fatalf("%s not found (%v): install Debian's python3 and run `make python-deps`", pyInterpreter, err)
 	}
 	out, code := pyRun(t, dir, time.Minute, nil, "-c",
-		"import warnings; warnings.simplefilter('ignore'); import psycopg, setuptools, wheel, pip, venv; print(psycopg.__version__)")
+		"import warnings; warnings.simplefilter('ignore'); import psycopg, setuptools, wheel, pip, venv, sqlalchemy, psycopg2, asyncpg, greenlet; print(psycopg.__version__)")
 	if code != 0 {
-		t.Fatalf("%s cannot import psycopg, setuptools, wheel, pip and venv: run `make python-deps` "+
-			"(installs python3-psycopg python3-pip python3-setuptools python3-wheel)\n%s", pyInterpreter, tail(out, 4000))
+		t.Fatalf("%s cannot import psycopg, setuptools, wheel, pip, venv, sqlalchemy, psycopg2, asyncpg and greenlet: "+
+			"run `make python-deps` (installs python3-psycopg python3-pip python3-setuptools python3-wheel python3-venv "+
+			"python3-sqlalchemy python3-psycopg2 python3-asyncpg python3-greenlet)\n%s", pyInterpreter, tail(out, 4000))
 	}
 	t.Logf("%s with psycopg %s", pyInterpreter, strings.TrimSpace(out))
 	return dir

@@ -10,6 +10,7 @@ Without them those tests are skipped with a message saying what is missing.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import sys
@@ -72,6 +73,99 @@ class DatabaseTestCase(unittest.TestCase):
 
     def outbox_rows(self, key: str) -> int:
         return self.count(f'SELECT count(*) FROM "{SCHEMA}".outbox WHERE key = %s', key)
+
+
+class OwnTable:
+    """Mixin: a table of "the agent's own state", created for the test and dropped after it.
+
+    ``self.table`` is its name; write to it with :attr:`own_insert` (a
+    statement with %s placeholders, for psycopg) or :attr:`own_insert_named`
+    (with :id and :state, for SQLAlchemy's text()).
+    """
+
+    table: str
+
+    def make_own_table(self) -> None:
+        self.table = unique("py_agent_state")
+        with psycopg.connect(DATABASE_URL, autocommit=True) as c:
+            c.execute(f'CREATE TABLE "{self.table}" (id text PRIMARY KEY, state text NOT NULL)')  # type: ignore[arg-type]
+        self.addCleanup(self._drop_own_table)  # type: ignore[attr-defined]
+
+    def _drop_own_table(self) -> None:
+        with psycopg.connect(DATABASE_URL, autocommit=True) as c:
+            c.execute(f'DROP TABLE IF EXISTS "{self.table}"')  # type: ignore[arg-type]
+
+    @property
+    def own_insert(self) -> str:
+        return f'INSERT INTO "{self.table}" (id, state) VALUES (%s, %s)'
+
+    @property
+    def own_insert_named(self) -> str:
+        return f'INSERT INTO "{self.table}" (id, state) VALUES (:id, :state)'
+
+    def own_rows(self, id_: str) -> int:
+        with psycopg.connect(DATABASE_URL, autocommit=True) as c:
+            row = c.execute(f'SELECT count(*) FROM "{self.table}" WHERE id = %s', [id_]).fetchone()  # type: ignore[arg-type]
+            assert row is not None
+            return int(row[0])
+
+    def outbox_payload(self, key: str) -> Any:
+        """The stored payload of key as text (jsonb's text form), or None."""
+        with psycopg.connect(DATABASE_URL, autocommit=True) as c:
+            row = c.execute(
+                psycopg.sql.SQL("SELECT payload::text FROM {}.outbox WHERE key = %s").format(psycopg.sql.Identifier(SCHEMA)),
+                [key],
+            ).fetchone()
+            return None if row is None else row[0]
+
+    def abort_run(self, run: str) -> None:
+        with psycopg.connect(DATABASE_URL, autocommit=True) as c:
+            c.execute(psycopg.sql.SQL("SELECT {}.abort_run(%s, %s)").format(psycopg.sql.Identifier(SCHEMA)), [run, "test"])
+
+
+def sqlalchemy_engine(**kwargs: Any) -> Any:
+    """A SQLAlchemy engine (psycopg2 driver) on the test database."""
+    import psycopg2
+    import sqlalchemy
+
+    return sqlalchemy.create_engine("postgresql+psycopg2://", creator=lambda: psycopg2.connect(DATABASE_URL), **kwargs)
+
+
+def sqlalchemy_async_engine(**kwargs: Any) -> Any:
+    """A SQLAlchemy async engine (asyncpg driver) on the test database."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    return create_async_engine("postgresql+asyncpg://", connect_args={"dsn": DATABASE_URL}, **kwargs)
+
+
+class AsyncDatabaseTestCase(unittest.IsolatedAsyncioTestCase):
+    """DatabaseTestCase for asyncio: a fresh non-autocommit psycopg AsyncConnection per test."""
+
+    aconn: "psycopg.AsyncConnection[Any]"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        if not DATABASE_URL:
+            raise unittest.SkipTest(NO_DATABASE)
+        if getattr(cls, "needs_daemon", False) and not DAEMON:
+            raise unittest.SkipTest(NO_DAEMON)
+        super().setUpClass()
+
+    async def asyncSetUp(self) -> None:
+        # The tests check what others see with short blocking queries on the
+        # loop's thread; the debug mode of IsolatedAsyncioTestCase would
+        # report each as a slow callback.
+        asyncio.get_running_loop().slow_callback_duration = 60
+        self.aconn = await self.aconnect()
+
+    async def aconnect(self, **kwargs: Any) -> "psycopg.AsyncConnection[Any]":
+        """Another async connection, closed when the test ends."""
+        c = await psycopg.AsyncConnection.connect(DATABASE_URL, **kwargs)
+        self.addAsyncCleanup(c.close)
+        return c
+
+    count = DatabaseTestCase.count
+    outbox_rows = DatabaseTestCase.outbox_rows
 
 
 class DaemonTestCase(DatabaseTestCase):

@@ -301,6 +301,26 @@ class ResultAndWaitTest(OwnTableMixin):
         # No transaction was left open on a non-autocommit connection.
         self.assertEqual(self.conn.info.transaction_status, IDLE)
 
+    def test_wait_backs_off(self):
+        # Not a busy loop: reads at 0, .05, .15, .35, .75, 1.15 and the last
+        # at 1.2 s with these settings.
+        import time
+        from unittest import mock
+
+        key = self.enqueue_pending()
+        reads = []
+        real = dc._client._fetchone
+
+        def counting(conn, stmt):
+            reads.append(time.monotonic())
+            return real(conn, stmt)
+
+        with mock.patch.object(dc._client, "_fetchone", counting), self.assertRaises(dc.WaitTimeout):
+            dc.wait(self.conn, key, 1.2, schema=SCHEMA, min_poll=0.05, max_poll=0.4)
+        self.assertGreaterEqual(len(reads), 4, reads)
+        self.assertLessEqual(len(reads), 9, reads)
+        self.assertGreater(max(b - a for a, b in zip(reads, reads[1:])), 0.3)
+
     def test_wait_for_an_unknown_key(self):
         with self.assertRaises(dc.WaitTimeout) as cm:
             dc.wait(self.conn, "idem_v1_" + "0" * 32, 0, schema=SCHEMA)

@@ -17,7 +17,16 @@ stable idempotency key, and the agent reads the outcome back::
 
 Functions (docs/reference.md §9): :func:`idempotency_key`, :func:`enqueue`,
 :func:`result`, :func:`wait`; for tool functions :func:`outbox_tool` with
-:func:`agent_step`. Every function that touches the database takes
+:func:`agent_step`. The same API for asyncio is :mod:`drainer_client.aio`.
+``conn`` may also be a SQLAlchemy ``Session`` or ``Connection`` (async:
+``AsyncSession``, ``AsyncConnection``), whose transaction the intent joins;
+SQLAlchemy is optional and never imported by the library.
+
+The payload is the JSON value itself, never its text: a ``str`` payload is
+refused (wrap a deliberate JSON string as :class:`JSONString`). An aware
+``datetime`` in it is sent as JavaScript's ``toISOString`` writes it
+(UTC, milliseconds, ``Z``), a ``date`` as ``YYYY-MM-DD``; a naive
+``datetime`` is refused. Every function that touches the database takes
 ``schema=`` (default ``"drainer"``), the schema given to ``drainer migrate
 --schema``. Errors: :class:`DrainerError` and its subclasses; the
 database's own errors (e.g. ``psycopg.errors.UniqueViolation`` for a
@@ -46,7 +55,7 @@ from ._errors import (
     WaitTimeout,
 )
 from ._key import KEY_PREFIX, MAX_FIELD_BYTES, canonical_tuple, idempotency_key, validate_tuple
-from ._payload import DEFAULT_MAX_PAYLOAD_BYTES, serialize_payload
+from ._payload import DEFAULT_MAX_PAYLOAD_BYTES, JSONString, serialize_payload
 from ._tool import AgentStep, OutboxTool, agent_step, current_step, outbox_tool
 
 __version__ = "0.1.0"
@@ -59,6 +68,7 @@ __all__ = [
     "DrainerError",
     "Enqueued",
     "InvalidTuple",
+    "JSONString",
     "KEY_PREFIX",
     "MAX_FIELD_BYTES",
     "Outcome",

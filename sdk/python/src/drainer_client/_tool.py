@@ -7,16 +7,14 @@ import contextvars
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
-
-import psycopg
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type, TypeVar, Union
 
 from ._client import DEFAULT_SCHEMA, enqueue
 from ._errors import InvalidTuple, UsageError
 from ._key import tuple_problems
 from ._payload import DEFAULT_MAX_PAYLOAD_BYTES
 
-__all__ = ["AgentStep", "agent_step", "current_step", "outbox_tool", "OutboxTool"]
+__all__ = ["AgentStep", "agent_step", "current_step", "outbox_tool", "OutboxTool", "Scope"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +24,9 @@ class AgentStep:
     Set by :func:`agent_step` for the code inside its ``with`` block.
     """
 
-    conn: "psycopg.Connection[Any]"
+    #: A psycopg Connection or a SQLAlchemy Session/Connection (sync tools),
+    #: or their async counterparts (tools of drainer_client.aio).
+    conn: Any
     agent_run_id: str
     step_id: str
     schema: str = DEFAULT_SCHEMA
@@ -38,7 +38,7 @@ _current: "contextvars.ContextVar[Optional[AgentStep]]" = contextvars.ContextVar
 
 @contextlib.contextmanager
 def agent_step(
-    conn: "psycopg.Connection[Any]",
+    conn: Any,
     agent_run_id: str,
     step_id: str,
     *,
@@ -61,6 +61,12 @@ def agent_step(
     on every retry of the step: derive it from the plan, never from time or
     randomness. The run and step are validated on entry
     (:class:`InvalidTuple`).
+
+    ``conn`` is whatever :func:`enqueue` takes: a psycopg ``Connection`` or
+    a SQLAlchemy ``Session``/``Connection``; for the awaited tools of
+    :func:`drainer_client.aio.outbox_tool`, a psycopg ``AsyncConnection`` or
+    a SQLAlchemy ``AsyncSession``/``AsyncConnection``. The block itself does
+    no I/O, so async code enters it with a plain ``with``.
     """
     problems = [p for p in tuple_problems(agent_run_id, step_id, "-", "") if p[0] in ("agent_run_id", "step_id")]
     if problems:
@@ -137,8 +143,8 @@ class OutboxTool:
             raise InvalidTuple([("business_scope", f"must be a str, not {type(value).__name__} (returned by the scope function of {self.tool_name})")])
         return value
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Tuple[str, bool]:
-        """Enqueue the call in the current agent step; return ``(key, created)``."""
+    def _intent(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[AgentStep, Dict[str, Any], str]:
+        """The current step, the payload and the scope of a call."""
         step = _current.get()
         if step is None:
             raise UsageError(
@@ -146,7 +152,11 @@ class OutboxTool:
                 "an outbox tool needs the run, the step and the transaction to enqueue into"
             )
         arguments = self.arguments(*args, **kwargs)
-        scope = self.business_scope(arguments)
+        return step, arguments, self.business_scope(arguments)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Tuple[str, bool]:
+        """Enqueue the call in the current agent step; return ``(key, created)``."""
+        step, arguments, scope = self._intent(args, kwargs)
         key, created = enqueue(
             step.conn,
             step.agent_run_id,
@@ -177,7 +187,8 @@ def outbox_tool(tool_name: str, *, scope: Scope = None) -> Callable[[Callable[..
             key = charge_card(invoice_id="inv_555", amount_cents=500)
 
     A call takes the connection, run and step from the enclosing
-    :func:`agent_step` (:class:`UsageError` outside one), enqueues
+    :func:`agent_step` (:class:`UsageError` outside one; the connection may be
+    a SQLAlchemy ``Session`` or ``Connection`` too), enqueues
     ``(run, step, tool_name, scope)`` with the call's arguments as JSON
     object payload (every parameter by name, defaults applied) in that
     connection's current transaction, and returns the key. A retried step
@@ -189,8 +200,19 @@ def outbox_tool(tool_name: str, *, scope: Scope = None) -> Callable[[Callable[..
     with every argument of the call by name (so ``lambda invoice_id, **_:``
     picks one), or ``None`` for the empty scope. ``tool_name`` is validated
     now (:class:`InvalidTuple`). Coroutine functions are refused
-    (``TypeError``): the library works on a synchronous psycopg connection.
+    (``TypeError``): async agents use :func:`drainer_client.aio.outbox_tool`,
+    whose calls are awaited.
     """
+    return _decorator(tool_name, scope, OutboxTool, allow_coroutine=False)
+
+
+_Tool = TypeVar("_Tool", bound=OutboxTool)
+
+
+def _decorator(
+    tool_name: str, scope: Scope, cls: Type[_Tool], *, allow_coroutine: bool
+) -> Callable[[Callable[..., Any]], _Tool]:
+    """The decorator of outbox_tool (sync) and drainer_client.aio.outbox_tool (async)."""
     problems = [p for p in tuple_problems("-", "-", tool_name, "") if p[0] == "tool_name"]
     if problems:
         raise InvalidTuple(problems)
@@ -201,14 +223,14 @@ def outbox_tool(tool_name: str, *, scope: Scope = None) -> Callable[[Callable[..
         if bad:
             raise InvalidTuple(bad)
 
-    def decorate(func: Callable[..., Any]) -> OutboxTool:
+    def decorate(func: Callable[..., Any]) -> _Tool:
         if not callable(func):
             raise TypeError(f"outbox_tool({tool_name!r}) decorates a function, not {type(func).__name__}")
-        if inspect.iscoroutinefunction(func):
+        if not allow_coroutine and inspect.iscoroutinefunction(func):
             raise TypeError(
                 f"outbox_tool({tool_name!r}): {getattr(func, '__qualname__', func)} is a coroutine function; "
-                "decorate a plain function (the library uses a synchronous psycopg connection)"
+                "for async agents use drainer_client.aio.outbox_tool (its calls are awaited)"
             )
-        return OutboxTool(func, tool_name, scope)
+        return cls(func, tool_name, scope)
 
     return decorate
