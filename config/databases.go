@@ -195,3 +195,26 @@ func (v *validator) databaseURL(path string) {
 		v.errorf(path, "must not be empty")
 	}
 }
+
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// CheckDatabaseURL refuses a connection string that is a URL of another
+// scheme than postgres:// or postgresql:// (a typo such as postgress://
+// would otherwise be read as keyword=value pairs and refused for its
+// syntax). Keyword/value strings ("host=... dbname=...") pass: the driver
+// reads them. The error never holds the string itself, which may hold a
+// password.
+func CheckDatabaseURL(s string) error {
+	scheme, _, ok := strings.Cut(strings.TrimSpace(s), "://")
+	if !ok || !urlScheme.MatchString(scheme) {
+		return nil
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		return nil
+	}
+	if c := closest(scheme, []string{"postgresql", "postgres"}); c != "" {
+		return fmt.Errorf("the database URL's scheme is %q: did you mean %s://?", scheme, c)
+	}
+	return fmt.Errorf("the database URL's scheme is %q: want postgres:// or postgresql:// (or keyword=value pairs)", scheme)
+}

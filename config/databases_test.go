@@ -290,3 +290,33 @@ databases:
 		`c.yaml:2:19: databases.static[0].name: invalid database name "A": use 1 to 63 lower-case letters, digits, '_', '.' and '-', starting with a letter or digit`,
 	})
 }
+
+// TestCheckDatabaseURL: a URL of another scheme than postgres:// or
+// postgresql:// is refused by name (with the scheme meant, when it is a
+// typo), never repeating the string; keyword/value strings pass.
+func TestCheckDatabaseURL(t *testing.T) {
+	for url, want := range map[string]string{
+		"postgres://u:pw@h/db":              "",
+		"postgresql://h/db?sslmode=require": "",
+		"POSTGRES://h/db":                   "",
+		"host=h dbname=db password=a://b":   "",
+		"host=h user=u":                     "",
+		"postgress://u:pw@h/db":             `the database URL's scheme is "postgress": did you mean postgres://?`,
+		"postgre://h/db":                    `the database URL's scheme is "postgre": did you mean postgres://?`,
+		"postgresq://h/db":                  `the database URL's scheme is "postgresq": did you mean postgresql://?`,
+		"mysql://u:pw@h/db":                 `the database URL's scheme is "mysql": want postgres:// or postgresql:// (or keyword=value pairs)`,
+		"  https://u:pw@h/db":               `the database URL's scheme is "https": want postgres:// or postgresql:// (or keyword=value pairs)`,
+	} {
+		err := CheckDatabaseURL(url)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("CheckDatabaseURL(%q) = %q; want %q", url, got, want)
+		}
+		if strings.Contains(got, "pw") {
+			t.Errorf("CheckDatabaseURL(%q) repeats the password: %s", url, got)
+		}
+	}
+}

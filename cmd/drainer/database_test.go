@@ -222,6 +222,13 @@ func TestRequireDB(t *testing.T) {
 	if err := g.requireDB(ctx); err == nil || !strings.Contains(err.Error(), "no database URL") {
 		t.Fatalf("nothing: %v", err)
 	}
+	// A mistyped scheme is named, with the one meant; the URL (and its
+	// password) is not repeated.
+	g = &globals{databaseURL: "postgress://u:secret@h/a", schema: "drainer"}
+	err = g.requireDB(ctx)
+	if _, ok := err.(usageError); !ok || err.Error() != `--database-url: the database URL's scheme is "postgress": did you mean postgres://?` {
+		t.Fatalf("postgress://: %T %v", err, err)
+	}
 }
 
 // TestDatabaseFlagEnvironment checks that --database on the command line

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/internal/daemon"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/spf13/cobra"
@@ -120,6 +121,9 @@ func (g *globals) requireDB(ctx context.Context) error {
 	}
 	if g.databaseURL == "" {
 		return usagef("no database URL: set --database-url or DRAINER_DATABASE_URL, or --database NAME with --config FILE")
+	}
+	if err := config.CheckDatabaseURL(g.databaseURL); err != nil {
+		return usagef("--database-url: %v", err)
 	}
 	return validateSchemaFlag(g.schema)
 }

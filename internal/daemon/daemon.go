@@ -338,6 +338,9 @@ func buildAdapters(ctx context.Context, cfg *config.Config, opts builtin.Options
 // connect opens the pool, retrying with backoff while the database is
 // unreachable, until ctx is cancelled.
 func connect(ctx context.Context, url string, workers int, log *slog.Logger) (*pgxpool.Pool, error) {
+	if err := config.CheckDatabaseURL(url); err != nil {
+		return nil, &ConfigError{err}
+	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, &ConfigError{fmt.Errorf("database URL: %s", redactDSNError(err))}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainer-io/drainer/config"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,6 +56,9 @@ func coordinationConfig(url string) (*pgxpool.Config, error) {
 
 // poolConfig parses url into a pool of at most conns connections.
 func poolConfig(url string, conns int32) (*pgxpool.Config, error) {
+	if err := config.CheckDatabaseURL(url); err != nil {
+		return nil, err
+	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, errors.New("database URL: " + redact(err))
