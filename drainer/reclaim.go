@@ -22,13 +22,18 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		policy := e.routing.Load().ReclaimPolicy()
-		n, err := e.st.Reclaim(ctx, e.pool, policy)
+		from, err := e.st.ReclaimFrom(ctx, e.pool, policy)
 		switch {
 		case err != nil && !isShutdown(ctx, err):
 			e.log.Warn("reclaim failed", "err", err)
-		case n > 0:
+		case len(from) > 0:
+			n := 0
+			for replica, rows := range from {
+				n += rows
+				e.log.Warn("reclaimed rows whose lease expired: their replica was lost, stopped or cut off from the database mid-call",
+					"rows", rows, "replica", replica, "this_replica", replica == e.cfg.ReplicaID)
+			}
 			e.metrics.LeasesExpired.Add(float64(n))
-			e.log.Warn("reclaimed rows whose lease expired", "rows", n)
 			e.signalFull()
 		}
 		if time.Since(pruned) >= markPruneInterval {

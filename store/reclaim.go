@@ -30,13 +30,13 @@ import (
 // this floor with the provider's own.
 const reclaimSQL = `
 WITH expired AS MATERIALIZED (
-    SELECT seq, tool_name FROM {s}.queue
+    SELECT seq, tool_name, leased_by FROM {s}.queue
      WHERE status = {StatusInFlight} AND lease_expires_at < now()
      ORDER BY lease_expires_at
      LIMIT $2
      FOR UPDATE SKIP LOCKED
 ), policy AS (
-    SELECT e.seq, coalesce(x.hold_ms, 0) AS hold_ms,
+    SELECT e.seq, e.leased_by, coalesce(x.hold_ms, 0) AS hold_ms,
            coalesce((SELECT max(m.longest_ms) FROM {s}.retry_after_marks m
                       WHERE m.tool_name = e.tool_name
                         AND m.bucket > now() - interval '1 minute'
@@ -44,7 +44,7 @@ WITH expired AS MATERIALIZED (
       FROM expired e
       LEFT JOIN unnest($3::text[], $4::bigint[], $5::bigint[]) AS x(tool, hold_ms, window_ms) ON x.tool = e.tool_name
 ), held AS (
-    SELECT seq, hold_ms, mark_ms, greatest(hold_ms, mark_ms) AS ms FROM policy
+    SELECT seq, leased_by, hold_ms, mark_ms, greatest(hold_ms, mark_ms) AS ms FROM policy
 )
 UPDATE {s}.queue o
    SET status = CASE WHEN o.tool_name = ANY($1::text[]) THEN {StatusOutcomeUnknown} ELSE {StatusPending} END,
@@ -70,7 +70,14 @@ UPDATE {s}.queue o
        updated_at = now()
   FROM held h
  WHERE o.seq = h.seq
-RETURNING o.seq`
+RETURNING coalesce(h.leased_by, '')`
+
+// reclaimSettings are the reclaim's transaction-local settings: the reason
+// of each reclaimed row's audit entry (audit_change gives drainer.note to
+// an entry that ends a claim), and a plan made for the statement's own
+// arguments (its arrays), never a generic one.
+const reclaimSettings = `SELECT set_config('drainer.note', 'reclaimed: the lease expired during the attempt (its replica was lost, stopped or cut off from the database); the attempt counts', true),
+       set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // ReclaimBatch bounds the rows one reclaim statement takes back.
 const ReclaimBatch = 1000
@@ -92,6 +99,18 @@ type ReclaimPolicy struct {
 // Reclaim takes back up to ReclaimBatch rows whose lease expired and returns
 // how many (see reclaimSQL).
 func (s *Store) Reclaim(ctx context.Context, db DB, p ReclaimPolicy) (int, error) {
+	from, err := s.ReclaimFrom(ctx, db, p)
+	n := 0
+	for _, rows := range from {
+		n += rows
+	}
+	return n, err
+}
+
+// ReclaimFrom is Reclaim, with the rows taken back counted by the replica
+// whose lease expired. Each reclaimed row's audit entry gives the reason
+// (reclaimNote).
+func (s *Store) ReclaimFrom(ctx context.Context, db DB, p ReclaimPolicy) (map[string]int, error) {
 	tools := make([]string, 0, len(p.Hold)+len(p.Window))
 	for tool := range p.Hold {
 		tools = append(tools, tool)
@@ -110,16 +129,34 @@ func (s *Store) Reclaim(ctx context.Context, db DB, p ReclaimPolicy) (int, error
 			windows[i] = &ms
 		}
 	}
-	rows, err := db.Query(ctx, s.sql(reclaimSQL), pgx.QueryExecModeExec, nonNil(p.NonIdempotent), ReclaimBatch,
-		tools, holds, windows, max(p.OtherWindow, 0).Milliseconds())
-	if err != nil {
-		return 0, fmt.Errorf("reclaim expired leases: %w", err)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(reclaimSettings)
+	b.Queue(s.sql(reclaimSQL), nonNil(p.NonIdempotent), ReclaimBatch, tools, holds, windows, max(p.OtherWindow, 0).Milliseconds())
+	b.Queue("COMMIT")
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("reclaim expired leases: %w", err)
+		}
 	}
-	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	rows, err := br.Query()
 	if err != nil {
-		return 0, fmt.Errorf("reclaim expired leases: %w", err)
+		return nil, fmt.Errorf("reclaim expired leases: %w", err)
 	}
-	return len(seqs), nil
+	replicas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("reclaim expired leases: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("reclaim expired leases: commit: %w", err)
+	}
+	from := map[string]int{}
+	for _, r := range replicas {
+		from[r]++
+	}
+	return from, nil
 }
 
 // markRetryAfterSQL raises each tool's Retry-After mark of the current

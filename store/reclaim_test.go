@@ -158,3 +158,34 @@ func TestReclaimIsHeldOnlyByWhatIsKnown(t *testing.T) {
 		t.Fatalf("recent marks left: %d, %v; want the rate-limited tool's", left, err)
 	}
 }
+
+// TestReclaimNamesReplicaAndReason: a reclaim counts the rows it takes back
+// by the replica whose lease expired, and each row's audit entry says why
+// it left in_flight.
+func TestReclaimNamesReplicaAndReason(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := t.Context()
+	keys := storetest.Enqueue(t, pool, "run-reclaim-why", "t", 3)
+	if rows, err := st.Claim(ctx, pool, store.Claim{Limit: 2, Lease: 10 * time.Millisecond, Replica: "host-a:1", Durable: true}); err != nil || len(rows) != 2 {
+		t.Fatalf("claim a: %d rows, %v", len(rows), err)
+	}
+	if rows, err := st.Claim(ctx, pool, store.Claim{Limit: 1, Lease: 10 * time.Millisecond, Replica: "host-b:2", Durable: true}); err != nil || len(rows) != 1 {
+		t.Fatalf("claim b: %d rows, %v", len(rows), err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	from, err := st.ReclaimFrom(ctx, pool, store.ReclaimPolicy{})
+	if err != nil || len(from) != 2 || from["host-a:1"] != 2 || from["host-b:2"] != 1 {
+		t.Fatalf("reclaimed %v, %v; want 2 rows of host-a:1 and 1 of host-b:2", from, err)
+	}
+	for _, key := range keys {
+		var reason string
+		if err := pool.QueryRow(ctx, `SELECT coalesce(reason, '') FROM `+storetest.Schema+`.audit
+		     WHERE key = $1 AND from_status = 'in_flight' ORDER BY at DESC, id DESC LIMIT 1`, key).Scan(&reason); err != nil {
+			t.Fatalf("audit entry of %s: %v", key, err)
+		}
+		if !strings.HasPrefix(reason, "reclaimed: the lease expired during the attempt") {
+			t.Fatalf("audit entry of the reclaimed row %s gives the reason %q", key, reason)
+		}
+	}
+}
