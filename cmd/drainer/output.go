@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -42,7 +43,7 @@ func addOpFlags(cmd *cobra.Command, o *opFlags) {
 
 // addActorFlag adds --actor to an action.
 func addActorFlag(cmd *cobra.Command, o *opFlags) {
-	cmd.Flags().StringVar(&o.actor, "actor", "", `who performs the action, recorded in the audit trail (default $USER, else "unknown")`)
+	cmd.Flags().StringVar(&o.actor, "actor", "", `who performs the action, recorded in the audit trail (default $USER, else the process's account as user@host)`)
 }
 
 // validate checks the shared flags (looking up --database NAME).
@@ -59,12 +60,26 @@ func (o *opFlags) json() bool { return o.output == outputJSON }
 func (o *opFlags) who(reason string) ops.Who {
 	actor := strings.TrimSpace(o.actor)
 	if actor == "" {
-		actor = os.Getenv("USER")
-	}
-	if actor == "" {
-		actor = "unknown"
+		actor = defaultActor()
 	}
 	return ops.Who{Actor: actor, Reason: reason}
+}
+
+// defaultActor names whoever runs the command when --actor does not: $USER,
+// else the account of the process (a container, `kubectl exec`, cron set
+// no $USER), as user@host so that the audit trail says where.
+func defaultActor() string {
+	if u := strings.TrimSpace(os.Getenv("USER")); u != "" {
+		return u
+	}
+	name := "uid " + strconv.Itoa(os.Getuid())
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		name += "@" + host
+	}
+	return name
 }
 
 // client validates the flags, connects and returns an ops client; close

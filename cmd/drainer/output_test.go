@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -201,5 +202,24 @@ func TestOperatorUsageErrors(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errb.String(), tc.msg) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errb.String(), tc.msg)
 		}
+	}
+}
+
+// TestActorWithoutUSER: an operator action run where $USER is unset (a
+// container, `kubectl exec`, cron) records the process's account and host,
+// never "unknown"; --actor and $USER still come first.
+func TestActorWithoutUSER(t *testing.T) {
+	t.Setenv("USER", "")
+	host, _ := os.Hostname()
+	got := (&opFlags{}).who("r").Actor
+	if got == "" || got == "unknown" || !strings.HasSuffix(got, "@"+host) {
+		t.Fatalf("actor without $USER = %q; want the account @%s", got, host)
+	}
+	t.Setenv("USER", "alice")
+	if got := (&opFlags{}).who("r").Actor; got != "alice" {
+		t.Fatalf("actor with USER=alice = %q", got)
+	}
+	if got := (&opFlags{actor: " bob "}).who("r").Actor; got != "bob" {
+		t.Fatalf("actor with --actor bob = %q", got)
 	}
 }
