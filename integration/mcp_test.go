@@ -481,8 +481,9 @@ func TestMCPDrain(t *testing.T) {
 		}
 	}
 	if len(warned) != 1 || !strings.Contains(warned[0], "route=send_invoice") ||
-		!strings.Contains(warned[0], "class=naturally_idempotent") || !strings.Contains(warned[0], "tool=send_invoice") {
-		t.Errorf("annotation warnings = %q; want exactly one, naming route send_invoice, its class and the tool", warned)
+		!strings.Contains(warned[0], "class=naturally_idempotent") || !strings.Contains(warned[0], "tool=send_invoice") ||
+		strings.Count(warned[0], "adapter=") != 1 || !strings.Contains(warned[0], "adapter=tools_server") {
+		t.Errorf("annotation warnings = %q; want exactly one, naming route send_invoice, its class, the tool and its adapter once", warned)
 	}
 
 	// Metrics: the retry and the terminal answer are counted for the adapter.

@@ -125,8 +125,8 @@ func (a *Adapter) checkRoutes(ctx context.Context, name string, routes []Route, 
 			continue
 		}
 		if why := Contradiction(r.Class, t.Annotations); why != "" {
-			log.Warn("route class contradicts the tool's annotations",
-				"route", r.Tool, "class", r.Class, "adapter", name, "tool", t.Name, "annotations", why)
+			log.Warn("route class contradicts the tool's annotations", // log names the adapter
+				"route", r.Tool, "class", r.Class, "tool", t.Name, "annotations", why)
 		}
 	}
 	return missing, nil
