@@ -109,7 +109,7 @@ func (s *Store) Reclaim(ctx context.Context, db DB, p ReclaimPolicy) (int, error
 
 // ReclaimFrom is Reclaim, with the rows taken back counted by the replica
 // whose lease expired. Each reclaimed row's audit entry gives the reason
-// (reclaimNote).
+// (reclaimSettings).
 func (s *Store) ReclaimFrom(ctx context.Context, db DB, p ReclaimPolicy) (map[string]int, error) {
 	tools := make([]string, 0, len(p.Hold)+len(p.Window))
 	for tool := range p.Hold {

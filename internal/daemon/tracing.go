@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -29,7 +30,9 @@ func newTracer(ctx context.Context, version string, log *slog.Logger) (tracer tr
 	}
 	res, err := traceResource(ctx, version)
 	if err != nil {
-		return nil, nil, err
+		// A typo in a tracing variable is no reason not to drain: the
+		// resource keeps what could be read.
+		log.Warn("tracing: part of the resource could not be read; going on without it", "err", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	log.Info("tracing: exporting spans over OTLP", "service_name", serviceName(res))
@@ -39,16 +42,18 @@ func newTracer(ctx context.Context, version string, log *slog.Logger) (tracer tr
 // traceResource describes the daemon in its spans: service.name "drainer"
 // and service.version, the SDK's telemetry.sdk.*, then the standard
 // variables OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, which override
-// what comes before them (OTEL_SERVICE_NAME last).
-func traceResource(ctx context.Context, version string) (*resource.Resource, error) {
-	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName("drainer"), semconv.ServiceVersion(version)),
-		resource.WithTelemetrySDK(),
-		resource.WithFromEnv())
+// what comes before them (OTEL_SERVICE_NAME last). A variable that cannot
+// be read is reported in err, and res keeps the rest (never nil).
+func traceResource(ctx context.Context, version string) (res *resource.Resource, err error) {
+	base := []attribute.KeyValue{semconv.ServiceName("drainer"), semconv.ServiceVersion(version)}
+	res, err = resource.New(ctx, resource.WithAttributes(base...), resource.WithTelemetrySDK(), resource.WithFromEnv())
 	if err != nil {
-		return nil, fmt.Errorf("tracing: the resource of OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME: %w", err)
+		err = fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME: %w", err)
 	}
-	return res, nil
+	if res == nil {
+		res = resource.NewSchemaless(base...)
+	}
+	return res, err
 }
 
 // serviceName is res's service.name.

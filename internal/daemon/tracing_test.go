@@ -27,6 +27,10 @@ func TestTracerTakesTheStandardResourceVariables(t *testing.T) {
 			want: map[string]string{"service.name": "payments-drainer", "deployment.environment.name": "staging", "service.version": "v9.9.9"}},
 		{name: "attributes only", attributes: "service.name=agents-eu,k8s.namespace.name=agents",
 			want: map[string]string{"service.name": "agents-eu", "k8s.namespace.name": "agents"}},
+		// A malformed variable costs what it says, not the tracing (nor
+		// the drain): the rest of the resource is kept.
+		{name: "malformed attributes", serviceName: "payments-drainer", attributes: "no-equals-sign,team=%zz",
+			want: map[string]string{"service.name": "payments-drainer", "service.version": "v9.9.9"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := make(chan map[string]string, 16)
