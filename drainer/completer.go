@@ -83,27 +83,50 @@ func (c *completer) retryUnwritten(ctx context.Context, timeout time.Duration) {
 	c.done(done, nil)
 }
 
-// stillLeased writes what it can of the completions not yet written, then
-// counts the rows of the others that are still in_flight under this
-// replica's lease. Rows another replica reclaimed and settled since are
-// not: they left nothing behind. When the database cannot answer, every
-// unwritten row counts.
-func (c *completer) stillLeased(ctx context.Context) int {
+// inherit writes the completions an earlier engine on this database could
+// not (Config.Inherited) and keeps those the database does not take yet.
+func (c *completer) inherit(ctx context.Context, inherited []store.Completion) {
+	if len(inherited) == 0 {
+		return
+	}
+	c.unwrittenMu.Lock()
+	c.unwritten = append(c.unwritten, inherited...)
+	c.unwrittenMu.Unlock()
+	c.writeUnwritten(ctx)
+	c.unwrittenMu.Lock()
+	left := len(c.unwritten)
+	c.unwrittenMu.Unlock()
+	c.e.log.Info("completions an earlier engine on this database could not write taken over",
+		"rows", len(inherited), "still_unwritten", left)
+}
+
+// writeUnwritten writes the completions not yet written, batch by batch,
+// while the database takes them.
+func (c *completer) writeUnwritten(ctx context.Context) {
 	for range maxUnwritten/(4*c.e.cfg.CompleteBatch) + 1 {
 		c.unwrittenMu.Lock()
 		left := len(c.unwritten)
 		c.unwrittenMu.Unlock()
-		if left == 0 {
-			break
+		if left == 0 || ctx.Err() != nil {
+			return
 		}
 		c.retryUnwritten(ctx, 5*time.Second)
 		c.unwrittenMu.Lock()
 		stuck := len(c.unwritten) == left
 		c.unwrittenMu.Unlock()
 		if stuck {
-			break
+			return
 		}
 	}
+}
+
+// stillLeased writes what it can of the completions not yet written, then
+// counts the rows of the others that are still in_flight under this
+// replica's lease. Rows another replica reclaimed and settled since are
+// not: they left nothing behind. When the database cannot answer, every
+// unwritten row counts.
+func (c *completer) stillLeased(ctx context.Context) int {
+	c.writeUnwritten(ctx)
 	c.unwrittenMu.Lock()
 	defer c.unwrittenMu.Unlock()
 	if len(c.unwritten) == 0 {

@@ -21,7 +21,9 @@
 //   - written: completer.go writes completions in batches, fenced by the
 //     lease token (store.Complete), isolating a row the database refuses;
 //     completions it could not write while the lease lasted are kept and
-//     written late over the reclaimed row, and rows handed back to wait for
+//     written late over the reclaimed row (those left when the engine
+//     stops go to the next engine on the database: Engine.Unwritten,
+//     Config.Inherited), and rows handed back to wait for
 //     a route or a resume are woken again if that came meanwhile.
 //   - compensated: the completion hands the runs whose saga may move to
 //     compensations.Runner.

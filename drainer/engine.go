@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,14 @@ type Config struct {
 	// their owner (a fleet's one registry for every database) closes them,
 	// told by Routing.Release when this engine is done with a routing.
 	SharedAdapters bool
+	// Inherited are completions an earlier engine on this database
+	// answered and could not write (Engine.Unwritten after its Stop: its
+	// pool lost the database, its credentials rotated). Start writes them
+	// before it reclaims or claims anything, so a row whose call was
+	// answered is settled by that answer rather than sent again; those the
+	// database cannot take yet are kept and tried again with this engine's
+	// own.
+	Inherited []store.Completion
 }
 
 // maxDefaultBatch caps the default BatchSize.
@@ -270,6 +279,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.started.Store(false)
 		return err
 	}
+	// An earlier engine's answers first: the reclaimer must not find
+	// their rows without them.
+	e.completer.inherit(ctx, e.cfg.Inherited)
 	// Maintenance first, in this order; Stop stops it last, in reverse.
 	services := []maintenance.Service{e.sagas, e.deferrer.service()}
 	if !e.cfg.PollOnly {
@@ -376,6 +388,19 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	e.log.Info("engine stopped")
 	return nil
+}
+
+// Unwritten returns, once Stop has returned, the completions this engine
+// answered and could not write, for the next engine on the same database
+// (Config.Inherited). Written late over a reclaimed row, each still
+// settles it unless the row was claimed again since (the lease fence).
+func (e *Engine) Unwritten() []store.Completion {
+	if !e.stopped.Load() {
+		return nil
+	}
+	e.completer.unwrittenMu.Lock()
+	defer e.completer.unwrittenMu.Unlock()
+	return slices.Clone(e.completer.unwritten)
 }
 
 // wakeNewlyRouted makes rows that were waiting for a route due now (their

@@ -26,7 +26,10 @@ import (
 // names a new role, and the old role loses its login and its sessions. The
 // fleet reads the file again at its next refresh and drains the database
 // with the new credentials; no row is lost or sent twice, and neither url
-// reaches the logs.
+// reaches the logs. The first rows are answered only once the old role's
+// sessions are gone: their completions cannot be written with the old
+// credentials, and the engine on the new ones writes them (the fleet hands
+// them over) instead of sending the rows again.
 func TestRunFleetCredentialsRotated(t *testing.T) {
 	ctx := t.Context()
 	c, err := pgtemp.Start(ctx, pgtemp.Options{})
@@ -76,19 +79,27 @@ func TestRunFleetCredentialsRotated(t *testing.T) {
 
 	var mu sync.Mutex
 	seen := map[string]int{}
+	hold := make(chan struct{}) // closed once the old sessions are gone
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen[r.Header.Get("Idempotency-Key")]++
 		mu.Unlock()
+		<-hold
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	}))
 	defer provider.Close()
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+	}()
 	yaml := fmt.Sprintf(`adapters:
-  p: {type: http, url: "%s/{tool_name}", timeout: 2s}
+  p: {type: http, url: "%s/{tool_name}", timeout: 6s}
 routes:
   t: {adapter: p}
-lease: 9s
+lease: 12s
 databases:
   static:
     - {name: rotated, url: "${file:%s}"}
@@ -177,6 +188,8 @@ databases:
 	}
 	admin("postgres", "ALTER ROLE tenant_v1 NOLOGIN")
 	admin("postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'tenant_v1'")
+	close(hold)
+	released = true
 	enqueue("after", 10)
 	waitDispatched("with the rotated credentials")
 	deadline := time.Now().Add(60 * time.Second)
@@ -187,6 +200,29 @@ databases:
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	// Every row settles with its first attempt's answer.
+	check, err := pgx.Connect(ctx, c.URL("rotated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close(context.Background())
+	for {
+		var settled, firstAttempt int
+		if err := check.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'succeeded' AND attempts = 1)
+			FROM drainer.outbox WHERE key = ANY($1)`, keys).Scan(&settled, &firstAttempt); err != nil {
+			t.Fatal(err)
+		}
+		if settled == len(keys) {
+			if firstAttempt != len(keys) {
+				t.Errorf("%d of %d rows succeeded on a later attempt: sent again", len(keys)-firstAttempt, len(keys))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d rows succeeded; logs:\n%s", settled, len(keys), logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	mu.Lock()
 	for _, k := range keys {
 		if seen[k] != 1 {
@@ -202,5 +238,8 @@ databases:
 	}
 	if !strings.Contains(out, `"database":"rotated"`) {
 		t.Error("no log names the database")
+	}
+	if !strings.Contains(out, "completions an earlier engine on this database could not write taken over") {
+		t.Errorf("the first rows' answers were not handed over to the engine on the new credentials; logs:\n%s", out)
 	}
 }

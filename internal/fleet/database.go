@@ -9,6 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,9 +84,16 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 		f.m.handoversTotal.WithLabelValues("released").Inc()
 		log.Info("database let go")
 	}
+	var unwritten []store.Completion
+	if d != nil {
+		unwritten = d.eng.Unwritten()
+	}
 	f.mu.Lock()
 	if f.entries[e.db.Name] == e {
 		delete(f.entries, e.db.Name)
+	}
+	if len(unwritten) > 0 {
+		f.unwritten[e.db.Name] = append(f.unwritten[e.db.Name], unwritten...)
 	}
 	// Its pool is closed: the next publication says so, and the replica
 	// it is assigned to now opens its own.
@@ -168,6 +176,9 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 	}
 	cfg := f.cfg.Engine
 	cfg.Schema, cfg.ReplicaID, cfg.Metrics = f.cfg.Schema, f.cfg.MemberID, m
+	f.mu.Lock()
+	cfg.Inherited = f.unwritten[db.Name]
+	f.mu.Unlock()
 	cfg.Logger = f.log.With("database", db.Name)
 	cfg.PollOnly, cfg.SharedAdapters = true, true
 	// An idle database's periodic work is what bounds a fleet's size: its
@@ -194,6 +205,10 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 		rt.Release() // nothing claimed: the engine never ran
 		return nil, err
 	}
+	// Taken over: what the new engine could not write yet it keeps.
+	f.mu.Lock()
+	delete(f.unwritten, db.Name)
+	f.mu.Unlock()
 	f.attach(r.eng, g)
 	return r, nil
 }

@@ -47,7 +47,9 @@
 //     its engine (PollOnly, shared adapters, metrics labelled with the
 //     database), retry with backoff while it cannot (unreachable,
 //     schema_mismatch, start_timeout), stop it when let go (its calls under
-//     way finish) and release it.
+//     way finish) and release it. Completions the stopped engine could not
+//     write (its url changed: credentials rotated) are handed to the next
+//     engine on the database here, which writes them before it reclaims.
 //   - metrics.go: the fleet's collectors (drainer_fleet_*) and the
 //     registerer that lets a database's metrics be unregistered.
 package fleet

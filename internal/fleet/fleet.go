@@ -141,6 +141,13 @@ type Fleet struct {
 	released map[string]bool
 	// labelled holds the databases whose series are initialised.
 	labelled map[string]bool
+	// unwritten holds, by database, the completions an engine let go here
+	// could not write (its pool lost the database: credentials rotated,
+	// the url changed): the next engine on it here writes them first
+	// (drainer.Config.Inherited). Dropped once the database is assigned
+	// elsewhere or unlisted; its rows are then reclaimed and sent again
+	// with the same key.
+	unwritten map[string][]store.Completion
 
 	// gmu orders reloads against engines starting and stopping.
 	gmu     sync.Mutex
@@ -204,7 +211,8 @@ func New(cfg Config) (*Fleet, error) {
 		kick: make(chan struct{}, 1), relist: make(chan time.Duration, 1), entries: map[string]*entry{},
 		gen: newGeneration(cfg.Routing, cfg.CloseAdapters), engines: map[*drainer.Engine]struct{}{},
 		pools: lazyPools{idle: cfg.PoolIdle}, budget: newBudget(), starts: make(chan struct{}, startConcurrency),
-		waiting: map[string]time.Time{}, released: map[string]bool{}, labelled: map[string]bool{}}
+		waiting: map[string]time.Time{}, released: map[string]bool{}, labelled: map[string]bool{},
+		unwritten: map[string][]store.Completion{}}
 	f.labelLocked(cfg.Known)
 	return f, nil
 }

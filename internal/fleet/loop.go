@@ -160,6 +160,13 @@ func (f *Fleet) reconcile() {
 			delete(f.waiting, name)
 		}
 	}
+	for name, u := range f.unwritten {
+		if _, ok := want[name]; !ok && f.entries[name] == nil {
+			f.log.Warn("database let go with completions its engine could not write: their rows are reclaimed at lease expiry and sent again with the same key",
+				"database", name, "rows", len(u))
+			delete(f.unwritten, name)
+		}
+	}
 	held := f.heldElsewhere(members)
 	now := time.Now()
 	for name, db := range want {

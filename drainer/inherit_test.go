@@ -1,0 +1,129 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/testkit"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// severable is a pool on the test database whose connections can be cut:
+// sever closes every connection it made and refuses new ones, as a
+// credential rotation that ends the old role's sessions does.
+type severable struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+}
+
+func (s *severable) pool(t *testing.T, of *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	cfg := of.Config()
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.cut {
+			return nil, errors.New("severed")
+		}
+		c, err := dial(ctx, network, addr)
+		if err == nil {
+			s.conns = append(s.conns, c)
+		}
+		return c, err
+	}
+	p, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (s *severable) sever() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cut = true
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+}
+
+// TestInheritedCompletionsSettleTheirRows: an engine's rows are answered
+// after its database connections are gone, so it stops with completions it
+// could not write. The next engine on the database, given them
+// (Config.Inherited), writes them before it reclaims anything: every row
+// settles with its first answer, and none is sent a second time, although
+// their leases expired meanwhile.
+func TestInheritedCompletionsSettleTheirRows(t *testing.T) {
+	good := newPool(t)
+	const n = 6
+	keys := enqueueN(t, good, "run-inherit", "t", n)
+
+	var s severable
+	var inCall atomic.Int64
+	release := make(chan struct{})
+	var mu sync.Mutex
+	sent := map[string]int{}
+	adapter := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		sent[m.Key]++
+		mu.Unlock()
+		inCall.Add(1)
+		<-release
+		return dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"first":true}`)}
+	})
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"})
+	a, err := New(s.pool(t, good), rt, Config{Workers: n, Lease: 2 * time.Second, LeaseMargin: 500 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond,
+		Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "every row in a call", func() (bool, string) {
+		return inCall.Load() == n, ""
+	})
+	s.sever()
+	close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Stop(ctx); err == nil {
+		t.Fatal("the severed engine stopped without reporting its unwritten completions")
+	}
+	inherited := a.Unwritten()
+	if len(inherited) != n {
+		t.Fatalf("unwritten completions after Stop: %d, want %d", len(inherited), n)
+	}
+	for _, k := range keys {
+		if st := getRow(t, good, k); st.Status != outbox.StatusInFlight {
+			t.Fatalf("row %s is %s before the hand-over, want in_flight", k, st.Status)
+		}
+	}
+
+	startEngine(t, good, rt, Config{Workers: n, Inherited: inherited})
+	testkit.WaitFor(t, 30*time.Second, "every row settled by its first answer", func() (bool, string) {
+		return countByStatus(t, good)[outbox.StatusSucceeded] == n, ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys {
+		if sent[k] != 1 {
+			t.Errorf("key %s sent %d times, want once", k, sent[k])
+		}
+		if st := getRow(t, good, k); st.Attempts != 1 || string(st.Response) != `{"first": true}` {
+			t.Errorf("row %s: attempts %d, response %s; want its first answer", k, st.Attempts, st.Response)
+		}
+	}
+}
