@@ -58,6 +58,7 @@ type gwToolServer struct {
 	effects  map[string]int                 // key → effects
 	requests map[string]int                 // key → tools/call the tools handled
 	results  map[string]*sdk.CallToolResult // key → the result of its effect
+	effectOf map[string]int                 // key → the number of its effect
 	total    int                            // effects of every key, numbering the results
 	arrived  map[string]int                 // gate → hold calls that reached it
 	gates    map[string]chan struct{}
@@ -66,7 +67,7 @@ type gwToolServer struct {
 func newGWToolServer(t *testing.T) *gwToolServer {
 	t.Helper()
 	ts := &gwToolServer{addr: "127.0.0.1:0", effects: map[string]int{}, requests: map[string]int{},
-		results: map[string]*sdk.CallToolResult{}, arrived: map[string]int{}, gates: map[string]chan struct{}{}}
+		results: map[string]*sdk.CallToolResult{}, effectOf: map[string]int{}, arrived: map[string]int{}, gates: map[string]chan struct{}{}}
 	ts.start(t)
 	t.Cleanup(func() {
 		ts.releaseAll()
@@ -170,18 +171,27 @@ func (ts *gwToolServer) tool(name string) sdk.ToolHandler {
 		ts.mu.Lock()
 		defer ts.mu.Unlock()
 		ts.requests[key]++
-		if prev, ok := ts.results[key]; ok && key != "" {
-			replay := *prev
+		// The server marshals (and may touch) what a handler returns after
+		// ts.mu is released: each answer is a result of its own, never
+		// the one kept in ts.results.
+		if effect, ok := ts.effectOf[key]; ok && key != "" {
+			first, _ := ts.results[key].StructuredContent.(map[string]any)["args"].(map[string]any)
+			replay := effectResult(name, effect, first)
 			replay.Meta = sdk.Meta{"io.drainer/replay": true}
-			return &replay, nil
+			return replay, nil
 		}
 		ts.effects[key]++
 		ts.total++
-		res := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("%s #%d", name, ts.total)}},
-			StructuredContent: map[string]any{"effect": ts.total, "tool": name, "args": args}}
-		ts.results[key] = res
-		return res, nil
+		ts.effectOf[key] = ts.total
+		ts.results[key] = effectResult(name, ts.total, args)
+		return effectResult(name, ts.total, args), nil
 	}
+}
+
+// effectResult is the result of a tool's effect number n.
+func effectResult(name string, n int, args map[string]any) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: fmt.Sprintf("%s #%d", name, n)}},
+		StructuredContent: map[string]any{"effect": n, "tool": name, "args": args}}
 }
 
 // gate returns the gate of name; ts.mu is held.
