@@ -72,6 +72,16 @@ type Config struct {
 	// Warnings are non-fatal findings (e.g. an unset ${env:X} in check mode),
 	// each rendered like an Error: FILE:LINE:COL: field.path: message.
 	Warnings []string `yaml:"-"`
+
+	databaseURL reference // database_url as written
+}
+
+// ResolveDatabaseURL expands database_url as written in the config file
+// again, reading its ${env:…} and ${file:…} references anew, so that a
+// rotated credentials file is picked up by the next connection. The error
+// names the key and the reference, never a value.
+func (c *Config) ResolveDatabaseURL() (Secret, error) {
+	return c.databaseURL.resolve(c.DatabaseURL, "database_url")
 }
 
 // Retention defaults.

@@ -106,14 +106,17 @@ func (d *Databases) DatabaseNames() []string {
 	return names
 }
 
-// recordDatabaseSources keeps, for each url of databases:, the value as
+// recordDatabaseSources keeps, for database_url and each url of databases:, the value as
 // written and the options that expand it, so it can be expanded again later.
 func (d *decoder) recordDatabaseSources(cfg *Config) {
+	opts := d.exp.opts
+	if s := d.src["database_url"]; s != nil {
+		cfg.databaseURL = reference{raw: s.raw, opts: &opts}
+	}
 	dbs := cfg.Databases
 	if dbs == nil {
 		return
 	}
-	opts := d.exp.opts
 	for i := range dbs.Static {
 		e := &dbs.Static[i]
 		p := fmt.Sprintf("databases.static[%d]", i)

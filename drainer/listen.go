@@ -43,7 +43,7 @@ func (e *Engine) listen(ctx context.Context) {
 // far as listening.
 func (e *Engine) listenOnce(ctx context.Context) (listened bool, err error) {
 	channel, sagaChannel := e.st.OutboxChannel(), e.st.SagaChannel()
-	conn, err := pgx.ConnectConfig(ctx, e.ownConnConfig("listen"))
+	conn, err := store.ConnectBeside(ctx, e.pool, "listen")
 	if err != nil {
 		return false, err
 	}

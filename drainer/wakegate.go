@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/internal/maintenance"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -149,7 +150,7 @@ func (g *wakeGate) run(ctx context.Context) {
 // connect opens the gate's connection.
 func (g *wakeGate) connect(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	conn, err := pgx.ConnectConfig(cctx, g.e.ownConnConfig("wake"))
+	conn, err := store.ConnectBeside(cctx, g.e.pool, "wake")
 	cancel()
 	if err != nil {
 		return err
@@ -280,18 +281,6 @@ func (g *wakeGate) close() {
 		g.conn = nil
 	}
 	g.slot, g.hold = -1, false
-}
-
-// ownConnConfig is the configuration of a connection the engine holds
-// beside its pool (the listener's, the wake gate's): the pool's, named
-// drainer-ROLE in pg_stat_activity unless the pool names its connections
-// otherwise than drainer's default.
-func (e *Engine) ownConnConfig(role string) *pgx.ConnConfig {
-	cc := e.pool.Config().ConnConfig.Copy()
-	if app := cc.RuntimeParams["application_name"]; app == "" || app == "drainer" {
-		cc.RuntimeParams["application_name"] = "drainer-" + role
-	}
-	return cc
 }
 
 // awaitWakeUp waits until the listener listens and the wake gate is

@@ -45,7 +45,7 @@ type Config struct {
 	DB    *pgxpool.Pool
 	Store *store.Store
 	// Connect opens the settle listener's own connection (nil: one like
-	// DB's).
+	// DB's, store.ConnectBeside).
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Tools are the tools listed and served.
 	Tools []Tool
@@ -104,8 +104,8 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	if cfg.Connect == nil {
-		cc := cfg.DB.Config().ConnConfig
-		cfg.Connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc.Copy()) }
+		pool := cfg.DB
+		cfg.Connect = func(ctx context.Context) (*pgx.Conn, error) { return store.ConnectBeside(ctx, pool, "gateway") }
 	}
 	g := &Gateway{cfg: cfg, log: log, ln: ln, tools: map[string]*Tool{}, closing: make(chan struct{})}
 	if cfg.Token != "" {

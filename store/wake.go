@@ -10,7 +10,28 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// ConnectBeside opens a connection of its own beside pool (a listener's,
+// the wake gate's), configured as the pool's connections are: through the
+// pool's BeforeConnect, so credentials read anew at each connect (a
+// rotated credentials file) apply to it as to the pool, and named
+// drainer-ROLE in pg_stat_activity unless the pool names its connections
+// otherwise than drainer's default.
+func ConnectBeside(ctx context.Context, pool *pgxpool.Pool, role string) (*pgx.Conn, error) {
+	pc := pool.Config()
+	cc := pc.ConnConfig
+	if app := cc.RuntimeParams["application_name"]; app == "" || app == "drainer" {
+		cc.RuntimeParams["application_name"] = "drainer-" + role
+	}
+	if pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(ctx, cc); err != nil {
+			return nil, err
+		}
+	}
+	return pgx.ConnectConfig(ctx, cc)
+}
 
 // WakeSlots is how many daemons can wait for notifications at once as
 // sentinels (see migrations/code/functions/notify_outbox.sql). A producer

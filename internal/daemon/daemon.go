@@ -121,8 +121,11 @@ func Run(ctx context.Context, opts Options) error {
 // settings are what Run runs with once flags, environment, config file and
 // defaults are merged (in that order of precedence).
 type settings struct {
-	cfg     *config.Config
-	dbURL   string
+	cfg   *config.Config
+	dbURL string
+	// reread reads database_url again (nil: the url came from the flag
+	// or the environment, fixed for the process's life).
+	reread  func() (config.Secret, error)
 	schema  string
 	workers int
 	lease   time.Duration
@@ -146,6 +149,9 @@ func resolve(opts Options, log *slog.Logger) (settings, error) {
 		schema:  cmp.Or(opts.Schema, migrations.DefaultSchema),
 		workers: cmp.Or(opts.Workers, cfg.Workers, config.DefaultWorkers),
 		lease:   cmp.Or(cfg.Lease, config.DefaultLease),
+	}
+	if opts.DatabaseURL == "" && cfg.DatabaseURL != "" {
+		st.reread = cfg.ResolveDatabaseURL
 	}
 	if st.dbURL == "" && cfg.Databases == nil {
 		return settings{}, &ConfigError{errors.New("no database URL: set --database-url, DRAINER_DATABASE_URL or database_url in the config file")}
@@ -219,7 +225,7 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		}
 	})
 
-	p, err := connect(ctx, st.dbURL, st.workers, log)
+	p, err := connect(ctx, st.dbURL, st.workers, log, st.reread)
 	if err != nil {
 		return nil, err
 	}

@@ -5,15 +5,20 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // connect opens the pool, retrying with backoff while the database is
-// unreachable, until ctx is cancelled.
-func connect(ctx context.Context, url string, workers int, log *slog.Logger) (*pgxpool.Pool, error) {
+// unreachable, until ctx is cancelled. With reread (database_url from the
+// config file), each new connection reads the url's references again and
+// takes its user and password: rotated credentials reach the pool, the
+// listeners and the gateway without a restart.
+func connect(ctx context.Context, url string, workers int, log *slog.Logger, reread func() (config.Secret, error)) (*pgxpool.Pool, error) {
 	if err := config.CheckDatabaseURL(url); err != nil {
 		return nil, &ConfigError{err}
 	}
@@ -32,6 +37,11 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger) (*p
 		// Short statements over a few hundred rows: compiling them (once an
 		// estimate crosses jit_above_cost) costs more than running them.
 		pc.ConnConfig.RuntimeParams["jit"] = "off"
+	}
+	if reread != nil {
+		pc.BeforeConnect = (&credentials{reread: reread, log: log,
+			user: pc.ConnConfig.User, password: pc.ConnConfig.Password,
+			host: pc.ConnConfig.Host, database: pc.ConnConfig.Database}).apply
 	}
 	delay := 500 * time.Millisecond
 	for {
@@ -59,6 +69,49 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger) (*p
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+}
+
+// credentials gives each new connection the user and password that
+// database_url names now. A url that cannot be read or parsed keeps the
+// last credentials (logged once per distinct failure); a changed host or
+// database is logged and ignored: those take a restart.
+type credentials struct {
+	reread func() (config.Secret, error)
+	log    *slog.Logger
+
+	mu                             sync.Mutex
+	user, password, host, database string
+	failed                         string // the last failure logged
+}
+
+func (c *credentials) apply(_ context.Context, cc *pgx.ConnConfig) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fresh, err := c.reread()
+	var parsed *pgx.ConnConfig
+	if err == nil {
+		if parsed, err = pgx.ParseConfig(fresh.Reveal()); err != nil {
+			err = fmt.Errorf("database_url: %s", redactDSNError(err))
+		}
+	}
+	if err != nil {
+		if msg := err.Error(); msg != c.failed {
+			c.failed = msg
+			c.log.Warn("database_url cannot be read again; new connections keep the last credentials", "err", msg)
+		}
+	} else {
+		c.failed = ""
+		if parsed.User != c.user || parsed.Password != c.password {
+			c.log.Info("database credentials changed: new connections use them", "user", parsed.User)
+			c.user, c.password = parsed.User, parsed.Password
+		}
+		if parsed.Host != c.host || parsed.Database != c.database {
+			c.log.Warn("database_url now names another host or database: that takes a restart; new connections keep the running one")
+			c.host, c.database = parsed.Host, parsed.Database
+		}
+	}
+	cc.User, cc.Password = c.user, c.password
+	return nil
 }
 
 // redactDSNError keeps a connection error but drops anything that looks like

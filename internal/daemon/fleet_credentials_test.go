@@ -31,6 +31,19 @@ import (
 // credentials, and the engine on the new ones writes them (the fleet hands
 // them over) instead of sending the rows again.
 func TestRunFleetCredentialsRotated(t *testing.T) {
+	credentialsRotated(t, true)
+}
+
+// TestRunCredentialsRotated: the same rotation under a replica draining
+// the one database of database_url. Each new connection reads the url
+// again (its user and password): the pool, the listener and the wake gate
+// reconnect as the new role, the first rows' completions are written
+// through the new connections, and no row is sent twice.
+func TestRunCredentialsRotated(t *testing.T) {
+	credentialsRotated(t, false)
+}
+
+func credentialsRotated(t *testing.T, fleet bool) {
 	ctx := t.Context()
 	c, err := pgtemp.Start(ctx, pgtemp.Options{})
 	if err != nil {
@@ -100,11 +113,16 @@ func TestRunFleetCredentialsRotated(t *testing.T) {
 routes:
   t: {adapter: p}
 lease: 12s
-databases:
+`, provider.URL)
+	if fleet {
+		yaml += fmt.Sprintf(`databases:
   static:
     - {name: rotated, url: "${file:%s}"}
   refresh: 1s
-`, provider.URL, secret)
+`, secret)
+	} else {
+		yaml += fmt.Sprintf("database_url: \"${file:%s}\"\n", secret)
+	}
 	cfg, err := config.Parse("c.yaml", []byte(yaml), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +252,23 @@ databases:
 	for _, role := range []string{"tenant_v1", "tenant_v2"} {
 		if strings.Contains(out, as(role)) {
 			t.Errorf("the url with %s reached the logs", role)
+		}
+	}
+	if !fleet {
+		// The wake-up hears again: its connections are the new role's.
+		for {
+			var listening int
+			if err := check.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE usename = 'tenant_v2' AND application_name IN ('drainer-listen', 'drainer-wake')`).Scan(&listening); err != nil {
+				t.Fatal(err)
+			}
+			if listening == 2 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of the listener's and the wake gate's connections are the new role's, want 2; logs:\n%s", listening, logs.String())
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	if !strings.Contains(out, `"database":"rotated"`) {
