@@ -25,6 +25,7 @@ from ._core import (
     Enqueued,
     Outcome,
     Statement,
+    check_open,
     check_wait_args,
     delays,
     enqueue_answer,
@@ -54,16 +55,11 @@ _T = TypeVar("_T")
 
 
 def _check_open(conn: Any, op: str) -> None:
-    if not isinstance(conn, psycopg.Connection):
-        hint = ""
-        if isinstance(conn, psycopg.AsyncConnection):
-            hint = ": use `await drainer_client.aio." + op + "(...)` with an AsyncConnection"
-        raise UsageError(
-            f"{op}: conn must be a psycopg.Connection or a SQLAlchemy Session or Connection, "
-            f"not {type(conn).__name__}{hint}"
-        )
-    if conn.closed or conn.broken or conn.info.transaction_status == pq.TransactionStatus.UNKNOWN:
-        raise ConnectionClosed(f"{op}: the connection is closed")
+    check_open(
+        conn, op, psycopg.Connection,
+        "a psycopg.Connection or a SQLAlchemy Session or Connection",
+        psycopg.AsyncConnection, "use `await drainer_client.aio." + op + "(...)` with an AsyncConnection",
+    )
 
 
 def closed_error(conn: Any, op: str, e: BaseException) -> Optional[ConnectionClosed]:

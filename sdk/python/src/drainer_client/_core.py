@@ -1,6 +1,6 @@
 """What the sync and async clients share: names, SQL text, argument checks and answer parsing.
 
-Nothing here touches a connection. :mod:`drainer_client._client` (psycopg
+Nothing here runs a statement. :mod:`drainer_client._client` (psycopg
 ``Connection``), :mod:`drainer_client.aio` (psycopg ``AsyncConnection``) and
 :mod:`drainer_client._sqla` (SQLAlchemy sessions and connections, sync and
 async) each run the statements built here and hand the rows back here, so
@@ -14,7 +14,9 @@ import math
 import re
 from typing import Any, Dict, Iterator, NamedTuple, Optional, Sequence
 
-from ._errors import DrainerError, UsageError
+from psycopg import pq
+
+from ._errors import ConnectionClosed, DrainerError, UsageError
 from ._key import idempotency_key, validate_tuple
 from ._payload import serialize_payload
 
@@ -58,6 +60,20 @@ class Outcome(NamedTuple):
     status: str
     response: Any
     last_error: Optional[str]
+
+
+def check_open(conn: Any, op: str, expected: type, accepts: str, other: type, hint: str) -> None:
+    """Refuse conn unless it is an open ``expected`` connection.
+
+    UsageError names what op accepts and, when conn is an ``other`` (the
+    client of the other flavour), the hint; ConnectionClosed says conn is
+    closed or broken.
+    """
+    if not isinstance(conn, expected):
+        tail = ": " + hint if isinstance(conn, other) else ""
+        raise UsageError(f"{op}: conn must be {accepts}, not {type(conn).__name__}{tail}")
+    if conn.closed or conn.broken or conn.info.transaction_status == pq.TransactionStatus.UNKNOWN:
+        raise ConnectionClosed(f"{op}: the connection is closed")
 
 
 def is_settled(status: str) -> bool:

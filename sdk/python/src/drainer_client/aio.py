@@ -42,6 +42,7 @@ from ._core import (
     Enqueued,
     Outcome,
     Statement,
+    check_open,
     check_wait_args,
     delays,
     enqueue_answer,
@@ -100,16 +101,11 @@ _T = TypeVar("_T")
 
 
 def _check_open(conn: Any, op: str) -> None:
-    if not isinstance(conn, psycopg.AsyncConnection):
-        hint = ""
-        if isinstance(conn, psycopg.Connection):
-            hint = ": use `drainer_client." + op + "(...)` with a synchronous Connection"
-        raise UsageError(
-            f"{op}: conn must be a psycopg.AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection, "
-            f"not {type(conn).__name__}{hint}"
-        )
-    if conn.closed or conn.broken or conn.info.transaction_status == pq.TransactionStatus.UNKNOWN:
-        raise ConnectionClosed(f"{op}: the connection is closed")
+    check_open(
+        conn, op, psycopg.AsyncConnection,
+        "a psycopg.AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection",
+        psycopg.Connection, "use `drainer_client." + op + "(...)` with a synchronous Connection",
+    )
 
 
 async def _run(conn: "psycopg.AsyncConnection[Any]", op: str, fn: Callable[[], Awaitable[_T]]) -> _T:
