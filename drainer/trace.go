@@ -22,7 +22,12 @@ func (e *Engine) startDispatchSpan(ctx context.Context, row *claimedRow, m *disp
 	if m.Traceparent != "" {
 		ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": m.Traceparent})
 	}
-	e.queueSpan(ctx, row)
+	// Under the agent's span, the two are siblings; a row enqueued
+	// without a trace starts one at its queue span, the attempt its child,
+	// so that one row's wait and attempt are one trace, not two.
+	if queued := e.queueSpan(ctx, row); !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = queued
+	}
 	ctx, span := e.tracer.Start(ctx, "drainer.dispatch "+m.Tuple.ToolName, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String("drainer.tool_name", m.Tuple.ToolName),
@@ -42,12 +47,13 @@ func (e *Engine) startDispatchSpan(ctx context.Context, row *claimedRow, m *disp
 // queueSpan records, in the agent's trace, the time the row waited in the
 // queue before this attempt: from when it was due (its enqueue, for a
 // first attempt; the end of its backoff, for a retry) to its claim, both
-// read on the database clock.
-func (e *Engine) queueSpan(ctx context.Context, row *claimedRow) {
+// read on the database clock. It returns ctx with the span (ctx itself
+// when the row has no wait to record).
+func (e *Engine) queueSpan(ctx context.Context, row *claimedRow) context.Context {
 	if row.Due.IsZero() || row.DBNow.Before(row.Due) {
-		return
+		return ctx
 	}
-	_, span := e.tracer.Start(ctx, "drainer.queue "+row.ToolName, trace.WithSpanKind(trace.SpanKindConsumer),
+	ctx, span := e.tracer.Start(ctx, "drainer.queue "+row.ToolName, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithTimestamp(row.Due),
 		trace.WithAttributes(
 			attribute.String("drainer.tool_name", row.ToolName),
@@ -57,6 +63,7 @@ func (e *Engine) queueSpan(ctx context.Context, row *claimedRow) {
 			attribute.Float64("drainer.queue_seconds", row.DBNow.Sub(row.Due).Seconds()),
 		))
 	span.End(trace.WithTimestamp(row.DBNow))
+	return ctx
 }
 
 // endDispatchSpan records the attempt's outcome on its span.

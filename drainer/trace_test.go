@@ -67,3 +67,45 @@ func TestDispatchContinuesAgentTrace(t *testing.T) {
 		t.Fatalf("queue span from %s to %s; want from the enqueue (%s) to the claim (%s)", queued.StartTime(), queued.EndTime(), enqueued, claimed)
 	}
 }
+
+// TestDispatchWithoutTraceIsOneTrace: a row enqueued without a traceparent
+// starts one trace at its queue span, and its attempt is that span's
+// child: the provider gets the attempt's traceparent in the same trace.
+func TestDispatchWithoutTraceIsOneTrace(t *testing.T) {
+	pool := newPool(t)
+	enqueueN(t, pool, "r", "t", 1)
+	sent := make(chan string, 1)
+	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		sent <- m.Traceparent
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 1, Tracer: tp.Tracer("test")})
+	var upstream string
+	select {
+	case upstream = <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not dispatched")
+	}
+	testkit.WaitFor(t, 5*time.Second, "spans ended", func() (bool, string) { return len(rec.Ended()) == 2, "" })
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		spans[s.Name()] = s
+	}
+	span, queued := spans["drainer.dispatch t"], spans["drainer.queue t"]
+	if span == nil || queued == nil {
+		t.Fatalf("spans %v: want drainer.queue t and drainer.dispatch t", spans)
+	}
+	if queued.Parent().IsValid() {
+		t.Fatalf("queue span has parent %s: want the root of the row's trace", queued.Parent().SpanID())
+	}
+	if span.Parent().SpanID() != queued.SpanContext().SpanID() || span.SpanContext().TraceID() != queued.SpanContext().TraceID() {
+		t.Fatalf("attempt span (trace %s, parent %s) is not the queue span's (trace %s, span %s) child",
+			span.SpanContext().TraceID(), span.Parent().SpanID(), queued.SpanContext().TraceID(), queued.SpanContext().SpanID())
+	}
+	if want := "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-01"; upstream != want {
+		t.Fatalf("provider got traceparent %q, want the attempt's %q", upstream, want)
+	}
+}
