@@ -20,6 +20,7 @@ import (
 	"github.com/drainer-io/drainer/internal/daemon"
 	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -193,7 +194,7 @@ gateway:
 // the given headers.
 func (g *gw) client(t *testing.T, headers map[string]string) *sdk.ClientSession {
 	t.Helper()
-	hc := &http.Client{Transport: headerTransport{headers}}
+	hc := &http.Client{Transport: testkit.Headers{Set: headers}}
 	c := sdk.NewClient(&sdk.Implementation{Name: "agent", Version: "1"}, nil)
 	s, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: g.url, HTTPClient: hc, MaxRetries: -1}, nil)
 	if err != nil {
@@ -201,16 +202,6 @@ func (g *gw) client(t *testing.T, headers map[string]string) *sdk.ClientSession 
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-type headerTransport struct{ h map[string]string }
-
-func (ht headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	for k, v := range ht.h {
-		r.Header.Set(k, v)
-	}
-	return http.DefaultTransport.RoundTrip(r)
 }
 
 func agentHeaders(run string) map[string]string {

@@ -334,9 +334,6 @@ func (s *gwSetup) agent(t *testing.T, run string) *gwAgent {
 
 func (a *gwAgent) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	for k, v := range a.headers {
-		r.Header.Set(k, v)
-	}
 	if r.Body != nil {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -353,7 +350,7 @@ func (a *gwAgent) RoundTrip(r *http.Request) (*http.Response, error) {
 			a.mu.Unlock()
 		}
 	}
-	return a.base.RoundTrip(r)
+	return testkit.Headers{Base: a.base, Set: a.headers}.RoundTrip(r)
 }
 
 // requestIDs returns the request ids of the tools/call sent so far.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/tooling/testkit"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"pgregory.net/rapid"
 )
@@ -108,7 +109,7 @@ type gwCall struct {
 func gwCallOnce(url, run string, args map[string]any, timeout time.Duration) (body string, meta sdk.Meta, isError bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	hc := &http.Client{Transport: gwHeaders{run: run}}
+	hc := &http.Client{Transport: testkit.Headers{Set: map[string]string{"X-Agent-Run-Id": run}}}
 	c := sdk.NewClient(&sdk.Implementation{Name: "model-agent", Version: "1"}, nil)
 	s, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: hc, MaxRetries: -1}, nil)
 	if err != nil {
@@ -128,14 +129,6 @@ func gwCallOnce(url, run string, args map[string]any, timeout time.Duration) (bo
 		return "", nil, false, err
 	}
 	return string(b), res.Meta, res.IsError, nil
-}
-
-type gwHeaders struct{ run string }
-
-func (h gwHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("X-Agent-Run-Id", h.run)
-	return http.DefaultTransport.RoundTrip(r)
 }
 
 // gatewayURL is a live, running (not stopped) replica's gateway, drawn at

@@ -5,5 +5,6 @@
 //
 // # Files
 //
-//	wait.go  WaitFor, polling a condition within a generous bound
+//	wait.go     WaitFor, polling a condition within a generous bound
+//	headers.go  Headers, an http.RoundTripper setting headers on each request
 package testkit
