@@ -161,12 +161,12 @@ func (c *Config) RoutesServedBy(name string) []dispatch.RouteSpec {
 func routeSpec(tool string, r *Route, fallback bool) dispatch.RouteSpec {
 	return dispatch.RouteSpec{
 		Tool: tool, Class: cmp.Or(r.Class, outbox.ClassKeyIdempotent), Fallback: fallback,
-		Method: r.Method, Path: r.Path, Query: r.Query, IdempotencyKey: r.IdempotencyKey,
+		Method: r.Method, Path: r.Path, Query: r.Query, Body: r.Body, IdempotencyKey: r.IdempotencyKey,
 	}
 }
 
 // routeAdapterKeys checks the keys of route r that belong to its adapter's
-// type (an http route's method, path, query and idempotency_key), and lets
+// type (an http route's method, path, query, body and idempotency_key), and lets
 // each adapter serving the route check it.
 func (v *validator) routeAdapterKeys(p, tool string, r *Route) {
 	a := v.cfg.Adapters[r.Adapter]

@@ -259,13 +259,16 @@ type Route struct {
 	// IdempotencyKey overrides the adapter's key placement for this tool
 	// (http adapters only); nil means the adapter's.
 	IdempotencyKey *IdempotencyKey `yaml:"idempotency_key"`
-	// Method, Path and Query shape the request of an http route: POST
-	// (default), PUT, PATCH or DELETE; a path template appended to the
+	// Method, Path, Query and Body shape the request of an http route:
+	// POST (default), PUT, PATCH or DELETE; a path template appended to the
 	// adapter's url ({tool_name}, {field} from the payload); fixed query
-	// parameters. The http adapter checks them (dispatch.Kind.RouteKeys).
+	// parameters; payload (default) or without_path_fields, the body
+	// without the path's {field}s. The http adapter checks them
+	// (dispatch.Kind.RouteKeys).
 	Method string            `yaml:"method"`
 	Path   string            `yaml:"path"`
 	Query  map[string]string `yaml:"query"`
+	Body   string            `yaml:"body"`
 
 	// File and Line locate the route's tool_name in the config file.
 	File string `yaml:"-"`

@@ -76,3 +76,51 @@ routes:
 		t.Fatalf("warnings %q, want %q", cfg.Warnings, want)
 	}
 }
+
+// TestRouteBody checks the body key of an http route: its two values are
+// accepted (payload is the default), anything else is refused at its line
+// with the allowed values, and so is the key on a route whose adapter is
+// not http; `drainer check` and `drainer run` alike.
+func TestRouteBody(t *testing.T) {
+	for _, check := range []bool{true, false} {
+		testRouteBody(t, check)
+	}
+}
+
+func testRouteBody(t *testing.T, check bool) {
+	cfg := mustParse(t, `
+adapters:
+  orders_api: {type: http, url: "https://api.example.com"}
+routes:
+  update_order: {adapter: orders_api, method: PUT, path: "/v1/orders/{order_id}", body: without_path_fields}
+  create_order: {adapter: orders_api, path: /v1/orders, body: payload}
+  cancel_order: {adapter: orders_api, method: DELETE, path: "/v1/orders/{order_id}", body: without_path_fields}
+  notify: {adapter: orders_api}
+`, check)
+	for tool, want := range map[string]string{"update_order": "without_path_fields", "create_order": "payload", "cancel_order": "without_path_fields", "notify": ""} {
+		if got := cfg.Routes[tool].Body; got != want {
+			t.Errorf("routes.%s.body = %q, want %q", tool, got, want)
+		}
+	}
+	cfg, err := parse(t, `
+adapters:
+  api: {type: http, url: "https://api.example.com", idempotency_key: {name: request_id, location: body}}
+  q: {type: nats, servers: ["nats://127.0.0.1:4222"], subject: "x.{tool_name}"}
+routes:
+  typo: {adapter: api, method: PUT, path: "/v1/orders/{order_id}", body: without_path_field}
+  empty: {adapter: api, body: ""}
+  upper: {adapter: api, body: PAYLOAD}
+  key: {adapter: api, path: "/v1/{request_id}", body: without_path_fields}
+  nats: {adapter: q, body: payload}
+`, check)
+	if err == nil {
+		t.Fatalf("Parse succeeded (%s), want errors", cfg.Summary())
+	}
+	assertLines(t, errorLines(t, err), []string{
+		`c.yaml:5:74: routes.typo.body: must be one of payload, without_path_fields, got "without_path_field"`,
+		`c.yaml:6:31: routes.empty.body: must be one of payload, without_path_fields, got ""`,
+		`c.yaml:7:31: routes.upper.body: must be one of payload, without_path_fields, got "PAYLOAD"`,
+		`c.yaml:8:55: routes.key.body: path field {request_id} also carries the idempotency key in the body; without_path_fields would send the key in its place`,
+		`c.yaml:9:22: routes.nats.body: body is valid only on routes whose adapter is http; adapter q is nats`,
+	})
+}

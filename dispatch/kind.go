@@ -32,10 +32,11 @@ type RouteSpec struct {
 	// Fallback is set when the adapter serves the route as its fallback.
 	Fallback bool
 	// The request keys of an http route (Kind.RouteKeys): method, path,
-	// fixed query and the key's placement (nil: the adapter's).
+	// fixed query, body mode and the key's placement (nil: the adapter's).
 	Method         string
 	Path           string
 	Query          map[string]string
+	Body           string
 	IdempotencyKey *wire.KeyPlacement
 }
 

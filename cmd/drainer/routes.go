@@ -47,8 +47,10 @@ stdout: tool_name = operationId, adapter NAME, the class, the operation's
 method and path, key_ttl from ttl_seconds, idempotency_key from
 key_field/key_location, compensation from the compensation triplet and a
 detect probe from its detection when it is "GET /path" with only {key} and
-{tool_name}. read_only operations are not routed. Each path parameter must
-be a required property of the JSON request body (the row's payload).
+{tool_name}. read_only operations are not routed. Each path parameter is
+filled from the row's payload; when the JSON request body schema does not
+declare the path parameters the route gets body: without_path_fields (the
+payload without them is the body), else the payload is the body.
 Operations marked agent_safe: false are refused unless --allow-unsafe is
 given. Every problem of every operation is reported at once (exit 2); a
 YAML or JSON syntax error names FILE:LINE:COL.`,

@@ -45,8 +45,9 @@ type Config struct {
 	// ToolKeyPlacement overrides KeyPlacement per tool_name (routes with an
 	// idempotency_key of their own).
 	ToolKeyPlacement map[string]KeyPlacement
-	// Routes gives tools their own method, path and fixed query (routes with
-	// method, path or query); a tool without one is POSTed to URL.
+	// Routes gives tools their own method, path, fixed query and body mode
+	// (routes with method, path, query or body); a tool without one is
+	// POSTed to URL with its payload as the body.
 	Routes map[string]Route
 	// Transport replaces the adapter's own transport (tests); optional.
 	Transport http.RoundTripper

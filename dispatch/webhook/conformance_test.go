@@ -54,6 +54,27 @@ func TestConformanceWithRoute(t *testing.T) {
 	})
 }
 
+// TestConformanceWithoutPathFields runs the suite through a route whose
+// path reads a payload field that body: without_path_fields leaves out of
+// the body: every rule holds unchanged.
+func TestConformanceWithoutPathFields(t *testing.T) {
+	dispatchtest.Run(t, func(t *testing.T) (dispatch.Adapter, dispatchtest.Upstream, string) {
+		up := newUpstream(t)
+		a, err := webhook.New(webhook.Config{
+			URL:     up.srv.URL,
+			Headers: map[string]string{"Authorization": "Bearer " + conformanceSecret},
+			Timeout: 5 * time.Second,
+			Routes: map[string]webhook.Route{dispatchtest.Tool: {
+				Method: http.MethodPut, Path: "/v1/{tool_name}/{currency}", Body: webhook.BodyWithoutPathFields,
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, up, conformanceSecret
+	})
+}
+
 // upstream is a provider with Stripe-like idempotency: the first 2xx of a
 // key is stored with the request body; the same key and body get it again
 // with Idempotency-Replay: true, another body gets 409 payload-mismatch.

@@ -22,14 +22,17 @@ import (
 var Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
 // Route is how one tool_name is sent: its method, a path appended to the
-// adapter's URL and fixed query parameters. The zero Route is the adapter's
-// default: POST to the URL as configured.
+// adapter's URL, fixed query parameters and what of the payload is the
+// body. The zero Route is the adapter's default: POST to the URL as
+// configured.
 //
 // What becomes the body: POST, PUT and PATCH send the row's payload as is
-// (the fields used in the path stay in it: a provider may check them
-// against the path); DELETE sends no body and no Content-Type (the payload
-// only supplies the path fields), so its key travels in a header or the
-// query, never in the body.
+// (BodyPayload: the fields used in the path stay in it, a provider may
+// check them against the path), or the payload object without the
+// top-level fields its path reads (BodyWithoutPathFields, for APIs whose
+// body schema does not declare them); DELETE sends no body and no
+// Content-Type whatever Body says (the payload only supplies the path
+// fields), so its key travels in a header or the query, never in the body.
 type Route struct {
 	// Method is POST, PUT, PATCH or DELETE; "" means POST.
 	Method string
@@ -39,7 +42,22 @@ type Route struct {
 	Path string
 	// Query holds fixed query parameters, added to the adapter's URL query.
 	Query map[string]string
+	// Body is BodyPayload or BodyWithoutPathFields; "" means BodyPayload.
+	Body string
 }
+
+// Body modes of a route (docs/reference.md §4): what of the payload a POST,
+// PUT or PATCH sends as its body.
+const (
+	// BodyPayload sends the payload as is (the default).
+	BodyPayload = "payload"
+	// BodyWithoutPathFields sends the payload object without the top-level
+	// fields the path template reads ({tool_name} is not one).
+	BodyWithoutPathFields = "without_path_fields"
+)
+
+// BodyModes are the values of a route's body key, the default first.
+var BodyModes = []string{BodyPayload, BodyWithoutPathFields}
 
 // method returns the route's method, POST by default.
 func (r Route) method() string {
@@ -267,6 +285,14 @@ func checkRoute(c *wire.Checker, path string, r Route, place KeyPlacement) {
 			c.Errorf(pp, "%v", err)
 		}
 	}
+	if bp := wire.Join(path, "body"); c.Set(bp, r.Body == "") && c.Known(bp) {
+		if !slices.Contains(BodyModes, r.Body) {
+			c.Errorf(bp, "must be one of %s, got %s", strings.Join(BodyModes, ", "), c.Quote(bp, r.Body))
+		} else if t, err := ParsePath(r.Path); err == nil && r.Body == BodyWithoutPathFields &&
+			place.Location == LocationBody && slices.Contains(t.Fields(), place.Name) {
+			c.Errorf(bp, "path field {%s} also carries the idempotency key in the body; without_path_fields would send the key in its place", place.Name)
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(r.Query)) {
 		qp := wire.Join(path, "query."+name)
 		switch {
@@ -282,11 +308,12 @@ func checkRoute(c *wire.Checker, path string, r Route, place KeyPlacement) {
 }
 
 // compiledRoute is a Route ready to send: its path parsed (nil: none), its
-// query encoded.
+// query encoded, and the payload fields its body leaves out.
 type compiledRoute struct {
 	Route
 	path  *PathTemplate
 	query string
+	omit  []string
 }
 
 // compile prepares a validated route.
@@ -294,6 +321,9 @@ func compile(r Route) compiledRoute {
 	c := compiledRoute{Route: r}
 	if r.Path != "" {
 		c.path, _ = ParsePath(r.Path) // validated by Config.Validate
+		if r.Body == BodyWithoutPathFields {
+			c.omit = c.path.Fields()
+		}
 	}
 	if len(r.Query) > 0 {
 		q := url.Values{}
@@ -303,6 +333,33 @@ func compile(r Route) compiledRoute {
 		c.query = q.Encode()
 	}
 	return c
+}
+
+// body returns what the route sends as the body of payload: nil for a
+// DELETE; the payload without the fields in omit when there are any (the
+// path's expansion has proven it a JSON object); else the payload as is.
+func (r compiledRoute) body(payload []byte) ([]byte, error) {
+	switch {
+	case !r.hasBody():
+		return nil, nil
+	case len(r.omit) == 0:
+		return payload, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &obj); err != nil {
+		return nil, &FieldError{Field: r.omit[0], Reason: "the payload is not a JSON object"}
+	}
+	for _, f := range r.omit {
+		delete(obj, f)
+	}
+	// SetEscapeHTML(false): the payload's strings keep their bytes.
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(obj); err != nil {
+		return nil, fmt.Errorf("body without the path fields: re-encode payload: %w", err)
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
 
 // joinQuery appends an encoded query to another.

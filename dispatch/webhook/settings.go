@@ -81,10 +81,10 @@ func validateURL(tmpl string) error {
 }
 
 // routeKeys are the route keys of an http route (docs/reference.md §4).
-var routeKeys = []string{"method", "path", "query", "idempotency_key"}
+var routeKeys = []string{"method", "path", "query", "body", "idempotency_key"}
 
 // checkConfiguredRoute checks the request keys of a route the adapter
-// serves as its adapter: its idempotency_key, method, path and query.
+// serves as its adapter: its idempotency_key, method, path, query and body.
 func checkConfiguredRoute(c *wire.Checker, adapter string, ds dispatch.Settings, r dispatch.RouteSpec) {
 	s := ds.(*Settings)
 	if r.Fallback {
@@ -98,7 +98,7 @@ func checkConfiguredRoute(c *wire.Checker, adapter string, ds dispatch.Settings,
 		checkPlacement(c, "idempotency_key", *r.IdempotencyKey, s.URL, wire.Reveal(s.Headers))
 		place = *r.IdempotencyKey
 	}
-	checkRoute(c, "", Route{Method: r.Method, Path: r.Path, Query: r.Query}, place.WithDefaults())
+	checkRoute(c, "", Route{Method: r.Method, Path: r.Path, Query: r.Query, Body: r.Body}, place.WithDefaults())
 	if r.Path != "" && strings.Contains(s.URL, toolNameVar) {
 		// The mistake of a config written for POST url/{tool_name} that
 		// then gains imported paths.
@@ -107,7 +107,7 @@ func checkConfiguredRoute(c *wire.Checker, adapter string, ds dispatch.Settings,
 }
 
 // configure turns an http adapter's settings into its runtime config: each
-// route's key placement, method, path and query become the tool's own.
+// route's key placement, method, path, query and body become the tool's own.
 func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	s := in.Settings.(*Settings)
 	cfg := Config{URL: s.URL, Headers: wire.Reveal(s.Headers), Timeout: in.Timeout, UserAgent: in.UserAgent()}
@@ -124,11 +124,11 @@ func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 			}
 			cfg.ToolKeyPlacement[r.Tool] = *r.IdempotencyKey
 		}
-		if r.Method != "" || r.Path != "" || len(r.Query) > 0 {
+		if r.Method != "" || r.Path != "" || len(r.Query) > 0 || r.Body != "" {
 			if cfg.Routes == nil {
 				cfg.Routes = map[string]Route{}
 			}
-			cfg.Routes[r.Tool] = Route{Method: r.Method, Path: r.Path, Query: r.Query}
+			cfg.Routes[r.Tool] = Route{Method: r.Method, Path: r.Path, Query: r.Query, Body: r.Body}
 		}
 	}
 	if err := cfg.WithDefaults().Validate(); err != nil {

@@ -105,15 +105,14 @@ func (a *Adapter) newRequest(ctx context.Context, m *dispatch.Message) (*http.Re
 	}
 	query = joinQuery(query, route.query)
 	place := a.cfg.placementFor(m.Tuple.ToolName)
-	var body []byte
-	if route.hasBody() {
-		body = []byte(m.Payload)
+	body, err := route.body(m.Payload)
+	if err != nil {
+		return nil, err
 	}
 	switch place.Location {
 	case LocationQuery:
 		query = joinQuery(query, url.QueryEscape(place.Name)+"="+url.QueryEscape(m.Key))
 	case LocationBody:
-		var err error
 		if body, err = withKeyField(body, place.Name, m.Key); err != nil {
 			return nil, err
 		}

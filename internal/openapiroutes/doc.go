@@ -10,7 +10,8 @@
 //	                  (unknown fields with a "did you mean", wrong types), checked by
 //	                  class and agent_safe
 //	request.go        the operation's method and path, its path parameters checked
-//	                  against the request body schema; detection as a detect probe
+//	                  and the body chosen from the request body schema (the payload,
+//	                  or without the path fields); detection as a detect probe
 //	yaml.go           WriteYAML: the routes: section to paste into a config
 //	testdata/         documents of the tests, third-party ones trimmed (README.md
 //	                  names their sources and licences)

@@ -38,6 +38,10 @@ type Route struct {
 	Compensation string
 	// Method and Path are the operation's, for the route's method and path.
 	Method, Path string
+	// Body is the route's body key: "" for the default (the payload is the
+	// body), webhook.BodyWithoutPathFields when the operation's request
+	// body schema declares none of the path parameters.
+	Body string
 	// Detection is the compensation's detection as written; Detect is the
 	// detect probe URL it becomes, or "" with DetectNote saying why not.
 	Detection, Detect, DetectNote string

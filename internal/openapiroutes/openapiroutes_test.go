@@ -168,7 +168,7 @@ func TestImportNotOpenAPI(t *testing.T) {
 }
 
 func FuzzImport(f *testing.F) {
-	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml", "refusals.yaml", "petstore-expanded-3.0.yaml", "box-comments-tasks-3.0.json"} {
+	for _, name := range []string{"payments-3.0.yaml", "orders-3.1.json", "broken.yaml", "refusals.yaml", "petstore-expanded-3.0.yaml", "box-comments-tasks-3.0.json", "shop-rest-3.0.yaml"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -205,7 +205,8 @@ func TestImportEveryRefusalAtOnce(t *testing.T) {
 		p + "#/paths/~1notes/post: x-agent-idempotency.class: missing (one of read_only, naturally_idempotent, key_idempotent, non_idempotent)",
 		p + `#/paths/~1payouts/post: x-agent-idempotency.compensation.windw_seconds: unknown field; did you mean "window_seconds"?`,
 		p + "#/paths/~1payouts/post: x-agent-idempotency.compensation.window_seconds: missing (the maximum reversal window)",
-		p + "#/paths/~1payouts~1{payout_id}~1cancel/post: path parameter {payout_id}: missing from the request body schema's properties (the row's payload is the body and supplies the path)",
+		p + "#/paths/~1carts~1{cart_id}~1lines~1{line_id}/put: path parameter {cart_id}: missing from the request body schema's properties, which declare {line_id} and allow no other: neither the payload nor the payload without the path fields is a valid body",
+		p + "#/paths/~1flags~1{enabled}/put: path parameter {enabled}: of type boolean; a path variable is filled from a string or an integer field",
 		p + "#/paths/~1orders~1{order_id}/patch: path parameter {order_id}: not in the request body schema's required list (a row without it would fail unsent)",
 		p + "#/paths/~1orders~1{order_id}/get: method GET cannot be routed: an http route sends POST, PUT, PATCH, DELETE",
 		p + "#/paths/~1items~1{item.id}/delete: path /items/{item.id}: variable {item.id}: a name is letters, digits, _ and -, not starting with a digit or -",
@@ -288,8 +289,8 @@ func TestImportRealWorldSpecs(t *testing.T) {
 
 // TestImportRealWorldPathParamNotInBody: the OpenAI document as published
 // does not list an operation's path parameter in its request body; once
-// annotated, the import names the parameter instead of emitting a route
-// whose rows could never fill their path.
+// annotated, the operation is routed with body: without_path_fields, and
+// `check` accepts it.
 func TestImportRealWorldPathParamNotInBody(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("testdata", "openai-vector-stores-3.1.yaml"))
 	if err != nil {
@@ -300,9 +301,54 @@ func TestImportRealWorldPathParamNotInBody(t *testing.T) {
 		t.Fatal("fixture changed: no modifyAssistant operation")
 	}
 	data = bytes.Replace(data, []byte(at), []byte(at+"      x-agent-idempotency: {class: naturally_idempotent}\n"), 1)
-	_, err = Import("openai.yaml", data, Options{})
-	want := "openai.yaml: #/paths/~1assistants~1{assistant_id}/post: path parameter {assistant_id}: missing from the request body schema's properties"
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("error %v, want %q", err, want)
+	res, err := Import("openai.yaml", data, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := checkSpliced(t, "openai", res)
+	if r := cfg.Routes["modifyAssistant"]; r == nil || r.Method != "POST" || r.Path != "/assistants/{assistant_id}" || r.Body != "without_path_fields" {
+		t.Fatalf("modifyAssistant = %+v, want POST /assistants/{assistant_id} with body: without_path_fields", r)
+	}
+	// modifyVectorStore's schema declares its path parameter (the fixture
+	// adds it): the payload stays the body.
+	if r := cfg.Routes["modifyVectorStore"]; r == nil || r.Body != "" {
+		t.Errorf("modifyVectorStore = %+v, want the default body", r)
+	}
+}
+
+// TestImportTypicalREST: a REST API whose bodies do not repeat the path's
+// parameters imports; each route's body key follows its body schema.
+func TestImportTypicalREST(t *testing.T) {
+	res, err := importFile(t, "shop-rest-3.0.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := checkSpliced(t, "shop", res)
+	want := map[string][3]string{ // tool → method, path, body
+		"createOrder":       {"POST", "/v1/orders", ""},
+		"updateOrderStatus": {"PUT", "/v1/orders/{order_id}", "without_path_fields"},
+		"deleteOrder":       {"DELETE", "/v1/orders/{order_id}", ""},
+		"refundOrder":       {"POST", "/v1/orders/{order_id}/refunds", "without_path_fields"},
+		// The schema declares {address_id} but not {customer_id}: the
+		// payload stays the body, every declared field in it.
+		"putAddress": {"PUT", "/v1/customers/{customer_id}/addresses/{address_id}", ""},
+	}
+	if len(cfg.Routes) != len(want) || !slices.Equal(res.ReadOnly, []string{"getOrder"}) {
+		t.Fatalf("routes %s, read_only %v", cfg.Summary(), res.ReadOnly)
+	}
+	for tool, w := range want {
+		if r := cfg.Routes[tool]; r == nil || r.Method != w[0] || r.Path != w[1] || r.Body != w[2] {
+			t.Errorf("route %s = %+v, want %s %s body %q", tool, r, w[0], w[1], w[2])
+		}
+	}
+	var out bytes.Buffer
+	if err := WriteYAML(&out, "spec", "shop", res); err != nil {
+		t.Fatal(err)
+	}
+	if want := "    path: \"/v1/orders/{order_id}\"\n    body: without_path_fields  # the request body schema does not declare the path's parameters\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+	if n := strings.Count(out.String(), "body: "); n != 2 {
+		t.Errorf("%d body keys, want 2:\n%s", n, out.String())
 	}
 }

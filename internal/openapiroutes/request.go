@@ -13,10 +13,23 @@ import (
 
 // request carries an operation's method and path into its route: the
 // method must be one an http route can send, the path a template the http
-// adapter can expand, and each path parameter a required property of the
-// JSON request body schema (the row's payload is that body and supplies the
-// path's values). An operation without a request body (a DELETE) takes its
-// path values from the payload, which is not sent.
+// adapter can expand, and each path parameter a declared, required string
+// or integer (the row's payload supplies the path's values).
+//
+// What the body holds follows the JSON request body schema:
+//   - it declares every path parameter: the payload is the body (body:
+//     payload, the default), and each of them must be in its required list
+//     (a row without it would fail unsent);
+//   - it declares none: the payload without the path's fields is the body
+//     (body: without_path_fields), as most REST APIs expect;
+//   - it declares some but not all: the payload stays the body, so every
+//     field the schema declares is sent and the undeclared path fields
+//     travel with them (an API that ignores unknown fields accepts it);
+//     with additionalProperties: false neither body is valid, and the
+//     undeclared parameters are refused.
+//
+// An operation without a JSON request body (a DELETE) takes its path
+// values from the payload and keeps the default.
 func request(o op, r *Route) []string {
 	var errs []string
 	if !slices.Contains(webhook.Methods, o.method) {
@@ -35,7 +48,8 @@ func request(o op, r *Route) []string {
 			}
 		}
 	}
-	props, required, hasBody := bodySchema(o.op)
+	props, required, closed, hasBody := bodySchema(o.op)
+	var inBody, notInBody []string
 	for _, name := range pathParams(o.path) {
 		p := declared[name]
 		switch {
@@ -45,29 +59,59 @@ func request(o op, r *Route) []string {
 		case !p.Required:
 			errs = append(errs, fmt.Sprintf("path parameter {%s}: must be required (a path variable has no default)", name))
 		}
-		if !hasBody {
-			continue
+		if t := paramType(p); t != "" {
+			errs = append(errs, fmt.Sprintf("path parameter {%s}: of type %s; a path variable is filled from a string or an integer field", name, t))
 		}
-		switch {
-		case !slices.Contains(props, name):
-			errs = append(errs, fmt.Sprintf("path parameter {%s}: missing from the request body schema's properties (the row's payload is the body and supplies the path)", name))
-		case !slices.Contains(required, name):
+		if slices.Contains(props, name) {
+			inBody = append(inBody, name)
+		} else if !slices.Contains(notInBody, name) {
+			notInBody = append(notInBody, name)
+		}
+	}
+	if !hasBody {
+		return errs
+	}
+	switch {
+	case len(notInBody) > 0 && len(inBody) == 0:
+		r.Body = webhook.BodyWithoutPathFields
+	case len(notInBody) > 0 && closed:
+		for _, name := range notInBody {
+			errs = append(errs, fmt.Sprintf("path parameter {%s}: missing from the request body schema's properties, which declare {%s} and allow no other: neither the payload nor the payload without the path fields is a valid body",
+				name, strings.Join(inBody, "}, {")))
+		}
+	}
+	for _, name := range inBody {
+		if !slices.Contains(required, name) {
 			errs = append(errs, fmt.Sprintf("path parameter {%s}: not in the request body schema's required list (a row without it would fail unsent)", name))
 		}
 	}
 	return errs
 }
 
+// paramType returns the schema type of a path parameter when it can never
+// fill a path variable (not a string or an integer), else "".
+func paramType(p *openapi3.Parameter) string {
+	if p.Schema == nil || p.Schema.Value == nil || p.Schema.Value.Type == nil {
+		return ""
+	}
+	types := p.Schema.Value.Type.Slice()
+	if len(types) == 0 || slices.ContainsFunc(types, func(t string) bool { return t == openapi3.TypeString || t == openapi3.TypeInteger }) {
+		return ""
+	}
+	return strings.Join(types, " or ")
+}
+
 // bodySchema returns the properties and required fields of the operation's
-// JSON request body schema (allOf parts merged); hasBody is false when it
+// JSON request body schema (allOf parts merged), and whether it allows no
+// other property (additionalProperties: false); hasBody is false when it
 // has no JSON request body.
-func bodySchema(op *openapi3.Operation) (props, required []string, hasBody bool) {
+func bodySchema(op *openapi3.Operation) (props, required []string, closed, hasBody bool) {
 	if op.RequestBody == nil || op.RequestBody.Value == nil {
-		return nil, nil, false
+		return nil, nil, false, false
 	}
 	mt := op.RequestBody.Value.Content.Get("application/json")
 	if mt == nil || mt.Schema == nil || mt.Schema.Value == nil {
-		return nil, nil, false
+		return nil, nil, false, false
 	}
 	var walk func(s *openapi3.Schema, depth int)
 	walk = func(s *openapi3.Schema, depth int) {
@@ -78,6 +122,9 @@ func bodySchema(op *openapi3.Operation) (props, required []string, hasBody bool)
 			props = append(props, name)
 		}
 		required = append(required, s.Required...)
+		if has := s.AdditionalProperties.Has; has != nil && !*has {
+			closed = true
+		}
 		for _, part := range s.AllOf {
 			if part != nil {
 				walk(part.Value, depth+1)
@@ -85,7 +132,7 @@ func bodySchema(op *openapi3.Operation) (props, required []string, hasBody bool)
 		}
 	}
 	walk(mt.Schema.Value, 0)
-	return props, required, true
+	return props, required, closed, true
 }
 
 var pathParam = regexp.MustCompile(`\{([^{}]*)\}`)

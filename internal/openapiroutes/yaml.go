@@ -33,6 +33,9 @@ func WriteYAML(w io.Writer, file, adapter string, res *Result) error {
 		if r.Path != "" {
 			fmt.Fprintf(&b, "    path: %s\n", strconv.Quote(r.Path))
 		}
+		if r.Body != "" {
+			fmt.Fprintf(&b, "    body: %s  # the request body schema does not declare the path's parameters\n", r.Body)
+		}
 		if r.KeyTTL > 0 {
 			fmt.Fprintf(&b, "    key_ttl: %s\n", formatDuration(r.KeyTTL))
 		}
