@@ -173,27 +173,36 @@ func readDocs(t *testing.T) []doc {
 		if err != nil {
 			t.Fatal(err)
 		}
-		parts := docSeparator.Split(string(data), -1)
-		for i, part := range parts {
-			where := f
-			if len(parts) > 1 {
-				where = fmt.Sprintf("%s#%d", f, i)
-			}
-			j, err := yaml.YAMLToJSONStrict([]byte(part))
-			if err != nil {
-				t.Errorf("%s: %v", where, err)
-				continue
-			}
-			if string(j) == "null" {
-				continue // comments only
-			}
-			var tm metav1.TypeMeta
-			if err := json.Unmarshal(j, &tm); err != nil || tm.Kind == "" || tm.APIVersion == "" {
-				t.Errorf("%s: no apiVersion and kind (%v)", where, err)
-				continue
-			}
-			docs = append(docs, doc{where, []byte(part), j, tm.GroupVersionKind().String()})
+		docs = append(docs, splitDocs(t, f, data)...)
+	}
+	return docs
+}
+
+// splitDocs splits the YAML documents of one file (or rendered template),
+// named f in errors.
+func splitDocs(t *testing.T, f string, data []byte) []doc {
+	t.Helper()
+	var docs []doc
+	parts := docSeparator.Split(string(data), -1)
+	for i, part := range parts {
+		where := f
+		if len(parts) > 1 {
+			where = fmt.Sprintf("%s#%d", f, i)
 		}
+		j, err := yaml.YAMLToJSONStrict([]byte(part))
+		if err != nil {
+			t.Errorf("%s: %v", where, err)
+			continue
+		}
+		if string(j) == "null" {
+			continue // comments only
+		}
+		var tm metav1.TypeMeta
+		if err := json.Unmarshal(j, &tm); err != nil || tm.Kind == "" || tm.APIVersion == "" {
+			t.Errorf("%s: no apiVersion and kind (%v)", where, err)
+			continue
+		}
+		docs = append(docs, doc{where, []byte(part), j, tm.GroupVersionKind().String()})
 	}
 	return docs
 }
@@ -240,8 +249,28 @@ func decode(d doc) (any, error) {
 
 func load(t *testing.T) *manifests {
 	t.Helper()
+	m := assemble(t, readDocs(t))
+	for name, v := range map[string]any{
+		"Kustomization": m.kustomization, "Namespace": m.namespace, "ConfigMap": m.configMap,
+		"Secret": m.secret, "Deployment": m.deployment, "Service": m.service,
+		"PodDisruptionBudget": m.pdb, "ScaledObject": m.scaledObject,
+		"ServiceMonitor": m.serviceMonitor, "PrometheusRule": m.prometheusRule,
+	} {
+		if reflect.ValueOf(v).IsNil() {
+			t.Errorf("no %s manifest", name)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return m
+}
+
+// assemble decodes docs strictly into a manifests, at most one of each kind.
+func assemble(t *testing.T, docs []doc) *manifests {
+	t.Helper()
 	m := &manifests{}
-	for _, d := range readDocs(t) {
+	for _, d := range docs {
 		obj, err := decode(d)
 		if err != nil {
 			t.Errorf("%s: %v", d.where, err)
@@ -278,19 +307,6 @@ func load(t *testing.T) *manifests {
 			t.Errorf("%s: a second %s: the checks expect one", d.where, d.gvk)
 		}
 		p.Set(reflect.ValueOf(obj))
-	}
-	for name, v := range map[string]any{
-		"Kustomization": m.kustomization, "Namespace": m.namespace, "ConfigMap": m.configMap,
-		"Secret": m.secret, "Deployment": m.deployment, "Service": m.service,
-		"PodDisruptionBudget": m.pdb, "ScaledObject": m.scaledObject,
-		"ServiceMonitor": m.serviceMonitor, "PrometheusRule": m.prometheusRule,
-	} {
-		if reflect.ValueOf(v).IsNil() {
-			t.Errorf("no %s manifest", name)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
 	}
 	return m
 }
@@ -577,7 +593,12 @@ func TestKustomization(t *testing.T) {
 }
 
 func TestDeployment(t *testing.T) {
-	m := load(t)
+	checkDeployment(t, load(t))
+}
+
+// checkDeployment checks the Deployment of m (kustomize's or the chart's).
+func checkDeployment(t *testing.T, m *manifests) {
+	t.Helper()
 	d := m.deployment
 	pod := d.Spec.Template.Spec
 	run := container(t, pod.Containers, "drainer")
@@ -713,7 +734,12 @@ func TestDeployment(t *testing.T) {
 // loader (check mode), resolving ${env:X} from the container's env (values
 // from secret.example.yaml): every reference must be provided.
 func TestConfigMapConfig(t *testing.T) {
-	m := load(t)
+	checkConfigMapConfig(t, load(t))
+}
+
+// checkConfigMapConfig is TestConfigMapConfig on m.
+func checkConfigMapConfig(t *testing.T, m *manifests) {
+	t.Helper()
 	pod := m.deployment.Spec.Template.Spec
 	run := container(t, pod.Containers, "drainer")
 
@@ -788,7 +814,13 @@ func TestConfigMapConfig(t *testing.T) {
 }
 
 func TestServiceMonitoringAndDisruptions(t *testing.T) {
-	m := load(t)
+	checkServiceMonitoringAndDisruptions(t, load(t))
+}
+
+// checkServiceMonitoringAndDisruptions checks the Service, and the
+// ServiceMonitor and PodDisruptionBudget when m has them.
+func checkServiceMonitoringAndDisruptions(t *testing.T, m *manifests) {
+	t.Helper()
 	podLabels := m.deployment.Spec.Template.Labels
 	run := container(t, m.deployment.Spec.Template.Spec.Containers, "drainer")
 	port := metricsPort(t, run)
@@ -807,7 +839,23 @@ func TestServiceMonitoringAndDisruptions(t *testing.T) {
 		t.Fatalf("Service %s has no port targeting the metrics port %d", svc.Name, port)
 	}
 
-	sm := m.serviceMonitor
+	if sm := m.serviceMonitor; sm != nil {
+		checkServiceMonitor(t, sm, svc, svcPort)
+	}
+	if m.pdb == nil {
+		return
+	}
+	if !selects(m.pdb.Spec.Selector.MatchLabels, podLabels) {
+		t.Errorf("PodDisruptionBudget selector %v does not select the pods %v", m.pdb.Spec.Selector.MatchLabels, podLabels)
+	}
+	if m.pdb.Spec.MinAvailable != nil {
+		t.Errorf("PodDisruptionBudget: use maxUnavailable; minAvailable blocks node drains when fewer replicas run")
+	}
+}
+
+// checkServiceMonitor checks sm scrapes svc's metrics port, named svcPort.
+func checkServiceMonitor(t *testing.T, sm *serviceMonitor, svc *corev1.Service, svcPort string) {
+	t.Helper()
 	if !selects(sm.Spec.Selector.MatchLabels, svc.Labels) {
 		t.Errorf("ServiceMonitor selector %v does not select Service labels %v", sm.Spec.Selector.MatchLabels, svc.Labels)
 	}
@@ -827,13 +875,6 @@ func TestServiceMonitoringAndDisruptions(t *testing.T) {
 	if sm.Spec.JobLabel != "" {
 		t.Errorf("ServiceMonitor jobLabel set: the rules expect job=%q (the Service name)", svc.Name)
 	}
-
-	if !selects(m.pdb.Spec.Selector.MatchLabels, podLabels) {
-		t.Errorf("PodDisruptionBudget selector %v does not select the pods %v", m.pdb.Spec.Selector.MatchLabels, podLabels)
-	}
-	if m.pdb.Spec.MinAvailable != nil {
-		t.Errorf("PodDisruptionBudget: use maxUnavailable; minAvailable blocks node drains when fewer replicas run")
-	}
 }
 
 // promTriggerKeys are the metadata keys of KEDA's prometheus scaler
@@ -846,6 +887,12 @@ var promTriggerKeys = []string{
 
 func TestScaledObject(t *testing.T) {
 	m := load(t)
+	checkScaledObject(t, m, m.kustomization.Namespace)
+}
+
+// checkScaledObject checks m's ScaledObject, for objects deployed in namespace.
+func checkScaledObject(t *testing.T, m *manifests, namespace string) {
+	t.Helper()
 	so := m.scaledObject
 	ref := so.Spec.ScaleTargetRef
 	if ref.Name != m.deployment.Name || (ref.Kind != "" && ref.Kind != "Deployment") {
@@ -899,8 +946,8 @@ func TestScaledObject(t *testing.T) {
 			if !exported[vs.Name] {
 				t.Errorf("%s: metric %s is not exported by the daemon", where, vs.Name)
 			}
-			if ns, _ := matcher(vs, "namespace"); ns != m.kustomization.Namespace {
-				t.Errorf("%s: %s must select namespace=%q (where kustomization.yaml deploys), got %q", where, vs.Name, m.kustomization.Namespace, ns)
+			if ns, _ := matcher(vs, "namespace"); ns != namespace {
+				t.Errorf("%s: %s must select namespace=%q (where the objects are deployed), got %q", where, vs.Name, namespace, ns)
 			}
 			if job, _ := matcher(vs, "job"); job != m.service.Name {
 				t.Errorf("%s: %s must select job=%q (the scraped Service), got %q", where, vs.Name, m.service.Name, job)
@@ -1026,8 +1073,12 @@ func TestPrometheusRule(t *testing.T) {
 		t.Fatalf("%s is out of date with %s: run go test ./deploy -run TestPrometheusRule -update", prometheusRuleFile, rulesSource)
 	}
 
-	// The rules' job matchers name the scraped Service.
-	m := load(t)
+	checkRuleJobs(t, load(t))
+}
+
+// checkRuleJobs checks the job matchers of m's rules name the scraped Service.
+func checkRuleJobs(t *testing.T, m *manifests) {
+	t.Helper()
 	n := 0
 	for _, g := range m.prometheusRule.Spec.Groups {
 		for _, r := range g.Rules {
@@ -1045,7 +1096,7 @@ func TestPrometheusRule(t *testing.T) {
 		}
 	}
 	if n == 0 {
-		t.Errorf("%s: no rule", prometheusRuleFile)
+		t.Errorf("PrometheusRule %s: no rule", m.prometheusRule.Metadata.Name)
 	}
 }
 
@@ -1056,8 +1107,12 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := load(t)
-	df := string(data)
+	checkImageContract(t, string(data), load(t))
+}
+
+// checkImageContract checks m's Deployment against the Dockerfile df.
+func checkImageContract(t *testing.T, df string, m *manifests) {
+	t.Helper()
 	run := container(t, m.deployment.Spec.Template.Spec.Containers, "drainer")
 	if port := metricsPort(t, run); !regexp.MustCompile(`(?m)^EXPOSE\s+` + strconv.Itoa(int(port)) + `\b`).MatchString(df) {
 		t.Errorf("Dockerfile does not EXPOSE the metrics port %d", port)
