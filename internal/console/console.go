@@ -47,6 +47,10 @@ type Config struct {
 	Store *store.Store
 	// Adapters returns the adapters' breakers and holds (nil: none known).
 	Adapters func() []drainer.AdapterState
+	// Routed returns the tools the routing in force names (nil: not
+	// known; the overview then flags the unrouted tools the daemons'
+	// backlog snapshot found).
+	Routed func() []string
 	// Gatherer, when set, supplies drainer_dispatch_total for the dispatch
 	// rates.
 	Gatherer prometheus.Gatherer

@@ -7,7 +7,6 @@ import (
 	"html/template"
 	"io/fs"
 	"maps"
-	"math"
 	"net/http"
 	"net/url"
 	"path"
@@ -159,8 +158,9 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%d B", n)
 	},
-	"ms":    func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) },
-	"chart": chart,
+	"ms":        func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) },
+	"chart":     chart,
+	"lastError": describeLastError,
 	"busy": func(m map[string]float64) bool {
 		for _, v := range m {
 			if v > 0 {
@@ -401,41 +401,4 @@ func (s *Server) pausesPage(r *http.Request, d *db, p *pageData) (string, error)
 func (s *Server) loginPage(r *http.Request, _ *db, p *pageData) (string, error) {
 	p.Title, p.Back = "Log in", localPath(r.URL.Query().Get("next"))
 	return "login", nil
-}
-
-// span says how much time the chart covers.
-func span(h []Sample) string {
-	if len(h) < 2 {
-		return "no history yet"
-	}
-	return "the last " + age(h[len(h)-1].At.Sub(h[0].At).Seconds())
-}
-
-// chart draws the backlog history as an inline SVG: pending and parked
-// rows over time (the page's script redraws it from /api/v1/stats).
-func chart(h []Sample) template.HTML {
-	const w, ht, pad = 800.0, 180.0, 4.0
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg id="backlog-chart" viewBox="0 0 %d %d" role="img" aria-label="Backlog over time" preserveAspectRatio="none">`, int(w), int(ht))
-	if len(h) < 2 {
-		b.WriteString(`<text x="10" y="90" class="muted">collecting samples…</text></svg>`)
-		return template.HTML(b.String())
-	}
-	top := int64(1)
-	for _, s := range h {
-		top = max(top, s.Pending+s.InFlight, s.Parked)
-	}
-	line := func(val func(Sample) int64) string {
-		var pts []string
-		for i, s := range h {
-			x := pad + (w-2*pad)*float64(i)/float64(len(h)-1)
-			y := ht - pad - (ht-2*pad)*float64(val(s))/float64(top)
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, math.Max(pad, y)))
-		}
-		return strings.Join(pts, " ")
-	}
-	fmt.Fprintf(&b, `<polyline class="l-backlog" points="%s"/>`, line(func(s Sample) int64 { return s.Pending + s.InFlight }))
-	fmt.Fprintf(&b, `<polyline class="l-parked" points="%s"/>`, line(func(s Sample) int64 { return s.Parked }))
-	fmt.Fprintf(&b, `<text x="8" y="16" class="axis">%s</text></svg>`, num(top))
-	return template.HTML(b.String())
 }

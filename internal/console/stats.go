@@ -47,8 +47,11 @@ type Stats struct {
 	RowsByStatus map[string]int64 `json:"rows_by_status"`
 	Estimated    []outbox.Status  `json:"estimated,omitempty"`
 	// RowsByTool counts the rows that hold work, by tool and status.
-	RowsByTool              []store.ToolCount `json:"rows_by_tool"`
-	OldestPendingAgeSeconds float64           `json:"oldest_pending_age_seconds"`
+	RowsByTool []store.ToolCount `json:"rows_by_tool"`
+	// UnroutedTools are the tools of RowsByTool whose pending rows no
+	// route takes: they wait until the config names them.
+	UnroutedTools           []string `json:"unrouted_tools"`
+	OldestPendingAgeSeconds float64  `json:"oldest_pending_age_seconds"`
 	// DispatchRates are this replica's dispatches per second by outcome,
 	// over the last sampling interval.
 	DispatchRates map[string]float64 `json:"dispatch_rates"`
@@ -66,6 +69,9 @@ type Stats struct {
 	History []Sample `json:"history"`
 	Error   string   `json:"error,omitempty"`
 }
+
+// NoRoute says whether tool's pending rows wait for a route.
+func (s Stats) NoRoute(tool string) bool { return slices.Contains(s.UnroutedTools, tool) }
 
 // AdapterState is an adapter's breaker and its auth holds.
 type AdapterState struct {
@@ -231,11 +237,33 @@ func (m *sampler) measure(ctx context.Context, d *db, st *Stats) error {
 	for _, s := range []outbox.Status{outbox.StatusPending, outbox.StatusInFlight, outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed} {
 		st.RowsByStatus[string(s)] = work[s]
 	}
+	st.UnroutedTools = m.unrouted(st.RowsByTool, snap.Stats.Unrouted)
 	if st.Pauses, err = d.ops.Pauses(ctx); err != nil {
 		return err
 	}
 	st.Adapters = m.adapters()
 	return nil
+}
+
+// unrouted lists the tools of counts with pending rows and no route: by
+// the routing in force when the console runs beside an engine, else as
+// the daemons' last backlog snapshot found them (snap).
+func (m *sampler) unrouted(counts []store.ToolCount, snap []store.UnroutedTool) []string {
+	var routed []string
+	if m.s.cfg.Routed != nil {
+		routed = m.s.cfg.Routed()
+	}
+	out := []string{}
+	for _, tc := range counts {
+		if tc.Status != outbox.StatusPending || tc.Rows == 0 || slices.Contains(out, tc.Tool) {
+			continue
+		}
+		if routed != nil && !slices.Contains(routed, tc.Tool) ||
+			routed == nil && slices.ContainsFunc(snap, func(u store.UnroutedTool) bool { return u.Tool == tc.Tool }) {
+			out = append(out, tc.Tool)
+		}
+	}
+	return out
 }
 
 func (m *sampler) adapters() []AdapterState {
@@ -314,6 +342,9 @@ func (m *sampler) snapshot() Stats {
 	}
 	if st.Pauses == nil {
 		st.Pauses = []store.Pause{}
+	}
+	if st.UnroutedTools == nil {
+		st.UnroutedTools = []string{}
 	}
 	if st.Adapters == nil {
 		st.Adapters = []AdapterState{}

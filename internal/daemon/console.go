@@ -52,6 +52,14 @@ func (d *daemonRun) startConsole(ctx context.Context, ln net.Listener, pool *pgx
 			}
 			return nil
 		},
+		Routed: func() []string {
+			if eng := d.engine.Load(); eng != nil {
+				if rt := eng.Routing(); rt != nil {
+					return rt.RoutedTools()
+				}
+			}
+			return nil
+		},
 		Gatherer: reg, SampleEvery: d.opts.ConsoleSampleEvery, Logger: d.log,
 	})
 	if err != nil {

@@ -175,6 +175,29 @@ async function main() {
   check(page.url() === answer && (await page.textContent('#count')) === '3', 'the reloaded answer');
   pass('bulk requeue with its dry run, then Confirm; its answer reloads without acting');
 
+  // 9. The requeued rows have no route: the overview flags their tool with
+  // a link to its pending rows, and its chart has labelled axes, both as
+  // the page's script redraws them.
+  await visit('/');
+  await page.evaluate(() => {
+    document.querySelectorAll('#by-tool tbody tr, #backlog-chart > *').forEach((el) => el.setAttribute('data-server', ''));
+  });
+  const bulkTool = env('BULK_TOOL');
+  await page.waitForFunction((t) => !document.querySelector('#by-tool [data-server], #backlog-chart [data-server]') &&
+    document.querySelector('#by-tool a[data-no-route="' + t + '"]'), bulkTool, { timeout });
+  const ticks = await page.locator('#backlog-chart .axis-x text.tick').allTextContents();
+  check(ticks.length === 5 && ticks.every((x) => /^\d\d:\d\d:\d\d$/.test(x)), 'time ticks: ' + ticks.join(' '));
+  const rowsTicks = await page.locator('#backlog-chart .axis-y text.tick').allTextContents();
+  check(rowsTicks.length >= 2 && rowsTicks[0] === '0', 'rows ticks: ' + rowsTicks.join(' '));
+  const titles = await page.locator('#backlog-chart .axis-title').allTextContents();
+  check(titles.includes('rows') && titles.includes('time (UTC)'), 'axis titles: ' + titles.join(' | '));
+  await page.locator('#by-tool a[data-no-route="' + bulkTool + '"]').click();
+  await page.waitForLoadState('load');
+  const u = new URL(page.url());
+  check(u.pathname === '/rows' && u.searchParams.get('status') === 'pending' && u.searchParams.get('tool') === bulkTool,
+    'the no-route link leads to ' + page.url());
+  pass('an unrouted tool is flagged with a link to its rows; the chart has labelled axes');
+
   // The overview last, with the history of everything above.
   await visit('/');
   await page.waitForTimeout(2500);

@@ -30,29 +30,57 @@
     el.classList.add(cls);
   }
   var svgNS = 'http://www.w3.org/2000/svg';
+  // The chart's geometry and axes, as the server draws them (chart.go).
+  var W = 960, H = 220, L = 64, R = W - 16, T = 12, B = H - 44, XTICKS = 5;
+  function niceCeil(n) {
+    for (var p = 1; ; p *= 10) {
+      for (var m of [1, 2, 5]) { if (m * p >= n) return m * p; }
+    }
+  }
+  function el(svg, name, attrs, text) {
+    var e = document.createElementNS(svgNS, name);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined) e.textContent = text;
+    svg.appendChild(e);
+    return e;
+  }
   function drawChart(h) {
     var svg = document.getElementById('backlog-chart');
     if (!svg || h.length < 2) return;
-    var w = 800, ht = 180, pad = 4, top = 1;
-    h.forEach(function (s) { top = Math.max(top, s.pending + s.in_flight, s.parked); });
+    var most = 0;
+    h.forEach(function (s) { most = Math.max(most, s.pending + s.in_flight, s.parked); });
+    var step = niceCeil(Math.max(1, Math.ceil(most / 4)));
+    var top = Math.max(step, Math.ceil(most / step) * step);
+    var t0 = Date.parse(h[0].at), t1 = Date.parse(h[h.length - 1].at);
+    function xOf(i, at) {
+      var f = t1 > t0 ? (Date.parse(at) - t0) / (t1 - t0) : i / (h.length - 1);
+      return L + (R - L) * f;
+    }
+    function yOf(v) { return Math.max(T, B - (B - T) * v / top); }
     function pts(val) {
-      return h.map(function (s, i) {
-        var x = pad + (w - 2 * pad) * i / (h.length - 1);
-        var y = Math.max(pad, ht - pad - (ht - 2 * pad) * val(s) / top);
-        return x.toFixed(1) + ',' + y.toFixed(1);
-      }).join(' ');
+      return h.map(function (s, i) { return xOf(i, s.at).toFixed(1) + ',' + yOf(val(s)).toFixed(1); }).join(' ');
     }
     while (svg.firstChild) svg.removeChild(svg.firstChild);
+    var gy = el(svg, 'g', { 'class': 'axis axis-y' });
+    el(gy, 'line', { x1: L, y1: T, x2: L, y2: B });
+    for (var v = 0; v <= top; v += step) {
+      var y = yOf(v).toFixed(1);
+      el(gy, 'line', { 'class': 'grid', x1: L, y1: y, x2: R, y2: y });
+      el(gy, 'text', { 'class': 'tick', x: L - 6, y: (Number(y) + 4).toFixed(1), 'text-anchor': 'end' }, fmtNum(v));
+    }
+    el(gy, 'text', { 'class': 'axis-title', transform: 'translate(14 ' + ((T + B) / 2).toFixed(1) + ') rotate(-90)', 'text-anchor': 'middle' }, 'rows');
+    var gx = el(svg, 'g', { 'class': 'axis axis-x' });
+    el(gx, 'line', { x1: L, y1: B, x2: R, y2: B });
+    for (var i = 0; i < XTICKS; i++) {
+      var f = i / (XTICKS - 1), x = (L + (R - L) * f).toFixed(1);
+      var at = new Date(t0 + f * (t1 - t0)).toISOString().substring(11, 19);
+      el(gx, 'line', { x1: x, y1: B, x2: x, y2: B + 5 });
+      el(gx, 'text', { 'class': 'tick', x: x, y: B + 18, 'text-anchor': i === 0 ? 'start' : i === XTICKS - 1 ? 'end' : 'middle' }, at);
+    }
+    el(gx, 'text', { 'class': 'axis-title', x: ((L + R) / 2).toFixed(1), y: H - 6, 'text-anchor': 'middle' }, 'time (UTC)');
     [['l-backlog', function (s) { return s.pending + s.in_flight; }], ['l-parked', function (s) { return s.parked; }]].forEach(function (l) {
-      var p = document.createElementNS(svgNS, 'polyline');
-      p.setAttribute('class', l[0]);
-      p.setAttribute('points', pts(l[1]));
-      svg.appendChild(p);
+      el(svg, 'polyline', { 'class': l[0], points: pts(l[1]) });
     });
-    var t = document.createElementNS(svgNS, 'text');
-    t.setAttribute('x', '8'); t.setAttribute('y', '16'); t.setAttribute('class', 'axis');
-    t.textContent = fmtNum(top);
-    svg.appendChild(t);
   }
   function update(st) {
     var by = st.rows_by_status || {};
@@ -96,6 +124,14 @@
         var td = document.createElement('td'); td.appendChild(a); tr.appendChild(td);
         var sp = document.createElement('span'); sp.className = 'st st-' + tc.status; sp.textContent = tc.status;
         td = document.createElement('td'); td.appendChild(sp); tr.appendChild(td);
+        if (tc.status === 'pending' && (st.unrouted_tools || []).indexOf(tc.tool_name) >= 0) {
+          // The pending rows of a tool no route names: they wait for one.
+          var nr = document.createElement('a');
+          nr.className = 'badge warn'; nr.textContent = 'no route'; nr.setAttribute('data-no-route', tc.tool_name);
+          nr.title = 'no route in the loaded config names this tool: its rows wait';
+          nr.href = '/rows?status=pending&tool=' + encodeURIComponent(tc.tool_name) + (st.database && st.rows_by_database ? '&database=' + encodeURIComponent(st.database) : '');
+          td.appendChild(document.createTextNode(' ')); td.appendChild(nr);
+        }
         tr.appendChild(cell(fmtNum(tc.rows), 'n'));
         tb.appendChild(tr);
       });
