@@ -18,12 +18,20 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/drainer
 
+# The demos say what they wait for before the build, which is silent and
+# takes minutes the first time (the module cache and the compiler's cache fill).
+BUILD_NOTE := @echo "building drainer (the first build takes a few minutes)…"
+
 ## demo: drain sample intents (throwaway Postgres + built-in mock provider)
-demo: build
+demo:
+	$(BUILD_NOTE)
+	@$(MAKE) --no-print-directory build
 	./$(BIN) demo
 
 ## demo-gateway: the MCP gateway: a call cut mid-call and re-sent twice, one effect upstream
-demo-gateway: build
+demo-gateway:
+	$(BUILD_NOTE)
+	@$(MAKE) --no-print-directory build
 	./$(BIN) demo --gateway
 
 ## test: vet, unit, integration and end-to-end tests, alert-rule tests

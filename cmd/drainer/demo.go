@@ -1,10 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"log/slog"
-	"os"
-
 	"github.com/drainer-io/drainer/tooling/demo"
 	"github.com/spf13/cobra"
 )
@@ -22,23 +18,19 @@ one saga), drain them with the daemon, print a summary, and leave nothing runnin
 With --gateway: drainer run with its MCP gateway in front of a built-in mock MCP
 tool server; an agent calls charge_card through the gateway, the harness cuts
 the call while the tool works and re-sends it twice under new request ids; the
-summary shows each answer and one effect upstream (exit 1 otherwise). The
-daemon's logs go to a file, named on the first line.`,
+summary shows each answer and one effect upstream (exit 1 otherwise).
+
+The demo prints progress and a summary; the daemon's logs go to a file, named
+on the first line ("logs: /tmp/drainer-demo-…/drainer-demo.log").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Out, opts.Err, opts.Version, opts.Logger = cmd.OutOrStdout(), cmd.ErrOrStderr(), version, cmdLogger(cmd)
-			if !withGateway {
-				return demo.Run(cmd.Context(), opts)
+			// The demo prints progress and a summary; the daemon's logs go
+			// to a file it names on its first line.
+			opts.Out, opts.Err, opts.Version = cmd.OutOrStdout(), cmd.ErrOrStderr(), version
+			if withGateway {
+				return demo.RunGateway(cmd.Context(), opts)
 			}
-			// The summary is a few plain lines: the daemon's logs go to a file.
-			f, err := os.CreateTemp("", "drainer-demo-gateway-*.log")
-			if err != nil {
-				return fmt.Errorf("demo log file: %w", err)
-			}
-			defer f.Close()
-			opts.Logger = slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{ReplaceAttr: readableDurations}))
-			fmt.Fprintf(opts.Out, "the daemon's logs: %s\n", f.Name())
-			return demo.RunGateway(cmd.Context(), opts)
+			return demo.Run(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().IntVar(&opts.Runs, "runs", 100, "ordinary two-step runs to enqueue")

@@ -34,8 +34,12 @@ type Options struct {
 	Runs int
 	// Workers for the daemon (default 16).
 	Workers int
-	// Logger receives the daemon's logs (default: discarded).
+	// Logger receives the daemon's logs (default: a file in LogDir, named
+	// on the first line of Out).
 	Logger *slog.Logger
+	// LogDir is the directory of the log file (default: a new temporary
+	// directory); unused when Logger is set.
+	LogDir string
 	// Version is reported by the daemon.
 	Version string
 }
@@ -102,9 +106,11 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Workers == 0 {
 		opts.Workers = 16
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	closeLog, err := openLog(&opts, "drainer-demo.log")
+	if err != nil {
+		return err
 	}
+	defer closeLog()
 	out := opts.Out
 	fmt.Fprintln(out, "drainer demo: starting a throwaway Postgres and a mock provider (15% transient failures, ship_order and sync_legacy_crm refused)")
 

@@ -3,6 +3,10 @@ package demo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +20,12 @@ func TestDemoSummary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	if err := Run(ctx, Options{Out: &out, Err: &errb, Runs: 3, Workers: 4}); err != nil {
+	logDir := t.TempDir()
+	if err := Run(ctx, Options{Out: &out, Err: &errb, Runs: 3, Workers: 4, LogDir: logDir}); err != nil {
 		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
 	got := out.String()
+	checkLogFile(t, got, errb.String(), filepath.Join(logDir, "drainer-demo.log"))
 	for _, want := range []string{
 		"enqueued 12 intents",
 		"14 rows: the 12 enqueued intents and 2 compensation rows, added by the saga of order-42",
@@ -45,7 +51,8 @@ func TestDemoGateway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	if err := RunGateway(ctx, Options{Out: &out, Err: &errb}); err != nil {
+	logDir := t.TempDir()
+	if err := RunGateway(ctx, Options{Out: &out, Err: &errb, LogDir: logDir}); err != nil {
 		t.Fatalf("gateway demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
 	got := out.String()
@@ -60,10 +67,57 @@ func TestDemoGateway(t *testing.T) {
 			t.Errorf("gateway demo output lacks %q", want)
 		}
 	}
-	if strings.Contains(got, "{\"time\"") || errb.Len() != 0 {
-		t.Errorf("log lines in the demo's output; stderr %q", errb.String())
-	}
+	checkLogFile(t, got, errb.String(), filepath.Join(logDir, "drainer-demo-gateway.log"))
 	if t.Failed() {
 		t.Logf("gateway demo output:\n%s", got)
+	}
+}
+
+// checkLogFile: the demo's output (stdout and stderr) is progress and human
+// text, no log line; its first line names the log file, which holds the
+// daemon's logs, one JSON object a line.
+func checkLogFile(t *testing.T, stdout, stderr, path string) {
+	t.Helper()
+	if first, _, _ := strings.Cut(stdout, "\n"); first != "logs: "+path {
+		t.Errorf("first line %q, want %q", first, "logs: "+path)
+	}
+	for _, line := range strings.Split(stdout+"\n"+stderr, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "{") {
+			t.Errorf("a log line in the demo's output: %s", line)
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the log file: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) < 2 {
+		t.Errorf("the log file holds %d lines, want the daemon's logs", len(lines))
+	}
+	for _, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["msg"] == nil {
+			t.Errorf("not a log line in %s: %s", path, line)
+			break
+		}
+	}
+}
+
+// TestMakeDemoSaysItBuilds: `make demo` and `make demo-gateway` print a
+// line before the build, which is silent and takes minutes the first time.
+func TestMakeDemoSaysItBuilds(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	for _, target := range []string{"demo", "demo-gateway"} {
+		out, err := exec.Command("make", "-n", "-C", "../..", "--no-print-directory", target).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %s: %v\n%s", target, err, out)
+		}
+		note := strings.Index(string(out), "building drainer (the first build takes a few minutes)")
+		build := strings.Index(string(out), " build ")
+		if note < 0 || build < 0 || note > build {
+			t.Errorf("make %s: no line before the build:\n%s", target, out)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -59,9 +58,11 @@ func RunGateway(ctx context.Context, opts Options) error {
 	if opts.Workers == 0 {
 		opts.Workers = 4
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	closeLog, err := openLog(&opts, "drainer-demo-gateway.log")
+	if err != nil {
+		return err
 	}
+	defer closeLog()
 	out := opts.Out
 	fmt.Fprintf(out, "drainer demo --gateway: a throwaway Postgres, a mock MCP tool server (charge_card takes %s) and drainer run with its MCP gateway in front of it\n", chargeTime)
 
