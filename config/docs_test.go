@@ -276,3 +276,27 @@ func headingAnchors(text string) []string {
 	}
 	return anchors
 }
+
+// TestReadmeStartsTheMCPReferenceServer: the README gives the one command
+// that installs and starts the MCP reference server the tests pin (the
+// Makefile's mcp-everything target, the package's entry point).
+func TestReadmeStartsTheMCPReferenceServer(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	const dir = "integration/testdata/mcp-everything"
+	entry := dir + "/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+	if cmd := "make mcp-everything && PORT=3001 node " + entry + " streamableHttp"; !strings.Contains(read("README.md"), cmd) {
+		t.Errorf("README.md does not say how to start the MCP reference server: %s", cmd)
+	}
+	if !strings.Contains(read("Makefile"), "\nmcp-everything:\n\tcd "+dir+" && npm ci") {
+		t.Errorf("the Makefile's mcp-everything target no longer installs %s", dir)
+	}
+	if !strings.Contains(read(dir+"/package.json"), `"@modelcontextprotocol/server-everything"`) {
+		t.Errorf("%s/package.json does not pin @modelcontextprotocol/server-everything", dir)
+	}
+}
