@@ -47,6 +47,15 @@ type RunnerConfig struct {
 	// Queued is called after alert rows were queued (wake the claimer).
 	Queued func()
 	Logger *slog.Logger
+	// DBFailed, when set, is told of each failed statement and reports
+	// whether the runner should log it (the engine logs a database outage
+	// once, not once per statement).
+	DBFailed func(subsystem string, err error) bool
+}
+
+// dbFailed reports whether a failed statement is the runner's to log.
+func (r *Runner) dbFailed(err error) bool {
+	return r.cfg.DBFailed == nil || r.cfg.DBFailed("saga runner", err)
 }
 
 // Runner tuning.
@@ -160,7 +169,9 @@ func (r *Runner) advance(ctx context.Context, runs []string) {
 			if ctx.Err() != nil {
 				return
 			}
-			r.cfg.Logger.Warn("saga step failed; the sweep tries again", "agent_run_id", run, "err", err)
+			if r.dbFailed(err) {
+				r.cfg.Logger.Warn("saga step failed; the sweep tries again", "agent_run_id", run, "err", err)
+			}
 		case state == "busy":
 			busy = append(busy, run)
 		case state == outbox.SagaHalted:
@@ -185,7 +196,7 @@ func (r *Runner) sweep(ctx context.Context, cursor string) string {
 	defer cancel()
 	steps, err := r.cfg.Store.SweepSagas(sctx, r.cfg.Pool, cursor, SweepBatch, m)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && r.dbFailed(err) {
 			r.cfg.Logger.Warn("saga sweep failed", "err", err)
 		}
 		return cursor
@@ -216,12 +227,17 @@ func (r *Runner) sweep(ctx context.Context, cursor string) string {
 func (r *Runner) queueAlerts(ctx context.Context, runs []string) {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	n, err := r.cfg.Store.QueueAlerts(sctx, r.cfg.Pool, runs)
+	alerted, err := r.cfg.Store.QueueAlerts(sctx, r.cfg.Pool, runs)
 	switch {
 	case err != nil && ctx.Err() == nil:
-		r.cfg.Logger.Warn("queueing compensation_failed alerts failed", "err", err)
-	case n > 0:
-		r.cfg.Logger.Error("compensation failed: a human must act; alert queued", "alerts", n)
+		if r.dbFailed(err) {
+			r.cfg.Logger.Warn("queueing compensation_failed alerts failed", "err", err)
+		}
+	case len(alerted) > 0:
+		for _, a := range alerted {
+			r.cfg.Logger.Error("compensation failed: a human must act (drainer resolve); alert queued",
+				"key", a.Key, "agent_run_id", a.Run, "tool_name", a.Tool)
+		}
 		r.cfg.Queued()
 	}
 }

@@ -339,8 +339,8 @@ func TestHaltedSagaAlerts(t *testing.T) {
 	if n := h.alerts("refused"); n != 1 {
 		t.Errorf("%d alerts; want 1", n)
 	}
-	if rec := h.logs.find("ERROR", "alerts=1"); rec == "" {
-		t.Errorf("no error logged for the queued alert; logged:\n%s", strings.Join(h.logs.records, "\n"))
+	if rec := h.logs.find("ERROR", "agent_run_id=refused tool_name=refund_card"); rec == "" || !strings.Contains(rec, "key=idem_v1_") {
+		t.Errorf("no error naming the failed compensation's key, run and tool; logged:\n%s", strings.Join(h.logs.records, "\n"))
 	}
 }
 

@@ -28,7 +28,9 @@ func (e *Engine) claimLoop() {
 			if isShutdown(e.fetchCtx, err) {
 				return
 			}
-			e.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
+			if e.db.failed("claim", err) {
+				e.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
+			}
 			if !sleep(e.fetchCtx, errDelay) {
 				return
 			}
@@ -36,6 +38,7 @@ func (e *Engine) claimLoop() {
 			continue
 		}
 		errDelay = 100 * time.Millisecond
+		e.db.ok()
 		select {
 		case <-e.fetchCtx.Done():
 			return

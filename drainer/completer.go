@@ -251,7 +251,9 @@ func (c *completer) flush(batch []completion) {
 			e.log.Error("completions not written; kept and tried again every few seconds (their rows wait: reclaimed at lease expiry, not sent again before the answer is written or max_retry_after passed)", "rows", len(batch), "err", err)
 			return
 		}
-		e.log.Warn("writing completions failed; retrying", "rows", len(batch), "err", err, "retry_in", delay)
+		if e.db.failed("completer", err) {
+			e.log.Warn("writing completions failed; retrying", "rows", len(batch), "err", err, "retry_in", delay)
+		}
 		time.Sleep(delay)
 		delay = min(delay*2, 2*time.Second)
 	}
@@ -319,7 +321,7 @@ func (c *completer) done(d store.Completed, batch []completion) {
 	e := c.e
 	if len(d.Lost) > 0 {
 		e.metrics.LeasesLost.Add(float64(len(d.Lost)))
-		e.log.Warn("lease lost before completion: another replica owns these rows; result not written", "outbox_seqs", d.Lost)
+		e.log.Warn("completions not written: their rows are no longer under this lease (an earlier try wrote them and its answer was lost, or the lease expired and the row was claimed again, or an operator settled it)", "outbox_seqs", d.Lost)
 	}
 	e.sagas.Notify(d.Runs...)
 	c.rewake(batch)

@@ -197,6 +197,7 @@ type Engine struct {
 	started, stopped atomic.Bool
 	unrouted         unroutedLog
 	tracer           trace.Tracer
+	db               *dbHealth // one line when the database goes down, one when back
 }
 
 // New builds an engine on pool for the given routing.
@@ -223,6 +224,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 		batchFree: make(chan struct{}, 1),
 		claimDone: make(chan struct{}),
 		tracer:    cfg.Tracer,
+		db:        newDBHealth(cfg.Logger),
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
 	if e.tracer == nil {
@@ -244,6 +246,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.deferrer = newDeferrer(e)
 	e.sagas = compensations.NewRunner(compensations.RunnerConfig{
 		Pool: pool, Store: e.st, SweepInterval: cfg.SagaInterval, Logger: cfg.Logger, Queued: func() { e.wakeFor(causeSignal) },
+		DBFailed: e.db.failed,
 		Routing: func() (compensations.Map, bool) {
 			rt := e.routing.Load()
 			return rt.Compensations, rt.CompensationFailedAlert != ""

@@ -49,6 +49,14 @@ func (s *severable) pool(t *testing.T, of *pgxpool.Pool) *pgxpool.Pool {
 	return p
 }
 
+// restore accepts new connections again.
+func (s *severable) restore() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cut = false
+	s.conns = nil
+}
+
 func (s *severable) sever() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -30,7 +30,9 @@ func (e *Engine) listen(ctx context.Context) {
 		if listened {
 			delay = 0 // it had been listening: try again at once
 		}
-		e.log.Warn("listen connection lost; polling until it is back", "err", err, "retry_in", delay)
+		if e.db.failed("listener", err) {
+			e.log.Warn("listen connection lost; polling until it is back", "err", err, "retry_in", delay)
+		}
 		if !sleep(ctx, delay) {
 			return
 		}

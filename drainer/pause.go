@@ -35,7 +35,7 @@ func (e *Engine) pauseWatcher() *maintenance.Loop {
 			if tools := e.resumedTools(old, &set); len(tools) > 0 {
 				e.deferrer.wake(tools)
 			}
-		case !isShutdown(ctx, err):
+		case !isShutdown(ctx, err) && e.db.failed("pause watcher", err):
 			e.log.Warn("reading pauses failed; keeping the last known set", "err", err)
 		}
 	})

@@ -24,7 +24,7 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 		policy := e.routing.Load().ReclaimPolicy()
 		from, err := e.st.ReclaimFrom(ctx, e.pool, policy)
 		switch {
-		case err != nil && !isShutdown(ctx, err):
+		case err != nil && !isShutdown(ctx, err) && e.db.failed("reclaimer", err):
 			e.log.Warn("reclaim failed", "err", err)
 		case len(from) > 0:
 			n := 0
@@ -38,7 +38,7 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 		}
 		if time.Since(pruned) >= markPruneInterval {
 			pruned = time.Now()
-			if _, err := e.st.PruneRetryAfterMarks(ctx, e.pool, longestWindow(policy)); err != nil && !isShutdown(ctx, err) {
+			if _, err := e.st.PruneRetryAfterMarks(ctx, e.pool, longestWindow(policy)); err != nil && !isShutdown(ctx, err) && e.db.failed("reclaimer", err) {
 				e.log.Warn("dropping old Retry-After marks failed", "err", err)
 			}
 		}

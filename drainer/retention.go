@@ -45,7 +45,9 @@ func (e *Engine) pruneOnce(ctx context.Context, p RetentionPolicy) {
 	}
 	switch {
 	case err != nil && !isShutdown(ctx, err):
-		e.log.Warn("retention pass failed", "err", err)
+		if e.db.failed("retention", err) {
+			e.log.Warn("retention pass failed", "err", err)
+		}
 	case len(pruned) > 0:
 		e.log.Debug("retention pass", "pruned", pruned)
 	}

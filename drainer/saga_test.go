@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -258,7 +259,9 @@ func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
 	rt.Routes[outbox.AlertTool] = &Route{Tool: outbox.AlertTool, Adapter: "pager", Class: "key_idempotent", MaxAttempts: 5,
 		Backoff: Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond}}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
-	startEngine(t, pool, rt, Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond})
+	var logs lockedBuffer
+	startEngine(t, pool, rt, Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	testkit.WaitFor(t, 15*time.Second, "saga halted", func() (bool, string) { return sagaState(t, pool, "run") == outbox.SagaHalted, "" })
 	testkit.WaitFor(t, 10*time.Second, "alert sent", func() (bool, string) { return pager.count(outbox.AlertTool) >= 1, "" })
 	// Sweeps go on (the halted saga is not theirs to advance) and change
@@ -292,6 +295,14 @@ func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
 	var alert []byte
 	if err := pool.QueryRow(t.Context(), "SELECT payload FROM drainer.outbox WHERE tool_name = $1", outbox.AlertTool).Scan(&alert); err != nil {
 		t.Fatal(err)
+	}
+	// The ERROR line names the row a human must look at.
+	var failedKey string
+	if err := pool.QueryRow(t.Context(), "SELECT key FROM drainer.outbox WHERE tool_name = 'release_stock'").Scan(&failedKey); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`"level":"ERROR","msg":"compensation failed: a human must act (drainer resolve); alert queued","key":%q,"agent_run_id":"run","tool_name":"release_stock"`, failedKey); !strings.Contains(logs.String(), want) {
+		t.Errorf("no ERROR line naming the failed compensation; want %s in:\n%s", want, logs.String())
 	}
 	var a map[string]any
 	if err := json.Unmarshal(alert, &a); err != nil || a["event"] != "compensation_failed" || a["agent_run_id"] != "run" || a["tool_name"] != "release_stock" {

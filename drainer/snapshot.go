@@ -60,14 +60,18 @@ func (e *Engine) snapshotter() *maintenance.Loop {
 	return maintenance.Periodic("snapshotter", maintenance.Every(e.cfg.SnapshotInterval), nil, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, max(e.cfg.SnapshotInterval, 30*time.Second))
 		defer cancel()
-		if _, err := e.st.RefreshSnapshot(ctx, e.pool, e.cfg.SnapshotInterval/2, e.routing.Load().RoutedTools()); err != nil && !isShutdown(ctx, err) {
+		_, err := e.st.RefreshSnapshot(ctx, e.pool, e.cfg.SnapshotInterval/2, e.routing.Load().RoutedTools())
+		switch {
+		case err == nil:
+			e.db.ok()
+		case !isShutdown(ctx, err) && e.db.failed("snapshotter", err):
 			e.log.Warn("backlog snapshot failed", "err", err)
 		}
 		if s, ok, err := e.st.ReadSnapshot(ctx, e.pool); err == nil && ok {
 			e.metrics.apply(s, e.routing.Load().RoutedTools())
 			e.backlog.Store(&backlog{snap: s, readAt: time.Now()})
 		}
-		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(ctx, err) {
+		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(ctx, err) && e.db.failed("snapshotter", err) {
 			e.log.Warn("reading the enqueue counters failed", "err", err)
 		}
 	})

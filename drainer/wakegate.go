@@ -269,7 +269,9 @@ func (g *wakeGate) pause(ctx context.Context, d time.Duration) bool {
 // fail drops the connection, and with it any lock it held: producers stop
 // notifying for this daemon until the gate is armed again.
 func (g *wakeGate) fail(err error) {
-	g.e.log.Warn("wake gate: connection lost; taking the gate again", "err", err)
+	if g.e.db.failed("wake gate", err) {
+		g.e.log.Warn("wake gate: connection lost; taking the gate again", "err", err)
+	}
 	g.close()
 }
 

@@ -93,22 +93,34 @@ WITH failed AS (
     SELECT p.alert_key, $1, p.key, {s}.alert_tool(), p.agent_run_id, {KindForward}, p.payload, {s}.payload_hash(p.payload)
       FROM payloads p JOIN registered r ON r.key = p.alert_key
     ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
-    RETURNING i.seq, i.key, i.tool_name, i.business_scope
+    RETURNING i.seq, i.key, i.tool_name, i.business_scope, i.step_id AS failed_key,
+              i.payload->>'agent_run_id' AS failed_run, i.payload->>'tool_name' AS failed_tool
+), queued AS (
+    INSERT INTO {s}.queue AS q (seq, tool_name, business_scope, kind)
+    SELECT n.seq, n.tool_name, n.business_scope, {KindForward} FROM intended n
+    RETURNING q.seq
 )
-INSERT INTO {s}.queue AS q (seq, tool_name, business_scope, kind)
-SELECT n.seq, n.tool_name, n.business_scope, {KindForward} FROM intended n
-RETURNING (SELECT n.key FROM intended n WHERE n.seq = q.seq)`
+SELECT n.failed_key, n.failed_run, n.failed_tool FROM intended n JOIN queued USING (seq) ORDER BY n.failed_key`
+
+// Alerted is a compensation_failed row whose alert was queued.
+type Alerted struct {
+	Key, Run, Tool string
+}
 
 // QueueAlerts queues the alert of each compensation_failed row of runs (nil:
-// of every run) that has none yet, and returns how many it queued.
-func (s *Store) QueueAlerts(ctx context.Context, db DB, runs []string) (int, error) {
+// of every run) that has none yet, and returns the rows it queued one for.
+func (s *Store) QueueAlerts(ctx context.Context, db DB, runs []string) ([]Alerted, error) {
 	rows, err := db.Query(ctx, s.sql(queueAlertsSQL), outbox.AlertRun, runs)
 	if err != nil {
-		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
+		return nil, fmt.Errorf("queue compensation_failed alerts: %w", err)
 	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Alerted, error) {
+		var a Alerted
+		err := r.Scan(&a.Key, &a.Run, &a.Tool)
+		return a, err
+	})
 	if err != nil {
-		return 0, fmt.Errorf("queue compensation_failed alerts: %w", err)
+		return nil, fmt.Errorf("queue compensation_failed alerts: %w", err)
 	}
-	return len(keys), nil
+	return out, nil
 }

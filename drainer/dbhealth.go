@@ -1,0 +1,97 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// dbQuietFor is how often, at most, one subsystem logs its own failure
+// while the database is down: the outage itself is one line when it
+// starts and one when it ends.
+const dbQuietFor = time.Minute
+
+// dbHealth turns the database errors of the engine's subsystems (claim,
+// completions, listener, wake gate, reclaimer, snapshots, retention,
+// rotation, pauses, deferrals) into one line when the database stops
+// answering and one when it is back, with how long it was down; meanwhile
+// each subsystem logs its own failure at most once per dbQuietFor. An
+// error the database answered (a refused statement) is not an outage: the
+// subsystem logs it as before.
+type dbHealth struct {
+	log  *slog.Logger
+	down atomic.Bool
+
+	mu     sync.Mutex
+	since  time.Time            // when the outage began
+	logged map[string]time.Time // subsystem → its last line during the outage
+}
+
+func newDBHealth(log *slog.Logger) *dbHealth {
+	return &dbHealth{log: log, logged: map[string]time.Time{}}
+}
+
+// failed records a subsystem's failed statement and reports whether the
+// subsystem should log err itself.
+func (h *dbHealth) failed(subsystem string, err error) bool {
+	if !unreachable(err) {
+		return true
+	}
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down.Load() {
+		h.down.Store(true)
+		h.since = now
+		clear(h.logged)
+		h.logged[subsystem] = now
+		h.log.Error("database unreachable: statements fail; every subsystem retries, each logging at most once a minute until it is back",
+			"subsystem", subsystem, "err", err)
+		return false
+	}
+	if now.Sub(h.logged[subsystem]) < dbQuietFor {
+		return false
+	}
+	h.logged[subsystem] = now
+	return true
+}
+
+// ok records a statement that succeeded: after an outage, one line says
+// the database is back and how long it was not.
+func (h *dbHealth) ok() {
+	if !h.down.Load() {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.down.CompareAndSwap(true, false) {
+		h.log.Info("database back", "down_for", time.Since(h.since).Round(time.Millisecond))
+	}
+}
+
+// unreachable reports whether err says the database could not be reached
+// or the connection was lost, rather than a statement refused: no answer
+// from the server, or a connection exception, a shutdown or a server not
+// accepting connections yet (SQLSTATE class 08, 57P01 to 57P03).
+func unreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		c := pgErr.Code
+		return len(c) == 5 && (c[:2] == "08" || c == "57P01" || c == "57P02" || c == "57P03")
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed)
+}

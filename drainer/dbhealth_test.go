@@ -1,0 +1,116 @@
+package drainer
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/tooling/testkit"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestDatabaseOutageIsTwoLines: while the database cannot be reached, the
+// engine says so once ("database unreachable", ERROR) and once when it is
+// back ("database back", with how long it was down); meanwhile each
+// subsystem logs its own failure at most once. Rows enqueued before and
+// during the outage drain once it is over.
+func TestDatabaseOutageIsTwoLines(t *testing.T) {
+	good := newPool(t)
+	var s severable
+	var logs lockedBuffer
+	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	startEngine(t, s.pool(t, good), testRouting(t, map[string]dispatch.Adapter{"t": ok}, &Route{Tool: "t"}), Config{
+		Workers: 4, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Metrics: NewMetrics(prometheus.NewRegistry(), "test"),
+		// Every periodic subsystem runs many times during the outage.
+		RotateInterval: 100 * time.Millisecond, SnapshotInterval: 100 * time.Millisecond,
+	})
+	enqueueN(t, good, "before", "t", 3)
+	testkit.WaitFor(t, 20*time.Second, "the first rows drained", func() (bool, string) {
+		return countByStatus(t, good)["succeeded"] == 3, ""
+	})
+
+	s.sever()
+	enqueueN(t, good, "during", "t", 3)
+	testkit.WaitFor(t, 20*time.Second, "the outage noticed", func() (bool, string) {
+		return strings.Contains(logs.String(), "database unreachable"), ""
+	})
+	time.Sleep(2 * time.Second) // every subsystem fails again and again
+	s.restore()
+	testkit.WaitFor(t, 30*time.Second, "the rows of the outage drained", func() (bool, string) {
+		return countByStatus(t, good)["succeeded"] == 6, ""
+	})
+	testkit.WaitFor(t, 10*time.Second, "the end of the outage logged", func() (bool, string) {
+		return strings.Contains(logs.String(), "database back"), ""
+	})
+
+	down, back := 0, 0
+	perMessage := map[string]int{}
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	for sc.Scan() {
+		var line struct {
+			Level, Msg, Subsystem string
+			DownFor               time.Duration `json:"down_for"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line %q: %v", sc.Text(), err)
+		}
+		switch {
+		case strings.HasPrefix(line.Msg, "database unreachable"):
+			down++
+			if line.Level != "ERROR" || line.Subsystem == "" {
+				t.Errorf("outage line %s: want an ERROR naming the subsystem that saw it", sc.Text())
+			}
+		case line.Msg == "database back":
+			back++
+			if line.DownFor < 2*time.Second {
+				t.Errorf("back line %s: down_for should be at least the 2s outage", sc.Text())
+			}
+		case line.Level == "WARN" || line.Level == "ERROR":
+			perMessage[line.Msg]++
+		}
+	}
+	if down != 1 || back != 1 {
+		t.Errorf("%d outage lines and %d back lines, want one of each; logs:\n%s", down, back, logs.String())
+	}
+	for msg, n := range perMessage {
+		if n > 1 {
+			t.Errorf("%q logged %d times during a 2s outage, want at most once; logs:\n%s", msg, n, logs.String())
+		}
+	}
+}
+
+// TestUnreachableTellsOutagesFromRefusals: connection failures are an
+// outage; a statement the server refused is not.
+func TestUnreachableTellsOutagesFromRefusals(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "57P01"}, true}, // admin shutdown
+		{&pgconn.PgError{Code: "57P03"}, true}, // cannot connect now
+		{&pgconn.PgError{Code: "08006"}, true},
+		{fmt.Errorf("claim: %w", io.ErrUnexpectedEOF), true},
+		{fmt.Errorf("claim: %w", pgconn.ErrConnClosed), true},
+		{&pgconn.PgError{Code: "23505"}, false},
+		{&pgconn.PgError{Code: "42P01"}, false},
+		{fmt.Errorf("claim: %w", context.Canceled), false},
+		{errors.New("some other failure"), false},
+		{nil, false},
+	} {
+		if got := unreachable(c.err); got != c.want {
+			t.Errorf("unreachable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
