@@ -107,7 +107,7 @@ func Run(ctx context.Context, opts Options) error {
 			reload(ctx, eng, opts, log)
 		}
 	}
-	d.ready.Store(false)
+	d.ready.notReady("stopping")
 	if d.stopGateway != nil {
 		// Calls waiting for their rows are answered now (recorded, not
 		// finished: their retries get the outcome), before the engine stops.
@@ -167,7 +167,7 @@ type daemonRun struct {
 	opts    Options
 	st      settings
 	log     *slog.Logger
-	ready   atomic.Bool
+	ready   readiness
 	pool    atomic.Pointer[pgxpool.Pool]
 	engine  atomic.Pointer[drainer.Engine] // for /readyz, once started
 	closers []func()
@@ -225,15 +225,22 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		}
 	})
 
-	p, err := connect(ctx, st.dbURL, st.workers, log, st.reread)
+	d.ready.notReady("starting: connecting to the database")
+	p, err := connect(ctx, st.dbURL, st.workers, log, st.reread, func() {
+		d.ready.notReady("starting: database unreachable; retrying (the log says why)")
+	})
 	if err != nil {
 		return nil, err
 	}
 	d.onCleanup(p.Close)
 	d.pool.Store(p)
-	if err := waitForSchema(ctx, p, st.schema, log); err != nil {
+	d.ready.notReady("starting: checking the schema")
+	if err := waitForSchema(ctx, p, st.schema, log, func() {
+		d.ready.notReady("starting: the schema is not ready; waiting for drainer migrate (the log says why)")
+	}); err != nil {
 		return nil, err
 	}
+	d.ready.notReady("starting: the engine")
 
 	tracer, err := d.startTracing(ctx)
 	if err != nil {
@@ -262,7 +269,7 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	}
 	engineOwnsAdapters = true
 	d.engine.Store(eng)
-	d.ready.Store(true)
+	d.ready.setReady()
 	log.Info("drainer started", "version", d.opts.Version, "schema", st.schema, "workers", st.workers,
 		"lease", st.lease, "adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", addr)
 	if d.opts.Started != nil {
@@ -358,9 +365,15 @@ func startEngine(ctx context.Context, eng starter, delay time.Duration, log *slo
 
 // waitForSchema waits until the schema is migrated; a schema that needs a
 // newer daemon is refused at once.
-func waitForSchema(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger) error {
+func waitForSchema(ctx context.Context, pool *pgxpool.Pool, schema string, log *slog.Logger, waiting func()) error {
 	return retryStartup(ctx, time.Second, log, "schema not ready; waiting",
-		func() error { _, err := migrations.Check(ctx, pool, schema); return err },
+		func() error {
+			_, err := migrations.Check(ctx, pool, schema)
+			if err != nil {
+				waiting()
+			}
+			return err
+		},
 		func(err error) bool { return strings.Contains(err.Error(), "upgrade drainer") })
 }
 
@@ -391,7 +404,7 @@ func retryStartup(ctx context.Context, delay time.Duration, log *slog.Logger, ms
 	}
 }
 
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, ping func(context.Context) error,
+func serveHTTP(addr string, reg *prometheus.Registry, ready *readiness, ping func(context.Context) error,
 	adapters func() []drainer.AdapterState, log *slog.Logger) (*http.Server, error) {
 	if addr == "" {
 		addr = ":9753"

@@ -18,7 +18,7 @@ import (
 // config file), each new connection reads the url's references again and
 // takes its user and password: rotated credentials reach the pool, the
 // listeners and the gateway without a restart.
-func connect(ctx context.Context, url string, workers int, log *slog.Logger, reread func() (config.Secret, error)) (*pgxpool.Pool, error) {
+func connect(ctx context.Context, url string, workers int, log *slog.Logger, reread func() (config.Secret, error), unreachable func()) (*pgxpool.Pool, error) {
 	if err := config.CheckDatabaseURL(url); err != nil {
 		return nil, &ConfigError{err}
 	}
@@ -58,6 +58,7 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger, rer
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		unreachable()
 		log.Error("database unreachable; retrying", "host", pc.ConnConfig.Host, "port", pc.ConnConfig.Port,
 			"database", pc.ConnConfig.Database, "err", redactDSNError(err), "retry_in", delay)
 		t := time.NewTimer(delay)

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
@@ -42,7 +41,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	var ready atomic.Bool
+	var ready readiness
 	srv, err := serveHTTP(opts.MetricsAddr, reg, &ready, func(context.Context) error { return nil }, func() []drainer.AdapterState { return nil }, log)
 	if err != nil {
 		return err
@@ -106,8 +105,8 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	log.Info("drainer fleet starting", "version", opts.Version, "member", f.ID(), "schema", st.schema,
 		"workers_per_database", st.workers, "lease", st.lease, "refresh", st.cfg.Databases.Refresh,
 		"adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", srv.Addr)
-	ready.Store(true)
-	defer ready.Store(false)
+	ready.setReady()
+	defer ready.notReady("stopping")
 	return f.Run(ctx)
 }
 
