@@ -3,42 +3,12 @@ package config
 import (
 	"fmt"
 	"strings"
+
+	"github.com/drainer-io/drainer/internal/suggest"
 )
 
-// closest returns the candidate nearest to name (case-insensitive edit
-// distance at most 2, and less than half of name's length), or "".
-func closest(name string, candidates []string) string {
-	best, bestDist := "", 3
-	n := strings.ToLower(name)
-	for _, c := range candidates {
-		d := editDistance(n, strings.ToLower(c))
-		if d < bestDist && d*2 < len(n) {
-			best, bestDist = c, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+// closest returns the candidate nearest to name, or "" (suggest.Closest).
+func closest(name string, candidates []string) string { return suggest.Closest(name, candidates) }
 
 // unknownFieldMessage says a key is unknown and what was probably meant.
 func unknownFieldMessage(key string, valid []string) string {

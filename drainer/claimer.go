@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/internal/suggest"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 )
@@ -200,9 +201,13 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 	}
 	route, ok := rt.Routes[row.ToolName]
 	if !ok {
-		e.unrouted.note(e.log, row.ToolName)
+		routed := rt.RoutedTools()
+		e.unrouted.note(e.log, row.ToolName, routed)
 		e.deferrer.refuse(row.ToolName, outbox.RefusedUnrouted, rt.UnroutedRecheck)
 		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
+		if s := suggest.Closest(row.ToolName, routed); s != "" {
+			msg = fmt.Sprintf("no route for tool_name %q in the loaded config (did you mean %q?); looked at again every %s", row.ToolName, s, rt.UnroutedRecheck)
+		}
 		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted, noteUnrouted)
 		c.waitsFor = outbox.RefusedUnrouted
 		return nil, nil, &c

@@ -1,6 +1,8 @@
 package drainer
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -119,13 +121,9 @@ func (rt *Routing) retire(onIdle func()) {
 	}
 }
 
-// RoutedTools lists the tools that have a route.
+// RoutedTools lists the tools that have a route, sorted.
 func (rt *Routing) RoutedTools() []string {
-	tools := make([]string, 0, len(rt.Routes))
-	for tool := range rt.Routes {
-		tools = append(tools, tool)
-	}
-	return tools
+	return slices.Sorted(maps.Keys(rt.Routes))
 }
 
 // OrderedTools lists the tools whose rows dispatch one at a time per scope.

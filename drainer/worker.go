@@ -10,6 +10,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/internal/suggest"
 	"github.com/drainer-io/drainer/outbox"
 )
 
@@ -278,7 +279,7 @@ type unroutedLog struct {
 	seen map[string]time.Time
 }
 
-func (u *unroutedLog) note(log interface{ Warn(string, ...any) }, tool string) {
+func (u *unroutedLog) note(log interface{ Warn(string, ...any) }, tool string, routed []string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.seen == nil {
@@ -288,5 +289,10 @@ func (u *unroutedLog) note(log interface{ Warn(string, ...any) }, tool string) {
 		return
 	}
 	u.seen[tool] = time.Now()
-	log.Warn("rows wait for a route: no route for their tool_name; they drain once a config with one is loaded", "tool", tool)
+	const msg = "rows wait for a route: no route for their tool_name; they drain once a config with one is loaded"
+	if s := suggest.Closest(tool, routed); s != "" {
+		log.Warn(msg, "tool", tool, "did_you_mean", s)
+		return
+	}
+	log.Warn(msg, "tool", tool)
 }
