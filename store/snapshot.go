@@ -111,11 +111,9 @@ func (s *Store) RefreshSnapshot(ctx context.Context, db TxDB, maxAge time.Durati
 // pending rows and no route (unroutedTools).
 func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string) (map[outbox.Status]int64, SnapshotStats, error) {
 	var st SnapshotStats
-	var reltuples float64
 	table := s.schema + ".queue"
-	// queue is partitioned by generation: its size is its partitions'
-	if err := tx.QueryRow(ctx, `SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::float8
-	   FROM pg_partition_tree($1::regclass) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`, table).Scan(&reltuples); err != nil {
+	reltuples, err := queueSize(ctx, tx, table)
+	if err != nil {
 		return nil, st, err
 	}
 	counts, estimated, err := s.countStatuses(ctx, tx, table, reltuples >= ExactCountLimit)
@@ -130,6 +128,15 @@ func (s *Store) computeSnapshot(ctx context.Context, tx pgx.Tx, routed []string)
 		return nil, st, err
 	}
 	return counts, st, nil
+}
+
+// queueSize is the planner's estimate of the rows of table (the queue,
+// partitioned by generation: the sum of its partitions').
+func queueSize(ctx context.Context, tx pgx.Tx, table string) (float64, error) {
+	var reltuples float64
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::float8
+	   FROM pg_partition_tree($1::regclass) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`, table).Scan(&reltuples)
+	return reltuples, err
 }
 
 // countStatuses counts the rows by status. Statuses that hold work
