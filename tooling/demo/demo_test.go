@@ -107,7 +107,7 @@ func checkLogFile(t *testing.T, stdout, stderr, path string) {
 // line before the build, which is silent and takes minutes the first time.
 func TestMakeDemoSaysItBuilds(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("no make")
+		t.Fatalf("make is what runs the demo (and these tests): %v", err)
 	}
 	for _, target := range []string{"demo", "demo-gateway"} {
 		out, err := exec.Command("make", "-n", "-C", "../..", "--no-print-directory", target).CombinedOutput()
