@@ -225,22 +225,10 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		}
 	})
 
-	d.ready.notReady("starting: connecting to the database")
-	p, err := connect(ctx, st.dbURL, st.workers, log, st.reread, func() {
-		d.ready.notReady("starting: database unreachable; retrying (the log says why)")
-	})
+	p, err := d.openDatabase(ctx)
 	if err != nil {
 		return nil, err
 	}
-	d.onCleanup(p.Close)
-	d.pool.Store(p)
-	d.ready.notReady("starting: checking the schema")
-	if err := waitForSchema(ctx, p, st.schema, log, func() {
-		d.ready.notReady("starting: the schema is not ready; waiting for drainer migrate (the log says why)")
-	}); err != nil {
-		return nil, err
-	}
-	d.ready.notReady("starting: the engine")
 
 	tracer, err := d.startTracing(ctx)
 	if err != nil {
@@ -276,6 +264,29 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		d.opts.Started(eng)
 	}
 	return eng, nil
+}
+
+// openDatabase connects to the database and waits for its schema, saying
+// on /readyz what it waits for.
+func (d *daemonRun) openDatabase(ctx context.Context) (*pgxpool.Pool, error) {
+	st, log := d.st, d.log
+	d.ready.notReady("starting: connecting to the database")
+	p, err := connect(ctx, st.dbURL, st.workers, log, st.reread, func() {
+		d.ready.notReady("starting: database unreachable; retrying (the log says why)")
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.onCleanup(p.Close)
+	d.pool.Store(p)
+	d.ready.notReady("starting: checking the schema")
+	if err := waitForSchema(ctx, p, st.schema, log, func() {
+		d.ready.notReady("starting: the schema is not ready; waiting for drainer migrate (the log says why)")
+	}); err != nil {
+		return nil, err
+	}
+	d.ready.notReady("starting: the engine")
+	return p, nil
 }
 
 // serveMetrics registers the daemon's metrics on reg and serves health
