@@ -248,7 +248,7 @@ func (c *completer) flush(batch []completion) {
 		}
 		if time.Now().After(deadline) || (e.stopped.Load() && time.Now().Add(delay).After(deadline)) {
 			c.noteUnwritten(batch)
-			e.log.Error("completions not written; kept and tried again every few seconds (their rows wait: reclaimed at lease expiry, not sent again before the answer is written or max_retry_after passed)", "rows", len(batch), "err", err)
+			e.log.Error("completions not written; kept and tried again every few seconds (their rows wait: reclaimed at lease expiry, not sent again before the answer is written or max_retry_after passed)", "rows", len(batch), "outbox_seqs", seqsOf(batch), "err", err)
 			return
 		}
 		if e.db.failed("completer", err) {
@@ -360,6 +360,16 @@ func (c *completer) rewake(batch []completion) {
 		c.e.log.Debug("rows handed back to wait can go out now: waking them", "tools", tools)
 		c.e.deferrer.wake(tools)
 	}
+}
+
+// seqsOf lists the outbox_seq of each completion, naming the rows in a log
+// line.
+func seqsOf(cs []completion) []int64 {
+	out := make([]int64, len(cs))
+	for i := range cs {
+		out[i] = cs[i].Seq
+	}
+	return out
 }
 
 // rows returns what the store writes of cs.
