@@ -29,34 +29,44 @@ var installTuple = idemkey.Tuple{AgentRunID: "run-1", StepID: "step-1", ToolName
 func TestPythonInstallFromClone(t *testing.T) {
 	t.Parallel()
 	pyRequireInterpreter(t)
-	// The README's block, line by line, at the clone's root; the apt-get
-	// line is what pyRequireInterpreter checked.
-	steps := readmeBlock(t, "../sdk/python/README.md", "## Install")
-	clone := cloneTracked(t, "sdk/python")
-	env := []string{"PIP_NO_INDEX=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PYTHONDONTWRITEBYTECODE=1"}
-	var out string
-	for _, step := range steps {
-		if strings.HasPrefix(step, "sudo apt-get install") {
-			continue
-		}
-		out = installRun(t, clone, env, "sh", "-c", step)
-	}
+	clone, out := pyInstallFromReadme(t)
 	if !strings.Contains(out, installTuple.Key()) {
 		t.Fatalf("the README's last step printed %q, want the key %s", out, installTuple.Key())
 	}
 	// From another directory, so the import is the installed package.
-	out = installRun(t, t.TempDir(), env, filepath.Join(clone, ".venv", "bin", "python"), "-c",
+	out = installRun(t, t.TempDir(), pyInstallEnv, filepath.Join(clone, ".venv", "bin", "python"), "-c",
 		`import drainer_client; print(drainer_client.idempotency_key("run-1", "step-1", "charge_card", "")); print(drainer_client.__file__)`)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) < 2 || lines[len(lines)-2] != installTuple.Key() || !strings.Contains(lines[len(lines)-1], "site-packages") {
 		t.Fatalf("installed drainer_client printed %q; want the key %s and a module under site-packages", out, installTuple.Key())
 	}
 	// The receiver module ships in the package too.
-	out = installRun(t, t.TempDir(), env, filepath.Join(clone, ".venv", "bin", "python"), "-c",
+	out = installRun(t, t.TempDir(), pyInstallEnv, filepath.Join(clone, ".venv", "bin", "python"), "-c",
 		`from drainer_client.receiver import Receiver; print(callable(Receiver.wrap))`)
 	if strings.TrimSpace(out) != "True" {
 		t.Fatalf("installed drainer_client.receiver printed %q, want True", out)
 	}
+}
+
+// pyInstallEnv is the environment of the Python install steps: pip kept
+// away from any package index.
+var pyInstallEnv = []string{"PIP_NO_INDEX=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PYTHONDONTWRITEBYTECODE=1"}
+
+// pyInstallFromReadme runs the block under "## Install" of sdk/python's
+// README, line by line, at the root of a copy of the committed files; the
+// apt-get line is what pyRequireInterpreter checks. It returns the copy's
+// root (the venv is its .venv) and the last step's output.
+func pyInstallFromReadme(t *testing.T) (clone, out string) {
+	t.Helper()
+	steps := readmeBlock(t, "../sdk/python/README.md", "## Install")
+	clone = cloneTracked(t, "sdk/python")
+	for _, step := range steps {
+		if strings.HasPrefix(step, "sudo apt-get install") {
+			continue
+		}
+		out = installRun(t, clone, pyInstallEnv, "sh", "-c", step)
+	}
+	return clone, out
 }
 
 // TestTypeScriptInstallFromClone installs @drainer/client into fresh
@@ -88,31 +98,9 @@ func TestTypeScriptInstallFromClone(t *testing.T) {
 		{"tarball", "### From a tarball", "npm install ./drainer-client-", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			steps := readmeBlock(t, "../sdk/typescript/README.md", c.heading)
 			project := t.TempDir()
-			if err := os.WriteFile(filepath.Join(project, "package.json"), []byte(`{"name": "consumer", "private": true}`+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			var all strings.Builder
-			installed, printed := false, 0
-			for _, step := range steps {
-				if strings.HasPrefix(step, "cd ") {
-					continue // the project is the temporary directory
-				}
-				installed = installed || strings.HasPrefix(step, c.install)
-				out := installRun(t, project, tsInstallEnv, "sh", "-c", strings.ReplaceAll(step, "/path/to/drainer", clone))
-				all.WriteString(out)
-				if strings.HasPrefix(step, "node ") {
-					if got := strings.TrimSpace(out); !strings.HasSuffix(got, installTuple.Key()) {
-						t.Fatalf("the README's step %q printed %q, want the key %s", step, got, installTuple.Key())
-					}
-					printed++
-				}
-			}
-			if !installed || printed == 0 {
-				t.Fatalf("the README's block under %q (%q) has no `%s…` or no node step printing the key", c.heading, steps, c.install)
-			}
-			if w := tsScriptWarnings(all.String()); len(w) > 0 {
+			all := tsInstallFromReadme(t, clone, project, c.heading, c.install)
+			if w := tsScriptWarnings(all); len(w) > 0 {
 				t.Errorf("npm warned about scripts or peers while installing:\n%s", strings.Join(w, "\n"))
 			}
 			fi, err := os.Lstat(filepath.Join(project, "node_modules", "@drainer", "client"))
@@ -134,6 +122,39 @@ func TestTypeScriptInstallFromClone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tsInstallFromReadme follows the block under heading of sdk/typescript's
+// README in project, a new package (the `cd` steps name it), with
+// /path/to/drainer the clone: the block must hold a step beginning with
+// install, and each node step must print the key of installTuple. It
+// returns the steps' combined output.
+func tsInstallFromReadme(t *testing.T, clone, project, heading, install string) string {
+	t.Helper()
+	steps := readmeBlock(t, "../sdk/typescript/README.md", heading)
+	if err := os.WriteFile(filepath.Join(project, "package.json"), []byte(`{"name": "consumer", "private": true}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	installed, printed := false, 0
+	for _, step := range steps {
+		if strings.HasPrefix(step, "cd ") {
+			continue // the project is the temporary directory
+		}
+		installed = installed || strings.HasPrefix(step, install)
+		out := installRun(t, project, tsInstallEnv, "sh", "-c", strings.ReplaceAll(step, "/path/to/drainer", clone))
+		all.WriteString(out)
+		if strings.HasPrefix(step, "node ") {
+			if got := strings.TrimSpace(out); !strings.HasSuffix(got, installTuple.Key()) {
+				t.Fatalf("the README's step %q printed %q, want the key %s", step, got, installTuple.Key())
+			}
+			printed++
+		}
+	}
+	if !installed || printed == 0 {
+		t.Fatalf("the README's block under %q (%q) has no `%s…` or no node step printing the key", heading, steps, install)
+	}
+	return all.String()
 }
 
 // readmeBlock returns the command lines (not comments, not blank) of the
