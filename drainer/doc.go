@@ -42,7 +42,9 @@
 // lifecycle: Start, Reload (routing.go: routes refcounted across reloads;
 // with SharedAdapters, Routing.Release tells the adapters' owner instead),
 // Stop in order (stop claiming, wait for calls up to the grace, cancel,
-// write what is left, stop the services). metrics.go holds the collectors;
+// write what is left, stop the services). dbhealth.go turns the
+// subsystems' database errors into one line when the database goes down
+// and one when it is back. metrics.go holds the collectors;
 // readiness.go what each adapter's gate says of it (AdapterStates, for
 // /readyz, drainer_adapter_ready and drainer_hold_seconds).
 //

@@ -67,6 +67,7 @@
 //	abort.go    abort of a run
 //	pause.go    pause, resume and the list of pauses
 //	audit.go    audit verify
+//	stats.go    Stats: drainer stats (backlog, oldest pending, rows settled lately)
 //	checkpoint.go         audit checkpoint: the file, its keys, its signature
 //	checkpoint_verify.go  verify --checkpoints: a checkpoint still a prefix of the audit
 //	audithash.go          the audit's hash functions in Go, as the database computes them

@@ -46,6 +46,7 @@
 //	                read raw for audit checkpoint and verify --checkpoints
 //	console.go      RowFloor, VerifyAuditKey, CountsByTool: the operator console's reads
 //	progress.go     ReadProgress, CountByStatusKind (the demo's progress and summary)
+//	stats.go        CountStatuses, OldestPendingByTool, SettledSince: drainer stats
 //	fleet.go        the fleet's tables in its coordination database (package
 //	                internal/fleet): EnsureFleetTables, FleetHeartbeat, FleetLeave,
 //	                FleetReleaseAll (the membership), PublishFleet (each replica's

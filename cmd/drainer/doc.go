@@ -19,7 +19,7 @@
 //   - enqueue.go: `drainer enqueue` (package producer); payload.go: its
 //     --payload JSON|@FILE|- and the position of invalid JSON.
 //   - inspect.go, list.go, requeue.go, cancel.go, resolve.go, abort.go,
-//     pause.go, audit.go: the operator commands (package ops); output.go
+//     pause.go, audit.go, stats.go: the operator commands (package ops); output.go
 //     renders their aligned tables and `--output json`.
 //   - routes.go: `drainer routes import` (OpenAPI idempotency manifests).
 //   - conformance.go: `drainer conformance` (package internal/conformance):

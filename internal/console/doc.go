@@ -78,6 +78,9 @@
 //	results.go   the answers kept for their pages, and dry runs' plans
 //	stats.go     the sampler: backlog by status and tool (and by database in
 //	             a fleet), rates, history; one fleet database's overview
-//	pages.go     page handlers, template functions, Link, the backlog chart
+//	pages.go     page handlers, template functions, Link
+//	chart.go     the backlog chart, with its axes
+//	lasterror.go a row's last_error on the pages: a fault, or flow control
+//	             (an adapter at its cap) shown as information
 //	assets/      layout and page templates; static/ app.js and app.css
 package console

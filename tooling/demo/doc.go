@@ -20,4 +20,5 @@
 //	             in Docker
 //	gateway.go   RunGateway: the mock MCP tool server (chargeServer), the
 //	             harness (runHarness), gatewaySummary
+//	logfile.go   openLog: the daemon's logs in a file the output names
 package demo
