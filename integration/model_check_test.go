@@ -211,6 +211,9 @@ func (m *seqModel) actOperator(rt *rapid.T) bool {
 		if op == "cancel" && res.code == 0 {
 			m.intentByKey(key).opCancelled = true
 		}
+		if op == "requeue" && res.code == 0 {
+			m.revived(res.stdout)
+		}
 	case "cancel_run", "abort":
 		if len(m.runs) == 0 {
 			return false
@@ -257,6 +260,26 @@ func (m *seqModel) actOperator(rt *rapid.T) bool {
 	}
 	m.rt.Logf("operator %s: exit %d %s", op, res.code, strings.TrimSpace(tail(res.stdout+res.stderr, 300)))
 	return true
+}
+
+// revived notes the runs a requeue revived (docs/cli.md, requeue: a run
+// aborted only by failures whose saga has not started is revived, with the
+// rows its abort cancelled pending again): the run is no longer aborted, so
+// its intents enqueued while it was (cancelled then, or still waiting for
+// their claim) go out after all.
+func (m *seqModel) revived(out string) {
+	for _, line := range strings.Split(out, "\n") {
+		rest, ok := strings.CutPrefix(line, "revived run ")
+		if !ok {
+			continue
+		}
+		run, _, _ := strings.Cut(rest, " ")
+		for _, in := range m.intents {
+			if in.run.id == run {
+				in.abortSeen, in.abortBeforeStmt = false, false
+			}
+		}
+	}
 }
 
 // actPrune runs a pruning pass directly with windows of zero for every
