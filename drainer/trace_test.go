@@ -8,6 +8,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/tooling/testkit"
+	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -22,33 +23,10 @@ func TestDispatchContinuesAgentTrace(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), "SELECT drainer.enqueue('r', 's', 't', '', '{}', $1)", "00-"+agentTrace+"-"+agentSpan+"-01"); err != nil {
 		t.Fatal(err)
 	}
-	sent := make(chan string, 1)
-	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
-		sent <- m.Traceparent
-		return dispatch.Result{Outcome: dispatch.Success}
-	})
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
-	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 1, Tracer: tp.Tracer("test")})
-	var tp2 string
-	select {
-	case tp2 = <-sent:
-	case <-time.After(10 * time.Second):
-		t.Fatal("not dispatched")
-	}
+	tp2, span, queued := traceOneRow(t, pool)
 	parts := strings.Split(tp2, "-")
 	if len(parts) != 4 || parts[1] != agentTrace || parts[2] == agentSpan {
 		t.Fatalf("provider got traceparent %q: want trace %s with a new parent span", tp2, agentTrace)
-	}
-	testkit.WaitFor(t, 5*time.Second, "spans ended", func() (bool, string) { return len(rec.Ended()) == 2, "" })
-	spans := map[string]sdktrace.ReadOnlySpan{}
-	for _, s := range rec.Ended() {
-		spans[s.Name()] = s
-	}
-	span, queued := spans["drainer.dispatch t"], spans["drainer.queue t"]
-	if span == nil || queued == nil {
-		t.Fatalf("spans %v: want drainer.queue t and drainer.dispatch t", spans)
 	}
 	if span.Parent().TraceID().String() != agentTrace || span.Parent().SpanID().String() != agentSpan || span.SpanContext().SpanID().String() != parts[2] {
 		t.Fatalf("span %s parent %s: not a child of the agent's span", span.SpanContext().SpanID(), span.Parent().SpanID())
@@ -74,30 +52,7 @@ func TestDispatchContinuesAgentTrace(t *testing.T) {
 func TestDispatchWithoutTraceIsOneTrace(t *testing.T) {
 	pool := newPool(t)
 	enqueueN(t, pool, "r", "t", 1)
-	sent := make(chan string, 1)
-	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
-		sent <- m.Traceparent
-		return dispatch.Result{Outcome: dispatch.Success}
-	})
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
-	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 1, Tracer: tp.Tracer("test")})
-	var upstream string
-	select {
-	case upstream = <-sent:
-	case <-time.After(10 * time.Second):
-		t.Fatal("not dispatched")
-	}
-	testkit.WaitFor(t, 5*time.Second, "spans ended", func() (bool, string) { return len(rec.Ended()) == 2, "" })
-	spans := map[string]sdktrace.ReadOnlySpan{}
-	for _, s := range rec.Ended() {
-		spans[s.Name()] = s
-	}
-	span, queued := spans["drainer.dispatch t"], spans["drainer.queue t"]
-	if span == nil || queued == nil {
-		t.Fatalf("spans %v: want drainer.queue t and drainer.dispatch t", spans)
-	}
+	upstream, span, queued := traceOneRow(t, pool)
 	if queued.Parent().IsValid() {
 		t.Fatalf("queue span has parent %s: want the root of the row's trace", queued.Parent().SpanID())
 	}
@@ -108,4 +63,35 @@ func TestDispatchWithoutTraceIsOneTrace(t *testing.T) {
 	if want := "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-01"; upstream != want {
 		t.Fatalf("provider got traceparent %q, want the attempt's %q", upstream, want)
 	}
+}
+
+// traceOneRow drains the one row of pool's tool t through an engine that
+// records its spans, and returns the traceparent the provider got and the
+// row's dispatch and queue spans.
+func traceOneRow(t *testing.T, pool *pgxpool.Pool) (upstream string, dispatched, queued sdktrace.ReadOnlySpan) {
+	t.Helper()
+	sent := make(chan string, 1)
+	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		sent <- m.Traceparent
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 1, Tracer: tp.Tracer("test")})
+	select {
+	case upstream = <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not dispatched")
+	}
+	testkit.WaitFor(t, 5*time.Second, "spans ended", func() (bool, string) { return len(rec.Ended()) == 2, "" })
+	spans := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		spans[s.Name()] = s
+	}
+	dispatched, queued = spans["drainer.dispatch t"], spans["drainer.queue t"]
+	if dispatched == nil || queued == nil {
+		t.Fatalf("spans %v: want drainer.queue t and drainer.dispatch t", spans)
+	}
+	return upstream, dispatched, queued
 }

@@ -13,6 +13,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// SessionDefaults sets what every connection of drainer's runs with unless
+// the database URL says otherwise: application_name drainer, and jit off
+// (short statements over a few hundred rows: compiling them, once an
+// estimate crosses jit_above_cost, costs more than running them).
+func SessionDefaults(cc *pgx.ConnConfig) {
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	if cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = "drainer"
+	}
+	if cc.RuntimeParams["jit"] == "" {
+		cc.RuntimeParams["jit"] = "off"
+	}
+}
+
 // ConnectBeside opens a connection of its own beside pool (a listener's,
 // the wake gate's), configured as the pool's connections are: through the
 // pool's BeforeConnect, so credentials read anew at each connect (a

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -27,17 +28,7 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger, rer
 		return nil, &ConfigError{fmt.Errorf("database URL: %s", redactDSNError(err))}
 	}
 	pc.MaxConns = int32(min(workers/4+8, 64))
-	if pc.ConnConfig.RuntimeParams == nil {
-		pc.ConnConfig.RuntimeParams = map[string]string{}
-	}
-	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
-		pc.ConnConfig.RuntimeParams["application_name"] = "drainer"
-	}
-	if pc.ConnConfig.RuntimeParams["jit"] == "" {
-		// Short statements over a few hundred rows: compiling them (once an
-		// estimate crosses jit_above_cost) costs more than running them.
-		pc.ConnConfig.RuntimeParams["jit"] = "off"
-	}
+	store.SessionDefaults(pc.ConnConfig)
 	if reread != nil {
 		pc.BeforeConnect = (&credentials{reread: reread, log: log,
 			user: pc.ConnConfig.User, password: pc.ConnConfig.Password,

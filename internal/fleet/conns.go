@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,15 +65,7 @@ func poolConfig(url string, conns int32) (*pgxpool.Config, error) {
 		return nil, errors.New("database URL: " + redact(err))
 	}
 	pc.MaxConns, pc.MinConns = conns, 0
-	if pc.ConnConfig.RuntimeParams == nil {
-		pc.ConnConfig.RuntimeParams = map[string]string{}
-	}
-	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
-		pc.ConnConfig.RuntimeParams["application_name"] = "drainer"
-	}
-	if pc.ConnConfig.RuntimeParams["jit"] == "" {
-		pc.ConnConfig.RuntimeParams["jit"] = "off"
-	}
+	store.SessionDefaults(pc.ConnConfig)
 	pc.ConnConfig.DialFunc = dialAwaitingClose(pc.ConnConfig.DialFunc)
 	return pc, nil
 }
