@@ -84,4 +84,6 @@
 //	                          answered per minute, which holds the rows a reclaim takes back
 //	024_call_records.sql      call_records: a settled MCP call's whole tool result, which the
 //	                          gateway answers its retries with
+//	025_tombstone_audit_head.sql keys.audit_head: a pruned key's chain head, kept on its
+//	                          tombstone, so that audit verify tells the chain's end moved
 package migrations

@@ -193,6 +193,7 @@ CREATE TABLE drainer.keys (
     payload_hash bytea NOT NULL,
     final_status text,
     pruned_at    timestamp with time zone,
+    audit_head   bytea,
     CONSTRAINT keys_pkey PRIMARY KEY (key)
 );
 CREATE INDEX keys_pruned_idx ON drainer.keys USING btree (pruned_at) WHERE pruned_at IS NOT NULL;

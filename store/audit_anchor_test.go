@@ -183,6 +183,25 @@ func TestAuditTamperingOutlivesRotation(t *testing.T) {
 			storetest.TamperInsert(t, b.pool, b.keys[3])
 			return b.keys[3]
 		}, "not recorded"},
+		{"inserted entry ending a pruned chain in its tombstone's status", func(t *testing.T, b *auditBundle) string {
+			// A row enqueued into an aborted run is cancelled by its
+			// enqueue: a chain of one entry. Once it is pruned, a forged
+			// cancel with a new id ends the chain, links right and agrees
+			// with the tombstone's status; only the tombstone's head tells.
+			if _, err := b.st.AbortRun(context.Background(), b.pool, "gone", "test", "test"); err != nil {
+				t.Fatal(err)
+			}
+			key := storetest.Enqueue(t, b.pool, "gone", "t", 1)[0]
+			if st, err := b.st.AdvanceSaga(context.Background(), b.pool, "gone", store.Compensators{}); err != nil || st != outbox.SagaDone {
+				t.Fatalf("advance the aborted run's saga: %s, %v", st, err)
+			}
+			b.prune(t)
+			if n := scalar[int64](t, b.pool, `SELECT count(*) FROM drainer.keys WHERE key = $1 AND final_status = 'cancelled'`, key); n != 1 {
+				t.Fatalf("%s: %d cancelled tombstones, want 1", key, n)
+			}
+			storetest.TamperInsert(t, b.pool, key)
+			return key
+		}, "inserted or removed after it was pruned"},
 	}
 	// The same, done after the generation was anchored and before it is
 	// truncated: the anchors were written from the entries as they were.

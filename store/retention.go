@@ -46,13 +46,17 @@ const pruneRunsSQL = `WITH gone AS (
 // tampering with its audit chain stays, so that audit verify goes on
 // reporting it (audit_problems): one whose status the chain's last
 // recorded change (or its anchor, once truncated) does not record (a change
-// made with the audit triggers off), or whose chain is gone (no entry, no
-// anchor).
+// made with the audit triggers off), whose head is not the chain's last
+// hash (an entry added or removed at its end), or whose chain is gone (no
+// entry, no anchor).
 const pruneTombstonesSQL = `WITH gone AS (
         DELETE FROM {s}.keys WHERE key IN (
             SELECT k.key FROM {s}.keys k WHERE k.pruned_at < now() - $1 * interval '1 millisecond'
                AND (EXISTS (SELECT 1 FROM {s}.audit a WHERE a.key = k.key)
                     OR EXISTS (SELECT 1 FROM {s}.audit_anchors x WHERE x.key = k.key))
+               AND (k.audit_head IS NULL OR k.audit_head IS NOT DISTINCT FROM coalesce(
+                       (SELECT a.hash FROM {s}.audit a WHERE a.key = k.key ORDER BY a.id DESC LIMIT 1),
+                       (SELECT x.hash FROM {s}.audit_anchors x WHERE x.key = k.key)))
                AND k.final_status IS NOT DISTINCT FROM coalesce(
                        (SELECT a.to_status FROM {s}.audit a WHERE a.key = k.key AND a.to_status IS NOT NULL
                          ORDER BY a.id DESC LIMIT 1),

@@ -8,7 +8,7 @@
 --   that records a status (an in_flight row's last entry is the pending it
 --   was claimed from, one attempt fewer), or, once those entries are
 --   truncated, those its anchor kept; a pruned key's tombstone its
---   chain's last status, and a chain (entries, or an anchor). So deleting
+--   chain's last hash and status, and a chain (entries, or an anchor). So deleting
 --   a chain's last entry, or its anchor, or a change made with the audit
 --   bypassed, is caught, before and after rotation;
 -- - what the rotation found wrong in the entries it anchored (an anchor
@@ -56,16 +56,20 @@ AS $function$
                 AND q.attempts IS DISTINCT FROM s.attempts + CASE WHEN q.status = 'in_flight' AND s.status = 'pending'
                                                                  THEN 1 ELSE 0 END))
     UNION ALL
-    -- a pruned row's tombstone keeps the status it was pruned in, and its
-    -- chain stays (entries, or their anchor)
+    -- a pruned row's tombstone keeps the status it was pruned in and its
+    -- chain's head (a tombstone without a head, of a row that had none, is
+    -- checked by its status alone), and its chain stays (entries, or their
+    -- anchor) and ends there
     SELECT coalesce(h.id, x.last_id, 0), k.key,
            CASE WHEN h.id IS NULL AND x.key IS NULL
                 THEN 'the pruned key''s chain is gone: no entry, no anchor (its anchor was removed)'
+                WHEN k.audit_head IS NOT NULL AND k.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash)
+                THEN 'the pruned key''s audit head is not its chain''s last entry (an entry was inserted or removed after it was pruned)'
                 ELSE format('the key was pruned %s but its chain''s last change records %s (a change was not recorded)',
                             k.final_status, s.status)
            END
       FROM {{.schema}}.keys k
-      LEFT JOIN LATERAL (SELECT a.id FROM {{.schema}}.audit a WHERE a.key = k.key ORDER BY a.id DESC LIMIT 1) h ON true
+      LEFT JOIN LATERAL (SELECT a.id, a.hash FROM {{.schema}}.audit a WHERE a.key = k.key ORDER BY a.id DESC LIMIT 1) h ON true
       LEFT JOIN LATERAL (SELECT a.id, a.to_status FROM {{.schema}}.audit a
                           WHERE a.key = k.key AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1) st ON true
       LEFT JOIN {{.schema}}.audit_anchors x ON x.key = k.key
@@ -73,6 +77,7 @@ AS $function$
      WHERE k.pruned_at IS NOT NULL AND (p_key IS NULL OR k.key = p_key)
        AND NOT EXISTS (SELECT 1 FROM {{.schema}}.intents i WHERE i.key = k.key)
        AND ((h.id IS NULL AND x.key IS NULL)
+            OR (k.audit_head IS NOT NULL AND k.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash))
             OR (s.status IS NOT NULL AND k.final_status IS DISTINCT FROM s.status))
     UNION ALL
     -- the anchors: what they were found to stand for, and their content

@@ -1,6 +1,7 @@
 -- prune_rows moves up to p_limit rows of one terminal status, last
 -- changed before p_before, to the tombstones (their keys stay in the key
--- space, marked pruned). Rows of a run whose saga is still open stay, and so
+-- space, marked pruned, with the status and the audit head they ended
+-- with: audit_problems holds the chain to them). Rows of a run whose saga is still open stay, and so
 -- does a succeeded forward row of a tool in p_comp_tools (a tool whose route
 -- names a compensation) until its run's saga has settled or
 -- p_windows_ms[i] (the route's compensation_window) has passed since it
@@ -34,11 +35,11 @@ BEGIN
     ), dequeued AS (
         DELETE FROM {{.schema}}.queue q USING victims v
          WHERE q.seq = v.seq AND q.status = p_status
-        RETURNING q.seq, q.status
+        RETURNING q.seq, q.status, q.audit_head
     ), moved AS (
         DELETE FROM {{.schema}}.intents i USING dequeued d
          WHERE i.seq = d.seq
-        RETURNING i.key, i.payload_hash, d.status, i.agent_run_id
+        RETURNING i.key, i.payload_hash, d.status, d.audit_head, i.agent_run_id
     ), forgotten AS (
         -- The gateway's record of the call goes with its row.
         DELETE FROM {{.schema}}.call_records c USING moved m WHERE c.key = m.key
@@ -46,9 +47,10 @@ BEGIN
         UPDATE {{.schema}}.runs r SET rows_pruned_at = now()
          WHERE r.agent_run_id IN (SELECT m.agent_run_id FROM moved m)
     )
-    INSERT INTO {{.schema}}.keys AS k (key, payload_hash, final_status, pruned_at)
-    SELECT m.key, m.payload_hash, m.status, now() FROM moved m
-    ON CONFLICT (key) DO UPDATE SET final_status = excluded.final_status, pruned_at = excluded.pruned_at;
+    INSERT INTO {{.schema}}.keys AS k (key, payload_hash, final_status, audit_head, pruned_at)
+    SELECT m.key, m.payload_hash, m.status, m.audit_head, now() FROM moved m
+    ON CONFLICT (key) DO UPDATE SET final_status = excluded.final_status, audit_head = excluded.audit_head,
+                                    pruned_at = excluded.pruned_at;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
