@@ -258,6 +258,33 @@ func (o *opsScenario) waitUntil(what string, cond func() (bool, string)) {
 	}
 }
 
+// describeOpen summarizes keys' open rows for a wait's failure: how many
+// are in each state (status, attempts, last error, how far ahead they are
+// due and their floor lies, in seconds).
+func (o *opsScenario) describeOpen(keys []string) string {
+	o.t.Helper()
+	rows, err := o.s.pool.Query(context.Background(), `SELECT format('%s×%s attempts=%s due=%ss floor=%ss error=%s',
+	        count(*), status, attempts,
+	        round(extract(epoch FROM next_attempt_at - now())),
+	        coalesce(round(extract(epoch FROM not_before - now()))::text, '-'),
+	        coalesce(left(last_error, 40), '-'))
+	      FROM drainer.outbox WHERE key = ANY($1) AND status IN ('pending', 'in_flight')
+	     GROUP BY status, attempts, round(extract(epoch FROM next_attempt_at - now())),
+	              round(extract(epoch FROM not_before - now())), left(last_error, 40)
+	     ORDER BY count(*) DESC LIMIT 12`, keys)
+	if err != nil {
+		return err.Error()
+	}
+	groups, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	if len(groups) == 0 {
+		return "none"
+	}
+	return strings.Join(groups, "; ")
+}
+
 func (o *opsScenario) count(sql string, args ...any) int {
 	o.t.Helper()
 	var n int
@@ -702,23 +729,28 @@ func (o *opsScenario) pauseRoute() {
 
 	// Replicas read the pauses within seconds (every 2 s): rows enqueued
 	// before a replica has read this one may go out. While none is held
-	// and none of the rows enqueued so far is still open, enqueue more
-	// under the pause, so that the step does not hang on how fast the
-	// rows were claimed. A held row is one a replica released with the
-	// pause as its last error, or one deferred in bulk with it (no attempt,
-	// due a minute later), which carries no error of its own.
+	// and none of the rows enqueued so far is still open without an
+	// attempt, enqueue more under the pause, so that the step does not
+	// hang on how fast the rows were claimed. (A row that went out and was
+	// answered 429 waits for its Retry-After floor, which may be longer
+	// than this wait: it is not held by the pause.) A held row is one a
+	// replica released with the pause as its last error (without an
+	// attempt), or one deferred in bulk with it (no attempt, due a minute
+	// later), which carries no error of its own.
 	held := o.enqueue(opsOrders("ord4", 10*o.f, 2, 0))
 	waves := 1
 	o.waitUntil("a charge_card row enqueued under the route pause to be held", func() (bool, string) {
 		n := o.count(`SELECT count(*) FROM drainer.outbox WHERE key = ANY($1)
 		    AND status = 'pending' AND (last_error LIKE 'paused by an operator%'
 		         OR (attempts = 0 AND next_attempt_at > now() + interval '10 seconds'))`, held)
-		if n == 0 && o.count(`SELECT count(*) FROM drainer.outbox WHERE key = ANY($1) AND status IN ('pending', 'in_flight')`, held) == 0 {
+		if n == 0 && o.count(`SELECT count(*) FROM drainer.outbox WHERE key = ANY($1) AND status IN ('pending', 'in_flight')
+		    AND attempts = 0`, held) == 0 {
 			held = append(held, o.enqueue(opsOrders(fmt.Sprintf("ord4w%d", waves), 10*o.f, 2, 0))...)
 			waves++
 		}
-		return n > 0, fmt.Sprintf("%d rows held (%d waves enqueued)", n, waves)
+		return n > 0, fmt.Sprintf("%d rows held (%d waves enqueued); open: %s", n, waves, o.describeOpen(held))
 	})
+	o.logf("route pause: rows enqueued under it, open: %s", o.describeOpen(held))
 	// Requeue every pending charge_card row.
 	res := o.action("requeue", "--status", "pending", "--tool", opsCharge, "--reason", "chaos: retry them all",
 		"--show", "0", "--output", "json")
