@@ -121,11 +121,11 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		// Set before free is read: a worker that finishes from here on
 		// signals, so no freed slot goes unnoticed.
 		e.slotsWanted.Store(true)
-		free := e.cfg.Workers - int(e.active.Load())
-		if free <= 0 {
+		// The slots are taken before the claim (Take takes them too).
+		n := e.reserveSlots(e.cfg.BatchSize)
+		if n == 0 {
 			return false, nil // a finishing worker signals
 		}
-		n := min(free, e.cfg.BatchSize)
 		claimedAt := time.Now()
 		rt := e.useRouting()
 		// The claim itself is not cancelled by Stop: a statement cut off after
@@ -140,6 +140,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		if err != nil {
 			e.floor.putBack(note)
 			rt.done()
+			e.releaseSlots(n)
 			return false, err
 		}
 		if len(rows) == n || len(rows) >= disarmRows {
@@ -153,18 +154,20 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		}
 		e.claims.add(cause, len(rows))
 		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
+		unused := n - len(rows)
 		for i := range rows {
 			row := &rows[i]
 			route, entry, c := e.preflight(row, rt)
 			if c != nil {
+				unused++
 				e.finish(c)
 				continue
 			}
-			e.active.Add(1)
 			e.workers.Add(1)
 			rt.share()
 			go e.work(row, rt, route, entry, claimedAt)
 		}
+		e.releaseSlots(unused)
 		rt.done()
 		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
 		if len(rows) < n && !e.mark.fullNext {

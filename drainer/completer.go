@@ -324,7 +324,29 @@ func (c *completer) done(d store.Completed, batch []completion) {
 		e.log.Warn("completions not written: their rows are no longer under this lease (an earlier try wrote them and its answer was lost, or the lease expired and the row was claimed again, or an operator settled it)", "outbox_seqs", d.Lost)
 	}
 	e.sagas.Notify(d.Runs...)
+	c.announce(d, batch)
 	c.rewake(batch)
+}
+
+// announce tells Config.Settled the keys of the announcing rows the batch
+// settled (written, not lost to their fence), in this process, once their
+// completion committed: the gateway's waiting calls read their record at
+// once, without the round trip of the settle notification, which other
+// processes still get.
+func (c *completer) announce(d store.Completed, batch []completion) {
+	settled := c.e.cfg.Settled
+	if settled == nil {
+		return
+	}
+	var keys []string
+	for i := range batch {
+		if x := &batch[i]; x.Announce && x.row != nil && !slices.Contains(d.Lost, x.Seq) {
+			keys = append(keys, x.row.Key)
+		}
+	}
+	if len(keys) > 0 {
+		settled(keys)
+	}
 }
 
 // rewake wakes the rows of the batch that were handed back to wait for a

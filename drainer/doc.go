@@ -8,6 +8,8 @@
 //     (store.Claim: FOR UPDATE SKIP LOCKED, one short transaction) and runs
 //     preflight on each (no route, out of attempts or past its key's
 //     window, shutting down, paused): such a row is settled without a worker.
+//     handoff.go: Take leases one row by its key for the MCP gateway of this
+//     process (store.ClaimKey), within the same slot bound.
 //   - dispatched: worker.go takes a row through its adapter's gate (gate.go:
 //     breaker, rate limit, concurrency cap, auth holds per route and, once
 //     several routes are refused, per adapter), one attempt through

@@ -88,6 +88,10 @@ type Config struct {
 	// database cannot take yet are kept and tried again with this engine's
 	// own.
 	Inherited []store.Completion
+	// Settled, when set, is told the keys of the rows of announcing routes
+	// (Route.Announce: the MCP gateway's) that a completion of this engine
+	// settled, right after it committed. It must not block.
+	Settled func(keys []string)
 }
 
 // maxDefaultBatch caps the default BatchSize.
@@ -155,7 +159,10 @@ type Engine struct {
 	metrics *Metrics
 	routing atomic.Pointer[Routing]
 
-	active   atomic.Int64
+	active atomic.Int64
+	// takeMu: Take holds it shared while it leases and starts a worker;
+	// Stop takes it once claiming stopped, before it waits for the workers.
+	takeMu   sync.RWMutex
 	wake     chan struct{}
 	reloaded chan struct{} // a reload swapped the routing
 	// batchFree is signalled when a full claim batch of slots is free.
@@ -364,6 +371,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 	// The claimer may be finishing a claim: its rows get workers (which
 	// release them unsent) before the workers are waited for.
 	<-e.claimDone
+	e.takeMu.Lock()   // a Take under way has started its worker, or gave up
+	e.takeMu.Unlock() //nolint:staticcheck // a barrier, not a critical section
 	waited := make(chan struct{})
 	go func() { e.workers.Wait(); close(waited) }()
 	select {

@@ -71,6 +71,11 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
 			Message: fmt.Sprintf("drainer could not record the call (key %s): %v; nothing was sent: call again with the same arguments", key, err)}
 	}
+	if enq.Created && g.cfg.Handoff != nil {
+		if _, err := g.cfg.Handoff(ctx, key); err != nil {
+			g.log.Debug("gateway: hand-off refused; the row drains as any other", "key", key, "err", err)
+		}
+	}
 	c, joined, err := g.await(ctx, key, settled)
 	switch {
 	case errors.Is(err, store.ErrNoCall):

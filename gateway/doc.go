@@ -15,12 +15,14 @@
 //	            restart loses no session)
 //	tools.go    the tools listed: each routed tool of the config's mcp
 //	            adapters, with the server's own definition; drainer_abort_run
-//	call.go     one tools/call: its tuple (identity.go), its record, its wait
+//	call.go     one tools/call: its tuple (identity.go), its record, its
+//	            hand-off to the engine of this process (Config.Handoff), its wait
 //	identity.go the four-tuple of a call: _meta, X-Agent-Run-Id, the derived
 //	            auto- step id
 //	answer.go   the answer of a recorded call from its row and record
-//	settle.go   waiting for rows to settle: one LISTEN connection on the
-//	            settle channel, re-armed when it dies, and a recheck
+//	settle.go   waiting for rows to settle: told in process by this process's
+//	            engine (Gateway.Settled), one LISTEN connection on the settle
+//	            channel (re-armed when it dies) for the others, and a recheck
 //	metrics.go  drainer_gateway_calls_total and drainer_gateway_call_seconds
 //
 // What is kept where: the call's row is an ordinary outbox row (its tuple

@@ -49,6 +49,11 @@ type Config struct {
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Tools are the tools listed and served.
 	Tools []Tool
+	// Handoff, when set, takes the row of a call just recorded and
+	// dispatches it in this process (drainer.Engine.Take), so the call does
+	// not wait for the notification and a claim; it reports whether it
+	// did. A row it does not take drains as any other.
+	Handoff func(ctx context.Context, key string) (bool, error)
 	// Metrics are the series the gateway counts in (nil: its own,
 	// registered on Registerer when that is set).
 	Metrics    *Metrics

@@ -68,16 +68,30 @@ func (w *settleWatch) watch(key string) (ch chan struct{}, cancel func()) {
 func (w *settleWatch) wake(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for k, set := range w.waiters {
-		if key != "" && k != key {
-			continue
+	if key != "" {
+		notify(w.waiters[key])
+		return
+	}
+	for _, set := range w.waiters {
+		notify(set)
+	}
+}
+
+func notify(set map[chan struct{}]struct{}) {
+	for ch := range set {
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
-		for ch := range set {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
+	}
+}
+
+// Settled tells the calls waiting for keys that their rows settled: the
+// engine of this process calls it once their completion committed
+// (drainer.Config.Settled), sooner than the notification arrives.
+func (g *Gateway) Settled(keys []string) {
+	for _, k := range keys {
+		g.watch.wake(k)
 	}
 }
 

@@ -89,7 +89,22 @@ WITH due AS MATERIALIZED (
      ORDER BY next_attempt_at, seq
      LIMIT $1
      FOR UPDATE SKIP LOCKED
-), leased AS (
+)` + leaseSQL
+
+// claimKeySQL leases one row, by its key, when it is due: the gateway's
+// hand-off of the call it just recorded (ClaimKey). The row is found
+// through its intent, not by the due index, and checked as claimSQL
+// checks every row ($1 its key; the clauses' own parameters follow).
+const claimKeySQL = `
+WITH due AS MATERIALIZED (
+    SELECT o.seq, o.gen FROM {s}.intents k JOIN {s}.queue o ON o.seq = k.seq
+     WHERE k.key = $1 AND o.status = {StatusPending} AND o.next_attempt_at <= now()%s
+     FOR UPDATE OF o SKIP LOCKED
+)` + leaseSQL
+
+// leaseSQL leases the rows of the due CTE and returns them as ClaimedRow
+// reads them.
+const leaseSQL = `, leased AS (
     UPDATE {s}.queue o
        SET status = {StatusInFlight},
            attempts = o.attempts + 1,
@@ -154,14 +169,33 @@ const claimPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
 // Claim leases up to c.Limit due rows, in one round trip: BEGIN, the plan
 // settings, the claim, COMMIT.
 func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error) {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	syncCommit := "off"
-	if c.Durable {
-		syncCommit = "on"
-	}
-	b.Queue(claimPlanSettings, syncCommit)
 	args := []any{c.Limit, c.Lease.Milliseconds(), c.Replica}
+	extra, args := c.clauses(args)
+	if c.After != nil {
+		args = append(args, c.After.Due, c.After.Seq)
+		extra += fmt.Sprintf(afterClause, len(args)-1, len(args))
+	}
+	return s.lease(ctx, db, "claim", claimPlanSettings, c.Durable, s.sql(fmt.Sprintf(claimSQL, extra)), args)
+}
+
+// ClaimKey leases the row of key, when it is due and c would claim it
+// (c.Ordered, c.Excluded; c.Limit and c.After are not used), in one round
+// trip: the MCP gateway hands the row of the call it just recorded to its
+// own engine, rather than wait for a notification and a claim. It returns
+// no row when the row is not due, is leased already (another replica
+// claimed it first), or is held by its scope's order.
+func (s *Store) ClaimKey(ctx context.Context, db DB, key string, c Claim) (*ClaimedRow, error) {
+	extra, args := c.clauses([]any{key, c.Lease.Milliseconds(), c.Replica})
+	rows, err := s.lease(ctx, db, "claim by key", claimKeySettings, c.Durable, s.sql(fmt.Sprintf(claimKeySQL, extra)), args)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return &rows[0], nil
+}
+
+// clauses appends the parameters of c's ordered and excluded clauses to
+// args and returns the clauses.
+func (c Claim) clauses(args []any) (string, []any) {
 	var extra string
 	if len(c.Ordered) > 0 {
 		args = append(args, c.Ordered)
@@ -171,22 +205,36 @@ func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error)
 		args = append(args, c.Excluded)
 		extra += fmt.Sprintf(excludedClause, len(args))
 	}
-	if c.After != nil {
-		args = append(args, c.After.Due, c.After.Seq)
-		extra += fmt.Sprintf(afterClause, len(args)-1, len(args))
+	return extra, args
+}
+
+// claimKeySettings: a claim by key looks one row up by its unique key and
+// primary key, which every plan does; only the commit's durability and
+// JIT are set.
+const claimKeySettings = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', $1, true)`
+
+// lease runs one leasing statement in its own transaction, in one round
+// trip: BEGIN, settings ($1: synchronous_commit), the statement, COMMIT.
+func (s *Store) lease(ctx context.Context, db DB, what, settings string, durable bool, sql string, args []any) ([]ClaimedRow, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	syncCommit := "off"
+	if durable {
+		syncCommit = "on"
 	}
-	b.Queue(s.sql(fmt.Sprintf(claimSQL, extra)), args...)
+	b.Queue(settings, syncCommit)
+	b.Queue(sql, args...)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedRow, error) {
 		var c ClaimedRow
@@ -195,10 +243,10 @@ func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error)
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("claim commit: %w", err)
+		return nil, fmt.Errorf("%s commit: %w", what, err)
 	}
 	return out, br.Close()
 }

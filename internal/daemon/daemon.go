@@ -239,6 +239,14 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	if tracer != nil {
 		engCfg.Tracer = tracer
 	}
+	// The gateway, once it serves, hears of its calls' rows settled by this
+	// engine at once (the settle notification is for other processes).
+	var gw atomic.Pointer[gateway.Gateway]
+	engCfg.Settled = func(keys []string) {
+		if g := gw.Load(); g != nil {
+			g.Settled(keys)
+		}
+	}
 	eng, err := drainer.New(p, NewRouting(st.cfg, registry), engCfg)
 	if err != nil {
 		return nil, err
@@ -249,7 +257,7 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	if err := d.startConsole(ctx, consoleLn, p, reg); err != nil {
 		return nil, err
 	}
-	if err := d.startGateway(ctx, gatewayLn, p, registry); err != nil {
+	if err := d.startGateway(ctx, gatewayLn, p, registry, eng, &gw); err != nil {
 		return nil, err
 	}
 	if err := startEngine(ctx, eng, 500*time.Millisecond, log); err != nil {

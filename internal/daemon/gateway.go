@@ -10,11 +10,13 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/mcp"
+	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/gateway"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
@@ -52,8 +54,11 @@ func (d *daemonRun) listenGateway() (net.Listener, error) {
 
 // startGateway serves the gateway on ln (nothing when ln is nil) once the
 // engine runs: its tools are the routed tools of the config's mcp adapters.
-// A server unreachable now has its tools listed once it answers.
-func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgxpool.Pool, reg *dispatch.Registry) error {
+// A server unreachable now has its tools listed once it answers. The
+// gateway hands its calls' rows to eng (Engine.Take) and is stored in
+// served, which eng's completions tell (Config.Settled).
+func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgxpool.Pool, reg *dispatch.Registry,
+	eng *drainer.Engine, served *atomic.Pointer[gateway.Gateway]) error {
 	if ln == nil {
 		return nil
 	}
@@ -71,6 +76,7 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	gw, err := gateway.New(gateway.Config{
 		Listener: ln, Token: g.Token.Reveal(), Wait: g.Wait, AbortTool: g.AbortTool,
 		DB: pool, Store: st, Tools: tools, Metrics: d.gatewayMetrics, Logger: d.log, Version: d.opts.Version,
+		Handoff: eng.Take,
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			c := cc.Copy()
 			c.RuntimeParams["application_name"] = "drainer gateway"
@@ -80,6 +86,7 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	if err != nil {
 		return &ConfigError{err}
 	}
+	served.Store(gw)
 	if err := gw.Serve(ctx); err != nil {
 		return err
 	}
