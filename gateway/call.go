@@ -55,7 +55,12 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if tp != "" {
 		in.Traceparent = &tp
 	}
-	enq, err := g.cfg.Store.Enqueue(ctx, g.cfg.DB, in)
+	enqueue := g.cfg.Store.Enqueue
+	if g.cfg.Handoff != nil {
+		// The row is handed over below, and announced only if it was not.
+		enqueue = g.cfg.Store.EnqueueUnannounced
+	}
+	enq, err := enqueue(ctx, g.cfg.DB, in)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
@@ -72,9 +77,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 			Message: fmt.Sprintf("drainer could not record the call (key %s): %v; nothing was sent: call again with the same arguments", key, err)}
 	}
 	if enq.Created && g.cfg.Handoff != nil {
-		if _, err := g.cfg.Handoff(ctx, key); err != nil {
-			g.log.Debug("gateway: hand-off refused; the row drains as any other", "key", key, "err", err)
-		}
+		g.handOff(ctx, key)
 	}
 	c, joined, err := g.await(ctx, key, settled)
 	switch {
@@ -102,6 +105,20 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 		res = g.whole(t, c, res)
 	}
 	return res, nil
+}
+
+// handOff gives the row of a call just recorded, unannounced, to the
+// engine of this process; when it does not take it (no worker slot free,
+// the row held by its scope's order or its tool's deferral, the engine
+// stopping), every listening daemon is woken for it, as the enqueue's
+// notification would have.
+func (g *Gateway) handOff(ctx context.Context, key string) {
+	if took, err := g.cfg.Handoff(ctx, key); took && err == nil {
+		return
+	}
+	if err := g.cfg.Store.WakeAll(context.WithoutCancel(ctx), g.cfg.DB); err != nil {
+		g.log.Warn("gateway: could not wake the daemons for a recorded call; it is found by their next poll", "key", key, "err", err)
+	}
 }
 
 // whole replaces the answer about a result too large to record by the

@@ -31,6 +31,37 @@ func (s *Store) Enqueue(ctx context.Context, db DB, in Intent) (Enqueued, error)
 	return e, nil
 }
 
+// EnqueueUnannounced records one intent as Enqueue does, in a transaction
+// of its own, without the wake-up's notification (drainer.notify off): for
+// a producer that hands its row to an engine itself (the MCP gateway:
+// drainer.Engine.Take) and calls WakeAll when that engine did not take it.
+// A notifying commit holds a server-wide lock until its WAL is flushed, so
+// concurrent notifying producers commit one at a time; these do not.
+func (s *Store) EnqueueUnannounced(ctx context.Context, db DB, in Intent) (Enqueued, error) {
+	var e Enqueued
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT set_config('drainer.notify', 'off', true)")
+	b.Queue(s.sql("SELECT key, created FROM {s}.enqueue($1, $2, $3, $4, $5::jsonb, $6)"),
+		in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), in.Traceparent).QueryRow(func(r pgx.Row) error {
+		return r.Scan(&e.Key, &e.Created)
+	})
+	b.Queue("COMMIT")
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return Enqueued{}, fmt.Errorf("enqueue: %w", err)
+	}
+	return e, nil
+}
+
+// WakeAll wakes every daemon that listens, as an enqueue's notification
+// does, naming no position: each claims from the first due row.
+func (s *Store) WakeAll(ctx context.Context, db DB) error {
+	if _, err := db.Exec(ctx, "SELECT pg_notify($1, '')", s.OutboxChannel()); err != nil {
+		return fmt.Errorf("wake: %w", err)
+	}
+	return nil
+}
+
 // enqueueBatchSQL records every intent with drainer.enqueue_batch
 // (migrations/code/functions/enqueue_batch.sql): one INSERT, so one audit
 // statement and one notification, answers in the intents' order.
