@@ -14,25 +14,26 @@ import (
 // wait for the notification, the wake-up and a claim of the whole queue
 // (docs/architecture.md, "The gateway's hand-off"). It reports whether it
 // took the row. When it does not, nothing changed: the row drains as any
-// other (another replica may have claimed it already).
+// other (another replica may have claimed it already; a database error is
+// logged).
 //
 // The lease is the same as a claim's (store.ClaimKey: the same checks, the
 // same fence), so a row is never leased twice; the slot is reserved before
 // the lease, so the engine never holds more rows than Workers. The row
 // counts under the notify cause of drainer_claimed_rows_total: the call
 // is its notification.
-func (e *Engine) Take(ctx context.Context, key string) (bool, error) {
+func (e *Engine) Take(ctx context.Context, key string) bool {
 	if !e.started.Load() {
-		return false, nil
+		return false
 	}
 	// Stop waits for a Take under way before it waits for the workers.
 	e.takeMu.RLock()
 	defer e.takeMu.RUnlock()
 	if e.fetchCtx.Err() != nil {
-		return false, nil
+		return false
 	}
 	if e.reserveSlots(1) == 0 {
-		return false, nil
+		return false
 	}
 	claimedAt := time.Now()
 	rt := e.useRouting()
@@ -46,7 +47,7 @@ func (e *Engine) Take(ctx context.Context, key string) (bool, error) {
 		if err != nil && !isShutdown(e.fetchCtx, err) && e.db.failed("claim", err) {
 			e.log.Warn("gateway hand-off: claim failed; the row drains as any other", "err", err)
 		}
-		return false, nil
+		return false
 	}
 	e.claims.add(causeNotify, 1)
 	e.metrics.ClaimBatchSize.Observe(1)
@@ -56,11 +57,11 @@ func (e *Engine) Take(ctx context.Context, key string) (bool, error) {
 		e.finish(c)
 		rt.done()
 		e.freeSlot()
-		return true, nil
+		return true
 	}
 	e.workers.Add(1)
 	go e.work(row, rt, route, entry, claimedAt)
-	return true, nil
+	return true
 }
 
 // reserveSlots takes up to want worker slots, as many as are free, and

@@ -113,7 +113,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 // stopping), every listening daemon is woken for it, as the enqueue's
 // notification would have.
 func (g *Gateway) handOff(ctx context.Context, key string) {
-	if took, err := g.cfg.Handoff(ctx, key); took && err == nil {
+	if g.cfg.Handoff(ctx, key) {
 		return
 	}
 	if err := g.cfg.Store.WakeAll(context.WithoutCancel(ctx), g.cfg.DB); err != nil {

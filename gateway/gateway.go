@@ -53,7 +53,7 @@ type Config struct {
 	// dispatches it in this process (drainer.Engine.Take), so the call does
 	// not wait for the notification and a claim; it reports whether it
 	// did. A row it does not take drains as any other.
-	Handoff func(ctx context.Context, key string) (bool, error)
+	Handoff func(ctx context.Context, key string) bool
 	// Metrics are the series the gateway counts in (nil: its own,
 	// registered on Registerer when that is set).
 	Metrics    *Metrics
