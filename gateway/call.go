@@ -55,26 +55,12 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if tp != "" {
 		in.Traceparent = &tp
 	}
-	enqueue := g.cfg.Store.Enqueue
-	if g.cfg.Handoff != nil {
-		// The row is handed over below, and announced only if it was not.
-		enqueue = g.cfg.Store.EnqueueUnannounced
-	}
-	enq, err := enqueue(ctx, g.cfg.DB, in)
+	enq, refusal, err := g.record(ctx, t, tuple, in)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		if refusal {
 			outcome = OutcomeConflict
-			g.log.Info("gateway: conflicting call refused", "tool", t.Name, "key", key, "agent_run_id", tuple.AgentRunID, "step_id", tuple.StepID)
-			return nil, invalidParams(fmt.Sprintf("key %s was recorded with other arguments for this agent_run_id, step_id, tool and business_scope; nothing was sent. "+
-				"A deliberate second call in one run names its own _meta[%q]", key, MetaStepID))
 		}
-		if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
-			return nil, invalidParams(fmt.Sprintf("the call cannot be recorded: %s", pgErr.Message))
-		}
-		g.log.Warn("gateway: could not record a call; nothing was sent", "tool", t.Name, "key", key, "err", err)
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
-			Message: fmt.Sprintf("drainer could not record the call (key %s): %v; nothing was sent: call again with the same arguments", key, err)}
+		return nil, err
 	}
 	if enq.Created && g.cfg.Handoff != nil {
 		g.handOff(ctx, key)
@@ -105,6 +91,34 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 		res = g.whole(t, c, res)
 	}
 	return res, nil
+}
+
+// record enqueues the call's intent and commits it, before anything is
+// sent. A refusal is a conflict: the tuple was recorded with other
+// arguments (refusal true). Any other error is the answer to give.
+func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent) (enq store.Enqueued, refusal bool, err error) {
+	key := tuple.Key()
+	enqueue := g.cfg.Store.Enqueue
+	if g.cfg.Handoff != nil {
+		// The row is handed over by the caller, and announced only if it was not.
+		enqueue = g.cfg.Store.EnqueueUnannounced
+	}
+	enq, err = enqueue(ctx, g.cfg.DB, in)
+	if err == nil {
+		return enq, false, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		g.log.Info("gateway: conflicting call refused", "tool", t.Name, "key", key, "agent_run_id", tuple.AgentRunID, "step_id", tuple.StepID)
+		return enq, true, invalidParams(fmt.Sprintf("key %s was recorded with other arguments for this agent_run_id, step_id, tool and business_scope; nothing was sent. "+
+			"A deliberate second call in one run names its own _meta[%q]", key, MetaStepID))
+	}
+	if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
+		return enq, false, invalidParams(fmt.Sprintf("the call cannot be recorded: %s", pgErr.Message))
+	}
+	g.log.Warn("gateway: could not record a call; nothing was sent", "tool", t.Name, "key", key, "err", err)
+	return enq, false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+		Message: fmt.Sprintf("drainer could not record the call (key %s): %v; nothing was sent: call again with the same arguments", key, err)}
 }
 
 // handOff gives the row of a call just recorded, unannounced, to the

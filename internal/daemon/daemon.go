@@ -230,30 +230,11 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 		return nil, err
 	}
 
-	tracer, err := d.startTracing(ctx)
-	if err != nil {
-		return nil, err
-	}
-	engCfg := d.opts.Engine
-	engCfg.Schema, engCfg.Workers, engCfg.Lease, engCfg.Logger, engCfg.Metrics = st.schema, st.workers, st.lease, log, metrics
-	if tracer != nil {
-		engCfg.Tracer = tracer
-	}
-	// The gateway, once it serves, hears of its calls' rows settled by this
-	// engine at once (the settle notification is for other processes).
 	var gw atomic.Pointer[gateway.Gateway]
-	engCfg.Settled = func(keys []string) {
-		if g := gw.Load(); g != nil {
-			g.Settled(keys)
-		}
-	}
-	eng, err := drainer.New(p, NewRouting(st.cfg, registry), engCfg)
+	eng, err := d.newEngine(ctx, p, registry, reg, metrics, &gw)
 	if err != nil {
 		return nil, err
 	}
-	// drainer_claimed_rows_total{cause}: how the claimed rows were found
-	// (a notification, a poll the wake-up should have spared, ...).
-	reg.MustRegister(eng.ClaimCollector())
 	if err := d.startConsole(ctx, consoleLn, p, reg); err != nil {
 		return nil, err
 	}
@@ -271,6 +252,38 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	if d.opts.Started != nil {
 		d.opts.Started(eng)
 	}
+	return eng, nil
+}
+
+// newEngine builds the engine on the pool, with tracing when configured,
+// and registers its claim counters. The gateway, once it serves (gw), hears
+// of its calls' rows settled by this engine at once.
+func (d *daemonRun) newEngine(ctx context.Context, p *pgxpool.Pool, registry *dispatch.Registry, reg prometheus.Registerer,
+	metrics *drainer.Metrics, gw *atomic.Pointer[gateway.Gateway]) (*drainer.Engine, error) {
+	st, log := d.st, d.log
+	tracer, err := d.startTracing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	engCfg := d.opts.Engine
+	engCfg.Schema, engCfg.Workers, engCfg.Lease, engCfg.Logger, engCfg.Metrics = st.schema, st.workers, st.lease, log, metrics
+	if tracer != nil {
+		engCfg.Tracer = tracer
+	}
+	// The gateway, once it serves, hears of its calls' rows settled by this
+	// engine at once (the settle notification is for other processes).
+	engCfg.Settled = func(keys []string) {
+		if g := gw.Load(); g != nil {
+			g.Settled(keys)
+		}
+	}
+	eng, err := drainer.New(p, NewRouting(st.cfg, registry), engCfg)
+	if err != nil {
+		return nil, err
+	}
+	// drainer_claimed_rows_total{cause}: how the claimed rows were found
+	// (a notification, a poll the wake-up should have spared, ...).
+	reg.MustRegister(eng.ClaimCollector())
 	return eng, nil
 }
 
