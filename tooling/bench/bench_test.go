@@ -60,12 +60,14 @@ var (
 		"enqueue_batch_rows_per_s", "peak_rss_bytes", "xacts_per_row", "wal_bytes_per_row",
 		"rows", "workers", "replicas", "duration_s",
 		"gateway_p50_ms", "gateway_p99_ms", "gateway_direct_p50_ms", "gateway_direct_p99_ms", "gateway_calls", "gateway_clients",
+		"gateway_one_client_p50_ms", "gateway_one_client_p99_ms", "gateway_one_client_direct_p50_ms",
+		"gateway_one_client_direct_p99_ms", "gateway_one_client_calls",
 	}
 	// finiteFields may be zero or negative on tiny runs (a difference of
 	// two noisy rates; a latency under the clock's resolution).
 	// gateway_overhead_* are differences of two percentiles of few calls.
 	finiteFields = []string{"audit_cost", "latency_p50_ms", "latency_half_p50_ms", "dead_tuples_after", "latency_poll_pickups",
-		"gateway_overhead_p50_ms", "gateway_overhead_p99_ms"}
+		"gateway_overhead_p50_ms", "gateway_overhead_p99_ms", "gateway_one_client_overhead_p50_ms", "gateway_one_client_overhead_p99_ms"}
 	otherFields = []string{"postgres_version", "quick", "audit"}
 	// tableFields are the figures the table shows, by JSON name.
 	tableFields = []string{
@@ -74,6 +76,7 @@ var (
 		"latency_achieved_ratio", "latency_half_p50_ms", "latency_half_p99_ms", "latency_half_achieved_ratio", "dead_tuples_after", "xmin_ratio", "http_rows_per_s", "http_in_flight_max",
 		"enqueue_single_rows_per_s", "insert_single_rows_per_s", "enqueue_batch_rows_per_s", "peak_rss_bytes",
 		"xacts_per_row", "wal_bytes_per_row", "latency_poll_pickups", "gateway_overhead_p50_ms", "gateway_overhead_p99_ms",
+		"gateway_one_client_overhead_p50_ms", "gateway_one_client_overhead_p99_ms",
 	}
 )
 
@@ -201,6 +204,15 @@ func TestRunReportsEveryField(t *testing.T) {
 		t.Errorf("gateway: %d calls from %d clients; p50 %v − %v = %v, p99 %v − %v = %v",
 			res.GatewayCalls, res.GatewayClients, res.GatewayP50Ms, res.GatewayDirectP50Ms, res.GatewayOverheadP50Ms,
 			res.GatewayP99Ms, res.GatewayDirectP99Ms, res.GatewayOverheadP99Ms)
+	}
+	// The one-client runs: a quarter of the calls, the same differences.
+	if res.GatewayOneCalls != 10 ||
+		math.Abs(res.GatewayOneOverheadP50Ms-(res.GatewayOneP50Ms-res.GatewayOneDirectP50Ms)) > 0.005+1e-9 ||
+		math.Abs(res.GatewayOneOverheadP99Ms-(res.GatewayOneP99Ms-res.GatewayOneDirectP99Ms)) > 0.005+1e-9 ||
+		res.GatewayOneP50Ms > res.GatewayOneP99Ms || res.GatewayOneDirectP50Ms > res.GatewayOneDirectP99Ms {
+		t.Errorf("gateway, one client: %d calls; p50 %v − %v = %v, p99 %v − %v = %v",
+			res.GatewayOneCalls, res.GatewayOneP50Ms, res.GatewayOneDirectP50Ms, res.GatewayOneOverheadP50Ms,
+			res.GatewayOneP99Ms, res.GatewayOneDirectP99Ms, res.GatewayOneOverheadP99Ms)
 	}
 	if res.DeadTuplesAfter < 0 {
 		t.Errorf("dead_tuples_after = %d", res.DeadTuplesAfter)

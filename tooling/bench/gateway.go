@@ -47,7 +47,11 @@ routes:
 
 // gatewayResult is what the gateway phase measured, in ms per call.
 type gatewayResult struct {
-	direct, through []float64 // sorted
+	direct, through []float64 // sorted; gatewayClients clients at once
+	// oneDirect and oneThrough are the same calls made by one client, one
+	// at a time: the latency a recorded call adds, without the queueing of
+	// gatewayClients calls at once on the machine's cores.
+	oneDirect, oneThrough []float64
 }
 
 // gatewayPhase measures gateway_overhead_p50_ms and _p99_ms: GatewayCalls
@@ -105,14 +109,23 @@ func (r *runner) gatewayPhase(ctx context.Context, res *Result) (err error) {
 	if g.through, err = through.calls(ctx, run, "call", n, true); err != nil {
 		return fmt.Errorf("gateway: calls through the gateway: %w", err)
 	}
+	one := oneClientCalls(n)
+	if g.oneDirect, err = direct.first().calls(ctx, run, "one", one, false); err != nil {
+		return fmt.Errorf("gateway: direct calls from one client: %w", err)
+	}
+	if g.oneThrough, err = through.first().calls(ctx, run, "one", one, true); err != nil {
+		return fmt.Errorf("gateway: calls through the gateway from one client: %w", err)
+	}
 	// Every call through the gateway reached the tool once: no call was
 	// answered without its own dispatch.
-	if want := int64(2 * (n + gatewayWarmup*gatewayClients)); ts.calls.Load() != want {
+	if want := int64(2 * (n + one + gatewayWarmup*gatewayClients)); ts.calls.Load() != want {
 		return fmt.Errorf("gateway: the tool server answered %d calls, want %d (each call direct and through the gateway once)", ts.calls.Load(), want)
 	}
 	g.record(res, n)
 	r.logf("gateway: p50 %.2f ms through the gateway − %.2f ms direct = %.2f ms; p99 %.2f ms − %.2f ms = %.2f ms",
 		res.GatewayP50Ms, res.GatewayDirectP50Ms, res.GatewayOverheadP50Ms, res.GatewayP99Ms, res.GatewayDirectP99Ms, res.GatewayOverheadP99Ms)
+	r.logf("gateway, one client: p50 %.2f ms through the gateway − %.2f ms direct = %.2f ms; p99 %.2f ms − %.2f ms = %.2f ms",
+		res.GatewayOneP50Ms, res.GatewayOneDirectP50Ms, res.GatewayOneOverheadP50Ms, res.GatewayOneP99Ms, res.GatewayOneDirectP99Ms, res.GatewayOneOverheadP99Ms)
 	return nil
 }
 
@@ -124,6 +137,17 @@ func (g gatewayResult) record(res *Result, n int) {
 	res.GatewayDirectP50Ms, res.GatewayDirectP99Ms = round(percentile(g.direct, 50), 2), round(percentile(g.direct, 99), 2)
 	res.GatewayOverheadP50Ms = round(res.GatewayP50Ms-res.GatewayDirectP50Ms, 2)
 	res.GatewayOverheadP99Ms = round(res.GatewayP99Ms-res.GatewayDirectP99Ms, 2)
+	res.GatewayOneCalls = len(g.oneThrough)
+	res.GatewayOneP50Ms, res.GatewayOneP99Ms = round(percentile(g.oneThrough, 50), 2), round(percentile(g.oneThrough, 99), 2)
+	res.GatewayOneDirectP50Ms, res.GatewayOneDirectP99Ms = round(percentile(g.oneDirect, 50), 2), round(percentile(g.oneDirect, 99), 2)
+	res.GatewayOneOverheadP50Ms = round(res.GatewayOneP50Ms-res.GatewayOneDirectP50Ms, 2)
+	res.GatewayOneOverheadP99Ms = round(res.GatewayOneP99Ms-res.GatewayOneDirectP99Ms, 2)
+}
+
+// oneClientCalls is how many calls the one-client runs make each way: a
+// quarter of the calls of the gatewayClients runs, at least one.
+func oneClientCalls(n int) int {
+	return max(1, n/4)
 }
 
 // startGatewayDaemon runs `drainer run` in this process on the bench's
@@ -229,6 +253,11 @@ func connectClients(ctx context.Context, url string) (*mcpClients, error) {
 		cs.sessions = append(cs.sessions, s)
 	}
 	return cs, nil
+}
+
+// first is the first client alone (closed with cs).
+func (cs *mcpClients) first() *mcpClients {
+	return &mcpClients{sessions: cs.sessions[:1]}
 }
 
 func (cs *mcpClients) close() {

@@ -148,6 +148,11 @@ func gatewayRows(row tableRow, res *Result) {
 			res.GatewayP50Ms, res.GatewayDirectP50Ms, res.GatewayCalls, res.GatewayClients))
 	row("gateway overhead p99", fmt.Sprintf("%.2f ms", res.GatewayOverheadP99Ms), "gateway_overhead_p99_ms",
 		fmt.Sprintf("p99 %.2f ms through the gateway − %.2f ms direct", res.GatewayP99Ms, res.GatewayDirectP99Ms))
+	row("  one client, p50", fmt.Sprintf("%.2f ms", res.GatewayOneOverheadP50Ms), "gateway_one_client_overhead_p50_ms",
+		fmt.Sprintf("the same from one client, one call at a time: p50 %.2f ms − %.2f ms direct; %d calls each way",
+			res.GatewayOneP50Ms, res.GatewayOneDirectP50Ms, res.GatewayOneCalls))
+	row("  one client, p99", fmt.Sprintf("%.2f ms", res.GatewayOneOverheadP99Ms), "gateway_one_client_overhead_p99_ms",
+		fmt.Sprintf("p99 %.2f ms through the gateway − %.2f ms direct", res.GatewayOneP99Ms, res.GatewayOneDirectP99Ms))
 }
 
 // waitEventRows writes the eight most sampled wait events of the drain, if

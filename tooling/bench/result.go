@@ -133,6 +133,16 @@ type Result struct {
 	GatewayDirectP99Ms   float64 `json:"gateway_direct_p99_ms"`
 	GatewayCalls         int     `json:"gateway_calls"`
 	GatewayClients       int     `json:"gateway_clients"`
+	// GatewayOne* are the same measure from one client, one call at a
+	// time (GatewayOneCalls each way): the latency a recorded call adds
+	// when calls do not queue for the machine's cores.
+	GatewayOneOverheadP50Ms float64 `json:"gateway_one_client_overhead_p50_ms"`
+	GatewayOneOverheadP99Ms float64 `json:"gateway_one_client_overhead_p99_ms"`
+	GatewayOneP50Ms         float64 `json:"gateway_one_client_p50_ms"`
+	GatewayOneP99Ms         float64 `json:"gateway_one_client_p99_ms"`
+	GatewayOneDirectP50Ms   float64 `json:"gateway_one_client_direct_p50_ms"`
+	GatewayOneDirectP99Ms   float64 `json:"gateway_one_client_direct_p99_ms"`
+	GatewayOneCalls         int     `json:"gateway_one_client_calls"`
 
 	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
 	RSSReplicaBytes []int64 `json:"rss_replica_bytes"`
