@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,6 +41,21 @@ func rotateUntilQuiet(t *testing.T, st *store.Store, pool *pgxpool.Pool, r store
 	}
 	t.Fatalf("rotation never settled: %v", kinds)
 	return nil
+}
+
+// rotateUntilTruncated runs rotation steps as rotateUntilQuiet does until
+// one truncated a generation, and returns every step that did something.
+// The truncation waits for the transactions running when the generation
+// was emptied, any test's in this cluster: while one runs, the rotation
+// says waiting, and is asked again (bounded: a failure only).
+func rotateUntilTruncated(t *testing.T, st *store.Store, pool *pgxpool.Pool, r store.Rotation) []string {
+	t.Helper()
+	var kinds []string
+	testkit.WaitFor(t, 2*time.Minute, "a generation to be truncated", func() (bool, string) {
+		kinds = append(kinds, rotateUntilQuiet(t, st, pool, r)...)
+		return slices.Contains(kinds, "truncated"), fmt.Sprintf("steps so far %v", kinds)
+	})
+	return kinds
 }
 
 // drainAll claims every due row and completes it with status (pending:
@@ -121,7 +138,7 @@ func TestRotationTruncatesADrainedGeneration(t *testing.T) {
 		t.Fatal("generation 1 is empty on disk before the rotation")
 	}
 
-	kinds := rotateUntilQuiet(t, st, pool, testRotation)
+	kinds := rotateUntilTruncated(t, st, pool, testRotation)
 	t.Logf("steps: %v", kinds)
 	if len(kinds) < 3 || kinds[0] != "flipped" || kinds[len(kinds)-1] != "truncated" {
 		t.Fatalf("steps %v: want flipped, the moves, emptied, truncated", kinds)
@@ -209,7 +226,7 @@ func TestRotationWaitsForOldSnapshots(t *testing.T) {
 	if err := old.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if kinds := rotateUntilQuiet(t, st, pool, testRotation); len(kinds) != 1 || kinds[0] != "truncated" {
+	if kinds := rotateUntilTruncated(t, st, pool, testRotation); len(kinds) != 1 || kinds[0] != "truncated" {
 		t.Fatalf("steps once the old snapshot ended: %v, want truncated", kinds)
 	}
 	if g := countByGen(t, pool); g[0] != 120 || len(g) != 1 {
@@ -423,7 +440,7 @@ func TestRotationClosesADrainedBacklog(t *testing.T) {
 		t.Fatalf("steps while 150 rows are due: %v, want none", kinds)
 	}
 	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
-	kinds := rotateUntilQuiet(t, st, pool, rot)
+	kinds := rotateUntilTruncated(t, st, pool, rot)
 	if len(kinds) != 4 || kinds[0] != "flipped" || kinds[3] != "truncated" {
 		t.Fatalf("steps once the backlog drained: %v, want flipped, moved, emptied, truncated", kinds)
 	}
