@@ -152,22 +152,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 			// beat it to its rows.
 			cause = causeNotify
 		}
-		e.claims.add(cause, len(rows))
-		e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
-		unused := n - len(rows)
-		for i := range rows {
-			row := &rows[i]
-			route, entry, c := e.preflight(row, rt)
-			if c != nil {
-				unused++
-				e.finish(c)
-				continue
-			}
-			e.workers.Add(1)
-			rt.share()
-			go e.work(row, rt, route, entry, claimedAt)
-		}
-		e.releaseSlots(unused)
+		e.releaseSlots(n - e.startRows(rows, rt, cause, claimedAt))
 		rt.done()
 		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
 		if len(rows) < n && !e.mark.fullNext {
@@ -180,6 +165,30 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		}
 	}
 	return false, nil
+}
+
+// startRows counts the rows a claim (or Take) leased under cause, and
+// starts a worker for each row its preflight lets through, in a slot the
+// caller reserved; a row the preflight settles (unrouted, paused,
+// cancelled) is finished at once. It returns how many workers it started:
+// the caller gives back the slots it reserved beyond them. Each worker
+// holds its own share of rt; the caller's stays the caller's to end.
+func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCause, claimedAt time.Time) (started int) {
+	e.claims.add(cause, len(rows))
+	e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
+	for i := range rows {
+		row := &rows[i]
+		route, entry, c := e.preflight(row, rt)
+		if c != nil {
+			e.finish(c)
+			continue
+		}
+		e.workers.Add(1)
+		rt.share()
+		started++
+		go e.work(row, rt, route, entry, claimedAt)
+	}
+	return started
 }
 
 // disarmRows is how many rows a claim brings when the daemon counts as

@@ -49,18 +49,11 @@ func (e *Engine) Take(ctx context.Context, key string) bool {
 		}
 		return false
 	}
-	e.claims.add(causeNotify, 1)
-	e.metrics.ClaimBatchSize.Observe(1)
-	e.metrics.WorkersBusy.Set(float64(e.active.Load()))
-	route, entry, c := e.preflight(row, rt)
-	if c != nil {
-		e.finish(c)
-		rt.done()
+	if e.startRows([]store.ClaimedRow{*row}, rt, causeNotify, claimedAt) == 0 {
 		e.freeSlot()
-		return true
 	}
-	e.workers.Add(1)
-	go e.work(row, rt, route, entry, claimedAt)
+	rt.done()
+	e.metrics.WorkersBusy.Set(float64(e.active.Load()))
 	return true
 }
 
