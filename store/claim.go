@@ -153,6 +153,15 @@ const excludedClause = `
 // jit_above_cost, and compiling costs more than the claim. They are
 // transaction-local.
 //
+// With its shape pinned, the claim's plan does not depend on its
+// parameters, so it is planned once per connection (the generic plan of
+// the prepared statement, kept until the tables' definitions or statistics
+// change) rather than on every claim: planning the claim over every
+// generation's indexes cost 0.8 ms, more than leasing a handful of rows.
+// A plan made while the queue was empty has the same shape (the ordered
+// scans merged across the generations), so it stays right as the backlog
+// grows (docs/benchmark-results.md, "The claim's plan, made once").
+//
 // synchronous_commit is off ($1) unless the claim must be durable: a claim
 // lost in a database crash puts its rows back to pending, and they are sent
 // again with the same key. Providers that honour the key answer with a
@@ -162,7 +171,7 @@ const claimPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
        set_config('enable_bitmapscan', 'off', true),
        set_config('enable_hashjoin', 'off', true),
        set_config('enable_mergejoin', 'off', true),
-       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('jit', 'off', true),
        set_config('synchronous_commit', $1, true)`
 

@@ -38,10 +38,12 @@ func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 
 // TestClaimStaysCheapAfterEmptyTablePlan guards the plan pitfall: a claim
 // planned from stale statistics (the table was empty when last analyzed, or
-// when the statement was first prepared) must not, once rows arrive, scan or
+// when the statement was first prepared: the claim's plan is made once per
+// connection, store.claimPlanSettings) must not, once rows arrive, scan or
 // sort every due row. The same connection claims from the empty table many
-// times, then 20,000 due rows arrive without an ANALYZE, and a claim of 10
-// must read only a handful of tuples.
+// times, in each of the claim's forms (plain, with ordered and excluded
+// tools, from a position), then 20,000 due rows arrive without an ANALYZE,
+// and a claim of 10 in each form must read only a handful of tuples.
 func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
@@ -51,22 +53,31 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	for range 12 {
-		if rows, err := st.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", Durable: true}); err != nil || len(rows) != 0 {
-			t.Fatalf("claim on empty table: %d %v", len(rows), err)
+	forms := map[string]store.Claim{
+		"plain":             {Limit: 10, Lease: time.Minute, Replica: "r", Durable: true},
+		"ordered, excluded": {Limit: 10, Lease: time.Minute, Replica: "r", Ordered: []string{"other"}, Excluded: []string{"paused"}},
+		"from a position":   {Limit: 10, Lease: time.Minute, Replica: "r", After: &store.Position{Due: time.Unix(0, 0), Seq: 0}},
+	}
+	for name, c := range forms {
+		for range 12 {
+			if rows, err := st.Claim(ctx, conn, c); err != nil || len(rows) != 0 {
+				t.Fatalf("claim (%s) on empty table: %d %v", name, len(rows), err)
+			}
 		}
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, payload, payload_hash)
 	      SELECT 'k' || g, 'run', 's' || g, 't', '{}', '\x00' FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
-	before := tuplesRead(t, conn)
-	rows, err := st.Claim(ctx, conn, store.Claim{Limit: 10, Lease: time.Minute, Replica: "r", Durable: true})
-	if err != nil || len(rows) != 10 {
-		t.Fatalf("claim: %d rows, %v", len(rows), err)
-	}
-	if read := tuplesRead(t, conn) - before; read > 200 {
-		t.Fatalf("claiming 10 rows read %d of 20,000 tuples: the claim plan scans the backlog", read)
+	for name, c := range forms {
+		before := tuplesRead(t, conn)
+		rows, err := st.Claim(ctx, conn, c)
+		if err != nil || len(rows) != 10 {
+			t.Fatalf("claim (%s): %d rows, %v", name, len(rows), err)
+		}
+		if read := tuplesRead(t, conn) - before; read > 200 {
+			t.Fatalf("claiming 10 rows (%s) read %d of 20,000 tuples: the claim plan scans the backlog", name, read)
+		}
 	}
 }
 

@@ -34,12 +34,13 @@ CREATE INDEX ceiling_outbox_due_idx ON %[1]s.ceiling_outbox (next_attempt_at) WH
 `
 
 // ceilingClaimSettings are what drainer's claim sets (store/claim.go): the
-// plan pinned to the ordered index scan, and synchronous_commit off, as
+// plan pinned to the ordered index scan and made once per connection, and
+// synchronous_commit off, as
 // drainer claims whenever no route is non_idempotent (the shipped default
 // route class is key_idempotent).
 const ceilingClaimSettings = `SELECT set_config('enable_seqscan', 'off', true),
        set_config('enable_bitmapscan', 'off', true),
-       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('synchronous_commit', 'off', true)`
 
 // ceilingClaimSQL leases a batch of due rows in one statement.

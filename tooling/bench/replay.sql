@@ -49,7 +49,7 @@ BEGIN
     LOOP
         PERFORM set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
                 set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
-                set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true),
+                set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true),
                 set_config('synchronous_commit', 'off', true);
         WITH due AS MATERIALIZED (
             SELECT seq, gen FROM drainer.queue o
@@ -101,7 +101,7 @@ BEGIN
     rows := 0;
     LOOP
         PERFORM set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-                set_config('plan_cache_mode', 'force_custom_plan', true), set_config('synchronous_commit', 'off', true);
+                set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true);
         WITH due AS MATERIALIZED (
             SELECT key FROM replay.ceiling_outbox
              WHERE status = 'pending' AND next_attempt_at <= now()
