@@ -41,9 +41,11 @@ func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 // when the statement was first prepared: the claim's plan is made once per
 // connection, store.claimPlanSettings) must not, once rows arrive, scan or
 // sort every due row. The same connection claims from the empty table many
-// times, in each of the claim's forms (plain, with ordered and excluded
-// tools, from a position), then 20,000 due rows arrive without an ANALYZE,
-// and a claim of 10 in each form must read only a handful of tuples.
+// times, in each of the claim's forms (plain; with ordered and excluded
+// tools; with its own tool ordered, so each candidate row's check of its
+// scope runs; from a position), then 20,000 due rows (each in a scope of
+// its own) arrive without an ANALYZE, and a claim of 10 in each form must
+// read only a handful of tuples.
 func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
@@ -56,6 +58,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 	forms := map[string]store.Claim{
 		"plain":             {Limit: 10, Lease: time.Minute, Replica: "r", Durable: true},
 		"ordered, excluded": {Limit: 10, Lease: time.Minute, Replica: "r", Ordered: []string{"other"}, Excluded: []string{"paused"}},
+		"its tool ordered":  {Limit: 10, Lease: time.Minute, Replica: "r", Ordered: []string{"t"}},
 		"from a position":   {Limit: 10, Lease: time.Minute, Replica: "r", After: &store.Position{Due: time.Unix(0, 0), Seq: 0}},
 	}
 	for name, c := range forms {
@@ -65,8 +68,8 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 			}
 		}
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, payload, payload_hash)
-	      SELECT 'k' || g, 'run', 's' || g, 't', '{}', '\x00' FROM generate_series(1, 20000) g`); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO drainer.outbox (key, agent_run_id, step_id, tool_name, business_scope, payload, payload_hash)
+	      SELECT 'k' || g, 'run', 's' || g, 't', 'scope-' || g, '{}', '\x00' FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
 	for name, c := range forms {
