@@ -117,6 +117,7 @@ func (c Config) WithDefaults() Config {
 	c.Rotation.IdleRows = cmp.Or(c.Rotation.IdleRows, store.DefaultRotation.IdleRows)
 	c.Rotation.FlipAge = cmp.Or(c.Rotation.FlipAge, store.DefaultRotation.FlipAge)
 	c.Rotation.Chunk = cmp.Or(c.Rotation.Chunk, store.DefaultRotation.Chunk)
+	c.Rotation.MoveFor = cmp.Or(c.Rotation.MoveFor, store.DefaultRotation.MoveFor)
 	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, 10*time.Second)
 	c.CompleteBatch = cmp.Or(c.CompleteBatch, 256)
 	c.CompleteLinger = cmp.Or(c.CompleteLinger, 5*time.Millisecond)

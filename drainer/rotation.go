@@ -23,29 +23,36 @@ func (e *Engine) rotator() *maintenance.Loop {
 	})
 }
 
-// rotate runs rotation steps until one has nothing more to do now. Between
-// moves it yields for as long as the move took, so that claims waiting
-// for the moved partition go first.
+// rotate runs rotation steps until one has nothing more to do now. A move
+// holds its generation's partition locked, and every claim waits for it,
+// so each move takes the rows that the last one's pace says fit in
+// Rotation.MoveFor (nextMove), and between moves the rotator yields for
+// as long as the move took, so that the claims that waited go first.
 func (e *Engine) rotate(ctx context.Context) error {
-	var moved int64
-	defer func() {
-		if moved > 0 {
-			e.log.Debug("queue rotation moved rows out of a closed generation", "rows", moved)
-		}
-	}()
+	r := e.cfg.Rotation
+	fixed := r.Move > 0
+	if !fixed {
+		r.Move = min(firstMove, r.Chunk)
+	}
 	for ctx.Err() == nil {
 		start := time.Now()
-		step, err := e.st.RotateQueue(ctx, e.pool, e.cfg.Rotation)
+		step, err := e.st.RotateQueue(ctx, e.pool, r)
 		if err != nil {
 			return err
 		}
+		took := time.Since(start)
 		switch step.Kind {
+		case "moved":
+			size := r.Move
+			if !fixed {
+				r.Move = nextMove(r.Move, step.Moved, took, r.MoveFor, r.Chunk)
+			}
+			e.log.Debug(moveMsg, "rows", step.Moved, "asked", size, "took", took, "next", r.MoveRows())
 		case "flipped":
 			e.log.Info("queue generation closed: new rows go to the next one")
 		case "truncated":
 			e.log.Info("queue generation truncated: its settled rows moved out, its dead row versions gone")
 		}
-		moved += step.Moved
 		if !step.More() {
 			return nil
 		}
@@ -54,4 +61,27 @@ func (e *Engine) rotate(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// moveMsg is logged (debug) for every move of a closed generation's rows.
+const moveMsg = "queue rotation moved rows out of a closed generation"
+
+// firstMove is the size of a rotation's first move, before its pace is known.
+const firstMove = 100
+
+// minMove is the smallest move: a rotation moves at least this many rows
+// a step however slow the moves are, so that it ends.
+const minMove = 50
+
+// nextMove sizes the move after one that was asked for size rows and moved
+// moved in took: as many rows as that pace moves in budget, at most twice
+// size (the pace of a small move says little about a large one), at least
+// minMove, at most chunk. A move that found fewer rows than it was asked
+// for says nothing about the pace and leaves the size as it was.
+func nextMove(size int, moved int64, took, budget time.Duration, chunk int) int {
+	if moved < int64(size) || took <= 0 {
+		return size
+	}
+	n := int(float64(moved) * float64(budget) / float64(took))
+	return max(min(n, 2*size, chunk), min(minMove, chunk))
 }

@@ -11,19 +11,34 @@ import (
 // current generation is closed once it holds FlipRows rows, or once its
 // backlog drained leaving IdleRows settled rows or more, or when it is
 // older than FlipAge and holds settled rows; a closed generation's rows
-// move out Chunk at a time.
+// move out once at most Chunk of them are due or in flight, Move at a time
+// (Chunk when Move is 0).
+//
+// A move holds its generation's partition locked, and every claim waits
+// for it: the engine's rotator (drainer/rotation.go) sets Move, step by
+// step, to what it finds moves within MoveFor.
 type Rotation struct {
 	FlipRows int64
 	IdleRows int
 	FlipAge  time.Duration
 	Chunk    int
+	Move     int
+	MoveFor  time.Duration
 }
 
 // DefaultRotation: a generation of at most about 50,000 rows, closed early
-// once a backlog of 1,000 rows or more drained, or after an hour; moves of
-// 5,000 rows, each holding the generation's partition for a few tens of
-// milliseconds.
-var DefaultRotation = Rotation{FlipRows: 50_000, IdleRows: 1_000, FlipAge: time.Hour, Chunk: 5_000}
+// once a backlog of 1,000 rows or more drained, or after an hour; its rows
+// moved out once at most 5,000 are due or in flight there, in moves that
+// each hold its partition for about 5 ms (some hundreds of rows).
+var DefaultRotation = Rotation{FlipRows: 50_000, IdleRows: 1_000, FlipAge: time.Hour, Chunk: 5_000, MoveFor: 5 * time.Millisecond}
+
+// MoveRows is the number of rows a move takes at most: Move, else Chunk.
+func (r Rotation) MoveRows() int {
+	if r.Move > 0 {
+		return r.Move
+	}
+	return r.Chunk
+}
 
 // RotateStep is what one step of the rotation did (rotate_queue's answer).
 type RotateStep struct {
@@ -46,8 +61,8 @@ func (r RotateStep) More() bool {
 // transaction (migrations/code/functions/rotate_queue.sql).
 func (s *Store) RotateQueue(ctx context.Context, db DB, r Rotation) (RotateStep, error) {
 	var answer string
-	err := db.QueryRow(ctx, s.sql(`SELECT {s}.rotate_queue($1, $2, $3 * interval '1 millisecond', $4)`),
-		r.FlipRows, r.IdleRows, r.FlipAge.Milliseconds(), r.Chunk).Scan(&answer)
+	err := db.QueryRow(ctx, s.sql(`SELECT {s}.rotate_queue($1, $2, $3 * interval '1 millisecond', $4, $5)`),
+		r.FlipRows, r.IdleRows, r.FlipAge.Milliseconds(), r.Chunk, r.MoveRows()).Scan(&answer)
 	if err != nil {
 		return RotateStep{}, fmt.Errorf("rotate queue: %w", err)
 	}

@@ -448,3 +448,85 @@ func TestRotationClosesADrainedBacklog(t *testing.T) {
 		t.Fatalf("rows by generation: %v, want all 210 settled", g)
 	}
 }
+
+// TestRotationMovesAtMostMoveRows: a closed generation's rows leave once
+// at most Chunk of them are due or in flight, and each move takes at most
+// Move of them (a claim waits for every move, so the rotator keeps them
+// small); the gate counts the due rows through their index, so a
+// generation whose statistics still say every row is pending is not read
+// through to find none.
+func TestRotationMovesAtMostMoveRows(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	storetest.Enqueue(t, pool, "run-move", "t", 2_000)
+	// statistics taken while every row was pending, as after a fill
+	if _, err := pool.Exec(t.Context(), `ANALYZE drainer.queue_g1`); err != nil {
+		t.Fatal(err)
+	}
+	drainAll(t, st, pool, func(i int) outbox.Status {
+		if i >= 1_997 { // the last three rows
+			return outbox.StatusPending
+		}
+		return outbox.StatusSucceeded
+	})
+	// three rows due again: more than a Chunk of 2
+	if _, err := pool.Exec(t.Context(), `UPDATE drainer.queue SET next_attempt_at = now(), not_before = NULL WHERE status = 'pending'`); err != nil {
+		t.Fatal(err)
+	}
+	r := store.Rotation{FlipRows: 1 << 40, IdleRows: 1 << 30, FlipAge: time.Millisecond, Chunk: 2, Move: 7}
+	if step, err := st.RotateQueue(t.Context(), pool, r); err != nil || step.Kind != "flipped" {
+		t.Fatalf("first step %+v, %v; want flipped", step, err)
+	}
+	// What a step reads of the generation, from its backend's counters
+	// (the first step meets the index entries the drain left, the next
+	// ones do not).
+	conn, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	read := func() int64 {
+		return scalar[int64](t, conn, `SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables WHERE relid = 'drainer.queue_g1'::regclass`)
+	}
+	var reads []int64
+	for range 3 {
+		before := read()
+		step, err := st.RotateQueue(t.Context(), conn, r)
+		if err != nil || step.Kind != "waiting" {
+			t.Fatalf("step with 3 rows due and a chunk of 2: %+v, %v; want waiting", step, err)
+		}
+		reads = append(reads, read()-before)
+	}
+	if reads[1] > 50 || reads[2] > 50 {
+		t.Fatalf("the gate's steps read %v tuples of a generation of 2,000 rows to count 3 due ones; want them counted in the index", reads)
+	}
+
+	// Once they are claimed (in flight: 3 > 2 still) and settled, the
+	// moves begin, 7 rows at most each.
+	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
+	var moves []int64
+	for range 1_000 {
+		step, err := st.RotateQueue(t.Context(), pool, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step.Kind != "moved" {
+			break
+		}
+		moves = append(moves, step.Moved)
+	}
+	var total int64
+	for _, m := range moves {
+		if m > 7 || m < 1 {
+			t.Fatalf("a move of %d rows with Move 7: %v", m, moves)
+		}
+		total += m
+	}
+	if total != 2_000 {
+		t.Fatalf("the moves took %d rows (%d moves), want all 2,000", total, len(moves))
+	}
+	if g := countByGen(t, pool); g[0] != 2_000 {
+		t.Fatalf("rows by generation after the moves: %v, want all 2,000 settled (0)", g)
+	}
+	assertAuditVerifies(t, pool)
+}

@@ -67,6 +67,7 @@ GRANT SELECT ON SEQUENCE :"schema".enqueue_duplicates, :"schema".enqueue_mismatc
 GRANT EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean, smallint[]),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
+    :"schema".rotate_queue(bigint, integer, interval, integer, integer),
     :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation(),
     :"schema".rotate_audit(interval, interval), :"schema".audit_horizon(), :"schema".audit_ledger_extend(bigint)
     TO :"runtime_role";
@@ -89,6 +90,7 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA :"schema" FROM :"producer_role";
 REVOKE EXECUTE ON FUNCTION :"schema".abort_run_internal(text, text, text), :"schema".audit_append(text, text, text),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean, smallint[]),
     :"schema".complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean),
+    :"schema".rotate_queue(bigint, integer, interval, integer, integer),
     :"schema".rotate_queue(bigint, integer, interval, integer), :"schema".queue_generation(),
     :"schema".rotate_audit(interval, interval), :"schema".audit_generation(),
     :"schema".audit_horizon(), :"schema".audit_ledger_extend(bigint)

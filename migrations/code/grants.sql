@@ -17,6 +17,8 @@ BEGIN
                    ('{{.schema}}.complete_rows(bigint[], uuid[], text[], integer[], bigint[], text[], text[], text[], integer[], boolean[], integer[], boolean)',
                     '{{.schema}}.queue', 'UPDATE'),
                    -- the rotation of generations: the same roles
+                   ('{{.schema}}.rotate_queue(bigint, integer, interval, integer, integer)', '{{.schema}}.queue', 'UPDATE'),
+                   -- (and with moves of a chunk, for older replicas)
                    ('{{.schema}}.rotate_queue(bigint, integer, interval, integer)', '{{.schema}}.queue', 'UPDATE'),
                    -- queue.gen's default: the roles that may insert into the queue
                    ('{{.schema}}.queue_generation()', '{{.schema}}.queue', 'INSERT'),

@@ -413,8 +413,9 @@ func (r *runner) awaitRotated(ctx context.Context) error {
 }
 
 // rotateWait bounds awaitRotated: a flip waits for the statistics (about a
-// second), then moves of 5,000 rows run one after another, each followed
-// by a pause as long as itself, every RotateInterval (5 s).
+// second), then moves of some hundreds of rows (about 5 ms each) run one
+// after another, each followed by a pause as long as itself, every
+// RotateInterval (5 s).
 const rotateWait = 3 * time.Minute
 
 // store is the store of the bench's schema.

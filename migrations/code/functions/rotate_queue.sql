@@ -3,14 +3,18 @@
 -- (drainer/rotation.go) calls it again while there is work, each step its
 -- own short transaction:
 --
---   moved N        N rows of a generation that is no longer current were
---                  moved out of it: settled ones to queue_settled (gen 0),
---                  pending ones to the current generation. Only once its
---                  backlog has drained (at most p_chunk rows due or in
---                  flight there); rows in flight stay until their attempt
---                  ends. The partition is locked EXCLUSIVE for the move, so
---                  no writer can change a row while it moves (a writer
---                  waiting for the lock reads the moved row afterwards).
+--   moved N        N rows (at most p_move) of a generation that is no
+--                  longer current were moved out of it: settled ones to
+--                  queue_settled (gen 0), pending ones to the current
+--                  generation. Only once its backlog has drained (at most
+--                  p_chunk rows due or in flight there); rows in flight
+--                  stay until their attempt ends. The partition is locked
+--                  EXCLUSIVE for the move, so no writer can change a row
+--                  while it moves (a writer waiting for the lock reads the
+--                  moved row afterwards). Every claim waits for that lock
+--                  (a claim locks each generation's partition), so the
+--                  caller sizes p_move to hold it briefly
+--                  (drainer/rotation.go).
 --   emptied        a generation was found empty: the transactions running
 --                  now are recorded, since one of them may hold a snapshot
 --                  from before the last move that still sees its rows
@@ -33,7 +37,7 @@
 -- truncation checks, under the partition's ACCESS EXCLUSIVE lock, that it
 -- is still empty, and moves such rows first. It runs with the owner's
 -- rights: the runtime role reaches the partitions only through queue.
-CREATE OR REPLACE FUNCTION {{.schema}}.rotate_queue(p_flip_rows bigint, p_idle_rows integer, p_flip_age interval, p_chunk integer)
+CREATE OR REPLACE FUNCTION {{.schema}}.rotate_queue(p_flip_rows bigint, p_idle_rows integer, p_flip_age interval, p_chunk integer, p_move integer)
  RETURNS text
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -68,9 +72,15 @@ BEGIN
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_part) INTO v_any;
         IF v_any THEN
             -- rows still being drained there: due or in flight (a row
-            -- waiting for a retry, a pause or a hold is not)
-            EXECUTE format($q$SELECT (SELECT count(*) FROM (SELECT 1 FROM %1$s WHERE status = 'pending' AND next_attempt_at <= now() LIMIT %2$s) a)
-                                   + (SELECT count(*) FROM (SELECT 1 FROM %1$s WHERE status = 'in_flight' LIMIT %2$s) b)$q$,
+            -- waiting for a retry, a pause or a hold is not), counted in
+            -- their partial indexes (ordered as those are: the statistics
+            -- of a closed generation may still say every row is pending,
+            -- and a scan of the table would then look for due rows through
+            -- all of its settled ones)
+            EXECUTE format($q$SELECT (SELECT count(*) FROM (SELECT 1 FROM %1$s WHERE status = 'pending' AND next_attempt_at <= now()
+                                                             ORDER BY next_attempt_at, seq LIMIT %2$s) a)
+                                   + (SELECT count(*) FROM (SELECT 1 FROM %1$s WHERE status = 'in_flight'
+                                                             ORDER BY lease_expires_at LIMIT %2$s) b)$q$,
                            v_part, p_chunk + 1) INTO v_active;
             IF v_active > p_chunk THEN
                 v_waited := true; -- its backlog is still draining there
@@ -99,7 +109,7 @@ BEGIN
                        coalesce(m.audit_head, {{.schema}}.audit_head(i.key)),
                        CASE WHEN m.status = 'pending' THEN %3$s ELSE 0 END
                   FROM moved m
-                  LEFT JOIN {{.schema}}.intents i ON i.seq = m.seq$q$, v_part, p_chunk, v_cur);
+                  LEFT JOIN {{.schema}}.intents i ON i.seq = m.seq$q$, v_part, greatest(p_move, 1), v_cur);
             GET DIAGNOSTICS v_moved = ROW_COUNT;
             IF v_moved = 0 THEN
                 v_waited := true; -- only rows in flight are left
@@ -171,5 +181,16 @@ BEGIN
 END
 $function$;
 
--- Not PUBLIC's: code/grants.sql grants it to the roles that may update the
--- queue (deploy/sql/roles.sql grants the runtime role).
+-- The same with moves of p_chunk rows, for the replicas of releases up to
+-- 25 during a rolling upgrade.
+CREATE OR REPLACE FUNCTION {{.schema}}.rotate_queue(p_flip_rows bigint, p_idle_rows integer, p_flip_age interval, p_chunk integer)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT {{.schema}}.rotate_queue(p_flip_rows, p_idle_rows, p_flip_age, p_chunk, p_chunk)
+$function$;
+
+-- Not PUBLIC's: code/grants.sql grants them to the roles that may update
+-- the queue (deploy/sql/roles.sql grants the runtime role).
