@@ -17,7 +17,8 @@
 --
 -- Each CALL prints the rows it drained, the seconds it took and the WAL
 -- bytes written meanwhile (by every backend). Run replay.sql again to
--- refill both tables.
+-- refill both tables. replay.rotate (below) rotates the drained
+-- generation out as the engine's rotator does.
 \set ON_ERROR_STOP on
 CREATE SCHEMA IF NOT EXISTS replay;
 
@@ -128,6 +129,36 @@ BEGIN
     END LOOP;
     seconds := round(extract(epoch FROM clock_timestamp() - v_start)::numeric, 3);
     wal_bytes := pg_current_wal_lsn() - v_lsn;
+END
+$$;
+
+-- rotate runs the rotation of the queue's generations as the engine's
+-- rotator does (drainer/rotation.go): steps of rotate_queue, each its own
+-- transaction, moves of p_move rows, a pause as long as each move between
+-- moves, until a step does something else. After a drain, a first
+-- `SELECT drainer.rotate_queue(1, 1, interval '1 hour', 5000, 5000)`
+-- closes the drained generation; claims run meanwhile (pgbench -f with the
+-- claim's SELECT … FOR UPDATE SKIP LOCKED) wait for each move. Returns the
+-- moves made and the longest step.
+CREATE OR REPLACE PROCEDURE replay.rotate(p_move integer, INOUT moves integer, INOUT longest_ms numeric)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_start  timestamptz;
+    v_answer text;
+    v_took   interval;
+BEGIN
+    moves := 0;
+    longest_ms := 0;
+    LOOP
+        v_start := clock_timestamp();
+        v_answer := drainer.rotate_queue(1::bigint, 1, interval '1 hour', 5000, p_move);
+        COMMIT;
+        v_took := clock_timestamp() - v_start;
+        EXIT WHEN v_answer NOT LIKE 'moved %' OR v_answer = 'moved 0';
+        moves := moves + 1;
+        longest_ms := greatest(longest_ms, round(extract(epoch FROM v_took)::numeric * 1000, 1));
+        PERFORM pg_sleep(extract(epoch FROM v_took));
+    END LOOP;
 END
 $$;
 

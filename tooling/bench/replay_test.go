@@ -45,8 +45,9 @@ func replayStatements(t *testing.T, rows string) []string {
 // TestReplayScriptRunsTheEnginesStatements: the in-server replay
 // (replay.sql) still matches the schema: it fills the queue through
 // enqueue_batch and the minimal table alike, its drain leaves every row
-// succeeded with its completion audited and every chain whole, and its
-// ceiling drains the minimal table.
+// succeeded with its completion audited and every chain whole, its
+// ceiling drains the minimal table, and its rotation moves the drained
+// generation out in moves of the size asked for.
 func TestReplayScriptRunsTheEnginesStatements(t *testing.T) {
 	url := dbtest.NewDatabase(t)
 	conn := connect(t, url)
@@ -83,6 +84,25 @@ func TestReplayScriptRunsTheEnginesStatements(t *testing.T) {
 	if succeeded != rows || entries != rows || problems != 0 || minimal != rows {
 		t.Errorf("after the replay: %d rows succeeded, %d completions audited, %d chain problems, %d minimal rows succeeded; want %d, %d, 0, %d",
 			succeeded, entries, problems, minimal, rows, rows, rows)
+	}
+
+	// The rotation: the drained generation closed, then moved out in
+	// moves of 300 rows.
+	var answer string
+	if err := conn.QueryRow(t.Context(), `SELECT drainer.rotate_queue(1, 1, interval '1 hour', 5000, 5000)`).Scan(&answer); err != nil || answer != "flipped" {
+		t.Fatalf("closing the drained generation: %q, %v", answer, err)
+	}
+	var moves, settled int
+	var longest float64
+	if err := conn.QueryRow(t.Context(), "CALL replay.rotate(300, NULL, NULL)").Scan(&moves, &longest); err != nil {
+		t.Fatalf("replay.rotate: %v", err)
+	}
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM drainer.queue WHERE gen = 0`).Scan(&settled); err != nil {
+		t.Fatal(err)
+	}
+	if moves != (rows+299)/300 || longest <= 0 || settled != rows {
+		t.Errorf("replay.rotate: %d moves, the longest %v ms, %d rows settled (gen 0); want %d moves, a positive time, %d rows",
+			moves, longest, settled, (rows+299)/300, rows)
 	}
 }
 
