@@ -343,13 +343,16 @@ func (m *seqModel) rotateAudit(st *store.Store) {
 }
 
 // rotate turns the queue's generations as far as they go now, with sizes
-// that close a generation as soon as it holds a settled row and move three
-// rows at a time, so that the rows of the sequence move between
+// that close a generation as soon as it holds a settled row and move one
+// to three rows at a time (by the pass, not drawn: the fixed seeds keep
+// their sequences), so that the rows of the sequence move between
 // generations, and generations are truncated, among the daemons' claims
 // and completions, the operators' actions and the producers' transactions
-// held open (the daemons rotate too, at their own sizes).
+// held open (the daemons rotate too, at their own sizes). No move takes
+// more rows than it was asked for: the bound on how long a move holds
+// its generation, which every claim waits for, is its size.
 func (m *seqModel) rotate(st *store.Store) {
-	r := store.Rotation{FlipRows: 1 << 40, IdleRows: 1, FlipAge: time.Millisecond, Chunk: 3}
+	r := store.Rotation{FlipRows: 1 << 40, IdleRows: 1, FlipAge: time.Millisecond, Chunk: 3, Move: m.prunes % 3}
 	var steps []string
 	for range 200 {
 		var step store.RotateStep
@@ -360,6 +363,9 @@ func (m *seqModel) rotate(st *store.Store) {
 		})
 		if err != nil {
 			m.rt.Fatalf("rotate: %v", err)
+		}
+		if step.Kind == "moved" && step.Moved > int64(r.MoveRows()) {
+			m.rt.Fatalf("rotate: a move of %d rows when %d were asked for", step.Moved, r.MoveRows())
 		}
 		if !step.More() {
 			break
