@@ -1,0 +1,73 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/drainer-io/drainer/store/storetest"
+)
+
+// TestPruneReadsWhatItPrunes: a retention pass over rows of one status
+// reads about as many rows as it prunes, however many more are waiting,
+// with the statistics the drain leaves behind (taken while every row was
+// pending, so they say none has the status pruned) and with fresh
+// ones. Before, each pass
+// sorted every prunable row and found each victim again by scanning the
+// status index: pruning 100 of 3,000 read over 300,000 tuples, and a
+// backlog of a million rows would take hours to prune.
+func TestPruneReadsWhatItPrunes(t *testing.T) {
+	pool := storetest.NewPool(t)
+	ctx := t.Context()
+	const n, limit = 3000, 100
+	storetest.Enqueue(t, pool, "run-prune-cost", "t", n)
+	if _, err := pool.Exec(ctx, `ANALYZE drainer.queue`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE drainer.queue SET status = 'succeeded', attempts = 1, updated_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+
+	// One pass in a transaction of a connection whose table statistics
+	// were just flushed: pg_stat_xact_user_tables counts what it read.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	pass := func(stats string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if got := scalar[int32](t, tx, `SELECT drainer.prune_rows('succeeded', now(), $1, '{}'::text[], '{}'::bigint[])`, limit); got != limit {
+			t.Fatalf("%s: prune_rows pruned %d rows, want %d", stats, got, limit)
+		}
+		read := scalar[int64](t, tx, `SELECT coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0)::bigint
+		      FROM pg_stat_xact_user_tables
+		     WHERE relid = 'drainer.intents'::regclass
+		        OR relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'drainer.queue'::regclass)`)
+		t.Logf("%s: pruning %d of %d rows read %d tuples of the queue and intents", stats, limit, n, read)
+		if read > 10*limit {
+			t.Fatalf("%s: pruning %d of %d rows read %d tuples of the queue and intents, want at most %d", stats, limit, n, read, 10*limit)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass("statistics of pending rows")
+	if _, err := pool.Exec(ctx, `ANALYZE drainer.queue`); err != nil {
+		t.Fatal(err)
+	}
+	pass("fresh statistics")
+	if left := scalar[int64](t, pool, `SELECT count(*) FROM drainer.queue WHERE status = 'succeeded'`); left != n-2*limit {
+		t.Fatalf("%d succeeded rows left, want %d", left, n-2*limit)
+	}
+	if tomb := scalar[int64](t, pool, `SELECT count(*) FROM drainer.keys WHERE pruned_at IS NOT NULL`); tomb != 2*limit {
+		t.Fatalf("%d tombstones, want %d", tomb, 2*limit)
+	}
+	assertAuditVerifies(t, pool)
+}
