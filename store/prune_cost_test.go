@@ -2,7 +2,10 @@ package store_test
 
 import (
 	"testing"
+	"time"
 
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
 )
 
@@ -70,4 +73,53 @@ func TestPruneReadsWhatItPrunes(t *testing.T) {
 		t.Fatalf("%d tombstones, want %d", tomb, 2*limit)
 	}
 	assertAuditVerifies(t, pool)
+}
+
+// TestTombstonePruneReadsWhatItForgets: forgetting tombstones past their
+// age reads about as many keys as it forgets, with fresh statistics too:
+// each pass looks its victims up by key. Before, a pass's DELETE joined
+// its victims against a scan of the whole key space (forgetting 500 of
+// 98,000 tombstones took 1.6 s a pass, and a million of them hours).
+func TestTombstonePruneReadsWhatItForgets(t *testing.T) {
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := t.Context()
+	const n, batch = 3000, 100
+	storetest.Enqueue(t, pool, "run-tombstone-cost", "t", n)
+	if _, err := pool.Exec(ctx, `UPDATE drainer.queue SET status = 'succeeded', attempts = 1, updated_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if got := scalar[int32](t, pool, `SELECT drainer.prune_rows('succeeded', now(), $1, '{}'::text[], '{}'::bigint[])`, n); got != n {
+		t.Fatalf("prune_rows pruned %d rows, want %d", got, n)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE drainer.keys`); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	keep := 1000 * time.Hour
+	r := store.Retention{ByStatus: map[outbox.Status]time.Duration{outbox.StatusSucceeded: keep, outbox.StatusCancelled: keep,
+		outbox.StatusCompensated: keep, outbox.StatusFailed: keep}, Tombstones: 0, Audit: keep, BatchSize: batch}
+	done, err := st.Prune(ctx, tx, r, time.Minute)
+	if err != nil || done["tombstone"] != n {
+		t.Fatalf("prune: %v, %v; want %d tombstones forgotten", done, err, n)
+	}
+	read := scalar[int64](t, tx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables
+	      WHERE relid = 'drainer.keys'::regclass`)
+	t.Logf("forgetting %d tombstones, %d a pass, read %d keys", n, batch, read)
+	if read > 5*n {
+		t.Fatalf("forgetting %d tombstones, %d a pass, read %d keys, want at most %d", n, batch, read, 5*n)
+	}
 }

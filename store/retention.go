@@ -32,13 +32,18 @@ type Retention struct {
 // pruneRunsSQL deletes runs whose saga is done and whose rows are all gone:
 // the abort needs no record once even the tombstones of its rows expired
 // (the last of them was made at rows_pruned_at, or before the abort).
+//
+// Both statements below delete their victims by key, given as an array
+// (= ANY (ARRAY(…)), one index probe each): as a semi-join (IN (…)) the
+// planner joined them against a scan of the whole table, so each pass cost
+// the table's size, not the batch's (TestTombstonePruneReadsWhatItForgets).
 const pruneRunsSQL = `WITH gone AS (
-        DELETE FROM {s}.runs r WHERE r.agent_run_id IN (
+        DELETE FROM {s}.runs r WHERE r.agent_run_id = ANY (ARRAY(
             SELECT x.agent_run_id FROM {s}.runs x
              WHERE x.saga_state = {SagaDone}
                AND greatest(x.aborted_at, x.rows_pruned_at) < now() - $1 * interval '1 millisecond'
                AND NOT EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = x.agent_run_id)
-             LIMIT $2 FOR UPDATE SKIP LOCKED)
+             LIMIT $2 FOR UPDATE SKIP LOCKED))
         RETURNING 1) SELECT count(*) FROM gone`
 
 // pruneTombstonesSQL forgets keys whose tombstone is past its age (their
@@ -50,7 +55,7 @@ const pruneRunsSQL = `WITH gone AS (
 // hash (an entry added or removed at its end), or whose chain is gone (no
 // entry, no anchor).
 const pruneTombstonesSQL = `WITH gone AS (
-        DELETE FROM {s}.keys WHERE key IN (
+        DELETE FROM {s}.keys WHERE key = ANY (ARRAY(
             SELECT k.key FROM {s}.keys k WHERE k.pruned_at < now() - $1 * interval '1 millisecond'
                AND (EXISTS (SELECT 1 FROM {s}.audit a WHERE a.key = k.key)
                     OR EXISTS (SELECT 1 FROM {s}.audit_anchors x WHERE x.key = k.key))
@@ -61,7 +66,7 @@ const pruneTombstonesSQL = `WITH gone AS (
                        (SELECT a.to_status FROM {s}.audit a WHERE a.key = k.key AND a.to_status IS NOT NULL
                          ORDER BY a.id DESC LIMIT 1),
                        (SELECT x.status FROM {s}.audit_anchors x WHERE x.key = k.key), k.final_status)
-             ORDER BY k.pruned_at LIMIT $2 FOR UPDATE OF k SKIP LOCKED)
+             ORDER BY k.pruned_at LIMIT $2 FOR UPDATE OF k SKIP LOCKED))
         RETURNING 1) SELECT count(*) FROM gone`
 
 // Prune runs one pass within budget and returns the rows pruned by kind
