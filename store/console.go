@@ -40,13 +40,14 @@ type ToolCount struct {
 
 // CountsByTool counts the rows that hold work (pending, in_flight,
 // outcome_unknown, compensation_failed) by tool and status, through the
-// status indexes.
+// status indexes of the queue alone (tool and status are on its rows: the
+// outbox view would join every counted row to its intent).
 func (s *Store) CountsByTool(ctx context.Context, db DB) ([]ToolCount, error) {
-	return collect[ToolCount](ctx, db, s.sql(`SELECT tool_name, status, count(*) AS rows FROM {s}.outbox
+	return collect[ToolCount](ctx, db, s.sql(`SELECT tool_name, status, count(*) AS rows FROM {s}.queue
 	    WHERE status IN ({StatusPending}, {StatusOutcomeUnknown}, {StatusCompensationFailed})
 	    GROUP BY tool_name, status
 	    UNION ALL
-	    SELECT tool_name, status, count(*) FROM {s}.outbox WHERE status = {StatusInFlight}
+	    SELECT tool_name, status, count(*) FROM {s}.queue WHERE status = {StatusInFlight}
 	    GROUP BY tool_name, status
 	    ORDER BY 1, 2`))
 }
