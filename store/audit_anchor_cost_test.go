@@ -1,42 +1,12 @@
 package store_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
 )
-
-// planWork is what a plan did, machine-independent: the rows every node
-// of it returned, each node's rows times its loops, summed over the plan
-// (subplans included), from EXPLAIN (ANALYZE, FORMAT JSON).
-func planWork(t *testing.T, plan []byte) (work float64) {
-	t.Helper()
-	var doc []struct {
-		Plan json.RawMessage `json:"Plan"`
-	}
-	if err := json.Unmarshal(plan, &doc); err != nil || len(doc) != 1 {
-		t.Fatalf("EXPLAIN output: %v: %.200s", err, plan)
-	}
-	var walk func(raw json.RawMessage)
-	walk = func(raw json.RawMessage) {
-		var n struct {
-			Rows  float64           `json:"Actual Rows"`
-			Loops float64           `json:"Actual Loops"`
-			Plans []json.RawMessage `json:"Plans"`
-		}
-		if err := json.Unmarshal(raw, &n); err != nil {
-			t.Fatalf("EXPLAIN node: %v", err)
-		}
-		work += n.Rows * n.Loops
-		for _, c := range n.Plans {
-			walk(c)
-		}
-	}
-	walk(doc[0].Plan)
-	return work
-}
 
 // TestAnchoringReadsEachEntryBoundedTimes: verifying the chains of one
 // audit generation before it is anchored (audit_chain_problems with a
@@ -81,7 +51,7 @@ func TestAnchoringReadsEachEntryBoundedTimes(t *testing.T) {
 		if err := conn.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE chain_problems(%d)`, part)).Scan(&plan); err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}
-		work := planWork(t, plan)
+		work := store.PlanWork(t, plan)
 		t.Logf("%s: %.0f rows across the plan for %d entries", mode, work, n)
 		if work > 40*n {
 			t.Errorf("%s: checking the chains of a generation of %d entries returned %.0f rows across its plan, want at most %d (each entry read a bounded number of times)",
