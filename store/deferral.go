@@ -9,17 +9,19 @@ import (
 // deferSQL pushes one batch of a tool's due pending rows to about
 // now() + $2 ms (jittered ±25 %, so they do not come back at one instant);
 // rows already due later are left alone. Each batch is a short transaction.
+// The batch's rows are updated by key (= ANY of them: one index probe
+// each): joined as a table, the planner hashed them and scanned every
+// generation whole, so a batch cost the queue's size, not its own
+// (TestDeferReadsOneBatch).
 const deferSQL = `
-WITH batch AS (
+UPDATE {s}.queue o
+   SET next_attempt_at = now() + $2 * interval '1 millisecond' * (0.75 + random() / 2)
+ WHERE o.seq = ANY (ARRAY(
     SELECT seq FROM {s}.queue
      WHERE status = {StatusPending} AND tool_name = $1
        AND next_attempt_at < now() + $2 * interval '1 millisecond' * 0.5
      LIMIT $3
-     FOR UPDATE SKIP LOCKED
-)
-UPDATE {s}.queue o
-   SET next_attempt_at = now() + $2 * interval '1 millisecond' * (0.75 + random() / 2)
-  FROM batch WHERE o.seq = batch.seq`
+     FOR UPDATE SKIP LOCKED))`
 
 // wakeSQL makes the deferred rows of some tools due now; the not_before
 // floor of each row still holds (schema trigger).
