@@ -3,10 +3,6 @@ package store
 import (
 	"context"
 	"testing"
-
-	"github.com/drainer-io/drainer/migrations"
-	"github.com/drainer-io/drainer/tooling/dbtest"
-	"github.com/jackc/pgx/v5"
 )
 
 // TestDeferReadsOneBatch: deferring a paused tool's rows reads about the
@@ -17,15 +13,7 @@ import (
 // looked at once and the batch's updated).
 func TestDeferReadsOneBatch(t *testing.T) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
-		t.Fatal(err)
-	}
-	s := MustNew(migrations.DefaultSchema)
+	conn, s := migratedConn(t)
 	for tool, n := range map[string]int{"busy": 10000, "paused": 1000} {
 		if _, err := conn.Exec(ctx, `SELECT count(*) FROM drainer.enqueue_batch(
 		        ARRAY(SELECT 'run-' || $2 FROM generate_series(1, $1)), ARRAY(SELECT 'step-' || g FROM generate_series(1, $1) g),

@@ -1,9 +1,30 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/jackc/pgx/v5"
 )
+
+// migratedConn connects to a new database holding drainer's schema, and
+// returns the connection (closed at the test's end) and its store.
+func migratedConn(t *testing.T) (*pgx.Conn, *Store) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
+		t.Fatal(err)
+	}
+	return conn, MustNew(migrations.DefaultSchema)
+}
 
 // PlanWork is what a plan did, machine-independent: the rows every node
 // of it returned, each node's rows times its loops, summed over the plan

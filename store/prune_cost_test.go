@@ -1,13 +1,38 @@
 package store_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// measuredTx begins a transaction on a connection of pool whose table
+// statistics were just flushed: pg_stat_xact_user_tables then counts what
+// the transaction reads, and nothing before it. It is rolled back at the
+// test's end unless committed.
+func measuredTx(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	conn, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	if _, err := conn.Exec(t.Context(), `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
 
 // TestPruneReadsWhatItPrunes: a retention pass over rows of one status
 // reads about as many rows as it prunes, however many more are waiting,
@@ -29,23 +54,9 @@ func TestPruneReadsWhatItPrunes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// One pass in a transaction of a connection whose table statistics
-	// were just flushed: pg_stat_xact_user_tables counts what it read.
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
 	pass := func(stats string) {
 		t.Helper()
-		if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
+		tx := measuredTx(t, pool)
 		if got := scalar[int32](t, tx, `SELECT drainer.prune_rows('succeeded', now(), $1, '{}'::text[], '{}'::bigint[])`, limit); got != limit {
 			t.Fatalf("%s: prune_rows pruned %d rows, want %d", stats, got, limit)
 		}
@@ -96,19 +107,7 @@ func TestTombstonePruneReadsWhatItForgets(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := measuredTx(t, pool)
 	keep := 1000 * time.Hour
 	r := store.Retention{ByStatus: map[outbox.Status]time.Duration{outbox.StatusSucceeded: keep, outbox.StatusCancelled: keep,
 		outbox.StatusCompensated: keep, outbox.StatusFailed: keep}, Tombstones: 0, Audit: keep, BatchSize: batch}

@@ -4,10 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/drainer-io/drainer/migrations"
-	"github.com/drainer-io/drainer/tooling/dbtest"
-	"github.com/jackc/pgx/v5"
 )
 
 // TestReclaimReadsOneBatch: a reclaim pass reads the rows it takes back,
@@ -20,15 +16,7 @@ import (
 // row taken back (its update, its Retry-After look-ups).
 func TestReclaimReadsOneBatch(t *testing.T) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
-		t.Fatal(err)
-	}
-	s := MustNew(migrations.DefaultSchema)
+	conn, s := migratedConn(t)
 	const n = 10 * ReclaimBatch
 	if _, err := conn.Exec(ctx, `SELECT count(*) FROM drainer.enqueue_batch(
 	        ARRAY(SELECT 'run-reclaim' FROM generate_series(1, $1)), ARRAY(SELECT 'step-' || g FROM generate_series(1, $1) g),
