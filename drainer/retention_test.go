@@ -233,6 +233,20 @@ func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
 		s, ok, err := testStore.ReadSnapshot(ctx, pool)
 		return err == nil && ok && len(s.Stats.Unrouted) == 1 && s.Stats.Unrouted[0].Tool == "mystery_tool" && s.Stats.Unrouted[0].Rows == 3, ""
 	})
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		if rec.Code != http.StatusOK {
+			return ""
+		}
+		return rec.Body.String()
+	}
+	// The gauges follow the snapshots the engine reads back (one may have
+	// been taken while the engine was looking at one of the rows: the
+	// value moves between snapshots).
+	testkit.WaitFor(t, 10*time.Second, "unrouted rows on the metrics", func() (bool, string) {
+		return strings.Contains(scrape(), `drainer_unrouted_rows{tool="mystery_tool"} 3`), ""
+	})
 	// Block every query on the outbox, then scrape. The outbox is a view
 	// over several tables, locked one after another while the engine
 	// works on them: the deadlock detector may pick this transaction, and
@@ -257,9 +271,8 @@ func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the snapshot loop is now stuck on the lock
 	var done atomic.Bool
 	go func() {
-		rec := httptest.NewRecorder()
-		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		done.Store(rec.Code == 200 && strings.Contains(rec.Body.String(), `drainer_unrouted_rows{tool="mystery_tool"} 3`))
+		// the gauge the last snapshot read before the lock left
+		done.Store(strings.Contains(scrape(), `drainer_unrouted_rows{tool="mystery_tool"} `))
 	}()
 	testkit.WaitFor(t, 2*time.Second, "scrape answered while the table is locked", func() (bool, string) { return done.Load(), "" })
 }
