@@ -10,6 +10,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/wire"
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -65,7 +66,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if enq.Created && g.cfg.Handoff != nil {
 		g.handOff(ctx, key)
 	}
-	c, joined, err := g.await(ctx, key, settled)
+	c, joined, err := g.await(ctx, key, settled, enq.Created)
 	switch {
 	case errors.Is(err, store.ErrNoCall):
 		outcome = OutcomeReplayed
@@ -154,21 +155,30 @@ func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.Cal
 }
 
 // await reads the row of key until it settled, the wait ended or ctx
-// ended; joined says it was not settled at first.
-func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}) (store.Call, bool, error) {
+// ended; joined says it was not settled at first. A row this call just
+// created is not read before its first announcement (or recheck): it was
+// pending when it was committed, and the interest in it was registered
+// before, so its settling is not missed.
+func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}, created bool) (store.Call, bool, error) {
 	deadline := time.NewTimer(g.cfg.Wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
 	cause := ""
+	read := !created
+	c := store.Call{Key: key, Status: outbox.StatusPending} // as committed, until read
 	for {
-		c, err := g.cfg.Store.Call(ctx, g.cfg.DB, key)
-		if err != nil || c.Settled() {
-			if cause != "" && err == nil {
-				g.metrics.settled.WithLabelValues(cause).Inc()
+		if read {
+			var err error
+			c, err = g.cfg.Store.Call(ctx, g.cfg.DB, key)
+			if err != nil || c.Settled() {
+				if cause != "" && err == nil {
+					g.metrics.settled.WithLabelValues(cause).Inc()
+				}
+				return c, cause != "", err
 			}
-			return c, cause != "", err
 		}
+		read = true
 		select {
 		case <-settled:
 			cause = "notify"
@@ -181,6 +191,13 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}
 		case <-ctx.Done():
 			return c, true, nil
 		case <-g.closing:
+			// the row's state now, for the answer (a short look: the
+			// daemon is stopping)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if now, err := g.cfg.Store.Call(rctx, g.cfg.DB, key); err == nil {
+				c = now
+			}
 			return c, true, nil
 		}
 	}

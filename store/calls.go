@@ -31,27 +31,28 @@ const settledHere = `SELECT i.key, c.rec
      WHERE q.status NOT IN ({StatusPending}, {StatusInFlight})
        AND q.xmin = pg_current_xact_id()::xid`
 
-// unrecordSQL and announceSQL, in a completion's transaction after its rows
-// were written: the record of each row this transaction settled replaces
-// the one kept before (unrecordSQL deletes it, announceSQL inserts the new
-// one when there is one), so a replay answers what the row says now: a row
-// settled, requeued by an operator and settled again answers the second
-// attempt's result, or none when that attempt got none. announceSQL then
-// announces each key on $3 at commit.
-const (
-	unrecordSQL = `DELETE FROM {s}.call_records r
- USING (` + settledHere + `) d
- WHERE r.key = d.key`
-	announceSQL = `WITH settled AS (` + settledHere + `
+// announceSQL, in a completion's transaction after its rows were written:
+// the record of each row this transaction settled replaces the one kept
+// before (deleted when the row's completion has none, inserted or
+// overwritten when it has one), so a replay answers what the row says now:
+// a row settled, requeued by an operator and settled again answers the
+// second attempt's result, or none when that attempt got none. It then
+// announces each key on $3 at commit. One statement: the rows settled here
+// are found once.
+const announceSQL = `WITH settled AS (` + settledHere + `
+), unrecorded AS (
+    DELETE FROM {s}.call_records r
+     USING settled d
+     WHERE r.key = d.key AND d.rec IS NULL
 ), kept AS (
-    INSERT INTO {s}.call_records (key, result)
+    INSERT INTO {s}.call_records AS r (key, result)
     SELECT key, rec::json FROM settled WHERE rec IS NOT NULL
+    ON CONFLICT (key) DO UPDATE SET result = excluded.result, recorded_at = excluded.recorded_at
 )
 SELECT count(pg_notify($3, key)) FROM settled`
-)
 
-// queueAnnounce queues unrecordSQL and announceSQL for the completions of
-// cs that announce; it reports whether it queued them.
+// queueAnnounce queues announceSQL for the completions of cs that
+// announce; it reports whether it queued it.
 func (s *Store) queueAnnounce(b *pgx.Batch, cs []Completion) bool {
 	var seqs []int64
 	var recs []*string
@@ -70,7 +71,6 @@ func (s *Store) queueAnnounce(b *pgx.Batch, cs []Completion) bool {
 	if len(seqs) == 0 {
 		return false
 	}
-	b.Queue(s.sql(unrecordSQL), seqs, recs)
 	b.Queue(s.sql(announceSQL), seqs, recs, s.SettleChannel())
 	return true
 }

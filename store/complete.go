@@ -164,10 +164,8 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 		}
 	}
 	if announced {
-		for range 2 {
-			if _, err := br.Exec(); err != nil {
-				return Completed{}, fmt.Errorf("complete batch: record and announce settled calls: %w", err)
-			}
+		if _, err := br.Exec(); err != nil {
+			return Completed{}, fmt.Errorf("complete batch: record and announce settled calls: %w", err)
 		}
 	}
 	if _, err := br.Exec(); err != nil {

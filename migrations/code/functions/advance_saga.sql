@@ -19,6 +19,13 @@ DECLARE
     v_key      text;
     v_existing record;
     v_payload  jsonb;
+    v_fresh        boolean;
+    v_forward_open boolean;
+    v_parked_seq   bigint;
+    v_comp_open    boolean;
+    v_comp_failed  boolean;
+    v_next         bigint;
+    v_cancelled    boolean := false;
 BEGIN
     IF NOT pg_try_advisory_xact_lock({{.schema}}.saga_lock_key(p_run)) THEN
         RETURN 'busy'; -- another replica is advancing this run right now
@@ -31,45 +38,61 @@ BEGIN
         v_note := NULL;
     END IF;
 
-    -- A row enqueued concurrently with the abort (neither saw the other)
-    -- is cancelled here, as the abort would have done.
-    UPDATE {{.schema}}.queue o
-       SET status = 'cancelled', cancel_cause = 'run_aborted', updated_at = now(),
-           last_error = 'run aborted: ' || (SELECT r.abort_reason FROM {{.schema}}.runs r WHERE r.agent_run_id = p_run)
-      FROM {{.schema}}.intents i
-     WHERE i.agent_run_id = p_run AND o.seq = i.seq AND o.kind = 'forward' AND o.status = 'pending' AND o.attempts = 0;
-
     LOOP
+        -- The run's rows, read once a step: what stops the saga, and the
+        -- newest succeeded forward row of a compensable tool. (One pass:
+        -- each of the run's rows is looked up in the queue once, so a saga
+        -- of n compensations reads its n rows n times, not six times n.)
+        SELECT bool_or(i.kind = 'forward' AND q.status = 'pending' AND q.attempts = 0),
+               bool_or(i.kind = 'forward' AND q.status IN ('pending', 'in_flight')),
+               min(i.seq) FILTER (WHERE i.kind = 'forward' AND q.status = 'outcome_unknown'),
+               bool_or(i.kind = 'compensation' AND q.status IN ('pending', 'in_flight')),
+               bool_or(i.kind = 'compensation' AND q.status = 'compensation_failed'),
+               max(i.seq) FILTER (WHERE i.kind = 'forward' AND q.status = 'succeeded'
+                                    AND i.tool_name IN (SELECT m.tool FROM unnest(p_tools, p_comp_tools) AS m(tool, comp)
+                                                         WHERE m.comp IS NOT NULL AND m.comp <> ''))
+          INTO v_fresh, v_forward_open, v_parked_seq, v_comp_open, v_comp_failed, v_next
+          FROM {{.schema}}.intents i
+          JOIN {{.schema}}.queue q ON q.seq = i.seq
+         WHERE i.agent_run_id = p_run;
+
+        IF v_fresh AND NOT v_cancelled THEN
+            -- A row enqueued concurrently with the abort (neither saw the
+            -- other) is cancelled here, as the abort would have done.
+            UPDATE {{.schema}}.queue o
+               SET status = 'cancelled', cancel_cause = 'run_aborted', updated_at = now(),
+                   last_error = 'run aborted: ' || (SELECT r.abort_reason FROM {{.schema}}.runs r WHERE r.agent_run_id = p_run)
+              FROM {{.schema}}.intents i
+             WHERE i.agent_run_id = p_run AND o.seq = i.seq AND o.kind = 'forward' AND o.status = 'pending' AND o.attempts = 0;
+            v_cancelled := true;
+            CONTINUE;
+        END IF;
         -- Attempted forward rows finish first: their effect may exist.
-        IF EXISTS (SELECT 1 FROM {{.schema}}.outbox o
-                    WHERE o.agent_run_id = p_run AND o.kind = 'forward'
-                      AND o.status IN ('pending', 'in_flight')) THEN
+        IF v_forward_open THEN
             v_state := 'waiting';
             EXIT;
         END IF;
         -- So do parked ones: their effect may exist too, and compensating
         -- around them would undo the run out of order. A human's resolve
         -- (succeeded or failed) lets the saga go on.
-        SELECT o.key INTO v_parked FROM {{.schema}}.outbox o
-         WHERE o.agent_run_id = p_run AND o.kind = 'forward' AND o.status = 'outcome_unknown'
-         ORDER BY o.seq LIMIT 1;
-        IF FOUND THEN
+        IF v_parked_seq IS NOT NULL THEN
+            SELECT i.key INTO v_parked FROM {{.schema}}.intents i WHERE i.seq = v_parked_seq;
             v_note := format('waiting for parked step %s (outcome_unknown): resolve it with drainer resolve before the saga compensates', v_parked);
             v_state := 'waiting';
             EXIT;
         END IF;
         -- One compensation at a time.
-        IF EXISTS (SELECT 1 FROM {{.schema}}.outbox o
-                    WHERE o.agent_run_id = p_run AND o.kind = 'compensation'
-                      AND o.status IN ('pending', 'in_flight')) THEN
+        IF v_comp_open THEN
             v_state := 'compensating';
             EXIT;
         END IF;
         -- A compensation that cannot succeed halts the saga until a human resolves it.
-        IF EXISTS (SELECT 1 FROM {{.schema}}.outbox o
-                    WHERE o.agent_run_id = p_run AND o.kind = 'compensation'
-                      AND o.status = 'compensation_failed') THEN
+        IF v_comp_failed THEN
             v_state := 'halted';
+            EXIT;
+        END IF;
+        IF v_next IS NULL THEN
+            v_state := 'done';
             EXIT;
         END IF;
 
@@ -77,14 +100,8 @@ BEGIN
           INTO f
           FROM {{.schema}}.outbox o
           JOIN unnest(p_tools, p_comp_tools) AS m(tool, comp) ON m.tool = o.tool_name
-         WHERE o.agent_run_id = p_run AND o.kind = 'forward' AND o.status = 'succeeded'
-           AND m.comp IS NOT NULL AND m.comp <> ''
-         ORDER BY o.seq DESC
+         WHERE o.seq = v_next AND m.comp IS NOT NULL AND m.comp <> ''
          LIMIT 1;
-        IF NOT FOUND THEN
-            v_state := 'done';
-            EXIT;
-        END IF;
 
         v_comp := f.comp;
         v_key := {{.schema}}.idempotency_key(p_run, f.step_id, v_comp, f.business_scope);
