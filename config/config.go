@@ -20,6 +20,11 @@ const (
 	// 5,000 rows/s per replica); per-adapter max_concurrency is the brake.
 	// About 47 MiB per replica at 1,000 in flight (docs/benchmarks.md).
 	DefaultWorkers         = 256
+	// DefaultMaxInFlightBytes bounds the payload bytes a replica holds in
+	// flight: 32 MiB, so that 256 workers of payloads near the enqueue's
+	// 1 MiB limit take about 35 of them at a time rather than all 256
+	// (about 200 MiB of memory rather than 560; docs/operating.md).
+	DefaultMaxInFlightBytes = ByteSize(32 << 20)
 	DefaultLease           = 30 * time.Second
 	DefaultUnroutedRecheck = 15 * time.Second
 	DefaultAdapterTimeout  = 10 * time.Second
@@ -39,6 +44,8 @@ const (
 const (
 	// MaxWorkers is the largest accepted workers value.
 	MaxWorkers = 4096
+	// MinInFlightBytes is the smallest accepted max_in_flight_bytes.
+	MinInFlightBytes = ByteSize(64 << 10)
 	// KeyTTLMargin is how long before key_ttl runs out a key_idempotent row
 	// stops being sent; a key_ttl must exceed it.
 	KeyTTLMargin = time.Minute
@@ -52,6 +59,10 @@ type Config struct {
 	// DatabaseURL is optional: the --database-url flag and DRAINER_DATABASE_URL win.
 	DatabaseURL     Secret        `yaml:"database_url"`
 	Workers         int           `yaml:"workers"`
+	// MaxInFlightBytes bounds the payload bytes leased at once per replica
+	// (per database, in a fleet); a row larger than it still goes out,
+	// alone.
+	MaxInFlightBytes ByteSize      `yaml:"max_in_flight_bytes"`
 	Lease           time.Duration `yaml:"lease"`
 	UnroutedRecheck time.Duration `yaml:"unrouted_recheck"`
 	Alerts          Alerts        `yaml:"alerts"`
@@ -360,6 +371,7 @@ func (c *Config) Summary() string {
 // its presence is looked up in src.
 func (c *Config) applyDefaults(src map[string]*source) {
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, DefaultMaxInFlightBytes)
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.UnroutedRecheck = cmp.Or(c.UnroutedRecheck, DefaultUnroutedRecheck)
 	if c.Adapters == nil {

@@ -228,6 +228,7 @@ func (d *decoder) field(e entry, path string, fv reflect.Value) {
 var (
 	durationType  = reflect.TypeFor[time.Duration]()
 	rateLimitType = reflect.TypeFor[*RateLimit]()
+	byteSizeType  = reflect.TypeFor[ByteSize]()
 )
 
 // value decodes a node into fv according to fv's type.
@@ -240,6 +241,17 @@ func (d *decoder) value(n ast.Node, path string, fv reflect.Value, s *source) {
 			return
 		}
 		v, msg := parseDuration(text)
+		if msg != "" {
+			d.valueError(s, path, msg, s.quoted())
+			return
+		}
+		fv.SetInt(int64(v))
+	case t == byteSizeType:
+		text, ok := d.text(n, path, s, `a size like "32MiB"`)
+		if !ok {
+			return
+		}
+		v, msg := parseByteSize(text)
 		if msg != "" {
 			d.valueError(s, path, msg, s.quoted())
 			return

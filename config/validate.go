@@ -22,6 +22,9 @@ func (v *validator) validate() {
 	if v.usable("workers") && (c.Workers < 1 || c.Workers > MaxWorkers) {
 		v.errorf("workers", "must be between 1 and %d, got %s", MaxWorkers, v.quoted("workers"))
 	}
+	if p := "max_in_flight_bytes"; v.usable(p) && c.MaxInFlightBytes < MinInFlightBytes {
+		v.errorf(p, "must be at least %s (a row larger than it still goes out, alone), got %s", MinInFlightBytes, v.quoted(p))
+	}
 	v.positive("lease", c.Lease)
 	v.positive("unrouted_recheck", c.UnroutedRecheck)
 	v.secrets("", reflect.ValueOf(c).Elem(), false)

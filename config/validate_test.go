@@ -25,7 +25,7 @@ lease: 30s
 			yaml: `
 colour: blue
 `,
-			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, console, database_url, databases, gateway, lease, retention, routes, unrouted_recheck, workers`},
+			want: []string{`c.yaml:1:1: colour: unknown field; valid fields: adapters, alerts, console, database_url, databases, gateway, lease, max_in_flight_bytes, retention, routes, unrouted_recheck, workers`},
 		},
 		{
 			name: "console token inline",
@@ -236,6 +236,20 @@ routes:
 				`c.yaml:3:60: adapters.b.rate_limit: rate limit must be positive, got "0/s"`,
 				`c.yaml:4:60: adapters.c.rate_limit: invalid rate limit "100": write N/s, N/m or N/h, e.g. "100/s"`,
 			},
+		},
+		{
+			name: "sizes",
+			yaml: `
+max_in_flight_bytes: 12MB
+`,
+			want: []string{`c.yaml:1:22: max_in_flight_bytes: must be a size like 32MiB (bytes, or KiB, MiB or GiB), got "12MB"`},
+		},
+		{
+			name: "a size below the least",
+			yaml: `
+max_in_flight_bytes: 4096
+`,
+			want: []string{`c.yaml:1:22: max_in_flight_bytes: must be at least 64KiB (a row larger than it still goes out, alone), got "4096"`},
 		},
 		{
 			name: "out-of-range numbers",

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	units "github.com/docker/go-units"
 )
 
 // Parsers of scalar values. A returned message, when not empty, has one %s
@@ -89,4 +91,49 @@ func formatDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// ByteSize is a number of bytes, written as an integer or with a binary
+// unit: 65536, 64KiB, 32MiB, 1GiB.
+type ByteSize int64
+
+// parseByteSize reads a ByteSize; the message says what is wrong.
+func parseByteSize(text string) (ByteSize, string) {
+	t := strings.TrimSpace(text)
+	if t == "" {
+		return 0, "must be a size like 32MiB, got %s"
+	}
+	if isNumber(t) {
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err != nil {
+			return 0, "must be a size like 32MiB, got %s"
+		}
+		return ByteSize(n), ""
+	}
+	// binary units only, spelled as in the docs (KiB, MiB, GiB); a
+	// decimal unit (MB) or a bare letter is refused as ambiguous
+	u := t[len(strings.TrimRight(t, "KMGiB")):]
+	switch u {
+	case "KiB", "MiB", "GiB":
+	default:
+		return 0, "must be a size like 32MiB (bytes, or KiB, MiB or GiB), got %s"
+	}
+	n, err := units.RAMInBytes(t)
+	if err != nil || n < 0 {
+		return 0, "must be a size like 32MiB (bytes, or KiB, MiB or GiB), got %s"
+	}
+	return ByteSize(n), ""
+}
+
+// String writes b with the largest binary unit that divides it.
+func (b ByteSize) String() string {
+	for _, u := range []struct {
+		n    ByteSize
+		name string
+	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if b >= u.n && b%u.n == 0 {
+			return strconv.FormatInt(int64(b/u.n), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
 }

@@ -72,3 +72,23 @@ func TestClosest(t *testing.T) {
 		}
 	}
 }
+
+func TestParseByteSize(t *testing.T) {
+	for text, want := range map[string]ByteSize{
+		"65536": 65536, "64KiB": 64 << 10, "32MiB": 32 << 20, "1GiB": 1 << 30, "1.5GiB": 3 << 29, "32 MiB": 32 << 20,
+	} {
+		if got, msg := parseByteSize(text); msg != "" || got != want {
+			t.Errorf("parseByteSize(%q) = %d, %q; want %d", text, got, msg, want)
+		}
+	}
+	for _, text := range []string{"", "12MB", "1k", "-1MiB", "MiB", "1e6", "ten"} {
+		if got, msg := parseByteSize(text); msg == "" {
+			t.Errorf("parseByteSize(%q) = %d; want an error", text, got)
+		}
+	}
+	for b, want := range map[ByteSize]string{32 << 20: "32MiB", 64 << 10: "64KiB", 1 << 30: "1GiB", 1000: "1000", 3 << 29: "1536MiB"} {
+		if got := b.String(); got != want {
+			t.Errorf("ByteSize(%d).String() = %q, want %q", int64(b), got, want)
+		}
+	}
+}

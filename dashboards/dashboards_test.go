@@ -527,7 +527,8 @@ const databaseVar = "database"
 var databaseMetrics = []string{
 	"drainer_outbox_rows", "drainer_outbox_oldest_pending_age_seconds", "drainer_outbox_oldest_in_flight_age_seconds",
 	"drainer_outbox_snapshot_age_seconds", "drainer_dispatch_total", "drainer_dispatch_duration_seconds",
-	"drainer_claim_batch_size", "drainer_leases_expired_total", "drainer_leases_lost_total",
+	"drainer_claim_batch_size", "drainer_claim_withheld_rows_total", "drainer_in_flight_payload_bytes",
+	"drainer_leases_expired_total", "drainer_leases_lost_total",
 	"drainer_completions_refused_total", "drainer_compensations_total", "drainer_compensation_failed_total",
 	"drainer_unrouted_rows", "drainer_unrouted_oldest_age_seconds", "drainer_enqueue_duplicates_total",
 	"drainer_enqueue_mismatches_total",

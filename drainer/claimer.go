@@ -126,16 +126,25 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		if n == 0 {
 			return false, nil // a finishing worker signals
 		}
+		// The payloads in flight are bounded too: with nothing left of
+		// MaxInFlightBytes, a finishing worker brings us back (one always
+		// holds bytes then).
+		left := e.cfg.MaxInFlightBytes - e.inFlightBytes.Load()
+		if left <= 0 {
+			e.releaseSlots(n)
+			return false, nil
+		}
 		claimedAt := time.Now()
 		rt := e.useRouting()
 		// The claim itself is not cancelled by Stop: a statement cut off after
 		// committing would strand its rows until their lease expires.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
 		claim := store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
-			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims}
+			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims,
+			MaxBytes: left}
 		note := e.floor.take()
 		claim.After = e.mark.start(claim, note)
-		rows, err := e.st.Claim(ctx, e.pool, claim)
+		got, err := e.st.ClaimBatch(ctx, e.pool, claim)
 		cancel()
 		if err != nil {
 			e.floor.putBack(note)
@@ -143,10 +152,20 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 			e.releaseSlots(n)
 			return false, err
 		}
-		if len(rows) == n || len(rows) >= disarmRows {
+		rows := got.Rows
+		if got.Withheld > 0 {
+			e.metrics.ClaimWithheld.Add(float64(got.Withheld))
+		}
+		if len(rows) == n || len(rows) >= disarmRows || got.Withheld > 0 {
 			e.gate.want(false)
 		}
-		e.mark.advance(rows, n)
+		// Rows withheld for their bytes lie past the batch's last row: the
+		// mark stays before them, and the claim counts as full.
+		asked := n
+		if got.Withheld > 0 {
+			asked = len(rows)
+		}
+		e.mark.advance(rows, asked)
 		if cause == causePoll && e.wakeWhy.Load()&(1<<causeNotify) != 0 {
 			// A notification came while this claim ran: the poll only
 			// beat it to its rows.
@@ -155,6 +174,9 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		e.releaseSlots(n - e.startRows(rows, rt, cause, claimedAt))
 		rt.done()
 		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
+		if got.Withheld > 0 {
+			return false, nil // due rows wait for bytes: a finishing worker brings us back
+		}
 		if len(rows) < n && !e.mark.fullNext {
 			return true, nil // nothing more is due, and no full pass is owed
 		}
@@ -186,6 +208,7 @@ func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCaus
 		e.workers.Add(1)
 		rt.share()
 		started++
+		e.metrics.InFlightBytes.Set(float64(e.inFlightBytes.Add(int64(len(row.Payload)))))
 		go e.work(row, rt, route, entry, claimedAt)
 	}
 	return started

@@ -30,6 +30,12 @@ type Config struct {
 	// Workers bounds rows leased and dispatched at once (required: `drainer
 	// run` passes the config's workers, whose default config.Load applies).
 	Workers int
+	// MaxInFlightBytes bounds the payload bytes of the rows leased and not
+	// yet finished (default DefaultMaxInFlightBytes): a claim takes, of the
+	// rows due, those whose payloads fit what is left, and the claim loop
+	// waits for workers to finish while nothing is left. A row larger than
+	// the bound goes out alone.
+	MaxInFlightBytes int64
 	// BatchSize bounds rows per claim (default min(Workers, 256)): larger
 	// claims spread a claim's fixed cost over more rows, while one claim
 	// stays a short transaction.
@@ -94,6 +100,10 @@ type Config struct {
 	Settled func(keys []string)
 }
 
+// DefaultMaxInFlightBytes is Config.MaxInFlightBytes's default (the
+// config's max_in_flight_bytes).
+const DefaultMaxInFlightBytes = 32 << 20
+
 // maxDefaultBatch caps the default BatchSize.
 const maxDefaultBatch = 256
 
@@ -108,6 +118,7 @@ func (c Config) WithDefaults() Config {
 		c.ReplicaID = fmt.Sprintf("%s:%d", cmp.Or(host, "drainer"), os.Getpid())
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, min(c.Workers, maxDefaultBatch))
+	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, DefaultMaxInFlightBytes)
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, 2*time.Millisecond)
@@ -141,6 +152,9 @@ func (c Config) Validate() error {
 	if c.BatchSize < 1 {
 		errs = append(errs, fmt.Errorf("batch size (%d) must be positive", c.BatchSize))
 	}
+	if c.MaxInFlightBytes < 1 {
+		errs = append(errs, fmt.Errorf("max in-flight bytes (%d) must be positive", c.MaxInFlightBytes))
+	}
 	if c.Lease <= c.LeaseMargin {
 		errs = append(errs, fmt.Errorf("lease (%s) must exceed the lease margin (%s)", c.Lease, c.LeaseMargin))
 	}
@@ -161,6 +175,9 @@ type Engine struct {
 	routing atomic.Pointer[Routing]
 
 	active atomic.Int64
+	// inFlightBytes sums the payloads of the rows whose workers run
+	// (Config.MaxInFlightBytes).
+	inFlightBytes atomic.Int64
 	// takeMu: Take holds it shared while it leases and starts a worker;
 	// Stop takes it once claiming stopped, before it waits for the workers.
 	takeMu   sync.RWMutex

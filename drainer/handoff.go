@@ -32,7 +32,7 @@ func (e *Engine) Take(ctx context.Context, key string) bool {
 	if e.fetchCtx.Err() != nil {
 		return false
 	}
-	if e.reserveSlots(1) == 0 {
+	if e.inFlightBytes.Load() >= e.cfg.MaxInFlightBytes || e.reserveSlots(1) == 0 {
 		return false
 	}
 	claimedAt := time.Now()

@@ -22,6 +22,8 @@ type Metrics struct {
 	DispatchTotal           *prometheus.CounterVec
 	DispatchDuration        *prometheus.HistogramVec
 	ClaimBatchSize          prometheus.Histogram
+	ClaimWithheld           prometheus.Counter
+	InFlightBytes           prometheus.Gauge
 	LeasesExpired           prometheus.Counter
 	LeasesLost              prometheus.Counter
 	CompletionsRefused      prometheus.Counter
@@ -121,6 +123,14 @@ func (m *Metrics) registerDispatch(f promauto.Factory) {
 		Name:    "drainer_claim_batch_size",
 		Help:    "Rows leased per claim.",
 		Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+	})
+	m.ClaimWithheld = f.NewCounter(prometheus.CounterOpts{
+		Name: "drainer_claim_withheld_rows_total",
+		Help: "Due rows a claim locked and left pending because their payloads did not fit max_in_flight_bytes.",
+	})
+	m.InFlightBytes = f.NewGauge(prometheus.GaugeOpts{
+		Name: "drainer_in_flight_payload_bytes",
+		Help: "Payload bytes of the rows being dispatched (bounded by max_in_flight_bytes).",
 	})
 	m.LeasesExpired = f.NewCounter(prometheus.CounterOpts{
 		Name: "drainer_leases_expired_total",

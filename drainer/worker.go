@@ -34,6 +34,7 @@ func (e *Engine) finish(c *completion) {
 func (e *Engine) work(row *claimedRow, rt *Routing, route *Route, entry *dispatch.Entry, claimedAt time.Time) {
 	defer func() {
 		rt.done()
+		e.metrics.InFlightBytes.Set(float64(e.inFlightBytes.Add(-int64(len(row.Payload)))))
 		busy := e.active.Add(-1)
 		e.metrics.WorkersBusy.Set(float64(busy))
 		e.workers.Done()

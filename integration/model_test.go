@@ -313,6 +313,7 @@ func modelConfig(baseURL, mcpURL string, prune bool) string {
 		retention = ""
 	}
 	return fmt.Sprintf(`workers: 4
+max_in_flight_bytes: 64KiB
 lease: %s
 unrouted_recheck: 1s
 retention:

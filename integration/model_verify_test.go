@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -342,8 +343,18 @@ func (m *seqModel) verify() {
 	for _, st := range status {
 		byStatus[st]++
 	}
-	e.t.Logf("sequence %s: %d rows %v, %d runs (%d aborted), steps %v, %s: invariants hold",
-		m.prefix, len(committed), byStatus, len(m.runs), len(runs), m.tally, m.handOverSummary())
+	// how often the replicas' max_in_flight_bytes held due rows back (the
+	// replicas running now, since their start)
+	withheld := 0.0
+	for _, r := range e.replicas {
+		if r.stopped.IsZero() {
+			if code, body := r.d.get("/metrics"); code == http.StatusOK {
+				withheld += sumMetric(body, "drainer_claim_withheld_rows_total")
+			}
+		}
+	}
+	e.t.Logf("sequence %s: %d rows %v, %d runs (%d aborted), steps %v, %s, %v rows withheld for their bytes: invariants hold",
+		m.prefix, len(committed), byStatus, len(m.runs), len(runs), m.tally, m.handOverSummary(), withheld)
 }
 
 // checkParkedHold fails when a compensation of run r was applied while a

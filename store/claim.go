@@ -55,6 +55,19 @@ type Claim struct {
 	// After, when set, starts the scan past this position instead of at
 	// the first due row: see Position.
 	After *Position
+	// MaxBytes, when positive, bounds the payload bytes leased: of the rows
+	// locked, those are leased, in claim order, whose payloads before them
+	// sum to less than MaxBytes (so the first always is); the others stay
+	// pending, counted in Claimed.Withheld.
+	MaxBytes int64
+}
+
+// Claimed is what one claim leased.
+type Claimed struct {
+	Rows []ClaimedRow
+	// Withheld counts the due rows the claim locked and left pending for
+	// Claim.MaxBytes: more rows are due than it took.
+	Withheld int
 }
 
 // Position is a place in the claim order (next_attempt_at, seq). A replica
@@ -89,7 +102,31 @@ WITH due AS MATERIALIZED (
      ORDER BY next_attempt_at, seq
      LIMIT $1
      FOR UPDATE SKIP LOCKED
-)` + leaseSQL
+)` + leaseSQL0 + `0` + leaseSQL1
+
+// claimBoundedSQL is claimSQL with Claim.MaxBytes ($%d): the rows locked
+// (locked) are leased (due) in claim order while the payloads before them
+// sum to less than the bound. A payload's size is what it holds once read:
+// its stored size, or its text's length when it is stored compressed (a
+// compressed payload's stored size can be a hundredth of it).
+const claimBoundedSQL = `
+WITH locked AS MATERIALIZED (
+    SELECT seq, gen, next_attempt_at FROM {s}.queue o
+     WHERE status = {StatusPending} AND next_attempt_at <= now()%s
+     ORDER BY next_attempt_at, seq
+     LIMIT $1
+     FOR UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+    SELECT b.seq, b.gen FROM (
+        SELECT l.seq, l.gen, sum(z.bytes) OVER (ORDER BY l.next_attempt_at, l.seq) - z.bytes AS before
+          FROM locked l
+          JOIN {s}.intents i ON i.seq = l.seq
+         CROSS JOIN LATERAL (SELECT CASE WHEN pg_column_compression(i.payload) IS NULL
+                                         THEN pg_column_size(i.payload)
+                                         ELSE octet_length(i.payload::text) END::bigint AS bytes) z
+    ) b
+     WHERE b.before < $%d
+)` + leaseSQL0 + `(SELECT count(*) FROM locked)::int - (SELECT count(*) FROM due)::int` + leaseSQL1
 
 // claimKeySQL leases one row, by its key, when it is due: the gateway's
 // hand-off of the call it just recorded (ClaimKey). The row is found
@@ -100,11 +137,13 @@ WITH due AS MATERIALIZED (
     SELECT o.seq, o.gen FROM {s}.intents k JOIN {s}.queue o ON o.seq = k.seq
      WHERE k.key = $1 AND o.status = {StatusPending} AND o.next_attempt_at <= now()%s
      FOR UPDATE OF o SKIP LOCKED
-)` + leaseSQL
+)` + leaseSQL0 + `0` + leaseSQL1
 
-// leaseSQL leases the rows of the due CTE and returns them as ClaimedRow
-// reads them.
-const leaseSQL = `, leased AS (
+// leaseSQL0 and leaseSQL1 lease the rows of the due CTE and return them as
+// ClaimedRow reads them, followed by the count of rows withheld (written
+// between the two: Claimed.Withheld).
+const (
+	leaseSQL0 = `, leased AS (
     UPDATE {s}.queue o
        SET status = {StatusInFlight},
            attempts = o.attempts + 1,
@@ -121,10 +160,12 @@ SELECT l.seq, i.key, i.agent_run_id, i.step_id, i.tool_name, i.business_scope, i
        i.payload, l.attempts, l.lease_token, l.first_attempt_at, now(), i.traceparent, i.forward_key, l.next_attempt_at,
        i.kind = {KindForward} AND l.attempts = 1
            AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id),
-       l.gen
+       l.gen, `
+	leaseSQL1 = `
   FROM leased l
   JOIN {s}.intents i ON i.seq = l.seq
  ORDER BY l.next_attempt_at, l.seq`
+)
 
 // afterClause starts the scan of the due index past a position.
 const afterClause = `
@@ -178,13 +219,25 @@ const claimPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
 // Claim leases up to c.Limit due rows, in one round trip: BEGIN, the plan
 // settings, the claim, COMMIT.
 func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error) {
+	got, err := s.ClaimBatch(ctx, db, c)
+	return got.Rows, err
+}
+
+// ClaimBatch is Claim, saying also how many due rows it withheld for
+// c.MaxBytes.
+func (s *Store) ClaimBatch(ctx context.Context, db DB, c Claim) (Claimed, error) {
 	args := []any{c.Limit, c.Lease.Milliseconds(), c.Replica}
 	extra, args := c.clauses(args)
 	if c.After != nil {
 		args = append(args, c.After.Due, c.After.Seq)
 		extra += fmt.Sprintf(afterClause, len(args)-1, len(args))
 	}
-	return s.lease(ctx, db, "claim", claimPlanSettings, c.Durable, s.sql(fmt.Sprintf(claimSQL, extra)), args)
+	sql := fmt.Sprintf(claimSQL, extra)
+	if c.MaxBytes > 0 {
+		args = append(args, c.MaxBytes)
+		sql = fmt.Sprintf(claimBoundedSQL, extra, len(args))
+	}
+	return s.leaseBatch(ctx, db, "claim", claimPlanSettings, c.Durable, s.sql(sql), args)
 }
 
 // ClaimKey leases the row of key, when it is due and c would claim it
@@ -225,6 +278,12 @@ const claimKeySettings = `SELECT set_config('jit', 'off', true), set_config('syn
 // lease runs one leasing statement in its own transaction, in one round
 // trip: BEGIN, settings ($1: synchronous_commit), the statement, COMMIT.
 func (s *Store) lease(ctx context.Context, db DB, what, settings string, durable bool, sql string, args []any) ([]ClaimedRow, error) {
+	got, err := s.leaseBatch(ctx, db, what, settings, durable, sql, args)
+	return got.Rows, err
+}
+
+// leaseBatch is lease, with the count of rows withheld.
+func (s *Store) leaseBatch(ctx context.Context, db DB, what, settings string, durable bool, sql string, args []any) (Claimed, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	syncCommit := "off"
@@ -238,24 +297,26 @@ func (s *Store) lease(ctx context.Context, db DB, what, settings string, durable
 	defer br.Close()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
+			return Claimed{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return Claimed{}, fmt.Errorf("%s: %w", what, err)
 	}
+	var withheld int
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedRow, error) {
 		var c ClaimedRow
 		err := r.Scan(&c.Seq, &c.Key, &c.AgentRunID, &c.StepID, &c.ToolName, &c.BusinessScope, &c.Kind,
-			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due, &c.RunAborted, &c.Gen)
+			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due, &c.RunAborted, &c.Gen,
+			&withheld)
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return Claimed{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("%s commit: %w", what, err)
+		return Claimed{}, fmt.Errorf("%s commit: %w", what, err)
 	}
-	return out, br.Close()
+	return Claimed{Rows: out, Withheld: withheld}, br.Close()
 }

@@ -60,6 +60,7 @@ func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
 		"ordered, excluded": {Limit: 10, Lease: time.Minute, Replica: "r", Ordered: []string{"other"}, Excluded: []string{"paused"}},
 		"its tool ordered":  {Limit: 10, Lease: time.Minute, Replica: "r", Ordered: []string{"t"}},
 		"from a position":   {Limit: 10, Lease: time.Minute, Replica: "r", After: &store.Position{Due: time.Unix(0, 0), Seq: 0}},
+		"bytes bounded":     {Limit: 10, Lease: time.Minute, Replica: "r", MaxBytes: 32 << 20},
 	}
 	for name, c := range forms {
 		for range 12 {

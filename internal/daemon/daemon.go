@@ -129,6 +129,8 @@ type settings struct {
 	schema  string
 	workers int
 	lease   time.Duration
+	// maxInFlightBytes is the config's max_in_flight_bytes.
+	maxInFlightBytes int64
 }
 
 // resolve loads the config and merges it with the options.
@@ -144,11 +146,12 @@ func resolve(opts Options, log *slog.Logger) (settings, error) {
 		log.Warn("config warning", "warning", w)
 	}
 	st := settings{
-		cfg:     cfg,
-		dbURL:   cmp.Or(opts.DatabaseURL, cfg.DatabaseURL.Reveal()),
-		schema:  cmp.Or(opts.Schema, migrations.DefaultSchema),
-		workers: cmp.Or(opts.Workers, cfg.Workers, config.DefaultWorkers),
-		lease:   cmp.Or(cfg.Lease, config.DefaultLease),
+		cfg:              cfg,
+		dbURL:            cmp.Or(opts.DatabaseURL, cfg.DatabaseURL.Reveal()),
+		schema:           cmp.Or(opts.Schema, migrations.DefaultSchema),
+		workers:          cmp.Or(opts.Workers, cfg.Workers, config.DefaultWorkers),
+		lease:            cmp.Or(cfg.Lease, config.DefaultLease),
+		maxInFlightBytes: int64(cmp.Or(cfg.MaxInFlightBytes, config.DefaultMaxInFlightBytes)),
 	}
 	if opts.DatabaseURL == "" && cfg.DatabaseURL != "" {
 		st.reread = cfg.ResolveDatabaseURL
@@ -267,6 +270,7 @@ func (d *daemonRun) newEngine(ctx context.Context, p *pgxpool.Pool, registry *di
 	}
 	engCfg := d.opts.Engine
 	engCfg.Schema, engCfg.Workers, engCfg.Lease, engCfg.Logger, engCfg.Metrics = st.schema, st.workers, st.lease, log, metrics
+	engCfg.MaxInFlightBytes = st.maxInFlightBytes
 	if tracer != nil {
 		engCfg.Tracer = tracer
 	}

@@ -114,7 +114,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 func newFleet(st settings, opts Options, src *swappableCatalog, coord *pgxpool.Pool, registry *dispatch.Registry,
 	reg prometheus.Registerer, tracer trace.Tracer, log *slog.Logger) (*fleet.Fleet, error) {
 	engCfg := opts.Engine
-	engCfg.Workers, engCfg.Lease = st.workers, st.lease
+	engCfg.Workers, engCfg.Lease, engCfg.MaxInFlightBytes = st.workers, st.lease, st.maxInFlightBytes
 	if tracer != nil {
 		engCfg.Tracer = tracer
 	}
@@ -221,6 +221,9 @@ func reloadFleet(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, run
 	}
 	if workers := cmp.Or(opts.Workers, cfg.Workers, config.DefaultWorkers); workers != running.workers {
 		log.Warn("workers per database changes take effect on restart", "running", running.workers, "file", workers)
+	}
+	if b := int64(cmp.Or(cfg.MaxInFlightBytes, config.DefaultMaxInFlightBytes)); b != running.maxInFlightBytes {
+		log.Warn("max_in_flight_bytes changes take effect on restart", "running", running.maxInFlightBytes, "file", b)
 	}
 	// The membership stays where it is until restart; the list itself is
 	// read from the new section at once.

@@ -25,6 +25,9 @@ func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Lo
 	if lease != eng.Config().Lease {
 		log.Warn("lease changes take effect on restart", "running", eng.Config().Lease, "file", lease)
 	}
+	if b := int64(cmp.Or(cfg.MaxInFlightBytes, config.DefaultMaxInFlightBytes)); b != eng.Config().MaxInFlightBytes {
+		log.Warn("max_in_flight_bytes changes take effect on restart", "running", eng.Config().MaxInFlightBytes, "file", b)
+	}
 	registry, err := builtin.Build(ctx, cfg, builtin.Options{Logger: log, Version: opts.Version})
 	if err != nil {
 		log.Error("config reload refused; keeping the running config", "err", err)
