@@ -19,21 +19,21 @@ const (
 	// of milliseconds, so throughput is workers ÷ latency (256 at 50 ms:
 	// 5,000 rows/s per replica); per-adapter max_concurrency is the brake.
 	// About 47 MiB per replica at 1,000 in flight (docs/benchmarks.md).
-	DefaultWorkers         = 256
+	DefaultWorkers = 256
 	// DefaultMaxInFlightBytes bounds the payload bytes a replica holds in
 	// flight: 32 MiB, so that 256 workers of payloads near the enqueue's
 	// 1 MiB limit take about 35 of them at a time rather than all 256
 	// (about 200 MiB of memory rather than 560; docs/operating.md).
 	DefaultMaxInFlightBytes = ByteSize(32 << 20)
-	DefaultLease           = 30 * time.Second
-	DefaultUnroutedRecheck = 15 * time.Second
-	DefaultAdapterTimeout  = 10 * time.Second
-	DefaultBreakerFailures = 5
-	DefaultBreakerOpenFor  = 30 * time.Second
-	DefaultMaxAttempts     = 10
-	DefaultBackoffBase     = 1 * time.Second
-	DefaultBackoffCap      = 10 * time.Minute
-	DefaultMaxRetryAfter   = 1 * time.Hour
+	DefaultLease            = 30 * time.Second
+	DefaultUnroutedRecheck  = 15 * time.Second
+	DefaultAdapterTimeout   = 10 * time.Second
+	DefaultBreakerFailures  = 5
+	DefaultBreakerOpenFor   = 30 * time.Second
+	DefaultMaxAttempts      = 10
+	DefaultBackoffBase      = 1 * time.Second
+	DefaultBackoffCap       = 10 * time.Minute
+	DefaultMaxRetryAfter    = 1 * time.Hour
 	// DefaultCompensationWindow is a route's compensation_window.
 	DefaultCompensationWindow = 7 * 24 * time.Hour
 	// LeaseMargin is how much the lease must exceed every adapter timeout.
@@ -57,15 +57,15 @@ type Config struct {
 	Path string `yaml:"-"`
 
 	// DatabaseURL is optional: the --database-url flag and DRAINER_DATABASE_URL win.
-	DatabaseURL     Secret        `yaml:"database_url"`
-	Workers         int           `yaml:"workers"`
+	DatabaseURL Secret `yaml:"database_url"`
+	Workers     int    `yaml:"workers"`
 	// MaxInFlightBytes bounds the payload bytes leased at once per replica
 	// (per database, in a fleet); a row larger than it still goes out,
 	// alone.
 	MaxInFlightBytes ByteSize      `yaml:"max_in_flight_bytes"`
-	Lease           time.Duration `yaml:"lease"`
-	UnroutedRecheck time.Duration `yaml:"unrouted_recheck"`
-	Alerts          Alerts        `yaml:"alerts"`
+	Lease            time.Duration `yaml:"lease"`
+	UnroutedRecheck  time.Duration `yaml:"unrouted_recheck"`
+	Alerts           Alerts        `yaml:"alerts"`
 	// Adapters by instance name.
 	Adapters map[string]*Adapter `yaml:"adapters"`
 	// Routes by tool_name.
