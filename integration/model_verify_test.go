@@ -332,6 +332,25 @@ func (m *seqModel) verify() {
 	if bad := e.provider.badRequests(); len(bad) > 0 {
 		fail("provider answered %d malformed requests: %v", len(bad), bad)
 	}
+	// Every row carries its payload's size (queue.payload_bytes), whoever
+	// wrote it (enqueue, batch, saga, gateway, rotation): a claim bounded
+	// by max_in_flight_bytes would read the intents of a row without.
+	var unsized []string
+	if err := withRetry(func(ctx context.Context) error {
+		rows, err := e.pool.Query(ctx, `SELECT i.key FROM drainer.queue q JOIN drainer.intents i ON i.seq = q.seq
+		     WHERE i.agent_run_id LIKE $1
+		       AND NOT abs(q.payload_bytes - pg_column_size(i.payload::text::jsonb)) <= 3`, m.prefix+"%") // 3: a stored short varlena header
+		if err != nil {
+			return err
+		}
+		unsized, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}); err != nil {
+		m.rt.Fatalf("payload sizes: %v", err)
+	}
+	for _, k := range unsized {
+		fail("%s: queue.payload_bytes is not its payload's size", k)
+	}
 	m.checkGateway(fail)
 	m.checkTampering(fail)
 	m.checkHandOvers(fail)

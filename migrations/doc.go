@@ -86,4 +86,6 @@
 //	                          gateway answers its retries with
 //	025_tombstone_audit_head.sql keys.audit_head: a pruned key's chain head, kept on its
 //	                          tombstone, so that audit verify tells the chain's end moved
+//	026_queue_payload_bytes.sql queue.payload_bytes: each row's payload size, which a claim
+//	                          bounded by max_in_flight_bytes sums without reading intents
 package migrations

@@ -233,6 +233,7 @@ CREATE TABLE drainer.queue (
     updated_at       timestamp with time zone DEFAULT now() NOT NULL,
     audit_head       bytea,
     gen              smallint DEFAULT drainer.queue_generation() NOT NULL,
+    payload_bytes    integer,
     CONSTRAINT queue_attempts_check CHECK (attempts >= 0),
     CONSTRAINT queue_lease_check CHECK ((status = 'in_flight'::text) = (lease_token IS NOT NULL)),
     CONSTRAINT queue_status_check CHECK (status = ANY (ARRAY['pending'::text, 'in_flight'::text, 'succeeded'::text, 'failed'::text, 'outcome_unknown'::text, 'compensated'::text, 'compensation_failed'::text, 'cancelled'::text]))

@@ -106,12 +106,14 @@ WITH due AS MATERIALIZED (
 
 // claimBoundedSQL is claimSQL with Claim.MaxBytes ($%d): the rows locked
 // (locked) are leased (due) in claim order while the payloads before them
-// sum to less than the bound. A payload's size is what it holds once read:
-// its stored size, or its text's length when it is stored compressed (a
-// compressed payload's stored size can be a hundredth of it).
+// sum to less than the bound. A payload's size is the one its row carries
+// (queue.payload_bytes, its whole size when it was queued); a row queued
+// before migration 026 carries none, and its payload is measured where it
+// is: its stored size, or its text's length when it is stored compressed
+// (a compressed payload's stored size can be a hundredth of it).
 const claimBoundedSQL = `
 WITH locked AS MATERIALIZED (
-    SELECT seq, gen, next_attempt_at FROM {s}.queue o
+    SELECT seq, gen, next_attempt_at, payload_bytes FROM {s}.queue o
      WHERE status = {StatusPending} AND next_attempt_at <= now()%s
      ORDER BY next_attempt_at, seq
      LIMIT $1
@@ -120,10 +122,11 @@ WITH locked AS MATERIALIZED (
     SELECT b.seq, b.gen FROM (
         SELECT l.seq, l.gen, sum(z.bytes) OVER (ORDER BY l.next_attempt_at, l.seq) - z.bytes AS before
           FROM locked l
-          JOIN {s}.intents i ON i.seq = l.seq
-         CROSS JOIN LATERAL (SELECT CASE WHEN pg_column_compression(i.payload) IS NULL
-                                         THEN pg_column_size(i.payload)
-                                         ELSE octet_length(i.payload::text) END::bigint AS bytes) z
+         CROSS JOIN LATERAL (SELECT coalesce(l.payload_bytes,
+                                             (SELECT CASE WHEN pg_column_compression(i.payload) IS NULL
+                                                          THEN pg_column_size(i.payload)
+                                                          ELSE octet_length(i.payload::text) END
+                                                FROM {s}.intents i WHERE i.seq = l.seq))::bigint AS bytes) z
     ) b
      WHERE b.before < $%d
 )` + leaseSQL0 + `(SELECT count(*) FROM locked)::int - (SELECT count(*) FROM due)::int` + leaseSQL1

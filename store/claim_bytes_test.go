@@ -13,7 +13,9 @@ import (
 // TestClaimBoundedByBytes: a claim with MaxBytes leases, in claim order, the
 // rows whose payloads before them sum to less than the bound, and leaves the
 // rest pending, counted as withheld; the first row is leased even when it
-// alone is larger than the bound. A payload stored compressed counts its
+// alone is larger than the bound. A row's size is its payload's whole size,
+// carried on the row from its enqueue; a row without one (queued before
+// migration 026) is measured in intents, a payload stored compressed by its
 // whole size, not what it takes on disk.
 func TestClaimBoundedByBytes(t *testing.T) {
 	pool := storetest.NewPool(t)
@@ -58,6 +60,15 @@ func TestClaimBoundedByBytes(t *testing.T) {
 		if r.StepID != "s"+strconv.Itoa(i) {
 			t.Fatalf("row %d leased is %s, want s%d: the claim order", i, r.StepID, i)
 		}
+	}
+	// every row carries its whole size from its enqueue
+	if got := scalar[int64](t, pool, `SELECT count(*) FROM drainer.queue WHERE payload_bytes < 100000`); got != 0 {
+		t.Fatalf("%d rows carry less than their payload's 100 kB", got)
+	}
+	// rows queued before their size was carried (migration 026) are
+	// measured in intents, compressed ones by their whole text
+	if _, err := pool.Exec(ctx, `UPDATE drainer.queue SET payload_bytes = NULL WHERE status = 'pending'`); err != nil {
+		t.Fatal(err)
 	}
 	// 10 kB: one row, though larger than the bound (a compressed one:
 	// counted whole, it fills the bound alone)

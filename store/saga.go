@@ -94,10 +94,11 @@ WITH failed AS (
       FROM payloads p JOIN registered r ON r.key = p.alert_key
     ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
     RETURNING i.seq, i.key, i.tool_name, i.business_scope, i.step_id AS failed_key,
-              i.payload->>'agent_run_id' AS failed_run, i.payload->>'tool_name' AS failed_tool
+              i.payload->>'agent_run_id' AS failed_run, i.payload->>'tool_name' AS failed_tool,
+              pg_column_size(i.payload) AS payload_bytes
 ), queued AS (
-    INSERT INTO {s}.queue AS q (seq, tool_name, business_scope, kind)
-    SELECT n.seq, n.tool_name, n.business_scope, {KindForward} FROM intended n
+    INSERT INTO {s}.queue AS q (seq, tool_name, business_scope, kind, payload_bytes)
+    SELECT n.seq, n.tool_name, n.business_scope, {KindForward}, n.payload_bytes FROM intended n
     RETURNING q.seq
 )
 SELECT n.failed_key, n.failed_run, n.failed_tool FROM intended n JOIN queued USING (seq) ORDER BY n.failed_key`

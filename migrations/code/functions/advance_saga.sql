@@ -136,10 +136,10 @@ BEGIN
             VALUES (v_key, p_run, f.step_id, v_comp, f.business_scope, 'compensation', v_payload,
                     {{.schema}}.payload_hash(v_payload), f.key)
             ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
-            RETURNING i.seq, i.tool_name, i.business_scope
+            RETURNING i.seq, i.tool_name, i.business_scope, pg_column_size(i.payload) AS payload_bytes
         )
-        INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind)
-        SELECT i.seq, i.tool_name, i.business_scope, 'compensation' FROM i;
+        INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, payload_bytes)
+        SELECT i.seq, i.tool_name, i.business_scope, 'compensation', i.payload_bytes FROM i;
         v_state := 'compensating';
         EXIT;
     END LOOP;

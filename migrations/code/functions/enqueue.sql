@@ -81,17 +81,18 @@ BEGIN
                 (key, agent_run_id, step_id, tool_name, business_scope, kind, payload, payload_hash, traceparent)
             VALUES (v_key, agent_run_id, step_id, tool_name, business_scope, 'forward', payload, v_hash, v_tp)
             ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
-            RETURNING i.seq, i.tool_name, i.business_scope
+            RETURNING i.seq, i.tool_name, i.business_scope, pg_column_size(i.payload) AS payload_bytes -- as inserted: its whole size
         )
         -- The generation is read here rather than by queue.gen's default
         -- (a SQL function in a default is planned anew on every
         -- execution), and so is the audit's below.
-        INSERT INTO {{.schema}}.queue AS q (seq, gen, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head)
+        INSERT INTO {{.schema}}.queue AS q (seq, gen, tool_name, business_scope, kind, status, cancel_cause, last_error,
+                                            audit_head, payload_bytes)
         SELECT i.seq, (SELECT g.gen FROM {{.schema}}.queue_generations g WHERE g.current),
                i.tool_name, i.business_scope, 'forward', v_status,
                CASE WHEN v_aborted THEN 'run_aborted' END,
                CASE WHEN v_aborted THEN 'run aborted before this intent was enqueued' END,
-               v_head
+               v_head, i.payload_bytes
           FROM i
         RETURNING q.seq INTO v_seq;
         IF v_seq IS NOT NULL THEN

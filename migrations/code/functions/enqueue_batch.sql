@@ -125,11 +125,12 @@ BEGIN
                      ORDER BY u.k, u.i) f
              ORDER BY f.i
             ON CONFLICT ON CONSTRAINT intents_key_unique DO NOTHING
-            RETURNING o.seq, o.key, o.agent_run_id, o.tool_name, o.business_scope, o.payload_hash
+            RETURNING o.seq, o.key, o.agent_run_id, o.tool_name, o.business_scope, o.payload_hash,
+                      pg_column_size(o.payload) AS payload_bytes -- as inserted: its whole size
         ), entries AS (
             -- each row's first audit entry: appended beside the row, whose
             -- audit_head it is (the insert trigger then stays quiet)
-            SELECT ins.seq, ins.key, ins.tool_name, ins.business_scope, ins.payload_hash, s.status,
+            SELECT ins.seq, ins.key, ins.tool_name, ins.business_scope, ins.payload_hash, ins.payload_bytes, s.status,
                    (r.agent_run_id IS NOT NULL) AS aborted, e.at, e.event, e.prev,
                    {{.schema}}.audit_hash(e.prev, ins.key, e.at, e.event, NULL, s.status, 0, NULL,
                                           v_actor, v_reason, ins.payload_hash) AS head
@@ -143,11 +144,12 @@ BEGIN
                                                  (SELECT x.hash FROM {{.schema}}.audit_anchors x
                                                    WHERE x.key = ins.key)) AS prev) e
         ), queued AS (
-            INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head, gen)
+            INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head, gen,
+                                           payload_bytes)
             SELECT n.seq, n.tool_name, n.business_scope, 'forward', n.status,
                    CASE WHEN n.aborted THEN 'run_aborted' END,
                    CASE WHEN n.aborted THEN 'run aborted before this intent was enqueued' END,
-                   n.head, v_gen
+                   n.head, v_gen, n.payload_bytes
               FROM entries n
              ORDER BY n.seq
         ), audited AS (

@@ -17,6 +17,8 @@ CREATE OR REPLACE FUNCTION {{.schema}}.outbox_write()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+    v_bytes integer; -- the payload's whole size as the intent stored it (queue.payload_bytes)
 BEGIN
     IF TG_OP = 'DELETE' THEN
         DELETE FROM {{.schema}}.queue q
@@ -43,23 +45,24 @@ BEGIN
                                              payload, payload_hash, forward_key, traceparent, created_at)
             VALUES (NEW.key, NEW.agent_run_id, NEW.step_id, NEW.tool_name, NEW.business_scope, NEW.kind,
                     NEW.payload, NEW.payload_hash, NEW.forward_key, NEW.traceparent, NEW.created_at)
-            RETURNING seq INTO NEW.seq;
+            RETURNING seq, pg_column_size(payload) INTO NEW.seq, v_bytes;
         ELSE
             INSERT INTO {{.schema}}.intents (seq, key, agent_run_id, step_id, tool_name, business_scope, kind,
                                              payload, payload_hash, forward_key, traceparent, created_at)
             OVERRIDING SYSTEM VALUE
             VALUES (NEW.seq, NEW.key, NEW.agent_run_id, NEW.step_id, NEW.tool_name, NEW.business_scope, NEW.kind,
-                    NEW.payload, NEW.payload_hash, NEW.forward_key, NEW.traceparent, NEW.created_at);
+                    NEW.payload, NEW.payload_hash, NEW.forward_key, NEW.traceparent, NEW.created_at)
+            RETURNING pg_column_size(payload) INTO v_bytes;
         END IF;
         INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, attempts, next_attempt_at,
                                        not_before, first_attempt_at, lease_token, lease_expires_at, leased_by,
                                        reclaimed_lease, last_error, last_problem, response, response_status,
-                                       note, cancel_cause, updated_at)
+                                       note, cancel_cause, updated_at, payload_bytes)
         VALUES (NEW.seq, NEW.tool_name, NEW.business_scope, NEW.kind, coalesce(NEW.status, 'pending'),
                 coalesce(NEW.attempts, 0), coalesce(NEW.next_attempt_at, now()), NEW.not_before,
                 NEW.first_attempt_at, NEW.lease_token, NEW.lease_expires_at, NEW.leased_by, NEW.reclaimed_lease,
                 NEW.last_error, NEW.last_problem, NEW.response, NEW.response_status, NEW.note, NEW.cancel_cause,
-                coalesce(NEW.updated_at, now()))
+                coalesce(NEW.updated_at, now()), v_bytes)
         RETURNING status, attempts, next_attempt_at, updated_at
              INTO NEW.status, NEW.attempts, NEW.next_attempt_at, NEW.updated_at;
         RETURN NEW;
@@ -97,7 +100,11 @@ BEGIN
            SET key = NEW.key, agent_run_id = NEW.agent_run_id, step_id = NEW.step_id, payload = NEW.payload,
                payload_hash = NEW.payload_hash, forward_key = NEW.forward_key, traceparent = NEW.traceparent,
                created_at = NEW.created_at
-         WHERE i.seq = OLD.seq;
+         WHERE i.seq = OLD.seq
+        RETURNING pg_column_size(i.payload) INTO v_bytes;
+        IF NEW.payload IS DISTINCT FROM OLD.payload THEN
+            UPDATE {{.schema}}.queue q SET payload_bytes = v_bytes WHERE q.seq = OLD.seq;
+        END IF;
     END IF;
     RETURN NEW;
 END

@@ -98,7 +98,7 @@ BEGIN
                 INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, attempts, next_attempt_at,
                         not_before, first_attempt_at, lease_token, lease_expires_at, leased_by, reclaimed_lease,
                         last_error, last_problem, response, response_status, note, cancel_cause, updated_at,
-                        audit_head, gen)
+                        audit_head, gen, payload_bytes)
                 SELECT m.seq, m.tool_name, m.business_scope, m.kind, m.status, m.attempts, m.next_attempt_at,
                        m.not_before, m.first_attempt_at, m.lease_token, m.lease_expires_at, m.leased_by,
                        m.reclaimed_lease, m.last_error, m.last_problem, m.response, m.response_status, m.note,
@@ -107,7 +107,8 @@ BEGIN
                        -- yet: its chain's is looked up, so that the insert
                        -- trigger appends nothing (the row only moves)
                        coalesce(m.audit_head, {{.schema}}.audit_head(i.key)),
-                       CASE WHEN m.status = 'pending' THEN %3$s ELSE 0 END
+                       CASE WHEN m.status = 'pending' THEN %3$s ELSE 0 END,
+                       m.payload_bytes
                   FROM moved m
                   LEFT JOIN {{.schema}}.intents i ON i.seq = m.seq$q$, v_part, greatest(p_move, 1), v_cur);
             GET DIAGNOSTICS v_moved = ROW_COUNT;
