@@ -23,7 +23,7 @@ const (
 	// DefaultMaxInFlightBytes bounds the payload bytes a replica holds in
 	// flight: 32 MiB, so that 256 workers of payloads near the enqueue's
 	// 1 MiB limit take about 35 of them at a time rather than all 256
-	// (about 200 MiB of memory rather than 560; docs/operating.md).
+	// (about 110 MiB of memory rather than 560; docs/operating.md).
 	DefaultMaxInFlightBytes = ByteSize(32 << 20)
 	DefaultLease            = 30 * time.Second
 	DefaultUnroutedRecheck  = 15 * time.Second

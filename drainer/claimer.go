@@ -202,6 +202,7 @@ func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCaus
 		row := &rows[i]
 		route, entry, c := e.preflight(row, rt)
 		if c != nil {
+			row.Payload = nil // never sent: its completion keeps no payload
 			e.finish(c)
 			continue
 		}

@@ -32,9 +32,10 @@ func (e *Engine) finish(c *completion) {
 
 // work takes one leased row through dispatch to its completion.
 func (e *Engine) work(row *claimedRow, rt *Routing, route *Route, entry *dispatch.Entry, claimedAt time.Time) {
+	held := int64(len(row.Payload)) // counted in inFlightBytes by startRows
 	defer func() {
 		rt.done()
-		e.metrics.InFlightBytes.Set(float64(e.inFlightBytes.Add(-int64(len(row.Payload)))))
+		e.metrics.InFlightBytes.Set(float64(e.inFlightBytes.Add(-held)))
 		busy := e.active.Add(-1)
 		e.metrics.WorkersBusy.Set(float64(busy))
 		e.workers.Done()
@@ -49,6 +50,10 @@ func (e *Engine) work(row *claimedRow, rt *Routing, route *Route, entry *dispatc
 		}
 	}()
 	c := e.process(row, rt, route, entry, claimedAt)
+	// Sent: the completion keeps no payload, however long it waits for
+	// the database (Engine.Unwritten), so what a replica holds stays
+	// within MaxInFlightBytes.
+	row.Payload = nil
 	e.finish(&c)
 }
 
