@@ -60,8 +60,8 @@ type Config struct {
 	DatabaseURL Secret `yaml:"database_url"`
 	Workers     int    `yaml:"workers"`
 	// MaxInFlightBytes bounds the payload bytes leased at once per replica
-	// (per database, in a fleet); a row larger than it still goes out,
-	// alone.
+	// (per database, in a fleet); a row larger than it still goes out, one
+	// at a time.
 	MaxInFlightBytes ByteSize      `yaml:"max_in_flight_bytes"`
 	Lease            time.Duration `yaml:"lease"`
 	UnroutedRecheck  time.Duration `yaml:"unrouted_recheck"`

@@ -23,7 +23,7 @@ func (v *validator) validate() {
 		v.errorf("workers", "must be between 1 and %d, got %s", MaxWorkers, v.quoted("workers"))
 	}
 	if p := "max_in_flight_bytes"; v.usable(p) && c.MaxInFlightBytes < MinInFlightBytes {
-		v.errorf(p, "must be at least %s (a row larger than it still goes out, alone), got %s", MinInFlightBytes, v.quoted(p))
+		v.errorf(p, "must be at least %s (a row larger than it still goes out, one at a time), got %s", MinInFlightBytes, v.quoted(p))
 	}
 	v.positive("lease", c.Lease)
 	v.positive("unrouted_recheck", c.UnroutedRecheck)

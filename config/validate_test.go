@@ -249,7 +249,7 @@ max_in_flight_bytes: 12MB
 			yaml: `
 max_in_flight_bytes: 4096
 `,
-			want: []string{`c.yaml:1:22: max_in_flight_bytes: must be at least 64KiB (a row larger than it still goes out, alone), got "4096"`},
+			want: []string{`c.yaml:1:22: max_in_flight_bytes: must be at least 64KiB (a row larger than it still goes out, one at a time), got "4096"`},
 		},
 		{
 			name: "out-of-range numbers",

@@ -31,10 +31,11 @@ type Config struct {
 	// run` passes the config's workers, whose default config.Load applies).
 	Workers int
 	// MaxInFlightBytes bounds the payload bytes of the rows leased and not
-	// yet finished (default DefaultMaxInFlightBytes): a claim takes, of the
+	// yet sent (default DefaultMaxInFlightBytes): a claim takes, of the
 	// rows due, those whose payloads fit what is left, and the claim loop
-	// waits for workers to finish while nothing is left. A row larger than
-	// the bound goes out alone.
+	// waits for workers to finish while nothing is left. A claim always
+	// takes its first due row, so a row larger than the bound still goes
+	// out, and the payloads in flight exceed the bound by one row at most.
 	MaxInFlightBytes int64
 	// BatchSize bounds rows per claim (default min(Workers, 256)): larger
 	// claims spread a claim's fixed cost over more rows, while one claim

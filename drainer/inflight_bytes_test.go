@@ -16,10 +16,9 @@ import (
 
 // TestInFlightBytesBounded: the payloads a replica holds in dispatch never
 // sum to more than MaxInFlightBytes plus one row's (the first row of a claim
-// always goes out), however many workers are free, and every row drains. A
-// row larger than the bound goes out alone. The gateway's hand-off (Take)
-// keeps to the bound as well. Before the bound, 256 workers took 256 rows
-// of 900 kB at once: about 800 MiB held by one replica.
+// always goes out), however many workers are free, and every row drains; a
+// row larger than the bound still goes out. Before the bound, 256 workers
+// took 256 rows of 900 kB at once: about 560 MiB held by one replica.
 func TestInFlightBytesBounded(t *testing.T) {
 	pool := newPool(t)
 	const rows, size, bound = 40, 20_000, 100_000

@@ -542,7 +542,7 @@ func (m *seqModel) newIntent(rt *rapid.T) *mIntent {
 		return "[" + strings.Join(parts, ",") + "]"
 	}
 	// every third intent carries 70 kB more, more than the replicas'
-	// max_in_flight_bytes (64KiB, modelConfig): such a row goes out alone,
+	// max_in_flight_bytes (64KiB, modelConfig): such a row goes out as its claim's first,
 	// and due rows are withheld from claims while it is in flight (the pad
 	// is not drawn: the regression seeds keep their sequences)
 	pad := ""
