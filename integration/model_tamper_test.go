@@ -5,10 +5,14 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"github.com/drainer-io/drainer/outbox"
+	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"testing"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store/storetest"
 	"pgregory.net/rapid"
 )
@@ -80,21 +84,30 @@ func (m *seqModel) actTamper(rt *rapid.T) bool {
 			return false
 		}
 	}
-	switch kind {
-	case tamperEdit:
-		storetest.TamperEdit(e.t, e.pool, key)
-	case tamperDelete:
-		storetest.TamperDelete(e.t, e.pool, key)
-	case tamperInsert:
-		storetest.TamperInsert(e.t, e.pool, key)
-	case tamperAnchor:
-		storetest.TamperAnchor(e.t, e.pool, key)
-	case tamperStatus:
-		to := outbox.StatusSucceeded
-		if st[key] == "succeeded" {
-			to = outbox.StatusCancelled
+	err := softly(e.t, func(t testing.TB) {
+		switch kind {
+		case tamperEdit:
+			storetest.TamperEdit(t, e.pool, key)
+		case tamperDelete:
+			storetest.TamperDelete(t, e.pool, key)
+		case tamperInsert:
+			storetest.TamperInsert(t, e.pool, key)
+		case tamperAnchor:
+			storetest.TamperAnchor(t, e.pool, key)
+		case tamperStatus:
+			to := outbox.StatusSucceeded
+			if st[key] == "succeeded" {
+				to = outbox.StatusCancelled
+			}
+			storetest.TamperStatus(t, e.pool, key, to)
 		}
-		storetest.TamperStatus(e.t, e.pool, key, to)
+	})
+	if err != nil {
+		// A lock held by a transaction the model keeps open (past the
+		// pool's lock_timeout): a failed step, as for any other writer.
+		// Each tamperer is one transaction: nothing was changed.
+		m.rt.Logf("tamper: %s the audit of %s failed, nothing tampered: %v", kind, key, err)
+		return false
 	}
 	e.tampered[key] = kind
 	m.rt.Logf("tamper: %s the audit of %s", kind, key)
@@ -148,4 +161,35 @@ func (m *seqModel) checkTampering(fail func(string, ...any)) {
 		}
 	}
 	m.tally["tamperings still reported"] = len(e.tampered)
+}
+
+// softly runs do, whose helpers fail their test with Fatal, and returns
+// the failure instead: do runs on a goroutine of its own with a test whose
+// Fatal records the message and ends that goroutine alone.
+func softly(t testing.TB, do func(testing.TB)) error {
+	s := &softTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		do(s)
+	}()
+	<-done
+	return s.err
+}
+
+// softTB is a test whose Fatal and Fatalf end the calling goroutine and
+// keep the message (softly).
+type softTB struct {
+	testing.TB
+	err error
+}
+
+func (s *softTB) Fatal(args ...any) {
+	s.err = errors.New(fmt.Sprint(args...))
+	runtime.Goexit()
+}
+
+func (s *softTB) Fatalf(format string, args ...any) {
+	s.err = fmt.Errorf(format, args...)
+	runtime.Goexit()
 }

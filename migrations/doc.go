@@ -88,4 +88,6 @@
 //	                          tombstone, so that audit verify tells the chain's end moved
 //	026_queue_payload_bytes.sql queue.payload_bytes: each row's payload size, which a claim
 //	                          bounded by max_in_flight_bytes sums without reading intents
+//	027_rotation_cursor.sql   queue_generations.moved_upto: where the rotation's next move of
+//	                          a closed generation starts, so that no move reads the moved rows
 package migrations

@@ -310,6 +310,7 @@ CREATE TABLE drainer.queue_generations (
     opened_at  timestamp with time zone,
     wait_for   text[],
     changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    moved_upto bigint,
     CONSTRAINT queue_generations_gen_check CHECK (gen >= 1 AND gen <= 3),
     CONSTRAINT queue_generations_pkey PRIMARY KEY (gen)
 );

@@ -8,7 +8,15 @@
 --                  queue_settled (gen 0), pending ones to the current
 --                  generation. Only once its backlog has drained (at most
 --                  p_chunk rows due or in flight there); rows in flight
---                  stay until their attempt ends. The partition is locked
+--                  stay until their attempt ends. The moves go through the
+--                  generation in seq order, each from where the last one
+--                  ended (queue_generations.moved_upto), found through
+--                  the primary key: a move reads the rows it moves, not
+--                  the row versions the moves before it left, so every
+--                  move of a drained generation costs the same however
+--                  large it was. Past the last row, the next step starts
+--                  again from the first (moved 0): rows that were in
+--                  flight when the moves passed them, or inserted late. The partition is locked
 --                  EXCLUSIVE for the move, so no writer can change a row
 --                  while it moves (a writer waiting for the lock reads the
 --                  moved row afterwards). Every claim waits for that lock
@@ -57,6 +65,8 @@ DECLARE
     v_waited boolean := false;
     v_flip   boolean;
     v_settled bigint;
+    v_from   bigint;
+    v_upto   bigint;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.rotate_queue', 0)) THEN
         RETURN 'busy';
@@ -69,7 +79,16 @@ BEGIN
               WHERE NOT q.current AND NOT q.ready
               ORDER BY (q.gen - v_cur + 2) % 3 LOOP
         v_part := format('%I.%I', '{{.schema}}', 'queue_g' || g.gen);
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_part) INTO v_any;
+        -- a row left past the moves, else anywhere: each the first in
+        -- the primary key's order (a scan of the table would read the
+        -- moved rows' versions first)
+        v_from := coalesce(g.moved_upto, 0);
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM (SELECT seq FROM %s WHERE seq > $1 ORDER BY seq LIMIT 1) f)', v_part)
+           INTO v_any USING v_from;
+        IF NOT v_any AND v_from > 0 THEN
+            v_from := 0;
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM (SELECT seq FROM %s ORDER BY seq LIMIT 1) f)', v_part) INTO v_any;
+        END IF;
         IF v_any THEN
             -- rows still being drained there: due or in flight (a row
             -- waiting for a retry, a pause or a hold is not), counted in
@@ -92,9 +111,10 @@ BEGIN
             EXECUTE format($q$
                 WITH moved AS (
                     DELETE FROM %1$s q
-                     WHERE q.seq IN (SELECT m.seq FROM %1$s m WHERE m.status <> 'in_flight' ORDER BY m.seq LIMIT %2$s)
+                     WHERE q.seq IN (SELECT m.seq FROM %1$s m WHERE m.seq > $1 AND m.status <> 'in_flight'
+                                      ORDER BY m.seq LIMIT %2$s)
                     RETURNING q.*
-                )
+                ), ins AS (
                 INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, attempts, next_attempt_at,
                         not_before, first_attempt_at, lease_token, lease_expires_at, leased_by, reclaimed_lease,
                         last_error, last_problem, response, response_status, note, cancel_cause, updated_at,
@@ -110,13 +130,21 @@ BEGIN
                        CASE WHEN m.status = 'pending' THEN %3$s ELSE 0 END,
                        m.payload_bytes
                   FROM moved m
-                  LEFT JOIN {{.schema}}.intents i ON i.seq = m.seq$q$, v_part, greatest(p_move, 1), v_cur);
-            GET DIAGNOSTICS v_moved = ROW_COUNT;
+                  LEFT JOIN {{.schema}}.intents i ON i.seq = m.seq
+                RETURNING 1
+                )
+                SELECT (SELECT count(*) FROM ins), (SELECT max(m.seq) FROM moved m)$q$, v_part, greatest(p_move, 1), v_cur)
+              INTO v_moved, v_upto USING v_from;
+            IF v_moved = 0 AND v_from > 0 THEN
+                -- past the last row: from the first again, at the next step
+                UPDATE queue_generations SET moved_upto = NULL, changed_at = now() WHERE gen = g.gen;
+                RETURN 'moved 0';
+            END IF;
             IF v_moved = 0 THEN
                 v_waited := true; -- only rows in flight are left
                 CONTINUE;
             END IF;
-            UPDATE queue_generations SET wait_for = NULL, changed_at = now() WHERE gen = g.gen;
+            UPDATE queue_generations SET wait_for = NULL, moved_upto = v_upto, changed_at = now() WHERE gen = g.gen;
             RETURN 'moved ' || v_moved;
         END IF;
         IF g.wait_for IS NULL THEN
@@ -136,13 +164,13 @@ BEGIN
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_part) INTO v_any;
         IF v_any THEN
             -- rows inserted late (a snapshot from before the flip): moved
-            -- at the next step, then waited for again
-            UPDATE queue_generations SET wait_for = NULL, changed_at = now() WHERE gen = g.gen;
+            -- at the next step, from the first, then waited for again
+            UPDATE queue_generations SET wait_for = NULL, moved_upto = NULL, changed_at = now() WHERE gen = g.gen;
             RETURN 'moved 0';
         END IF;
         EXECUTE format('TRUNCATE %s', v_part);
         UPDATE queue_generations
-           SET ready = true, wait_for = NULL, opened_at = NULL, changed_at = now()
+           SET ready = true, wait_for = NULL, opened_at = NULL, moved_upto = NULL, changed_at = now()
          WHERE gen = g.gen;
         RETURN 'truncated';
     END LOOP;
