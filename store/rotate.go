@@ -46,6 +46,9 @@ type RotateStep struct {
 	Kind string
 	// Moved counts the rows a "moved" step moved.
 	Moved int64
+	// Held is how long a "moved" step held the generation's partition for
+	// its move (0: not said), what the rotator sizes the next move by.
+	Held time.Duration
 }
 
 // More reports whether another step may have work right away.
@@ -69,9 +72,23 @@ func (s *Store) RotateQueue(ctx context.Context, db DB, r Rotation) (RotateStep,
 	step := RotateStep{Kind: answer}
 	if n, ok := strings.CutPrefix(answer, "moved "); ok {
 		step.Kind = "moved"
-		if _, err := fmt.Sscan(n, &step.Moved); err != nil {
+		// "moved N U" (U: microseconds held), or "moved N" (a move of none,
+		// or a database whose code predates revision 24)
+		f := strings.Fields(n)
+		var held int64
+		var err error
+		if len(f) == 0 || len(f) > 2 {
+			err = fmt.Errorf("%d fields", len(f))
+		} else {
+			_, err = fmt.Sscan(f[0], &step.Moved)
+			if err == nil && len(f) == 2 {
+				_, err = fmt.Sscan(f[1], &held)
+			}
+		}
+		if err != nil {
 			return step, fmt.Errorf("rotate queue: unexpected answer %q", answer)
 		}
+		step.Held = time.Duration(held) * time.Microsecond
 	}
 	return step, nil
 }

@@ -594,8 +594,8 @@ func TestRotationMoveReadsWhatItMoves(t *testing.T) {
 	moved := int64(0)
 	for range n {
 		s, b := step()
-		if s.Kind != "moved" || s.Moved == 0 {
-			t.Fatalf("step after %d rows moved: %+v; want a move", moved, s)
+		if s.Kind != "moved" || s.Moved == 0 || s.Held <= 0 {
+			t.Fatalf("step after %d rows moved: %+v; want a move, and how long it held the partition", moved, s)
 		}
 		moved += s.Moved
 		blocks = append(blocks, b)
