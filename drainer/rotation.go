@@ -51,7 +51,7 @@ func (e *Engine) rotate(ctx context.Context) error {
 			size := r.Move
 			held := step.Held
 			if held <= 0 {
-				held = took // a database that does not say (code before revision 24)
+				held = took // a database that does not say (code before revision 25)
 			}
 			if !fixed {
 				r.Move = nextMove(r.Move, step.Moved, held, r.MoveFor, r.Chunk)

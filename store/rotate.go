@@ -73,7 +73,7 @@ func (s *Store) RotateQueue(ctx context.Context, db DB, r Rotation) (RotateStep,
 	if n, ok := strings.CutPrefix(answer, "moved "); ok {
 		step.Kind = "moved"
 		// "moved N U" (U: microseconds held), or "moved N" (a move of none,
-		// or a database whose code predates revision 24)
+		// or a database whose code predates revision 25)
 		f := strings.Fields(n)
 		var held int64
 		var err error
