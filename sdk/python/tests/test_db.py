@@ -90,9 +90,10 @@ class EnqueueTest(OwnTableMixin):
         row = self.outbox(key)
         self.assertEqual(row[:5], (run, "charge", UNROUTED, "invoice:inv_1", "forward"))
         self.assertEqual(json.loads(row[5]), payload)
-        self.assertEqual(row[6], "pending")
         # Not dispatched (no route): pending, or in_flight while a daemon
-        # looks at it.
+        # of the other tests looks at it (it claims the row and hands it
+        # back unrouted), at either read.
+        self.assertIn(row[6], ("pending", "in_flight"))
         status, response, _ = dc.result(self.conn, key, schema=SCHEMA)
         self.assertIn(status, ("pending", "in_flight"))
         self.assertIsNone(response)
