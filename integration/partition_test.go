@@ -29,12 +29,7 @@ import (
 // writes its answer over the reclaimed row, whose floor becomes the
 // provider's own, so the row then drains within the test's bounds rather
 // than after the ten minutes.
-//
-// It runs beside the package's other parallel tests: most of its time is
-// the Retry-After it waits out, and what it asserts (no request before the
-// floor, two requests in all) holds however slow the machine is.
 func TestRetryAfterSurvivesPartition(t *testing.T) {
-	t.Parallel()
 	const retryAfter = 30 * time.Second
 	dbURL, pool := newMigratedDB(t)
 	du, err := url.Parse(dbURL)
