@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/jackc/pgx/v5/pgconn"
 	"pgregory.net/rapid"
 )
 
@@ -102,12 +103,19 @@ func (m *seqModel) actTamper(rt *rapid.T) bool {
 			storetest.TamperStatus(t, e.pool, key, to)
 		}
 	})
-	if err != nil {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
 		// A lock held by a transaction the model keeps open (past the
 		// pool's lock_timeout): a failed step, as for any other writer.
 		// Each tamperer is one transaction: nothing was changed.
-		m.rt.Logf("tamper: %s the audit of %s failed, nothing tampered: %v", kind, key, err)
+		m.rt.Logf("tamper: %s the audit of %s met a lock timeout, nothing tampered: %v", kind, key, err)
 		return false
+	default:
+		// Any other failure is a broken tampering: it would shrink what
+		// the model proves without anyone noticing.
+		m.rt.Fatalf("tamper: %s the audit of %s: %v", kind, key, err)
 	}
 	e.tampered[key] = kind
 	m.rt.Logf("tamper: %s the audit of %s", kind, key)
@@ -165,7 +173,9 @@ func (m *seqModel) checkTampering(fail func(string, ...any)) {
 
 // softly runs do, whose helpers fail their test with Fatal, and returns
 // the failure instead: do runs on a goroutine of its own with a test whose
-// Fatal records the message and ends that goroutine alone.
+// Fatal records the message and ends that goroutine alone. The returned
+// error wraps the first error among Fatal's arguments, so the caller can
+// tell a lock timeout from a broken statement.
 func softly(t testing.TB, do func(testing.TB)) error {
 	s := &softTB{TB: t}
 	done := make(chan struct{})
@@ -185,11 +195,20 @@ type softTB struct {
 }
 
 func (s *softTB) Fatal(args ...any) {
-	s.err = errors.New(fmt.Sprint(args...))
-	runtime.Goexit()
+	s.fail(fmt.Sprint(args...), args)
 }
 
 func (s *softTB) Fatalf(format string, args ...any) {
-	s.err = fmt.Errorf(format, args...)
+	s.fail(fmt.Sprintf(format, args...), args)
+}
+
+func (s *softTB) fail(msg string, args []any) {
+	s.err = errors.New(msg)
+	for _, a := range args {
+		if cause, ok := a.(error); ok {
+			s.err = fmt.Errorf("%s: %w", msg, cause)
+			break
+		}
+	}
 	runtime.Goexit()
 }
