@@ -196,9 +196,13 @@ func (s *Store) countStatuses(ctx context.Context, tx pgx.Tx, table string, esti
 }
 
 // tableStats fills in the table's tuples, its last vacuum's age and the
-// xmin horizon's age.
+// xmin horizon's age. A partition with no storage (a generation truncated
+// by the rotation) holds no tuple, whatever its statistics say: a backend
+// that changed its rows before the truncation may report its counts after
+// it, adding them back to the empty table.
 func tableStats(ctx context.Context, tx pgx.Tx, table string, st *SnapshotStats) error {
-	err := tx.QueryRow(ctx, `SELECT coalesce(sum(t.n_live_tup), 0)::bigint, coalesce(sum(t.n_dead_tup), 0)::bigint,
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(t.n_live_tup) FILTER (WHERE pg_relation_size(t.relid) > 0), 0)::bigint,
+	        coalesce(sum(t.n_dead_tup) FILTER (WHERE pg_relation_size(t.relid) > 0), 0)::bigint,
 	        coalesce(extract(epoch FROM now() - max(greatest(t.last_autovacuum, t.last_vacuum))), -1)::float8
 	   FROM pg_partition_tree($1::regclass) p JOIN pg_stat_user_tables t ON t.relid = p.relid WHERE p.isleaf`,
 		table).Scan(&st.LiveTuples, &st.DeadTuples, &st.LastVacuumAge)

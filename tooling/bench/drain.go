@@ -343,6 +343,13 @@ func (r *runner) backlogRun(ctx context.Context, n int) (float64, error) {
 // tables of drainer's schema (not the ceiling's bare table, which bench
 // keeps in the same scratch schema). The fill settled the tables with VACUUM, so
 // the figure is what the drain and the rotation left behind.
+//
+// A table with no storage holds no row version, dead or alive, whatever
+// its statistics say: a truncated generation's n_dead_tup is reset by the
+// truncation, but a backend that updated its rows before and reports its
+// counts later (they are sent at most once a second, or on exit) adds them
+// back to the empty table. Such a count is left out (seen in 2 of 3 quick
+// runs: 14,500–27,000 dead tuples counted on a generation of 0 bytes).
 func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error) {
 	left, err := r.store().CountInStatus(ctx, r.admin, outbox.StatusPending)
 	if err != nil {
@@ -373,9 +380,10 @@ func (r *runner) deadTuplesAfterDrain(ctx context.Context, n int) (int64, error)
 	}
 	var dead int64
 	var where string
-	err = r.admin.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0)::bigint,
-	         coalesce(string_agg(relname || ' ' || n_dead_tup, ', ' ORDER BY n_dead_tup DESC) FILTER (WHERE n_dead_tup > 0), 'none')
-	    FROM pg_stat_user_tables WHERE schemaname = $1 AND relname <> $2`,
+	err = r.admin.QueryRow(ctx, `SELECT coalesce(sum(t.dead), 0)::bigint,
+	         coalesce(string_agg(t.relname || ' ' || t.dead, ', ' ORDER BY t.dead DESC) FILTER (WHERE t.dead > 0), 'none')
+	    FROM (SELECT relname, CASE WHEN pg_relation_size(relid) = 0 THEN 0 ELSE n_dead_tup END AS dead
+	            FROM pg_stat_user_tables WHERE schemaname = $1 AND relname <> $2) t`,
 		r.schema, ceilingTable).Scan(&dead, &where)
 	if err != nil {
 		return 0, fmt.Errorf("dead tuples: %w", err)
