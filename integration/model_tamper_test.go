@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"strings"
@@ -103,19 +104,18 @@ func (m *seqModel) actTamper(rt *rapid.T) bool {
 			storetest.TamperStatus(t, e.pool, key, to)
 		}
 	})
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+	if err != nil {
+		if !transactionDied(err) {
+			// A broken tampering: it would shrink what the model proves
+			// without anyone noticing.
+			m.rt.Fatalf("tamper: %s the audit of %s: %v", kind, key, err)
+		}
 		// A lock held by a transaction the model keeps open (past the
-		// pool's lock_timeout): a failed step, as for any other writer.
-		// Each tamperer is one transaction: nothing was changed.
-		m.rt.Logf("tamper: %s the audit of %s met a lock timeout, nothing tampered: %v", kind, key, err)
+		// pool's lock_timeout), a deadlock, a restart of Postgres: a
+		// failed step, as for any other writer. Each tamperer is one
+		// transaction: nothing was changed.
+		m.rt.Logf("tamper: %s the audit of %s failed, nothing tampered: %v", kind, key, err)
 		return false
-	default:
-		// Any other failure is a broken tampering: it would shrink what
-		// the model proves without anyone noticing.
-		m.rt.Fatalf("tamper: %s the audit of %s: %v", kind, key, err)
 	}
 	e.tampered[key] = kind
 	m.rt.Logf("tamper: %s the audit of %s", kind, key)
@@ -171,6 +171,25 @@ func (m *seqModel) checkTampering(fail func(string, ...any)) {
 	m.tally["tamperings still reported"] = len(e.tampered)
 }
 
+// transactionDied reports whether err (from softly) is a transaction the
+// server ended, as any writer's may end among the model's actions: a
+// lock_timeout, a deadlock, a serialization failure, a statement_timeout,
+// a connection lost to a restart of Postgres (a wrapped error with no
+// SQLSTATE). A helper's own failure wraps no error, and any other SQLSTATE
+// is a broken statement.
+func transactionDied(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return errors.Unwrap(err) != nil
+	}
+	switch c := pgErr.Code; c {
+	case "40001", "40P01", "55P03", "57014", "25P02":
+		return true
+	default:
+		return strings.HasPrefix(c, "57P") // admin shutdown, crash shutdown, cannot connect now
+	}
+}
+
 // softly runs do, whose helpers fail their test with Fatal, and returns
 // the failure instead: do runs on a goroutine of its own with a test whose
 // Fatal records the message and ends that goroutine alone. The returned
@@ -211,4 +230,31 @@ func (s *softTB) fail(msg string, args []any) {
 		}
 	}
 	runtime.Goexit()
+}
+
+// TestTransactionDied: what the model's tampering lets pass as a failed
+// step, and what fails the test.
+func TestTransactionDied(t *testing.T) {
+	soft := func(args ...any) error {
+		return softly(t, func(tb testing.TB) { tb.Fatal(args...) })
+	}
+	for _, c := range []struct {
+		err  error
+		died bool
+	}{
+		{soft(&pgconn.PgError{Code: "55P03"}), true},
+		{soft(fmt.Errorf("update: %w", &pgconn.PgError{Code: "40P01"})), true},
+		{soft(&pgconn.PgError{Code: "57P01"}), true},
+		{soft(io.ErrUnexpectedEOF), true}, // the connection lost to a restart
+		{soft(&pgconn.PgError{Code: "42703"}), false},
+		{soft(&pgconn.PgError{Code: "23505"}), false},
+		{soft("tamper status of k: <nil> (0 rows)"), false},
+	} {
+		if c.err == nil {
+			t.Fatal("softly returned no error for a Fatal")
+		}
+		if got := transactionDied(c.err); got != c.died {
+			t.Errorf("transactionDied(%v) = %v, want %v", c.err, got, c.died)
+		}
+	}
 }
