@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -75,17 +74,21 @@ func (s *Store) RotateQueue(ctx context.Context, db DB, r Rotation) (RotateStep,
 		step.Kind = "moved"
 		// "moved N U" (U: microseconds held), or "moved N" (a move of none,
 		// or a database whose code predates revision 25)
-		moved, held, hasHeld := strings.Cut(n, " ")
-		var us int64
+		f := strings.Fields(n)
+		var held int64
 		var err error
-		step.Moved, err = strconv.ParseInt(moved, 10, 64)
-		if err == nil && hasHeld {
-			us, err = strconv.ParseInt(held, 10, 64)
+		if len(f) == 0 || len(f) > 2 {
+			err = fmt.Errorf("%d fields", len(f))
+		} else {
+			_, err = fmt.Sscan(f[0], &step.Moved)
+			if err == nil && len(f) == 2 {
+				_, err = fmt.Sscan(f[1], &held)
+			}
 		}
 		if err != nil {
 			return step, fmt.Errorf("rotate queue: unexpected answer %q", answer)
 		}
-		step.Held = time.Duration(us) * time.Microsecond
+		step.Held = time.Duration(held) * time.Microsecond
 	}
 	return step, nil
 }
