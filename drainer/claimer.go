@@ -24,6 +24,7 @@ func (e *Engine) claimLoop() {
 	errDelay := 100 * time.Millisecond
 	cause := causeStart
 	for {
+		sent := time.Now()
 		soon, err := e.claimThenArm(cause)
 		if err != nil {
 			if isShutdown(e.fetchCtx, err) {
@@ -39,7 +40,7 @@ func (e *Engine) claimLoop() {
 			continue
 		}
 		errDelay = 100 * time.Millisecond
-		e.db.ok()
+		e.db.ok(sent)
 		select {
 		case <-e.fetchCtx.Done():
 			return

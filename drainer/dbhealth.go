@@ -63,15 +63,20 @@ func (h *dbHealth) failed(subsystem string, err error) bool {
 	return true
 }
 
-// ok records a statement that succeeded: after an outage, one line says
-// the database is back and how long it was not.
-func (h *dbHealth) ok() {
+// ok records that statements sent at sent or later succeeded: after an
+// outage, one line says the database is back and how long it was not. A
+// statement sent before the outage began proves nothing about now: it may
+// have been answered just before the connection was lost, after another
+// subsystem had already seen the loss, and ending the outage for it would
+// log the outage twice.
+func (h *dbHealth) ok(sent time.Time) {
 	if !h.down.Load() {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.down.CompareAndSwap(true, false) {
+	if h.down.Load() && !sent.Before(h.since) {
+		h.down.Store(false)
 		h.log.Info("database back", "down_for", time.Since(h.since).Round(time.Millisecond))
 	}
 }

@@ -91,6 +91,36 @@ func TestDatabaseOutageIsTwoLines(t *testing.T) {
 	}
 }
 
+// TestAnswerSentBeforeTheOutageDoesNotEndIt: a statement sent before the
+// connection was lost can be answered after another subsystem saw the
+// loss (the listener's connection failed while a claim was on its way
+// back). Its success does not end the outage: ending it then logged the
+// outage twice, each with its own "database back" (one with down_for 0).
+// A statement sent after the outage began does end it.
+func TestAnswerSentBeforeTheOutageDoesNotEndIt(t *testing.T) {
+	var logs lockedBuffer
+	h := newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))
+	sentBefore := time.Now()
+	if h.failed("listener", io.ErrUnexpectedEOF) {
+		t.Fatal("the outage's first failure should be logged as the outage, not by its subsystem")
+	}
+	h.ok(sentBefore) // the claim sent before the loss, answered after it
+	if !h.down.Load() || strings.Contains(logs.String(), "database back") {
+		t.Fatalf("an answer to a statement sent before the outage ended it; logs:\n%s", logs.String())
+	}
+	h.failed("wake gate", io.ErrUnexpectedEOF) // the same outage, not a new one
+	h.ok(time.Now())
+	if h.down.Load() {
+		t.Fatal("a statement sent during the outage succeeded, and the outage did not end")
+	}
+	if got := strings.Count(logs.String(), "database unreachable"); got != 1 {
+		t.Errorf("%d outage lines, want 1; logs:\n%s", got, logs.String())
+	}
+	if got := strings.Count(logs.String(), "database back"); got != 1 {
+		t.Errorf("%d back lines, want 1; logs:\n%s", got, logs.String())
+	}
+}
+
 // TestUnreachableTellsOutagesFromRefusals: connection failures are an
 // outage; a statement the server refused is not.
 func TestUnreachableTellsOutagesFromRefusals(t *testing.T) {

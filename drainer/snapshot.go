@@ -60,10 +60,11 @@ func (e *Engine) snapshotter() *maintenance.Loop {
 	return maintenance.Periodic("snapshotter", maintenance.Every(e.cfg.SnapshotInterval), nil, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, max(e.cfg.SnapshotInterval, 30*time.Second))
 		defer cancel()
+		sent := time.Now()
 		_, err := e.st.RefreshSnapshot(ctx, e.pool, e.cfg.SnapshotInterval/2, e.routing.Load().RoutedTools())
 		switch {
 		case err == nil:
-			e.db.ok()
+			e.db.ok(sent)
 		case !isShutdown(ctx, err) && e.db.failed("snapshotter", err):
 			e.log.Warn("backlog snapshot failed", "err", err)
 		}
