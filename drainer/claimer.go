@@ -167,11 +167,6 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 			asked = len(rows)
 		}
 		e.mark.advance(rows, asked)
-		if cause == causePoll && e.wakeWhy.Load()&(1<<causeNotify) != 0 {
-			// A notification came while this claim ran: the poll only
-			// beat it to its rows.
-			cause = causeNotify
-		}
 		e.releaseSlots(n - e.startRows(rows, rt, cause, claimedAt))
 		rt.done()
 		e.metrics.WorkersBusy.Set(float64(e.active.Load()))
@@ -197,7 +192,11 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 // the caller gives back the slots it reserved beyond them. Each worker
 // holds its own share of rt; the caller's stays the caller's to end.
 func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCause, claimedAt time.Time) (started int) {
-	e.claims.add(cause, len(rows))
+	if cause == causePoll && !e.cfg.PollOnly {
+		e.witness.hold(rows, claimedAt, &e.claims) // counted once their notification had time to come
+	} else {
+		e.claims.add(cause, len(rows))
+	}
 	e.metrics.ClaimBatchSize.Observe(float64(len(rows)))
 	for i := range rows {
 		row := &rows[i]

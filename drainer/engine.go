@@ -204,6 +204,7 @@ type Engine struct {
 	slotsWanted atomic.Bool
 	wakeWhy     atomic.Uint32  // why the claim loop was woken (wakeFor)
 	claims      claimCounts    // rows claimed, by cause (ClaimedRows)
+	witness     pollWitness    // a poll's rows, until their cause is known
 	workers     sync.WaitGroup // one per leased row
 	loops       sync.WaitGroup // claimer, completer
 	maint       maintenance.Group
@@ -407,6 +408,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if err := e.maint.Stop(context.WithoutCancel(ctx)); err != nil {
 		e.log.Warn("stopping maintenance", "err", err)
 	}
+	e.witness.settleAll(&e.claims) // the listener has stopped
 	if !e.cfg.SharedAdapters {
 		if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
 			e.log.Warn("closing adapters", "err", err)

@@ -69,11 +69,13 @@ func (e *Engine) listenOnce(ctx context.Context) (listened bool, err error) {
 			e.sagas.Notify(n.Payload)
 			continue
 		}
-		if p, ok := store.WakePosition(n.Payload); ok {
+		p, ok := store.WakePosition(n.Payload)
+		if ok {
 			e.floor.lower(p)
 		} else {
 			e.floor.wantFull()
 		}
+		e.witness.heardOf(p, ok, &e.claims)
 		e.wakeFor(causeNotify)
 	}
 }

@@ -1,0 +1,80 @@
+package drainer
+
+import (
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/store"
+)
+
+// TestPollWitness: the rows a poll claimed count under notify when a
+// notification names their statement within pollWitnessWait of the claim,
+// before or after it, and under poll otherwise: once their wait is over,
+// or when the engine stops. No row is counted twice or lost.
+func TestPollWitness(t *testing.T) {
+	due := time.Date(2026, 11, 27, 1, 0, 0, 123456000, time.UTC)
+	row := func(d time.Time, seq int64) store.ClaimedRow { return store.ClaimedRow{Due: d, Seq: seq} }
+	pos := func(d time.Time, seq int64) store.Position { return store.Position{Due: d, Seq: seq} }
+	counts := func(c *claimCounts) (notify, poll uint64) { return c[causeNotify].Load(), c[causePoll].Load() }
+	want := func(t *testing.T, c *claimCounts, notify, poll uint64) {
+		t.Helper()
+		if n, p := counts(c); n != notify || p != poll {
+			t.Fatalf("notify %d, poll %d; want %d, %d", n, p, notify, poll)
+		}
+	}
+
+	t.Run("named after the claim", func(t *testing.T) {
+		var w pollWitness
+		var c claimCounts
+		// Rows 10 and 11 of one statement, 12 of another transaction.
+		w.hold([]store.ClaimedRow{row(due, 10), row(due, 11), row(due.Add(time.Microsecond), 12)}, time.Now(), &c)
+		want(t, &c, 0, 0)
+		w.heardOf(pos(due, 10), true, &c)
+		want(t, &c, 2, 0)
+		// A later row of the same due time is not named by a position after it.
+		w.heardOf(pos(due.Add(time.Microsecond), 13), true, &c)
+		want(t, &c, 2, 0)
+		w.settle(time.Now().Add(pollWitnessWait), &c)
+		want(t, &c, 2, 1)
+		// A notification after the wait changes nothing.
+		w.heardOf(pos(due.Add(time.Microsecond), 12), true, &c)
+		w.settleAll(&c)
+		want(t, &c, 2, 1)
+	})
+
+	t.Run("named before the claim", func(t *testing.T) {
+		var w pollWitness
+		var c claimCounts
+		w.heardOf(pos(due, 7), true, &c)
+		w.hold([]store.ClaimedRow{row(due, 7), row(due, 8), row(due, 6)}, time.Now(), &c)
+		want(t, &c, 2, 0) // row 6 lies before the position named
+		w.settleAll(&c)
+		want(t, &c, 2, 1)
+	})
+
+	t.Run("a notification without a position names every row held", func(t *testing.T) {
+		var w pollWitness
+		var c claimCounts
+		w.hold([]store.ClaimedRow{row(due, 1), row(due.Add(time.Second), 2)}, time.Now(), &c)
+		w.heardOf(store.Position{}, false, &c)
+		want(t, &c, 2, 0)
+	})
+
+	t.Run("old notifications are forgotten, held rows settle in order", func(t *testing.T) {
+		var w pollWitness
+		var c claimCounts
+		w.heardOf(pos(due, 1), true, &c)
+		w.settle(time.Now().Add(pollWitnessWait), &c)
+		if len(w.heard) != 0 {
+			t.Fatalf("%d notifications kept past their wait", len(w.heard))
+		}
+		old := time.Now().Add(-pollWitnessWait)
+		w.hold([]store.ClaimedRow{row(due, 1)}, old, &c) // its wait is over, and the old notification forgotten
+		w.hold([]store.ClaimedRow{row(due, 2)}, time.Now(), &c)
+		w.settle(time.Now(), &c)
+		want(t, &c, 0, 1)
+		if len(w.held) != 1 {
+			t.Fatalf("%d rows held, want 1", len(w.held))
+		}
+	})
+}
