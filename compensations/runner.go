@@ -47,15 +47,16 @@ type RunnerConfig struct {
 	// Queued is called after alert rows were queued (wake the claimer).
 	Queued func()
 	Logger *slog.Logger
-	// DBFailed, when set, is told of each failed statement and reports
-	// whether the runner should log it (the engine logs a database outage
-	// once, not once per statement).
-	DBFailed func(subsystem string, err error) bool
+	// DBFailed, when set, is told of each failed statement and when it was
+	// sent, and reports whether the runner should log it (the engine logs
+	// a database outage once, not once per statement).
+	DBFailed func(subsystem string, sent time.Time, err error) bool
 }
 
-// dbFailed reports whether a failed statement is the runner's to log.
-func (r *Runner) dbFailed(err error) bool {
-	return r.cfg.DBFailed == nil || r.cfg.DBFailed("saga runner", err)
+// dbFailed reports whether a statement sent at sent that failed is the
+// runner's to log.
+func (r *Runner) dbFailed(sent time.Time, err error) bool {
+	return r.cfg.DBFailed == nil || r.cfg.DBFailed("saga runner", sent, err)
 }
 
 // Runner tuning.
@@ -162,6 +163,7 @@ func (r *Runner) advance(ctx context.Context, runs []string) {
 	var busy, halted []string
 	for _, run := range runs {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		sent := time.Now()
 		state, err := r.cfg.Store.AdvanceSaga(sctx, r.cfg.Pool, run, m)
 		cancel()
 		switch {
@@ -169,7 +171,7 @@ func (r *Runner) advance(ctx context.Context, runs []string) {
 			if ctx.Err() != nil {
 				return
 			}
-			if r.dbFailed(err) {
+			if r.dbFailed(sent, err) {
 				r.cfg.Logger.Warn("saga step failed; the sweep tries again", "agent_run_id", run, "err", err)
 			}
 		case state == "busy":
@@ -194,9 +196,10 @@ func (r *Runner) sweep(ctx context.Context, cursor string) string {
 	m, alerts := r.cfg.Routing()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	sent := time.Now()
 	steps, err := r.cfg.Store.SweepSagas(sctx, r.cfg.Pool, cursor, SweepBatch, m)
 	if err != nil {
-		if ctx.Err() == nil && r.dbFailed(err) {
+		if ctx.Err() == nil && r.dbFailed(sent, err) {
 			r.cfg.Logger.Warn("saga sweep failed", "err", err)
 		}
 		return cursor
@@ -227,10 +230,11 @@ func (r *Runner) sweep(ctx context.Context, cursor string) string {
 func (r *Runner) queueAlerts(ctx context.Context, runs []string) {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	sent := time.Now()
 	alerted, err := r.cfg.Store.QueueAlerts(sctx, r.cfg.Pool, runs)
 	switch {
 	case err != nil && ctx.Err() == nil:
-		if r.dbFailed(err) {
+		if r.dbFailed(sent, err) {
 			r.cfg.Logger.Warn("queueing compensation_failed alerts failed", "err", err)
 		}
 	case len(alerted) > 0:

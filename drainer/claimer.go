@@ -30,7 +30,7 @@ func (e *Engine) claimLoop() {
 			if isShutdown(e.fetchCtx, err) {
 				return
 			}
-			if e.db.failed("claim", err) {
+			if e.db.failed("claim", sent, err) {
 				e.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
 			}
 			if !sleep(e.fetchCtx, errDelay) {

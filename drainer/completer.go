@@ -228,6 +228,7 @@ func (c *completer) flush(batch []completion) {
 	delay := 50 * time.Millisecond
 	deadline := time.Now().Add(e.cfg.Lease)
 	for {
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		done, err := e.st.Complete(ctx, e.pool, rows(batch))
 		cancel()
@@ -251,7 +252,7 @@ func (c *completer) flush(batch []completion) {
 			e.log.Error("completions not written; kept and tried again every few seconds (their rows wait: reclaimed at lease expiry, not sent again before the answer is written or max_retry_after passed)", "rows", len(batch), "outbox_seqs", seqsOf(batch), "err", err)
 			return
 		}
-		if e.db.failed("completer", err) {
+		if e.db.failed("completer", sent, err) {
 			e.log.Warn("writing completions failed; retrying", "rows", len(batch), "err", err, "retry_in", delay)
 		}
 		time.Sleep(delay)

@@ -25,12 +25,20 @@ const dbQuietFor = time.Minute
 // each subsystem logs its own failure at most once per dbQuietFor. An
 // error the database answered (a refused statement) is not an outage: the
 // subsystem logs it as before.
+//
+// Each report says when the work it is about began (a statement's send,
+// a wake-up connection's last sign of life). An answer to work begun
+// before the outage began does not end it (ok), and a failure of work
+// begun before the last outage ended does not open another (failed): both
+// may arrive late, on the far side of the outage's edge, and each would
+// otherwise log the outage twice.
 type dbHealth struct {
 	log  *slog.Logger
 	down atomic.Bool
 
 	mu     sync.Mutex
 	since  time.Time            // when the outage began
+	backAt time.Time            // when the last outage ended
 	logged map[string]time.Time // subsystem → its last line during the outage
 }
 
@@ -38,16 +46,18 @@ func newDBHealth(log *slog.Logger) *dbHealth {
 	return &dbHealth{log: log, logged: map[string]time.Time{}}
 }
 
-// failed records a subsystem's failed statement and reports whether the
-// subsystem should log err itself.
-func (h *dbHealth) failed(subsystem string, err error) bool {
+// failed records that a subsystem's work begun at sent failed, and reports
+// whether the subsystem should log err itself. A failure of work begun
+// before the last outage ended belongs to that outage: it opens no other,
+// and its subsystem logs it only if it has not logged within dbQuietFor.
+func (h *dbHealth) failed(subsystem string, sent time.Time, err error) bool {
 	if !unreachable(err) {
 		return true
 	}
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.down.Load() {
+	if !h.down.Load() && !sent.Before(h.backAt) {
 		h.down.Store(true)
 		h.since = now
 		clear(h.logged)
@@ -77,7 +87,8 @@ func (h *dbHealth) ok(sent time.Time) {
 	defer h.mu.Unlock()
 	if h.down.Load() && !sent.Before(h.since) {
 		h.down.Store(false)
-		h.log.Info("database back", "down_for", time.Since(h.since).Round(time.Millisecond))
+		h.backAt = time.Now()
+		h.log.Info("database back", "down_for", h.backAt.Sub(h.since).Round(time.Millisecond))
 	}
 }
 

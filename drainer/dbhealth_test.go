@@ -101,14 +101,14 @@ func TestAnswerSentBeforeTheOutageDoesNotEndIt(t *testing.T) {
 	var logs lockedBuffer
 	h := newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))
 	sentBefore := time.Now()
-	if h.failed("listener", io.ErrUnexpectedEOF) {
+	if h.failed("listener", time.Now(), io.ErrUnexpectedEOF) {
 		t.Fatal("the outage's first failure should be logged as the outage, not by its subsystem")
 	}
 	h.ok(sentBefore) // the claim sent before the loss, answered after it
 	if !h.down.Load() || strings.Contains(logs.String(), "database back") {
 		t.Fatalf("an answer to a statement sent before the outage ended it; logs:\n%s", logs.String())
 	}
-	h.failed("wake gate", io.ErrUnexpectedEOF) // the same outage, not a new one
+	h.failed("wake gate", time.Now(), io.ErrUnexpectedEOF) // the same outage, not a new one
 	h.ok(time.Now())
 	if h.down.Load() {
 		t.Fatal("a statement sent during the outage succeeded, and the outage did not end")
@@ -118,6 +118,46 @@ func TestAnswerSentBeforeTheOutageDoesNotEndIt(t *testing.T) {
 	}
 	if got := strings.Count(logs.String(), "database back"); got != 1 {
 		t.Errorf("%d back lines, want 1; logs:\n%s", got, logs.String())
+	}
+}
+
+// TestFailureSentDuringTheOutageDoesNotOpenAnother: the mirror of the
+// test above. Work begun during an outage can fail after another
+// subsystem saw the database back (a statement on a dead connection
+// timing out, a wake-up connection found dead by its ping). That failure
+// belongs to the outage that ended: it opens no second one, and its
+// subsystem, which logged during the outage, stays quiet. Work begun after
+// the outage ended that fails opens a new outage.
+func TestFailureSentDuringTheOutageDoesNotOpenAnother(t *testing.T) {
+	var logs lockedBuffer
+	h := newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))
+	h.failed("claim", time.Now(), io.ErrUnexpectedEOF)
+	sentDuring := time.Now()
+	if !h.failed("completer", sentDuring, io.ErrUnexpectedEOF) {
+		t.Fatal("a subsystem's first failure during the outage should be its to log")
+	}
+	h.ok(time.Now())
+	if h.down.Load() {
+		t.Fatal("the outage did not end")
+	}
+	if h.failed("completer", sentDuring, io.ErrUnexpectedEOF) {
+		t.Error("a failure of work begun during the outage was logged again by a subsystem that logged during it")
+	}
+	if !h.failed("listener", sentDuring, io.ErrUnexpectedEOF) {
+		t.Error("a failure of work begun during the outage, by a subsystem that had not logged, should be its to log")
+	}
+	if h.down.Load() {
+		t.Fatalf("a failure of work begun during the outage opened another; logs:\n%s", logs.String())
+	}
+	if got := strings.Count(logs.String(), "database unreachable"); got != 1 {
+		t.Fatalf("%d outage lines, want 1; logs:\n%s", got, logs.String())
+	}
+	// A new outage: work begun after the last one ended.
+	if h.failed("claim", time.Now(), io.ErrUnexpectedEOF) || !h.down.Load() {
+		t.Fatalf("a failure of work begun after the outage ended did not open a new one; logs:\n%s", logs.String())
+	}
+	if got := strings.Count(logs.String(), "database unreachable"); got != 2 {
+		t.Errorf("%d outage lines, want 2; logs:\n%s", got, logs.String())
 	}
 }
 

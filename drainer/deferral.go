@@ -138,7 +138,8 @@ func (d *deferrer) apply(ctx context.Context, req deferral) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if req.wake != nil {
-		if err := e.st.Wake(ctx, e.pool, req.wake); err != nil && !isShutdown(ctx, err) && e.db.failed("deferrer", err) {
+		sent := time.Now()
+		if err := e.st.Wake(ctx, e.pool, req.wake); err != nil && !isShutdown(ctx, err) && e.db.failed("deferrer", sent, err) {
 			e.log.Warn("could not wake rows; they drain at their next look", "tools", req.wake, "err", err)
 		}
 		e.signalFull()
@@ -159,9 +160,10 @@ func (d *deferrer) apply(ctx context.Context, req deferral) {
 	}
 	var total int64
 	for ctx.Err() == nil {
+		sent := time.Now()
 		n, err := e.st.Defer(ctx, e.pool, req.tool, req.delay)
 		if err != nil {
-			if !isShutdown(ctx, err) && e.db.failed("deferrer", err) {
+			if !isShutdown(ctx, err) && e.db.failed("deferrer", sent, err) {
 				e.log.Warn("deferring rows failed; they are looked at one by one", "tool", req.tool, "reason", req.reason, "err", err)
 			}
 			return

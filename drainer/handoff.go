@@ -44,7 +44,7 @@ func (e *Engine) Take(ctx context.Context, key string) bool {
 	if err != nil || row == nil {
 		rt.done()
 		e.freeSlot()
-		if err != nil && !isShutdown(e.fetchCtx, err) && e.db.failed("claim", err) {
+		if err != nil && !isShutdown(e.fetchCtx, err) && e.db.failed("claim", claimedAt, err) {
 			e.log.Warn("gateway hand-off: claim failed; the row drains as any other", "err", err)
 		}
 		return false

@@ -23,14 +23,15 @@ func (e *Engine) listener() *maintenance.Loop {
 func (e *Engine) listen(ctx context.Context) {
 	delay := time.Duration(0)
 	for ctx.Err() == nil {
-		listened, err := e.listenOnce(ctx)
+		heard := time.Now()
+		listened, err := e.listenOnce(ctx, &heard)
 		if ctx.Err() != nil {
 			return
 		}
 		if listened {
 			delay = 0 // it had been listening: try again at once
 		}
-		if e.db.failed("listener", err) {
+		if e.db.failed("listener", heard, err) {
 			e.log.Warn("listen connection lost; polling until it is back", "err", err, "retry_in", delay)
 		}
 		if !sleep(ctx, delay) {
@@ -42,8 +43,9 @@ func (e *Engine) listen(ctx context.Context) {
 
 // listenOnce connects, LISTENs and hands notifications to the claim loop
 // and the saga runner until the connection fails; listened says it got as
-// far as listening.
-func (e *Engine) listenOnce(ctx context.Context) (listened bool, err error) {
+// far as listening. It moves heard to the connection's last sign of life
+// it saw (listening, a notification): its failure is not older than that.
+func (e *Engine) listenOnce(ctx context.Context, heard *time.Time) (listened bool, err error) {
 	channel, sagaChannel := e.st.OutboxChannel(), e.st.SagaChannel()
 	conn, err := store.ConnectBeside(ctx, e.pool, "listen")
 	if err != nil {
@@ -57,6 +59,7 @@ func (e *Engine) listenOnce(ctx context.Context) (listened bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize()); err != nil {
 		return false, err
 	}
+	*heard = time.Now()
 	e.listenedOnce.Do(func() { close(e.listening) })
 	e.floor.wantFull() // anything enqueued while not listening
 	e.wakeFor(causeRearm)
@@ -65,6 +68,7 @@ func (e *Engine) listenOnce(ctx context.Context) (listened bool, err error) {
 		if err != nil {
 			return true, err
 		}
+		*heard = time.Now()
 		if n.Channel == sagaChannel {
 			e.sagas.Notify(n.Payload)
 			continue

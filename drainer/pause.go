@@ -28,6 +28,7 @@ func (e *Engine) pauseWatcher() *maintenance.Loop {
 	return maintenance.Periodic("pause watcher", maintenance.Every(pauseInterval), nil, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
+		sent := time.Now()
 		set, err := e.st.ReadPauses(ctx, e.pool)
 		switch {
 		case err == nil:
@@ -35,7 +36,7 @@ func (e *Engine) pauseWatcher() *maintenance.Loop {
 			if tools := e.resumedTools(old, &set); len(tools) > 0 {
 				e.deferrer.wake(tools)
 			}
-		case !isShutdown(ctx, err) && e.db.failed("pause watcher", err):
+		case !isShutdown(ctx, err) && e.db.failed("pause watcher", sent, err):
 			e.log.Warn("reading pauses failed; keeping the last known set", "err", err)
 		}
 	})

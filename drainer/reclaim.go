@@ -22,9 +22,10 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		policy := e.routing.Load().ReclaimPolicy()
+		sent := time.Now()
 		from, err := e.st.ReclaimFrom(ctx, e.pool, policy)
 		switch {
-		case err != nil && !isShutdown(ctx, err) && e.db.failed("reclaimer", err):
+		case err != nil && !isShutdown(ctx, err) && e.db.failed("reclaimer", sent, err):
 			e.log.Warn("reclaim failed", "err", err)
 		case len(from) > 0:
 			n := 0
@@ -38,7 +39,7 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 		}
 		if time.Since(pruned) >= markPruneInterval {
 			pruned = time.Now()
-			if _, err := e.st.PruneRetryAfterMarks(ctx, e.pool, longestWindow(policy)); err != nil && !isShutdown(ctx, err) && e.db.failed("reclaimer", err) {
+			if _, err := e.st.PruneRetryAfterMarks(ctx, e.pool, longestWindow(policy)); err != nil && !isShutdown(ctx, err) && e.db.failed("reclaimer", pruned, err) {
 				e.log.Warn("dropping old Retry-After marks failed", "err", err)
 			}
 		}

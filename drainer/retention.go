@@ -32,6 +32,7 @@ func (e *Engine) pruner() *maintenance.Loop {
 func (e *Engine) pruneOnce(ctx context.Context, p RetentionPolicy) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	sent := time.Now()
 	var pruned map[string]int
 	_, err := e.st.WithRetentionLock(ctx, e.pool, func(db store.DB) error {
 		var err error
@@ -45,7 +46,7 @@ func (e *Engine) pruneOnce(ctx context.Context, p RetentionPolicy) {
 	}
 	switch {
 	case err != nil && !isShutdown(ctx, err):
-		if e.db.failed("retention", err) {
+		if e.db.failed("retention", sent, err) {
 			e.log.Warn("retention pass failed", "err", err)
 		}
 	case len(pruned) > 0:

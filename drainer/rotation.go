@@ -17,7 +17,8 @@ func (e *Engine) rotator() *maintenance.Loop {
 	return maintenance.Periodic("rotator", maintenance.Every(e.cfg.RotateInterval), nil, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		if err := e.rotate(ctx); err != nil && !isShutdown(ctx, err) && e.db.failed("rotator", err) {
+		sent := time.Now()
+		if err := e.rotate(ctx); err != nil && !isShutdown(ctx, err) && e.db.failed("rotator", sent, err) {
 			e.log.Warn("queue rotation failed", "err", err)
 		}
 	})

@@ -65,14 +65,15 @@ func (e *Engine) snapshotter() *maintenance.Loop {
 		switch {
 		case err == nil:
 			e.db.ok(sent)
-		case !isShutdown(ctx, err) && e.db.failed("snapshotter", err):
+		case !isShutdown(ctx, err) && e.db.failed("snapshotter", sent, err):
 			e.log.Warn("backlog snapshot failed", "err", err)
 		}
 		if s, ok, err := e.st.ReadSnapshot(ctx, e.pool); err == nil && ok {
 			e.metrics.apply(s, e.routing.Load().RoutedTools())
 			e.backlog.Store(&backlog{snap: s, readAt: time.Now()})
 		}
-		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(ctx, err) && e.db.failed("snapshotter", err) {
+		sent = time.Now()
+		if err := e.readEnqueueCounters(ctx); err != nil && !isShutdown(ctx, err) && e.db.failed("snapshotter", sent, err) {
 			e.log.Warn("reading the enqueue counters failed", "err", err)
 		}
 	})

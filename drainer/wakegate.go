@@ -61,9 +61,10 @@ type wakeGate struct {
 	readyOnce sync.Once
 
 	// Owned by run.
-	conn *pgx.Conn
-	slot int  // taken seat, -1 when none
-	hold bool // slot's wake lock is held
+	conn  *pgx.Conn
+	heard time.Time // conn's last sign of life: its failure is not older
+	slot  int       // taken seat, -1 when none
+	hold  bool      // slot's wake lock is held
 }
 
 // wakeHooks let tests stop the wake-up at a chosen point. Nil fields (as
@@ -119,6 +120,10 @@ func (g *wakeGate) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		var err error
 		wanted := g.isWanted()
+		sent := time.Now() // a connect's failure dates from its attempt
+		if g.conn != nil {
+			sent = g.heard // any other step's, from the connection's last sign of life
+		}
 		switch {
 		case g.conn == nil:
 			err = g.connect(ctx)
@@ -138,7 +143,7 @@ func (g *wakeGate) run(ctx context.Context) {
 		case errors.Is(err, errNoSeat):
 			g.e.log.Debug("wake gate: every seat is taken by other sleeping daemons; their notifications wake this one too")
 		default:
-			g.fail(err)
+			g.fail(sent, err)
 		}
 		if !g.pause(ctx, retry) {
 			return
@@ -155,7 +160,7 @@ func (g *wakeGate) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.conn = conn
+	g.conn, g.heard = conn, time.Now()
 	g.readyOnce.Do(func() { close(g.ready) })
 	return nil
 }
@@ -176,6 +181,7 @@ func (g *wakeGate) arm(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		g.heard = time.Now()
 		if slot < 0 {
 			return errNoSeat
 		}
@@ -187,8 +193,12 @@ func (g *wakeGate) arm(ctx context.Context) error {
 	hctx, cancel := context.WithTimeout(ctx, wakeHoldWait+wakePingWait)
 	held, err := g.e.st.HoldWake(hctx, g.conn, g.slot, wakeHoldWait)
 	cancel()
-	if err != nil || !held {
-		return err // not held: the loop asks again, or gives the seat back
+	if err != nil {
+		return err
+	}
+	g.heard = time.Now()
+	if !held {
+		return nil // the loop asks again, or gives the seat back
 	}
 	g.hold = true
 	if g.isWanted() {
@@ -210,7 +220,7 @@ func (g *wakeGate) disarm(ctx context.Context) error {
 	} else if err := g.e.st.ReleaseWakeSeat(ctx, g.conn, g.slot); err != nil {
 		return err
 	}
-	g.slot, g.hold = -1, false
+	g.slot, g.hold, g.heard = -1, false, time.Now()
 	return nil
 }
 
@@ -238,14 +248,21 @@ func (g *wakeGate) watch(ctx context.Context) error {
 	}
 	_, err := g.conn.WaitForNotification(wctx)
 	switch {
-	case err == nil || ctx.Err() != nil:
+	case err == nil:
+		g.heard = time.Now()
+		return nil
+	case ctx.Err() != nil:
 		return nil
 	case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
 		return err
 	case wctx.Err() == context.DeadlineExceeded:
 		pctx, cancel := context.WithTimeout(ctx, wakePingWait)
 		defer cancel()
-		return g.conn.Ping(pctx)
+		if err := g.conn.Ping(pctx); err != nil {
+			return err
+		}
+		g.heard = time.Now()
+		return nil
 	}
 	return nil // interrupted by want
 }
@@ -268,8 +285,8 @@ func (g *wakeGate) pause(ctx context.Context, d time.Duration) bool {
 
 // fail drops the connection, and with it any lock it held: producers stop
 // notifying for this daemon until the gate is armed again.
-func (g *wakeGate) fail(err error) {
-	if g.e.db.failed("wake gate", err) {
+func (g *wakeGate) fail(sent time.Time, err error) {
+	if g.e.db.failed("wake gate", sent, err) {
 		g.e.log.Warn("wake gate: connection lost; taking the gate again", "err", err)
 	}
 	g.close()
