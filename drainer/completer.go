@@ -327,6 +327,21 @@ func (c *completer) done(d store.Completed, batch []completion) {
 	e.sagas.Notify(d.Runs...)
 	c.announce(d, batch)
 	c.rewake(batch)
+	c.nextInScope(d, batch)
+}
+
+// nextInScope wakes the claim loop when the batch let go of a row of a
+// tool ordered per business_scope: the next row of its scope is claimable
+// from now, and nothing else would claim it before the poll (a scope of n
+// rows took n polls).
+func (c *completer) nextInScope(d store.Completed, batch []completion) {
+	for i := range batch {
+		x := &batch[i]
+		if x.route != nil && x.route.Ordering == outbox.OrderingBusinessScope && !slices.Contains(d.Lost, x.Seq) {
+			c.e.wakeFor(causeSignal) // an ordered claim starts from the first due row
+			return
+		}
+	}
 }
 
 // announce tells Config.Settled the keys of the announcing rows the batch

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,5 +298,32 @@ func TestGateRearmsAfterALargeClaim(t *testing.T) {
 	})
 	for i := range 3 {
 		dispatchedByWakeUp(t, e, pool, "next-"+itoa(i), "row "+itoa(i)+" after the large claim")
+	}
+}
+
+// TestOrderedScopeNextRowIsWoken: the rows of a tool ordered per
+// business_scope go out one at a time, each claimable only once the one
+// before it settled. The completion that settles it wakes the claim loop,
+// so the next row goes out at once, never on the poll: before, a scope of
+// n rows took n polls (a second each, by default).
+func TestOrderedScopeNextRowIsWoken(t *testing.T) {
+	pool := newPool(t)
+	var sent atomic.Int64
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		sent.Add(1)
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	e := startWithHooks(t, pool, testRouting(t, map[string]dispatch.Adapter{"ledger_post": a},
+		&Route{Tool: "ledger_post", Ordering: outbox.OrderingBusinessScope}), Config{Workers: 4}, wakeHooks{})
+	for i := range 4 {
+		if _, err := pool.Exec(t.Context(), "SELECT drainer.enqueue('run-ordered', $1, 'ledger_post', 'acct:a', '{}')", "s"+itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.WaitFor(t, wakeTestWait, "the scope's four rows succeeded", func() (bool, string) {
+		return countByStatus(t, pool)[outbox.StatusSucceeded] == 4, ""
+	})
+	if n := e.ClaimedRows()["poll"]; n > 0 || sent.Load() != 4 {
+		t.Fatalf("%d of the scope's rows claimed by the poll, %d sent (claims by cause %v)", n, sent.Load(), e.ClaimedRows())
 	}
 }
