@@ -202,13 +202,16 @@ type Engine struct {
 	// slotsWanted says the claim loop waits for free slots: finishing
 	// workers wake it.
 	slotsWanted atomic.Bool
-	wakeWhy     atomic.Uint32  // why the claim loop was woken (wakeFor)
-	claims      claimCounts    // rows claimed, by cause (ClaimedRows)
-	witness     pollWitness    // a poll's rows, until their cause is known
-	workers     sync.WaitGroup // one per leased row
-	loops       sync.WaitGroup // claimer, completer
-	maint       maintenance.Group
-	completer   *completer
+	wakeWhy     atomic.Uint32 // why the claim loop was woken (wakeFor)
+	// staleSlotWakes counts the wakes by a worker that finished during a
+	// claim that then found too few rows, which the loop skips.
+	staleSlotWakes atomic.Uint64
+	claims         claimCounts    // rows claimed, by cause (ClaimedRows)
+	witness        pollWitness    // a poll's rows, until their cause is known
+	workers        sync.WaitGroup // one per leased row
+	loops          sync.WaitGroup // claimer, completer
+	maint          maintenance.Group
+	completer      *completer
 
 	rngMu sync.Mutex
 	rng   *rand.Rand

@@ -73,6 +73,8 @@ type wakeHooks struct {
 	// hold runs once the gate has taken a seat, before it asks for the
 	// wake lock.
 	hold func(ctx context.Context)
+	// claiming runs in the claim loop before each claim's statement.
+	claiming func()
 }
 
 func newWakeGate(e *Engine) *wakeGate {
