@@ -294,12 +294,14 @@ func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
 
 // Tools of the model's config: charge is compensated by refund; note is a
 // key_idempotent step without compensation; sms is non_idempotent;
-// gw_charge (gwTool) is the MCP tool agents call through the gateways.
+// gw_charge (gwTool) is the MCP tool agents call through the gateways;
+// ledger is ordered per business_scope (checkOrderedScope).
 const (
 	toolCharge = "charge"
 	toolRefund = "refund"
 	toolNote   = "note"
 	toolSMS    = "sms"
+	toolLedger = "ledger"
 )
 
 var modelDedupeTools = []string{toolCharge, toolRefund, toolNote}
@@ -334,6 +336,7 @@ routes:
   refund: {adapter: provider, class: key_idempotent, max_attempts: 6, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   note: {adapter: provider, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   sms: {adapter: provider, class: non_idempotent, max_attempts: 3, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
+  ledger: {adapter: provider, class: key_idempotent, ordering: business_scope, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   gw_charge: {adapter: tools, class: key_idempotent, max_attempts: 20, backoff: {base: 100ms, cap: 1s}}
 gateway:
   wait: 5s
