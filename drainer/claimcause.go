@@ -25,7 +25,7 @@ const (
 	causeRearm                    // the wake-up was re-armed (listener or gate connection back): notifications may have been lost
 	causeSignal                   // another loop: a reload, a deferral's wake, a reclaim, queued compensations
 	causeSlots                    // worker slots freed while the loop waited for them (refill)
-	causeRetry                    // the loop's own retry: an owed full pass, a gate still arming
+	causeRetry                    // the loop's own timers: an owed full pass, a gate still arming, a retry this engine scheduled coming due (retryWakes)
 	causePoll                     // the poll timer, and no notification named these rows within pollWitnessWait: the wake-up missed them
 	numCauses
 )

@@ -328,6 +328,7 @@ func (c *completer) done(d store.Completed, batch []completion) {
 	c.announce(d, batch)
 	c.rewake(batch)
 	c.nextInScope(d, batch)
+	e.retries.schedule(d, batch)
 }
 
 // nextInScope wakes the claim loop when the batch let go of a row of a

@@ -208,6 +208,7 @@ type Engine struct {
 	staleSlotWakes atomic.Uint64
 	claims         claimCounts    // rows claimed, by cause (ClaimedRows)
 	witness        pollWitness    // a poll's rows, until their cause is known
+	retries        retryWakes     // timers for the retries this engine scheduled
 	workers        sync.WaitGroup // one per leased row
 	loops          sync.WaitGroup // claimer, completer
 	maint          maintenance.Group
@@ -272,6 +273,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.fetchCtx, e.fetchCancel = context.WithCancel(context.Background())
 	e.workCtx, e.workCancel = context.WithCancel(context.Background())
 	e.completer = newCompleter(e)
+	e.retries = retryWakes{e: e, timers: map[int64]*retryTimer{}}
 	e.gate, e.listening = newWakeGate(e), make(chan struct{})
 	e.deferrer = newDeferrer(e)
 	e.sagas = compensations.NewRunner(compensations.RunnerConfig{
@@ -394,6 +396,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	// The claimer may be finishing a claim: its rows get workers (which
 	// release them unsent) before the workers are waited for.
 	<-e.claimDone
+	e.retries.stop()
 	e.takeMu.Lock()   // a Take under way has started its worker, or gave up
 	e.takeMu.Unlock() //nolint:staticcheck // a barrier, not a critical section
 	waited := make(chan struct{})

@@ -370,3 +370,31 @@ func TestStaleSlotWakeIsSkipped(t *testing.T) {
 	})
 	dispatchedByWakeUp(t, e, pool, "third", "a row enqueued after the skipped wake")
 }
+
+// TestRetryIsClaimedWhenDue: a row rescheduled after a failed attempt is
+// claimed when its backoff ends, woken by the engine that rescheduled it,
+// not by the poll: with a poll of a minute, a row that fails twice with a
+// backoff of at most 100 ms succeeds on its third attempt with no claim
+// of the poll's. Before, every retry waited for a poll (with the default
+// second, the poll also gathered the jittered retries of many rows into
+// one tick).
+func TestRetryIsClaimedWhenDue(t *testing.T) {
+	pool := newPool(t)
+	var calls atomic.Int64
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		if calls.Add(1) <= 2 {
+			return dispatch.Result{Outcome: dispatch.Retry, Err: errors.New("busy")}
+		}
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	e := startWithHooks(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a},
+		&Route{Tool: "t", MaxAttempts: 5, Backoff: Backoff{Base: 50 * time.Millisecond, Cap: 100 * time.Millisecond}}), Config{Workers: 4}, wakeHooks{})
+	key := enqueueN(t, pool, "retried", "t", 1)[0]
+	testkit.WaitFor(t, wakeTestWait, "the row succeeded on its third attempt", func() (bool, string) {
+		return getRow(t, pool, key).Status == outbox.StatusSucceeded, ""
+	})
+	got := e.ClaimedRows()
+	if calls.Load() != 3 || got["poll"] != 0 || got["retry"] < 2 {
+		t.Fatalf("%d calls; claims by cause %v: want 3 calls, both retries claimed on their timer, none by the poll", calls.Load(), got)
+	}
+}
