@@ -242,60 +242,100 @@ func (m *seqModel) checkWakeUp(fail func(string, ...any)) {
 	fail("wake-up deaf after the sequence: a row committed while every daemon slept was not woken in three probes (%s)", strings.Join(seen, "; "))
 }
 
+// claimedRows sums the running replicas' claimed rows: all of them, and
+// those claimed by a poll (drainer_claimed_rows_total{cause}).
+func (m *seqModel) claimedRows() (poll, all float64) {
+	for _, r := range m.e.replicas {
+		for _, cause := range []string{"notify", "poll", "slots", "rearm", "signal", "retry", "start"} {
+			n := r.d.metric("drainer_claimed_rows_total", `cause="`+cause+`"`)
+			all += n
+			if cause == "poll" {
+				poll += n
+			}
+		}
+	}
+	return poll, all
+}
+
+// probeNoPoll runs probe, which enqueues rows and waits until the last
+// request it expects reached the provider (it reports false, having
+// failed, when none came in time), and checks that the replicas claimed
+// want rows meanwhile, none of them by a poll. Another replica's poll tick
+// can fall before a wake-up now and then, so up to three probes are made.
+func (m *seqModel) probeNoPoll(fail func(string, ...any), what string, want float64, probe func(try int) bool) {
+	var seen []string
+	for try := range 3 {
+		poll, all := m.claimedRows()
+		if !probe(try) {
+			return
+		}
+		// A row a poll claimed is counted once its notification had time
+		// to come (50 ms): wait past that before reading the counts.
+		time.Sleep(200 * time.Millisecond)
+		poll2, all2 := m.claimedRows()
+		if poll2 == poll && all2-all >= want {
+			m.tally[what+" probes"] = try + 1
+			return
+		}
+		seen = append(seen, fmt.Sprintf("probe %d: %v rows claimed, %v by a poll", try+1, all2-all, poll2-poll))
+	}
+	fail("%s: rows waited for a poll in three probes (%s)", what, strings.Join(seen, "; "))
+}
+
+// waitRequests waits until key's provider saw n requests.
+func (m *seqModel) waitRequests(key string, n int) bool {
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(m.e.provider.key(key).requests) < n {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // checkOrderedScope: once the sequence settled, the rows of a tool ordered
 // per business_scope (toolLedger) go out one at a time in enqueue order,
 // each claimed as soon as the one before it settled: the completion wakes
 // its replica's claim loop, nobody waits for a poll. Before, each row
-// after a scope's first waited for a poll (a second each). Another
-// replica's poll tick can fall between a completion's commit and that
-// wake-up now and then, so up to three probes are made.
+// after a scope's first waited for a poll (a second each).
 func (m *seqModel) checkOrderedScope(fail func(string, ...any)) {
 	e := m.e
-	count := func() (poll, all float64) {
-		for _, r := range e.replicas {
-			for _, cause := range []string{"notify", "poll", "slots", "rearm", "signal", "retry", "start"} {
-				n := r.d.metric("drainer_claimed_rows_total", `cause="`+cause+`"`)
-				all += n
-				if cause == "poll" {
-					poll += n
-				}
-			}
-		}
-		return poll, all
-	}
-	var seen []string
-	for try := range 3 {
-		poll, all := count()
+	m.probeNoPoll(fail, "ordered scope", 3, func(try int) bool {
 		scope := fmt.Sprintf("acct-%d-%d", e.seq, try)
 		keys := make([]string, 3)
 		for i := range keys {
 			keys[i] = enqueueOne(e.t, e.pool, idemkey.Tuple{AgentRunID: "scope-" + scope, StepID: "s" + strconv.Itoa(i),
 				ToolName: toolLedger, BusinessScope: scope}, `{"s":[]}`)
 		}
-		deadline := time.Now().Add(2 * time.Minute)
-		for len(e.provider.key(keys[2]).requests) == 0 {
-			if time.Now().After(deadline) {
-				fail("ordered scope %s: its last row not sent within 2 minutes", scope)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !m.waitRequests(keys[2], 1) {
+			fail("ordered scope %s: its last row not sent within 2 minutes", scope)
+			return false
 		}
 		for i := 1; i < len(keys); i++ {
 			before, after := e.provider.key(keys[i-1]).requests, e.provider.key(keys[i]).requests
 			if len(before) == 0 || !after[0].After(before[len(before)-1]) {
 				fail("ordered scope %s: row %d sent at %v, before row %d's last request %v", scope, i, after[0], i-1, before)
-				return
+				return false
 			}
 		}
-		// A row a poll claimed is counted once its notification had time
-		// to come (50 ms): wait past that before reading the counts.
-		time.Sleep(200 * time.Millisecond)
-		poll2, all2 := count()
-		if poll2 == poll && all2-all >= 3 {
-			m.tally["ordered scope probes"] = try + 1
-			return
+		return true
+	})
+}
+
+// checkRetryWake: once the sequence settled, a row whose first two
+// attempts fail (500, backoff of at most 1 s) is retried when its backoff
+// ends, woken by the replica that rescheduled it, not by a poll. Before,
+// every retry waited for a poll.
+func (m *seqModel) checkRetryWake(fail func(string, ...any)) {
+	e := m.e
+	m.probeNoPoll(fail, "retry wake-up", 3, func(try int) bool {
+		key := enqueueOne(e.t, e.pool, idemkey.Tuple{AgentRunID: fmt.Sprintf("retry-%d-%d", e.seq, try), StepID: "probe",
+			ToolName: toolNote}, `{"s":["500","500"]}`)
+		if !m.waitRequests(key, 3) {
+			fail("retry wake-up %s: three requests not sent within 2 minutes (%d were)", key, len(e.provider.key(key).requests))
+			return false
 		}
-		seen = append(seen, fmt.Sprintf("probe %d: %v rows claimed, %v by a poll", try+1, all2-all, poll2-poll))
-	}
-	fail("ordered scope: the rows after a scope's first waited for a poll in three probes (%s)", strings.Join(seen, "; "))
+		return true
+	})
 }
