@@ -109,16 +109,27 @@ const (
 )
 
 // admit reserves a slot, a rate token and a breaker permit for a row of
-// route (its tool). On success the caller must call the returned done with
-// the attempt's result.
+// route (its tool), the token only if it is free now. On success the
+// caller must call the returned done with the attempt's result.
 func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), ref *refusal) {
+	done, _, ref = g.admitWithin(r, route, 0)
+	return done, ref
+}
+
+// admitWithin is admit, taking a rate token that comes free within maxWait
+// too: the caller waits wait before its attempt. A row turned away for a
+// token later than that goes back to pending and comes due when it is
+// free; one that waits in its worker instead keeps the route at its rate
+// (turned away, the rows of a route limited to 20/s with a burst of 1 went
+// out about once a poll).
+func (g *gate) admitWithin(r *rand.Rand, route string, maxWait time.Duration) (done func(dispatch.Result), wait time.Duration, ref *refusal) {
 	probing, left := g.holdAdmit(route)
 	if left > 0 {
-		return nil, &refusal{reason: outbox.RefusedAuthHold, delay: left + jitterAround(r, left/4+10*time.Millisecond)}
+		return nil, 0, &refusal{reason: outbox.RefusedAuthHold, delay: left + jitterAround(r, left/4+10*time.Millisecond)}
 	}
-	refuse := func(ref *refusal) (func(dispatch.Result), *refusal) {
+	refuse := func(ref *refusal) (func(dispatch.Result), time.Duration, *refusal) {
 		g.unprobe(probing)
-		return nil, ref
+		return nil, 0, ref
 	}
 	if g.slots != nil {
 		select {
@@ -134,10 +145,11 @@ func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), re
 	}
 	if g.limiter != nil {
 		res := g.limiter.Reserve()
-		if d := res.Delay(); d > 0 {
+		wait = res.Delay()
+		if wait > maxWait {
 			res.Cancel()
 			release()
-			return refuse(&refusal{reason: outbox.RefusedRateLimited, delay: d + jitterAround(r, 20*time.Millisecond)})
+			return refuse(&refusal{reason: outbox.RefusedRateLimited, delay: wait + jitterAround(r, 20*time.Millisecond)})
 		}
 	}
 	var breakerDone func(verdict)
@@ -159,7 +171,7 @@ func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), re
 			}
 			release()
 		})
-	}, nil
+	}, wait, nil
 }
 
 // holdAdmit checks the adapter's hold and route's: how long the row must

@@ -458,7 +458,9 @@ func TestAuditRecordsOnlyAnswersToRequests(t *testing.T) {
 	rt := testRouting(t, map[string]dispatch.Adapter{"x": x}, &Route{Tool: "t", Adapter: "x", MaxAttempts: 10})
 	rt.Policies = map[string]GatePolicy{"x": {RatePerSecond: 5, Burst: 1}}
 	keys := enqueueN(t, pool, "run", "t", 10)
-	startEngine(t, pool, rt, Config{Workers: 8})
+	// Rows never wait for their token: every row the limiter holds back is
+	// turned away.
+	startEngine(t, pool, rt, Config{Workers: 8, RateWait: -1})
 	testkit.WaitFor(t, 60*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 10, "" })
 	deferred := 0
 	for _, k := range keys {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -346,5 +347,41 @@ func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
 	}
 	if looks < 1 {
 		t.Fatalf("no unrouted row was looked at: the test did not exercise the deferral")
+	}
+}
+
+// TestRateLimitKeepsItsRate: a route limited to 20 calls a second with a
+// burst of 1 goes out at that rate whatever the poll: a row whose token
+// comes within 3 s (rateWaitMax) waits for it in its worker. With a poll of a
+// minute, 15 rows are sent, each once, spaced by the rate, none of them
+// claimed by the poll. Before, rows turned away for their token waited
+// for the next poll: with the default second, 15 rows took 14 s.
+func TestRateLimitKeepsItsRate(t *testing.T) {
+	pool := newPool(t)
+	var mu sync.Mutex
+	var times []time.Time
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	enqueueN(t, pool, "run", "t", 15)
+	start := time.Now() // before the limiter exists: its 15th token is free 0.7s after it, at the earliest
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
+	rt.Policies = map[string]GatePolicy{"t": {RatePerSecond: 20, Burst: 1}}
+	e := startWithHooks(t, pool, rt, Config{Workers: 8}, wakeHooks{})
+	testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 15, "" })
+	if got := e.ClaimedRows(); got["poll"] != 0 {
+		t.Fatalf("rows waited for the poll: claims by cause %v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if last := slices.MaxFunc(times, time.Time.Compare); len(times) != 15 || last.Sub(start) < 700*time.Millisecond {
+		t.Fatalf("%d calls, the last %v after the limiter was made: want 15, the last at least 0.7s after (20/s)", len(times), last.Sub(start))
+	}
+	var attempts int
+	if err := pool.QueryRow(t.Context(), "SELECT max(attempts) FROM drainer.outbox").Scan(&attempts); err != nil || attempts != 1 {
+		t.Fatalf("max attempts %d (%v): rows waiting for their token must not consume attempts", attempts, err)
 	}
 }
