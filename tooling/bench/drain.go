@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/drainer-io/drainer/outbox"
-	"github.com/drainer-io/drainer/store"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,9 @@ import (
 	"github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/daemon"
+	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -237,6 +239,9 @@ func (r *runner) drainFilled(ctx context.Context, n int) (time.Duration, error) 
 		return 0, err
 	}
 	err = r.awaitSucceeded(ctx, p.reached, p.calls.Load, n)
+	if err != nil {
+		err = fmt.Errorf("%w (%s)", err, r.stuckState(ctx, es))
+	}
 	elapsed := time.Since(begin)
 	if serr := es.stop(); err == nil {
 		err = serr
@@ -272,6 +277,30 @@ func (r *runner) awaitSucceeded(ctx context.Context, reached <-chan struct{}, ca
 		return fmt.Errorf("drain: %d of %d rows succeeded; the adapter answers only success", succeeded, n)
 	}
 	return nil
+}
+
+// stuckState says, for a phase that gave up, where its rows and engines
+// stand: the rows by status (and how many pending rows are due), each
+// engine's claimed rows by cause, and the schema's sessions that wait.
+func (r *runner) stuckState(ctx context.Context, es engines) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var rows, waits string
+	if err := r.admin.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(string_agg(status || ' ' || n, ', ' ORDER BY status), 'none')
+	      || '; due now ' || (SELECT count(*) FROM %[1]s.outbox WHERE status = 'pending' AND next_attempt_at <= now())
+	    FROM (SELECT status, count(*) AS n FROM %[1]s.outbox GROUP BY status) s`, pgx.Identifier{r.schema}.Sanitize())).Scan(&rows); err != nil {
+		rows = "rows unknown: " + err.Error()
+	}
+	if err := r.admin.QueryRow(ctx, `SELECT coalesce(string_agg(coalesce(application_name, '') || ' ' || wait_event_type || ':' || wait_event
+	      || ' ' || left(query, 60), '; '), 'none')
+	    FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type IN ('Lock', 'IO', 'LWLock')`).Scan(&waits); err != nil {
+		waits = "waits unknown: " + err.Error()
+	}
+	claims := make([]string, len(es))
+	for i, e := range es {
+		claims[i] = fmt.Sprint(e.ClaimedRows())
+	}
+	return fmt.Sprintf("rows: %s; claims by engine: %s; sessions waiting: %s", rows, strings.Join(claims, " "), waits)
 }
 
 // phaseTimeout bounds a phase of n rows generously (100 rows/s), so a
@@ -320,7 +349,7 @@ func (r *runner) backlogRun(ctx context.Context, n int) (float64, error) {
 	select {
 	case <-p.reached:
 	case <-tctx.Done():
-		err = fmt.Errorf("backlog of %d: %d of %d rows dispatched before giving up: %w", n, p.calls.Load(), measured, tctx.Err())
+		err = fmt.Errorf("backlog of %d: %d of %d rows dispatched before giving up: %w (%s)", n, p.calls.Load(), measured, tctx.Err(), r.stuckState(ctx, es))
 	}
 	if serr := es.stop(); err == nil {
 		err = serr
