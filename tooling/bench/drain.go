@@ -287,8 +287,8 @@ func (r *runner) stuckState(ctx context.Context, es engines) string {
 	defer cancel()
 	var rows, waits string
 	if err := r.admin.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(string_agg(status || ' ' || n, ', ' ORDER BY status), 'none')
-	      || '; due now ' || (SELECT count(*) FROM %[1]s.outbox WHERE status = 'pending' AND next_attempt_at <= now())
-	    FROM (SELECT status, count(*) AS n FROM %[1]s.outbox GROUP BY status) s`, pgx.Identifier{r.schema}.Sanitize())).Scan(&rows); err != nil {
+	      || '; due now ' || (SELECT count(*) FROM %[1]s.outbox WHERE status = %[2]s AND next_attempt_at <= now())
+	    FROM (SELECT status, count(*) AS n FROM %[1]s.outbox GROUP BY status) s`, pgx.Identifier{r.schema}.Sanitize(), outbox.StatusPending.SQL())).Scan(&rows); err != nil {
 		rows = "rows unknown: " + err.Error()
 	}
 	if err := r.admin.QueryRow(ctx, `SELECT coalesce(string_agg(coalesce(application_name, '') || ' ' || wait_event_type || ':' || wait_event
