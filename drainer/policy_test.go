@@ -15,6 +15,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/tooling/testkit"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -170,9 +171,27 @@ func TestPoisonProviderDoesNotStallOtherRoutes(t *testing.T) {
 }
 
 // TestRateLimitSpacesCalls: rate_limit 20/s (burst 1) spreads 15 calls over
-// at least 0.7 s, and turned-away rows consume no attempts.
+// at least 0.7 s, and turned-away rows consume no attempts (the rows never
+// wait for their token here: RateWait -1).
 func TestRateLimitSpacesCalls(t *testing.T) {
 	pool := newPool(t)
+	rt, calls := rateLimited(t, pool, 15)
+	startEngine(t, pool, rt, Config{Workers: 8, RateWait: -1})
+	testkit.WaitFor(t, 15*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 15, "" })
+	times := calls()
+	if span := times[len(times)-1].Sub(times[0]); span < 700*time.Millisecond {
+		t.Fatalf("15 calls at 20/s took %v, want at least 0.7s", span)
+	}
+	if attempts := maxAttempts(t, pool); attempts != 1 {
+		t.Fatalf("max attempts %d: rate-limited rows must not consume attempts", attempts)
+	}
+}
+
+// rateLimited enqueues n rows of tool t, routed to an adapter limited to
+// 20 calls a second with a burst of 1, and returns the routing and the
+// times of the adapter's calls so far.
+func rateLimited(t *testing.T, pool *pgxpool.Pool, n int) (*Routing, func() []time.Time) {
+	t.Helper()
 	var mu sync.Mutex
 	var times []time.Time
 	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
@@ -181,20 +200,24 @@ func TestRateLimitSpacesCalls(t *testing.T) {
 		mu.Unlock()
 		return dispatch.Result{Outcome: dispatch.Success}
 	})
-	enqueueN(t, pool, "run", "t", 15)
+	enqueueN(t, pool, "run", "t", n)
 	rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
 	rt.Policies = map[string]GatePolicy{"t": {RatePerSecond: 20, Burst: 1}}
-	startEngine(t, pool, rt, Config{Workers: 8})
-	testkit.WaitFor(t, 15*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 15, "" })
-	mu.Lock()
-	defer mu.Unlock()
-	if span := times[len(times)-1].Sub(times[0]); span < 700*time.Millisecond {
-		t.Fatalf("15 calls at 20/s took %v, want at least 0.7s", span)
+	return rt, func() []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(times)
 	}
+}
+
+// maxAttempts is the largest attempt count of the outbox's rows.
+func maxAttempts(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
 	var attempts int
-	if err := pool.QueryRow(t.Context(), "SELECT max(attempts) FROM drainer.outbox").Scan(&attempts); err != nil || attempts != 1 {
-		t.Fatalf("max attempts %d (%v): rate-limited rows must not consume attempts", attempts, err)
+	if err := pool.QueryRow(t.Context(), "SELECT max(attempts) FROM drainer.outbox").Scan(&attempts); err != nil {
+		t.Fatal(err)
 	}
+	return attempts
 }
 
 // TestOrderingPerBusinessScope: rows of one scope dispatch one at a time in
@@ -358,30 +381,18 @@ func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
 // for the next poll: with the default second, 15 rows took 14 s.
 func TestRateLimitKeepsItsRate(t *testing.T) {
 	pool := newPool(t)
-	var mu sync.Mutex
-	var times []time.Time
-	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
-		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
-		return dispatch.Result{Outcome: dispatch.Success}
-	})
-	enqueueN(t, pool, "run", "t", 15)
 	start := time.Now() // before the limiter exists: its 15th token is free 0.7s after it, at the earliest
-	rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
-	rt.Policies = map[string]GatePolicy{"t": {RatePerSecond: 20, Burst: 1}}
+	rt, calls := rateLimited(t, pool, 15)
 	e := startWithHooks(t, pool, rt, Config{Workers: 8}, wakeHooks{})
 	testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 15, "" })
 	if got := e.ClaimedRows(); got["poll"] != 0 {
 		t.Fatalf("rows waited for the poll: claims by cause %v", got)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	times := calls()
 	if last := slices.MaxFunc(times, time.Time.Compare); len(times) != 15 || last.Sub(start) < 700*time.Millisecond {
 		t.Fatalf("%d calls, the last %v after the limiter was made: want 15, the last at least 0.7s after (20/s)", len(times), last.Sub(start))
 	}
-	var attempts int
-	if err := pool.QueryRow(t.Context(), "SELECT max(attempts) FROM drainer.outbox").Scan(&attempts); err != nil || attempts != 1 {
-		t.Fatalf("max attempts %d (%v): rows waiting for their token must not consume attempts", attempts, err)
+	if attempts := maxAttempts(t, pool); attempts != 1 {
+		t.Fatalf("max attempts %d: rows waiting for their token must not consume attempts", attempts)
 	}
 }
