@@ -164,12 +164,19 @@ func (r *runner) claimBatchAvg() (float64, error) {
 func (es engines) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var errs []error
-	for _, e := range es {
-		if err := e.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stop engine: %w", err))
-		}
+	// All at once: while one engine stopped (a few hundred milliseconds),
+	// the others went on claiming, and drained a small backlog that a
+	// phase meant to measure again (backlog).
+	errs := make([]error, len(es))
+	var wg sync.WaitGroup
+	for i, e := range es {
+		wg.Go(func() {
+			if err := e.Stop(ctx); err != nil {
+				errs[i] = fmt.Errorf("stop engine: %w", err)
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
@@ -315,11 +322,26 @@ const backlogRuns = 2
 // backlog returns the best dispatch rate over the first BacklogMeasured rows
 // of a backlog of n rows. The small backlog is refilled for each run; the
 // large one is filled once and measured twice in a row (the second time
-// with n-BacklogMeasured rows pending, the same order of magnitude).
+// with about n-BacklogMeasured rows pending, the same order of magnitude;
+// filled again if fewer than half of n are left).
 func (r *runner) backlog(ctx context.Context, n int, refill bool) (float64, error) {
 	best := 0.0
 	for i := range backlogRuns {
-		if i == 0 || refill {
+		fill := i == 0 || refill
+		if !fill {
+			// The engines of the run before went on past its measured
+			// rows until they stopped (their calls under way, a claim):
+			// a handful of batches, but at small sizes that can be what
+			// is left.
+			left, err := r.store().CountInStatus(ctx, r.admin, outbox.StatusPending)
+			if err != nil {
+				return 0, fmt.Errorf("backlog of %d: count pending rows: %w", n, err)
+			}
+			if fill = left < n/2; fill {
+				r.logf("backlog: %d of %d rows left after run %d, under half: filling again", left, n, i)
+			}
+		}
+		if fill {
 			r.logf("backlog: filling %d rows", n)
 			if err := r.fill(ctx, n); err != nil {
 				return 0, err
