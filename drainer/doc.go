@@ -11,9 +11,10 @@
 //     handoff.go: Take leases one row by its key for the MCP gateway of this
 //     process (store.ClaimKey), within the same slot bound.
 //   - dispatched: worker.go takes a row through its adapter's gate (gate.go:
-//     breaker, rate limit, concurrency cap, auth holds per route and, once
-//     several routes are refused, per adapter), one attempt through
-//     dispatch.Adapter within the lease, and classify (a call cut off by
+//     breaker, rate limit, concurrency cap, a row waiting in its worker for
+//     a slot or a token within Config.GateWait; authhold.go: auth holds per
+//     route and, once several routes are refused, per adapter), one attempt
+//     through dispatch.Adapter within the lease, and classify (a call cut off by
 //     shutdown is ambiguous; detect.go probes an ambiguous attempt of a
 //     non_idempotent route).
 //   - rescheduled: decide.go is where a row's next state is decided —

@@ -46,10 +46,10 @@ type Config struct {
 	Lease time.Duration
 	// PollInterval is the claim poll when no notification arrives (default 1s).
 	PollInterval time.Duration
-	// RateWait is the longest a row waits in its worker for its adapter's
-	// rate token before it is turned away (default rateWaitMax; negative:
-	// never waits).
-	RateWait time.Duration
+	// GateWait is the longest a row waits in its worker for a slot of its
+	// adapter's max_concurrency or for its rate token before it is turned
+	// away (default gateWaitMax; negative: never waits).
+	GateWait time.Duration
 	// FetchCooldown lets freed slots accumulate before the next claim under
 	// load (default 2ms).
 	FetchCooldown time.Duration
@@ -126,7 +126,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxInFlightBytes = cmp.Or(c.MaxInFlightBytes, DefaultMaxInFlightBytes)
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
-	c.RateWait = cmp.Or(c.RateWait, rateWaitMax)
+	c.GateWait = cmp.Or(c.GateWait, gateWaitMax)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, 2*time.Millisecond)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, 2*time.Second)
 	c.RotateInterval = cmp.Or(c.RotateInterval, 5*time.Second)

@@ -1,11 +1,13 @@
 package drainer
 
 import (
+	"context"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
@@ -22,25 +24,15 @@ type gate struct {
 	breaker *breaker // nil: disabled
 	limiter *rate.Limiter
 	slots   chan struct{} // nil: no cap
+	// waitCap is how many rows may wait in their workers for a slot at
+	// once (waitSlot); waiting counts them.
+	waitCap, waiting atomic.Int32
 
 	authMu sync.Mutex
 	routes map[string]bool  // the routes (tools) of the loaded config sending to this adapter
 	held   map[string]*hold // route -> its auth hold
 	whole  *hold            // the whole adapter, once several routes are refused alike
 }
-
-// hold is one auth hold: of a route, or of the whole adapter.
-type hold struct {
-	since time.Time // when the first refusal of this hold came
-	until time.Time // nothing is sent before
-	count int       // refusals since the hold began: each lengthens the next
-	// probeAt: the hold is over and one request (the recheck) went out at
-	// that moment; until its answer the others wait.
-	probeAt time.Time
-}
-
-// wholeAdapter is the route label of a hold of the whole adapter.
-const wholeAdapter = "*"
 
 // GatePolicy is the protective policy of one adapter.
 type GatePolicy struct {
@@ -90,29 +82,11 @@ type refusal struct {
 	delay  time.Duration
 }
 
-// Auth holds: after the provider refuses the credentials on a route, that
-// route sends nothing for authHoldBase, doubling with each refusal that
-// follows a hold, up to authHoldCap. Once a hold is over one request goes
-// out to recheck (the others wait, authProbeWait at a time); any other
-// answer ends the hold. When several routes of an adapter are refused alike
-// (or its only route is), the whole adapter is held the same way. Rows wait
-// without consuming attempts (a broken credential is not the rows' fault),
-// deferred in bulk rather than looked at one by one; other routes of the
-// adapter, and other adapters, are not delayed.
-const (
-	authHoldBase  = time.Second
-	authHoldCap   = 5 * time.Minute
-	authProbeWait = 500 * time.Millisecond
-	// authProbeLost: a recheck without an answer for this long (its worker
-	// died with the lease) no longer keeps the others waiting.
-	authProbeLost = time.Minute
-)
-
 // admit reserves a slot, a rate token and a breaker permit for a row of
 // route (its tool), the token only if it is free now. On success the
 // caller must call the returned done with the attempt's result.
 func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), ref *refusal) {
-	done, _, ref = g.admitWithin(r, route, 0)
+	done, _, ref = g.admitWithin(r, route, 0, false)
 	return done, ref
 }
 
@@ -121,17 +95,22 @@ func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), re
 // token later than that goes back to pending and comes due when it is
 // free; one that waits in its worker instead keeps the route at its rate
 // (turned away, the rows of a route limited to 20/s with a burst of 1 went
-// out about once a poll).
-func (g *gate) admitWithin(r *rand.Rand, route string, maxWait time.Duration) (done func(dispatch.Result), wait time.Duration, ref *refusal) {
+// out about once a poll). slotHeld says the caller took a slot of the cap
+// already (waitSlot): admitWithin takes it over, to give it back on a
+// refusal or with done.
+func (g *gate) admitWithin(r *rand.Rand, route string, maxWait time.Duration, slotHeld bool) (done func(dispatch.Result), wait time.Duration, ref *refusal) {
 	probing, left := g.holdAdmit(route)
 	if left > 0 {
+		if slotHeld {
+			<-g.slots
+		}
 		return nil, 0, &refusal{reason: outbox.RefusedAuthHold, delay: left + jitterAround(r, left/4+10*time.Millisecond)}
 	}
 	refuse := func(ref *refusal) (func(dispatch.Result), time.Duration, *refusal) {
 		g.unprobe(probing)
 		return nil, 0, ref
 	}
-	if g.slots != nil {
+	if g.slots != nil && !slotHeld {
 		select {
 		case g.slots <- struct{}{}:
 		default:
@@ -174,158 +153,31 @@ func (g *gate) admitWithin(r *rand.Rand, route string, maxWait time.Duration) (d
 	}, wait, nil
 }
 
-// holdAdmit checks the adapter's hold and route's: how long the row must
-// still wait, or, when a hold is over, the holds this row rechecks.
-func (g *gate) holdAdmit(route string) (probing []*hold, left time.Duration) {
-	g.authMu.Lock()
-	defer g.authMu.Unlock()
-	now := time.Now()
-	for _, h := range []*hold{g.whole, g.held[route]} {
-		switch {
-		case h == nil:
-		case now.Before(h.until):
-			left = max(left, h.until.Sub(now))
-		case !h.probeAt.IsZero() && now.Sub(h.probeAt) < authProbeLost:
-			left = max(left, authProbeWait)
-		default:
-			probing = append(probing, h)
-		}
+// waitSlot takes a slot of the adapter's max_concurrency for a row the cap
+// turned away, waiting up to maxWait for one to come free, unless waitCap
+// rows wait already; rows waiting are served in the order they came (a
+// channel serves its blocked senders first come, first served). It
+// reports whether it took a slot; the caller passes it on to admitWithin.
+// Turned away, the rows of an adapter capped at two calls went out about
+// two a poll: nothing woke the claimer when a slot came free.
+func (g *gate) waitSlot(ctx context.Context, maxWait time.Duration) bool {
+	if g.slots == nil || maxWait <= 0 {
+		return false
 	}
-	if left > 0 {
-		return nil, left
+	if g.waiting.Add(1) > g.waitCap.Load() {
+		g.waiting.Add(-1)
+		return false
 	}
-	for _, h := range probing {
-		h.probeAt = now
+	defer g.waiting.Add(-1)
+	t := time.NewTimer(maxWait)
+	defer t.Stop()
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
 	}
-	return probing, 0
-}
-
-// unprobe lets another row recheck the holds a refused row would have.
-func (g *gate) unprobe(probing []*hold) {
-	if len(probing) == 0 {
-		return
-	}
-	g.authMu.Lock()
-	defer g.authMu.Unlock()
-	for _, h := range probing {
-		h.probeAt = time.Time{}
-	}
-}
-
-// holdFor is the length of a hold after count refusals that followed holds.
-func holdFor(count int) time.Duration {
-	if count >= 20 {
-		return authHoldCap
-	}
-	return min(authHoldCap, authHoldBase<<count)
-}
-
-// noteAuth starts or lengthens the auth hold of route on a refusal of the
-// credentials, and that of the whole adapter once several of its routes are
-// held; an answer that shows the credentials work ends both. It reports
-// whether the whole adapter is held (only then does a refusal count toward
-// the breaker: one route's refusal says nothing of the provider's health).
-func (g *gate) noteAuth(route string, res dispatch.Result) (wholeHeld bool) {
-	type event struct {
-		start bool
-		route string
-		since time.Time
-	}
-	var events []event
-	g.authMu.Lock()
-	now := time.Now()
-	switch {
-	case res.Outcome == dispatch.Auth:
-		h := g.held[route]
-		switch {
-		case h == nil:
-			h = &hold{since: now}
-			g.held[route] = h
-			events = append(events, event{start: true, route: route})
-		case now.Before(h.until):
-			// sent before the hold began: one hold per round
-		default:
-			h.count++
-		}
-		if !now.Before(h.until) {
-			h.until, h.probeAt = now.Add(holdFor(h.count)), time.Time{}
-		}
-		switch w := g.whole; {
-		case w == nil && len(g.held) >= min(2, max(len(g.routes), 1)):
-			g.whole = &hold{since: now, until: now.Add(holdFor(0))}
-			events = append(events, event{start: true, route: wholeAdapter})
-		case w != nil && !now.Before(w.until):
-			w.count++
-			w.until, w.probeAt = now.Add(holdFor(w.count)), time.Time{}
-		}
-	case res.Reason == dispatch.ReasonUnsendable:
-		// Never sent: says nothing about the credentials.
-		for _, h := range []*hold{g.whole, g.held[route]} {
-			if h != nil {
-				h.probeAt = time.Time{}
-			}
-		}
-	case res.Succeeded() || res.Outcome == dispatch.Terminal || res.Status > 0:
-		if h := g.held[route]; h != nil {
-			delete(g.held, route)
-			events = append(events, event{route: route, since: h.since})
-		}
-		if g.whole != nil {
-			events = append(events, event{route: wholeAdapter, since: g.whole.since})
-			g.whole = nil
-		}
-	default:
-		// No answer (connection error, timeout): the recheck is still owed.
-		for _, h := range []*hold{g.whole, g.held[route]} {
-			if h != nil {
-				h.probeAt = time.Time{}
-			}
-		}
-	}
-	wholeHeld = g.whole != nil
-	g.authMu.Unlock()
-	for _, ev := range events {
-		if ev.start {
-			g.log.Warn("auth hold started: the provider refused the credentials; rows wait without consuming attempts",
-				"adapter", g.name, "route", ev.route)
-		} else {
-			g.log.Info("auth hold ended: the provider accepted the credentials", "adapter", g.name, "route", ev.route,
-				"held_for", now.Sub(ev.since).Round(time.Millisecond))
-		}
-	}
-	return wholeHeld
-}
-
-// holdLeft is how long rows of route are still held back, 0 if they are not.
-func (g *gate) holdLeft(route string) time.Duration {
-	if g == nil {
-		return 0
-	}
-	g.authMu.Lock()
-	defer g.authMu.Unlock()
-	var left time.Duration
-	for _, h := range []*hold{g.whole, g.held[route]} {
-		if h != nil {
-			left = max(left, time.Until(h.until))
-		}
-	}
-	return left
-}
-
-// setRoutes records the routes sending to this adapter and forgets the
-// holds of routes no longer among them.
-func (g *gate) setRoutes(routes map[string]bool) {
-	g.authMu.Lock()
-	defer g.authMu.Unlock()
-	g.routes = routes // nil: none
-	for r := range g.held {
-		if !routes[r] {
-			delete(g.held, r)
-		}
-	}
-	if len(g.held) == 0 {
-		g.whole = nil
-	}
+	return false
 }
 
 // logBreaker logs each opening of the breaker (from closed) and each
@@ -428,7 +280,9 @@ func jitterAround(r *rand.Rand, d time.Duration) time.Duration {
 // attachGates derives what the claim reads of rt and gives it a gate per adapter, keeping the running gate (and its
 // breaker state) of an adapter whose policy did not change. An adapter
 // without max_concurrency, when several adapters share the workers, may use
-// at most three quarters of them, so one slow provider cannot starve the others.
+// at most three quarters of them, so one slow provider cannot starve the
+// others; one with max_concurrency may hold that many (all of them when it
+// is the only adapter) with its calls and the rows waiting for its slots.
 func (e *Engine) attachGates(rt *Routing) {
 	rt.durableClaims = len(rt.NonIdempotentTools()) > 0
 	rt.orderedTools = rt.OrderedTools()
@@ -443,10 +297,21 @@ func (e *Engine) attachGates(rt *Routing) {
 		}
 		routesOf[r.Adapter][tool] = true
 	}
+	share := e.cfg.Workers
+	if len(names) > 1 && e.cfg.Workers > 1 {
+		share = max(1, e.cfg.Workers*3/4)
+	}
 	for _, name := range names {
 		p := rt.Policies[name]
-		if p.MaxConcurrency == 0 && len(names) > 1 && e.cfg.Workers > 1 {
-			p.MaxConcurrency = max(1, e.cfg.Workers*3/4)
+		// Rows of an adapter at its max_concurrency wait in their workers
+		// for a slot (waitSlot) while its calls and its rows waiting hold
+		// no more workers than its share.
+		waitCap := 0
+		if p.MaxConcurrency > 0 {
+			waitCap = max(0, share-p.MaxConcurrency)
+		}
+		if p.MaxConcurrency == 0 && share < e.cfg.Workers {
+			p.MaxConcurrency = share
 		}
 		if old, ok := e.gates[name]; ok && e.gatePolicy[name] == p {
 			gates[name] = old
@@ -455,6 +320,7 @@ func (e *Engine) attachGates(rt *Routing) {
 			e.gatePolicy[name] = p
 		}
 		gates[name].setRoutes(routesOf[name])
+		gates[name].waitCap.Store(int32(waitCap))
 	}
 	e.gates = gates
 	rt.gates = gates

@@ -460,7 +460,7 @@ func TestAuditRecordsOnlyAnswersToRequests(t *testing.T) {
 	keys := enqueueN(t, pool, "run", "t", 10)
 	// Rows never wait for their token: every row the limiter holds back is
 	// turned away.
-	startEngine(t, pool, rt, Config{Workers: 8, RateWait: -1})
+	startEngine(t, pool, rt, Config{Workers: 8, GateWait: -1})
 	testkit.WaitFor(t, 60*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 10, "" })
 	deferred := 0
 	for _, k := range keys {

@@ -172,11 +172,11 @@ func TestPoisonProviderDoesNotStallOtherRoutes(t *testing.T) {
 
 // TestRateLimitSpacesCalls: rate_limit 20/s (burst 1) spreads 15 calls over
 // at least 0.7 s, and turned-away rows consume no attempts (the rows never
-// wait for their token here: RateWait -1).
+// wait for their token here: GateWait -1).
 func TestRateLimitSpacesCalls(t *testing.T) {
 	pool := newPool(t)
 	rt, calls := rateLimited(t, pool, 15)
-	startEngine(t, pool, rt, Config{Workers: 8, RateWait: -1})
+	startEngine(t, pool, rt, Config{Workers: 8, GateWait: -1})
 	testkit.WaitFor(t, 15*time.Second, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 15, "" })
 	times := calls()
 	if span := times[len(times)-1].Sub(times[0]); span < 700*time.Millisecond {
@@ -375,7 +375,7 @@ func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
 
 // TestRateLimitKeepsItsRate: a route limited to 20 calls a second with a
 // burst of 1 goes out at that rate whatever the poll: a row whose token
-// comes within 3 s (rateWaitMax) waits for it in its worker. With a poll of a
+// comes within 3 s (gateWaitMax) waits for it in its worker. With a poll of a
 // minute, 15 rows are sent, each once, spaced by the rate, none of them
 // claimed by the poll. Before, rows turned away for their token waited
 // for the next poll: with the default second, 15 rows took 14 s.
@@ -394,5 +394,96 @@ func TestRateLimitKeepsItsRate(t *testing.T) {
 	}
 	if attempts := maxAttempts(t, pool); attempts != 1 {
 		t.Fatalf("max attempts %d: rows waiting for their token must not consume attempts", attempts)
+	}
+}
+
+// capped enqueues n rows of tool t, routed to an adapter capped at limit
+// calls under way whose calls take took, and returns the routing and the
+// most calls it saw under way at once.
+func capped(t *testing.T, pool *pgxpool.Pool, n, limit int, took time.Duration) (*Routing, func() int64) {
+	t.Helper()
+	var now, most atomic.Int64
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		c := now.Add(1)
+		for m := most.Load(); c > m && !most.CompareAndSwap(m, c); m = most.Load() {
+		}
+		time.Sleep(took)
+		now.Add(-1)
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	enqueueN(t, pool, "run", "t", n)
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"})
+	rt.Policies = map[string]GatePolicy{"t": {MaxConcurrency: limit}}
+	return rt, most.Load
+}
+
+// TestMaxConcurrencyKeepsItsSlotsBusy: the rows of an adapter at its
+// max_concurrency wait in their workers for a slot (gate.waitSlot) and go
+// out as slots come free, whatever the poll: with a poll of a minute, 20
+// rows capped at two calls are sent, each once, never more than two at a
+// time, none turned away, none claimed by the poll. Before, the rows the
+// cap turned away went back to pending and waited for the poll, which let
+// about two through each time (20 rows did not drain in 3 minutes).
+func TestMaxConcurrencyKeepsItsSlotsBusy(t *testing.T) {
+	pool := newPool(t)
+	rt, most := capped(t, pool, 20, 2, 20*time.Millisecond)
+	e := startWithHooks(t, pool, rt, Config{Workers: 8}, wakeHooks{})
+	testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 20, "" })
+	if got := e.ClaimedRows(); got["poll"] != 0 {
+		t.Fatalf("rows waited for the poll: claims by cause %v", got)
+	}
+	if m := most(); m > 2 {
+		t.Fatalf("%d calls under way at once, want at most max_concurrency 2", m)
+	}
+	if attempts := maxAttempts(t, pool); attempts != 1 {
+		t.Fatalf("max attempts %d: rows waiting for a slot must not consume attempts", attempts)
+	}
+	var turned int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.audit WHERE reason = $1",
+		fmt.Sprintf(noteRefusedFmt, refusalNote[outbox.RefusedSaturated])).Scan(&turned); err != nil {
+		t.Fatal(err)
+	}
+	if turned != 0 {
+		t.Fatalf("%d rows turned away at max_concurrency: with 8 workers and a cap of 2, six may wait for a slot", turned)
+	}
+}
+
+// TestTurnedAwayRowsAreClaimedWhenDue: a row its adapter's gate turned
+// away until a slot or a rate token comes free (it could not wait for it
+// in its worker) is claimed when it comes due, woken by the engine that
+// handed it back (retryWakes), not by the poll. Before, such rows waited
+// for the poll: with a poll of a minute, these did not drain in 3 minutes.
+func TestTurnedAwayRowsAreClaimedWhenDue(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		reason outbox.Refusal
+		rt     func(t *testing.T, pool *pgxpool.Pool) *Routing
+		wait   time.Duration
+	}{
+		{"rate token", outbox.RefusedRateLimited, func(t *testing.T, pool *pgxpool.Pool) *Routing {
+			rt, _ := rateLimited(t, pool, 10)
+			return rt
+		}, -1},
+		{"slot", outbox.RefusedSaturated, func(t *testing.T, pool *pgxpool.Pool) *Routing {
+			rt, _ := capped(t, pool, 10, 1, 100*time.Millisecond)
+			return rt
+		}, 30 * time.Millisecond}, // shorter than a call: rows waiting for the slot are turned away
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pool := newPool(t)
+			e := startWithHooks(t, pool, c.rt(t, pool), Config{Workers: 8, GateWait: c.wait}, wakeHooks{})
+			testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 10, "" })
+			if got := e.ClaimedRows(); got["poll"] != 0 {
+				t.Fatalf("rows waited for the poll: claims by cause %v", got)
+			}
+			var turned int
+			if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM drainer.audit WHERE reason = $1",
+				fmt.Sprintf(noteRefusedFmt, refusalNote[c.reason])).Scan(&turned); err != nil {
+				t.Fatal(err)
+			}
+			if turned == 0 {
+				t.Fatal("no row was turned away: the test no longer tests rows handed back")
+			}
+		})
 	}
 }

@@ -28,9 +28,13 @@ const (
 // in the claim order, so that the retry goes out when its backoff (Full
 // Jitter, floored by Retry-After) says, rather than at the next poll: the
 // poll would also gather the retries of many rows into the same tick,
-// which is what the jitter spreads apart. Rows handed back without an
-// attempt (a gate's refusal, a pause) are left to the deferrer and the
-// poll, and a retry whose row another replica claims first finds nothing.
+// which is what the jitter spreads apart. The same goes for a row its
+// adapter's gate turned away until a slot or a rate token comes free
+// (completion.wakeWhenDue): few are, since such rows wait in their workers
+// first (gate.waitSlot, Config.GateWait). Rows handed back for a refusal
+// that lasts (an open breaker, an auth hold, a pause) are left to the
+// deferrer and the poll, and a retry whose row another replica claims
+// first finds nothing.
 type retryWakes struct {
 	e *Engine
 
@@ -45,8 +49,8 @@ type retryTimer struct {
 }
 
 // schedule sets the timers for the retries of batch, just written: a
-// completion not lost to its fence, that keeps the row pending after an
-// attempt with a delay.
+// completion not lost to its fence, that keeps the row pending with a
+// delay after an attempt, or after a refusal that ends by itself.
 func (w *retryWakes) schedule(d store.Completed, batch []completion) {
 	now := time.Now()
 	w.mu.Lock()
@@ -56,7 +60,7 @@ func (w *retryWakes) schedule(d store.Completed, batch []completion) {
 	}
 	for i := range batch {
 		x := &batch[i]
-		if x.row == nil || x.Status != outbox.StatusPending || x.GiveBack || x.KeepNext || x.Delay <= 0 || x.Delay > retryWakeMax || slices.Contains(d.Lost, x.Seq) {
+		if x.row == nil || x.Status != outbox.StatusPending || (x.GiveBack && !x.wakeWhenDue) || x.KeepNext || x.Delay <= 0 || x.Delay > retryWakeMax || slices.Contains(d.Lost, x.Seq) {
 			continue
 		}
 		// The row is due at the completion's now() plus Delay on the

@@ -61,10 +61,21 @@ func (e *Engine) work(row *claimedRow, rt *Routing, route *Route, entry *dispatc
 // gate, one attempt, the classification of the answer, and the decision
 // of its next state.
 func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *dispatch.Entry, claimedAt time.Time) completion {
-	// A rate token free within Config.RateWait is waited for, as long as
-	// the attempt still has its whole timeout within the lease afterwards.
+	// A slot of the adapter's max_concurrency or a rate token free within
+	// Config.GateWait is waited for, as long as the attempt still has its
+	// whole timeout within the lease afterwards.
 	budget := time.Until(claimedAt.Add(e.cfg.Lease - e.cfg.LeaseMargin - entry.Timeout - timeoutGrace))
-	entry, g, done, wait, ref := e.admit(rt, route, entry, max(0, min(e.cfg.RateWait, budget)))
+	maxWait := max(0, min(e.cfg.GateWait, budget))
+	own := entry
+	entry, g, done, wait, ref := e.admit(rt, route, entry, maxWait, nil)
+	if ref != nil && ref.reason == outbox.RefusedSaturated && entry == own {
+		start := time.Now()
+		if g.waitSlot(e.fetchCtx, maxWait) {
+			entry, g, done, wait, ref = e.admit(rt, route, own, max(0, maxWait-time.Since(start)), g)
+		} else if e.fetchCtx.Err() != nil {
+			return release(row, 0, true, nil, "", noteShutdown) // shutting down before it was sent: given back untouched
+		}
+	}
 	if ref != nil {
 		return e.refused(row, route, entry, ref)
 	}
@@ -117,6 +128,7 @@ func (e *Engine) refused(row *claimedRow, route *Route, entry *dispatch.Entry, r
 	}
 	c := release(row, ref.delay, false, &msg, outcome, fmt.Sprintf(noteRefusedFmt, refusalNote[ref.reason]))
 	c.adapter = entry.Name
+	c.wakeWhenDue = ref.reason == outbox.RefusedSaturated || ref.reason == outbox.RefusedRateLimited
 	return c
 }
 
@@ -213,12 +225,18 @@ var refusalText = map[outbox.Refusal]string{
 
 // admit passes a row through its adapter's gate. While the primary's breaker
 // is open, a route marked critical: false with a fallback goes to the
-// fallback adapter instead (same key).
-func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry, maxWait time.Duration) (*dispatch.Entry, *gate, func(dispatch.Result), time.Duration, *refusal) {
+// fallback adapter instead (same key). held, when not nil, is the gate of
+// entry whose slot the caller took (gate.waitSlot): given back if the row
+// goes to the fallback, or is turned away.
+func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry, maxWait time.Duration, held *gate) (*dispatch.Entry, *gate, func(dispatch.Result), time.Duration, *refusal) {
 	e.rngMu.Lock()
 	defer e.rngMu.Unlock()
 	g := rt.gates[entry.Name]
-	done, wait, ref := g.admitWithin(e.rng, route.Tool, maxWait)
+	if held != nil && held != g {
+		<-held.slots // the routing changed under the row: another gate now
+		held = nil
+	}
+	done, wait, ref := g.admitWithin(e.rng, route.Tool, maxWait, held != nil)
 	if ref == nil || ref.reason != outbox.RefusedBreakerOpen || route.Critical || route.Fallback == "" {
 		return entry, g, done, wait, ref
 	}
@@ -227,7 +245,7 @@ func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry, maxWait
 		return entry, g, nil, 0, ref
 	}
 	fg := rt.gates[fb.Name]
-	fdone, fwait, fref := fg.admitWithin(e.rng, route.Tool, maxWait)
+	fdone, fwait, fref := fg.admitWithin(e.rng, route.Tool, maxWait, false)
 	if fref != nil {
 		// The fallback is busy for now: come back when it may have room,
 		// not when the primary's breaker closes.
@@ -236,13 +254,14 @@ func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry, maxWait
 	return fb, fg, fdone, fwait, nil
 }
 
-// rateWaitMax is the longest a row waits in its worker for its adapter's
-// rate token by default (Config.RateWait); a later token turns it away
-// (back to pending until then).
+// gateWaitMax is the longest a row waits in its worker for a slot of its
+// adapter's max_concurrency or for its rate token by default
+// (Config.GateWait); a later one turns it away (back to pending until
+// then).
 // A route limited to 20/s with a burst of 1 drained 200 rows in 18.6 s
 // waiting up to 1 s, and in 12.7 s, with half the hand-backs, up to 3 s.
 // The rows waiting hold worker slots, within the adapter's share of them.
-const rateWaitMax = 3 * time.Second
+const gateWaitMax = 3 * time.Second
 
 // jitter returns d jittered by ±50%.
 func (e *Engine) jitter(d time.Duration) time.Duration {

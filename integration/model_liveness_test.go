@@ -339,3 +339,27 @@ func (m *seqModel) checkRetryWake(fail func(string, ...any)) {
 		return true
 	})
 }
+
+// checkCapWake: once the sequence settled, four rows of a tool whose
+// adapter allows one call at a time (toolQuota, max_concurrency 1, each
+// call 300 ms) all go out, none claimed by a poll: a row the cap turns
+// away waits in its worker for the slot, or, when too many wait already,
+// is woken by its replica when it comes due. Before, every row the cap
+// turned away waited for a poll.
+func (m *seqModel) checkCapWake(fail func(string, ...any)) {
+	e := m.e
+	m.probeNoPoll(fail, "capped adapter", 4, func(try int) bool {
+		keys := make([]string, 4)
+		for i := range keys {
+			keys[i] = enqueueOne(e.t, e.pool, idemkey.Tuple{AgentRunID: fmt.Sprintf("cap-%d-%d", e.seq, try), StepID: "s" + strconv.Itoa(i),
+				ToolName: toolQuota}, `{"s":["`+ansSlow+`"]}`)
+		}
+		for _, key := range keys {
+			if !m.waitRequests(key, 1) {
+				fail("capped adapter %s: not sent within 2 minutes", key)
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -295,13 +295,15 @@ func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
 // Tools of the model's config: charge is compensated by refund; note is a
 // key_idempotent step without compensation; sms is non_idempotent;
 // gw_charge (gwTool) is the MCP tool agents call through the gateways;
-// ledger is ordered per business_scope (checkOrderedScope).
+// ledger is ordered per business_scope (checkOrderedScope); quota goes to
+// an adapter that allows one call at a time (checkCapWake).
 const (
 	toolCharge = "charge"
 	toolRefund = "refund"
 	toolNote   = "note"
 	toolSMS    = "sms"
 	toolLedger = "ledger"
+	toolQuota  = "quota"
 )
 
 var modelDedupeTools = []string{toolCharge, toolRefund, toolNote}
@@ -327,6 +329,13 @@ adapters:
     timeout: 1s
     key_ttl: %s
     breaker: {consecutive_failures: 0}
+  capped:
+    type: http
+    url: %[4]s/{tool_name}
+    timeout: 1s
+    key_ttl: %[5]s
+    breaker: {consecutive_failures: 0}
+    max_concurrency: 1
   tools:
     type: mcp
     url: %s
@@ -337,6 +346,7 @@ routes:
   note: {adapter: provider, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   sms: {adapter: provider, class: non_idempotent, max_attempts: 3, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   ledger: {adapter: provider, class: key_idempotent, ordering: business_scope, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
+  quota: {adapter: capped, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   gw_charge: {adapter: tools, class: key_idempotent, max_attempts: 20, backoff: {base: 100ms, cap: 1s}}
 gateway:
   wait: 5s

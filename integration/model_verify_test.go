@@ -357,6 +357,7 @@ func (m *seqModel) verify() {
 	m.checkWakeUp(fail)
 	m.checkOrderedScope(fail)
 	m.checkRetryWake(fail)
+	m.checkCapWake(fail)
 	if len(fails) > 0 {
 		m.rt.Fatalf("%d invariant violations:\n  %s\nrows and runs:\n%s", len(fails), strings.Join(fails, "\n  "), m.dump())
 	}
