@@ -67,11 +67,11 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	budget := time.Until(claimedAt.Add(e.cfg.Lease - e.cfg.LeaseMargin - entry.Timeout - timeoutGrace))
 	maxWait := max(0, min(e.cfg.GateWait, budget))
 	own := entry
-	entry, g, done, wait, ref := e.admit(rt, route, entry, maxWait, nil)
+	entry, g, done, wait, ref := e.admit(rt, route, entry, maxWait, false)
 	if ref != nil && ref.reason == outbox.RefusedSaturated && entry == own {
 		start := time.Now()
 		if g.waitSlot(e.fetchCtx, maxWait) {
-			entry, g, done, wait, ref = e.admit(rt, route, own, max(0, maxWait-time.Since(start)), g)
+			entry, g, done, wait, ref = e.admit(rt, route, own, max(0, maxWait-time.Since(start)), true)
 		} else if e.fetchCtx.Err() != nil {
 			return release(row, 0, true, nil, "", noteShutdown) // shutting down before it was sent: given back untouched
 		}
@@ -225,18 +225,14 @@ var refusalText = map[outbox.Refusal]string{
 
 // admit passes a row through its adapter's gate. While the primary's breaker
 // is open, a route marked critical: false with a fallback goes to the
-// fallback adapter instead (same key). held, when not nil, is the gate of
-// entry whose slot the caller took (gate.waitSlot): given back if the row
-// goes to the fallback, or is turned away.
-func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry, maxWait time.Duration, held *gate) (*dispatch.Entry, *gate, func(dispatch.Result), time.Duration, *refusal) {
+// fallback adapter instead (same key). slotHeld says the caller took a
+// slot of entry's gate (gate.waitSlot): given back if the row goes to the
+// fallback, or is turned away.
+func (e *Engine) admit(rt *Routing, route *Route, entry *dispatch.Entry, maxWait time.Duration, slotHeld bool) (*dispatch.Entry, *gate, func(dispatch.Result), time.Duration, *refusal) {
 	e.rngMu.Lock()
 	defer e.rngMu.Unlock()
 	g := rt.gates[entry.Name]
-	if held != nil && held != g {
-		<-held.slots // the routing changed under the row: another gate now
-		held = nil
-	}
-	done, wait, ref := g.admitWithin(e.rng, route.Tool, maxWait, held != nil)
+	done, wait, ref := g.admitWithin(e.rng, route.Tool, maxWait, slotHeld)
 	if ref == nil || ref.reason != outbox.RefusedBreakerOpen || route.Critical || route.Fallback == "" {
 		return entry, g, done, wait, ref
 	}
