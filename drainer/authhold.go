@@ -149,7 +149,20 @@ func (g *gate) noteAuth(route string, res dispatch.Result) (wholeHeld bool) {
 		}
 	}
 	wholeHeld = g.whole != nil
+	var freed []string // the routes whose rows may go out again
+	for _, ev := range events {
+		switch {
+		case ev.start:
+		case ev.route == wholeAdapter:
+			freed = g.routeListLocked()
+		case freed == nil:
+			freed = []string{ev.route}
+		}
+	}
 	g.authMu.Unlock()
+	if len(freed) > 0 && g.free != nil {
+		g.free(freed)
+	}
 	for _, ev := range events {
 		if ev.start {
 			g.log.Warn("auth hold started: the provider refused the credentials; rows wait without consuming attempts",
@@ -176,6 +189,21 @@ func (g *gate) holdLeft(route string) time.Duration {
 		}
 	}
 	return left
+}
+
+// routeList lists the routes sending to this adapter.
+func (g *gate) routeList() []string {
+	g.authMu.Lock()
+	defer g.authMu.Unlock()
+	return g.routeListLocked()
+}
+
+func (g *gate) routeListLocked() []string {
+	tools := make([]string, 0, len(g.routes))
+	for r := range g.routes {
+		tools = append(tools, r)
+	}
+	return tools
 }
 
 // setRoutes records the routes sending to this adapter and forgets the

@@ -26,9 +26,9 @@ type completion struct {
 	// outbox.RefusedPaused): once written, the completer wakes it again if
 	// that no longer holds (see completer.rewake).
 	waitsFor outbox.Refusal
-	// wakeWhenDue: a row handed back unsent for a refusal that ends by
-	// itself within the delay (its adapter's slots all taken, its rate
-	// token later than Config.GateWait), whose due time the engine's retry
+	// wakeWhenDue: a row its adapter's gate handed back unsent, due when
+	// the gate may let it through (a slot, a rate token, the breaker's next
+	// probe, an auth hold's recheck), whose due time the engine's retry
 	// timers wake the claim loop for (retryWakes), as for a retry.
 	wakeWhenDue bool
 

@@ -27,6 +27,10 @@ type gate struct {
 	// waitCap is how many rows may wait in their workers for a slot at
 	// once (waitSlot); waiting counts them.
 	waitCap, waiting atomic.Int32
+	// free, when set, is told the tools whose rows the gate let go again:
+	// its breaker closed, or an auth hold ended (the engine wakes the rows
+	// it deferred meanwhile).
+	free func(tools []string)
 
 	authMu sync.Mutex
 	routes map[string]bool  // the routes (tools) of the loaded config sending to this adapter
@@ -59,6 +63,9 @@ func newGateWithClock(name string, p GatePolicy, m *Metrics, log *slog.Logger, n
 	if p.BreakerFailures > 0 {
 		g.breaker = newBreaker(p.BreakerFailures, p.BreakerOpenFor, now, func(tr breakerTransition) {
 			g.logBreaker(tr)
+			if tr.to == breakerClosed && g.free != nil {
+				g.free(g.routeList())
+			}
 			if m != nil {
 				m.CircuitBreakerState.WithLabelValues(name).Set(float64(tr.to))
 			}
@@ -317,6 +324,7 @@ func (e *Engine) attachGates(rt *Routing) {
 			gates[name] = old
 		} else {
 			gates[name] = newGate(name, p, e.metrics, e.log)
+			gates[name].free = func(tools []string) { e.deferrer.wake(tools) } // the deferrer comes after the first gates
 			e.gatePolicy[name] = p
 		}
 		gates[name].setRoutes(routesOf[name])

@@ -487,3 +487,45 @@ func TestTurnedAwayRowsAreClaimedWhenDue(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldRowsGoWhenTheProviderAnswers: rows held back while an adapter's
+// breaker is open, or while the provider refuses the credentials (an auth
+// hold), go out once a recheck gets an answer, whatever the poll: the
+// deferral wakes its replica when its first row comes due (the recheck),
+// and the recheck's answer wakes the others. With a poll of a minute, 20
+// rows drain with no claim by the poll; before, each took a poll or two
+// (1 min 58 s for the breaker).
+func TestHeldRowsGoWhenTheProviderAnswers(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		down   dispatch.Result
+		policy GatePolicy
+	}{
+		{"breaker", dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: errors.New("http 503")},
+			GatePolicy{BreakerFailures: 3, BreakerOpenFor: 2 * time.Second}},
+		{"auth hold", dispatch.Result{Outcome: dispatch.Auth, Status: 401, Err: errors.New("http 401")}, GatePolicy{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pool := newPool(t)
+			var up atomic.Bool
+			var refused atomic.Int64
+			a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+				if !up.Load() {
+					refused.Add(1)
+					return c.down
+				}
+				return dispatch.Result{Outcome: dispatch.Success}
+			})
+			enqueueN(t, pool, "run", "t", 20)
+			rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t", MaxAttempts: 50})
+			rt.Policies = map[string]GatePolicy{"t": c.policy}
+			e := startWithHooks(t, pool, rt, Config{Workers: 8}, wakeHooks{})
+			testkit.WaitFor(t, wakeTestWait, "the provider refused", func() (bool, string) { return refused.Load() >= 3, "" })
+			up.Store(true)
+			testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 20, "" })
+			if got := e.ClaimedRows(); got["poll"] != 0 {
+				t.Fatalf("held rows waited for the poll: claims by cause %v", got)
+			}
+		})
+	}
+}

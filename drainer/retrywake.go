@@ -29,12 +29,14 @@ const (
 // Jitter, floored by Retry-After) says, rather than at the next poll: the
 // poll would also gather the retries of many rows into the same tick,
 // which is what the jitter spreads apart. The same goes for a row its
-// adapter's gate turned away until a slot or a rate token comes free
-// (completion.wakeWhenDue): few are, since such rows wait in their workers
-// first (gate.waitSlot, Config.GateWait). Rows handed back for a refusal
-// that lasts (an open breaker, an auth hold, a pause) are left to the
-// deferrer and the poll, and a retry whose row another replica claims
-// first finds nothing.
+// adapter's gate turned away (completion.wakeWhenDue), due when the gate
+// may let it through: a slot or a rate token (few are turned away for
+// those: they wait in their workers first, gate.waitSlot,
+// Config.GateWait), the breaker's next probe, an auth hold's recheck. The
+// other rows of its tool the deferrer pushed back meanwhile are woken at
+// once when the recheck's answer closes the breaker or ends the hold
+// (gate.free). A retry whose row another replica claims first finds
+// nothing.
 type retryWakes struct {
 	e *Engine
 
@@ -50,7 +52,7 @@ type retryTimer struct {
 
 // schedule sets the timers for the retries of batch, just written: a
 // completion not lost to its fence, that keeps the row pending with a
-// delay after an attempt, or after a refusal that ends by itself.
+// delay after an attempt, or after its gate's refusal.
 func (w *retryWakes) schedule(d store.Completed, batch []completion) {
 	now := time.Now()
 	w.mu.Lock()

@@ -128,7 +128,7 @@ func (e *Engine) refused(row *claimedRow, route *Route, entry *dispatch.Entry, r
 	}
 	c := release(row, ref.delay, false, &msg, outcome, fmt.Sprintf(noteRefusedFmt, refusalNote[ref.reason]))
 	c.adapter = entry.Name
-	c.wakeWhenDue = ref.reason == outbox.RefusedSaturated || ref.reason == outbox.RefusedRateLimited
+	c.wakeWhenDue = true // due when the gate may let it through: a slot, a token, a probe, a recheck
 	return c
 }
 
