@@ -98,6 +98,7 @@ func (g *gate) noteAuth(route string, res dispatch.Result) (wholeHeld bool) {
 		since time.Time
 	}
 	var events []event
+	var freed []string // the routes whose rows may go out again
 	g.authMu.Lock()
 	now := time.Now()
 	switch {
@@ -135,10 +136,12 @@ func (g *gate) noteAuth(route string, res dispatch.Result) (wholeHeld bool) {
 		if h := g.held[route]; h != nil {
 			delete(g.held, route)
 			events = append(events, event{route: route, since: h.since})
+			freed = []string{route}
 		}
 		if g.whole != nil {
 			events = append(events, event{route: wholeAdapter, since: g.whole.since})
 			g.whole = nil
+			freed = g.routeListLocked()
 		}
 	default:
 		// No answer (connection error, timeout): the recheck is still owed.
@@ -149,16 +152,6 @@ func (g *gate) noteAuth(route string, res dispatch.Result) (wholeHeld bool) {
 		}
 	}
 	wholeHeld = g.whole != nil
-	var freed []string // the routes whose rows may go out again
-	for _, ev := range events {
-		switch {
-		case ev.start:
-		case ev.route == wholeAdapter:
-			freed = g.routeListLocked()
-		case freed == nil:
-			freed = []string{ev.route}
-		}
-	}
 	g.authMu.Unlock()
 	if len(freed) > 0 && g.free != nil {
 		g.free(freed)
