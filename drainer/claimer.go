@@ -157,7 +157,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		note := e.floor.take()
 		claim.After = e.mark.start(claim, note)
 		if h := e.hooks.claiming; h != nil {
-			h()
+			h(cause)
 		}
 		got, err := e.st.ClaimBatch(ctx, e.pool, claim)
 		cancel()

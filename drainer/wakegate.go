@@ -73,8 +73,9 @@ type wakeHooks struct {
 	// hold runs once the gate has taken a seat, before it asks for the
 	// wake lock.
 	hold func(ctx context.Context)
-	// claiming runs in the claim loop before each claim's statement.
-	claiming func()
+	// claiming runs in the claim loop before each claim's statement, with
+	// the cause of the wake-up that led to it.
+	claiming func(claimCause)
 }
 
 func newWakeGate(e *Engine) *wakeGate {

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -333,42 +335,74 @@ func TestOrderedScopeNextRowIsWoken(t *testing.T) {
 // rows than free slots, the loop skips the wake instead of claiming again
 // (in bench's light-load phase four in five such claims found nothing).
 // Rows committed afterwards are still woken by their notification.
+//
+// Each try holds one row's call until the claim that a second row's
+// notification leads to is about to run; that claim finds one row for
+// three free slots. Another wake-up can come in between now and then (the
+// wake gate's own claim, taken before the second row committed, whose
+// notification then wakes the loop again), so up to three tries are made:
+// without the skip, none of them skips a wake.
 func TestStaleSlotWakeIsSkipped(t *testing.T) {
 	pool := newPool(t)
-	block := make(chan struct{})
-	var first atomic.Bool
-	a := dispatch.AdapterFunc(func(ctx context.Context, _ *dispatch.Message) dispatch.Result {
-		if first.CompareAndSwap(false, true) {
-			select { // the first row's call lasts until the hook below ends it
+	var mu sync.Mutex
+	blocks := map[string]chan struct{}{} // run -> its call's release
+	a := dispatch.AdapterFunc(func(ctx context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		block := blocks[m.Tuple.AgentRunID]
+		mu.Unlock()
+		if block != nil {
+			select {
 			case <-block:
 			case <-ctx.Done():
 			}
 		}
 		return dispatch.Result{Outcome: dispatch.Success}
 	})
-	var armed atomic.Bool
+	var armed atomic.Pointer[func()]
 	var e *Engine
-	hooks := wakeHooks{claiming: func() {
-		if !armed.CompareAndSwap(true, false) {
+	hooks := wakeHooks{claiming: func(cause claimCause) {
+		if cause != causeNotify {
 			return
 		}
-		close(block) // the first row's worker finishes during this claim
-		for deadline := time.Now().Add(wakeTestWait); len(e.wake) == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
+		if release := armed.Swap(nil); release != nil {
+			(*release)() // the held call ends during this claim
+			for deadline := time.Now().Add(wakeTestWait); len(e.wake) == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 		}
 	}}
 	e = startWithHooks(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 4}, hooks)
-	enqueueN(t, pool, "first", "t", 1)
-	testkit.WaitFor(t, wakeTestWait, "the first row in flight", func() (bool, string) { return first.Load(), "" })
-	armed.Store(true)
-	enqueueN(t, pool, "second", "t", 1) // its claim runs the hook, then finds fewer rows than slots
-	testkit.WaitFor(t, wakeTestWait, "the finished worker's wake skipped", func() (bool, string) {
-		return e.staleSlotWakes.Load() >= 1, ""
-	})
-	testkit.WaitFor(t, wakeTestWait, "both rows succeeded", func() (bool, string) {
-		return countByStatus(t, pool)[outbox.StatusSucceeded] == 2, ""
-	})
-	dispatchedByWakeUp(t, e, pool, "third", "a row enqueued after the skipped wake")
+	var seen []string
+	for try := range 3 {
+		held := fmt.Sprintf("held-%d", try)
+		block := make(chan struct{})
+		var once sync.Once
+		release := func() { once.Do(func() { close(block) }) }
+		mu.Lock()
+		blocks[held] = block
+		mu.Unlock()
+		heldKey := enqueueN(t, pool, held, "t", 1)[0]
+		testkit.WaitFor(t, wakeTestWait, "the held row in flight", func() (bool, string) {
+			return getRow(t, pool, heldKey).Status == outbox.StatusInFlight, ""
+		})
+		before := e.staleSlotWakes.Load()
+		armed.Store(&release)
+		second := enqueueN(t, pool, fmt.Sprintf("second-%d", try), "t", 1)[0]
+		testkit.WaitFor(t, wakeTestWait, "the second row succeeded", func() (bool, string) {
+			return getRow(t, pool, second).Status == outbox.StatusSucceeded, ""
+		})
+		fired := armed.Swap(nil) == nil
+		release()
+		testkit.WaitFor(t, wakeTestWait, "the held row succeeded", func() (bool, string) {
+			return getRow(t, pool, heldKey).Status == outbox.StatusSucceeded, ""
+		})
+		if fired && e.staleSlotWakes.Load() > before {
+			dispatchedByWakeUp(t, e, pool, "third", "a row enqueued after the skipped wake")
+			return
+		}
+		seen = append(seen, fmt.Sprintf("try %d: hook ran %v, stale wakes skipped %d", try+1, fired, e.staleSlotWakes.Load()-before))
+	}
+	t.Fatalf("no stale slot wake skipped in three tries (%s); claims by cause %v", strings.Join(seen, "; "), e.ClaimedRows())
 }
 
 // TestRetryIsClaimedWhenDue: a row rescheduled after a failed attempt is
