@@ -283,7 +283,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 	}
 	if e.fetchCtx.Err() != nil {
 		// Shutting down and this row was not sent yet: give it back untouched.
-		c := release(row, 0, true, nil, "", noteShutdown)
+		c := releaseUnsent(row)
 		return nil, nil, &c
 	}
 	if paused(e.pauses.Load(), route, entry.Name) {

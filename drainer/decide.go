@@ -188,6 +188,11 @@ func release(row *claimedRow, delay time.Duration, keepNext bool, msg *string, o
 	return c
 }
 
+// releaseUnsent gives a row back untouched at shutdown: nothing was sent.
+func releaseUnsent(row *claimedRow) completion {
+	return release(row, 0, true, nil, "", noteShutdown)
+}
+
 // failNow ends a claimed row without dispatching it; the attempt counted at
 // claim is given back since nothing was sent.
 func failNow(row *claimedRow, msg, note string) completion {

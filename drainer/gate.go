@@ -89,16 +89,10 @@ type refusal struct {
 	delay  time.Duration
 }
 
-// admit reserves a slot, a rate token and a breaker permit for a row of
-// route (its tool), the token only if it is free now. On success the
-// caller must call the returned done with the attempt's result.
-func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), ref *refusal) {
-	done, _, ref = g.admitWithin(r, route, 0, false)
-	return done, ref
-}
-
-// admitWithin is admit, taking a rate token that comes free within maxWait
-// too: the caller waits wait before its attempt. A row turned away for a
+// admitWithin reserves a slot, a rate token and a breaker permit for a row
+// of route (its tool), the token if it comes free within maxWait: the
+// caller waits wait before its attempt. On success the caller must call the
+// returned done with the attempt's result. A row turned away for a
 // token later than that goes back to pending and comes due when it is
 // free; one that waits in its worker instead keeps the route at its rate
 // (turned away, the rows of a route limited to 20/s with a burst of 1 went

@@ -121,3 +121,10 @@ func parkedIn(fn string) int {
 	}
 	return n
 }
+
+// admit is admitWithin for a row that waits for nothing: the token only if
+// it is free now, no slot held.
+func (g *gate) admit(r *rand.Rand, route string) (done func(dispatch.Result), ref *refusal) {
+	done, _, ref = g.admitWithin(r, route, 0, false)
+	return done, ref
+}

@@ -73,7 +73,7 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 		if g.waitSlot(e.fetchCtx, maxWait) {
 			entry, g, done, wait, ref = e.admit(rt, route, own, max(0, maxWait-time.Since(start)), true)
 		} else if e.fetchCtx.Err() != nil {
-			return release(row, 0, true, nil, "", noteShutdown) // shutting down before it was sent: given back untouched
+			return releaseUnsent(row) // shutting down before it was sent
 		}
 	}
 	if ref != nil {
@@ -86,7 +86,7 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 		case <-e.fetchCtx.Done():
 			t.Stop()
 			done(dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonCancelled})
-			return release(row, 0, true, nil, "", noteShutdown) // shutting down before it was sent: given back untouched
+			return releaseUnsent(row) // shutting down before it was sent
 		}
 	}
 	ctx, cancel := context.WithDeadline(e.workCtx, attemptDeadline(claimedAt, e.cfg.Lease-e.cfg.LeaseMargin, entry.Timeout))
@@ -94,7 +94,7 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	msg, res := e.attempt(ctx, row, entry)
 	done(res)
 	if e.workCtx.Err() != nil && !res.Succeeded() && res.Outcome != dispatch.Terminal && res.Outcome != dispatch.Auth && res.NotSent {
-		return release(row, 0, true, nil, "", noteShutdown) // shutting down before it was sent
+		return releaseUnsent(row) // shutting down before it was sent
 	}
 	route, res = e.classify(ctx, route, msg, res)
 	env := decideEnv{now: row.DBNow}
