@@ -363,3 +363,48 @@ func (m *seqModel) checkCapWake(fail func(string, ...any)) {
 		return true
 	})
 }
+
+// checkHeldWake: once the sequence settled, rows of a tool whose adapter
+// holds them back go out as soon as the provider answers again, none
+// claimed by a poll. Two holds are probed on toolFlaky, whose adapter's
+// breaker opens at the first failure: a first row answered 503 twice
+// opens the breaker of the replica (or both) that sent it, and an auth
+// hold follows a first row answered 401. Four more rows follow the first
+// one's refusal; a replica that claims one while its gate is shut defers
+// the tool's due rows in bulk, and they must come back when the breaker's
+// probe or the hold's recheck is answered (gate.free), not by a poll.
+func (m *seqModel) checkHeldWake(fail func(string, ...any)) {
+	e := m.e
+	for _, c := range []struct {
+		what, first string
+		requests    int // the first row's, until it succeeds
+	}{
+		{"breaker", `{"s":["503","503"]}`, 3},
+		{"auth hold", `{"s":["401"]}`, 2},
+	} {
+		m.probeNoPoll(fail, c.what, float64(c.requests+4), func(try int) bool {
+			run := fmt.Sprintf("held-%d-%d-%s", e.seq, try, strings.ReplaceAll(c.what, " ", "-"))
+			first := enqueueOne(e.t, e.pool, idemkey.Tuple{AgentRunID: run, StepID: "first", ToolName: toolFlaky}, c.first)
+			if !m.waitRequests(first, 1) {
+				fail("%s %s: first row not sent within 2 minutes", c.what, run)
+				return false
+			}
+			keys := []string{first}
+			for i := range 4 {
+				keys = append(keys, enqueueOne(e.t, e.pool, idemkey.Tuple{AgentRunID: run, StepID: "s" + strconv.Itoa(i),
+					ToolName: toolFlaky}, `{"s":[]}`))
+			}
+			for i, key := range keys {
+				n := 1
+				if i == 0 {
+					n = c.requests
+				}
+				if !m.waitRequests(key, n) {
+					fail("%s %s: %s not sent %d times within 2 minutes (%d were)", c.what, run, key, n, len(e.provider.key(key).requests))
+					return false
+				}
+			}
+			return true
+		})
+	}
+}

@@ -296,7 +296,8 @@ func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
 // key_idempotent step without compensation; sms is non_idempotent;
 // gw_charge (gwTool) is the MCP tool agents call through the gateways;
 // ledger is ordered per business_scope (checkOrderedScope); quota goes to
-// an adapter that allows one call at a time (checkCapWake).
+// an adapter that allows one call at a time (checkCapWake); flaky goes to
+// an adapter whose breaker opens at the first failure (checkHeldWake).
 const (
 	toolCharge = "charge"
 	toolRefund = "refund"
@@ -304,6 +305,7 @@ const (
 	toolSMS    = "sms"
 	toolLedger = "ledger"
 	toolQuota  = "quota"
+	toolFlaky  = "flaky"
 )
 
 var modelDedupeTools = []string{toolCharge, toolRefund, toolNote}
@@ -336,6 +338,12 @@ adapters:
     key_ttl: %[5]s
     breaker: {consecutive_failures: 0}
     max_concurrency: 1
+  fragile:
+    type: http
+    url: %[4]s/{tool_name}
+    timeout: 1s
+    key_ttl: %[5]s
+    breaker: {consecutive_failures: 1, open_for: 2s}
   tools:
     type: mcp
     url: %s
@@ -347,6 +355,7 @@ routes:
   sms: {adapter: provider, class: non_idempotent, max_attempts: 3, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   ledger: {adapter: provider, class: key_idempotent, ordering: business_scope, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   quota: {adapter: capped, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
+  flaky: {adapter: fragile, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   gw_charge: {adapter: tools, class: key_idempotent, max_attempts: 20, backoff: {base: 100ms, cap: 1s}}
 gateway:
   wait: 5s

@@ -358,6 +358,7 @@ func (m *seqModel) verify() {
 	m.checkOrderedScope(fail)
 	m.checkRetryWake(fail)
 	m.checkCapWake(fail)
+	m.checkHeldWake(fail)
 	if len(fails) > 0 {
 		m.rt.Fatalf("%d invariant violations:\n  %s\nrows and runs:\n%s", len(fails), strings.Join(fails, "\n  "), m.dump())
 	}
