@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
@@ -51,8 +52,11 @@ func Code(schema string) (sql, sum string, err error) {
 // installCode installs the code package into schema, in one transaction
 // under the schema's migration lock, unless the schema already holds this
 // revision with the same content, or a newer revision. It reports whether
-// it installed.
-func installCode(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logger) (bool, error) {
+// it installed. Once the migration lock is held, each statement waits at
+// most lockTimeout for a table lock (its CREATE TRIGGER … ON queue waits
+// for every open transaction that wrote the queue): the transaction fails
+// with SQLSTATE 55P03 instead, and MigrateWith retries it.
+func installCode(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout time.Duration, log *slog.Logger) (bool, error) {
 	sql, sum, err := Code(schema)
 	if err != nil {
 		return false, err
@@ -60,6 +64,9 @@ func installCode(ctx context.Context, conn *pgx.Conn, schema string, log *slog.L
 	installed := false
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, lockTimeoutSQL(lockTimeout)); err != nil {
 			return err
 		}
 		var revText, have string

@@ -1,15 +1,20 @@
 package migrations
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/tern/v2/migrate"
 )
 
@@ -36,19 +41,114 @@ func Latest() int {
 	return len(names)
 }
 
-// Migrate applies every pending migration to schema, then installs the
+// DefaultLockTimeout is how long each statement of a migration step waits
+// for a table lock (its lock_timeout) before the step is rolled back and
+// tried again. A live drain's claims, completions and enqueues queue behind
+// a waiting DDL statement, so this bounds how long they stall: keep it well
+// under their statement_timeout.
+const DefaultLockTimeout = 2 * time.Second
+
+// DefaultLockWait is how long Migrate keeps retrying a step whose table
+// locks other sessions hold before it gives up.
+const DefaultLockWait = 5 * time.Minute
+
+// The pause between tries of a step that could not take its locks grows
+// from lockRetryBase, doubling, to lockRetryCap, each drawn between half
+// and all of that.
+const (
+	lockRetryBase = 500 * time.Millisecond
+	lockRetryCap  = 30 * time.Second
+)
+
+// lockNotAvailable is the SQLSTATE of a lock wait cut off by lock_timeout.
+const lockNotAvailable = "55P03"
+
+// Options tune how Migrate waits for the locks its statements take.
+type Options struct {
+	// LockTimeout bounds each wait of a step's statements for a lock (the
+	// step's transaction runs with SET LOCAL lock_timeout); at least 1ms.
+	LockTimeout time.Duration
+	// LockWait bounds how long a step that could not take its locks is
+	// retried, with growing jittered pauses; 0 tries once.
+	LockWait time.Duration
+	// Log receives the progress and each retry (nil: none).
+	Log *slog.Logger
+}
+
+// DefaultOptions are the options Migrate uses.
+func DefaultOptions(log *slog.Logger) Options {
+	return Options{LockTimeout: DefaultLockTimeout, LockWait: DefaultLockWait, Log: log}
+}
+
+// Migrate is MigrateWith with DefaultOptions.
+func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logger) (applied int, err error) {
+	return MigrateWith(ctx, conn, schema, DefaultOptions(log))
+}
+
+// MigrateWith applies every pending migration to schema, then installs the
 // current definitions of its functions, views and triggers (code/) when the
 // schema holds an older revision of them. It is idempotent and safe to run
 // from many processes at once: the schema is created, and the definitions
 // installed, under a transaction-scoped advisory lock, and tern serialises
 // migrations under its own.
-func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logger) (applied int, err error) {
+//
+// Each step (a numbered migration, the code package) is one transaction
+// whose statements wait at most opts.LockTimeout for a table lock, so that
+// a session holding one (a producer's open transaction) never makes the
+// live drain queue behind a waiting ALTER TABLE for longer than that. A
+// step cut off that way is rolled back and tried again until opts.LockWait
+// has passed; then MigrateWith returns a *LockWaitError naming the sessions
+// that held the locks, the steps committed before it staying applied. The
+// lock_timeout is local to each step's transaction: conn keeps its own.
+func MigrateWith(ctx context.Context, conn *pgx.Conn, schema string, opts Options) (applied int, err error) {
 	if err := ValidateSchema(schema); err != nil {
 		return 0, err
 	}
+	if opts.LockTimeout < time.Millisecond || opts.LockWait < 0 {
+		return 0, fmt.Errorf("migrate: lock timeout must be at least 1ms and lock wait not negative (got %s and %s)", opts.LockTimeout, opts.LockWait)
+	}
+	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	start := time.Now()
+	for try := 1; ; try++ {
+		n, step, err := migrateOnce(ctx, conn, schema, opts.LockTimeout, log)
+		applied += n
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != lockNotAvailable {
+			return applied, err
+		}
+		w := inspectLockWait(ctx, conn, schema, opts.LockTimeout)
+		left := opts.LockWait - time.Since(start)
+		if left <= 0 {
+			return applied, &LockWaitError{Database: w.database, Schema: schema, Step: step, Version: w.version,
+				Waited: time.Since(start), Tries: try, LockTimeout: opts.LockTimeout, Holders: w.holders}
+		}
+		pause := min(retryPause(try), left)
+		attrs := []any{"schema", schema, "current_database", w.database, "step", step, "try", try,
+			"lock_timeout", opts.LockTimeout, "waited", time.Since(start).Round(time.Millisecond), "retry_in", pause.Round(time.Millisecond)}
+		log.Warn("migration step could not take its table locks in time: rolled back, retrying", append(attrs, w.holderAttrs()...)...)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return applied, fmt.Errorf("%s: waiting to retry: %w", step, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// retryPause is the pause before try+1: growing from lockRetryBase to
+// lockRetryCap, drawn between half and all of it.
+func retryPause(try int) time.Duration {
+	d := min(lockRetryCap, lockRetryBase<<min(try-1, 16))
+	return d/2 + rand.N(d/2+1)
+}
+
+// migrateOnce makes one pass of MigrateWith: the numbered migrations, then
+// the code package. step names the step that failed, if one did.
+func migrateOnce(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout time.Duration, log *slog.Logger) (applied int, step string, err error) {
 	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
 			return err
@@ -56,42 +156,57 @@ func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logge
 		_, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema)
 		return err
 	}); err != nil {
-		return 0, fmt.Errorf("create schema %s: %w", schema, err)
+		return 0, "create schema", fmt.Errorf("create schema %s: %w", schema, err)
 	}
 	m, err := migrate.NewMigrator(ctx, conn, schema+".schema_version")
 	if err != nil {
-		return 0, fmt.Errorf("prepare migrations: %w", err)
+		return 0, "prepare migrations", fmt.Errorf("prepare migrations: %w", err)
 	}
 	m.Data["schema"] = schema
 	if err := m.LoadMigrations(files); err != nil {
-		return 0, fmt.Errorf("load migrations: %w", err)
+		return 0, "load migrations", fmt.Errorf("load migrations: %w", err)
 	}
 	before, err := m.GetCurrentVersion(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+		return 0, "read schema version", fmt.Errorf("read schema version: %w", err)
 	}
 	if int(before) > len(m.Migrations) {
 		// A newer release migrated this schema; expand/contract keeps it usable.
 		log.Info("schema is newer than this release", "schema", schema, "version", before, "known", len(m.Migrations))
-		return 0, nil
+		return 0, "", nil
+	}
+	// tern runs each migration as one statement string in its own
+	// transaction (none of ours disables that), so SET LOCAL bounds every
+	// lock wait of the migration and ends with its transaction.
+	setTimeout := lockTimeoutSQL(lockTimeout)
+	for _, mig := range m.Migrations {
+		mig.UpSQL = setTimeout + "\n" + mig.UpSQL
 	}
 	// Count what this process applies: another may apply some while this
-	// one waits for tern's lock.
+	// one waits for tern's lock. The last one started did not commit if
+	// Migrate fails.
+	started := 0
 	m.OnStart = func(seq int32, name, _, _ string) {
-		applied++
+		started++
+		step = "migration " + name
 		log.Info("applying migration", "schema", schema, "version", seq, "name", name)
 	}
 	if err := m.Migrate(ctx); err != nil {
 		var pgErr migrate.MigrationPgError
 		if errors.As(err, &pgErr) {
-			return 0, fmt.Errorf("migration %s: %w", pgErr.MigrationName, pgErr.PgError)
+			return max(started-1, 0), step, fmt.Errorf("migration %s: %w", pgErr.MigrationName, pgErr.PgError)
 		}
-		return 0, fmt.Errorf("migrate: %w", err)
+		return max(started-1, 0), cmp.Or(step, "migrations"), fmt.Errorf("migrate: %w", err)
 	}
-	if _, err := installCode(ctx, conn, schema, log); err != nil {
-		return applied, err
+	if _, err := installCode(ctx, conn, schema, lockTimeout, log); err != nil {
+		return started, fmt.Sprintf("code revision %d (functions, views and triggers)", CodeRevision), err
 	}
-	return applied, nil
+	return started, "", nil
+}
+
+// lockTimeoutSQL sets lock_timeout for the rest of the transaction.
+func lockTimeoutSQL(d time.Duration) string {
+	return fmt.Sprintf("SET LOCAL lock_timeout = %d;", max(d.Milliseconds(), 1))
 }
 
 // ErrSchemaNotReady is returned by Check when the schema must be migrated or
@@ -149,4 +264,125 @@ func lockKey(schema string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("drainer.migrate." + schema))
 	return int64(h.Sum64())
+}
+
+// LockWaitError is returned by MigrateWith when a step could not take its
+// table locks before the lock wait ran out. The step was rolled back: the
+// schema is as the steps before it left it (Version).
+type LockWaitError struct {
+	Database, Schema string
+	// Step names what waited, e.g. "migration 026_queue_payload_bytes.sql".
+	Step string
+	// Version is the schema's migration version after the failure (-1 if
+	// it could not be read).
+	Version     int
+	Waited      time.Duration
+	Tries       int
+	LockTimeout time.Duration
+	// Holders are the sessions that held locks on the schema's tables, at
+	// least for LockTimeout, when the last try gave up: oldest transaction
+	// first.
+	Holders []LockHolder
+}
+
+func (e *LockWaitError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "database %q, schema %s: %s could not take its table locks within %s (%d tries, each waiting up to %s)",
+		e.Database, e.Schema, e.Step, e.Waited.Round(time.Millisecond), e.Tries, e.LockTimeout)
+	if len(e.Holders) == 0 {
+		b.WriteString("; no session was found holding a lock on the schema's tables that long")
+	} else {
+		b.WriteString("; locks held by ")
+		for i, h := range e.Holders {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(h.String())
+		}
+	}
+	b.WriteString("; that step was rolled back")
+	if e.Version >= 0 {
+		fmt.Fprintf(&b, " (the schema is at version %d)", e.Version)
+	}
+	b.WriteString(": end or commit the session holding the locks, then run drainer migrate again")
+	return b.String()
+}
+
+// LockHolder is a session holding locks on tables of the schema.
+type LockHolder struct {
+	PID int
+	// State is pg_stat_activity.state ("idle in transaction", "active",
+	// …); empty, like the fields below, where the role may not see it.
+	State           string
+	ApplicationName string
+	// XactAge is how long its transaction had been open.
+	XactAge time.Duration
+	// Relations are the tables it held locks on (a partition named by its
+	// partitioned table).
+	Relations []string
+}
+
+func (h LockHolder) String() string {
+	return fmt.Sprintf("pid %d (%s, transaction open %s, application_name %q, on %s)",
+		h.PID, cmp.Or(h.State, "state not visible"), h.XactAge.Round(time.Millisecond), h.ApplicationName, strings.Join(h.Relations, ", "))
+}
+
+// lockWait is what inspectLockWait found.
+type lockWait struct {
+	database string
+	version  int
+	holders  []LockHolder
+}
+
+// holderAttrs are the log attributes of the oldest holder.
+func (w lockWait) holderAttrs() []any {
+	if len(w.holders) == 0 {
+		return []any{"holder", "none found holding a lock on the schema's tables that long"}
+	}
+	h := w.holders[0]
+	return []any{"holder_pid", h.PID, "holder_state", h.State, "holder_xact_age", h.XactAge.Round(time.Millisecond),
+		"holder_application_name", h.ApplicationName, "holder_relations", strings.Join(h.Relations, ","), "holders", len(w.holders)}
+}
+
+// lockHoldersSQL lists the other sessions holding locks on tables of the
+// schema ($1) in a transaction open at least $2 seconds: a step cut off by
+// lock_timeout waited that long behind one of them. Oldest first.
+const lockHoldersSQL = `
+SELECT l.pid, coalesce(a.state, ''), coalesce(a.application_name, ''),
+       coalesce(extract(epoch FROM clock_timestamp() - a.xact_start), 0)::float8,
+       array_agg(DISTINCT t.relname ORDER BY t.relname)
+  FROM pg_locks l
+  JOIN pg_class c ON c.oid = l.relation
+  JOIN pg_class t ON t.oid = coalesce(pg_partition_root(c.oid), c.oid)
+  LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'relation' AND l.granted
+   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
+   AND c.relkind IN ('r', 'p')
+   AND l.pid <> pg_backend_pid()
+   AND (a.xact_start IS NULL OR a.xact_start <= clock_timestamp() - $2::float8 * interval '1 second')
+ GROUP BY l.pid, a.state, a.application_name, a.xact_start
+ ORDER BY a.xact_start NULLS LAST, l.pid
+ LIMIT 5`
+
+// inspectLockWait reads, after a step was cut off by lock_timeout, the
+// database's name, the schema's version and who held locks on its tables.
+// What cannot be read is left out: it only explains the wait.
+func inspectLockWait(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout time.Duration) lockWait {
+	w := lockWait{database: conn.Config().Database, version: -1}
+	_ = conn.QueryRow(ctx, "SELECT current_database()").Scan(&w.database)
+	_ = conn.QueryRow(ctx, "SELECT version FROM "+schema+".schema_version").Scan(&w.version)
+	rows, err := conn.Query(ctx, lockHoldersSQL, schema, lockTimeout.Seconds())
+	if err != nil {
+		return w
+	}
+	var h LockHolder
+	var age float64
+	_, _ = pgx.ForEachRow(rows, []any{&h.PID, &h.State, &h.ApplicationName, &age, &h.Relations}, func() error {
+		h.XactAge = time.Duration(age * float64(time.Second))
+		w.holders = append(w.holders, h)
+		h = LockHolder{}
+		return nil
+	})
+	return w
 }

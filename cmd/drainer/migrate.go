@@ -25,6 +25,7 @@ const migrateConnectTimeout = 30 * time.Second
 func newMigrateCmd(g *globals) *cobra.Command {
 	var all bool
 	var parallel int
+	var lockTimeout, lockWait time.Duration
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema migrations (idempotent; safe from many replicas at once)",
@@ -32,11 +33,25 @@ func newMigrateCmd(g *globals) *cobra.Command {
 NAME with --config FILE), or with --all to every database of the config's
 databases: section (static entries and catalog rows), --parallel at a time.
 --all prints one line per database (its name, and the schema version before
-and after, or the error) and exits 1 if any failed.`,
+and after, or the error) and exits 1 if any failed.
+
+Each migration step is one transaction whose statements wait at most
+--lock-timeout for a table lock, so that a running drain never queues long
+behind it; a step that could not take its locks (a transaction left open
+on the queue) is rolled back and tried again, with growing pauses, for up
+to --lock-wait. Then migrate fails naming the sessions holding the locks,
+the steps committed before it staying applied.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if lockTimeout < time.Millisecond {
+				return usagef("--lock-timeout: must be at least 1ms, got %s", lockTimeout)
+			}
+			if lockWait < 0 {
+				return usagef("--lock-wait: must not be negative, got %s", lockWait)
+			}
+			opts := migrations.Options{LockTimeout: lockTimeout, LockWait: lockWait, Log: cmdLogger(cmd)}
 			if all {
-				return migrateAll(cmd, g, parallel)
+				return migrateAll(cmd, g, parallel, opts)
 			}
 			if g.configPath != "" && g.database == "" && g.databaseURL == "" {
 				return usagef("--config: give --all to migrate every database of its databases: section, or --database NAME for one")
@@ -44,13 +59,12 @@ and after, or the error) and exits 1 if any failed.`,
 			if err := g.requireDB(cmd.Context()); err != nil {
 				return err
 			}
-			log := cmdLogger(cmd)
 			conn, err := pgx.Connect(cmd.Context(), g.databaseURL)
 			if err != nil {
 				return fmt.Errorf("connect: %w", err)
 			}
 			defer conn.Close(cmd.Context())
-			n, err := migrations.Migrate(cmd.Context(), conn, g.schema, log)
+			n, err := migrations.MigrateWith(cmd.Context(), conn, g.schema, opts)
 			if err != nil {
 				return err
 			}
@@ -61,11 +75,13 @@ and after, or the error) and exits 1 if any failed.`,
 	addDBFlags(cmd, g)
 	cmd.Flags().BoolVar(&all, "all", false, "migrate every database of the config's databases: section (needs --config)")
 	cmd.Flags().IntVar(&parallel, "parallel", 4, "with --all: databases migrated at once")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", migrations.DefaultLockTimeout, "how long each statement of a migration step waits for a table lock before the step is rolled back and retried")
+	cmd.Flags().DurationVar(&lockWait, "lock-wait", migrations.DefaultLockWait, "how long a step whose table locks other sessions hold is retried before migrate gives up (0: try once)")
 	return cmd
 }
 
 // migrateAll runs `migrate --all`.
-func migrateAll(cmd *cobra.Command, g *globals, parallel int) error {
+func migrateAll(cmd *cobra.Command, g *globals, parallel int, opts migrations.Options) error {
 	switch {
 	case g.configPath == "":
 		return usagef("--all needs --config FILE (the config whose databases: section lists the databases)")
@@ -81,7 +97,7 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int) error {
 	if err != nil {
 		return err
 	}
-	ctx, log := cmd.Context(), cmdLogger(cmd)
+	ctx, log := cmd.Context(), opts.Log
 	out := &lineWriter{w: cmd.OutOrStdout()}
 
 	targets, catalogErr := migrateTargets(ctx, dbs, log)
@@ -102,7 +118,9 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int) error {
 			err := t.err
 			var from, to, applied int
 			if err == nil {
-				from, to, applied, err = migrateOne(ctx, t.url, g.schema, log.With("database", t.name))
+				o := opts
+				o.Log = log.With("database", t.name)
+				from, to, applied, err = migrateOne(ctx, t.url, g.schema, o)
 			}
 			if err != nil {
 				mu.Lock()
@@ -172,7 +190,7 @@ func migrateTargets(ctx context.Context, dbs *config.Databases, log *slog.Logger
 
 // migrateOne migrates one database and reports its schema version before
 // and after. Its errors hold no url.
-func migrateOne(ctx context.Context, url config.Secret, schema string, log *slog.Logger) (from, to, applied int, err error) {
+func migrateOne(ctx context.Context, url config.Secret, schema string, opts migrations.Options) (from, to, applied int, err error) {
 	cctx, cancel := context.WithTimeout(ctx, migrateConnectTimeout)
 	conn, err := catalog.Connect(cctx, url, "drainer-migrate")
 	cancel()
@@ -183,7 +201,7 @@ func migrateOne(ctx context.Context, url config.Secret, schema string, log *slog
 	if from, err = schemaVersion(ctx, conn, schema); err != nil {
 		return 0, 0, 0, err
 	}
-	if applied, err = migrations.Migrate(ctx, conn, schema, log); err != nil {
+	if applied, err = migrations.MigrateWith(ctx, conn, schema, opts); err != nil {
 		return from, 0, applied, err
 	}
 	to, err = schemaVersion(ctx, conn, schema)
