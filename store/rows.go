@@ -98,15 +98,54 @@ func (f Filter) where(args *[]any) string {
 	return strings.Join(conds, " AND ")
 }
 
-// listRowsSQL pages through the rows matching a filter (%s) in seq order.
-const listRowsSQL = `SELECT ` + rowColumns + ` FROM {s}.outbox o
+// listRowsSQL pages through the rows matching a filter in seq order: its
+// columns (first %s) and its conditions (second %s).
+const listRowsSQL = `SELECT %s FROM {s}.outbox o
      WHERE o.seq > $1 AND %s ORDER BY o.seq LIMIT $2`
 
 // ListRows returns up to limit rows matching f with seq > after, in seq
-// order.
+// order, whole: payload and response included (`drainer list` prints
+// them). A list that shows neither reads ListRowSummaries.
 func (s *Store) ListRows(ctx context.Context, db DB, f Filter, after int64, limit int) ([]Row, error) {
 	args := []any{after, limit}
-	return collect[Row](ctx, db, s.sql(fmt.Sprintf(listRowsSQL, f.where(&args))), args...)
+	return collect[Row](ctx, db, s.sql(fmt.Sprintf(listRowsSQL, rowColumns, f.where(&args))), args...)
+}
+
+// RowSummary is a row as a list shows it: the columns of Row but payload
+// and response, and the others a list does not show. A payload may be as
+// large as drainer.max_payload_bytes and a response as an adapter's
+// response_limit, so a page of a list never reads them; ReadRow reads one
+// row whole. Their sizes as stored stand in for them (pg_column_size:
+// after compression, known without reading the value; null without one).
+type RowSummary struct {
+	Key                 string        `json:"key" db:"key"`
+	Seq                 int64         `json:"seq" db:"seq"`
+	AgentRunID          string        `json:"agent_run_id" db:"agent_run_id"`
+	StepID              string        `json:"step_id" db:"step_id"`
+	ToolName            string        `json:"tool_name" db:"tool_name"`
+	BusinessScope       string        `json:"business_scope" db:"business_scope"`
+	Kind                outbox.Kind   `json:"kind" db:"kind"`
+	Status              outbox.Status `json:"status" db:"status"`
+	Attempts            int           `json:"attempts" db:"attempts"`
+	NextAttemptAt       time.Time     `json:"next_attempt_at" db:"next_attempt_at"`
+	LastError           *string       `json:"last_error" db:"last_error"`
+	ResponseStatus      *int          `json:"response_status" db:"response_status"`
+	CreatedAt           time.Time     `json:"created_at" db:"created_at"`
+	UpdatedAt           time.Time     `json:"updated_at" db:"updated_at"`
+	PayloadStoredBytes  *int          `json:"payload_stored_bytes" db:"payload_stored_bytes"`
+	ResponseStoredBytes *int          `json:"response_stored_bytes" db:"response_stored_bytes"`
+}
+
+// summaryColumns selects every field of RowSummary from outbox o.
+const summaryColumns = `o.key, o.seq, o.agent_run_id, o.step_id, o.tool_name, o.business_scope, o.kind, o.status,
+	o.attempts, o.next_attempt_at, o.last_error, o.response_status, o.created_at, o.updated_at,
+	pg_column_size(o.payload) AS payload_stored_bytes, pg_column_size(o.response) AS response_stored_bytes`
+
+// ListRowSummaries returns up to limit rows matching f with seq > after,
+// in seq order, as a list shows them: without payload and response.
+func (s *Store) ListRowSummaries(ctx context.Context, db DB, f Filter, after int64, limit int) ([]RowSummary, error) {
+	args := []any{after, limit}
+	return collect[RowSummary](ctx, db, s.sql(fmt.Sprintf(listRowsSQL, summaryColumns, f.where(&args))), args...)
 }
 
 // ReadRow returns the row of key, or nil when there is none.

@@ -73,7 +73,8 @@ type RowsPage struct {
 	Matched string `json:"matched,omitempty"`
 }
 
-// RowView is a row of a list: the §2 columns without payload and response.
+// RowView is a row of a list: the §2 columns without payload and response,
+// which a list never reads (store.RowSummary), and their sizes as stored.
 type RowView struct {
 	Key            string        `json:"key"`
 	Seq            int64         `json:"seq"`
@@ -89,12 +90,17 @@ type RowView struct {
 	ResponseStatus *int          `json:"response_status"`
 	CreatedAt      time.Time     `json:"created_at"`
 	UpdatedAt      time.Time     `json:"updated_at"`
+	// PayloadStoredBytes and ResponseStoredBytes are the sizes the
+	// database stores them in (after compression; null without a response).
+	PayloadStoredBytes  *int `json:"payload_stored_bytes"`
+	ResponseStoredBytes *int `json:"response_stored_bytes"`
 }
 
-func viewOf(r store.Row) RowView {
+func viewOf(r store.RowSummary) RowView {
 	return RowView{Key: r.Key, Seq: r.Seq, AgentRunID: r.AgentRunID, StepID: r.StepID, ToolName: r.ToolName,
 		BusinessScope: r.BusinessScope, Kind: r.Kind, Status: r.Status, Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
-		LastError: truncStr(r.LastError, 2048), ResponseStatus: r.ResponseStatus, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		LastError: truncStr(r.LastError, 2048), ResponseStatus: r.ResponseStatus, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		PayloadStoredBytes: r.PayloadStoredBytes, ResponseStoredBytes: r.ResponseStoredBytes}
 }
 
 func truncStr(p *string, n int) *string {
@@ -135,26 +141,33 @@ func (s *Server) viewPage(ctx context.Context, d *db, sel *selection, v url.Valu
 			return nil, badRequest("limit: must be between 1 and %d", maxPageSize)
 		}
 	}
-	f := sel.filter
+	var after int64
 	if a := v.Get("after"); a != "" {
 		n, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || n < 0 {
 			return nil, badRequest("after: %q is not a seq", a)
 		}
-		f.AfterSeq = n
+		after = n
 	}
 	out := &RowsPage{Database: d.Name, Rows: []RowView{}, Matched: sel.matched}
 	if sel.empty {
 		return out, nil
 	}
-	p, err := d.ops.List(ctx, f, limit)
+	if err := sel.filter.Validate(); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	// The rows without payload and response: a page holds up to
+	// maxPageSize of them, and only the row page shows those.
+	rows, err := d.Store.ListRowSummaries(ctx, d.DB, sel.filter.StoreFilter(), after, limit+1)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range p.Rows {
+	if len(rows) > limit {
+		rows, out.NextAfter = rows[:limit], rows[limit-1].Seq
+	}
+	for _, r := range rows {
 		out.Rows = append(out.Rows, viewOf(r))
 	}
-	out.NextAfter = p.NextAfterSeq
 	return out, nil
 }
 

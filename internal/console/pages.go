@@ -357,10 +357,13 @@ func (s *Server) rowsPage(r *http.Request, d *db, p *pageData) (string, error) {
 	return "rows", nil
 }
 
+// toolsOf lists the tools of the overview's work by tool, each once.
 func toolsOf(st Stats) []string {
 	var out []string
+	seen := map[string]bool{}
 	for _, tc := range st.RowsByTool {
-		if !slices.Contains(out, tc.Tool) {
+		if !seen[tc.Tool] {
+			seen[tc.Tool] = true
 			out = append(out, tc.Tool)
 		}
 	}

@@ -15,6 +15,10 @@ import (
 // default 2s, twenty minutes).
 const historyLen = 600
 
+// maxToolsShown bounds the overview's work by tool: the tools with the
+// most rows, the others summed (producers name tools freely).
+const maxToolsShown = 100
+
 // Dispatch outcomes that send no request.
 const (
 	outcomeUnrouted    = "unrouted"
@@ -46,8 +50,13 @@ type Stats struct {
 	// terminal ones, which may be planner estimates: see Estimated).
 	RowsByStatus map[string]int64 `json:"rows_by_status"`
 	Estimated    []outbox.Status  `json:"estimated,omitempty"`
-	// RowsByTool counts the rows that hold work, by tool and status.
+	// RowsByTool counts the rows that hold work, by tool and status, of
+	// the maxToolsShown tools with the most of them.
 	RowsByTool []store.ToolCount `json:"rows_by_tool"`
+	// OtherTools is how many more tools hold work, and OtherToolRows
+	// their rows by status.
+	OtherTools    int64            `json:"other_tools"`
+	OtherToolRows map[string]int64 `json:"other_tool_rows"`
 	// UnroutedTools are the tools of RowsByTool whose pending rows no
 	// route takes: they wait until the config names them.
 	UnroutedTools           []string `json:"unrouted_tools"`
@@ -72,6 +81,15 @@ type Stats struct {
 
 // NoRoute says whether tool's pending rows wait for a route.
 func (s Stats) NoRoute(tool string) bool { return slices.Contains(s.UnroutedTools, tool) }
+
+// OtherRows is the sum of OtherToolRows.
+func (s Stats) OtherRows() int64 {
+	var n int64
+	for _, v := range s.OtherToolRows {
+		n += v
+	}
+	return n
+}
 
 // AdapterState is an adapter's breaker and its auth holds.
 type AdapterState struct {
@@ -226,11 +244,18 @@ func (m *sampler) measure(ctx context.Context, d *db, st *Stats) error {
 		st.SnapshotAt = &at
 		st.OldestPendingAgeSeconds = snap.OldestPendingAge
 	}
-	if st.RowsByTool, err = d.Store.CountsByTool(ctx, d.DB); err != nil {
+	tools, err := d.Store.CountsByTopTools(ctx, d.DB, maxToolsShown)
+	if err != nil {
 		return err
 	}
+	st.RowsByTool, st.OtherTools = tools.Top, tools.Tools-int64(distinctTools(tools.Top))
+	st.OtherToolRows = map[string]int64{}
 	// The work statuses, exact and fresher than the snapshot.
 	work := map[outbox.Status]int64{}
+	for k, v := range tools.Other {
+		work[k] += v
+		st.OtherToolRows[string(k)] = v
+	}
 	for _, tc := range st.RowsByTool {
 		work[tc.Status] += tc.Rows
 	}
@@ -249,21 +274,38 @@ func (m *sampler) measure(ctx context.Context, d *db, st *Stats) error {
 // the routing in force when the console runs beside an engine, else as
 // the daemons' last backlog snapshot found them (snap).
 func (m *sampler) unrouted(counts []store.ToolCount, snap []store.UnroutedTool) []string {
-	var routed []string
+	var routed map[string]bool
 	if m.s.cfg.Routed != nil {
-		routed = m.s.cfg.Routed()
+		routed = map[string]bool{}
+		for _, t := range m.s.cfg.Routed() {
+			routed[t] = true
+		}
+	}
+	found := map[string]bool{}
+	for _, u := range snap {
+		found[u.Tool] = true
 	}
 	out := []string{}
+	seen := map[string]bool{}
 	for _, tc := range counts {
-		if tc.Status != outbox.StatusPending || tc.Rows == 0 || slices.Contains(out, tc.Tool) {
+		if tc.Status != outbox.StatusPending || tc.Rows == 0 || seen[tc.Tool] {
 			continue
 		}
-		if routed != nil && !slices.Contains(routed, tc.Tool) ||
-			routed == nil && slices.ContainsFunc(snap, func(u store.UnroutedTool) bool { return u.Tool == tc.Tool }) {
+		seen[tc.Tool] = true
+		if routed != nil && !routed[tc.Tool] || routed == nil && found[tc.Tool] {
 			out = append(out, tc.Tool)
 		}
 	}
 	return out
+}
+
+// distinctTools counts the tools of counts.
+func distinctTools(counts []store.ToolCount) int {
+	seen := map[string]bool{}
+	for _, tc := range counts {
+		seen[tc.Tool] = true
+	}
+	return len(seen)
 }
 
 func (m *sampler) adapters() []AdapterState {
@@ -339,6 +381,9 @@ func (m *sampler) snapshot() Stats {
 	}
 	if st.RowsByTool == nil {
 		st.RowsByTool = []store.ToolCount{}
+	}
+	if st.OtherToolRows == nil {
+		st.OtherToolRows = map[string]int64{}
 	}
 	if st.Pauses == nil {
 		st.Pauses = []store.Pause{}

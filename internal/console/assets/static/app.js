@@ -135,6 +135,16 @@
         tr.appendChild(cell(fmtNum(tc.rows), 'n'));
         tb.appendChild(tr);
       });
+      if (st.other_tools > 0) {
+        // The tools past the largest ones, summed.
+        var rest = 0;
+        Object.keys(st.other_tool_rows || {}).forEach(function (k) { rest += st.other_tool_rows[k]; });
+        var tm = document.createElement('tr');
+        tm.setAttribute('data-other-tools', String(st.other_tools));
+        var tdm = cell('and ' + fmtNum(st.other_tools) + ' more tools', 'muted'); tdm.colSpan = 2; tm.appendChild(tdm);
+        tm.appendChild(cell(fmtNum(rest), 'n'));
+        tb.appendChild(tm);
+      }
       if (!tb.firstChild) {
         var tr = document.createElement('tr');
         var td = cell(st.rows_by_database && !st.database ? 'Choose a database to see its work by tool.' : 'No work waiting.', 'muted');
