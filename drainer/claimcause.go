@@ -216,3 +216,19 @@ func (w *pollWitness) settleAll(counts *claimCounts) {
 	w.held, w.heard = nil, nil
 	w.mu.Unlock()
 }
+
+// signalFull wakes the claim loop for rows that became due behind its
+// low-water mark without a position: its next claim starts from the first
+// due row.
+func (e *Engine) signalFull() {
+	e.floor.wantFull()
+	e.wakeFor(causeSignal)
+}
+
+// signal wakes the claim loop without blocking.
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}

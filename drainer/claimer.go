@@ -220,6 +220,7 @@ func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCaus
 			e.finish(c)
 			continue
 		}
+		e.holds.claimed(row, route)
 		e.workers.Add(1)
 		rt.share()
 		started++

@@ -331,17 +331,13 @@ func (c *completer) done(d store.Completed, batch []completion) {
 	e.retries.schedule(d, batch)
 }
 
-// nextInScope wakes the claim loop when the batch let go of a row of a
-// tool ordered per business_scope: the next row of its scope is claimable
-// from now, and nothing else would claim it before the poll (a scope of n
-// rows took n polls).
+// nextInScope makes due the next row of each scope of an ordered tool the
+// batch let go of (held behind it: scopeHolds) and then wakes the claim
+// loop: the next row of its scope is claimable from now, and nothing else
+// would claim it before the poll (a scope of n rows took n polls).
 func (c *completer) nextInScope(d store.Completed, batch []completion) {
-	for i := range batch {
-		x := &batch[i]
-		if x.route != nil && x.route.Ordering == outbox.OrderingBusinessScope && !slices.Contains(d.Lost, x.Seq) {
-			c.e.wakeFor(causeSignal) // an ordered claim starts from the first due row
-			return
-		}
+	if c.releaseNext(d, batch) {
+		c.e.wakeFor(causeSignal) // an ordered claim starts from the first due row
 	}
 }
 

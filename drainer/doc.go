@@ -33,7 +33,9 @@
 //
 // Around it, each a service with its own Start/Stop (internal/maintenance):
 // the deferrer (deferral.go: bulk deferral of a refused tool's rows and
-// wakes, one goroutine), the listener (listen.go; wakegate.go: the wake
+// wakes, one goroutine), the scope holds (scopehold.go: the rows queued
+// behind a scope's first row of an ordered tool held out of the claims'
+// way, the next one made due when it settles), the listener (listen.go; wakegate.go: the wake
 // gate, on its own goroutine and connection, holds a slot while the claim
 // loop sleeps, so producers notify only then), the pause watcher
 // (pause.go), the reclaimer of expired leases (reclaim.go; a reclaimed row

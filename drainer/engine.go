@@ -50,6 +50,12 @@ type Config struct {
 	// adapter's max_concurrency or for its rate token before it is turned
 	// away (default gateWaitMax; negative: never waits).
 	GateWait time.Duration
+	// ScopeHold is how long the rows queued behind a scope's row of a tool
+	// ordered per business_scope are held out of the claims' way (default
+	// DefaultScopeHold): the longest a scope's next row waits when the
+	// release that follows its predecessor's completion is missed
+	// (drainer/scopehold.go).
+	ScopeHold time.Duration
 	// FetchCooldown lets freed slots accumulate before the next claim under
 	// load (default 2ms).
 	FetchCooldown time.Duration
@@ -127,6 +133,7 @@ func (c Config) WithDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	c.GateWait = cmp.Or(c.GateWait, gateWaitMax)
+	c.ScopeHold = cmp.Or(c.ScopeHold, DefaultScopeHold)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, 2*time.Millisecond)
 	c.ReclaimInterval = cmp.Or(c.ReclaimInterval, 2*time.Second)
 	c.RotateInterval = cmp.Or(c.RotateInterval, 5*time.Second)
@@ -228,6 +235,7 @@ type Engine struct {
 	pauses     atomic.Pointer[pauseSet]
 	backlog    atomic.Pointer[backlog] // the last snapshot read (Backlog)
 	deferrer   *deferrer
+	holds      *scopeHolds
 	sagas      *compensations.Runner
 
 	started, stopped atomic.Bool
@@ -281,6 +289,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.retries = retryWakes{e: e, timers: map[int64]*retryTimer{}}
 	e.gate, e.listening = newWakeGate(e), make(chan struct{})
 	e.deferrer = newDeferrer(e)
+	e.holds = newScopeHolds(e)
 	e.sagas = compensations.NewRunner(compensations.RunnerConfig{
 		Pool: pool, Store: e.st, SweepInterval: cfg.SagaInterval, Logger: cfg.Logger, Queued: func() { e.wakeFor(causeSignal) },
 		DBFailed: e.db.failed,
@@ -323,7 +332,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	// their rows without them.
 	e.completer.inherit(ctx, e.cfg.Inherited)
 	// Maintenance first, in this order; Stop stops it last, in reverse.
-	services := []maintenance.Service{e.sagas, e.deferrer.service()}
+	services := []maintenance.Service{e.sagas, e.deferrer.service(), e.holds.service()}
 	if !e.cfg.PollOnly {
 		services = append(services, e.listener(), e.gate.service())
 	}
@@ -459,22 +468,6 @@ func (e *Engine) wakeNewlyRouted(old, rt *Routing) {
 		}
 	}
 	e.deferrer.wake(tools)
-}
-
-// signalFull wakes the claim loop for rows that became due behind its
-// low-water mark without a position: its next claim starts from the first
-// due row.
-func (e *Engine) signalFull() {
-	e.floor.wantFull()
-	e.wakeFor(causeSignal)
-}
-
-// signal wakes the claim loop without blocking.
-func (e *Engine) signal() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (e *Engine) jitterRand() *rand.Rand { return e.rng }

@@ -22,6 +22,8 @@
 //	reclaim.go      Reclaim: expired leases back to pending or parked, held
 //	                for a Retry-After the lost answer may have carried
 //	deferral.go     Defer, Wake: a paused or limited tool's due times
+//	scopehold.go    HoldScopes, ReleaseScopes: the rows queued behind a scope's
+//	                first row of an ordered tool held, and the next one made due
 //	schedule.go     Reschedule: given rows due at given delays
 //	pause.go        ReadPauses: the pause set the daemons apply
 //	pause_admin.go  ListPauses, InsertPause, DeletePause, ReadPause: the operator's side
@@ -33,7 +35,8 @@
 //	locks.go        the daemons' advisory lock keys
 //	witness.go      LastSucceeded: a row a detect probe proves itself on
 //	rows.go         Row, Filter (status, run, tool, age, scope, payload containment),
-//	                RunRow, Tombstone: ListRows, ReadRow, RowStatus,
+//	                RowSummary, RunRow, Tombstone: ListRows, ListRowSummaries (the
+//	                console's lists: no payload, no response), ReadRow, RowStatus,
 //	                RunRows, ReadTombstone (list, inspect, and the reads of every action)
 //	candidates.go   Candidate: CandidateOf, Candidates, FailedCandidates (requeue, cancel)
 //	actions.go      Requeue, Cancel, Settle, MarkCompensated: the actions' conditional writes
@@ -44,7 +47,8 @@
 //	audit_ledger.go AuditLedger, AuditGenerations, AuditHorizon, TransactionsRunning,
 //	                ExtendAuditLedger, EachAuditEntry, EachAnchorVersion: the audit's ledger,
 //	                read raw for audit checkpoint and verify --checkpoints
-//	console.go      RowFloor, VerifyAuditKey, CountsByTool: the operator console's reads
+//	console.go      RowFloor, VerifyAuditKey, CountsByTool, CountsByTopTools (bounded),
+//	                ViewKeys: the operator console's reads
 //	progress.go     ReadProgress, CountByStatusKind (the demo's progress and summary)
 //	stats.go        CountStatuses, OldestPendingByTool, SettledSince: drainer stats
 //	fleet.go        the fleet's tables in its coordination database (package
