@@ -64,6 +64,9 @@ func (d *deferrer) refuse(tool string, reason outbox.Refusal, delay time.Duratio
 		d.mu.Unlock()
 		return // deferred recently: the rows claimed since are few
 	}
+	if len(d.last) >= maxToolsRemembered {
+		clear(d.last) // forgetting only lets the next refusals defer again at once
+	}
 	d.last[tool] = time.Now()
 	d.excluded[tool]++
 	d.queue = append(d.queue, deferral{tool: tool, reason: reason, delay: delay})
@@ -77,6 +80,7 @@ func (d *deferrer) wake(tools []string) {
 	d.mu.Lock()
 	d.last = map[string]time.Time{}
 	if len(tools) > 0 {
+		d.e.holds.forget(tools)
 		d.queue = append(d.queue, deferral{wake: tools})
 	}
 	d.mu.Unlock()

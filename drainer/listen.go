@@ -41,13 +41,21 @@ func (e *Engine) listen(ctx context.Context) {
 	}
 }
 
+// listenSetupWait bounds the listener's connect and LISTEN.
+const listenSetupWait = 5 * time.Second
+
 // listenOnce connects, LISTENs and hands notifications to the claim loop
 // and the saga runner until the connection fails; listened says it got as
 // far as listening. It moves heard to the connection's last sign of life
 // it saw (listening, a notification): its failure is not older than that.
 func (e *Engine) listenOnce(ctx context.Context, heard *time.Time) (listened bool, err error) {
 	channel, sagaChannel := e.st.OutboxChannel(), e.st.SagaChannel()
-	conn, err := store.ConnectBeside(ctx, e.pool, "listen")
+	// Connecting and listening are bounded, as the wake gate's are: a
+	// server that accepts the connection and never answers would otherwise
+	// leave the replica deaf, waiting for polls, until TCP gave up.
+	setupCtx, cancelSetup := context.WithTimeout(ctx, listenSetupWait)
+	defer cancelSetup()
+	conn, err := store.ConnectBeside(setupCtx, e.pool, "listen")
 	if err != nil {
 		return false, err
 	}
@@ -56,9 +64,10 @@ func (e *Engine) listenOnce(ctx context.Context, heard *time.Time) (listened boo
 		_ = conn.Close(closeCtx)
 		cancel()
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(setupCtx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{sagaChannel}.Sanitize()); err != nil {
 		return false, err
 	}
+	cancelSetup()
 	*heard = time.Now()
 	e.listenedOnce.Do(func() { close(e.listening) })
 	e.floor.wantFull() // anything enqueued while not listening

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -315,6 +316,11 @@ func deref(s *string) string {
 	return *s
 }
 
+// maxToolsRemembered bounds the maps an engine keeps per tool_name of the
+// rows it claims (unroutedLog, deferrer.last): past it, entries that no
+// longer matter are dropped.
+const maxToolsRemembered = 1024
+
 // unroutedLog logs each unrouted tool at most once a minute.
 type unroutedLog struct {
 	mu   sync.Mutex
@@ -329,6 +335,14 @@ func (u *unroutedLog) note(log interface{ Warn(string, ...any) }, tool string, r
 	}
 	if last, ok := u.seen[tool]; ok && time.Since(last) < time.Minute {
 		return
+	}
+	if len(u.seen) >= maxToolsRemembered {
+		// Producers name tools freely: forget the ones logged over a
+		// minute ago rather than keep every name ever seen.
+		maps.DeleteFunc(u.seen, func(_ string, at time.Time) bool { return time.Since(at) >= time.Minute })
+		if len(u.seen) >= maxToolsRemembered {
+			clear(u.seen)
+		}
 	}
 	u.seen[tool] = time.Now()
 	const msg = "rows wait for a route: no route for their tool_name; they drain once a config with one is loaded"

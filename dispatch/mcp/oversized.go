@@ -38,6 +38,7 @@ func (c *oversizedCache) put(key string, rec json.RawMessage) {
 	c.bytes += len(rec)
 	for c.bytes > oversizedBytes {
 		c.bytes -= len(c.entries[0].rec)
+		c.entries[0] = oversizedEntry{} // the record goes with it, not with the array
 		c.entries = c.entries[1:]
 	}
 }
@@ -61,5 +62,6 @@ func (c *oversizedCache) expire(now time.Time) {
 		c.bytes -= len(c.entries[n].rec)
 		n++
 	}
+	clear(c.entries[:n]) // their records go now, not when the array is replaced
 	c.entries = c.entries[n:]
 }

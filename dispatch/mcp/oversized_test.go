@@ -1,0 +1,41 @@
+package mcp
+
+import (
+	"encoding/json"
+	"runtime"
+	"strconv"
+	"testing"
+	"weak"
+)
+
+// TestOversizedCacheLetsEvictedRecordsGo: a record the cache evicts (its
+// bytes over oversizedBytes) is no longer referenced by the cache, so its
+// memory is freed; before, the evicted entries stayed in the slice's
+// backing array, and after 63 records of 1 MiB and a few of 15 MiB the
+// heap held 213 MiB for a cache bounded at 64.
+func TestOversizedCacheLetsEvictedRecordsGo(t *testing.T) {
+	var c oversizedCache
+	const size = 8 << 20
+	var first []weak.Pointer[byte]
+	for i := range 3 {
+		rec := make(json.RawMessage, size)
+		first = append(first, weak.Make(&rec[0]))
+		c.put("early-"+strconv.Itoa(i), rec)
+	}
+	for i := range oversizedBytes / size {
+		c.put("late-"+strconv.Itoa(i), make(json.RawMessage, size))
+	}
+	if _, ok := c.get("early-0"); ok {
+		t.Fatal("the first record is still cached past the cache's bound")
+	}
+	runtime.GC()
+	runtime.GC()
+	for i, p := range first {
+		if p.Value() != nil {
+			t.Fatalf("evicted record %d is still referenced by the cache", i)
+		}
+	}
+	if c.bytes > oversizedBytes {
+		t.Fatalf("the cache holds %d bytes, over its bound %d", c.bytes, oversizedBytes)
+	}
+}

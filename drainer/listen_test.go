@@ -1,0 +1,81 @@
+package drainer
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/tooling/testkit"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestListenerConnectIsBounded: a server that accepts the listener's
+// connection and never answers (a half-dead proxy, packets dropped) does
+// not leave the replica deaf: the connect is given up after
+// listenSetupWait and tried again, and once the server answers, the
+// replica listens. Before, the connect waited for as long as TCP kept the
+// connection, and the replica claimed on its poll alone meanwhile.
+func TestListenerConnectIsBounded(t *testing.T) {
+	base := newPool(t)
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	t.Cleanup(func() {
+		_ = hole.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	accepted := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(held)
+	}
+	var deaf atomic.Bool
+	deaf.Store(true)
+	cfg := base.Config()
+	addr := hole.Addr().(*net.TCPAddr)
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		if deaf.Load() && cc.RuntimeParams["application_name"] == "drainer-listen" {
+			cc.Host, cc.Port, cc.Fallbacks, cc.TLSConfig = "127.0.0.1", uint16(addr.Port), nil, nil
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 2})
+	testkit.WaitFor(t, time.Minute, "the listener connecting to the silent server", func() (bool, string) { return accepted() >= 1, "" })
+	deaf.Store(false)
+	select {
+	case <-e.listening:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the listener did not listen within 2 minutes of the server answering (%d connections to the silent one)", accepted())
+	}
+}
