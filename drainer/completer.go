@@ -165,7 +165,7 @@ func (c *completer) run() {
 		select {
 		case first, ok = <-c.in:
 		case <-retry.C:
-			c.retryUnwritten(context.Background(), 15*time.Second)
+			c.retryUnwritten(c.e.writes, 15*time.Second)
 			continue
 		}
 		if !ok {
@@ -215,7 +215,9 @@ func (c *completer) collect(batch []completion) []completion {
 }
 
 // flush writes batch, retrying while the database is unreachable, for at
-// most a lease (less while stopping); then it keeps the batch for
+// most a lease (while stopping, at most until Stop's deadline and
+// stopWriteMargin, when a try under way is cut off too: Engine.writes);
+// then it keeps the batch for
 // retryUnwritten and moves on. The rows stay in_flight until their lease
 // expires; reclaimed, they wait for the late write (or for their route's
 // max_retry_after) before they are sent again with the same key.
@@ -229,7 +231,10 @@ func (c *completer) flush(batch []completion) {
 	deadline := time.Now().Add(e.cfg.Lease)
 	for {
 		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		if by := e.stopBy.Load(); by != 0 && time.Unix(0, by).Before(deadline) {
+			deadline = time.Unix(0, by) // stopping: Stop's deadline
+		}
+		ctx, cancel := context.WithTimeout(e.writes, 15*time.Second)
 		done, err := e.st.Complete(ctx, e.pool, rows(batch))
 		cancel()
 		if err == nil {

@@ -46,8 +46,9 @@
 // calibrator (detect.go) and the saga runner. engine.go holds the
 // lifecycle: Start, Reload (routing.go: routes refcounted across reloads;
 // with SharedAdapters, Routing.Release tells the adapters' owner instead),
-// Stop in order (stop claiming, wait for calls up to the grace, cancel,
-// write what is left, stop the services). dbhealth.go turns the
+// and stop.go Stop in order (stop claiming, wait for calls up to the grace,
+// cancel, write what is left within a few seconds of the grace, stop the
+// services). dbhealth.go turns the
 // subsystems' database errors into one line when the database goes down
 // and one when it is back. metrics.go holds the collectors;
 // readiness.go what each adapter's gate says of it (AdapterStates, for

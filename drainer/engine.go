@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -239,9 +238,15 @@ type Engine struct {
 	sagas      *compensations.Runner
 
 	started, stopped atomic.Bool
-	unrouted         unroutedLog
-	tracer           trace.Tracer
-	db               *dbHealth // one line when the database goes down, one when back
+	// stopBy is when Stop must be done writing (unix ns; 0: no deadline):
+	// its context's deadline and stopWriteMargin (stopDeadline). writes,
+	// the context of every completion write, is cancelled then.
+	stopBy     atomic.Int64
+	writes     context.Context
+	stopWrites context.CancelFunc
+	unrouted   unroutedLog
+	tracer     trace.Tracer
+	db         *dbHealth // one line when the database goes down, one when back
 }
 
 // New builds an engine on pool for the given routing.
@@ -288,6 +293,7 @@ func New(pool *pgxpool.Pool, routing *Routing, cfg Config) (*Engine, error) {
 	e.completer = newCompleter(e)
 	e.retries = retryWakes{e: e, timers: map[int64]*retryTimer{}}
 	e.gate, e.listening = newWakeGate(e), make(chan struct{})
+	e.writes, e.stopWrites = context.WithCancel(context.Background())
 	e.deferrer = newDeferrer(e)
 	e.holds = newScopeHolds(e)
 	e.sagas = compensations.NewRunner(compensations.RunnerConfig{
@@ -395,65 +401,6 @@ func (e *Engine) useRouting() *Routing {
 			return rt
 		}
 	}
-}
-
-// Stop stops claiming, waits for attempts under way until ctx is done, then
-// cancels them; rows not yet sent go back to pending with their attempt
-// given back, cut-off calls are recorded as such. It returns once every
-// completion is written, or an error naming how many could not be.
-func (e *Engine) Stop(ctx context.Context) error {
-	if !e.started.Load() || !e.stopped.CompareAndSwap(false, true) {
-		return nil
-	}
-	e.log.Info("engine stopping: no new claims", "calls_in_flight", e.active.Load())
-	e.fetchCancel()
-	// The claimer may be finishing a claim: its rows get workers (which
-	// release them unsent) before the workers are waited for.
-	<-e.claimDone
-	e.retries.stop()
-	e.takeMu.Lock()   // a Take under way has started its worker, or gave up
-	e.takeMu.Unlock() //nolint:staticcheck // a barrier, not a critical section
-	waited := make(chan struct{})
-	go func() { e.workers.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		e.log.Warn("shutdown grace over: cancelling calls under way", "calls_in_flight", e.active.Load())
-		e.workCancel()
-		<-waited
-	}
-	e.workCancel()
-	e.completer.close()
-	e.loops.Wait()
-	if err := e.maint.Stop(context.WithoutCancel(ctx)); err != nil {
-		e.log.Warn("stopping maintenance", "err", err)
-	}
-	e.witness.settleAll(&e.claims) // the listener has stopped
-	if !e.cfg.SharedAdapters {
-		if err := e.routing.Load().Registry.Close(context.Background()); err != nil {
-			e.log.Warn("closing adapters", "err", err)
-		}
-	} else if rt := e.routing.Load(); rt.Release != nil {
-		rt.Release() // every worker and the claimer have exited
-	}
-	if n := e.completer.stillLeased(context.WithoutCancel(ctx)); n > 0 {
-		return fmt.Errorf("%d completions could not be written: their rows stay in_flight until the lease expires and are then retried with the same key", n)
-	}
-	e.log.Info("engine stopped")
-	return nil
-}
-
-// Unwritten returns, once Stop has returned, the completions this engine
-// answered and could not write, for the next engine on the same database
-// (Config.Inherited). Written late over a reclaimed row, each still
-// settles it unless the row was claimed again since (the lease fence).
-func (e *Engine) Unwritten() []store.Completion {
-	if !e.stopped.Load() {
-		return nil
-	}
-	e.completer.unwrittenMu.Lock()
-	defer e.completer.unwrittenMu.Unlock()
-	return slices.Clone(e.completer.unwritten)
 }
 
 // wakeNewlyRouted makes rows that were waiting for a route due now (their

@@ -1,0 +1,63 @@
+package drainer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
+)
+
+// TestStopIsBoundedWhenTheDatabaseStalls: a database that stops answering
+// at shutdown (here, the row's completion waits behind a lock another
+// session holds) does not keep Stop past its deadline and
+// stopWriteMargin: the completion it could not write is kept (Unwritten)
+// and Stop says how many; the row stays in flight until its lease expires
+// and is reclaimed (or the statement left waiting writes it).
+// Before, the completer tried for a whole lease (here two minutes), 15 s
+// a try, however short the grace.
+func TestStopIsBoundedWhenTheDatabaseStalls(t *testing.T) {
+	pool := newPool(t)
+	release := make(chan struct{})
+	called := make(chan struct{}, 1)
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		called <- struct{}{}
+		<-release
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	keys := enqueueN(t, pool, "run", "t", 1)
+	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}),
+		Config{Workers: 2, Lease: 2 * time.Minute})
+	<-called
+	// The completion's UPDATE waits for this lock for as long as it is held.
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM drainer.queue o JOIN drainer.intents i ON i.seq = o.seq WHERE i.key = $1 FOR UPDATE OF o`, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		stopped <- e.Stop(ctx)
+	}()
+	close(release) // the call ends; its completion cannot be written
+	select {
+	case err := <-stopped:
+		if err == nil || !strings.Contains(err.Error(), "1 completions could not be written") {
+			t.Fatalf("Stop returned %v, want it to say the completion could not be written", err)
+		}
+		t.Logf("Stop returned after %v", time.Since(began).Round(time.Millisecond))
+	case <-time.After(time.Minute):
+		t.Fatal("Stop did not return within a minute of its one-second deadline while the database stalled")
+	}
+	if got := e.Unwritten(); len(got) != 1 || got[0].Status != outbox.StatusSucceeded {
+		t.Fatalf("unwritten completions: %+v", got)
+	}
+}
