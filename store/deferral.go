@@ -23,10 +23,19 @@ UPDATE {s}.queue o
      LIMIT $3
      FOR UPDATE SKIP LOCKED))`
 
-// wakeSQL makes the deferred rows of some tools due now; the not_before
-// floor of each row still holds (schema trigger).
-const wakeSQL = `UPDATE {s}.queue SET next_attempt_at = now()
-      WHERE status = {StatusPending} AND tool_name = ANY($1) AND next_attempt_at > now()`
+// wakeSQL makes one batch ($2) of the deferred rows of some tools ($1)
+// due now, as deferSQL defers them: updated by key, each batch a short
+// transaction that skips rows locked by others. A row held by its
+// not_before floor is left as it is: the schema trigger would keep it at
+// the floor, and the next batch would find it again.
+const wakeSQL = `
+UPDATE {s}.queue o SET next_attempt_at = now()
+ WHERE o.seq = ANY (ARRAY(
+    SELECT seq FROM {s}.queue
+     WHERE status = {StatusPending} AND tool_name = ANY($1)
+       AND next_attempt_at > greatest(not_before, now())
+     LIMIT $2
+     FOR UPDATE SKIP LOCKED))`
 
 // DeferBatch bounds one deferral statement.
 const DeferBatch = 5000
@@ -43,10 +52,17 @@ func (s *Store) Defer(ctx context.Context, db DB, tool string, delay time.Durati
 }
 
 // Wake makes the pending rows of tools due now, each at its not_before
-// floor at the earliest.
+// floor at the earliest, DeferBatch rows a statement: waking a tool's
+// deferred backlog of a million rows is many short transactions, not one
+// that outlives its timeout and is rolled back whole.
 func (s *Store) Wake(ctx context.Context, db DB, tools []string) error {
-	if _, err := db.Exec(ctx, s.sql(wakeSQL), tools); err != nil {
-		return fmt.Errorf("wake rows: %w", err)
+	for {
+		tag, err := db.Exec(ctx, s.sql(wakeSQL), tools, DeferBatch)
+		if err != nil {
+			return fmt.Errorf("wake rows: %w", err)
+		}
+		if tag.RowsAffected() < DeferBatch {
+			return nil
+		}
 	}
-	return nil
 }
