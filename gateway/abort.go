@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -13,6 +14,8 @@ import (
 // abort answers drainer_abort_run: the run of the call (its _meta or
 // X-Agent-Run-Id) is aborted with the given reason (docs/reference.md §6).
 func (g *Gateway) abort(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	ctx, cancel := g.callContext(ctx, time.Now().Add(g.cfg.Wait))
+	defer cancel()
 	outcome := OutcomeRefused
 	defer func() { g.metrics.calls.WithLabelValues(AbortToolName, string(outcome)).Inc() }()
 	var header http.Header

@@ -22,6 +22,9 @@ import (
 // engine and answered once its row settled.
 func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (res *sdk.CallToolResult, err error) {
 	start := time.Now()
+	deadline := start.Add(g.cfg.Wait)
+	ctx, cancel := g.callContext(ctx, deadline)
+	defer cancel()
 	outcome := OutcomeRefused
 	defer func() {
 		g.metrics.calls.WithLabelValues(t.Name, string(outcome)).Inc()
@@ -66,7 +69,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if enq.Created && g.cfg.Handoff != nil {
 		g.handOff(ctx, key)
 	}
-	c, joined, err := g.await(ctx, key, settled, enq.Created)
+	c, joined, err := g.await(ctx, key, settled, enq.Created, deadline)
 	switch {
 	case errors.Is(err, store.ErrNoCall):
 		outcome = OutcomeReplayed
@@ -126,13 +129,25 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 // engine of this process; when it does not take it (no worker slot free,
 // the row held by its scope's order or its tool's deferral, the engine
 // stopping), every listening daemon is woken for it, as the enqueue's
-// notification would have.
+// notification would have. The call waits for that no longer than its
+// context: the engine's lease of the row does not follow it (the row is
+// its own once leased), and is bounded by the engine.
 func (g *Gateway) handOff(ctx context.Context, key string) {
-	if g.cfg.Handoff(ctx, key) {
-		return
-	}
-	if err := g.cfg.Store.WakeAll(context.WithoutCancel(ctx), g.cfg.DB); err != nil {
-		g.log.Warn("gateway: could not wake the daemons for a recorded call; it is found by their next poll", "key", key, "err", err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if g.cfg.Handoff(ctx, key) {
+			return
+		}
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
+		defer cancel()
+		if err := g.cfg.Store.WakeAll(wctx, g.cfg.DB); err != nil {
+			g.log.Warn("gateway: could not wake the daemons for a recorded call; it is found by their next poll", "key", key, "err", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 
@@ -154,29 +169,33 @@ func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.Cal
 	return r
 }
 
-// await reads the row of key until it settled, the wait ended or ctx
-// ended; joined says it was not settled at first. A row this call just
-// created is not read before its first announcement (or recheck): it was
-// pending when it was committed, and the interest in it was registered
-// before, so its settling is not missed.
-func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}, created bool) (store.Call, bool, error) {
-	deadline := time.NewTimer(g.cfg.Wait)
-	defer deadline.Stop()
+// await reads the row of key until it settled, the wait ended (at
+// deadline) or ctx ended; joined says it was not settled at first. A row
+// this call just created is not read before its first announcement (or
+// recheck): it was pending when it was committed, and the interest in it
+// was registered before, so its settling is not missed.
+func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}, created bool, deadline time.Time) (store.Call, bool, error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
 	cause := ""
-	read := !created
+	read, known := !created, created
 	c := store.Call{Key: key, Status: outbox.StatusPending} // as committed, until read
 	for {
 		if read {
-			var err error
-			c, err = g.cfg.Store.Call(ctx, g.cfg.DB, key)
-			if err != nil || c.Settled() {
+			now, err := g.cfg.Store.Call(ctx, g.cfg.DB, key)
+			if err != nil && ctx.Err() != nil {
+				// The call's time ran out, or the gateway stops, in the read.
+				return g.lastLook(ctx, c, known)
+			}
+			if err != nil || now.Settled() {
 				if cause != "" && err == nil {
 					g.metrics.settled.WithLabelValues(cause).Inc()
 				}
-				return c, cause != "", err
+				return now, cause != "", err
 			}
+			c, known = now, true
 		}
 		read = true
 		select {
@@ -184,24 +203,56 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}
 			cause = "notify"
 		case <-tick.C:
 			cause = "recheck"
-		case <-deadline.C:
+		case <-timer.C:
 			// One last look: it may have settled this instant.
-			c, err := g.cfg.Store.Call(ctx, g.cfg.DB, key)
-			return c, true, err
+			return g.lastLook(ctx, c, known)
 		case <-ctx.Done():
-			return c, true, nil
+			return g.lastLook(ctx, c, known)
 		case <-g.closing:
-			// the row's state now, for the answer (a short look: the
-			// daemon is stopping)
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if now, err := g.cfg.Store.Call(rctx, g.cfg.DB, key); err == nil {
-				c = now
-			}
-			return c, true, nil
+			// the row's state now, for the answer (the daemon is stopping)
+			return g.lastLook(ctx, c, known)
 		}
 	}
 }
+
+// lastLook reads the row of c once more, for the answer of a call whose
+// wait is over (or that the gateway's shutdown ends), within
+// lastLookTimeout. When that read fails, the row's state as last known
+// answers, if this call knows it; the error otherwise.
+func (g *Gateway) lastLook(ctx context.Context, c store.Call, known bool) (store.Call, bool, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastLookTimeout)
+	defer cancel()
+	now, err := g.cfg.Store.Call(rctx, g.cfg.DB, c.Key)
+	if err != nil && known && !errors.Is(err, store.ErrNoCall) {
+		g.log.Info("gateway: could not read a call's row for its answer; answering with its state as last read", "key", c.Key, "err", err)
+		return c, true, nil
+	}
+	return now, true, err
+}
+
+// callContext bounds a call: its context ends callMargin after its wait
+// (deadline), or when Shutdown's grace ends. The SDK's handler context
+// ends with neither (it does not follow the request's), so a read the
+// database does not answer would otherwise hold the call, its slot and
+// its connection.
+func (g *Gateway) callContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(ctx, deadline.Add(callMargin))
+	stop := context.AfterFunc(g.base, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// The bounds of a call past its wait: callMargin for a read under way at
+// the deadline to end (its context's deadline), lastLookTimeout for the
+// read of its answer; so a call is answered within its wait and their sum.
+// wakeTimeout bounds the wake-up of the daemons for a row not handed over.
+const (
+	callMargin      = 2 * time.Second
+	lastLookTimeout = time.Second
+	wakeTimeout     = 5 * time.Second
+)
 
 // passthrough sends a call of a read-only naturally idempotent tool
 // straight to its server, unrecorded, with its key.

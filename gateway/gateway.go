@@ -28,6 +28,16 @@ const DefaultWait = 30 * time.Second
 // Path is where the gateway serves MCP.
 const Path = "/mcp"
 
+// The defaults of Config's bounds. A call waiting for its row is past its
+// request's reading: ReadTimeout does not cut it off (net/http clears the
+// read deadline once the body is read), and no WriteTimeout is set, since
+// a call's answer comes up to its wait later (each call bounds itself).
+const (
+	DefaultMaxCalls    = 256
+	DefaultReadTimeout = 30 * time.Second
+	DefaultIdleTimeout = 2 * time.Minute
+)
+
 // Config configures a Gateway.
 type Config struct {
 	// Addr is the listen address (host:port); Listener, when set, is used instead.
@@ -41,6 +51,14 @@ type Config struct {
 	Wait time.Duration
 	// AbortTool lists drainer_abort_run.
 	AbortTool bool
+	// MaxCalls bounds the tools/call requests in progress at once (0:
+	// DefaultMaxCalls); one more is answered 503 at once, unrecorded.
+	MaxCalls int
+	// ReadTimeout bounds the reading of one request, its body included
+	// (0: DefaultReadTimeout); IdleTimeout bounds how long a kept-alive
+	// connection waits for its next request (0: DefaultIdleTimeout).
+	ReadTimeout time.Duration
+	IdleTimeout time.Duration
 	// DB and Store are the database the calls are recorded in.
 	DB    *pgxpool.Pool
 	Store *store.Store
@@ -81,6 +99,12 @@ type Gateway struct {
 	// closing is closed by Shutdown: waiting calls are answered at once.
 	closing   chan struct{}
 	closeOnce sync.Once
+	// slots holds a value per tools/call in progress (admit).
+	slots chan struct{}
+	// base ends when Shutdown's grace does: every call under way ends
+	// with it (callContext).
+	base       context.Context
+	cancelBase context.CancelFunc
 }
 
 // New checks cfg, takes its address and builds the server; Serve starts it.
@@ -88,6 +112,9 @@ func New(cfg Config) (*Gateway, error) {
 	cfg.Wait = cmp.Or(cfg.Wait, DefaultWait)
 	if cfg.Wait < 0 {
 		return nil, fmt.Errorf("gateway.wait must be positive, got %s", cfg.Wait)
+	}
+	if cfg.MaxCalls < 0 {
+		return nil, fmt.Errorf("gateway: MaxCalls must not be negative, got %d", cfg.MaxCalls)
 	}
 	if cfg.DB == nil || cfg.Store == nil {
 		return nil, errors.New("gateway: no database")
@@ -112,7 +139,9 @@ func New(cfg Config) (*Gateway, error) {
 		pool := cfg.DB
 		cfg.Connect = func(ctx context.Context) (*pgx.Conn, error) { return store.ConnectBeside(ctx, pool, "gateway") }
 	}
-	g := &Gateway{cfg: cfg, log: log, ln: ln, tools: map[string]*Tool{}, closing: make(chan struct{})}
+	g := &Gateway{cfg: cfg, log: log, ln: ln, tools: map[string]*Tool{}, closing: make(chan struct{}),
+		slots: make(chan struct{}, cmp.Or(cfg.MaxCalls, DefaultMaxCalls))}
+	g.base, g.cancelBase = context.WithCancel(context.Background())
 	if cfg.Token != "" {
 		g.token = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -140,8 +169,10 @@ func New(cfg Config) (*Gateway, error) {
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return g.mcp },
 		&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true, MaxRequestBodyBytes: maxRequestBytes})
 	mux := http.NewServeMux()
-	mux.Handle(Path, g.authorize(h))
-	g.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	mux.Handle(Path, g.authorize(g.admit(h)))
+	g.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: cmp.Or(cfg.ReadTimeout, DefaultReadTimeout), IdleTimeout: cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	return g, nil
 }
 
@@ -180,11 +211,18 @@ func (g *Gateway) Serve(ctx context.Context) error {
 }
 
 // Shutdown stops taking calls, lets the calls under way end (within ctx),
-// and stops the listener. A call cut off by it has its row recorded: its
-// retry is answered from it.
+// and stops the listener. Calls waiting for their rows are answered at
+// once; a call still under way when ctx ends (a read the database does not
+// answer, say) is ended then, answered with its row's state as last read.
+// A call cut off by it has its row recorded: its retry is answered from it,
+// and the engine sends it as any row.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closeOnce.Do(func() { close(g.closing) })
 	err := g.srv.Shutdown(ctx)
+	g.cancelBase()
+	if err != nil {
+		g.drain()
+	}
 	if g.stop != nil {
 		g.stop()
 	}

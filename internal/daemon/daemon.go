@@ -455,7 +455,10 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *readiness, ping fun
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, Addr: ln.Addr().String(), ReadHeaderTimeout: 5 * time.Second}
+	// Its requests are GETs without a body; a scraper's kept-alive
+	// connection is let go after IdleTimeout (past a one-minute scrape interval).
+	srv := &http.Server{Handler: mux, Addr: ln.Addr().String(), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server stopped", "err", err)

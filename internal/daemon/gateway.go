@@ -74,7 +74,7 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	g := d.st.cfg.Gateway
 	cc := pool.Config().ConnConfig
 	gw, err := gateway.New(gateway.Config{
-		Listener: ln, Token: g.Token.Reveal(), Wait: g.Wait, AbortTool: g.AbortTool,
+		Listener: ln, Token: g.Token.Reveal(), Wait: g.Wait, AbortTool: g.AbortTool, MaxCalls: gatewayMaxCalls(d.st.workers),
 		DB: pool, Store: st, Tools: tools, Metrics: d.gatewayMetrics, Logger: d.log, Version: d.opts.Version,
 		Handoff: eng.Take,
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
@@ -103,6 +103,15 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	d.onCleanup(d.stopGateway)
 	return nil
 }
+
+// gatewayMaxCalls is how many tools/call the gateway serves at once: twice
+// the engine's workers, at least gateway.DefaultMaxCalls (512 with the
+// default 256 workers). The engine sends at most workers rows at once, so
+// this leaves room for the calls waiting on those, the calls joining one
+// in flight and the read-only calls passed straight through, while bounding
+// what the calls in progress hold (each its request, up to 1 MiB of
+// arguments, and its answer) as workers bounds the engine's.
+func gatewayMaxCalls(workers int) int { return max(gateway.DefaultMaxCalls, 2*workers) }
 
 // gatewayToolNames are the tools the gateway may serve: the routes of the
 // config's mcp adapters, plus drainer_abort_run when it is listed.

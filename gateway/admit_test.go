@@ -1,0 +1,316 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/gateway"
+	"github.com/drainer-io/drainer/internal/daemon"
+	"github.com/drainer-io/drainer/store"
+	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/testkit"
+	"github.com/jackc/pgx/v5/pgxpool"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// liveness bounds a wait that only a broken gateway makes long.
+const liveness = time.Minute
+
+// peek is a read-only tool served straight through, whose server the test
+// holds: each call says so on entered and answers once release is closed.
+type peek struct {
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newPeek() *peek {
+	return &peek{entered: make(chan struct{}, 16), release: make(chan struct{})}
+}
+
+func (p *peek) tool() gateway.Tool {
+	return gateway.Tool{Name: "peek", Adapter: "test", Passthrough: true,
+		Send: func(ctx context.Context, m *dispatch.Message) dispatch.Result {
+			p.calls.Add(1)
+			p.entered <- struct{}{}
+			select {
+			case <-p.release:
+			case <-ctx.Done():
+				return dispatch.Result{Err: ctx.Err()}
+			}
+			return dispatch.Result{Record: json.RawMessage(`{"content":[{"type":"text","text":"peeked"}]}`)}
+		}}
+}
+
+// direct is a gateway built with gateway.New on a database of its own (no
+// engine unless the test starts one beside it).
+type direct struct {
+	gw   *gateway.Gateway
+	pool *pgxpool.Pool
+	reg  *prometheus.Registry
+}
+
+// newDirect serves a gateway with cfg (its listener, database, token and
+// registry filled in) and the tools charge and slow (recorded) plus tools.
+func newDirect(t *testing.T, pool *pgxpool.Pool, cfg gateway.Config, tools ...gateway.Tool) *direct {
+	t.Helper()
+	st, err := store.New(storetest.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	cfg.Listener, cfg.DB, cfg.Store, cfg.Token, cfg.Registerer = ln, pool, st, agentToken, reg
+	cfg.Tools = append([]gateway.Tool{{Name: "charge", Adapter: "tools"}, {Name: "slow", Adapter: "tools"}}, tools...)
+	gw, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Serve(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = gw.Shutdown(ctx)
+	})
+	return &direct{gw: gw, pool: pool, reg: reg}
+}
+
+func (d *direct) client(t *testing.T, run string) *sdk.ClientSession {
+	return (&gw{url: d.gw.URL()}).client(t, agentHeaders(run))
+}
+
+// counted is drainer_gateway_calls_total{tool, outcome}.
+func (d *direct) counted(t *testing.T, tool string, outcome gateway.Outcome) float64 {
+	t.Helper()
+	families, err := d.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "drainer_gateway_calls_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["tool"] == tool && labels["outcome"] == string(outcome) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// rows counts the outbox rows of tool.
+func rows(t *testing.T, pool *pgxpool.Pool, tool string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM drainer.outbox WHERE tool_name = $1`, tool).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// post sends one raw MCP POST (no Mcp-Protocol-Version header, as a client
+// of a revision before 2025-06-18 sends) and returns the status, the
+// headers and the body.
+func post(t *testing.T, url, run, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set(gateway.HeaderAgentRunID, run)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// rpcError is a JSON-RPC error answer.
+type rpcError struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Error   struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func decodeRPCError(t *testing.T, body string) rpcError {
+	t.Helper()
+	var e rpcError
+	if err := json.Unmarshal([]byte(body), &e); err != nil || e.JSONRPC != "2.0" || e.Error.Message == "" {
+		t.Fatalf("not a JSON-RPC error (%v): %s", err, body)
+	}
+	return e
+}
+
+func TestBatchIsRefusedBeforeAnythingIsRecordedOrSent(t *testing.T) {
+	p := newPeek()
+	close(p.release)
+	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second}, p.tool())
+	batch := `[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"peek","arguments":{}}},
+	           {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1}}}]`
+	for _, body := range []string{batch, " \r\n\t" + batch} {
+		status, h, got := post(t, d.gw.URL(), "run-batch", body)
+		if status != http.StatusBadRequest || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+			t.Fatalf("a batch: %d %s %s; want 400 with a JSON-RPC error", status, h.Get("Content-Type"), got)
+		}
+		e := decodeRPCError(t, got)
+		if string(e.ID) != "null" || e.Error.Code != -32600 || !strings.Contains(e.Error.Message, "batches are not supported") ||
+			!strings.Contains(e.Error.Message, "2026-07-28") || !strings.Contains(e.Error.Message, "2025-11-25") {
+			t.Fatalf("a batch's answer: %s", got)
+		}
+	}
+	if n, sent := rows(t, d.pool, "charge"), p.calls.Load(); n != 0 || sent != 0 {
+		t.Fatalf("after two batches: %d rows recorded and %d calls sent; want none", n, sent)
+	}
+	if n := d.counted(t, "", gateway.OutcomeRefused); n != 2 {
+		t.Fatalf("refused batches counted %v times, want 2", n)
+	}
+	// One request in a POST, without the header, is served as before.
+	status, _, got := post(t, d.gw.URL(), "run-batch", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"peek","arguments":{}}}`)
+	if status != http.StatusOK || !strings.Contains(got, "peeked") || p.calls.Load() != 1 {
+		t.Fatalf("a single call: %d %s (%d sent)", status, got, p.calls.Load())
+	}
+}
+
+// startEngine runs drainer without a gateway on pool, sending the rows of
+// charge and slow to ts: the engine of a gateway built beside it.
+func startEngine(t *testing.T, pool *pgxpool.Pool, ts *toolServer) {
+	t.Helper()
+	t.Setenv("GW_TEST_UPSTREAM_TOKEN", upstreamToken)
+	cfg := fmt.Sprintf(`workers: 4
+lease: 3m
+adapters:
+  tools:
+    type: mcp
+    url: %s
+    timeout: 2m
+    headers: {Authorization: "Bearer ${env:GW_TEST_UPSTREAM_TOKEN}"}
+routes:
+  charge: {adapter: tools, class: key_idempotent}
+  slow: {adapter: tools, class: key_idempotent}
+`, ts.url)
+	path := filepath.Join(t.TempDir(), "drainer.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{ConfigPath: path, DatabaseURL: pool.Config().ConnString(),
+			MetricsAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second, Started: func(*drainer.Engine) { close(started) }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("drainer run: %v", err)
+		}
+	})
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("drainer run: %v", err)
+	case <-time.After(liveness):
+		t.Fatal("drainer did not start within a minute")
+	}
+}
+
+// TestCallsInProgressAreBounded: with MaxCalls 2, a recorded call held by
+// its tool server and a read-only call held by its own take both slots; a
+// third call is answered 503 with Retry-After at once, counted refused,
+// and nothing of it is recorded or sent. Once the two are answered, the
+// same call again is recorded and sent once.
+func TestCallsInProgressAreBounded(t *testing.T) {
+	ts := newToolServer(t)
+	pool := storetest.NewPool(t)
+	startEngine(t, pool, ts)
+	p := newPeek()
+	d := newDirect(t, pool, gateway.Config{Wait: 2 * time.Minute, MaxCalls: 2}, p.tool())
+	s := d.client(t, "run-bound")
+	var freed sync.Once
+	free := func() { freed.Do(func() { close(ts.gate); close(p.release) }) }
+	t.Cleanup(free) // first, should the test end early: nothing stays held
+
+	var wg sync.WaitGroup
+	answers := make([]*sdk.CallToolResult, 2)
+	errs := make([]error, 2)
+	for i, tool := range []string{"slow", "peek"} {
+		wg.Go(func() {
+			answers[i], errs[i] = s.CallTool(context.Background(), &sdk.CallToolParams{Name: tool, Arguments: map[string]any{"n": 1}})
+		})
+	}
+	select {
+	case <-p.entered:
+	case <-time.After(liveness):
+		t.Fatal("the read-only call did not reach its server")
+	}
+	testkit.WaitFor(t, liveness, "the slow call's row", func() (bool, string) { return rows(t, pool, "slow") == 1, "" })
+
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge","arguments":{"amount":3}}}`
+	status, h, got := post(t, d.gw.URL(), "run-bound", call)
+	if status != http.StatusServiceUnavailable || h.Get("Retry-After") != "1" {
+		t.Fatalf("a third call: %d Retry-After %q %s; want 503 with Retry-After: 1", status, h.Get("Retry-After"), got)
+	}
+	if e := decodeRPCError(t, got); string(e.ID) != "7" || !strings.Contains(e.Error.Message, "not recorded or sent") {
+		t.Fatalf("a third call's answer: %s", got)
+	}
+	// The SDK's client gets an error at once, not a hang.
+	if _, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"amount": 3}}); err == nil {
+		t.Fatal("a third call through the SDK's client was answered")
+	}
+	if n, e := rows(t, pool, "charge"), ts.count(ts.requests, "charge"); n != 0 || e != 0 {
+		t.Fatalf("refused calls: %d rows, %d requests upstream; want none", n, e)
+	}
+	if n := d.counted(t, "charge", gateway.OutcomeRefused); n != 2 {
+		t.Fatalf("refused calls of charge counted %v times, want 2", n)
+	}
+
+	free()
+	wg.Wait()
+	for i, want := range []string{`"slow #1"`, `"peeked"`} {
+		if errs[i] != nil || answers[i].IsError || !strings.Contains(body(t, answers[i]), want) {
+			t.Fatalf("held call %d: %v %v", i, errs[i], answers[i])
+		}
+	}
+	again := settledCall(t, s, "charge", map[string]any{"amount": 3}, nil)
+	if again.IsError || body(t, again) != `{"content":[{"text":"charged #1","type":"text"}],"structuredContent":{"a":"first","charge":1,"z":1}}` {
+		t.Fatalf("the refused call again: %s %v", body(t, again), again.Meta)
+	}
+	if e, r := ts.count(ts.effects, "charge"), ts.count(ts.requests, "charge"); e != 1 || r != 1 {
+		t.Fatalf("charge: %d effects and %d requests upstream; want 1 and 1", e, r)
+	}
+}
