@@ -24,12 +24,13 @@ func (e *Engine) listen(ctx context.Context) {
 	delay := time.Duration(0)
 	for ctx.Err() == nil {
 		heard := time.Now()
+		began := heard
 		listened, err := e.listenOnce(ctx, &heard)
 		if ctx.Err() != nil {
 			return
 		}
-		if listened {
-			delay = 0 // it had been listening: try again at once
+		if listened && time.Since(began) >= wakeHealthy {
+			delay = 0 // it had been listening a while: try again at once
 		}
 		if e.db.failed("listener", heard, err) {
 			e.log.Warn("listen connection lost; polling until it is back", "err", err, "retry_in", delay)

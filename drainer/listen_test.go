@@ -79,3 +79,57 @@ func TestListenerConnectIsBounded(t *testing.T) {
 		t.Fatalf("the listener did not listen within 2 minutes of the server answering (%d connections to the silent one)", accepted())
 	}
 }
+
+// TestWakeUpReconnectsBackOff: a wake-up connection (the listener's, the
+// wake gate's) that the server kills as soon as it is opened is opened
+// again with growing pauses, not at once in a loop: each successful
+// connect used to reset the back-off, so a server that ended every new
+// session (or a statement that always failed) got a connection storm
+// exactly when it struggled. Over four seconds of sessions killed as they
+// come, each connection is opened a handful of times (the pauses, 50 ms
+// and up, doubling); before, dozens.
+func TestWakeUpReconnectsBackOff(t *testing.T) {
+	base := newPool(t)
+	var listens, wakes atomic.Int64
+	cfg := base.Config()
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		switch cc.RuntimeParams["application_name"] {
+		case "drainer-listen":
+			listens.Add(1)
+		case "drainer-wake":
+			wakes.Add(1)
+		}
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 2})
+	select {
+	case <-e.listening:
+	case <-time.After(time.Minute):
+		t.Fatal("the listener did not listen within a minute")
+	}
+	l0, w0 := listens.Load(), wakes.Load()
+	until := time.Now().Add(4 * time.Second)
+	for time.Now().Before(until) {
+		if _, err := base.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		      WHERE application_name IN ('drainer-listen', 'drainer-wake') AND datname = current_database()`); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	l, w := listens.Load()-l0, wakes.Load()-w0
+	t.Logf("in 4 s of sessions killed as they come: the listener connected %d times, the wake gate %d", l, w)
+	if l > 20 || w > 20 {
+		t.Fatalf("in 4 s of sessions killed as they come: the listener connected %d times, the wake gate %d; want a handful each (backing off)", l, w)
+	}
+	if l == 0 || w == 0 {
+		t.Fatalf("the sessions were never killed: %d and %d connects", l, w)
+	}
+}

@@ -32,6 +32,13 @@ const (
 	// wakeRetryMax caps the back-off between attempts to connect, or to
 	// find a free seat.
 	wakeRetryMax = 5 * time.Second
+	// wakeHealthy: a wake-up connection that lived this long was healthy,
+	// and the back-off starts again from nothing when it fails. One that
+	// fails sooner (a session killed as soon as it is opened, a statement
+	// that always fails) keeps backing off: without this, every successful
+	// connect reset it, and such a connection was opened again at once, in
+	// a loop, exactly when the database was struggling.
+	wakeHealthy = 5 * time.Second
 )
 
 // wakeGate is the daemon's side of the outbox's wake gate
@@ -63,6 +70,7 @@ type wakeGate struct {
 	// Owned by run.
 	conn  *pgx.Conn
 	heard time.Time // conn's last sign of life: its failure is not older
+	born  time.Time // when conn was opened (wakeHealthy)
 	slot  int       // taken seat, -1 when none
 	hold  bool      // slot's wake lock is held
 }
@@ -137,9 +145,11 @@ func (g *wakeGate) run(ctx context.Context) {
 		default:
 			err = g.watch(ctx)
 		}
+		if g.conn != nil && time.Since(g.born) >= wakeHealthy {
+			retry = 0 // a connection that lived: any failure is news
+		}
 		switch {
 		case err == nil:
-			retry = 0
 			continue
 		case ctx.Err() != nil:
 			return
@@ -163,7 +173,7 @@ func (g *wakeGate) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g.conn, g.heard = conn, time.Now()
+	g.conn, g.heard, g.born = conn, time.Now(), time.Now()
 	g.readyOnce.Do(func() { close(g.ready) })
 	return nil
 }
