@@ -342,7 +342,7 @@ func (c *completer) done(d store.Completed, batch []completion) {
 // would claim it before the poll (a scope of n rows took n polls).
 func (c *completer) nextInScope(d store.Completed, batch []completion) {
 	if c.releaseNext(d, batch) {
-		c.e.wakeFor(causeSignal) // an ordered claim starts from the first due row
+		c.e.wakeFor(causeSignal) // the claim starts no later than the floor releaseNext set
 	}
 }
 

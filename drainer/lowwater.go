@@ -45,15 +45,17 @@ type lowWater struct {
 // start returns where claim should start: at the mark; at a notified floor
 // behind it; or from the start when a full pass is due (see lowWater), every
 // fullPassEvery, and whenever rows may be claimable behind the mark for
-// reasons other than their due time (tools claimed one at a time per scope,
-// or left out while their deferral runs). note is what notifications said
-// since the last claim.
+// reasons other than their due time (tools left out while their deferral
+// runs). A scope's next row of a tool claimed one at a time per scope is
+// brought back into reach by the completion that lets it go
+// (completer.releaseNext lowers the floor to it). note is what
+// notifications said since the last claim.
 func (w *lowWater) start(claim store.Claim, note floorNote) *store.Position {
 	if note.pos != nil && (w.floor == nil || w.floor.Later(*note.pos)) {
 		w.floor = note.pos
 	}
 	w.wasFloor = false
-	if w.pos == nil || note.full || w.fullNext || len(claim.Ordered) > 0 || len(claim.Excluded) > 0 || time.Since(w.lastFull) >= fullPassEvery {
+	if w.pos == nil || note.full || w.fullNext || len(claim.Excluded) > 0 || time.Since(w.lastFull) >= fullPassEvery {
 		w.lastFull, w.wasFull, w.fullNext, w.floor = time.Now(), true, false, nil
 		return nil
 	}

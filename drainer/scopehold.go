@@ -169,7 +169,9 @@ func (h *scopeHolds) apply(ctx context.Context, batch []store.ScopeHold) {
 
 // releaseNext makes due the next row of each scope of batch's rows of
 // ordered tools whose completions were written (lost: those that were
-// not), and reports whether there was any such row.
+// not), lowers the claim's floor to each such row (it may lie behind the
+// claim's low-water mark: a row queued after the scope's last hold keeps
+// its old due time), and reports whether there was any.
 func (c *completer) releaseNext(d store.Completed, batch []completion) bool {
 	e := c.e
 	var tools, scopes []string
@@ -191,8 +193,16 @@ func (c *completer) releaseNext(d store.Completed, batch []completion) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	sent := time.Now()
-	if _, err := e.st.ReleaseScopes(ctx, e.pool, tools, scopes); err != nil && e.db.failed("scope holds", sent, err) {
-		e.log.Warn("making the next rows of ordered scopes due failed; they go when their hold ends", "tools", tools, "err", err)
+	next, err := e.st.ReleaseScopes(ctx, e.pool, tools, scopes)
+	if err != nil {
+		if e.db.failed("scope holds", sent, err) {
+			e.log.Warn("making the next rows of ordered scopes due failed; they go when their hold ends", "tools", tools, "err", err)
+		}
+		e.floor.wantFull() // their positions are not known
+		return true
+	}
+	for _, p := range next {
+		e.floor.lower(p) // the next claim starts no later than the scope's next row
 	}
 	return true
 }

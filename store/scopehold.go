@@ -147,34 +147,54 @@ func runLocked(br pgx.BatchResults, read func(pgx.BatchResults) error) error {
 // releaseScopesSQL makes due now the first open row of each scope ($1
 // tools, $2 scopes, pairwise) when it is pending, never attempted and
 // held; its not_before floor still holds (schema trigger). A first row
-// waiting for its own retry has been attempted: it is left alone.
+// waiting for its own retry has been attempted: it is left alone. It
+// returns where each scope's first open row now stands in the claim order
+// when it is pending: released, or never held (queued after the last hold).
 const releaseScopesSQL = `
-WITH released AS (
-UPDATE {s}.queue o SET next_attempt_at = now()
-  FROM unnest($1::text[], $2::text[]) AS sc(tool, scope)
- CROSS JOIN LATERAL (
-    SELECT h.seq FROM {s}.queue h
-     WHERE h.tool_name = sc.tool AND h.business_scope = sc.scope
-       AND h.status IN ({StatusPending}, {StatusInFlight})
-     ORDER BY h.seq
-     LIMIT 1) first
- WHERE o.seq = first.seq AND o.status = {StatusPending} AND o.attempts = 0
-   AND o.next_attempt_at > now()
-RETURNING 1)
-SELECT count(*) FROM released`
+WITH first AS MATERIALIZED (
+    SELECT f.seq, f.status, f.attempts, f.next_attempt_at
+      FROM unnest($1::text[], $2::text[]) AS sc(tool, scope)
+     CROSS JOIN LATERAL (
+        SELECT h.seq, h.status, h.attempts, h.next_attempt_at FROM {s}.queue h
+         WHERE h.tool_name = sc.tool AND h.business_scope = sc.scope
+           AND h.status IN ({StatusPending}, {StatusInFlight})
+         ORDER BY h.seq
+         LIMIT 1) f
+), released AS (
+    UPDATE {s}.queue o SET next_attempt_at = now()
+      FROM first
+     WHERE o.seq = first.seq AND o.status = {StatusPending} AND o.attempts = 0
+       AND o.next_attempt_at > now()
+    RETURNING o.seq, o.next_attempt_at
+)
+SELECT f.seq, coalesce(r.next_attempt_at, f.next_attempt_at)
+  FROM first f LEFT JOIN released r USING (seq)
+ WHERE f.status = {StatusPending}`
 
 // ReleaseScopes makes the next row of each scope (tools[i], scopes[i]) due
-// now when a hold keeps it back: the row before it settled. It returns how
-// many rows it released.
-func (s *Store) ReleaseScopes(ctx context.Context, db DB, tools, scopes []string) (int64, error) {
-	var n int64
+// now when a hold keeps it back: the row before it settled. It returns the
+// position in the claim order of each scope's next row that is pending,
+// held or not: a claim that starts past it would miss it.
+func (s *Store) ReleaseScopes(ctx context.Context, db DB, tools, scopes []string) ([]Position, error) {
+	var out []Position
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(s.sql(scopeLockSQL), tools, scopes)
 	b.Queue(s.sql(releaseScopesSQL), tools, scopes)
 	b.Queue("COMMIT")
-	if err := runLocked(db.SendBatch(ctx, b), func(br pgx.BatchResults) error { return br.QueryRow().Scan(&n) }); err != nil {
-		return 0, fmt.Errorf("release the next rows of %d scopes: %w", len(tools), err)
+	err := runLocked(db.SendBatch(ctx, b), func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Position, error) {
+			var p Position
+			return p, r.Scan(&p.Seq, &p.Due)
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("release the next rows of %d scopes: %w", len(tools), err)
 	}
-	return n, nil
+	return out, nil
 }
