@@ -54,23 +54,12 @@ func TestListenerConnectIsBounded(t *testing.T) {
 	}
 	var deaf atomic.Bool
 	deaf.Store(true)
-	cfg := base.Config()
 	addr := hole.Addr().(*net.TCPAddr)
-	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+	e := startBesideConnects(t, base, func(cc *pgx.ConnConfig) {
 		if deaf.Load() && cc.RuntimeParams["application_name"] == "drainer-listen" {
 			cc.Host, cc.Port, cc.Fallbacks, cc.TLSConfig = "127.0.0.1", uint16(addr.Port), nil, nil
 		}
-		return nil
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
-		return dispatch.Result{Outcome: dispatch.Success}
 	})
-	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 2})
 	testkit.WaitFor(t, time.Minute, "the listener connecting to the silent server", func() (bool, string) { return accepted() >= 1, "" })
 	deaf.Store(false)
 	select {
@@ -91,25 +80,14 @@ func TestListenerConnectIsBounded(t *testing.T) {
 func TestWakeUpReconnectsBackOff(t *testing.T) {
 	base := newPool(t)
 	var listens, wakes atomic.Int64
-	cfg := base.Config()
-	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+	e := startBesideConnects(t, base, func(cc *pgx.ConnConfig) {
 		switch cc.RuntimeParams["application_name"] {
 		case "drainer-listen":
 			listens.Add(1)
 		case "drainer-wake":
 			wakes.Add(1)
 		}
-		return nil
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
-		return dispatch.Result{Outcome: dispatch.Success}
 	})
-	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 2})
 	select {
 	case <-e.listening:
 	case <-time.After(time.Minute):
@@ -132,4 +110,25 @@ func TestWakeUpReconnectsBackOff(t *testing.T) {
 	if l == 0 || w == 0 {
 		t.Fatalf("the sessions were never killed: %d and %d connects", l, w)
 	}
+}
+
+// startBesideConnects starts an engine on a pool of base's database whose
+// every new connection (the wake-up's included: store.ConnectBeside uses
+// the pool's config) goes through seen first.
+func startBesideConnects(t *testing.T, base *pgxpool.Pool, seen func(*pgx.ConnConfig)) *Engine {
+	t.Helper()
+	cfg := base.Config()
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		seen(cc)
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	return startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t"}), Config{Workers: 2})
 }

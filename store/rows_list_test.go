@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
-	"sync"
 	"testing"
 
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // bigJSON is a JSON object of about size bytes that does not compress
@@ -26,69 +23,6 @@ func bigJSON(seed uint64, size int) json.RawMessage {
 		b[i] = hex[r.IntN(16)]
 	}
 	return json.RawMessage(fmt.Sprintf(`{"i":%d,"blob":"%s"}`, seed, b))
-}
-
-// statements keeps the statements a pool runs, with their arguments.
-type statements struct {
-	mu   sync.Mutex
-	list []stmt
-}
-
-type stmt struct {
-	sql  string
-	args []any
-}
-
-func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	s.mu.Lock()
-	s.list = append(s.list, stmt{d.SQL, d.Args})
-	s.mu.Unlock()
-	return ctx
-}
-
-func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// tracedPool is a second pool on pool's database that records its
-// statements in rec.
-func tracedPool(t *testing.T, pool *pgxpool.Pool, rec *statements) *pgxpool.Pool {
-	t.Helper()
-	cfg := pool.Config().Copy()
-	cfg.ConnConfig.Tracer = rec
-	traced, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(traced.Close)
-	return traced
-}
-
-// resultBytes runs rec's statements again on pool and returns the bytes of
-// the values they return: what they carried from the database.
-func resultBytes(t *testing.T, pool *pgxpool.Pool, rec *statements) int {
-	t.Helper()
-	rec.mu.Lock()
-	list := rec.list
-	rec.mu.Unlock()
-	if len(list) == 0 {
-		t.Fatal("no statement recorded")
-	}
-	n := 0
-	for _, s := range list {
-		rows, err := pool.Query(context.Background(), s.sql, s.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", s.sql, err)
-		}
-		for rows.Next() {
-			for _, v := range rows.RawValues() {
-				n += len(v)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: %v", s.sql, err)
-		}
-	}
-	return n
 }
 
 // TestListRowSummariesReadNoPayload: a list reads its rows without their
@@ -119,8 +53,8 @@ func TestListRowSummariesReadNoPayload(t *testing.T) {
 			t.Errorf("RowSummary.%s is a %s: a list holds no payload or response", f.Name, f.Type)
 		}
 	}
-	rec := &statements{}
-	rows, err := st.ListRowSummaries(ctx, tracedPool(t, pool, rec), store.Filter{}, 0, 10)
+	rec := &storetest.Recorder{}
+	rows, err := st.ListRowSummaries(ctx, storetest.TracedPool(t, pool, rec), store.Filter{}, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +72,11 @@ func TestListRowSummariesReadNoPayload(t *testing.T) {
 			t.Errorf("row %d: response_stored_bytes %v with response of %d bytes", i, r.ResponseStoredBytes, len(responses[i]))
 		}
 	}
-	if n := resultBytes(t, pool, rec); n > 4<<10 {
+	stmts := rec.Take()
+	if len(stmts) == 0 {
+		t.Fatal("no statement recorded")
+	}
+	if n := storetest.ReturnedBytes(t, pool, stmts); n > 4<<10 {
 		t.Errorf("the list's statement returned %d bytes for %d rows of %d KiB payloads: it reads them", n, len(keys), size>>10)
 	}
 	// The filters apply as to ListRows.

@@ -14,7 +14,6 @@ import (
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // noisyJSON is a JSON object of about size bytes that does not compress.
@@ -28,17 +27,11 @@ func noisyJSON(seed, size int) json.RawMessage {
 
 // tracedEnv is a console over a second pool on e's database that records
 // every statement the console runs.
-func tracedEnv(t *testing.T) (*env, *recorder) {
+func tracedEnv(t *testing.T) (*env, *storetest.Recorder) {
 	t.Helper()
 	pool := storetest.NewPool(t)
-	rec := &recorder{}
-	cfg := pool.Config().Copy()
-	cfg.ConnConfig.Tracer = rec
-	traced, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(traced.Close)
+	rec := &storetest.Recorder{}
+	traced := storetest.TracedPool(t, pool, rec)
 	srv, err := New(Config{Addr: "127.0.0.1:0", Databases: []Database{{Name: "default", DB: traced, Store: store.MustNew("")}}})
 	if err != nil {
 		t.Fatal(err)
@@ -46,29 +39,6 @@ func tracedEnv(t *testing.T) (*env, *recorder) {
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	return &env{t: t, pool: pool, srv: srv, http: hs}, rec
-}
-
-// returnedBytes runs stmts again on pool and returns the bytes of the
-// values they return: what they carried from the database.
-func returnedBytes(t *testing.T, pool *pgxpool.Pool, stmts []recorded) int {
-	t.Helper()
-	n := 0
-	for _, s := range stmts {
-		rows, err := pool.Query(context.Background(), s.sql, s.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", s.sql, err)
-		}
-		for rows.Next() {
-			for _, v := range rows.RawValues() {
-				n += len(v)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: %v", s.sql, err)
-		}
-	}
-	return n
 }
 
 // TestListsReadNoPayload: the rows list (API and page), the search and the
@@ -90,14 +60,14 @@ func TestListsReadNoPayload(t *testing.T) {
 	small := storetest.Row{AgentRunID: "run-small", ToolName: "big_tool", Status: outbox.StatusOutcomeUnknown,
 		Payload: noisyJSON(7, 32<<10), Response: noisyJSON(8, 32<<10)}
 	smallKey := storetest.Insert(t, e.pool, small)
-	rec.take()
+	rec.Take()
 
 	for _, p := range []string{"/api/v1/rows?limit=500", "/api/v1/rows?search=run-big&limit=500", "/rows?limit=500",
 		"/rows?status=outcome_unknown&payload=" + url.QueryEscape(`{"i":3}`), "/parked"} {
 		if code, body := e.get(p); code != http.StatusOK {
 			t.Fatalf("GET %s: %d %.300s", p, code, body)
 		}
-		if n := returnedBytes(t, e.pool, rec.take()); n > 32<<10 {
+		if n := storetest.ReturnedBytes(t, e.pool, rec.Take()); n > 32<<10 {
 			t.Errorf("GET %s: its statements returned %d bytes for %d rows: they read payloads or responses", p, n, len(keys)+1)
 		}
 	}
