@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/gateway"
 	"github.com/drainer-io/drainer/internal/daemon"
 	"github.com/drainer-io/drainer/store"
@@ -227,26 +226,7 @@ routes:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{ConfigPath: path, DatabaseURL: pool.Config().ConnString(),
-			MetricsAddr: "127.0.0.1:0", ShutdownTimeout: 10 * time.Second, Started: func(*drainer.Engine) { close(started) }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("drainer run: %v", err)
-		}
-	})
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("drainer run: %v", err)
-	case <-time.After(liveness):
-		t.Fatal("drainer did not start within a minute")
-	}
+	runDaemon(t, daemon.Options{ConfigPath: path, DatabaseURL: pool.Config().ConnString()})
 }
 
 // TestCallsInProgressAreBounded: with MaxCalls 2, a recorded call held by

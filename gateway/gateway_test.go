@@ -166,27 +166,7 @@ gateway:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{ConfigPath: path, DatabaseURL: pool.Config().ConnString(),
-			MetricsAddr: "127.0.0.1:0", GatewayListener: ln, ShutdownTimeout: 10 * time.Second,
-			Started: func(*drainer.Engine) { close(started) }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("drainer run: %v", err)
-		}
-	})
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("drainer run: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("drainer did not start within a minute")
-	}
+	runDaemon(t, daemon.Options{ConfigPath: path, DatabaseURL: pool.Config().ConnString(), GatewayListener: ln})
 	return &gw{url: "http://" + ln.Addr().String() + gateway.Path, pool: pool, ts: ts}
 }
 
@@ -464,5 +444,30 @@ func TestAbortRunCompensatesCompletedSteps(t *testing.T) {
 			t.Fatalf("the charge row is %s, not compensated, a minute after the abort", status)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// runDaemon runs drainer with opts (metrics on a free port, a 10 s
+// shutdown) until t ends, once it started.
+func runDaemon(t *testing.T, opts daemon.Options) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	opts.MetricsAddr, opts.ShutdownTimeout = "127.0.0.1:0", 10*time.Second
+	opts.Started = func(*drainer.Engine) { close(started) }
+	go func() { done <- daemon.Run(ctx, opts) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("drainer run: %v", err)
+		}
+	})
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("drainer run: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("drainer did not start within a minute")
 	}
 }
