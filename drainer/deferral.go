@@ -139,6 +139,7 @@ func (d *deferrer) run(ctx context.Context) {
 
 func (d *deferrer) apply(ctx context.Context, req deferral) {
 	e := d.e
+	life := ctx // the deferrer's: it ends when the engine stops
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if req.wake != nil {
@@ -179,5 +180,38 @@ func (d *deferrer) apply(ctx context.Context, req deferral) {
 	}
 	if total > 0 {
 		e.log.Debug("rows deferred", "tool", req.tool, "reason", req.reason, "rows", total, "for", req.delay)
+		d.wakeAllWhenDue(life, req.delay)
 	}
 }
+
+// wakeAllWhenDue wakes every listening replica when rows deferred for a
+// short delay come due (store.Defer: not jittered under
+// store.DeferJitterFrom). The replica whose gate turned them away has a
+// timer for the row it refused only, and another replica, whose gate is
+// open (breakers and auth holds are each replica's own), would otherwise
+// find them by its poll. Longer deferrals (pauses, a breaker's long
+// waits) end with a resume or a probe's answer, which wake them.
+func (d *deferrer) wakeAllWhenDue(life context.Context, delay time.Duration) {
+	if delay >= store.DeferJitterFrom {
+		return
+	}
+	e := d.e
+	time.AfterFunc(delay+deferWakeMargin, func() {
+		if life.Err() != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(life, 5*time.Second)
+		defer cancel()
+		sent := time.Now()
+		if err := e.st.WakeAll(ctx, e.pool); err != nil && !isShutdown(ctx, err) && e.db.failed("deferrer", sent, err) {
+			e.log.Warn("could not wake the replicas for deferred rows come due; they drain at their next poll", "err", err)
+		}
+	})
+}
+
+// deferWakeMargin: the deferral's rows come due at the database's now()
+// of its statement plus the delay, at most the statement's time before
+// this process's clock says it ended; the wake comes a little later, soon
+// enough that a poll that claimed one of them meanwhile is still counted
+// as woken (pollWitnessWait).
+const deferWakeMargin = 10 * time.Millisecond

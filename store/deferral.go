@@ -6,8 +6,13 @@ import (
 	"time"
 )
 
-// deferSQL pushes one batch of a tool's due pending rows to about
-// now() + $2 ms (jittered ±25 %, so they do not come back at one instant);
+// deferSQL pushes one batch of a tool's due pending rows to now() + $2 ms;
+// from DeferJitterFrom on, up to half as much again (jittered, so a large
+// backlog does not come back at one instant). Never earlier: the gate's
+// recheck or probe comes due at $2, and when it is answered the rows are
+// woken at once; a row due before it would wait for a poll. A short
+// deferral is not jittered, so that one wake of every replica when it ends
+// finds all its rows (drainer's deferrer.wakeAllWhenDue);
 // rows already due later are left alone. Each batch is a short transaction.
 // The batch's rows are updated by key (= ANY of them: one index probe
 // each): joined as a table, the planner hashed them and scanned every
@@ -15,7 +20,8 @@ import (
 // (TestDeferReadsOneBatch).
 const deferSQL = `
 UPDATE {s}.queue o
-   SET next_attempt_at = now() + $2 * interval '1 millisecond' * (0.75 + random() / 2)
+   SET next_attempt_at = now() + $2 * interval '1 millisecond'
+                         * (1 + CASE WHEN $2 >= $4 THEN random() / 2 ELSE 0 END)
  WHERE o.seq = ANY (ARRAY(
     SELECT seq FROM {s}.queue
      WHERE status = {StatusPending} AND tool_name = $1
@@ -37,6 +43,10 @@ UPDATE {s}.queue o SET next_attempt_at = now()
      LIMIT $2
      FOR UPDATE SKIP LOCKED))`
 
+// DeferJitterFrom is the shortest deferral whose rows' due times are
+// jittered (deferSQL).
+const DeferJitterFrom = 10 * time.Second
+
 // DeferBatch bounds one deferral statement.
 const DeferBatch = 5000
 
@@ -44,7 +54,7 @@ const DeferBatch = 5000
 // returns how many it moved. Neither it nor Wake changes a status, so
 // neither writes an audit entry.
 func (s *Store) Defer(ctx context.Context, db DB, tool string, delay time.Duration) (int64, error) {
-	tag, err := db.Exec(ctx, s.sql(deferSQL), tool, delay.Milliseconds(), DeferBatch)
+	tag, err := db.Exec(ctx, s.sql(deferSQL), tool, delay.Milliseconds(), DeferBatch, DeferJitterFrom.Milliseconds())
 	if err != nil {
 		return 0, fmt.Errorf("defer rows of %s: %w", tool, err)
 	}

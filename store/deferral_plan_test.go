@@ -33,7 +33,7 @@ func TestDeferReadsOneBatch(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	var plan []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+s.sql(deferSQL), "paused", int64(60000), batch).Scan(&plan); err != nil {
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+s.sql(deferSQL), "paused", int64(60000), batch, DeferJitterFrom.Milliseconds()).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	var deferred int
