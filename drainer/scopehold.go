@@ -175,11 +175,14 @@ func (h *scopeHolds) apply(ctx context.Context, batch []store.ScopeHold) {
 func (c *completer) releaseNext(d store.Completed, batch []completion) bool {
 	e := c.e
 	var tools, scopes []string
-	seen := map[scopeID]bool{}
+	var seen map[scopeID]bool // made for the first ordered row: the completer's every batch comes here
 	for i := range batch {
 		x := &batch[i]
 		if x.route == nil || x.route.Ordering != outbox.OrderingBusinessScope || x.row == nil || slices.Contains(d.Lost, x.Seq) {
 			continue
+		}
+		if seen == nil {
+			seen = map[scopeID]bool{}
 		}
 		id := scopeID{x.row.ToolName, x.row.BusinessScope}
 		if !seen[id] {
