@@ -107,8 +107,17 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 		// The row is handed over by the caller, and announced only if it was not.
 		enqueue = g.cfg.Store.EnqueueUnannounced
 	}
-	enq, err = enqueue(ctx, g.cfg.DB, in)
+	retried, err := g.onLive(ctx, func(db store.DB) (err error) {
+		enq, err = enqueue(ctx, db, in)
+		return err
+	})
 	if err == nil {
+		if retried && !enq.Created && g.cfg.Handoff != nil {
+			// The first run may have committed the row, unannounced, before
+			// its connection was lost: it is handed over as if created
+			// (a row already claimed or settled is not taken again).
+			g.handOff(ctx, key)
+		}
 		return enq, false, nil
 	}
 	var pgErr *pgconn.PgError
@@ -141,7 +150,7 @@ func (g *Gateway) handOff(ctx context.Context, key string) {
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
 		defer cancel()
-		if err := g.cfg.Store.WakeAll(wctx, g.cfg.DB); err != nil {
+		if _, err := g.onLive(wctx, func(db store.DB) error { return g.cfg.Store.WakeAll(wctx, db) }); err != nil {
 			g.log.Warn("gateway: could not wake the daemons for a recorded call; it is found by their next poll", "key", key, "err", err)
 		}
 	}()
@@ -184,7 +193,7 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}
 	c := store.Call{Key: key, Status: outbox.StatusPending} // as committed, until read
 	for {
 		if read {
-			now, err := g.cfg.Store.Call(ctx, g.cfg.DB, key)
+			now, err := g.read(ctx, key)
 			if err != nil && ctx.Err() != nil {
 				// The call's time ran out, or the gateway stops, in the read.
 				return g.lastLook(ctx, c, known)
@@ -215,6 +224,16 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}
 	}
 }
 
+// read reads the row of key, again on a live connection when its
+// connection was lost.
+func (g *Gateway) read(ctx context.Context, key string) (c store.Call, err error) {
+	_, err = g.onLive(ctx, func(db store.DB) (err error) {
+		c, err = g.cfg.Store.Call(ctx, db, key)
+		return err
+	})
+	return c, err
+}
+
 // lastLook reads the row of c once more, for the answer of a call whose
 // wait is over (or that the gateway's shutdown ends), within
 // lastLookTimeout. When that read fails, the row's state as last known
@@ -222,7 +241,7 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}
 func (g *Gateway) lastLook(ctx context.Context, c store.Call, known bool) (store.Call, bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastLookTimeout)
 	defer cancel()
-	now, err := g.cfg.Store.Call(rctx, g.cfg.DB, c.Key)
+	now, err := g.read(rctx, c.Key)
 	if err != nil && known && !errors.Is(err, store.ErrNoCall) {
 		g.log.Info("gateway: could not read a call's row for its answer; answering with its state as last read", "key", c.Key, "err", err)
 		return c, true, nil

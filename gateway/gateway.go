@@ -105,6 +105,8 @@ type Gateway struct {
 	// with it (callContext).
 	base       context.Context
 	cancelBase context.CancelFunc
+	// sweep checks the pool's idle connections when one was lost (onLive).
+	sweep sweeper
 }
 
 // New checks cfg, takes its address and builds the server; Serve starts it.
