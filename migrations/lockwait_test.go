@@ -125,6 +125,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// commitThenResult commits the producer's transaction and waits for the
+// migration it held (what) to return, within hang; the result is put back
+// for the cleanup that waits for it too.
+func commitThenResult(t *testing.T, producer *pgx.Conn, done chan migrateResult, what string) migrateResult {
+	t.Helper()
+	if _, err := producer.Exec(context.Background(), "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		done <- r
+		return r
+	case <-time.After(hang):
+		t.Fatalf("the %s did not complete within %s of the producer's commit", what, hang)
+		return migrateResult{}
+	}
+}
+
 type migrateResult struct {
 	applied int
 	err     error
@@ -199,16 +217,7 @@ func TestUpgradeBesideAnOpenProducerKeepsTheDrainGoing(t *testing.T) {
 		}
 	}
 
-	if _, err := h.producer.Exec(ctx, "COMMIT"); err != nil {
-		t.Fatal(err)
-	}
-	var r migrateResult
-	select {
-	case r = <-done:
-		done <- r
-	case <-time.After(hang):
-		t.Fatalf("the upgrade did not complete within %s of the producer's commit", hang)
-	}
+	r := commitThenResult(t, h.producer, done, "upgrade")
 	if r.err != nil || r.applied != Latest()-25 {
 		t.Fatalf("upgrade after the producer committed: %d applied, %v; want %d", r.applied, r.err, Latest()-25)
 	}
@@ -314,16 +323,7 @@ func TestCodeInstallBesideAnOpenProducerRetries(t *testing.T) {
 		done <- r
 		t.Fatalf("the install ended while the producer was open: %v", r.err)
 	}
-	if _, err := producer.Exec(ctx, "COMMIT"); err != nil {
-		t.Fatal(err)
-	}
-	var r migrateResult
-	select {
-	case r = <-done:
-		done <- r
-	case <-time.After(hang):
-		t.Fatalf("the install did not complete within %s of the producer's commit", hang)
-	}
+	r := commitThenResult(t, producer, done, "install")
 	if _, rev := h.versions(t); r.err != nil || rev != fmt.Sprint(CodeRevision) {
 		t.Fatalf("install after the producer committed: %v, code revision %s; want %d", r.err, rev, CodeRevision)
 	}
