@@ -103,12 +103,21 @@ func (c *claimCollector) Collect(ch chan<- prometheus.Metric) {
 
 // pollWitnessWait is how long the rows a poll claimed wait for their
 // notification before they count under poll. A row's commit is visible to
-// claims a moment before its notification reaches the listener (on a busy
-// server, milliseconds): a poll that fires in between claims rows the
-// wake-up was about to deliver. Measured: every poll pickup of bench's
-// light-load phase was named by a notification 0.1 to 4 ms after its
-// claim.
-const pollWitnessWait = 50 * time.Millisecond
+// claims a moment before its notification reaches the listener: a poll
+// that fires in between claims rows the wake-up was about to deliver.
+// Measured: every poll pickup of bench's light-load phase was named by a
+// notification 0.1 to 4 ms after its claim; on a 2-core machine running
+// several test suites, the wake-up another replica sends when a deferral
+// ends came up to some hundreds of milliseconds after a poll claimed its
+// rows. A second keeps the count about the wake-up, not the machine's
+// load: a row the wake-up missed gets no notification at all.
+const pollWitnessWait = time.Second
+
+// maxHeard bounds the notifications the witness remembers (those of the
+// last pollWitnessWait), and the rows it holds: past it the oldest
+// notifications are forgotten (a row only they named counts under poll),
+// and the oldest rows count under poll before their wait is over.
+const maxHeard = 4096
 
 // pollWitness decides which cause the rows a poll claimed count under. It
 // holds them for pollWitnessWait; a notification heard in that time, or
@@ -155,6 +164,10 @@ func (w *pollWitness) hold(rows []store.ClaimedRow, claimedAt time.Time, counts 
 		w.held = append(w.held, r)
 	}
 	counts.add(causeNotify, named)
+	if over := len(w.held) - maxHeard; over > 0 {
+		counts.add(causePoll, over) // the oldest, without their full wait
+		w.held = append(w.held[:0], w.held[over:]...)
+	}
 }
 
 func (w *pollWitness) namedLocked(r witnessed) bool {
@@ -174,6 +187,9 @@ func (w *pollWitness) heardOf(p store.Position, ok bool, counts *claimCounts) {
 	defer w.mu.Unlock()
 	w.settleLocked(now, counts)
 	n := witnessed{at: now, due: p.Due.UnixMicro(), seq: p.Seq, all: !ok}
+	if len(w.heard) >= maxHeard {
+		w.heard = append(w.heard[:0], w.heard[len(w.heard)-maxHeard+1:]...)
+	}
 	w.heard = append(w.heard, n)
 	kept := w.held[:0]
 	for _, r := range w.held {

@@ -77,4 +77,24 @@ func TestPollWitness(t *testing.T) {
 			t.Fatalf("%d rows held, want 1", len(w.held))
 		}
 	})
+
+	t.Run("what it holds is bounded", func(t *testing.T) {
+		var w pollWitness
+		var c claimCounts
+		for i := range maxHeard + 10 {
+			w.heardOf(pos(due, int64(i)), true, &c)
+		}
+		if len(w.heard) != maxHeard {
+			t.Fatalf("%d notifications remembered, want %d", len(w.heard), maxHeard)
+		}
+		rows := make([]store.ClaimedRow, maxHeard+5)
+		for i := range rows {
+			rows[i] = row(due.Add(time.Hour), int64(i)) // named by none
+		}
+		w.hold(rows, time.Now(), &c)
+		want(t, &c, 0, 5)
+		if len(w.held) != maxHeard || w.held[0].seq != 5 {
+			t.Fatalf("%d rows held from %d, want %d from 5", len(w.held), w.held[0].seq, maxHeard)
+		}
+	})
 }

@@ -120,7 +120,7 @@ func TestTakeDispatchesTheRowAtOnce(t *testing.T) {
 		}
 	}
 	h.mu.Unlock()
-	if got := e.ClaimedRows(); got["notify"] != 3 || got["poll"] != 0 || got["start"] != 0 {
+	if got := e.ClaimedRows(); got["notify"] != 3 || polled(e) != 0 || got["start"] != 0 {
 		t.Fatalf("claimed rows by cause %v, want the 3 taken under notify", got)
 	}
 	testkit.WaitFor(t, 30*time.Second, "the three settled keys told", func() (bool, string) {

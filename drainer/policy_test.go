@@ -37,7 +37,7 @@ func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
 	enqueueN(t, pool, "run", "t", 10)
 	rt := testRouting(t, map[string]dispatch.Adapter{"t": unavailable(&calls)}, &Route{Tool: "t", MaxAttempts: 100})
 	rt.Policies = map[string]GatePolicy{"t": {BreakerFailures: 3, BreakerOpenFor: time.Hour}}
-	var buf lockedBuffer
+	var buf testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	e := startEngine(t, pool, rt, Config{Workers: 1, Metrics: metrics, Logger: log})
@@ -385,7 +385,7 @@ func TestRateLimitKeepsItsRate(t *testing.T) {
 	rt, calls := rateLimited(t, pool, 15)
 	e := startWithHooks(t, pool, rt, Config{Workers: 8}, wakeHooks{})
 	testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 15, "" })
-	if got := e.ClaimedRows(); got["poll"] != 0 {
+	if got := e.ClaimedRows(); polled(e) != 0 {
 		t.Fatalf("rows waited for the poll: claims by cause %v", got)
 	}
 	times := calls()
@@ -429,7 +429,7 @@ func TestMaxConcurrencyKeepsItsSlotsBusy(t *testing.T) {
 	rt, most := capped(t, pool, 20, 2, 20*time.Millisecond)
 	e := startWithHooks(t, pool, rt, Config{Workers: 8}, wakeHooks{})
 	testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 20, "" })
-	if got := e.ClaimedRows(); got["poll"] != 0 {
+	if got := e.ClaimedRows(); polled(e) != 0 {
 		t.Fatalf("rows waited for the poll: claims by cause %v", got)
 	}
 	if m := most(); m > 2 {
@@ -473,7 +473,7 @@ func TestTurnedAwayRowsAreClaimedWhenDue(t *testing.T) {
 			pool := newPool(t)
 			e := startWithHooks(t, pool, c.rt(t, pool), Config{Workers: 8, GateWait: c.wait}, wakeHooks{})
 			testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 10, "" })
-			if got := e.ClaimedRows(); got["poll"] != 0 {
+			if got := e.ClaimedRows(); polled(e) != 0 {
 				t.Fatalf("rows waited for the poll: claims by cause %v", got)
 			}
 			var turned int
@@ -523,7 +523,7 @@ func TestHeldRowsGoWhenTheProviderAnswers(t *testing.T) {
 			testkit.WaitFor(t, wakeTestWait, "the provider refused", func() (bool, string) { return refused.Load() >= 3, "" })
 			up.Store(true)
 			testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 20, "" })
-			if got := e.ClaimedRows(); got["poll"] != 0 {
+			if got := e.ClaimedRows(); polled(e) != 0 {
 				t.Fatalf("held rows waited for the poll: claims by cause %v", got)
 			}
 		})

@@ -116,6 +116,16 @@ func gateWaitStart(t *testing.T, pool *pgxpool.Pool) time.Time {
 	return *at
 }
 
+// polled is how many rows e claimed by a poll, those still waiting for
+// their notification (pollWitness) included: the wake-up tests' poll comes
+// only after the wake-up missed a row, and no notification will name it.
+func polled(e *Engine) uint64 {
+	e.witness.mu.Lock()
+	defer e.witness.mu.Unlock()
+	e.witness.settleLocked(time.Now(), &e.claims)
+	return e.claims[causePoll].Load() + uint64(len(e.witness.held))
+}
+
 // dispatchedByWakeUp enqueues one row and waits until it has succeeded;
 // it fails the test if any row so far was claimed by the poll.
 func dispatchedByWakeUp(t *testing.T, e *Engine, pool *pgxpool.Pool, run, what string) {
@@ -124,7 +134,7 @@ func dispatchedByWakeUp(t *testing.T, e *Engine, pool *pgxpool.Pool, run, what s
 	testkit.WaitFor(t, wakeTestWait, what+": the row succeeded", func() (bool, string) {
 		return getRow(t, pool, key).Status == outbox.StatusSucceeded, ""
 	})
-	if n := e.ClaimedRows()["poll"]; n > 0 {
+	if n := polled(e); n > 0 {
 		t.Fatalf("%s: %d rows claimed by the poll, not woken (claims by cause %v)", what, n, e.ClaimedRows())
 	}
 }
@@ -325,7 +335,7 @@ func TestOrderedScopeNextRowIsWoken(t *testing.T) {
 	testkit.WaitFor(t, wakeTestWait, "the scope's four rows succeeded", func() (bool, string) {
 		return countByStatus(t, pool)[outbox.StatusSucceeded] == 4, ""
 	})
-	if n := e.ClaimedRows()["poll"]; n > 0 || sent.Load() != 4 {
+	if n := polled(e); n > 0 || sent.Load() != 4 {
 		t.Fatalf("%d of the scope's rows claimed by the poll, %d sent (claims by cause %v)", n, sent.Load(), e.ClaimedRows())
 	}
 }
@@ -428,7 +438,7 @@ func TestRetryIsClaimedWhenDue(t *testing.T) {
 		return getRow(t, pool, key).Status == outbox.StatusSucceeded, ""
 	})
 	got := e.ClaimedRows()
-	if calls.Load() != 3 || got["poll"] != 0 || got["retry"] < 2 {
+	if calls.Load() != 3 || polled(e) != 0 || got["retry"] < 2 {
 		t.Fatalf("%d calls; claims by cause %v: want 3 calls, both retries claimed on their timer, none by the poll", calls.Load(), got)
 	}
 }

@@ -232,7 +232,13 @@ func (m *seqModel) checkWakeUp(fail func(string, ...any)) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		// A row a poll claimed is counted once its notification had time
+		// to come (witnessWait): wait until the probe's row is counted.
 		dn, dp := count("notify")-notify, count("poll")-poll
+		for until := time.Now().Add(witnessWait); dn+dp < 1 && time.Now().Before(until); {
+			time.Sleep(50 * time.Millisecond)
+			dn, dp = count("notify")-notify, count("poll")-poll
+		}
 		if dn >= 1 && dp == 0 {
 			m.tally["wake-up probes"] = try + 1
 			return
@@ -257,6 +263,11 @@ func (m *seqModel) claimedRows() (poll, all float64) {
 	return poll, all
 }
 
+// witnessWait bounds the wait for a replica to count a row a poll claimed:
+// it waits a second for the row's notification (drainer's pollWitnessWait)
+// before counting it under poll.
+const witnessWait = 10 * time.Second
+
 // probeNoPoll runs probe, which enqueues rows and waits until the last
 // request it expects reached the provider (it reports false, having
 // failed, when none came in time), and checks that the replicas claimed
@@ -270,9 +281,15 @@ func (m *seqModel) probeNoPoll(fail func(string, ...any), what string, want floa
 			return
 		}
 		// A row a poll claimed is counted once its notification had time
-		// to come (50 ms): wait past that before reading the counts.
-		time.Sleep(200 * time.Millisecond)
+		// to come (witnessWait): wait until the rows the probe expects are
+		// counted, then a moment for a claim after them.
 		poll2, all2 := m.claimedRows()
+		for until := time.Now().Add(witnessWait); all2-all < want && time.Now().Before(until); {
+			time.Sleep(50 * time.Millisecond)
+			poll2, all2 = m.claimedRows()
+		}
+		time.Sleep(200 * time.Millisecond)
+		poll2, all2 = m.claimedRows()
 		if poll2 == poll && all2-all >= want {
 			m.tally[what+" probes"] = try + 1
 			return
