@@ -184,7 +184,7 @@ func TestBreakerIgnoresVerdictsFromBeforeItsState(t *testing.T) {
 }
 
 // gateLog is a gate whose breaker runs on clk, logging at level into buf.
-func gateLog(clk *testClock, level slog.Level, buf *lockedBuffer, m *Metrics) *gate {
+func gateLog(clk *testClock, level slog.Level, buf *testkit.Buffer, m *Metrics) *gate {
 	log := slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: level}))
 	return newGateWithClock("pay", GatePolicy{BreakerFailures: 2, BreakerOpenFor: 30 * time.Second}, m, log, clk.now)
 }
@@ -197,7 +197,7 @@ func TestBreakerLogsOpenAndCloseOnce(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		t.Run(level.String(), func(t *testing.T) {
 			clk := newTestClock()
-			var buf lockedBuffer
+			var buf testkit.Buffer
 			m := NewMetrics(prometheus.NewRegistry(), "test")
 			g := gateLog(clk, level, &buf, m)
 			r := rand.New(rand.NewPCG(1, 2))

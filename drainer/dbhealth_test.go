@@ -26,7 +26,7 @@ import (
 func TestDatabaseOutageIsTwoLines(t *testing.T) {
 	good := newPool(t)
 	var s severable
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
 	})
@@ -98,7 +98,7 @@ func TestDatabaseOutageIsTwoLines(t *testing.T) {
 // outage twice, each with its own "database back" (one with down_for 0).
 // A statement sent after the outage began does end it.
 func TestAnswerSentBeforeTheOutageDoesNotEndIt(t *testing.T) {
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	h := newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))
 	sentBefore := time.Now()
 	if h.failed("listener", time.Now(), io.ErrUnexpectedEOF) {
@@ -129,7 +129,7 @@ func TestAnswerSentBeforeTheOutageDoesNotEndIt(t *testing.T) {
 // subsystem, which logged during the outage, stays quiet. Work begun after
 // the outage ended that fails opens a new outage.
 func TestFailureSentDuringTheOutageDoesNotOpenAnother(t *testing.T) {
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	h := newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))
 	h.failed("claim", time.Now(), io.ErrUnexpectedEOF)
 	sentDuring := time.Now()

@@ -177,7 +177,7 @@ func TestAuthRefusalHoldsOnlyItsRoute(t *testing.T) {
 	})
 	rt := testRouting(t, map[string]dispatch.Adapter{"x": x}, &Route{Tool: "a", Adapter: "x"}, &Route{Tool: "b", Adapter: "x"})
 	rt.Policies = map[string]GatePolicy{"x": {BreakerFailures: 3, BreakerOpenFor: time.Hour}}
-	var buf lockedBuffer
+	var buf testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	aKeys := enqueueN(t, pool, "run-a", "a", 5)
@@ -274,7 +274,7 @@ func TestSeveralRoutesRefusedHoldTheAdapter(t *testing.T) {
 	})
 	rt := testRouting(t, map[string]dispatch.Adapter{"x": x, "y": y},
 		&Route{Tool: "a", Adapter: "x"}, &Route{Tool: "b", Adapter: "x"}, &Route{Tool: "c", Adapter: "x"}, &Route{Tool: "d", Adapter: "y"})
-	var buf lockedBuffer
+	var buf testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	reg := prometheus.NewRegistry()
 	metrics := NewMetrics(reg, "test")
@@ -366,7 +366,7 @@ func TestBreakerOpenAndCloseLoggedOnce(t *testing.T) {
 	})
 	rt := testRouting(t, map[string]dispatch.Adapter{"x": x}, &Route{Tool: "t", Adapter: "x", MaxAttempts: 100})
 	rt.Policies = map[string]GatePolicy{"x": {BreakerFailures: 3, BreakerOpenFor: 500 * time.Millisecond}}
-	var buf lockedBuffer
+	var buf testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
 	enqueueN(t, pool, "run", "t", 10)

@@ -1,7 +1,6 @@
 package drainer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,23 +12,6 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/tooling/testkit"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestLogsCarryNoPayload: at debug level, through successes, retries,
 // terminal failures and a panicking adapter, no log line contains a payload
@@ -60,7 +42,7 @@ func TestLogsCarryNoPayload(t *testing.T) {
 		}),
 		"boom": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result { panic("adapter bug") }),
 	}
-	var buf lockedBuffer
+	var buf testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	startEngine(t, pool, testRouting(t, adapters, &Route{Tool: "ok"}, &Route{Tool: "flaky"}, &Route{Tool: "bad"}, &Route{Tool: "boom", MaxAttempts: 1}),
 		Config{Workers: 4, Logger: log})

@@ -63,7 +63,7 @@ func TestRotatorMovesInSmallMoves(t *testing.T) {
 	})
 	const n = 1_500
 	enqueueN(t, pool, "run-rotator", "ok", n)
-	var buf lockedBuffer
+	var buf testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"ok": ok}, &Route{Tool: "ok"}), Config{
 		Workers: 8, Logger: log, RotateInterval: 50 * time.Millisecond,

@@ -259,7 +259,7 @@ func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
 	rt.Routes[outbox.AlertTool] = &Route{Tool: outbox.AlertTool, Adapter: "pager", Class: "key_idempotent", MaxAttempts: 5,
 		Backoff: Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond}}
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	startEngine(t, pool, rt, Config{Workers: 4, Metrics: metrics, SagaInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	testkit.WaitFor(t, 15*time.Second, "saga halted", func() (bool, string) { return sagaState(t, pool, "run") == outbox.SagaHalted, "" })

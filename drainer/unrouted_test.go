@@ -17,7 +17,7 @@ import (
 func TestUnroutedToolGetsADidYouMean(t *testing.T) {
 	pool := newPool(t)
 	keys := enqueueN(t, pool, "run-typo", "chrage_card", 1)
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
 	})

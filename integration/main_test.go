@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,24 +100,6 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // tail returns the last n bytes of s, for failure messages.
 func tail(s string, n int) string {
 	if len(s) <= n {
@@ -172,7 +153,7 @@ type daemon struct {
 	t           *testing.T
 	name        string
 	cmd         *exec.Cmd
-	stderr      *syncBuffer
+	stderr      *testkit.Buffer
 	metricsAddr string
 	started     time.Time
 	done        chan struct{} // closed once the process was waited for
@@ -194,7 +175,7 @@ func startDaemonEnv(t *testing.T, name string, env []string, args ...string) *da
 	d := &daemon{
 		t:           t,
 		name:        name,
-		stderr:      &syncBuffer{},
+		stderr:      &testkit.Buffer{},
 		metricsAddr: "127.0.0.1:" + strconv.Itoa(freePort(t)),
 		done:        make(chan struct{}),
 	}

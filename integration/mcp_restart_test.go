@@ -320,7 +320,7 @@ const everythingDir = "testdata/mcp-everything"
 type everythingServer struct {
 	port int
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testkit.Buffer
 	done chan struct{}
 }
 
@@ -342,7 +342,7 @@ func everythingEntry(t *testing.T) string {
 // start starts the server and waits until it listens. It may run on a
 // server goroutine (a restart), so it reports instead of failing the test.
 func (e *everythingServer) start(entry string) error {
-	e.out = &syncBuffer{}
+	e.out = &testkit.Buffer{}
 	e.cmd = exec.Command("node", entry, "streamableHttp")
 	e.cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(e.port))
 	e.cmd.Stdout, e.cmd.Stderr = e.out, e.out

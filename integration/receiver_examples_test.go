@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // The example receivers of examples/receiver, started as processes as a
@@ -36,18 +37,18 @@ func startExample(t *testing.T, cmd *exec.Cmd) string {
 
 // startExampleStderr is startExample that also returns what the process
 // writes to stderr (its logs).
-func startExampleStderr(t *testing.T, cmd *exec.Cmd) (string, *syncBuffer) {
+func startExampleStderr(t *testing.T, cmd *exec.Cmd) (string, *testkit.Buffer) {
 	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := &syncBuffer{}
+	stderr := &testkit.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", cmd.Path, err)
 	}
-	var out syncBuffer
+	var out testkit.Buffer
 	urls := make(chan string, 1)
 	eof := make(chan struct{})
 	go func() {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // recvService is one running example service of examples/receiver.
@@ -29,7 +30,7 @@ type recvService struct {
 func recvStart(t *testing.T, name, dbURL string, cmd *exec.Cmd) recvService {
 	t.Helper()
 	cmd.Env = childEnv("DATABASE_URL=" + dbURL)
-	var stderr syncBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

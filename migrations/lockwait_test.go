@@ -1,20 +1,22 @@
 package migrations
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 )
+
+// logBuffer is a testkit.Buffer with the readings this package's tests make.
+type logBuffer struct{ testkit.Buffer }
 
 // hang bounds every wait of these tests that only a broken migrate makes
 // long: a generous bound for "it did not block for good", never a timing.
@@ -86,24 +88,9 @@ func lockTimeoutOf(t *testing.T, conn *pgx.Conn) string {
 	return v
 }
 
-// logBuffer collects what a JSON slog handler writes, for reading while
-// the migration runs.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
 // line returns the first line holding every one of parts, or "".
 func (l *logBuffer) line(parts ...string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for line := range strings.Lines(l.b.String()) {
+	for line := range strings.Lines(l.String()) {
 		found := true
 		for _, p := range parts {
 			found = found && strings.Contains(line, p)

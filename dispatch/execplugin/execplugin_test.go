@@ -1,7 +1,6 @@
 package execplugin
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +20,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 const payloadSecret = "s3cr3t-payload-9d2e"
@@ -31,14 +31,14 @@ var testPayload = `{"amount":500,"note":"` + payloadSecret + `"}`
 type testBundle struct {
 	a    *Adapter
 	up   *echoUpstream
-	logs *logBuffer
+	logs *testkit.Buffer
 }
 
 // setup starts plugin-echo through New with cfg's zero fields filled in.
 func setup(t *testing.T, cfg Config) *testBundle {
 	t.Helper()
 	up := newEchoUpstream(t)
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	if cfg.Command == "" {
 		cfg.Command = echoBin
 	}
@@ -54,24 +54,6 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	}
 	t.Cleanup(func() { _ = a.Close() })
 	return &testBundle{a: a, up: up, logs: logs}
-}
-
-// logBuffer collects log output; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func dispatchMsg(t *testing.T, a dispatch.Adapter, m *dispatch.Message) dispatch.Result {

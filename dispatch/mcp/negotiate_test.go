@@ -1,14 +1,12 @@
 package mcp_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
 	"github.com/drainer-io/drainer/dispatch/mcp"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 const testTraceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -175,7 +174,7 @@ func TestStartInBackground(t *testing.T) {
 	if !errors.Is(err, dispatch.ErrUnavailable) {
 		t.Fatalf("CheckRoutes on a server that hangs up: %v, want ErrUnavailable", err)
 	}
-	var logs syncBuffer
+	var logs testkit.Buffer
 	a.StartInBackground("tools", routes, slog.New(slog.NewTextHandler(&logs, nil)))
 	m := dispatchtest.NewMessage("charge", `{}`)
 	r := a.Dispatch(context.Background(), m)
@@ -203,21 +202,4 @@ func TestStartInBackground(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, `no tool \"absent\"`) || !strings.Contains(out, "connected") {
 		t.Errorf("logs lack the missing tool or the connection:\n%s", out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,41 +1,22 @@
 package catalog
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
-
-// logBuffer is a slog handler's output, safe to read while it is written.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // catalogDB is a catalog database holding a tenants table.
 type catalogDB struct {
@@ -118,7 +99,7 @@ databases:
     - {name: tenant-a, url: 'host=a'}
   query: {url: '${file:`+urlFile+`}', sql: '`+catalogSQL+`'}
 `)
-	var logs logBuffer
+	var logs testkit.Buffer
 	c := New(dbs, slog.New(slog.NewTextHandler(&logs, nil)))
 	defer c.Close()
 	ctx := context.Background()
@@ -199,7 +180,7 @@ databases:
   static: [{name: tenant-s, url: 'host=s'}]
   query: {url: '${file:`+urlFile+`}', sql: '`+catalogSQL+`'}
 `)
-	var logs logBuffer
+	var logs testkit.Buffer
 	c := New(dbs, slog.New(slog.NewTextHandler(&logs, nil)))
 	defer c.Close()
 	ctx := context.Background()

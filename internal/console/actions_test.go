@@ -12,11 +12,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
+
+// syncBuffer is a testkit.Buffer with the readings this package's tests make.
+type syncBuffer struct{ testkit.Buffer }
 
 // session opens a console session for actor and returns a client holding
 // its cookie that does not follow redirects, and its CSRF token.
@@ -405,24 +408,10 @@ func TestNextStaysInTheConsole(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 func (s *syncBuffer) lines(t testing.TB, msg string) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q: %v", l, err)
@@ -464,7 +453,7 @@ func TestActionLogNamesTargetAndActor(t *testing.T) {
 		bulk["view"] != "status=failed payload=… search=scope-l (business_scope)" {
 		t.Errorf("bulk action logged as %v, want its actor, view and count", bulk)
 	}
-	if strings.Contains(logs.b.String(), "customer") {
+	if strings.Contains(logs.String(), "customer") {
 		t.Error("the log holds the payload filter's value")
 	}
 }

@@ -29,7 +29,7 @@ func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
 	cl := newCluster(t, 100)
 	dbs := names("con_hb", 1)
 	cl.createDBs(t, dbs)
-	logs := &logBuffer{}
+	logs := &testkit.Buffer{}
 	r := startReplica(t, cl.url(dbs[0]), static(cl, dbs), routing(t, newCounter()), "a", func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
@@ -110,24 +110,6 @@ func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
 		bl, at, err := r.Backlogs()
 		return err == nil && at.After(readAt) && len(bl) == 1 && bl[0].PublishedAt.After(before[0].PublishedAt), fmt.Sprint(bl, at, err)
 	})
-}
-
-// logBuffer collects a logger's output.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestPoolReplacedWhileInUse: a database leaves the list while a console
