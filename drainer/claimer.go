@@ -148,9 +148,12 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		}
 		claimedAt := time.Now()
 		rt := e.useRouting()
-		// The claim itself is not cancelled by Stop: a statement cut off after
-		// committing would strand its rows until their lease expires.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
+		// The claim itself is not cancelled when Stop begins: a statement cut
+		// off after committing would strand its rows until their lease
+		// expires. It is when Stop's time for writes is over (writes), as a
+		// completion is, so a database that does not answer does not hold
+		// Stop past its bound.
+		ctx, cancel := context.WithTimeout(e.writes, claimTimeout)
 		claim := store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
 			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims,
 			MaxBytes: left}
@@ -229,6 +232,10 @@ func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCaus
 	}
 	return started
 }
+
+// claimTimeout bounds one claim's statements (a batch, or a gateway call's
+// row taken by Take).
+const claimTimeout = 30 * time.Second
 
 // disarmRows is how many rows a claim brings when the daemon counts as
 // busy and gives its wake-gate slot back (a full batch always does).

@@ -22,7 +22,7 @@ import (
 // the lease, so the engine never holds more rows than Workers. The row
 // counts under the notify cause of drainer_claimed_rows_total: the call
 // is its notification.
-func (e *Engine) Take(ctx context.Context, key string) bool {
+func (e *Engine) Take(_ context.Context, key string) bool {
 	if !e.started.Load() {
 		return false
 	}
@@ -37,7 +37,7 @@ func (e *Engine) Take(ctx context.Context, key string) bool {
 	}
 	claimedAt := time.Now()
 	rt := e.useRouting()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(e.writes, claimTimeout) // as the claim loop's (claimer.go)
 	row, err := e.st.ClaimKey(ctx, e.pool, key, store.Claim{Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
 		Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims})
 	cancel()

@@ -2,12 +2,14 @@ package drainer
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 // TestStopIsBoundedWhenTheDatabaseStalls: a database that stops answering
@@ -59,5 +61,48 @@ func TestStopIsBoundedWhenTheDatabaseStalls(t *testing.T) {
 	}
 	if got := e.Unwritten(); len(got) != 1 || got[0].Status != outbox.StatusSucceeded {
 		t.Fatalf("unwritten completions: %+v", got)
+	}
+}
+
+// TestStopIsBoundedWhileAClaimStalls: a claim the database does not answer
+// (here, behind a lock on the queue another session holds) does not keep
+// Stop past its deadline and stopWriteMargin: the claim is cut off when
+// Stop's time for writes is over, as a completion is. Before, Stop waited
+// for the claim's own timeout (claimTimeout, 30 s).
+func TestStopIsBoundedWhileAClaimStalls(t *testing.T) {
+	pool := newPool(t)
+	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(
+		func(context.Context, *dispatch.Message) dispatch.Result {
+			return dispatch.Result{Outcome: dispatch.Success}
+		})}, &Route{Tool: "t"}),
+		Config{Workers: 2, PollInterval: 100 * time.Millisecond})
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), `LOCK TABLE drainer.queue IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	// The poll's next claim waits for the lock.
+	testkit.WaitFor(t, time.Minute, "a claim waiting for the lock", func() (bool, string) {
+		var n int
+		err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query ILIKE '%skip locked%'`).Scan(&n)
+		return err == nil && n > 0, fmt.Sprint(err)
+	})
+	stopped := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		stopped <- e.Stop(ctx)
+	}()
+	bound := time.Second + stopWriteMargin
+	select {
+	case err := <-stopped:
+		t.Logf("Stop returned after %v (%v)", time.Since(began).Round(time.Millisecond), err)
+	case <-time.After(claimTimeout - 5*time.Second):
+		t.Fatalf("Stop did not return within %v while a claim stalled; its bound is its deadline and stopWriteMargin, %v", claimTimeout-5*time.Second, bound)
 	}
 }
