@@ -3,14 +3,12 @@ package drainer
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/drainer-io/drainer/store"
 )
 
 // dbQuietFor is how often, at most, one subsystem logs its own failure
@@ -93,21 +91,8 @@ func (h *dbHealth) ok(sent time.Time) {
 }
 
 // unreachable reports whether err says the database could not be reached
-// or the connection was lost, rather than a statement refused: no answer
-// from the server, or a connection exception, a shutdown or a server not
-// accepting connections yet (SQLSTATE class 08, 57P01 to 57P03).
+// or the connection was lost, rather than a statement refused
+// (store.ConnectionLost), or that it did not answer in time.
 func unreachable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		c := pgErr.Code
-		return len(c) == 5 && (c[:2] == "08" || c == "57P01" || c == "57P02" || c == "57P03")
-	}
-	var netErr net.Error
-	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr) || errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed)
+	return store.ConnectionLost(err) || err != nil && errors.Is(err, context.DeadlineExceeded)
 }

@@ -2,13 +2,9 @@ package gateway
 
 import (
 	"context"
-	"errors"
-	"io"
-	"net"
 	"sync"
 
 	"github.com/drainer-io/drainer/store"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -26,30 +22,12 @@ import (
 // says fn ran twice.
 func (g *Gateway) onLive(ctx context.Context, fn func(db store.DB) error) (retried bool, err error) {
 	err = fn(g.cfg.DB)
-	if !lostConnection(err) || ctx.Err() != nil {
+	if !store.ConnectionLost(err) || ctx.Err() != nil {
 		return false, err
 	}
 	g.log.Info("gateway: a connection was lost; running the statement again on a live one", "err", err)
 	g.sweep.run(ctx, g.cfg.DB)
 	return true, fn(g.cfg.DB)
-}
-
-// lostConnection reports whether err says the statement's connection
-// was lost rather than the statement refused: the server ended the
-// session (57P01 to 57P03, class 08), the connection broke, or pgx
-// reports the statement unsent. A context's end is not one.
-func lostConnection(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		c := pgErr.Code
-		return len(c) == 5 && (c[:2] == "08" || c == "57P01" || c == "57P02" || c == "57P03")
-	}
-	var netErr net.Error
-	return pgconn.SafeToRetry(err) || errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // sweeper checks a pool's idle connections, one sweep at a time: calls
