@@ -42,13 +42,8 @@ func TestStopIsBoundedWhenTheDatabaseStalls(t *testing.T) {
 	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM drainer.queue o JOIN drainer.intents i ON i.seq = o.seq WHERE i.key = $1 FOR UPDATE OF o`, keys[0]); err != nil {
 		t.Fatal(err)
 	}
-	stopped := make(chan error, 1)
 	began := time.Now()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		stopped <- e.Stop(ctx)
-	}()
+	stopped := stopWithGrace(e, time.Second)
 	close(release) // the call ends; its completion cannot be written
 	select {
 	case err := <-stopped:
@@ -91,13 +86,8 @@ func TestStopIsBoundedWhileAClaimStalls(t *testing.T) {
 			AND wait_event_type = 'Lock' AND query ILIKE '%skip locked%'`).Scan(&n)
 		return err == nil && n > 0, fmt.Sprint(err)
 	})
-	stopped := make(chan error, 1)
 	began := time.Now()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		stopped <- e.Stop(ctx)
-	}()
+	stopped := stopWithGrace(e, time.Second)
 	bound := time.Second + stopWriteMargin
 	select {
 	case err := <-stopped:
@@ -105,4 +95,15 @@ func TestStopIsBoundedWhileAClaimStalls(t *testing.T) {
 	case <-time.After(claimTimeout - 5*time.Second):
 		t.Fatalf("Stop did not return within %v while a claim stalled; its bound is its deadline and stopWriteMargin, %v", claimTimeout-5*time.Second, bound)
 	}
+}
+
+// stopWithGrace runs e.Stop with a context of grace, and gives its error.
+func stopWithGrace(e *Engine, grace time.Duration) <-chan error {
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		stopped <- e.Stop(ctx)
+	}()
+	return stopped
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/drainer-io/drainer/receiver"
 	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -101,13 +102,13 @@ type crashBundle struct {
 	pool *pgxpool.Pool
 	h    http.Handler
 	runs atomic.Int64
-	logs *syncBuf
+	logs *testkit.Buffer
 	reg  *prometheus.Registry
 }
 
 func newCrashBundle(t *testing.T, opts receiver.Options) *crashBundle {
 	t.Helper()
-	b := &crashBundle{t: t, url: dbtest.NewDatabase(t), logs: &syncBuf{}}
+	b := &crashBundle{t: t, url: dbtest.NewDatabase(t), logs: &testkit.Buffer{}}
 	pool, err := pgxpool.New(t.Context(), b.url)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func (b *crashBundle) killChildMidHandler(key string, inTx bool, recovery time.D
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), crashChildEnv+"=1", crashURLEnv+"="+b.url, crashAppEnv+"="+app,
 		crashKeyEnv+"="+key, crashRecoveryEnv+"="+recovery.String(), fmt.Sprintf("%s=%d", crashInTxEnv, map[bool]int{false: 0, true: 1}[inTx]))
-	var stderr syncBuf
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/drainer-io/drainer/receiver"
 	"github.com/drainer-io/drainer/tooling/dbtest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -30,24 +31,6 @@ func TestMain(m *testing.M) {
 		os.Exit(crashChild()) // a child of the crash tests (crash_test.go)
 	}
 	dbtest.Main(m)
-}
-
-// syncBuf is a bytes.Buffer safe for concurrent writers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // fixture is a receiver-wrapped handler on a fresh database.
@@ -538,7 +521,7 @@ func TestDatabaseDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	var logs syncBuf
+	var logs testkit.Buffer
 	rc, err := receiver.New(pool, receiver.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -1,35 +1,17 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestNoPasswordInLogs: with the database unreachable the daemon retries and
 // logs clearly, and neither its logs nor its error show the password.
@@ -45,7 +27,7 @@ func TestNoPasswordInLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuf
+	var logs testkit.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err = Run(ctx, Options{

@@ -13,6 +13,7 @@ import (
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/tooling/pgtemp"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -126,7 +127,7 @@ databases:
 		return n
 	}
 
-	var logs syncBuf
+	var logs testkit.Buffer
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -17,6 +17,7 @@ import (
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/tooling/pgtemp"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -127,7 +128,7 @@ lease: 12s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuf
+	var logs testkit.Buffer
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

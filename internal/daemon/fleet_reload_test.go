@@ -63,7 +63,7 @@ func (r *recorder) total() int {
 
 // withLogs is cond for testkit.WaitFor, giving the daemon's logs as the
 // state while cond does not hold.
-func withLogs(logs *syncBuf, cond func() bool) func() (bool, string) {
+func withLogs(logs *testkit.Buffer, cond func() bool) func() (bool, string) {
 	return func() (bool, string) {
 		if cond() {
 			return true, ""
@@ -176,7 +176,7 @@ databases:
 	}
 	write(conf(first.srv.URL, "rel_a", "rel_b"))
 
-	var logs syncBuf
+	var logs testkit.Buffer
 	reload := make(chan struct{})
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -18,6 +18,7 @@ import (
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/tooling/pgtemp"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -83,7 +84,7 @@ databases:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuf
+	var logs testkit.Buffer
 	reg := prometheus.NewRegistry()
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

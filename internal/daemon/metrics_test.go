@@ -262,7 +262,7 @@ func TestDashboardMetricsExistFromStartup(t *testing.T) {
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		ln.Close() // nothing listens there now
-		var logs syncBuf
+		var logs testkit.Buffer
 		reg := prometheus.NewRegistry()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -300,7 +300,7 @@ func TestDashboardMetricsExistFromStartup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs syncBuf
+		var logs testkit.Buffer
 		var eng atomic.Pointer[drainer.Engine]
 		reg := prometheus.NewRegistry()
 		rctx, cancel := context.WithCancel(context.Background())
