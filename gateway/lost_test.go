@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -19,37 +20,66 @@ import (
 func TestCallsAreRecordedAfterTheConnectionsWereEnded(t *testing.T) {
 	g := startGateway(t, 2*time.Minute)
 	s := g.client(t, agentHeaders("run-lost"))
-	// Calls side by side, so that the pool holds several connections.
+	// Calls side by side, so that the pool holds several connections;
+	// then every connection of the daemon ended.
 	const warm = 8
-	var wg sync.WaitGroup
-	for i := range warm {
-		wg.Go(func() {
-			settledCall(t, s, "charge", map[string]any{"amount": i}, sdk.Meta{gateway.MetaStepID: fmt.Sprintf("warm-%d", i)})
-		})
+	calls := 0
+	warmAndEnd := func(round string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for i := range warm {
+			wg.Go(func() {
+				settledCall(t, s, "charge", map[string]any{"amount": i}, sdk.Meta{gateway.MetaStepID: fmt.Sprintf("%s-warm-%d", round, i)})
+			})
+		}
+		wg.Wait()
+		calls += warm
+		var killed int
+		if err := g.pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'drainer'`).Scan(&killed); err != nil {
+			t.Fatal(err)
+		}
+		if killed < 2 {
+			t.Fatalf("%s: %d of the daemon's connections ended, want several", round, killed)
+		}
 	}
-	wg.Wait()
-	var killed int
-	if err := g.pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE datname = current_database() AND application_name = 'drainer'`).Scan(&killed); err != nil {
-		t.Fatal(err)
-	}
-	if killed < 2 {
-		t.Fatalf("%d of the daemon's connections ended, want several", killed)
-	}
-	for i := range 3 {
-		meta := sdk.Meta{gateway.MetaStepID: fmt.Sprintf("after-%d", i)}
-		res, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"amount": 100 + i}, Meta: meta})
+	after := func(round string, i int) error {
+		meta := sdk.Meta{gateway.MetaStepID: fmt.Sprintf("%s-after-%d", round, i)}
+		args := map[string]any{"amount": 100 + i}
+		res, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: args, Meta: meta})
 		if err != nil {
-			t.Fatalf("call %d after the connections were ended: %v", i, err)
+			return fmt.Errorf("%s: call %d after the connections were ended: %w", round, i, err)
 		}
 		if st := res.Meta[gateway.MetaStatus]; st == "pending" || st == "in_flight" {
-			res = settledCall(t, s, "charge", map[string]any{"amount": 100 + i}, meta)
+			res = settledCall(t, s, "charge", args, meta)
 		}
 		if res.IsError {
-			t.Fatalf("call %d after the connections were ended: %s", i, body(t, res))
+			return fmt.Errorf("%s: call %d after the connections were ended: %s", round, i, body(t, res))
+		}
+		return nil
+	}
+	// One call after another.
+	warmAndEnd("one")
+	for i := range 3 {
+		if err := after("one", i); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if n := g.ts.count(g.ts.effects, "charge"); n != warm+3 {
-		t.Fatalf("%d effects upstream, want %d", n, warm+3)
+	calls += 3
+	// Calls side by side: those that lose their connections while another
+	// checks the pool wait for that check.
+	warmAndEnd("side")
+	errs := make([]error, 6)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { errs[i] = after("side", i) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	calls += len(errs)
+	if n := g.ts.count(g.ts.effects, "charge"); n != calls {
+		t.Fatalf("%d effects upstream, want %d", n, calls)
 	}
 }

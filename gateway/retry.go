@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,11 +31,17 @@ func (g *Gateway) onLive(ctx context.Context, fn func(db store.DB) error) (retri
 	return true, fn(g.cfg.DB)
 }
 
-// sweeper checks a pool's idle connections, one sweep at a time: calls
-// that lose their connections together wait for the one sweep under way.
+// sweeper checks a pool's idle connections, one sweep at a time: a call
+// that loses its connection while another sweeps waits for that sweep
+// (within its context), then runs again on what it left.
 type sweeper struct {
-	mu sync.Mutex
+	mu      sync.Mutex
+	running chan struct{} // closed when the sweep under way ends; nil: none
 }
+
+// sweepTimeout bounds a sweep: a server that does not answer (a network
+// partition) holds it, and the calls waiting for it, no longer than that.
+const sweepTimeout = time.Second
 
 // run pings every idle connection of pool: one the server ended fails its
 // ping, is closed by it, and leaves the pool on release. A connection lost
@@ -42,7 +49,25 @@ type sweeper struct {
 // another.
 func (s *sweeper) run(ctx context.Context, pool *pgxpool.Pool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if under := s.running; under != nil {
+		s.mu.Unlock()
+		select {
+		case <-under:
+		case <-ctx.Done():
+		}
+		return
+	}
+	done := make(chan struct{})
+	s.running = done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running = nil
+		s.mu.Unlock()
+		close(done)
+	}()
+	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
+	defer cancel()
 	for _, c := range pool.AcquireAllIdle(ctx) {
 		_ = c.Ping(ctx)
 		c.Release()
