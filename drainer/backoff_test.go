@@ -8,6 +8,7 @@ import (
 )
 
 func TestFullJitterBounds(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	base, cap := time.Second, 10*time.Minute
 	for k := 1; k <= 100; k++ {
@@ -25,6 +26,7 @@ func TestFullJitterBounds(t *testing.T) {
 }
 
 func TestFullJitterNoOverflow(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, k := range []int{63, 64, 65, 100, 1000, math.MaxInt32, math.MaxInt} {
 		d := FullJitter(r, k, time.Hour, math.MaxInt64)
@@ -44,6 +46,7 @@ func TestFullJitterNoOverflow(t *testing.T) {
 // TestFullJitterUniform checks, with a fixed seed, that delays spread evenly over
 // [0, ceil): a chi-square test over 20 buckets.
 func TestFullJitterUniform(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(42, 42))
 	const n, buckets = 100000, 20
 	base, cap := 100*time.Millisecond, time.Hour
@@ -71,6 +74,7 @@ func TestFullJitterUniform(t *testing.T) {
 }
 
 func TestDelayRetryAfterFloorAndCap(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 6))
 	b := Backoff{Base: time.Second, Cap: 10 * time.Second, MaxRetryAfter: time.Minute}
 	for range 1000 {

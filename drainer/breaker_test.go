@@ -80,6 +80,7 @@ func probeAfter(t *testing.T, clk *testClock, b *breaker, wait time.Duration) fu
 // open_for if shorter), each failed probe doubles the wait up to open_for,
 // and a success closes the breaker and starts the schedule over.
 func TestBreakerProbeSchedule(t *testing.T) {
+	t.Parallel()
 	clk := newTestClock()
 	b := openBreaker(t, clk, 10*time.Second)
 	for _, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second} {
@@ -122,6 +123,7 @@ func TestBreakerProbeSchedule(t *testing.T) {
 // probe lets the next request probe at once; a probe that never answers
 // stops blocking after breakerProbeLost, and its late verdict is ignored.
 func TestBreakerOneProbeAtATime(t *testing.T) {
+	t.Parallel()
 	clk := newTestClock()
 	b := openBreaker(t, clk, time.Minute)
 	probe := probeAfter(t, clk, b, time.Second)
@@ -162,6 +164,7 @@ func TestBreakerOneProbeAtATime(t *testing.T) {
 // while the breaker was closed, arriving after it opened, does not close it;
 // a failure sent before it closed does not count toward the next opening.
 func TestBreakerIgnoresVerdictsFromBeforeItsState(t *testing.T) {
+	t.Parallel()
 	clk := newTestClock()
 	b := newBreaker(2, time.Minute, clk.now, nil)
 	slow, _, _ := b.allow("r")
@@ -194,6 +197,7 @@ func gateLog(clk *testClock, level slog.Level, buf *testkit.Buffer, m *Metrics) 
 // the adapter, the route whose answer caused it and what the rows do; the
 // gauge reads 2 while open, 1 while a probe is under way, 0 once closed.
 func TestBreakerLogsOpenAndCloseOnce(t *testing.T) {
+	t.Parallel()
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		t.Run(level.String(), func(t *testing.T) {
 			clk := newTestClock()
@@ -280,6 +284,7 @@ func logLines(out, msg string) []map[string]any {
 // a while (a restart under load) opens the breaker; once it answers again
 // its backlog drains within seconds, although open_for is an hour.
 func TestBreakerRecoversWithinSeconds(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var down atomic.Bool
 	down.Store(true)

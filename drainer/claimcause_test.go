@@ -12,6 +12,7 @@ import (
 // before or after it, and under poll otherwise: once their wait is over,
 // or when the engine stops. No row is counted twice or lost.
 func TestPollWitness(t *testing.T) {
+	t.Parallel()
 	due := time.Date(2026, 11, 27, 1, 0, 0, 123456000, time.UTC)
 	row := func(d time.Time, seq int64) store.ClaimedRow { return store.ClaimedRow{Due: d, Seq: seq} }
 	pos := func(d time.Time, seq int64) store.Position { return store.Position{Due: d, Seq: seq} }

@@ -14,6 +14,7 @@ import (
 // one (same tuple, other payload) are counted, even though the caller's
 // transaction rolled back; a first enqueue is not.
 func TestRetryTaxCounters(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")

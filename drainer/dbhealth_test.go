@@ -24,6 +24,7 @@ import (
 // subsystem logs its own failure at most once. Rows enqueued before and
 // during the outage drain once it is over.
 func TestDatabaseOutageIsTwoLines(t *testing.T) {
+	t.Parallel()
 	good := newPool(t)
 	var s severable
 	var logs testkit.Buffer
@@ -98,6 +99,7 @@ func TestDatabaseOutageIsTwoLines(t *testing.T) {
 // outage twice, each with its own "database back" (one with down_for 0).
 // A statement sent after the outage began does end it.
 func TestAnswerSentBeforeTheOutageDoesNotEndIt(t *testing.T) {
+	t.Parallel()
 	var logs testkit.Buffer
 	h := newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))
 	sentBefore := time.Now()
@@ -129,6 +131,7 @@ func TestAnswerSentBeforeTheOutageDoesNotEndIt(t *testing.T) {
 // subsystem, which logged during the outage, stays quiet. Work begun after
 // the outage ended that fails opens a new outage.
 func TestFailureSentDuringTheOutageDoesNotOpenAnother(t *testing.T) {
+	t.Parallel()
 	var logs testkit.Buffer
 	h := newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))
 	h.failed("claim", time.Now(), io.ErrUnexpectedEOF)
@@ -164,6 +167,7 @@ func TestFailureSentDuringTheOutageDoesNotOpenAnother(t *testing.T) {
 // TestUnreachableTellsOutagesFromRefusals: connection failures are an
 // outage; a statement the server refused is not.
 func TestUnreachableTellsOutagesFromRefusals(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err  error
 		want bool

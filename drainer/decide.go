@@ -28,8 +28,10 @@ type completion struct {
 	waitsFor outbox.Refusal
 	// wakeWhenDue: a row its adapter's gate handed back unsent, due when
 	// the gate may let it through (a slot, a rate token, the breaker's next
-	// probe, an auth hold's recheck), whose due time the engine's retry
-	// timers wake the claim loop for (retryWakes), as for a retry.
+	// probe, an auth hold's recheck), or a row whose credentials the
+	// provider refused, due at the hold's recheck: its attempt is given
+	// back, yet its due time wakes every replica (retryWakes), as for a
+	// gate's refusal, since another replica's credentials may not be held.
 	wakeWhenDue bool
 
 	// For metrics, logs and the detect probe's witness only.
@@ -98,7 +100,7 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 		}
 	case dispatch.Auth:
 		// A broken credential is the adapter's fault, not the row's.
-		c.Status, c.GiveBack, c.Floor = outbox.StatusPending, true, true
+		c.Status, c.GiveBack, c.Floor, c.wakeWhenDue = outbox.StatusPending, true, true, true
 		c.Delay = max(route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter), env.authHold)
 		c.LastError = errText(res, "authentication refused by the provider (no attempt consumed)")
 	default:

@@ -14,6 +14,7 @@ import (
 // TestDecideAttemptsTable walks docs/reference.md §2's attempt rules and §5's classes
 // row by row: which outcomes consume an attempt and where each row goes.
 func TestDecideAttemptsTable(t *testing.T) {
+	t.Parallel()
 	keyRoute := &Route{Tool: "t", Class: "key_idempotent", MaxAttempts: 3, Backoff: Backoff{Base: time.Second, Cap: time.Minute, MaxRetryAfter: time.Hour}}
 	nonRoute := &Route{Tool: "t", Class: "non_idempotent", MaxAttempts: 3, Backoff: keyRoute.Backoff}
 	natRoute := &Route{Tool: "t", Class: "naturally_idempotent", MaxAttempts: 3, Backoff: keyRoute.Backoff}
@@ -75,6 +76,7 @@ func TestDecideAttemptsTable(t *testing.T) {
 }
 
 func TestDecideCutOffRetriesAtOnce(t *testing.T) {
+	t.Parallel()
 	route := &Route{Class: "key_idempotent", MaxAttempts: 5, Backoff: Backoff{Base: time.Minute, Cap: time.Hour}}
 	row := &claimedRow{Kind: "forward", Attempts: 2}
 	c := decide(decideEnv{rand: rand.New(rand.NewPCG(2, 2))}, row, route, "a",
@@ -85,6 +87,7 @@ func TestDecideCutOffRetriesAtOnce(t *testing.T) {
 }
 
 func TestSanitize(t *testing.T) {
+	t.Parallel()
 	msg := "bad\x00text\xff"
 	c := completion{Completion: store.Completion{Status: outbox.StatusSucceeded, LastError: &msg, Response: []byte(`{"a":"\u0000"}`)}}
 	c.sanitize()
@@ -104,6 +107,7 @@ func TestSanitize(t *testing.T) {
 // TestClaimsDurableOnlyWithNonIdempotentRoutes: claims commit without
 // waiting for disk unless a route could repeat an effect on a lost claim.
 func TestClaimsDurableOnlyWithNonIdempotentRoutes(t *testing.T) {
+	t.Parallel()
 	e := &Engine{cfg: Config{Workers: 4}.WithDefaults(), gatePolicy: map[string]GatePolicy{}}
 	rt := &Routing{Registry: &dispatch.Registry{}, Routes: map[string]*Route{"t": {Tool: "t", Adapter: "a", Class: outbox.ClassKeyIdempotent}}}
 	e.attachGates(rt)

@@ -195,18 +195,21 @@ func (d *deferrer) wakeAllWhenDue(life context.Context, delay time.Duration) {
 	if delay >= store.DeferJitterFrom {
 		return
 	}
-	e := d.e
-	time.AfterFunc(delay+deferWakeMargin, func() {
-		if life.Err() != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(life, 5*time.Second)
-		defer cancel()
-		sent := time.Now()
-		if err := e.st.WakeAll(ctx, e.pool); err != nil && !isShutdown(ctx, err) && e.db.failed("deferrer", sent, err) {
-			e.log.Warn("could not wake the replicas for deferred rows come due; they drain at their next poll", "err", err)
-		}
-	})
+	time.AfterFunc(delay+deferWakeMargin, func() { d.e.wakeAll(life, "deferred rows came due") })
+}
+
+// wakeAll notifies every listening replica (this one too) that rows came
+// due, within 5 s; one that is not told finds them at its next poll.
+func (e *Engine) wakeAll(life context.Context, what string) {
+	if life.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(life, 5*time.Second)
+	defer cancel()
+	sent := time.Now()
+	if err := e.st.WakeAll(ctx, e.pool); err != nil && !isShutdown(ctx, err) && e.db.failed("wake-up", sent, err) {
+		e.log.Warn("could not wake the replicas; they drain at their next poll", "for", what, "err", err)
+	}
 }
 
 // deferWakeMargin: the deferral's rows come due at the database's now()

@@ -105,6 +105,7 @@ func detectEnv(t *testing.T, p *effectProvider, path string, settle time.Duratio
 // succeed (no second call); a confirmed absence makes it retry with the same
 // key. Without a probe the row is parked as outcome_unknown.
 func TestDetectProbe(t *testing.T) {
+	t.Parallel()
 	p := newEffectProvider(0)
 	settle := detectEnv(t, p, "/effects/{key}", 50*time.Millisecond)
 	had := settle("had_effect", "wire")
@@ -126,6 +127,7 @@ func TestDetectProbe(t *testing.T) {
 // not believed: the ambiguous row parks as outcome_unknown and is never sent
 // again.
 func TestDetectProbeMustProveItself(t *testing.T) {
+	t.Parallel()
 	p := newEffectProvider(0)
 	settle := detectEnv(t, p, "/wrong/{key}", 50*time.Millisecond)
 	had := settle("had_effect", "wire")
@@ -138,6 +140,7 @@ func TestDetectProbeMustProveItself(t *testing.T) {
 // while after applying it is probed twice, settle apart, before an absence
 // counts: the row succeeds on the second probe instead of being sent again.
 func TestDetectProbeWaitsForSlowEffects(t *testing.T) {
+	t.Parallel()
 	p := newEffectProvider(300 * time.Millisecond)
 	settle := detectEnv(t, p, "/effects/{key}", 200*time.Millisecond)
 	had := settle("had_effect", "wire")

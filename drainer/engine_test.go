@@ -79,6 +79,7 @@ func startEngine(t testing.TB, pool *pgxpool.Pool, rt *Routing, cfg Config) *Eng
 }
 
 func TestEngineDrainsAndRecordsResponses(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var calls atomic.Int64
 	ok := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
@@ -108,6 +109,7 @@ func TestEngineDrainsAndRecordsResponses(t *testing.T) {
 }
 
 func TestEngineRetriesWithSameKey(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var mu sync.Mutex
 	seen := map[string][]int{}
@@ -135,6 +137,7 @@ func TestEngineRetriesWithSameKey(t *testing.T) {
 }
 
 func TestEngineMaxAttemptsFails(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	down := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: errors.New("503 service unavailable")}
@@ -149,6 +152,7 @@ func TestEngineMaxAttemptsFails(t *testing.T) {
 }
 
 func TestEngineUnroutedWaitsThenDrainsAfterReload(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	keys := enqueueN(t, pool, "run-4", "newtool", 2)
 	metrics := NewMetrics(prometheus.NewRegistry(), "test")
@@ -187,6 +191,7 @@ func TestEngineUnroutedWaitsThenDrainsAfterReload(t *testing.T) {
 // TestNoConcurrentDispatchAcrossEngines runs three engines on one table: no
 // row is ever dispatched by two of them at once, and each exactly once.
 func TestNoConcurrentDispatchAcrossEngines(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	const n = 600
 	enqueueN(t, pool, "run-5", "t", n)
@@ -229,6 +234,7 @@ func TestNoConcurrentDispatchAcrossEngines(t *testing.T) {
 // once the lease expires another engine dispatches them with the same key,
 // the lost attempt counted.
 func TestReclaimAfterLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	keys := enqueueN(t, pool, "run-6", "t", 5)
 	dead, err := testStore.Claim(t.Context(), pool, store.Claim{Limit: 10, Lease: 300 * time.Millisecond, Replica: "dead-replica", Durable: true})
@@ -260,6 +266,7 @@ func TestReclaimAfterLeaseExpiry(t *testing.T) {
 // cancelled; key_idempotent rows go back to pending with the attempt
 // consumed, non_idempotent rows to outcome_unknown; no row stays in_flight.
 func TestShutdownCutsOffCalls(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	started := make(chan struct{}, 10)
 	hang := dispatch.AdapterFunc(func(ctx context.Context, _ *dispatch.Message) dispatch.Result {
@@ -301,6 +308,7 @@ func TestShutdownCutsOffCalls(t *testing.T) {
 }
 
 func TestNotifyWakesClaimer(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	done := make(chan string, 1)
 	adapter := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
@@ -329,6 +337,7 @@ func TestNotifyWakesClaimer(t *testing.T) {
 }
 
 func TestSnapshotMatchesDatabase(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	enqueueN(t, pool, "run-11", "ok", 30)
 	for i := range 5 {
@@ -359,6 +368,7 @@ func TestSnapshotMatchesDatabase(t *testing.T) {
 // seq) behind it, so once the marker was claimed the cancelled row had its
 // turn and was passed over.
 func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	first := enqueueN(t, pool, "run-x", "bad", 1)
@@ -429,6 +439,7 @@ func TestTerminalFailureCancelsUnattemptedRowsOfRun(t *testing.T) {
 }
 
 func TestStartFailsOnUnmigratedSchemaAndStopReturns(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	rt := testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
@@ -450,6 +461,7 @@ func TestStartFailsOnUnmigratedSchemaAndStopReturns(t *testing.T) {
 // TestNotifyOptOut: while a daemon sleeps (it holds a slot of the wake
 // gate), an enqueue notifies, unless its producer set drainer.notify = off.
 func TestNotifyOptOut(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	conn, err := pool.Acquire(ctx)
@@ -510,6 +522,7 @@ func TestNotifyOptOut(t *testing.T) {
 // claimer's low-water mark (a transaction that committed late) is claimed by
 // the periodic claim from the start.
 func TestRowBehindTheLowWaterMarkIsClaimed(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	keys := enqueueN(t, pool, "run", "t", 200)
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {

@@ -22,6 +22,7 @@ import (
 // reverse order: step 2's, then step 1's (docs/reference.md §6). Before the
 // fix, step 1 was refunded at once and step 2's compensation ran last.
 func TestParkedStepHoldsItsSaga(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	p := &recorder{fn: func(m *dispatch.Message) dispatch.Result {
 		switch m.Tuple.ToolName {
@@ -94,6 +95,7 @@ func TestParkedStepHoldsItsSaga(t *testing.T) {
 // without a request. Before, the guard looked only at rows with attempts > 1
 // and the requeued row was sent.
 func TestRequeuePastTheKeyWindowIsStoppedByTheGuard(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	p := &recorder{}
 	key := storetest.Insert(t, pool, storetest.Row{ToolName: "charge_card", Status: outbox.StatusFailed, Attempts: 3})
@@ -121,6 +123,7 @@ func TestRequeuePastTheKeyWindowIsStoppedByTheGuard(t *testing.T) {
 // (its snapshot cannot see the abort) but cancelled at its claim and never
 // sent; before, it was dispatched and succeeded.
 func TestEnqueueBehindAnAbortIsNeverSent(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	p := &recorder{}
 	startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"p": p}, sagaRoutes()...), Config{Workers: 2, SagaInterval: 50 * time.Millisecond})

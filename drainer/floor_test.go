@@ -44,6 +44,7 @@ func retryAfterHour(calls *atomic.Int64) dispatch.Adapter {
 // in an hour stay an hour away through a pause and a resume of their
 // adapter, while the resume does wake the rows the pause held back.
 func TestRetryAfterFloorSurvivesResume(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	var limited, ok atomic.Int64
@@ -108,6 +109,7 @@ func TestRetryAfterFloorSurvivesResume(t *testing.T) {
 // was removed drains as soon as a reload brings the route back, not at its
 // next unrouted recheck.
 func TestRouteRemovedThenRestoredDrainsAtOnce(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	// The provider answers 503 until the route is restored: a retry that
 	// comes due before the test removes the route (its jittered backoff
@@ -153,6 +155,7 @@ func TestRouteRemovedThenRestoredDrainsAtOnce(t *testing.T) {
 // (an hour) away. The row must be woken again at once, not wait the hour:
 // under load this interleaving left a woken row unclaimed.
 func TestRouteRestoredWhileUnroutedRowLeased(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
@@ -194,6 +197,7 @@ func TestRouteRestoredWhileUnroutedRowLeased(t *testing.T) {
 // minute) away, but the resume is read, and its wake applied, before that
 // hand-back is written. The row must be woken again at once.
 func TestResumeWhilePausedRowLeased(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
@@ -251,6 +255,7 @@ func applyDeferrals(t *testing.T, e *Engine) {
 // floor, so that an operator's requeue of the failed row cannot send it
 // before the provider allows.
 func TestLastRetryAfterFloorKeptOnFailure(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var limited atomic.Int64
 	rt := testRouting(t, map[string]dispatch.Adapter{"a": retryAfterHour(&limited)}, &Route{Tool: "limited", Adapter: "a"})
@@ -278,6 +283,7 @@ func TestLastRetryAfterFloorKeptOnFailure(t *testing.T) {
 // resume's wake; applying it must not push the woken rows back a minute.
 // While the pause holds, the same refusal does defer them.
 func TestStaleRefusalDoesNotUndoResume(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}

@@ -18,6 +18,7 @@ import (
 // slot in the order they came, no more of them than waitCap, each no
 // longer than its wait or its context.
 func TestWaitSlot(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	g := newGate("a", GatePolicy{MaxConcurrency: 1}, nil, nil)
 	g.waitCap.Store(2)

@@ -70,6 +70,7 @@ func (h *holdingAdapter) expectStarted(t *testing.T, key string) {
 // goes out once, counted under notify; the settled rows of an announcing
 // route are told to Config.Settled; after Stop, Take takes nothing.
 func TestTakeDispatchesTheRowAtOnce(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	h := newHoldingAdapter()
 	var mu sync.Mutex
@@ -149,6 +150,7 @@ func TestTakeDispatchesTheRowAtOnce(t *testing.T) {
 // notifications and its poll), never have more rows dispatched at once
 // than Workers, and every row goes out exactly once.
 func TestTakeAndClaimsKeepTheSlotBound(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	const workers, producers, each = 2, 4, 15
 	var inFlight, most atomic.Int64

@@ -20,6 +20,7 @@ import (
 // row larger than the bound still goes out. Before the bound, 256 workers
 // took 256 rows of 900 kB at once: about 560 MiB held by one replica.
 func TestInFlightBytesBounded(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	const rows, size, bound = 40, 20_000, 100_000
 	var mu sync.Mutex

@@ -73,6 +73,7 @@ func (s *severable) sever() {
 // settles with its first answer, and none is sent a second time, although
 // their leases expired meanwhile.
 func TestInheritedCompletionsSettleTheirRows(t *testing.T) {
+	t.Parallel()
 	good := newPool(t)
 	const n = 6
 	keys := enqueueN(t, good, "run-inherit", "t", n)

@@ -160,6 +160,7 @@ func holdRoutes(s AdapterState) []string {
 // Before, the whole adapter was held and a's refusals opened its breaker,
 // so b's rows waited an open_for (here an hour).
 func TestAuthRefusalHoldsOnlyItsRoute(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var fixed atomic.Bool
 	var answers answerLog
@@ -257,6 +258,7 @@ func TestAuthRefusalHoldsOnlyItsRoute(t *testing.T) {
 // drainer_adapter_ready, drainer_hold_seconds and AdapterStates; its first
 // accepted request ends the hold, logged once.
 func TestSeveralRoutesRefusedHoldTheAdapter(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var fixed atomic.Bool
 	var cCalls atomic.Int64
@@ -355,6 +357,7 @@ drainer_adapter_ready{adapter="y"} 1
 // TestBreakerOpenAndCloseLoggedOnce: an outage opens the breaker and its end
 // closes it; each transition is one log line naming the adapter.
 func TestBreakerOpenAndCloseLoggedOnce(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var down atomic.Bool
 	down.Store(true)
@@ -390,6 +393,7 @@ func TestBreakerOpenAndCloseLoggedOnce(t *testing.T) {
 // drainer_adapter_ready, y stays ready, x's rows wait without consuming
 // attempts.
 func TestDownAdapterDelaysNoOtherAdapter(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	x := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: errors.New("dial tcp: connection refused")}
@@ -444,6 +448,7 @@ drainer_adapter_ready{adapter="y"} 1
 // were deferred. Before, each entry copied the row's last answer, so a
 // chain showed more 429s than the provider gave.
 func TestAuditRecordsOnlyAnswersToRequests(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var answers answerLog
 	seen := sync.Map{}

@@ -18,6 +18,7 @@ import (
 // without a call (the key may have expired upstream); the route that keeps
 // the adapter's window sends its row.
 func TestRouteKeyTTLOverridesAdapter(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var mu sync.Mutex
 	var sent []string

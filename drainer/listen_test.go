@@ -21,6 +21,7 @@ import (
 // replica listens. Before, the connect waited for as long as TCP kept the
 // connection, and the replica claimed on its poll alone meanwhile.
 func TestListenerConnectIsBounded(t *testing.T) {
+	t.Parallel()
 	base := newPool(t)
 	hole, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,6 +79,7 @@ func TestListenerConnectIsBounded(t *testing.T) {
 // come, each connection is opened a handful of times (the pauses, 50 ms
 // and up, doubling); before, dozens.
 func TestWakeUpReconnectsBackOff(t *testing.T) {
+	t.Parallel()
 	base := newPool(t)
 	var listens, wakes atomic.Int64
 	e := startBesideConnects(t, base, func(cc *pgx.ConnConfig) {

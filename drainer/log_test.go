@@ -17,6 +17,7 @@ import (
 // terminal failures and a panicking adapter, no log line contains a payload
 // or the provider's answer.
 func TestLogsCarryNoPayload(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	const marker = "s3cr3t-payload-marker"
 	ctx := t.Context()

@@ -13,6 +13,7 @@ import (
 // past the mark, and claims return to the mark once one reaches past it or
 // comes back short.
 func TestLowWaterFullPassAfterShortClaim(t *testing.T) {
+	t.Parallel()
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	// rows returns n claimed rows from seq on, due at base+seq ms; behind
 	// returns rows due an hour earlier (committed late, behind any mark).
@@ -85,6 +86,7 @@ func TestLowWaterFullPassAfterShortClaim(t *testing.T) {
 // return to the mark. A floor ahead of the mark changes nothing; a note
 // that asks for a full pass gets one.
 func TestLowWaterFloor(t *testing.T) {
+	t.Parallel()
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pos := func(ms, seq int64) store.Position {
 		return store.Position{Due: base.Add(time.Duration(ms) * time.Millisecond), Seq: seq}

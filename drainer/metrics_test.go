@@ -41,6 +41,7 @@ func series(t *testing.T, reg *prometheus.Registry, name string) map[string]floa
 // (a dashboard shows 0, not "no data"), the hold's age once held, and never
 // two series for one route.
 func TestHoldSecondsZeroWhenNotHeld(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, "test")
 	g := newGate("pay", GatePolicy{}, m, slog.New(slog.DiscardHandler))
@@ -65,6 +66,7 @@ func TestHoldSecondsZeroWhenNotHeld(t *testing.T) {
 // closed, no unrouted rows for a routed tool; an engine's own states then
 // replace them.
 func TestInitConfiguredBeforeTheEngine(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, "test")
 	m.InitConfigured(map[string][]string{"pay": {"refund", "charge"}, "spare": nil})
@@ -102,6 +104,7 @@ func TestInitConfiguredBeforeTheEngine(t *testing.T) {
 // tools it exports, and the routed tools stay at 0 (the unrouted panels
 // and alerts read 0, not "no data", while every tool is routed).
 func TestUnroutedSeriesKeepRoutedTools(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, "test")
 	var s store.Snapshot

@@ -32,6 +32,7 @@ func unavailable(calls *atomic.Int64) dispatch.Adapter {
 // consuming attempts, but for the probes, one at a time; they wait for the
 // next probe, not for open_for (an hour here); the state is exported.
 func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var calls atomic.Int64
 	enqueueN(t, pool, "run", "t", 10)
@@ -79,6 +80,7 @@ func TestBreakerFailsFastWithoutConsumingAttempts(t *testing.T) {
 // TestBreakerHalfOpenProbeCloses: once open_for passes, one probe goes
 // through; its success closes the breaker and the backlog drains.
 func TestBreakerHalfOpenProbeCloses(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var down atomic.Bool
 	down.Store(true)
@@ -108,6 +110,7 @@ func TestBreakerHalfOpenProbeCloses(t *testing.T) {
 // TestFallbackWhileBreakerOpen: a non-critical route goes to its fallback
 // adapter while the primary's breaker is open, with the same key.
 func TestFallbackWhileBreakerOpen(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var primary atomic.Int64
 	var mu sync.Mutex
@@ -139,6 +142,7 @@ func TestFallbackWhileBreakerOpen(t *testing.T) {
 // TestPoisonProviderDoesNotStallOtherRoutes: a provider that hangs until
 // timeout, capped by max_concurrency, leaves the other routes' workers free.
 func TestPoisonProviderDoesNotStallOtherRoutes(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var hanging, maxHanging atomic.Int64
 	poison := dispatch.AdapterFunc(func(ctx context.Context, _ *dispatch.Message) dispatch.Result {
@@ -174,6 +178,7 @@ func TestPoisonProviderDoesNotStallOtherRoutes(t *testing.T) {
 // at least 0.7 s, and turned-away rows consume no attempts (the rows never
 // wait for their token here: GateWait -1).
 func TestRateLimitSpacesCalls(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	rt, calls := rateLimited(t, pool, 15)
 	startEngine(t, pool, rt, Config{Workers: 8, GateWait: -1})
@@ -223,6 +228,7 @@ func maxAttempts(t *testing.T, pool *pgxpool.Pool) int {
 // TestOrderingPerBusinessScope: rows of one scope dispatch one at a time in
 // enqueue order, while scopes proceed in parallel.
 func TestOrderingPerBusinessScope(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var mu sync.Mutex
 	inScope := map[string]int{}
@@ -281,6 +287,7 @@ func TestOrderingPerBusinessScope(t *testing.T) {
 // them, comes behind them in the claim order: once it succeeded, the
 // claimer has gone past the paused rows.
 func TestPauseRoute(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	if _, err := pool.Exec(ctx, "INSERT INTO drainer.pauses (target, name, paused_by, reason) VALUES ('route', 't', 'test', 'maintenance')"); err != nil {
@@ -330,6 +337,7 @@ func TestPauseRoute(t *testing.T) {
 // deferred the whole unrouted backlog, so at most one claim batch of its rows
 // is ever looked at one by one, however the claims and the deferral race.
 func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	if _, err := pool.Exec(ctx, `SELECT drainer.enqueue('run-u' || g, 's', 'not_routed_yet', '', '{}') FROM generate_series(1, 3000) g`); err != nil {
@@ -380,6 +388,7 @@ func TestRefusedBacklogIsDeferredInBulk(t *testing.T) {
 // claimed by the poll. Before, rows turned away for their token waited
 // for the next poll: with the default second, 15 rows took 14 s.
 func TestRateLimitKeepsItsRate(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	start := time.Now() // before the limiter exists: its 15th token is free 0.7s after it, at the earliest
 	rt, calls := rateLimited(t, pool, 15)
@@ -425,6 +434,7 @@ func capped(t *testing.T, pool *pgxpool.Pool, n, limit int, took time.Duration) 
 // cap turned away went back to pending and waited for the poll, which let
 // about two through each time (20 rows did not drain in 3 minutes).
 func TestMaxConcurrencyKeepsItsSlotsBusy(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	rt, most := capped(t, pool, 20, 2, 20*time.Millisecond)
 	e := startWithHooks(t, pool, rt, Config{Workers: 8}, wakeHooks{})
@@ -454,6 +464,7 @@ func TestMaxConcurrencyKeepsItsSlotsBusy(t *testing.T) {
 // handed it back (retryWakes), not by the poll. Before, such rows waited
 // for the poll: with a poll of a minute, these did not drain in 3 minutes.
 func TestTurnedAwayRowsAreClaimedWhenDue(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		reason outbox.Refusal
@@ -496,6 +507,7 @@ func TestTurnedAwayRowsAreClaimedWhenDue(t *testing.T) {
 // rows drain with no claim by the poll; before, each took a poll or two
 // (1 min 58 s for the breaker).
 func TestHeldRowsGoWhenTheProviderAnswers(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		down   dispatch.Result
@@ -527,5 +539,44 @@ func TestHeldRowsGoWhenTheProviderAnswers(t *testing.T) {
 				t.Fatalf("held rows waited for the poll: claims by cause %v", got)
 			}
 		})
+	}
+}
+
+// TestAuthHeldRowsWakeEveryReplica: the credentials of one replica are
+// refused, those of the other are not (each replica holds its own). The
+// row the provider refused comes due at its replica's recheck; it and the
+// rows that replica's gate turns away meanwhile wake both replicas when
+// due, so whichever takes them takes them on a wake-up, not by its poll (a
+// minute here). Before, the refused row woke nobody (its attempt is given
+// back) and waited for a poll.
+func TestAuthHeldRowsWakeEveryReplica(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	var calls atomic.Int64
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		if calls.Add(1) == 1 {
+			return dispatch.Result{Outcome: dispatch.Auth, Status: 401, Err: errors.New("http 401")}
+		}
+		return dispatch.Result{Outcome: dispatch.Success}
+	})
+	var engines []*Engine
+	for range 2 {
+		rt := testRouting(t, map[string]dispatch.Adapter{"t": a}, &Route{Tool: "t", MaxAttempts: 50})
+		engines = append(engines, startWithHooks(t, pool, rt, Config{Workers: 8}, wakeHooks{}))
+	}
+	first := enqueueN(t, pool, "first", "t", 1)[0]
+	testkit.WaitFor(t, wakeTestWait, "the provider refused the credentials", func() (bool, string) { return calls.Load() >= 1, "" })
+	enqueueN(t, pool, "then", "t", 4)
+	testkit.WaitFor(t, wakeTestWait, "rows drained", func() (bool, string) {
+		n := countByStatus(t, pool)["succeeded"]
+		return n == 5, fmt.Sprintf("%d of 5 succeeded", n)
+	})
+	if r := getRow(t, pool, first); r.Attempts != 1 {
+		t.Fatalf("the refused row: %d attempts, want 1 (the refusal consumes none)", r.Attempts)
+	}
+	for i, e := range engines {
+		if polled(e) != 0 {
+			t.Fatalf("replica %d took held rows by its poll: claims by cause %v", i, e.ClaimedRows())
+		}
 	}
 }

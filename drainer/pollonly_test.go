@@ -25,6 +25,7 @@ func (a *sharedAdapter) Close(context.Context) error { a.closed.Add(1); return n
 // beyond its pool (no LISTEN, no wake gate) and still drains by its poll;
 // with SharedAdapters, stopping it leaves the adapters open for their owner.
 func TestPollOnlySharedAdapters(t *testing.T) {
+	t.Parallel()
 	base := newPool(t)
 	pc, err := pgxpool.ParseConfig(base.Config().ConnString())
 	if err != nil {
@@ -73,6 +74,7 @@ func TestPollOnlySharedAdapters(t *testing.T) {
 // routing: when a Reload replaced it (and nothing uses it), and when Stop
 // is over for the routing in force.
 func TestSharedAdaptersRelease(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	a := &sharedAdapter{}
 	var firstReleased, secondReleased atomic.Int32

@@ -21,6 +21,7 @@ import (
 // hold doubles), instead of once a second forever. Only lower bounds on the
 // gaps are checked: a slow machine makes them longer, never shorter.
 func TestAuthHoldBacksOff(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var mu sync.Mutex
 	var calls []time.Time
@@ -57,6 +58,7 @@ func TestAuthHoldBacksOff(t *testing.T) {
 // hold (a number beyond numeric's range) is stored without the answer; a
 // completion refused even stripped is counted and left for its lease.
 func TestUnstorableCompletionIsIsolated(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	keys := enqueueN(t, pool, "run", "t", 3)
@@ -123,6 +125,7 @@ func (a *closingAdapter) Close() error {
 // drain closes each replaced registry exactly when no claim or attempt uses
 // it any more: never during an attempt, and without waiting for the lease.
 func TestReloadClosesAdaptersOnlyWhenUnused(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	enqueueN(t, pool, "run", "t", 2000)
 	build := func() (*Routing, *closingAdapter) {
@@ -160,6 +163,7 @@ func TestReloadClosesAdaptersOnlyWhenUnused(t *testing.T) {
 // TestSnapshotCountsAttemptedUnroutedRows: a row whose route disappeared
 // mid-retry counts as unrouted, so the unrouted alert fires.
 func TestSnapshotCountsAttemptedUnroutedRows(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	enqueueN(t, pool, "run", "gone_tool", 2)

@@ -30,6 +30,7 @@ func pruneNow() RetentionPolicy {
 // while three engines drain: every intent ends either as a succeeded row or
 // as a succeeded tombstone; nothing pending or in flight is ever pruned.
 func TestPruneDuringDrainLosesNothing(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	const n = 1500
 	keys := enqueueN(t, pool, "run", "t", n)
@@ -72,6 +73,7 @@ func TestPruneDuringDrainLosesNothing(t *testing.T) {
 // the same tuple is answered created = false and nothing is dispatched again;
 // a different payload is still refused; drainer.result reports the final status.
 func TestTombstoneAnswersLateEnqueue(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	var key string
@@ -107,6 +109,7 @@ func TestTombstoneAnswersLateEnqueue(t *testing.T) {
 // TestPruneSkipsOpenSagasAndParkedRows: rows of a run whose saga is open,
 // and parked rows, are never pruned.
 func TestPruneSkipsOpenSagasAndParkedRows(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	for _, q := range []string{
@@ -136,6 +139,7 @@ func TestPruneSkipsOpenSagasAndParkedRows(t *testing.T) {
 // verifies a generation before it anchors and truncates it); chains
 // extended afterwards still verify, and tampering is still caught.
 func TestAuditPruneKeepsChainsVerifiable(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	keys := enqueueN(t, pool, "run", "t", 3)
@@ -221,6 +225,7 @@ func TestSnapshotEstimatesAtScale(t *testing.T) {
 // a metrics scrape answers at once even while the snapshot's query is stuck
 // behind a lock.
 func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	enqueueN(t, pool, "run", "mystery_tool", 3)

@@ -37,6 +37,12 @@ const (
 // once when the recheck's answer closes the breaker or ends the hold
 // (gate.free). A retry whose row another replica claims first finds
 // nothing.
+//
+// A gate's state is its replica's own: another replica's breaker may be
+// closed, its credentials not held, its slots free. So a turned-away row
+// coming due wakes every replica (one notification per timer), not only
+// this one; otherwise a replica whose gate is open would find it by its
+// poll, up to a poll interval late, whenever it looks before this one.
 type retryWakes struct {
 	e *Engine
 
@@ -48,6 +54,7 @@ type retryWakes struct {
 type retryTimer struct {
 	t     *time.Timer
 	floor store.Position // the earliest position of the rows it wakes for
+	all   bool           // a row it wakes for was turned away by this replica's gate: wake every replica
 }
 
 // schedule sets the timers for the retries of batch, just written: a
@@ -75,12 +82,13 @@ func (w *retryWakes) schedule(d store.Completed, batch []completion) {
 			if t.floor.Later(floor) {
 				t.floor = floor
 			}
+			t.all = t.all || x.wakeWhenDue
 			continue
 		}
 		if len(w.timers) >= retryWakeTimers {
 			continue // left to the poll
 		}
-		t := &retryTimer{floor: floor}
+		t := &retryTimer{floor: floor, all: x.wakeWhenDue}
 		fireAt := time.Unix(0, bucket*int64(retryWakeBucket))
 		t.t = time.AfterFunc(time.Until(fireAt), func() { w.fire(bucket) })
 		w.timers[bucket] = t
@@ -97,6 +105,9 @@ func (w *retryWakes) fire(bucket int64) {
 	}
 	w.e.floor.lower(t.floor)
 	w.e.wakeFor(causeRetry)
+	if t.all {
+		w.e.wakeAll(w.e.fetchCtx, "rows a gate turned away came due")
+	}
 }
 
 // stop stops every timer: the engine no longer claims.

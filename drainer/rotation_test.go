@@ -19,6 +19,7 @@ import (
 // slow, never below minMove nor above the chunk, and a move that found
 // fewer rows than it asked for leaves the size alone.
 func TestNextMove(t *testing.T) {
+	t.Parallel()
 	const budget = 5 * time.Millisecond
 	for _, c := range []struct {
 		name  string
@@ -57,6 +58,7 @@ func TestNextMove(t *testing.T) {
 // firstMove rows and none more than twice the one before, until the
 // generation is truncated with every row moved and none lost.
 func TestRotatorMovesInSmallMoves(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success, Status: 200}

@@ -79,6 +79,7 @@ func compensationOf(t testing.TB, pool *pgxpool.Pool, run string) outbox.Status 
 // start it; the time it took is logged (the 2 s target is a figure, not a
 // verdict: it depends on the machine).
 func TestSagaNotStarvedAtScale(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	plantSagas(t, pool, "halted", "halted", 5000)
 	plantSagas(t, pool, "slow", "compensating", 5000)
@@ -114,6 +115,7 @@ func TestSagaNotStarvedAtScale(t *testing.T) {
 // sagas are skipped (only `drainer resolve` moves them) and the sweep walks
 // the active ones with a cursor.
 func TestSagaSweepIsFair(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	plantSagas(t, pool, "halted", "halted", 2*compensations.SweepBatch+100)
 	plantSagas(t, pool, "active", "compensating", 2*compensations.SweepBatch+100)
@@ -135,6 +137,7 @@ func TestSagaSweepIsFair(t *testing.T) {
 // noted on its run and skipped; the other sagas of the same sweep keep their
 // progress.
 func TestSagaStepFailureIsIsolated(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	plantSagas(t, pool, "ok", "waiting", 3)

@@ -136,6 +136,7 @@ func sagaState(t testing.TB, pool *pgxpool.Pool, run string) outbox.SagaState {
 // TestSagaAfterTerminalFailure: a 3-step run whose third step fails
 // terminally has its first two steps compensated once each, in reverse order.
 func TestSagaAfterTerminalFailure(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	p := &recorder{fn: func(m *dispatch.Message) dispatch.Result {
 		if m.Tuple.ToolName == "ship_order" && m.Tuple.AgentRunID == "bad" {
@@ -198,6 +199,7 @@ func TestSagaAfterTerminalFailure(t *testing.T) {
 // never-attempted step: the latter is cancelled and never dispatched; the
 // succeeded steps are compensated in reverse order.
 func TestAbortRun(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	p := &recorder{}
 	k1 := enqueueStep(t, pool, "run", "s1", "charge_card")
@@ -237,6 +239,7 @@ func TestAbortRun(t *testing.T) {
 // ends compensation_failed, halts the saga (the earlier step is not
 // compensated out of order), counts, and notifies the alert adapter exactly once.
 func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	p := &recorder{fn: func(m *dispatch.Message) dispatch.Result {
 		switch m.Tuple.ToolName {
@@ -313,6 +316,7 @@ func TestCompensationFailedHaltsAndAlertsOnce(t *testing.T) {
 // TestTwoReplicasManyFailingRuns: two engines, 200 runs failing at once: every
 // compensation happens exactly once, none missing.
 func TestTwoReplicasManyFailingRuns(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	p := &recorder{fn: func(m *dispatch.Message) dispatch.Result {
 		if m.Tuple.ToolName == "ship_order" {
@@ -362,6 +366,7 @@ func TestTwoReplicasManyFailingRuns(t *testing.T) {
 // TestSagaCancelsRowsThatRacedTheAbort: a never-attempted row left pending in
 // an aborted run (its enqueue raced the abort) is cancelled by the saga.
 func TestSagaCancelsRowsThatRacedTheAbort(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ctx := t.Context()
 	k := enqueueStep(t, pool, "raced", "s1", "charge_card")

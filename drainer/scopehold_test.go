@@ -47,6 +47,7 @@ func scopeDue(t *testing.T, pool *pgxpool.Pool, scope string) (pending, due int)
 // due, and every claim of the replica walked past all of them (a scope of
 // 20,000 rows: a second per claim, for every tool).
 func TestScopeBacklogIsHeld(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var mu sync.Mutex
 	var sent []int64
@@ -103,6 +104,7 @@ func TestScopeBacklogIsHeld(t *testing.T) {
 // behind it go out when their hold ends (Config.ScopeHold): a hold never
 // strands a row.
 func TestScopeHoldEndsWithoutItsRelease(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
 		if m.Tuple.StepID == "s0" {

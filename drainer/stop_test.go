@@ -21,6 +21,7 @@ import (
 // Before, the completer tried for a whole lease (here two minutes), 15 s
 // a try, however short the grace.
 func TestStopIsBoundedWhenTheDatabaseStalls(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	release := make(chan struct{})
 	called := make(chan struct{}, 1)
@@ -65,6 +66,7 @@ func TestStopIsBoundedWhenTheDatabaseStalls(t *testing.T) {
 // Stop's time for writes is over, as a completion is. Before, Stop waited
 // for the claim's own timeout (claimTimeout, 30 s).
 func TestStopIsBoundedWhileAClaimStalls(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(
 		func(context.Context, *dispatch.Message) dispatch.Result {

@@ -14,6 +14,7 @@ import (
 // the unrouted-tool log's and the deferrer's. Before, each kept one entry
 // per name ever seen.
 func TestToolMapsAreBounded(t *testing.T) {
+	t.Parallel()
 	var u unroutedLog
 	log := slog.New(slog.DiscardHandler)
 	d := newDeferrer(&Engine{})

@@ -17,6 +17,7 @@ import (
 // dispatched inside a child span of the agent's trace, and the provider gets
 // the child's traceparent (same trace id, new parent span id).
 func TestDispatchContinuesAgentTrace(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	const agentTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	const agentSpan = "00f067aa0ba902b7"
@@ -50,6 +51,7 @@ func TestDispatchContinuesAgentTrace(t *testing.T) {
 // starts one trace at its queue span, and its attempt is that span's
 // child: the provider gets the attempt's traceparent in the same trace.
 func TestDispatchWithoutTraceIsOneTrace(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	enqueueN(t, pool, "r", "t", 1)
 	upstream, span, queued := traceOneRow(t, pool)

@@ -15,6 +15,7 @@ import (
 // of a routed tool waits for a route, and both its last_error and the log
 // line name the route it probably meant.
 func TestUnroutedToolGetsADidYouMean(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	keys := enqueueN(t, pool, "run-typo", "chrage_card", 1)
 	var logs testkit.Buffer

@@ -20,6 +20,7 @@ var unsendableResult = dispatch.Result{Outcome: dispatch.Terminal, NotSent: true
 // of the provider, so it neither resets the breaker's run of failures (as a
 // terminal answer would) nor counts as one.
 func TestUnsendableIsNeutralToBreaker(t *testing.T) {
+	t.Parallel()
 	g := newGate("api", GatePolicy{BreakerFailures: 2, BreakerOpenFor: time.Hour}, nil, slog.New(slog.DiscardHandler))
 	r := rand.New(rand.NewPCG(1, 2))
 	down := dispatch.Result{Outcome: dispatch.Retry, Status: 503}
@@ -38,6 +39,7 @@ func TestUnsendableIsNeutralToBreaker(t *testing.T) {
 // TestUnsendableKeepsAuthHold: a route held for refused credentials stays
 // held after an unsendable row (which asked the provider nothing).
 func TestUnsendableKeepsAuthHold(t *testing.T) {
+	t.Parallel()
 	g := newGate("api", GatePolicy{}, nil, slog.New(slog.DiscardHandler))
 	g.noteAuth("update_order", dispatch.Result{Outcome: dispatch.Auth, Status: 401})
 	if g.holdLeft("update_order") <= 0 {

@@ -19,6 +19,7 @@ import (
 // is an hour: a row whose producer skipped its notification while the
 // replicas went to sleep would stay pending, and the round would time out.
 func TestWakeGateNoRowWaitsForThePoll(t *testing.T) {
+	t.Parallel()
 	for _, replicas := range []int{1, 2} {
 		t.Run(itoa(replicas)+"_replicas", func(t *testing.T) { wakeGateRounds(t, replicas) })
 	}

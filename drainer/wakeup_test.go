@@ -147,6 +147,7 @@ func dispatchedByWakeUp(t *testing.T, e *Engine, pool *pgxpool.Pool, run, what s
 // believing it held its slot: producers stopped notifying and every row
 // waited for the poll.
 func TestWakeUpSurvivesKilledConnections(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
@@ -187,6 +188,7 @@ func TestWakeUpSurvivesKilledConnections(t *testing.T) {
 // armed the gate itself and waited: connecting took seconds on a loaded
 // server, the lock up to 200 ms at a time, and no row was claimed meanwhile.
 func TestClaimLoopNeverWaitsForTheGate(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	ok := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Success}
@@ -243,6 +245,7 @@ func TestClaimLoopNeverWaitsForTheGate(t *testing.T) {
 // waited for the poll (unless a worker happened to finish before the loop
 // went to sleep).
 func TestGateRearmsAfterALargeClaim(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	const workers, quiet = 40, disarmRows + 3
 	busy, held := make(chan struct{}), make(chan struct{})
@@ -319,6 +322,7 @@ func TestGateRearmsAfterALargeClaim(t *testing.T) {
 // so the next row goes out at once, never on the poll: before, a scope of
 // n rows took n polls (a second each, by default).
 func TestOrderedScopeNextRowIsWoken(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var sent atomic.Int64
 	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
@@ -353,6 +357,7 @@ func TestOrderedScopeNextRowIsWoken(t *testing.T) {
 // notification then wakes the loop again), so up to three tries are made:
 // without the skip, none of them skips a wake.
 func TestStaleSlotWakeIsSkipped(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var mu sync.Mutex
 	blocks := map[string]chan struct{}{} // run -> its call's release
@@ -423,6 +428,7 @@ func TestStaleSlotWakeIsSkipped(t *testing.T) {
 // second, the poll also gathered the jittered retries of many rows into
 // one tick).
 func TestRetryIsClaimedWhenDue(t *testing.T) {
+	t.Parallel()
 	pool := newPool(t)
 	var calls atomic.Int64
 	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {

@@ -176,6 +176,7 @@ func decodeRPCError(t *testing.T, body string) rpcError {
 }
 
 func TestBatchIsRefusedBeforeAnythingIsRecordedOrSent(t *testing.T) {
+	t.Parallel()
 	p := newPeek()
 	close(p.release)
 	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second}, p.tool())
@@ -209,7 +210,6 @@ func TestBatchIsRefusedBeforeAnythingIsRecordedOrSent(t *testing.T) {
 // charge and slow to ts: the engine of a gateway built beside it.
 func startEngine(t *testing.T, pool *pgxpool.Pool, ts *toolServer) {
 	t.Helper()
-	t.Setenv("GW_TEST_UPSTREAM_TOKEN", upstreamToken)
 	cfg := fmt.Sprintf(`workers: 4
 lease: 3m
 adapters:
@@ -235,6 +235,7 @@ routes:
 // and nothing of it is recorded or sent. Once the two are answered, the
 // same call again is recorded and sent once.
 func TestCallsInProgressAreBounded(t *testing.T) {
+	t.Parallel()
 	ts := newToolServer(t)
 	pool := storetest.NewPool(t)
 	startEngine(t, pool, ts)

@@ -25,6 +25,7 @@ import (
 // IdleTimeout, while a call that waits for its row longer than ReadTimeout
 // still gets its answer.
 func TestReadTimeoutBoundsTheRequestNotTheWait(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	short := newDirect(t, pool, gateway.Config{Wait: 3 * time.Second, ReadTimeout: time.Second, IdleTimeout: 5 * time.Minute})
 
@@ -151,6 +152,7 @@ func answered(t *testing.T, ch <-chan callAnswer, what string) *sdk.CallToolResu
 // answered once its wait is over (with the timeout answer and the row's
 // status as last known), and its row stays in the outbox.
 func TestStalledReadEndsWithTheWait(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	// A wait past the first recheck: the call reads its row (and stalls)
 	// before its wait is over.
@@ -172,6 +174,7 @@ func TestStalledReadEndsWithTheWait(t *testing.T) {
 // when Shutdown's grace ends is ended then, answered with its row's
 // status, and Shutdown returns.
 func TestShutdownEndsACallStuckInARead(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	d := newDirect(t, pool, gateway.Config{Wait: 10 * time.Minute})
 	s := d.client(t, "run-shutdown")

@@ -26,7 +26,13 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+// TestMain sets the tokens the tests' configurations read from the
+// environment once, so that the tests can run side by side.
+func TestMain(m *testing.M) {
+	os.Setenv("GW_TEST_UPSTREAM_TOKEN", upstreamToken)
+	os.Setenv("GW_TEST_TOKEN", agentToken)
+	dbtest.Main(m)
+}
 
 // upstreamToken is what the adapter sends the tool server; agentToken is
 // what the agent sends the gateway. The server must never see the latter.
@@ -136,8 +142,6 @@ func startGateway(t *testing.T, wait time.Duration) *gw {
 	t.Helper()
 	ts := newToolServer(t)
 	pool := storetest.NewPool(t)
-	t.Setenv("GW_TEST_UPSTREAM_TOKEN", upstreamToken)
-	t.Setenv("GW_TEST_TOKEN", agentToken)
 	cfg := fmt.Sprintf(`workers: 8
 lease: 20s
 adapters:
@@ -237,6 +241,7 @@ func body(t *testing.T, r *sdk.CallToolResult) string {
 }
 
 func TestRetriesUnderNewRequestIDsHaveOneEffectAndOneAnswer(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 2*time.Minute)
 	s := g.client(t, agentHeaders("run-retry"))
 	args := map[string]any{"amount": 5, "card": "c1"}
@@ -305,6 +310,7 @@ func TestRetriesUnderNewRequestIDsHaveOneEffectAndOneAnswer(t *testing.T) {
 }
 
 func TestConcurrentIdenticalCallsHaveOneEffect(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 2*time.Minute)
 	const n = 50
 	answers := make([]string, n)
@@ -336,6 +342,7 @@ func TestConcurrentIdenticalCallsHaveOneEffect(t *testing.T) {
 }
 
 func TestConflictTimeoutPassthroughAndRefusals(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, time.Second)
 	s := g.client(t, agentHeaders("run-misc"))
 
@@ -416,6 +423,7 @@ func containsKey(msg string, meta sdk.Meta) bool {
 }
 
 func TestAbortRunCompensatesCompletedSteps(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 30*time.Second)
 	s := g.client(t, agentHeaders("run-abort"))
 	if r := settledCall(t, s, "charge", map[string]any{"amount": 3}, nil); r.IsError {

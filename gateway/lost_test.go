@@ -18,6 +18,7 @@ import (
 // with one effect, instead of being refused with "could not record" for
 // each dead connection the pool still holds.
 func TestCallsAreRecordedAfterTheConnectionsWereEnded(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, 2*time.Minute)
 	s := g.client(t, agentHeaders("run-lost"))
 	// Calls side by side, so that the pool holds several connections;

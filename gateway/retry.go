@@ -2,11 +2,11 @@ package gateway
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/singleflight"
 )
 
 // The statements of a call that are safe to run again (the record, by
@@ -35,8 +35,7 @@ func (g *Gateway) onLive(ctx context.Context, fn func(db store.DB) error) (retri
 // that loses its connection while another sweeps waits for that sweep
 // (within its context), then runs again on what it left.
 type sweeper struct {
-	mu      sync.Mutex
-	running chan struct{} // closed when the sweep under way ends; nil: none
+	group singleflight.Group
 }
 
 // sweepTimeout bounds a sweep: a server that does not answer (a network
@@ -46,30 +45,21 @@ const sweepTimeout = time.Second
 // run pings every idle connection of pool: one the server ended fails its
 // ping, is closed by it, and leaves the pool on release. A connection lost
 // in the sweep's own read does no harm: the statement after it takes
-// another.
+// another. The sweep is shared by every call that asks while it runs, so
+// it does not end with the context of the call that started it; each
+// caller stops waiting when its own context ends.
 func (s *sweeper) run(ctx context.Context, pool *pgxpool.Pool) {
-	s.mu.Lock()
-	if under := s.running; under != nil {
-		s.mu.Unlock()
-		select {
-		case <-under:
-		case <-ctx.Done():
+	done := s.group.DoChan("sweep", func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepTimeout)
+		defer cancel()
+		for _, c := range pool.AcquireAllIdle(ctx) {
+			_ = c.Ping(ctx)
+			c.Release()
 		}
-		return
-	}
-	done := make(chan struct{})
-	s.running = done
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.running = nil
-		s.mu.Unlock()
-		close(done)
-	}()
-	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-	defer cancel()
-	for _, c := range pool.AcquireAllIdle(ctx) {
-		_ = c.Ping(ctx)
-		c.Release()
+		return nil, nil
+	})
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }

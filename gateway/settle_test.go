@@ -17,6 +17,7 @@ import (
 // and announcements reach waiting calls again: the gateway never stays
 // deaf.
 func TestSettleListenerSurvivesKilledConnection(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	ctx := t.Context()
 	const app = "drainer gateway settle test"

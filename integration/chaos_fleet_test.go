@@ -26,6 +26,7 @@ import (
 // nothing stuck. Short: 10 databases, 3 replicas; DRAINER_CHAOS=full: 50
 // databases, 4 replicas, more rows and kills.
 func TestChaosFleet(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if v, err := strconv.ParseUint(os.Getenv("DRAINER_CHAOS_SEED"), 10, 64); err == nil {
 		seed = v

@@ -151,6 +151,7 @@ var chaosResults chaosReport
 // of chaosCheck after each. DRAINER_CHAOS=full runs the full sizes;
 // DRAINER_CHAOS_REPORT=path writes the report table there.
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	baseSeed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("DRAINER_CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)

@@ -224,6 +224,7 @@ func mustExec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 // TestConsoleAddrInUse: a console address already taken ends `drainer run`
 // with exit 2, naming the address.
 func TestConsoleAddrInUse(t *testing.T) {
+	t.Parallel()
 	dbURL, _ := newMigratedDB(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -25,6 +25,7 @@ const e2eRows = 2000
 // against a faulty idempotent provider, SIGKILLs one replica a third of the
 // way, and checks that every row succeeds with exactly one effect.
 func TestThreeReplicasSurviveSIGKILL(t *testing.T) {
+	t.Parallel()
 	dbURL, pool := newMigratedDB(t)
 
 	provider := mockprovider.New(mockprovider.Config{

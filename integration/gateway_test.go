@@ -518,6 +518,7 @@ func checkNotSent(t *testing.T, ts *gwToolServer, what, key string, sent int) {
 // one effect, once the row's lease expired and it was sent again with its
 // key; a further re-send gets the identical answer, nothing sent upstream.
 func TestGatewaySIGKILLWithACallInFlight(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	s := newGWSetup(t, "11s", "5s")
 	d1 := s.start(t, "drainer-gateway-1")
@@ -571,6 +572,7 @@ func TestGatewaySIGKILLWithACallInFlight(t *testing.T) {
 // gateway, ends with the result of that one effect, and every re-send is
 // answered the same.
 func TestGatewayUpstreamRestartMidCall(t *testing.T) {
+	t.Parallel()
 	s := newGWSetup(t, "70s", "60s")
 	d := s.start(t, "drainer-gateway")
 	agent := s.agent(t, "run-upstream")
@@ -638,6 +640,7 @@ func TestGatewayUpstreamRestartMidCall(t *testing.T) {
 // effect. Then a second call is cut the same way and re-sent by 20 agents at
 // once while its tool still runs: all get the same answer, the tool ran once.
 func TestGatewayCutConnectionThenResend(t *testing.T) {
+	t.Parallel()
 	s := newGWSetup(t, "70s", "60s")
 	d := s.start(t, "drainer-gateway")
 	agent := s.agent(t, "run-cut")
@@ -745,6 +748,7 @@ type gwTSSummary struct {
 // again after reopening its transport, then 10 times at once: every answer
 // is the result of the one effect, only the first not a replay.
 func TestGatewayTypeScriptClient(t *testing.T) {
+	t.Parallel()
 	dir := gwTSPrepare(t)
 	s := newGWSetup(t, "70s", "60s")
 	d := s.start(t, "drainer-gateway")

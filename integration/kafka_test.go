@@ -23,6 +23,7 @@ import (
 // broker listens the rows drain, each one record on its topic with the key
 // and headers of docs/reference.md §5; SIGTERM exits 0.
 func TestKafkaRun(t *testing.T) {
+	t.Parallel()
 	const n = 200
 	dbURL, pool := newMigratedDB(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -389,9 +389,11 @@ func (m *seqModel) checkCapWake(fail func(string, ...any)) {
 // that claims one while its breaker is open defers the tool's due rows in
 // bulk; they must come back when the breaker's probe is answered
 // (gate.free), or, where another replica's breaker is closed, when the
-// deferral ends (deferrer.wakeAllWhenDue), not by a poll. (Auth holds are
-// probed by the engine's tests with one replica: with two, one try in
-// three or so saw a row claimed by a poll, cause not yet found.)
+// deferral ends (deferrer.wakeAllWhenDue), not by a poll. The same for
+// toolFlaky's credentials: a first row answered 401 starts the auth hold
+// of the replica that sent it; a row that replica's gate turns away wakes
+// every replica when it comes due (retryWakes), so the replica whose
+// credentials are not held takes it on that wake-up, not by its poll.
 func (m *seqModel) checkHeldWake(fail func(string, ...any)) {
 	e := m.e
 	for _, c := range []struct {
@@ -399,6 +401,7 @@ func (m *seqModel) checkHeldWake(fail func(string, ...any)) {
 		requests    int // the first row's, until it succeeds
 	}{
 		{"breaker", `{"s":["503","503"]}`, 3},
+		{"auth hold", `{"s":["401"]}`, 2},
 	} {
 		m.probeNoPoll(fail, c.what, float64(c.requests+4), func(try int) bool {
 			run := fmt.Sprintf("held-%d-%d-%s", e.seq, try, strings.ReplaceAll(c.what, " ", "-"))

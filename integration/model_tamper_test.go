@@ -235,6 +235,7 @@ func (s *softTB) fail(msg string, args []any) {
 // TestTransactionDied: what the model's tampering lets pass as a failed
 // step, and what fails the test.
 func TestTransactionDied(t *testing.T) {
+	t.Parallel()
 	soft := func(args ...any) error {
 		return softly(t, func(tb testing.TB) { tb.Fatal(args...) })
 	}

@@ -30,6 +30,7 @@ import (
 // provider's own, so the row then drains within the test's bounds rather
 // than after the ten minutes.
 func TestRetryAfterSurvivesPartition(t *testing.T) {
+	t.Parallel()
 	const retryAfter = 30 * time.Second
 	dbURL, pool := newMigratedDB(t)
 	du, err := url.Parse(dbURL)

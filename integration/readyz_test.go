@@ -80,6 +80,7 @@ func (p *cutProxy) setDown(down bool) {
 // unreachable and 200 again once it is back; /healthz stays 200 and the
 // daemon keeps draining after the outage.
 func TestReadinessFollowsDatabase(t *testing.T) {
+	t.Parallel()
 	dbURL, pool := newMigratedDB(t)
 	u, err := url.Parse(dbURL)
 	if err != nil {

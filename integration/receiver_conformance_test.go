@@ -184,6 +184,7 @@ func conformanceStep(r *http.Request) string {
 // against a handler behind the Go receiver, in seed and ietf mode, and the
 // handler ran at most once per key.
 func TestConformanceGoReceiver(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []receiver.Mode{receiver.ModeSeed, receiver.ModeIETF} {
 		t.Run(string(mode), func(t *testing.T) {
 			pool := receiverPool(t)
@@ -220,6 +221,7 @@ func TestConformanceGoReceiver(t *testing.T) {
 // endpoint that runs the handler twice under concurrency and one that
 // replays without the marker, naming the failed checks.
 func TestConformanceFailsBrokenEndpoint(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		flaw conformancetest.Flaw
 		fail []string

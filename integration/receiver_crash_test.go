@@ -117,6 +117,7 @@ func postOrder(base, key string) (int, string) {
 // naming the key, no second order is made, and the retrying service
 // reports the key (its log, drainer_receiver_abandoned_total).
 func TestReceiverExamplesKilledMidRequest(t *testing.T) {
+	t.Parallel()
 	examples := crashExamples(t)
 	for _, pair := range [][2]string{{"go", "python"}, {"python", "typescript"}, {"typescript", "go"}} {
 		for _, inTx := range []bool{true, false} {

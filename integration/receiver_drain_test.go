@@ -101,6 +101,7 @@ func (d *answerDropper) droppedKeys() map[string]bool {
 // one effect; each lost answer comes back as a replay, counted as `replay`,
 // carrying the first answer's body.
 func TestDrainIntoReceiverLosingAnswers(t *testing.T) {
+	t.Parallel()
 	dbURL, pool := newMigratedDB(t)
 	svcPool := receiverPool(t)
 	ctx := context.Background()
@@ -251,6 +252,7 @@ func deref[T any](p *T) any {
 // handler ran once, for the holder); an intent whose key was first used
 // with another body gets 409 payload-mismatch and fails at once.
 func TestDrainerReadsReceiverConflicts(t *testing.T) {
+	t.Parallel()
 	dbURL, pool := newMigratedDB(t)
 	ctx := context.Background()
 	rc, err := receiver.New(receiverPool(t), receiver.Options{})

@@ -148,6 +148,7 @@ func requireExamplePasses(t *testing.T, base, mode string) {
 // receiver's transaction, and in ietf mode with them written in it; one
 // order per key.
 func TestConformancePythonExample(t *testing.T) {
+	t.Parallel()
 	dir := pyRequireInterpreter(t)
 	server, err := filepath.Abs("../examples/receiver/python/server.py")
 	if err != nil {
@@ -170,6 +171,7 @@ func TestConformancePythonExample(t *testing.T) {
 // the receiver's transaction, and in ietf mode with them written in it; one
 // order per key.
 func TestConformanceGoExample(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "receiver-example")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -191,6 +193,7 @@ func TestConformanceGoExample(t *testing.T) {
 // the receiver's transaction, and in ietf mode with them written in it; one
 // order per key.
 func TestConformanceTypeScriptExample(t *testing.T) {
+	t.Parallel()
 	tsPrepareSDK(t)
 	server, err := filepath.Abs("../examples/receiver/typescript/server.mjs")
 	if err != nil {

@@ -109,6 +109,7 @@ func post(client *http.Client, url, key string, body []byte) (status int, replay
 // others are replays or 409 in flight, and every 409 retried until it
 // replays gets the first write's body.
 func TestReceiverSameKeyFromFiftyConnections(t *testing.T) {
+	t.Parallel()
 	rc := loadReceiver(t, 2*loadSameKeyConns)
 	h := newCountingHandler()
 	srv := httptest.NewServer(rc.Wrap(h))
@@ -193,6 +194,7 @@ func TestReceiverSameKeyFromFiftyConnections(t *testing.T) {
 // byte-identical replay. The p50/p99 latencies and the receiver's added
 // latency are logged.
 func TestReceiverDistinctKeysLatency(t *testing.T) {
+	t.Parallel()
 	rc := loadReceiver(t, 2*loadWorkers)
 	h := newCountingHandler()
 	bare := httptest.NewServer(h)

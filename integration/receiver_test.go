@@ -68,6 +68,7 @@ func recvStart(t *testing.T, name, dbURL string, cmd *exec.Cmd) recvService {
 // answered by one of them is replayed byte for byte by the other two, and a
 // changed request is refused by all, so a polyglot team shares one store.
 func TestReceiverSharedStore(t *testing.T) {
+	t.Parallel()
 	dbURL := dbtest.NewDatabase(t)
 	root, err := filepath.Abs("..")
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 // row is sent again, with its key, within handOverBound of its lease
 // expiry.
 func TestSIGKILLedFleetReplicasDatabasesAreDrainedWithinSeconds(t *testing.T) {
+	t.Parallel()
 	provider := &reclaimProvider{sent: map[string][]time.Time{}, closed: make(chan struct{})}
 	srv := httptest.NewServer(provider)
 	t.Cleanup(srv.Close)

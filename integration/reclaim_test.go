@@ -84,6 +84,7 @@ func (p *reclaimProvider) state() (hanging int, sent map[string][]time.Time) {
 // another row, recorded when written) are held until lease expiry + 120s
 // instead, and not sent meanwhile.
 func TestSIGKILLedReplicasRowsAreSentAgainWithinSeconds(t *testing.T) {
+	t.Parallel()
 	dbURL, pool := newMigratedDB(t)
 	ctx := context.Background()
 	provider := &reclaimProvider{sent: map[string][]time.Time{}, closed: make(chan struct{})}

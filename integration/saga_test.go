@@ -23,6 +23,7 @@ import (
 // effect exactly once at the provider, in reverse order, and every forward
 // row ends compensated.
 func TestSagaSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	const runs = 20
 	p := mockprovider.New(mockprovider.Config{TerminalTools: map[string]int{"ship_order": 422}})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

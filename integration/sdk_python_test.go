@@ -37,6 +37,7 @@ const pySchema = "py_sdk"
 // that dispatches the tools those tests use to the mock provider. It fails
 // if a test fails, if any test was skipped, or if none ran.
 func TestPythonSDK(t *testing.T) {
+	t.Parallel()
 	dir := pyRequireInterpreter(t)
 
 	dbURL, pool := newMigratedDB(t)
@@ -299,6 +300,7 @@ func pyCountRows(t *testing.T, pool *pgxpool.Pool, schema string) int {
 // counts, skips of tests and of whole classes, failures, and output without
 // a summary.
 func TestPythonSDKSummary(t *testing.T) {
+	t.Parallel()
 	passed := "test_a (test_key.T.test_a) ... ok\ntest_b (test_key.T.test_b) ... ok\n\n" +
 		"----------------------------------------------------------------------\nRan 2 tests in 0.004s\n\nOK\n"
 	s, err := pyParseSummary(passed)

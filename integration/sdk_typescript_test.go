@@ -35,6 +35,7 @@ const tsSchema = "ts_sdk"
 // `drainer run` on it that dispatches the tools those tests use to the mock
 // provider. It fails if npm test fails, if any test was skipped, or if none ran.
 func TestTypeScriptSDK(t *testing.T) {
+	t.Parallel()
 	dir := tsPrepareSDK(t)
 
 	dbURL, pool := newMigratedDB(t)
@@ -288,6 +289,7 @@ func tsCountRows(t *testing.T, pool *pgxpool.Pool, schema string) int {
 // runner output: counts from the TAP and spec summaries, skipped tests and
 // suites, and output that has no summary.
 func TestTypeScriptSDKSummary(t *testing.T) {
+	t.Parallel()
 	tap := "TAP version 13\n# Subtest: a\nok 1 - a # SKIP no database\n  ---\n  duration_ms: 1.5\n  ...\n" +
 		"# Subtest: s\n    not ok 2 - suite # SKIP no daemon\nok 3 - b\n  ---\n  duration_ms: 2\n  ...\n1..3\n" +
 		"# tests 2\n# suites 1\n# pass 1\n# fail 0\n# cancelled 0\n# skipped 1\n# todo 0\n# duration_ms 9\n"

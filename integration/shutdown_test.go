@@ -26,6 +26,7 @@ import (
 // cuts them off, records each as a consumed attempt and exits 0 with no row
 // left in_flight.
 func TestSIGTERMLeavesNoRowInFlight(t *testing.T) {
+	t.Parallel()
 	dbURL, pool := newMigratedDB(t)
 
 	const workers, rows = 8, 20
@@ -134,6 +135,7 @@ routes:
 // TestSIGHUPReload adds a route by SIGHUP: a row waiting without a route
 // drains; a broken config is then refused and the running one kept.
 func TestSIGHUPReload(t *testing.T) {
+	t.Parallel()
 	dbURL, pool := newMigratedDB(t)
 	provider := mockprovider.New(mockprovider.Config{VerifyTuple: true})
 	baseURL, err := provider.Start("127.0.0.1:0")
@@ -242,6 +244,7 @@ func strOrNil(s *string) any {
 // statement, so the reload request is dropped (the config is read after it)
 // and the daemon exits 0, having claimed nothing, and says why.
 func TestSIGTERMWhileStartingExitsZero(t *testing.T) {
+	t.Parallel()
 	cfg := `workers: 2
 lease: 10s
 adapters:

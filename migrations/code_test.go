@@ -21,6 +21,7 @@ const codeRevisionFile = "testdata/code_revision"
 // TestCodeRevisionNamesTheFiles: code/ and CodeRevision change together, so
 // that an older daemon never reinstalls its definitions over newer ones.
 func TestCodeRevisionNamesTheFiles(t *testing.T) {
+	t.Parallel()
 	_, sum, err := Code(DefaultSchema)
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +69,7 @@ var declared = regexp.MustCompile(`(?m)^CREATE OR REPLACE (FUNCTION|VIEW|TRIGGER
 // numbered migration defines), and each is what its file says: running
 // every file again changes no definition.
 func TestDefinitionsEqualTheFiles(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
 	if err != nil {

@@ -143,6 +143,7 @@ type migrateResult struct {
 // producer commits, the upgrade completes to the latest version and code
 // revision, and the connection it ran on keeps its own lock_timeout.
 func TestUpgradeBesideAnOpenProducerKeepsTheDrainGoing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := openHeldQueue(t)
 	migrator := h.connect(t, "drainer-migrate")
@@ -226,6 +227,7 @@ func TestUpgradeBesideAnOpenProducerKeepsTheDrainGoing(t *testing.T) {
 // and leaves the schema at its old version and code revision; the
 // connection keeps its own lock_timeout.
 func TestUpgradeGivesUpNamingTheHolder(t *testing.T) {
+	t.Parallel()
 	h := openHeldQueue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
@@ -271,6 +273,7 @@ func TestUpgradeGivesUpNamingTheHolder(t *testing.T) {
 // the install is retried, logged under its own step, and completes once
 // the producer commits.
 func TestCodeInstallBesideAnOpenProducerRetries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	conn := connectAtVersion(t, int32(Latest()))
 	if _, err := Migrate(ctx, conn, "drainer", nil); err != nil {
@@ -323,6 +326,7 @@ func TestCodeInstallBesideAnOpenProducerRetries(t *testing.T) {
 // waits with SET LOCAL, which holds only inside the transaction tern runs
 // the migration in; a migration that disabled it would wait unbounded.
 func TestMigrationsRunInTransactions(t *testing.T) {
+	t.Parallel()
 	names, err := migrate.FindMigrations(files)
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ func connect(t *testing.T, url string) *pgx.Conn {
 // replicas starting together do, then again: every run succeeds and the
 // schema ends at the latest version exactly once.
 func TestConcurrentMigrate(t *testing.T) {
+	t.Parallel()
 	url := dbtest.NewDatabase(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
@@ -68,6 +69,7 @@ func TestConcurrentMigrate(t *testing.T) {
 }
 
 func TestCheckUnmigratedAndTooNew(t *testing.T) {
+	t.Parallel()
 	url := dbtest.NewDatabase(t)
 	conn := connect(t, url)
 	ctx := context.Background()
@@ -104,6 +106,7 @@ func TestCheckUnmigratedAndTooNew(t *testing.T) {
 
 // TestSQLKeyVectors checks the SQL key function against every shared vector.
 func TestSQLKeyVectors(t *testing.T) {
+	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join("..", "idemkey", "testdata", "key-vectors.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ const regenerate = "go test ./migrations -run TestSchemaFileEqualsTheDatabase -u
 // migrated under another name and finds the same definitions, so schema.sql
 // describes every --schema.
 func TestSchemaFileEqualsTheDatabase(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
 	if err != nil {
@@ -204,6 +205,7 @@ func lineDiff(a, b string) string {
 
 // TestLineDiff: the diff shows what changed, where, and nothing else.
 func TestLineDiff(t *testing.T) {
+	t.Parallel()
 	a := "one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\neleven\ntwelve"
 	b := "one\ntwo\nthree\nFOUR\nfive\nsix\nseven\neight\nnine\nten\neleven\ntwelve\nthirteen"
 	got := lineDiff(a, b)

@@ -26,6 +26,7 @@ var (
 // the audit entry of the answer), that its claims keep working, that the
 // saga goes on, and that every audit chain still verifies.
 func TestUpgradeTo017KeepsRowsInFlight(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	o := openOldSchema(t, 16, "release 16", release16Claim)
 	conn, exec, keyOf, oldClaim := o.conn, o.exec, o.keyOf, o.claim

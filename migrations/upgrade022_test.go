@@ -26,6 +26,7 @@ var release21Code string
 // status changed with the triggers off, or its anchor's deletion, is
 // reported.
 func TestUpgradeTo022KeepsAnchors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	o := openOldSchema(t, 21, "release 21", "")
 	conn, exec := o.conn, o.exec

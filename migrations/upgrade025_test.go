@@ -21,6 +21,7 @@ var release24Code string
 // tombstone records, is reported: the end of every pruned chain is
 // witnessed from the upgrade on.
 func TestUpgradeTo025WitnessesTombstones(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	o := openOldSchema(t, 24, "release 24", "")
 	conn, exec := o.conn, o.exec

@@ -15,6 +15,7 @@ import (
 // tombstones), a re-enqueue of either is answered created = false, an
 // operator's abort counts as a request, and the audit chains still verify.
 func TestUpgradeTo015KeepsEveryKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	conn := connectAtVersion(t, 14)
 	exec := func(sql string, args ...any) {

@@ -14,6 +14,7 @@ import (
 // not now, unless the operator clears the floor; and a row whose status is
 // no longer the one read is not written.
 func TestRequeueKeepsTheFloor(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()

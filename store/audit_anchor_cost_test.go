@@ -19,6 +19,7 @@ import (
 // against about 20 per entry for the join. Both the plan made for the
 // generation given and the generic plan rotate_audit may keep.
 func TestAnchoringReadsEachEntryBoundedTimes(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	ctx := t.Context()
 	const n = 4000

@@ -142,6 +142,7 @@ func (b *auditBundle) reported(t *testing.T, when, key, want string) {
 // inserted after their generation was anchored and before it was
 // truncated. The rotation never stalls on them.
 func TestAuditTamperingOutlivesRotation(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		tamper func(t *testing.T, b *auditBundle) string // the key to blame
@@ -261,6 +262,7 @@ func setStatus(t *testing.T, b *auditBundle, key string, status outbox.Status) {
 // reported (by the ledger record that holds it, naming the chain), and
 // still after another turn. An untouched schema verifies throughout.
 func TestAuditAnchorsAreChained(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		tamper func(t *testing.T, b *auditBundle, key string)

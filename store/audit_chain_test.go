@@ -25,6 +25,7 @@ import (
 // the deletion of a chain's last entry (which leaves the chain itself
 // intact) and a change of status made with the audit switched off.
 func TestAuditHeadCatchesTheLastEntryAndABypass(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()
@@ -128,6 +129,7 @@ func TestAuditHeadCatchesTheLastEntryAndABypass(t *testing.T) {
 // Whatever the interleaving, every chain verifies and every row stands
 // where its chain ends.
 func TestAuditChainsHoldUnderRandomInterleavings(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()

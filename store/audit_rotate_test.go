@@ -23,6 +23,7 @@ import (
 // entries on a truncated chain link to it, and an edit is still caught.
 // Retention and span are passed per step, so no step depends on time.
 func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()

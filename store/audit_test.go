@@ -17,6 +17,7 @@ import (
 // reclaim of a lease that expired), never one for the claim; the attempt
 // count of each entry is the attempt it ended, and the chain verifies.
 func TestAuditOneEntryPerAttempt(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 // none, when that attempt got none), and a completion fenced out changes
 // neither the record nor announces the key.
 func TestCallRecordIsTheStandingSettlement(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()

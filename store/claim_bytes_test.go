@@ -18,6 +18,7 @@ import (
 // migration 026) is measured in intents, a payload stored compressed by its
 // whole size, not what it takes on disk.
 func TestClaimBoundedByBytes(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()

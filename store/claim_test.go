@@ -47,6 +47,7 @@ func tuplesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 // its own) arrive without an ANALYZE, and a claim of 10 in each form must
 // read only a handful of tuples.
 func TestClaimStaysCheapAfterEmptyTablePlan(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()
@@ -98,6 +99,7 @@ func indexEntriesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 // index. A claim from the start reads them all again; a claim from the last
 // claimed position does not.
 func TestClaimFromPositionSkipsTheDeadPrefix(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 // excluded, or for a key nobody enqueued; and a row it leased is not
 // claimed again.
 func TestClaimKeyLeasesOneDueRowOnce(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 // TestFencingRejectsLateCompletion: a worker whose lease expired and was
 // reclaimed cannot overwrite the new owner's result.
 func TestFencingRejectsLateCompletion(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()
@@ -51,6 +52,7 @@ func TestFencingRejectsLateCompletion(t *testing.T) {
 // still in_flight under its lease count; a row another replica reclaimed
 // and settled since does not.
 func TestStillLeased(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()
@@ -93,6 +95,7 @@ func TestStillLeased(t *testing.T) {
 // having been claimed since, lands: its floor replaces the hold. Written
 // once; a completion of a row claimed again since never lands.
 func TestReclaimHoldsAndLateCompletionLands(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()
@@ -166,6 +169,7 @@ func TestReclaimHoldsAndLateCompletionLands(t *testing.T) {
 // and a replica of an older release, which passes no generation, still
 // completes its rows.
 func TestCompletionFindsARowMovedSinceItsClaim(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()

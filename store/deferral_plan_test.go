@@ -13,6 +13,7 @@ import (
 // the plan's rows summed to 37,000; now 4,000, the paused tool's rows
 // looked at once and the batch's updated).
 func TestDeferReadsOneBatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	conn, s := migratedConn(t)
 	for tool, n := range map[string]int{"busy": 10000, "paused": 1000} {
@@ -53,6 +54,7 @@ func TestDeferReadsOneBatch(t *testing.T) {
 // and never end). Before, one statement woke them all: a million deferred
 // rows outlived its timeout and were rolled back whole.
 func TestWakeGoesInBatches(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	conn, s := migratedConn(t)
 	n := DeferBatch*2 + 10

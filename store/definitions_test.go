@@ -13,6 +13,7 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 // TestAlertToolAgrees: the alert tool the schema knows (alert rows never
 // abort a run) is the one the daemon routes.
 func TestAlertToolAgrees(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	var tool string
 	if err := pool.QueryRow(t.Context(), "SELECT drainer.alert_tool()").Scan(&tool); err != nil {

@@ -17,6 +17,7 @@ import (
 // names its own row; WakeAll's notification follows, naming no position.
 // A second unannounced enqueue of the same tuple is a replay.
 func TestEnqueueUnannouncedNotifiesNobody(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()

@@ -104,6 +104,7 @@ func pruneAll(t *testing.T, pool *pgxpool.Pool, status outbox.Status) int {
 // snapshot. Before migration 015 both enqueue functions answered created =
 // true at REPEATABLE READ and SERIALIZABLE, and the row was sent again.
 func TestOldSnapshotNeverRevivesAPrunedKey(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	ctx := context.Background()
 	for _, level := range isolationLevels {
@@ -170,6 +171,7 @@ func TestOldSnapshotNeverRevivesAPrunedKey(t *testing.T) {
 // never sent: the claim sees the abort and the daemon cancels the row
 // (before, the row was claimed and dispatched like any other).
 func TestClaimFlagsRowsOfARunAbortedBehindTheProducersSnapshot(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := newStore(t)
 	ctx := context.Background()
@@ -220,6 +222,7 @@ func TestClaimFlagsRowsOfARunAbortedBehindTheProducersSnapshot(t *testing.T) {
 
 // Payloads compare as JSON values: {"a":1.0} is {"a":1}.
 func TestPayloadEqualityIsJSONValueEquality(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	for _, batch := range []bool{false, true} {
 		for i, tc := range []struct {
@@ -274,6 +277,7 @@ func TestPayloadEqualityIsJSONValueEquality(t *testing.T) {
 // A traceparent that is not a W3C trace context is refused at enqueue,
 // naming it; a valid one (or none, or an empty one) is taken.
 func TestEnqueueRefusesAnInvalidTraceparent(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	ctx := context.Background()
 	valid := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -302,6 +306,7 @@ func TestEnqueueRefusesAnInvalidTraceparent(t *testing.T) {
 // route's compensation_window passed (before, it was pruned and a later
 // abort compensated nothing).
 func TestRetentionKeepsWhatASagaNeeds(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := newStore(t)
 	ctx := context.Background()
@@ -359,6 +364,7 @@ func TestRetentionKeepsWhatASagaNeeds(t *testing.T) {
 // a tombstone age after its last row was pruned (before, a tombstone age
 // after the abort, while later-pruned rows' tombstones still stood).
 func TestAbortOutlivesItsRunsTombstones(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := newStore(t)
 	ctx := context.Background()
@@ -402,6 +408,7 @@ func TestAbortOutlivesItsRunsTombstones(t *testing.T) {
 // and recorded, not dropped (it used to answer 0 and leave no trace, so an
 // operator's requeue could revive the run).
 func TestEveryAbortIsRemembered(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `SELECT `+s+`.abort_run_internal('r', 'step s failed', 'drainer')`); err != nil {

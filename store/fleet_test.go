@@ -18,6 +18,7 @@ import (
 // rows and forgets unlisted ones; leaving marks the member's rows stopping,
 // and releasing them released.
 func TestFleetTables(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew("fleet_coord")
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 // outside a provider's answer (a wake, a deferral, a reclaim) leaves a row
 // at or after its not_before floor.
 func TestEveryWriterKeepsTheFloor(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()

@@ -43,6 +43,7 @@ func measuredTx(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
 // status index: pruning 100 of 3,000 read over 300,000 tuples, and a
 // backlog of a million rows would take hours to prune.
 func TestPruneReadsWhatItPrunes(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	ctx := t.Context()
 	const n, limit = 3000, 100
@@ -92,6 +93,7 @@ func TestPruneReadsWhatItPrunes(t *testing.T) {
 // its victims against a scan of the whole key space (forgetting 500 of
 // 98,000 tombstones took 1.6 s a pass, and a million of them hours).
 func TestTombstonePruneReadsWhatItForgets(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()

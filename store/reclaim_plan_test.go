@@ -15,6 +15,7 @@ import (
 // had while pending. The bound counts every node's rows: about a dozen per
 // row taken back (its update, its Retry-After look-ups).
 func TestReclaimReadsOneBatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	conn, s := migratedConn(t)
 	const n = 10 * ReclaimBatch

@@ -27,6 +27,7 @@ func outboxEntriesRead(t *testing.T, conn *pgxpool.Conn) int64 {
 // entries of leases that were settled before they expired (a fast drain
 // leaves thousands), and still finds the one lease that did expire.
 func TestReclaimSkipsSettledLeases(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()
@@ -91,6 +92,7 @@ func TestReclaimSkipsSettledLeases(t *testing.T) {
 // mark older than the window holds nothing, and the marks no reclaim can
 // read are dropped.
 func TestReclaimIsHeldOnlyByWhatIsKnown(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()
@@ -163,6 +165,7 @@ func TestReclaimIsHeldOnlyByWhatIsKnown(t *testing.T) {
 // by the replica whose lease expired, and each row's audit entry says why
 // it left in_flight.
 func TestReclaimNamesReplicaAndReason(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := t.Context()

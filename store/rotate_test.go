@@ -120,6 +120,7 @@ func assertAuditVerifies(t *testing.T, pool *pgxpool.Pool) {
 // without a vacuum, and every row reads as before, claimable where it now
 // lives.
 func TestRotationTruncatesADrainedGeneration(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	storetest.Enqueue(t, pool, "run-rot", "t", 300)
@@ -194,6 +195,7 @@ func TestRotationTruncatesADrainedGeneration(t *testing.T) {
 // the queue yet (it holds no lock on it); once it ends, the generation is
 // truncated.
 func TestRotationWaitsForOldSnapshots(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	keys := storetest.Enqueue(t, pool, "run-snap", "t", 120)
@@ -244,6 +246,7 @@ func TestRotationWaitsForOldSnapshots(t *testing.T) {
 // never does a write match no row, and every row ends with the last value
 // written to it.
 func TestRotationLosesNoConcurrentWrite(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	seed := rand.Uint64()
@@ -427,6 +430,7 @@ func writeNote(ctx context.Context, pool *pgxpool.Pool, rng *rand.Rand, seq int6
 // early once a backlog of IdleRows rows or more has drained there (nothing
 // due or in flight), not while it drains, nor for fewer settled rows.
 func TestRotationClosesADrainedBacklog(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	rot := store.Rotation{FlipRows: 1 << 40, IdleRows: 100, FlipAge: time.Hour, Chunk: 500}
@@ -456,6 +460,7 @@ func TestRotationClosesADrainedBacklog(t *testing.T) {
 // generation whose statistics still say every row is pending is not read
 // through to find none.
 func TestRotationMovesAtMostMoveRows(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	storetest.Enqueue(t, pool, "run-move", "t", 2_000)
@@ -542,6 +547,7 @@ func TestRotationMovesAtMostMoveRows(t *testing.T) {
 // pass it is moved once its attempt ends, by a pass from the first row,
 // and the generation is then truncated.
 func TestRotationMoveReadsWhatItMoves(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	const n, move = 20_000, 500

@@ -13,6 +13,7 @@ import (
 // in its steps; each step still reads the whole run, so a saga of n
 // compensations reads n² rows in all (docs/sagas.md).
 func TestSagaStepReadsTheRunOnce(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	ctx := t.Context()
 	const n, run = 300, "run-saga-cost"

@@ -14,6 +14,7 @@ import (
 // second call returns the kept text), keeps one entry per distinct
 // statement, and keeps nothing of one Store in another.
 func TestSQLExpandsEachStatementOnce(t *testing.T) {
+	t.Parallel()
 	a, b := MustNew("alpha"), MustNew("beta")
 	stmt := `SELECT count(*) FROM {s}.outbox WHERE status = {StatusPending} AND kind = {KindForward} AND {s}.x({SagaDone})`
 	want := func(schema string) string {
@@ -45,6 +46,7 @@ func TestSQLExpandsEachStatementOnce(t *testing.T) {
 // TestSQLKeepsAtMostMaxExpanded: past maxExpanded distinct statements sql
 // still expands each one, without keeping it.
 func TestSQLKeepsAtMostMaxExpanded(t *testing.T) {
+	t.Parallel()
 	s := MustNew("gamma")
 	var wg sync.WaitGroup
 	for w := range 4 {

@@ -26,6 +26,7 @@ var release18Complete string
 // completion of a row without a head links to the chain's last entry; every
 // chain verifies, and each row ends where its chain ends.
 func TestAuditAcrossTheUpgradeTo019(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()

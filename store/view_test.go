@@ -17,6 +17,7 @@ import (
 // it as not matched, as an UPDATE or DELETE of a table skips a row that no
 // longer matches its WHERE.
 func TestViewWriteNeverUndoesAConcurrentChange(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	ctx := context.Background()
 	for _, tc := range []struct{ name, stmt string }{

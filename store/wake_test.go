@@ -16,6 +16,7 @@ import (
 // slot of the wake gate; a daemon cannot take a slot while a producer that
 // enqueued without notifying has not committed; and it can once it has.
 func TestWakeGate(t *testing.T) {
+	t.Parallel()
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()

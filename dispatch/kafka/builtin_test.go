@@ -22,6 +22,7 @@ import (
 // broker listens it becomes ready and writes. key_ttl, left unset, is the
 // type's default.
 func TestBuiltinBrokerLater(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

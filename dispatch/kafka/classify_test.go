@@ -30,6 +30,7 @@ func wantErrText(t *testing.T, r dispatch.Result, parts ...string) {
 // TestUnknownTopic: a topic that does not exist (and is not created by the
 // brokers) is retried, not sent, with an error naming the topic.
 func TestUnknownTopic(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := newAdapter(t, c, Config{Topic: "no-such-topic"})
 	r := dispatchOnce(t, a, newMessage("create_order", "s", `{}`))
@@ -48,6 +49,7 @@ const authTimeout = 30 * time.Second
 // a refused idempotent producer id (cluster authorization), and a wrong
 // password are each an auth outcome: no attempt consumed.
 func TestAuthorization(t *testing.T) {
+	t.Parallel()
 	const user, pass = "drainer", "kafka-pass-8c1d"
 	c := newCluster(t, kfake.EnableSASL(), kfake.EnableACLs(),
 		kfake.Superuser("PLAIN", "admin", "admin"),
@@ -103,6 +105,7 @@ func TestAuthorization(t *testing.T) {
 // TestTooLarge: a record above the broker's message.max.bytes, and one
 // above the client's own batch limit, are terminal and not written.
 func TestTooLarge(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
 	a := newAdapter(t, c, Config{})
 	big := `{"blob":"` + incompressible(4096) + `"}`
@@ -123,6 +126,7 @@ func TestTooLarge(t *testing.T) {
 // soon; when it keeps refusing, the attempt is a Retry naming the code
 // (not written), and the next attempt succeeds with one record.
 func TestInjectedProduceErrors(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := newAdapter(t, c, Config{})
 	for _, code := range []*kerr.Error{kerr.NotEnoughReplicas, kerr.NotLeaderForPartition, kerr.KafkaStorageError} {
@@ -165,6 +169,7 @@ func TestInjectedProduceErrors(t *testing.T) {
 // names the broker that could not be reached; once one listens, the next
 // attempt is written.
 func TestBrokerDown(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +197,7 @@ func TestBrokerDown(t *testing.T) {
 // attempt ambiguous once its deadline passes (the record may be written);
 // a retry of the key while the request is still pending is not sent again.
 func TestHang(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := newAdapter(t, c, Config{Timeout: 500 * time.Millisecond})
 	wantOutcome(t, "warm up", dispatchOnce(t, a, newMessage("create_order", "s", `{}`)), dispatch.Success, "")
@@ -223,6 +229,7 @@ func incompressible(n int) string {
 // drainer, another replica) writes a second copy with the same
 // Idempotency-Key header, which is why consumers deduplicate on it.
 func TestLostAcknowledgement(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := newAdapter(t, c, Config{Timeout: time.Second})
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topicOrders, Err: kerr.RequestTimedOut, Count: -1})

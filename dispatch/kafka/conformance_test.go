@@ -22,6 +22,7 @@ const conformancePass = "kafka-s3cr3t-4e0b"
 // with NOT_ENOUGH_REPLICAS on every try of an attempt (transient),
 // MESSAGE_TOO_LARGE (terminal), a produce request never answered (hang).
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	dispatchtest.Run(t, func(t *testing.T) (dispatch.Adapter, dispatchtest.Upstream, string) {
 		c := newCluster(t, kfake.EnableSASL(), kfake.Superuser(MechanismSCRAMSHA256, "drainer", conformancePass),
 			kfake.SeedTopics(1, dispatchtest.Tool))

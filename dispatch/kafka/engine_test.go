@@ -136,6 +136,7 @@ func checkCopies(t testing.TB, brokers []string, keys []string) (extra int) {
 // asserted only as present-once-or-more). (10^5 rows took 8 minutes with
 // -race on a loaded 2-core machine, and proved nothing more.)
 func TestEngineDrain(t *testing.T) {
+	t.Parallel()
 	const n = 20_000
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "agent."+drainTool))
 	if err != nil {
@@ -157,6 +158,7 @@ func TestEngineDrain(t *testing.T) {
 // data directory: rows are retried, every row is written, and the copies a lost acknowledgement produced are counted by
 // their Idempotency-Key header (and logged: consumers drop them).
 func TestEngineBrokerRestart(t *testing.T) {
+	t.Parallel()
 	const n = 20_000
 	dir := t.TempDir()
 	topic := "agent." + drainTool

@@ -12,6 +12,7 @@ import (
 // scope (the row key when the scope is empty), the idempotency headers and
 // traceparent; the response says where it went.
 func TestRecordOnTheWire(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a := newAdapter(t, c, Config{})
 	m := newMessage("create_order", "order-42", `{"order_id":"42"}`)
@@ -53,6 +54,7 @@ func TestRecordOnTheWire(t *testing.T) {
 // TestTopicTemplate: {tool_name} picks the topic per row; a tool name that
 // makes an invalid topic is terminal, names the topic, and sends nothing.
 func TestTopicTemplate(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, kfakeSeed("agents.create_order"))
 	a := newAdapter(t, c, Config{Topic: "agents.{tool_name}"})
 	r := dispatchOnce(t, a, newMessage("create_order", "s", `{}`))

@@ -77,6 +77,7 @@ func newTestCA(t *testing.T, name string) testCA {
 // certificate the CA did not sign is refused (auth: the adapter's
 // configuration, not the row), named in the error, nothing sent, and Probe reports a refusal rather than an outage.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t, "good")
 	pool := x509.NewCertPool()
 	pem, _ := os.ReadFile(ca.caFile)
@@ -102,6 +103,7 @@ func TestTLS(t *testing.T) {
 // TestTLSConfigErrors: files that cannot be used are errors of New naming
 // the field and the file.
 func TestTLSConfigErrors(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t, "good")
 	notPEM := filepath.Join(t.TempDir(), "ca.txt")
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
@@ -135,6 +137,7 @@ func TestTLSConfigErrors(t *testing.T) {
 // TestConfigErrors: every problem of a config at once, each naming its
 // field; the SASL password never shows.
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	const pass = "sasl-pass-0c2e"
 	_, err := New(Config{
 		Brokers: []string{"kafka://k:9092", "k", "k:0", " , "},
@@ -162,6 +165,7 @@ func TestConfigErrors(t *testing.T) {
 
 // TestParseTopic: the template's rules.
 func TestParseTopic(t *testing.T) {
+	t.Parallel()
 	for tmpl, want := range map[string]string{
 		"orders":                                 "",
 		"agents.{tool_name}":                     "",
@@ -196,6 +200,7 @@ func TestParseTopic(t *testing.T) {
 
 // TestSASLRedacted: printing a SASL config never shows the password.
 func TestSASLRedacted(t *testing.T) {
+	t.Parallel()
 	s := &SASL{Mechanism: MechanismPlain, Username: "u", Password: "pw-9d1f"}
 	for _, text := range []string{fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s", *s, s, *s, s), fmt.Sprintf("%+v", Config{SASL: s})} {
 		if strings.Contains(text, "pw-9d1f") {

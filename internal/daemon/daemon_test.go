@@ -16,6 +16,7 @@ import (
 // TestNoPasswordInLogs: with the database unreachable the daemon retries and
 // logs clearly, and neither its logs nor its error show the password.
 func TestNoPasswordInLogs(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 // throughout, from the start until the catalog has been read several
 // times and both tenants' rows are drained.
 func TestRunFleetOneCatalogConnection(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c, err := pgtemp.Start(ctx, pgtemp.Options{})
 	if err != nil {

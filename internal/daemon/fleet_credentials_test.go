@@ -32,6 +32,7 @@ import (
 // credentials, and the engine on the new ones writes them (the fleet hands
 // them over) instead of sending the rows again.
 func TestRunFleetCredentialsRotated(t *testing.T) {
+	t.Parallel()
 	credentialsRotated(t, true)
 }
 
@@ -41,6 +42,7 @@ func TestRunFleetCredentialsRotated(t *testing.T) {
 // reconnect as the new role, the first rows' completions are written
 // through the new connections, and no row is sent twice.
 func TestRunCredentialsRotated(t *testing.T) {
+	t.Parallel()
 	credentialsRotated(t, false)
 }
 

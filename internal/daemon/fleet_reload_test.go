@@ -79,6 +79,7 @@ func withLogs(logs *testkit.Buffer, cond func() bool) func() (bool, string) {
 // the old one finishes there, the old adapters are closed once, after it,
 // and every row is sent exactly once.
 func TestRunFleetReload(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c, err := pgtemp.Start(ctx, pgtemp.Options{})
 	if err != nil {

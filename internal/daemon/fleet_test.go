@@ -28,6 +28,7 @@ import (
 // urls, and its engine metrics carry the database label; its console
 // shows every database's counts.
 func TestRunFleet(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c, err := pgtemp.Start(ctx, pgtemp.Options{})
 	if err != nil {

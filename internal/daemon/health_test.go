@@ -23,6 +23,7 @@ import (
 // body names that adapter and why; the database down or the daemon
 // starting is a 503.
 func TestReadyzNamesAdaptersNotReady(t *testing.T) {
+	t.Parallel()
 	var ready readiness
 	var dbErr error
 	states := []drainer.AdapterState{
@@ -60,6 +61,7 @@ func TestReadyzNamesAdaptersNotReady(t *testing.T) {
 // its database cannot be reached answers /readyz with a 503 that says so,
 // not a bare "starting".
 func TestReadyzSaysTheDatabaseIsUnreachableAtStartup(t *testing.T) {
+	t.Parallel()
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

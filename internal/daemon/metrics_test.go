@@ -249,6 +249,7 @@ func value(m *dto.Metric) float64 {
 // dashboard reads as broken); and still once the engine runs and its
 // first backlog snapshot is exported.
 func TestDashboardMetricsExistFromStartup(t *testing.T) {
+	t.Parallel()
 	read := readMetrics(t)
 	cfg, err := config.Parse("c.yaml", []byte(startupConfig), config.LoadOptions{})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // the defaults config.Load applied, plus the alert route when an alert
 // adapter is named.
 func TestNewRouting(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "drainer.yaml")
 	if err := os.WriteFile(path, []byte(`
 alerts: {compensation_failed: pager}

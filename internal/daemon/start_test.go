@@ -31,6 +31,7 @@ func (f *flakyStarter) Start(context.Context) error {
 // started again until it runs, instead of ending the process; a schema that
 // is not ready ends it at once, as does a cancelled context.
 func TestStartEngineWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
 

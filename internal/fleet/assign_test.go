@@ -16,6 +16,7 @@ func dbNames(n int) []string {
 // TestAssignSpread: over many databases every member gets its share within
 // 5 per cent (3.7 standard deviations at ten members), for several fleet sizes and member names.
 func TestAssignSpread(t *testing.T) {
+	t.Parallel()
 	dbs := dbNames(50000)
 	for _, tc := range []struct {
 		name    string
@@ -45,6 +46,7 @@ func TestAssignSpread(t *testing.T) {
 // owns (about 1/(n+1) of them) and moves nothing between the others; a
 // member leaving moves only its own databases.
 func TestAssignMinimalMovement(t *testing.T) {
+	t.Parallel()
 	dbs := dbNames(3000)
 	before := Assign([]string{"a", "b", "c"}, dbs)
 	joined := Assign([]string{"a", "b", "c", "d"}, dbs)
@@ -74,6 +76,7 @@ func TestAssignMinimalMovement(t *testing.T) {
 // TestOwnerStable: the owner depends on the set of members, not their order,
 // and no members owns nothing.
 func TestOwnerStable(t *testing.T) {
+	t.Parallel()
 	if o := Owner(nil, "x"); o != "" {
 		t.Fatalf("owner with no members = %q", o)
 	}

@@ -15,6 +15,7 @@ import (
 // database removed from the list is forgotten; one whose owner
 // dies is published by its new owner.
 func TestFleetPublishesBacklogs(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 100)
 	dbs := names("con_pub", 3)
 	cl.createDBs(t, dbs)

@@ -10,6 +10,7 @@ import (
 // held admits nothing until enough are let go. An acquire whose context
 // has ended answers at once, so each refusal is seen without waiting.
 func TestBudget(t *testing.T) {
+	t.Parallel()
 	b := newBudget()
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()

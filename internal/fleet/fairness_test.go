@@ -23,6 +23,7 @@ import (
 // backlog holds its own database's engine only. The waits (commit to
 // dispatch) are reported, not judged: they depend on the machine.
 func TestFleetFairness(t *testing.T) {
+	t.Parallel()
 	backlog := 10_000
 	if v, err := strconv.Atoi(os.Getenv("DRAINER_FLEET_FAIRNESS_ROWS")); err == nil && v > 0 {
 		backlog = v

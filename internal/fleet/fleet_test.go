@@ -20,6 +20,7 @@ import (
 // arrive: every row is dispatched exactly once, by the claims' leases and
 // fencing alone.
 func TestFleetOverlap(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 200)
 	dbs := names("ov", 2)
 	cl.createDBs(t, dbs)
@@ -59,6 +60,7 @@ func TestFleetOverlap(t *testing.T) {
 // once its membership expires (about a lease). Another leaves (SIGTERM):
 // its databases move at the next heartbeat. Every row is dispatched once.
 func TestFleetHandOver(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 300)
 	dbs := names("ho", 12)
 	cl.createDBs(t, dbs)
@@ -116,6 +118,7 @@ func TestFleetHandOver(t *testing.T) {
 // and later a database is removed from it mid-drain. The good ones drain
 // throughout; each fault is counted with the database's name.
 func TestFleetFaults(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 200)
 	good := []string{"good1", "good2"}
 	cl.createDBs(t, append(slices.Clone(good), "newer", "gone"))

@@ -15,6 +15,7 @@ import (
 // TestReferenceFleetMetrics: docs/reference.md §7 names exactly the
 // drainer_fleet_* series a replica exposes from startup.
 func TestReferenceFleetMetrics(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +52,7 @@ func TestReferenceFleetMetrics(t *testing.T) {
 // names. A database the list adds gets its series at 0, one it drops loses
 // them.
 func TestFleetMetricsFromStartup(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	listed := []Database{{Name: "tenant-a"}, {Name: "tenant-b"}}
 	f, err := New(Config{Source: func(context.Context) ([]Database, error) { return listed, nil },

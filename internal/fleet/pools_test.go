@@ -26,6 +26,7 @@ import (
 // read, unchanged but for its ages. Once the lock is released, the next
 // beat reads again.
 func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 100)
 	dbs := names("con_hb", 1)
 	cl.createDBs(t, dbs)
@@ -117,6 +118,7 @@ func TestOverviewNeverDelaysHeartbeat(t *testing.T) {
 // (the database is let go, other databases' pools are handed out), and
 // the pool closes once the request releases its connection.
 func TestPoolReplacedWhileInUse(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 100)
 	dbs := names("con_pool", 2)
 	cl.createDBs(t, dbs)

@@ -47,6 +47,7 @@ import (
 // it beats again, as the design allows: the per-database bound is then
 // judged on settled samples only, and the expiries are reported.
 func TestFleetScale(t *testing.T) {
+	t.Parallel()
 	d, full := 24, os.Getenv("DRAINER_CHAOS") == "full"
 	if full {
 		d = 200

@@ -25,6 +25,7 @@ import (
 // held, its share one). Listed again and the lock released, every database
 // drains, each row sent once.
 func TestFleetSlowStarts(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t, 100)
 	slow := names("slow", 8)
 	cl.createDBs(t, append(slices.Clone(slow), "quick"))
