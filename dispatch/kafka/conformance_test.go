@@ -22,7 +22,8 @@ const conformancePass = "kafka-s3cr3t-4e0b"
 // with NOT_ENOUGH_REPLICAS on every try of an attempt (transient),
 // MESSAGE_TOO_LARGE (terminal), a produce request never answered (hang).
 func TestConformance(t *testing.T) {
-	t.Parallel()
+	// Not side by side with the other tests: the suite checks that closing
+	// the adapter leaves no goroutine running, in the whole process.
 	dispatchtest.Run(t, func(t *testing.T) (dispatch.Adapter, dispatchtest.Upstream, string) {
 		c := newCluster(t, kfake.EnableSASL(), kfake.Superuser(MechanismSCRAMSHA256, "drainer", conformancePass),
 			kfake.SeedTopics(1, dispatchtest.Tool))
