@@ -1051,3 +1051,54 @@ func TestLongHandlerKeptAlive(t *testing.T) {
 	}
 	f.wantRuns(1)
 }
+
+// TestHungExtensionDoesNotHoldTheAnswer: an extension of the record's
+// recovery deadline that the database does not answer (a lock held by
+// another transaction stands in for a connection that died without a
+// word) is given up within its bound once the handler returned, so the
+// answer does not wait for it; the answer is then stored as usual.
+func TestHungExtensionDoesNotHoldTheAnswer(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	f := newFixture(t, receiver.Options{RecoveryTimeout: 3 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("done"))
+	})
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- f.post("k", `{}`) }()
+	<-entered
+	tx, err := f.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM "+f.table+" WHERE key = 'k' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	extending := func() int {
+		var n int
+		if err := f.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+		      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%SET locked_until = now()%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testkit.WaitFor(t, 2*time.Minute, "an extension waiting on the record's lock", func() (bool, string) { return extending() > 0, "" })
+	close(release)
+	// The bound is the extension's own (a second here); a minute is for
+	// a loaded machine.
+	testkit.WaitFor(t, time.Minute, "the waiting extension given up after the handler returned", func() (bool, string) {
+		n := extending()
+		return n == 0, fmt.Sprintf("%d extensions still waiting", n)
+	})
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, <-done, http.StatusCreated)
+	if w := f.post("k", `{}`); w.Code != http.StatusOK || w.Body.String() != "done" {
+		t.Fatalf("after the handler: %d %q, want its stored answer", w.Code, w.Body.String())
+	}
+	f.wantRuns(1)
+}

@@ -378,6 +378,12 @@ func (l *lease) get() time.Time {
 // longer than the timeout is not taken over by a retry; a process that dies
 // stops extending it and a retry takes over as before. stop ends it and
 // waits, after which l holds the final token.
+//
+// Each extension is bounded (extendTimeout): on a connection that died
+// without a word (a partition) it would otherwise hold the lease's lock,
+// and stop, and the answer, for as long as the kernel keeps the socket.
+// An extension cut off may have committed a token l does not hold; the
+// answer then goes out unstored, as when the record was taken over.
 func (rc *Receiver) keepAlive(ctx context.Context, scope, key string, l *lease) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -397,9 +403,11 @@ func (rc *Receiver) keepAlive(ctx context.Context, scope, key string, l *lease) 
 				return
 			}
 			var next time.Time
-			err := rc.pool.QueryRow(ctx, `UPDATE `+rc.table+` SET locked_until = now() + $4::bigint * interval '1 microsecond'
+			ectx, ecancel := context.WithTimeout(ctx, extendTimeout(rc.opts.RecoveryTimeout))
+			err := rc.pool.QueryRow(ectx, `UPDATE `+rc.table+` SET locked_until = now() + $4::bigint * interval '1 microsecond'
 				WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3 RETURNING locked_until`,
 				scope, key, l.token, rc.opts.RecoveryTimeout.Microseconds()).Scan(&next)
+			ecancel()
 			if err == nil {
 				l.token = next
 			}
@@ -420,4 +428,10 @@ func (rc *Receiver) keepAlive(ctx context.Context, scope, key string, l *lease) 
 		cancel()
 		<-done
 	}
+}
+
+// extendTimeout bounds one extension of a record's recovery deadline: a
+// third of the recovery timeout (its period), at most 5 s.
+func extendTimeout(recovery time.Duration) time.Duration {
+	return min(recovery/3, 5*time.Second)
 }
