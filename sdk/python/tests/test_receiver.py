@@ -488,6 +488,40 @@ class FlowTest(ReceiverTestCase):
         self.run_async(go())
         self.assertEqual(orders.runs, 1)
 
+    def test_hung_extension_does_not_hold_the_answer(self) -> None:
+        # An extension of the record's deadline that the database does not
+        # answer (a lock held by another transaction stands in for a
+        # connection that died without a word) is given up within its
+        # bound once the app returned; the answer is then stored as usual.
+        app, orders, _ = self.make(recovery_timeout=3)
+        waiting = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND wait_event_type = 'Lock' AND query LIKE '%%SET locked_until = now()%%'")
+
+        async def wait_until(c: Any, what: str, want: Any) -> None:
+            for _ in range(1200):  # a minute or two: a bound for a loaded machine
+                if want(c.execute(waiting).fetchone()[0]):
+                    return
+                await asyncio.sleep(0.1)
+            self.fail(what)
+
+        async def go() -> None:
+            orders.gate, orders.entered = asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(post(app, "k"))
+            await orders.entered.wait()
+            with psycopg.connect(support.DATABASE_URL, autocommit=True) as watch, \
+                    psycopg.connect(support.DATABASE_URL) as locker:
+                locker.execute(f'SELECT 1 FROM "{self.schema}".records WHERE key = %s FOR UPDATE', ["k"])
+                await wait_until(watch, "no extension waited on the record's lock", lambda n: n > 0)
+                orders.gate.set()
+                await wait_until(watch, "the waiting extension was not given up after the app returned", lambda n: n == 0)
+                locker.rollback()
+            self.assertEqual((await first)[0], 201)
+            a = await post(app, "k")
+            self.assertEqual((a[0], a[1]["idempotency-replay"]), (200, "true"))
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 1)
+
     def test_expiry_by_database_clock(self) -> None:
         app, orders, _ = self.make(ttl=3600)
 

@@ -556,6 +556,56 @@ test('a handler running longer than the recovery timeout keeps its record', { sk
   assert.equal(f.runs(), 1);
 });
 
+test('an extension the database does not answer does not hold the answer', { skip: skipDb }, async () => {
+  // A lock held by another transaction stands in for a connection that
+  // died without a word: the waiting extension is given up within its
+  // bound once the handler returned, and the answer is stored as usual.
+  const f = await fixture({ recoveryTimeoutMs: 3000 });
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => (entered = r));
+  f.set(async (req, res) => {
+    req.resume();
+    entered();
+    await gate;
+    res.statusCode = 201;
+    res.end('done');
+  });
+  const first = f.post('k');
+  await inside;
+  const locker = await pool.connect();
+  try {
+    await locker.query('BEGIN');
+    await locker.query(`SELECT 1 FROM "${f.schema}".records WHERE key = 'k' FOR UPDATE`);
+    const waiting = async (): Promise<number> =>
+      (
+        await pool.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database()
+             AND wait_event_type = 'Lock' AND query LIKE '%SET locked_until = now()%'`,
+        )
+      ).rows[0].n;
+    // Bounds for a loaded machine: the extension's own is a second.
+    for (let i = 0; (await waiting()) === 0; i++) {
+      assert.ok(i < 1200, "no extension waited on the record's lock");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    release();
+    for (let i = 0; (await waiting()) > 0; i++) {
+      assert.ok(i < 600, 'the waiting extension was not given up after the handler returned');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await locker.query('ROLLBACK');
+  } finally {
+    locker.release();
+  }
+  assert.equal((await first).status, 201);
+  const a = await f.post('k');
+  assert.equal(a.status, 200);
+  assert.equal(a.body.toString(), 'done');
+  assert.equal(f.runs(), 1);
+});
+
 test('expiry by the database clock; the same key in two scopes is two records', { skip: skipDb }, async () => {
   const f = await fixture({ ttlMs: 3600_000 });
   assert.equal((await f.post('k', '{"a":1}')).status, 201);

@@ -791,24 +791,42 @@ class _KeepAlive:
         while True:
             await asyncio.sleep(interval)
             # Under the lock: stop() never cancels an extension in flight,
-            # whose new token would then be lost.
+            # whose new token would then be lost. Each extension waits at
+            # most a third of the recovery timeout (5 s at most) for the
+            # database: one on a connection that died without a word is
+            # given up, so it cannot hold stop() and the answer (an
+            # extension given up may have committed a token this does not
+            # hold; the answer then goes out unstored, as after a takeover).
             async with self.lock:
                 if self.stopped:
                     return
                 try:
-                    async with self.r._pool.connection() as conn:
-                        cur = await conn.execute(
-                            sql.SQL("UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
-                                    "WHERE scope = %s AND key = %s AND state = 'in_flight' AND locked_until = %s "
-                                    "RETURNING locked_until").format(self.r._table),
-                            [self.r.recovery_us, self.rscope, self.key, self.token],
-                        )
-                        row = await cur.fetchone()
-                except (psycopg.Error, OSError):
+                    row = await self._extend(min(interval, 5.0))
+                except (psycopg.Error, OSError, asyncio.TimeoutError):
                     continue  # try again at the next beat
                 if row is None:
                     return  # taken over or gone
                 self.token = row[0]
+
+    async def _extend(self, bound: float) -> Any:
+        async with self.r._pool.connection() as conn:
+            try:
+                cur = await asyncio.wait_for(conn.execute(
+                    sql.SQL("UPDATE {} SET locked_until = now() + %s::bigint * interval '1 microsecond' "
+                            "WHERE scope = %s AND key = %s AND state = 'in_flight' AND locked_until = %s "
+                            "RETURNING locked_until").format(self.r._table),
+                    [self.r.recovery_us, self.rscope, self.key, self.token],
+                ), bound)
+                return await asyncio.wait_for(cur.fetchone(), bound)
+            except asyncio.TimeoutError:
+                # Given up: the server is asked to end the statement too
+                # (within the same bound), and the pool drops the
+                # connection, whose statement is still under way.
+                try:
+                    await asyncio.wait_for(asyncio.to_thread(conn.cancel), bound)
+                except Exception:  # noqa: BLE001 - the connection is dropped anyway
+                    pass
+                raise
 
     async def stop(self) -> Any:
         async with self.lock:

@@ -660,31 +660,65 @@ class ReceiverImpl {
      * recovery timeout while the handler runs, so a slow handler is not taken
      * over by a retry (a dead process stops extending it). stop() resolves to
      * the current token once no extension is in flight.
+     *
+     * Each extension waits at most a third of the recovery timeout (5 s at
+     * most): the server ends its statement then (statement_timeout), and one
+     * on a connection that died without a word is given up, so it cannot hold
+     * stop() and the answer. An extension given up may have committed a token
+     * this does not hold; the answer then goes out unstored, as after a
+     * takeover.
      */
     keepAlive(scope, key, token) {
         let current = token;
         let stopped = false;
         let inflight;
+        const period = Math.max(1, Math.floor(this.recoveryUs / 3000));
+        const bound = Math.min(period, 5000);
+        const extend = async (from) => {
+            const c = await this.pool.connect();
+            let broken;
+            try {
+                await c.query('BEGIN');
+                await c.query(`SET LOCAL statement_timeout = ${bound}`);
+                const r = await c.query(`UPDATE ${this.table} SET locked_until = now() + $4::bigint * interval '1 microsecond'
+           WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3::timestamptz
+           RETURNING locked_until::text AS token`, [scope, key, from, this.recoveryUs]);
+                await c.query('COMMIT');
+                return r;
+            }
+            catch (err) {
+                broken = err;
+                throw err;
+            }
+            finally {
+                c.release(broken); // a connection that failed is not reused
+            }
+        };
         const timer = setInterval(() => {
             if (stopped || inflight)
                 return;
-            inflight = (async () => {
-                try {
-                    const r = await this.pool.query(`UPDATE ${this.table} SET locked_until = now() + $4::bigint * interval '1 microsecond'
-             WHERE scope = $1 AND key = $2 AND state = 'in_flight' AND locked_until = $3::timestamptz
-             RETURNING locked_until::text AS token`, [scope, key, current, this.recoveryUs]);
-                    if (r.rows.length === 1)
-                        current = r.rows[0].token;
-                    else
-                        clearInterval(timer); // taken over or gone
-                }
-                catch {
-                    // try again at the next beat
-                }
-            })().finally(() => {
+            let givenUp = false;
+            let wait;
+            const attempt = extend(current).then((r) => {
+                if (givenUp)
+                    return;
+                if (r.rows.length === 1)
+                    current = r.rows[0].token;
+                else
+                    clearInterval(timer); // taken over or gone
+            }, () => { });
+            const late = new Promise((resolve) => {
+                wait = setTimeout(() => {
+                    givenUp = true;
+                    resolve();
+                }, bound + 100);
+                wait.unref();
+            });
+            inflight = Promise.race([attempt, late]).finally(() => {
+                clearTimeout(wait);
                 inflight = undefined;
             });
-        }, Math.max(1, Math.floor(this.recoveryUs / 3000)));
+        }, period);
         timer.unref();
         return {
             stop: async () => {
