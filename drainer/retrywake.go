@@ -54,7 +54,7 @@ type retryWakes struct {
 type retryTimer struct {
 	t     *time.Timer
 	floor store.Position // the earliest position of the rows it wakes for
-	all   bool           // a row it wakes for was turned away by this replica's gate: wake every replica
+	all   bool           // a row it wakes for was turned away by this replica's gate, or its credentials refused: wake every replica
 }
 
 // schedule sets the timers for the retries of batch, just written: a
