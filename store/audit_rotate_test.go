@@ -39,15 +39,23 @@ func TestAuditRotationTruncatesOnlyWhatNoSnapshotNeeds(t *testing.T) {
 	// until steps with these settings until cond holds
 	until := func(what string, retention, span time.Duration, cond func() bool) []string {
 		t.Helper()
+		// Another backend's transaction (autovacuum, another test's: they
+		// share the cluster) makes the rotation wait: it is asked again,
+		// for up to two minutes; 200 steps that did something are a bound
+		// of their own.
 		var steps []string
-		for !cond() {
+		for waitedUntil := time.Now().Add(2 * time.Minute); !cond(); {
 			s := step(retention, span)
+			if s == "waiting" || s == "busy" || s == "idle" {
+				if time.Now().After(waitedUntil) {
+					t.Fatalf("%s: still %s after two minutes (steps: %v)", what, s, steps)
+				}
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
 			steps = append(steps, s)
 			if len(steps) > 200 {
 				t.Fatalf("%s: not after %v", what, steps)
-			}
-			if s == "waiting" || s == "busy" || s == "idle" {
-				time.Sleep(5 * time.Millisecond) // another backend's transaction (autovacuum, say)
 			}
 		}
 		return steps
