@@ -108,6 +108,23 @@ func (f *fixture) do(method, path, key, contentType, body string, hdr ...string)
 	return w
 }
 
+// heldPost makes a fixture with opts whose handler answers 201 with body
+// once released, and starts a POST of key "k" to it: entered is closed
+// once the handler runs, release lets it answer, done gets the answer.
+func heldPost(t *testing.T, opts receiver.Options, body string) (f *fixture, entered <-chan struct{}, release func(), done <-chan *httptest.ResponseRecorder) {
+	t.Helper()
+	in, out := make(chan struct{}), make(chan struct{})
+	f = newFixture(t, opts, func(w http.ResponseWriter, r *http.Request) {
+		close(in)
+		<-out
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(body))
+	})
+	answer := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answer <- f.post("k", `{}`) }()
+	return f, in, sync.OnceFunc(func() { close(out) }), answer
+}
+
 func (f *fixture) post(key, body string, hdr ...string) *httptest.ResponseRecorder {
 	f.t.Helper()
 	return f.do(http.MethodPost, "/v1/orders", key, "application/json", body, hdr...)
@@ -263,22 +280,14 @@ func TestInFlight(t *testing.T) {
 	for _, mode := range []receiver.Mode{receiver.ModeSeed, receiver.ModeIETF} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			entered, release := make(chan struct{}), make(chan struct{})
-			f := newFixture(t, receiver.Options{Mode: mode}, func(w http.ResponseWriter, r *http.Request) {
-				close(entered)
-				<-release
-				w.WriteHeader(http.StatusCreated)
-				_, _ = w.Write([]byte("made"))
-			})
-			done := make(chan *httptest.ResponseRecorder)
-			go func() { done <- f.post("k", `{}`) }()
+			f, entered, release, done := heldPost(t, receiver.Options{Mode: mode}, "made")
 			<-entered
 			w := f.post("k", `{}`)
 			wantProblem(t, w, http.StatusConflict, "in-flight")
 			if w.Header().Get("Idempotency-Conflict") != "in-flight" || w.Header().Get("Retry-After") != "1" {
 				t.Fatalf("in-flight headers %v", w.Header())
 			}
-			close(release)
+			release()
 			wantStatus(t, <-done, http.StatusCreated)
 			again := f.post("k", `{}`)
 			if again.Header().Get("Idempotency-Replay") != "true" || again.Body.String() != "made" {
@@ -1013,15 +1022,7 @@ func TestOptionsRejected(t *testing.T) {
 // still answers in-flight, and the answer is stored under the moved token.
 func TestLongHandlerKeptAlive(t *testing.T) {
 	t.Parallel()
-	entered, release := make(chan struct{}), make(chan struct{})
-	f := newFixture(t, receiver.Options{RecoveryTimeout: 3 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte("slow"))
-	})
-	done := make(chan *httptest.ResponseRecorder)
-	go func() { done <- f.post("k", `{}`) }()
+	f, entered, release, done := heldPost(t, receiver.Options{RecoveryTimeout: 3 * time.Second}, "slow")
 	<-entered
 	var first time.Time
 	if err := f.pool.QueryRow(t.Context(), "SELECT locked_until FROM "+f.table).Scan(&first); err != nil {
@@ -1043,7 +1044,7 @@ func TestLongHandlerKeptAlive(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	wantProblem(t, f.post("k", `{}`), http.StatusConflict, "in-flight")
-	close(release)
+	release()
 	wantStatus(t, <-done, http.StatusCreated)
 	w := f.post("k", `{}`)
 	if w.Code != http.StatusOK || w.Body.String() != "slow" {
@@ -1059,15 +1060,7 @@ func TestLongHandlerKeptAlive(t *testing.T) {
 // answer does not wait for it; the answer is then stored as usual.
 func TestHungExtensionDoesNotHoldTheAnswer(t *testing.T) {
 	t.Parallel()
-	entered, release := make(chan struct{}), make(chan struct{})
-	f := newFixture(t, receiver.Options{RecoveryTimeout: 3 * time.Second}, func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte("done"))
-	})
-	done := make(chan *httptest.ResponseRecorder, 1)
-	go func() { done <- f.post("k", `{}`) }()
+	f, entered, release, done := heldPost(t, receiver.Options{RecoveryTimeout: 3 * time.Second}, "done")
 	<-entered
 	tx, err := f.pool.Begin(t.Context())
 	if err != nil {
@@ -1086,7 +1079,7 @@ func TestHungExtensionDoesNotHoldTheAnswer(t *testing.T) {
 		return n
 	}
 	testkit.WaitFor(t, 2*time.Minute, "an extension waiting on the record's lock", func() (bool, string) { return extending() > 0, "" })
-	close(release)
+	release()
 	// The bound is the extension's own (a second here); a minute is for
 	// a loaded machine.
 	testkit.WaitFor(t, time.Minute, "the waiting extension given up after the handler returned", func() (bool, string) {

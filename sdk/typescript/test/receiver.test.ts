@@ -111,6 +111,22 @@ interface Fixture {
   set: (h: Handler) => void;
 }
 
+/** Sets f's handler to answer 201 with body once released, and starts a POST of key "k". */
+function heldPost(f: Fixture, body: string): { first: Promise<Answer>; inside: Promise<void>; release: () => void } {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => (entered = r));
+  f.set(async (req, res) => {
+    req.resume();
+    entered();
+    await gate;
+    res.statusCode = 201;
+    res.end(body);
+  });
+  return { first: f.post('k'), inside, release };
+}
+
 async function fixture(opts: ReceiverOptions = {}, viaMiddleware = false): Promise<Fixture> {
   const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
   schemas.push(schema);
@@ -241,18 +257,7 @@ test('a non-JSON body is fingerprinted over its bytes', { skip: skipDb }, async 
 
 test('in flight: 409 with Retry-After, then the replay', { skip: skipDb }, async () => {
   const f = await fixture();
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  let entered!: () => void;
-  const inside = new Promise<void>((r) => (entered = r));
-  f.set(async (req, res) => {
-    req.resume();
-    entered();
-    await gate;
-    res.statusCode = 201;
-    res.end('made');
-  });
-  const first = f.post('k');
+  const { first, inside, release } = heldPost(f, 'made');
   await inside;
   const a = await f.post('k');
   assertProblem(a, 409, 'in-flight');
@@ -527,18 +532,7 @@ test('outcome unknown: never run again; a handler only cut off from the database
 
 test('a handler running longer than the recovery timeout keeps its record', { skip: skipDb }, async () => {
   const f = await fixture({ recoveryTimeoutMs: 3000 });
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  let entered!: () => void;
-  const inside = new Promise<void>((r) => (entered = r));
-  f.set(async (req, res) => {
-    req.resume();
-    entered();
-    await gate;
-    res.statusCode = 201;
-    res.end('slow');
-  });
-  const first = f.post('k');
+  const { first, inside, release } = heldPost(f, 'slow');
   await inside;
   const deadline = (await pool.query(`SELECT locked_until::text AS t FROM "${f.schema}".records`)).rows[0].t;
   // Wait (generously) until the database clock passed the first deadline.
@@ -561,18 +555,7 @@ test('an extension the database does not answer does not hold the answer', { ski
   // died without a word: the waiting extension is given up within its
   // bound once the handler returned, and the answer is stored as usual.
   const f = await fixture({ recoveryTimeoutMs: 3000 });
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  let entered!: () => void;
-  const inside = new Promise<void>((r) => (entered = r));
-  f.set(async (req, res) => {
-    req.resume();
-    entered();
-    await gate;
-    res.statusCode = 201;
-    res.end('done');
-  });
-  const first = f.post('k');
+  const { first, inside, release } = heldPost(f, 'done');
   await inside;
   const locker = await pool.connect();
   try {
