@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/tooling/testkit"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestStopIsBoundedWhenTheDatabaseStalls: a database that stops answering
@@ -73,14 +76,26 @@ func TestStopIsBoundedWhileAClaimStalls(t *testing.T) {
 			return dispatch.Result{Outcome: dispatch.Success}
 		})}, &Route{Tool: "t"}),
 		Config{Workers: 2, PollInterval: 100 * time.Millisecond})
-	tx, err := pool.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
+	// The lock is taken table by table (the queue's generations), so it
+	// can deadlock with a statement of the engine under way; the database
+	// then aborts one of the two, and the test takes it again.
+	var tx pgx.Tx
+	for try := 1; ; try++ {
+		var err error
+		if tx, err = pool.Begin(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(t.Context(), `LOCK TABLE drainer.queue IN ACCESS EXCLUSIVE MODE`)
+		if err == nil {
+			break
+		}
+		_ = tx.Rollback(context.Background())
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40P01" || try == 10 {
+			t.Fatal(err)
+		}
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(t.Context(), `LOCK TABLE drainer.queue IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
 	// The poll's next claim waits for the lock.
 	testkit.WaitFor(t, time.Minute, "a claim waiting for the lock", func() (bool, string) {
 		var n int
