@@ -443,8 +443,12 @@ func TestRetryIsClaimedWhenDue(t *testing.T) {
 	testkit.WaitFor(t, wakeTestWait, "the row succeeded on its third attempt", func() (bool, string) {
 		return getRow(t, pool, key).Status == outbox.StatusSucceeded, ""
 	})
+	// On a machine loaded past its cores, another cause (a wake-up re-armed
+	// after its connection was slow to answer) may claim a retry just as
+	// its timer fires; the poll never may, and at least one retry is the
+	// timer's.
 	got := e.ClaimedRows()
-	if calls.Load() != 3 || polled(e) != 0 || got["retry"] < 2 {
-		t.Fatalf("%d calls; claims by cause %v: want 3 calls, both retries claimed on their timer, none by the poll", calls.Load(), got)
+	if calls.Load() != 3 || polled(e) != 0 || got["retry"] < 1 || got["retry"]+got["rearm"]+got["signal"]+got["slots"] < 2 {
+		t.Fatalf("%d calls; claims by cause %v: want 3 calls, the retries claimed on their timers, none by the poll", calls.Load(), got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -342,16 +343,23 @@ func (w *connWatch) run() {
 		default:
 		}
 		before := w.view()
+		// Each connection's name, state, wait and statement too: what a
+		// failure reports of the connections that overlapped.
 		rows, err := w.conn.Query(context.Background(),
-			"SELECT usename::text, datname::text, count(*) FROM pg_stat_activity WHERE usename = ANY($1) GROUP BY 1, 2", w.roles)
+			`SELECT usename::text, datname::text, count(*),
+			        string_agg(concat_ws(' ', application_name, state, wait_event_type || ':' || wait_event,
+			                             'since ' || to_char(state_change, 'HH24:MI:SS.MS'), left(query, 60)), '; ')
+			   FROM pg_stat_activity WHERE usename = ANY($1) GROUP BY 1, 2`, w.roles)
 		byRole, byDB, holders, total := map[string]int{}, map[string]int{}, map[string][]string{}, 0
-		var role, db string
+		conns := map[string][]string{}
+		var role, db, what string
 		var n int
 		if err == nil {
-			_, err = pgx.ForEachRow(rows, []any{&role, &db, &n}, func() error {
+			_, err = pgx.ForEachRow(rows, []any{&role, &db, &n, &what}, func() error {
 				byRole[role] += n
 				byDB[db] += n
 				holders[db] = append(holders[db], role)
+				conns[db] = append(conns[db], role+": "+what)
 				total += n
 				return nil
 			})
@@ -361,13 +369,13 @@ func (w *connWatch) run() {
 			return
 		}
 		after := w.view()
-		w.record(before, after, byRole, byDB, holders, total)
+		w.record(before, after, byRole, byDB, holders, conns, total)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 // record judges one sample.
-func (w *connWatch) record(before, after view, byRole, byDB map[string]int, holders map[string][]string, total int) {
+func (w *connWatch) record(before, after view, byRole, byDB map[string]int, holders, conns map[string][]string, total int) {
 	w.samples++
 	procs := max(before.procs, after.procs)
 	settledAround := before.settled && after.settled
@@ -377,7 +385,7 @@ func (w *connWatch) record(before, after view, byRole, byDB map[string]int, hold
 		w.maxPerDB = max(w.maxPerDB, byDB[db])
 		w.maxHolders = max(w.maxHolders, len(holders[db]))
 		if byDB[db] > w.poolConns || len(holders[db]) > 1 {
-			perDB = append(perDB, fmt.Sprintf("%s has %d connections of %v", db, byDB[db], holders[db]))
+			perDB = append(perDB, fmt.Sprintf("%s has %d connections of %v (%s)", db, byDB[db], holders[db], strings.Join(conns[db], " | ")))
 		}
 	}
 	w.maxCoord, w.maxTotal = max(w.maxCoord, byDB["fleetcoord"]), max(w.maxTotal, total)
