@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -332,16 +333,35 @@ func httpGet(u string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that it has not handed out before in this process.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		if !givenPorts.m[port] {
+			givenPorts.m[port] = true
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port that was not handed out before, after 100 tries")
+	return 0
 }
+
+// givenPorts are the ports freePort handed out: the kernel may offer a
+// port again once its listener closed, before the process it was meant
+// for listens on it (two replicas of one test, or tests side by side).
+var givenPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
 
 // newMigratedDB returns the URL of a fresh database migrated with
 // `drainer migrate`, and a pool on it closed when the test ends.
