@@ -2,8 +2,11 @@ package drainer
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 )
 
@@ -88,4 +91,60 @@ func (e *Engine) freeSlot() {
 	if e.slotsWanted.Load() {
 		e.signal()
 	}
+}
+
+// Admit lets a call of tool that the MCP gateway passes straight through
+// (a read-only naturally idempotent tool: never recorded) through what a
+// row of the tool's route passes before it is sent: the pauses of `drainer
+// pause` (the route's and its adapter's) and the adapter's gate (circuit
+// breaker, rate_limit, max_concurrency, auth hold). It waits for a slot or
+// a rate token as a row would (Config.GateWait), and no longer than ctx.
+// Admitted, it returns done, to be called once with the call's result: the
+// breaker and the auth hold learn from it, and the slot is given back.
+// Otherwise the call must not be sent, and the error says why in words the
+// agent is shown.
+func (e *Engine) Admit(ctx context.Context, tool string) (done func(dispatch.Result), err error) {
+	rt := e.useRouting()
+	defer rt.done()
+	route, ok := rt.Routes[tool]
+	if !ok {
+		return nil, fmt.Errorf("tool %q has no route in the loaded config", tool)
+	}
+	entry, ok := rt.Registry.Get(route.Adapter)
+	if !ok {
+		return nil, fmt.Errorf("route %q names adapter %q, which the loaded config does not have", tool, route.Adapter)
+	}
+	if paused(e.pauses.Load(), route, entry.Name) {
+		return nil, fmt.Errorf("paused by an operator (route %q or adapter %q)", tool, entry.Name)
+	}
+	maxWait := e.cfg.GateWait
+	if dl, ok := ctx.Deadline(); ok {
+		maxWait = max(0, min(maxWait, time.Until(dl)))
+	}
+	g := rt.gates[entry.Name]
+	e.rngMu.Lock()
+	done, wait, ref := g.admitWithin(e.rng, tool, maxWait, false)
+	e.rngMu.Unlock()
+	if ref != nil && ref.reason == outbox.RefusedSaturated {
+		start := time.Now()
+		if g.waitSlot(ctx, maxWait) {
+			e.rngMu.Lock()
+			done, wait, ref = g.admitWithin(e.rng, tool, max(0, maxWait-time.Since(start)), true)
+			e.rngMu.Unlock()
+		}
+	}
+	if ref != nil {
+		return nil, fmt.Errorf("adapter %q %s", entry.Name, refusalText[ref.reason])
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			done(dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonCancelled})
+			return nil, fmt.Errorf("the call ended while it waited for a rate token of adapter %q", entry.Name)
+		}
+	}
+	return done, nil
 }

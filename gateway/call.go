@@ -46,8 +46,11 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 		tp = ""
 	}
 	if t.Passthrough {
-		outcome = OutcomePassthrough
-		return g.passthrough(ctx, t, key, tuple, canon, tp), nil
+		res, sent := g.passthrough(ctx, t, key, tuple, canon, tp)
+		if sent {
+			outcome = OutcomePassthrough
+		}
+		return res, nil
 	}
 
 	// Interest first, then the record: an announcement between the two
@@ -274,10 +277,22 @@ const (
 )
 
 // passthrough sends a call of a read-only naturally idempotent tool
-// straight to its server, unrecorded, with its key.
-func (g *Gateway) passthrough(ctx context.Context, t *Tool, key string, tuple idemkey.Tuple, canon []byte, tp string) *sdk.CallToolResult {
+// straight to its server, unrecorded, with its key, once its route and
+// adapter admit it (Config.Admit: pauses, breaker, rate limit, concurrency
+// cap). sent says whether it went out.
+func (g *Gateway) passthrough(ctx context.Context, t *Tool, key string, tuple idemkey.Tuple, canon []byte, tp string) (res *sdk.CallToolResult, sent bool) {
+	meta := sdk.Meta{MetaKey: key}
+	done := func(dispatch.Result) {}
+	if g.cfg.Admit != nil {
+		var err error
+		if done, err = g.cfg.Admit(ctx, t.Name); err != nil {
+			g.log.Info("gateway: a read-only call not sent", "tool", t.Name, "reason", err.Error())
+			return errorResult(meta, fmt.Sprintf("%s (read-only tool, not recorded) was not sent: %v; call again later", t.Name, err)), false
+		}
+	}
 	m := &dispatch.Message{Key: key, Tuple: tuple, Payload: canon, Attempt: 1, Traceparent: tp}
 	r := t.Send(ctx, m)
+	done(r)
 	if _, tooLarge := recordTooLarge(r.Record); tooLarge && t.Oversized != nil {
 		if full, ok := t.Oversized(key); ok {
 			r.Record = full
@@ -285,15 +300,15 @@ func (g *Gateway) passthrough(ctx context.Context, t *Tool, key string, tuple id
 	}
 	if len(r.Record) > 0 {
 		if res, err := fromRecord(r.Record); err == nil {
-			res.Meta = sdk.Meta{MetaKey: key}
-			return res
+			res.Meta = meta
+			return res, true
 		}
 	}
 	msg := "the tool server did not answer"
 	if r.Err != nil {
 		msg = r.Err.Error()
 	}
-	return errorResult(sdk.Meta{MetaKey: key}, fmt.Sprintf("%s (read-only tool, not recorded): %s; calling again is safe", t.Name, msg))
+	return errorResult(meta, fmt.Sprintf("%s (read-only tool, not recorded): %s; calling again is safe", t.Name, msg)), true
 }
 
 // invalidParams is the JSON-RPC error -32602 with msg.

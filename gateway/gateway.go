@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -72,6 +73,13 @@ type Config struct {
 	// not wait for the notification and a claim; it reports whether it
 	// did. A row it does not take drains as any other.
 	Handoff func(ctx context.Context, key string) bool
+	// Admit, when set, lets a call passed straight through (a read-only
+	// naturally idempotent tool) go out only as a row of its route would:
+	// not while the route or its adapter is paused, and through the
+	// adapter's breaker, rate limit and concurrency cap
+	// (drainer.Engine.Admit). Admitted, done is called with the call's
+	// result; refused, the call is answered with the error and not sent.
+	Admit func(ctx context.Context, tool string) (done func(dispatch.Result), err error)
 	// Metrics are the series the gateway counts in (nil: its own,
 	// registered on Registerer when that is set).
 	Metrics    *Metrics

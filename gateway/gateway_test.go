@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/gateway"
 	"github.com/drainer-io/drainer/internal/daemon"
+	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/drainer-io/drainer/tooling/testkit"
@@ -50,18 +52,22 @@ type toolServer struct {
 	effects  map[string]int // per tool
 	byKey    map[string]*sdk.CallToolResult
 	requests map[string]int // per tool, every request
+	waiting  map[string]int // per tool, requests that reached the server's handler (before "slow" waits)
 	auth     map[string]int // Authorization headers seen
 	gate     chan struct{}  // "slow" waits on it
 }
 
 func newToolServer(t *testing.T) *toolServer {
-	ts := &toolServer{effects: map[string]int{}, byKey: map[string]*sdk.CallToolResult{}, requests: map[string]int{},
+	ts := &toolServer{effects: map[string]int{}, byKey: map[string]*sdk.CallToolResult{}, requests: map[string]int{}, waiting: map[string]int{},
 		auth: map[string]int{}, gate: make(chan struct{})}
 	server := sdk.NewServer(&sdk.Implementation{Name: "tools", Version: "1"}, nil)
 	obj := json.RawMessage(`{"type":"object"}`)
 	yes := true
 	effect := func(name string, result func(n int) *sdk.CallToolResult) sdk.ToolHandler {
 		return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			ts.mu.Lock()
+			ts.waiting[name]++
+			ts.mu.Unlock()
 			if name == "slow" {
 				select {
 				case <-ts.gate:
@@ -140,16 +146,30 @@ type gw struct {
 // startGateway runs drainer with its gateway in front of a tool server.
 func startGateway(t *testing.T, wait time.Duration) *gw {
 	t.Helper()
+	return startGatewayWith(t, wait, gwSettings{})
+}
+
+// gwSettings change startGateway's config: the lease (default 20s) and the
+// tools adapter's timeout (default 10s) and other settings (YAML lines
+// indented as its keys).
+type gwSettings struct {
+	lease, timeout, adapterExtra string
+}
+
+// startGatewayWith is startGateway with settings of its own.
+func startGatewayWith(t *testing.T, wait time.Duration, set gwSettings) *gw {
+	t.Helper()
 	ts := newToolServer(t)
 	pool := storetest.NewPool(t)
 	cfg := fmt.Sprintf(`workers: 8
-lease: 20s
+lease: %s
 adapters:
   tools:
     type: mcp
     url: %s
-    timeout: 10s
+    timeout: %s
     headers: {Authorization: "Bearer ${env:GW_TEST_UPSTREAM_TOKEN}"}
+%s
 routes:
   charge: {adapter: tools, class: key_idempotent, compensation: refund}
   refund: {adapter: tools, class: key_idempotent}
@@ -161,7 +181,7 @@ gateway:
   token: ${env:GW_TEST_TOKEN}
   wait: %s
   abort_tool: true
-`, ts.url, wait)
+`, cmp.Or(set.lease, "20s"), ts.url, cmp.Or(set.timeout, "10s"), set.adapterExtra, wait)
 	path := filepath.Join(t.TempDir(), "drainer.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -415,6 +435,104 @@ func TestConflictTimeoutPassthroughAndRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("no token: %d", resp.StatusCode)
 	}
+}
+
+// TestPassthroughObeysPausesAndTheAdapterGate: a read-only call passed
+// straight through reaches its server only as a row of its route would:
+// not while an operator pauses the adapter (drainer pause), and not past
+// the adapter's max_concurrency; refused, it is answered isError, saying
+// why, and nothing is sent.
+func TestPassthroughObeysPausesAndTheAdapterGate(t *testing.T) {
+	t.Parallel()
+	// The recorded call that holds the adapter's slot below may take as
+	// long as the machine needs: its attempt ends only when the test lets it.
+	g := startGatewayWith(t, 2*time.Minute, gwSettings{lease: "10m", timeout: "5m", adapterExtra: "    max_concurrency: 1"})
+	s := g.client(t, agentHeaders("run-gated"))
+	ctx := context.Background()
+	st, err := store.New("drainer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookup := func() *sdk.CallToolResult { return call(t, s, "lookup", map[string]any{"q": "a"}, nil) }
+	if r := lookup(); r.IsError {
+		t.Fatalf("lookup before any pause: %s", body(t, r))
+	}
+
+	// Paused: every replica reads the pauses within seconds; from the
+	// first answer saying so, nothing more reaches the server.
+	if _, err := st.InsertPause(ctx, g.pool, "adapter", "tools", "test", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	var r *sdk.CallToolResult
+	for deadline := time.Now().Add(time.Minute); ; {
+		if r = lookup(); r.IsError {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lookup still sent a minute after its adapter was paused")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if txt := text(r); !strings.Contains(txt, "was not sent") || !strings.Contains(txt, "paused by an operator") {
+		t.Fatalf("answer while paused: %q", txt)
+	}
+	sent := g.ts.count(g.ts.requests, "lookup")
+	for range 3 {
+		if r := lookup(); !r.IsError {
+			t.Fatalf("lookup answered while its adapter is paused: %s", body(t, r))
+		}
+	}
+	if n := g.ts.count(g.ts.requests, "lookup"); n != sent {
+		t.Fatalf("%d lookups reached the server while its adapter was paused", n-sent)
+	}
+	if _, err := st.DeletePause(ctx, g.pool, "adapter", "tools"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); lookup().IsError; {
+		if time.Now().After(deadline) {
+			t.Fatal("lookup still refused a minute after its adapter was resumed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The adapter's one slot is held by a recorded call its server holds:
+	// a read-only call waits for it, then is refused, unsent.
+	slow := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, _ := s.CallTool(ctx, &sdk.CallToolParams{Name: "slow", Arguments: map[string]any{"x": 1}})
+		slow <- res
+	}()
+	for deadline := time.Now().Add(time.Minute); g.ts.count(g.ts.waiting, "slow") == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow call did not reach its server within a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sent = g.ts.count(g.ts.requests, "lookup")
+	if r := lookup(); !r.IsError || !strings.Contains(text(r), "max_concurrency") {
+		t.Fatalf("lookup while the adapter's one slot is taken: %s", body(t, r))
+	}
+	if n := g.ts.count(g.ts.requests, "lookup"); n != sent {
+		t.Fatal("a lookup reached the server past the adapter's max_concurrency")
+	}
+	close(g.ts.gate)
+	if r := <-slow; r == nil || r.IsError {
+		t.Fatalf("the slow call: %v", r)
+	}
+	if r := lookup(); r.IsError {
+		t.Fatalf("lookup once the slot is free: %s", body(t, r))
+	}
+}
+
+// text is the text of a result's content blocks.
+func text(r *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
 }
 
 func containsKey(msg string, meta sdk.Meta) bool {
