@@ -23,15 +23,28 @@ const batchRefusal = "drainer gateway: JSON-RPC batches are not supported: it se
 // gateway has as many calls in progress as it takes.
 const codeBusy = -32000
 
-// admit reads a POST's body (at most maxRequestBytes, within the server's
+// admit takes one of the slots for a POST (Config.MaxRequests) before it
+// reads its body (at most maxRequestBytes, within the server's
 // ReadTimeout), refuses a JSON-RPC batch (400), and holds one of the slots
-// for a tools/call until it is answered: a call that finds none free is
-// answered 503 with Retry-After at once, and nothing of it is recorded or
-// sent. Every other request goes on as it came.
+// for a tools/call until it is answered: a request or a call that finds
+// none free is answered 503 with Retry-After at once, and nothing of it is
+// recorded or sent. Every other request goes on as it came.
 func (g *Gateway) admit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)
+			return
+		}
+		select {
+		case g.requests <- struct{}{}:
+			defer func() { <-g.requests }()
+		default:
+			g.metrics.calls.WithLabelValues("", string(OutcomeRefused)).Inc()
+			g.log.Debug("gateway: a request refused: as many are being read or served as the gateway takes", "max_requests", cap(g.requests))
+			w.Header().Set("Retry-After", "1")
+			writeRPCError(w, http.StatusServiceUnavailable, nil, codeBusy,
+				fmt.Sprintf("drainer gateway: %d requests are in progress, as many as it takes at once; this one was not read, recorded or sent: "+
+					"send it again in a moment", cap(g.requests)))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -294,4 +295,63 @@ func TestCallsInProgressAreBounded(t *testing.T) {
 	if e, r := ts.count(ts.effects, "charge"), ts.count(ts.requests, "charge"); e != 1 || r != 1 {
 		t.Fatalf("charge: %d effects and %d requests upstream; want 1 and 1", e, r)
 	}
+}
+
+// TestRequestsBeingReadAreBounded: with MaxRequests 2, two POSTs whose
+// bodies are still arriving take both slots; a third request, of any
+// method, is answered 503 with Retry-After at once, unread. Once the two
+// bodies arrive, both are answered and requests are taken again.
+func TestRequestsBeingReadAreBounded(t *testing.T) {
+	t.Parallel()
+	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second, MaxCalls: 1, MaxRequests: 2})
+	addr := strings.TrimPrefix(strings.TrimSuffix(d.gw.URL(), gateway.Path), "http://")
+	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	held := make([]net.Conn, 2)
+	for i := range held {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		// The headers and the first half of the body; the rest comes later.
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
+			"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s",
+			gateway.Path, addr, agentToken, len(ping), ping[:10])
+		held[i] = c
+	}
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	var status int
+	var h http.Header
+	var got string
+	testkit.WaitFor(t, liveness, "a request refused while two are being read", func() (bool, string) {
+		status, h, got = post(t, d.gw.URL(), "run-read", list)
+		return status == http.StatusServiceUnavailable, fmt.Sprintf("last answer %d %s", status, got)
+	})
+	if h.Get("Retry-After") != "1" {
+		t.Fatalf("a refused request: Retry-After %q", h.Get("Retry-After"))
+	}
+	if e := decodeRPCError(t, got); e.Error.Code != -32000 || !strings.Contains(e.Error.Message, "not read, recorded or sent") {
+		t.Fatalf("a refused request's answer: %s", got)
+	}
+	for _, c := range held {
+		if _, err := io.WriteString(c, ping[10:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetReadDeadline(time.Now().Add(liveness)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("a held request's answer: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"id":1`) {
+			t.Fatalf("a held request once its body arrived: %d %s", resp.StatusCode, b)
+		}
+	}
+	testkit.WaitFor(t, liveness, "a request taken once the two were answered", func() (bool, string) {
+		status, _, got = post(t, d.gw.URL(), "run-read", list)
+		return status == http.StatusOK && strings.Contains(got, "charge"), fmt.Sprintf("last answer %d %s", status, got)
+	})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 )
 
 // DefaultWait bounds how long a call waits for its row to settle.
@@ -35,6 +36,10 @@ const Path = "/mcp"
 // a call's answer comes up to its wait later (each call bounds itself).
 const (
 	DefaultMaxCalls    = 256
+	// OtherRequests is how many requests other than calls (initialize,
+	// tools/list, ping, notifications) the gateway takes beside a full
+	// MaxCalls by default (Config.MaxRequests).
+	OtherRequests = 64
 	DefaultReadTimeout = 30 * time.Second
 	DefaultIdleTimeout = 2 * time.Minute
 )
@@ -55,6 +60,13 @@ type Config struct {
 	// MaxCalls bounds the tools/call requests in progress at once (0:
 	// DefaultMaxCalls); one more is answered 503 at once, unrecorded.
 	MaxCalls int
+	// MaxRequests bounds the POSTs being read or served at once, calls
+	// included (0: MaxCalls + OtherRequests): a request's body is read
+	// only once it has one of these, so the bodies held stay within
+	// MaxRequests times maxRequestBytes. One more is answered 503 at once.
+	// The connections open at once are bounded too (maxConns); one more
+	// waits to be accepted until one closes.
+	MaxRequests int
 	// ReadTimeout bounds the reading of one request, its body included
 	// (0: DefaultReadTimeout); IdleTimeout bounds how long a kept-alive
 	// connection waits for its next request (0: DefaultIdleTimeout).
@@ -107,8 +119,9 @@ type Gateway struct {
 	// closing is closed by Shutdown: waiting calls are answered at once.
 	closing   chan struct{}
 	closeOnce sync.Once
-	// slots holds a value per tools/call in progress (admit).
-	slots chan struct{}
+	// slots holds a value per tools/call in progress, requests one per
+	// POST being read or served (admit).
+	slots, requests chan struct{}
 	// base ends when Shutdown's grace does: every call under way ends
 	// with it (callContext).
 	base       context.Context
@@ -123,9 +136,11 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Wait < 0 {
 		return nil, fmt.Errorf("gateway.wait must be positive, got %s", cfg.Wait)
 	}
-	if cfg.MaxCalls < 0 {
-		return nil, fmt.Errorf("gateway: MaxCalls must not be negative, got %d", cfg.MaxCalls)
+	if cfg.MaxCalls < 0 || cfg.MaxRequests < 0 {
+		return nil, fmt.Errorf("gateway: MaxCalls (%d) and MaxRequests (%d) must not be negative", cfg.MaxCalls, cfg.MaxRequests)
 	}
+	cfg.MaxCalls = cmp.Or(cfg.MaxCalls, DefaultMaxCalls)
+	cfg.MaxRequests = cmp.Or(cfg.MaxRequests, cfg.MaxCalls+OtherRequests)
 	if cfg.DB == nil || cfg.Store == nil {
 		return nil, errors.New("gateway: no database")
 	}
@@ -149,8 +164,9 @@ func New(cfg Config) (*Gateway, error) {
 		pool := cfg.DB
 		cfg.Connect = func(ctx context.Context) (*pgx.Conn, error) { return store.ConnectBeside(ctx, pool, "gateway") }
 	}
+	ln = netutil.LimitListener(ln, maxConns(cfg.MaxRequests))
 	g := &Gateway{cfg: cfg, log: log, ln: ln, tools: map[string]*Tool{}, closing: make(chan struct{}),
-		slots: make(chan struct{}, cmp.Or(cfg.MaxCalls, DefaultMaxCalls))}
+		slots: make(chan struct{}, cfg.MaxCalls), requests: make(chan struct{}, cfg.MaxRequests)}
 	g.base, g.cancelBase = context.WithCancel(context.Background())
 	if cfg.Token != "" {
 		g.token = sha256.Sum256([]byte(cfg.Token))
@@ -185,6 +201,14 @@ func New(cfg Config) (*Gateway, error) {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	return g, nil
 }
+
+// maxConns bounds the connections open at once: four per request taken
+// at once, at least minConns, so that agents keeping their connections
+// alive between calls are not turned away while the requests are bounded
+// by maxRequests. Each costs its buffers and goroutine (tens of KiB).
+func maxConns(maxRequests int) int { return max(minConns, 4*maxRequests) }
+
+const minConns = 1024
 
 // maxRequestBytes bounds one request's body: the payload limit of
 // drainer.enqueue (1 MiB) and room for the envelope.
