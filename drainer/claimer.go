@@ -133,7 +133,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		// Set before free is read: a worker that finishes from here on
 		// signals, so no freed slot goes unnoticed.
 		e.slotsWanted.Store(true)
-		// The slots are taken before the claim (Take takes them too).
+		// The slots are taken before the claim (Lease takes them too).
 		n := e.reserveSlots(e.cfg.BatchSize)
 		if n == 0 {
 			return false, nil // a finishing worker signals
@@ -202,7 +202,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 	return false, nil
 }
 
-// startRows counts the rows a claim (or Take) leased under cause, and
+// startRows counts the rows a claim (or Lease) leased under cause, and
 // starts a worker for each row its preflight lets through, in a slot the
 // caller reserved; a row the preflight settles (unrouted, paused,
 // cancelled) is finished at once. It returns how many workers it started:
@@ -234,7 +234,7 @@ func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCaus
 }
 
 // claimTimeout bounds one claim's statements (a batch, or a gateway call's
-// row taken by Take).
+// row taken by Lease).
 const claimTimeout = 30 * time.Second
 
 // disarmRows is how many rows a claim brings when the daemon counts as

@@ -8,8 +8,10 @@
 //     (store.Claim: FOR UPDATE SKIP LOCKED, one short transaction) and runs
 //     preflight on each (no route, out of attempts or past its key's
 //     window, shutting down, paused): such a row is settled without a worker.
-//     handoff.go: Take leases one row by its key for the MCP gateway of this
-//     process (store.ClaimKey), within the same slot bound.
+//     handoff.go: Lease takes the row the MCP gateway of this process
+//     records and leases in one transaction (store.EnqueueLeased), within
+//     the same slot bound; Admit lets its read-only calls through the
+//     pauses and the adapter's gate.
 //   - dispatched: worker.go takes a row through its adapter's gate (gate.go:
 //     breaker, rate limit, concurrency cap, a row waiting in its worker for
 //     a slot or a token within Config.GateWait; authhold.go: auth holds per

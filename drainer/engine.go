@@ -190,7 +190,7 @@ type Engine struct {
 	// inFlightBytes sums the payloads of the rows whose workers run
 	// (Config.MaxInFlightBytes).
 	inFlightBytes atomic.Int64
-	// takeMu: Take holds it shared while it leases and starts a worker;
+	// takeMu: Lease holds it shared while it leases and starts a worker;
 	// Stop takes it once claiming stopped, before it waits for the workers.
 	takeMu   sync.RWMutex
 	wake     chan struct{}

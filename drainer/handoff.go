@@ -10,59 +10,66 @@ import (
 	"github.com/drainer-io/drainer/store"
 )
 
-// Take leases the row of key, when a worker slot is free and the row is due
-// and claimable (not held by its scope's order, its tool not being
-// deferred), and dispatches it at once, as if a claim had brought it: the
-// MCP gateway hands over the call it just recorded, so the call does not
-// wait for the notification, the wake-up and a claim of the whole queue
-// (docs/architecture.md, "The gateway's hand-off"). It reports whether it
-// took the row. When it does not, nothing changed: the row drains as any
-// other (another replica may have claimed it already; a database error is
-// logged).
+// Lease runs lease, which leases one row with a claim's settings (c: the
+// same checks, the same fence) and returns it, when a worker slot is free,
+// and dispatches the row it returns at once, as if a claim had brought it.
+// The MCP gateway records each call with it, leasing the call's row in the
+// transaction that records it (store.EnqueueLeased), so the call does not
+// wait for a notification, a wake-up and a claim of the whole queue
+// (docs/architecture.md, "The gateway's hand-off").
 //
-// The lease is the same as a claim's (store.ClaimKey: the same checks, the
-// same fence), so a row is never leased twice; the slot is reserved before
-// the lease, so the engine never holds more rows than Workers. The row
-// counts under the notify cause of drainer_claimed_rows_total: the call
-// is its notification.
-func (e *Engine) Take(_ context.Context, key string) bool {
+// ran says whether lease ran; when it did not (no worker slot free, too
+// many payload bytes in flight, the engine not running or stopping), the
+// caller does what lease would have done without the lease. err is
+// lease's, for the caller to report. A row lease did not return (none leased, or an error) leaves
+// nothing changed here: the row drains as any other.
+//
+// The slot is reserved before the lease, so the engine never holds more
+// rows than Workers; Stop waits for a Lease under way before it waits for
+// the workers, and lease runs within claimTimeout and until the engine's
+// writes end, whether or not ctx ends first (ctx gives it its values). The row counts under the notify cause of
+// drainer_claimed_rows_total: the call is its notification.
+func (e *Engine) Lease(ctx context.Context, lease func(ctx context.Context, c store.Claim) (*store.ClaimedRow, error)) (ran bool, err error) {
 	if !e.started.Load() {
-		return false
+		return false, nil
 	}
-	// Stop waits for a Take under way before it waits for the workers.
+	// Stop waits for a Lease under way before it waits for the workers.
 	e.takeMu.RLock()
 	defer e.takeMu.RUnlock()
 	if e.fetchCtx.Err() != nil {
-		return false
+		return false, nil
 	}
 	if e.inFlightBytes.Load() >= e.cfg.MaxInFlightBytes || e.reserveSlots(1) == 0 {
-		return false
+		return false, nil
 	}
 	claimedAt := time.Now()
 	rt := e.useRouting()
-	ctx, cancel := context.WithTimeout(e.writes, claimTimeout) // as the claim loop's (claimer.go)
-	row, err := e.st.ClaimKey(ctx, e.pool, key, store.Claim{Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
+	// Not ctx's end: a row leased by a commit whose answer a cancellation
+	// cut off would wait for its lease to expire.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout) // as the claim loop's (claimer.go)
+	stop := context.AfterFunc(e.writes, cancel)
+	row, err := lease(lctx, store.Claim{Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
 		Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims})
+	stop()
 	cancel()
 	if err != nil || row == nil {
+		// lease's error is its caller's to report (the gateway's record
+		// of a call: a conflict is the agent's, not the database's).
 		rt.done()
 		e.freeSlot()
-		if err != nil && !isShutdown(e.fetchCtx, err) && e.db.failed("claim", claimedAt, err) {
-			e.log.Warn("gateway hand-off: claim failed; the row drains as any other", "err", err)
-		}
-		return false
+		return true, err
 	}
 	if e.startRows([]store.ClaimedRow{*row}, rt, causeNotify, claimedAt) == 0 {
 		e.freeSlot()
 	}
 	rt.done()
 	e.metrics.WorkersBusy.Set(float64(e.active.Load()))
-	return true
+	return true, nil
 }
 
 // reserveSlots takes up to want worker slots, as many as are free, and
 // returns how many it took: the claim loop takes them before its claim and
-// Take before its lease, so that together they never lease more rows than
+// Lease before its lease, so that together they never lease more rows than
 // Workers.
 func (e *Engine) reserveSlots(want int) int {
 	for {
@@ -84,7 +91,7 @@ func (e *Engine) releaseSlots(n int) {
 	}
 }
 
-// freeSlot gives back the slot Take reserved and no worker used, and tells
+// freeSlot gives back the slot Lease reserved and no worker used, and tells
 // the claim loop if it waits for one.
 func (e *Engine) freeSlot() {
 	e.releaseSlots(1)

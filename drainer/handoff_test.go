@@ -11,6 +11,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/tooling/testkit"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -63,13 +64,26 @@ func (h *holdingAdapter) expectStarted(t *testing.T, key string) {
 	}
 }
 
-// TestTakeDispatchesTheRowAtOnce: with the claim loop asleep (no
-// notifications, an hour's poll), Take leases a just-enqueued row and
+// take leases the row of key to e (Engine.Lease) by its key
+// (store.ClaimKey), as the gateway's record leases the row it records in
+// its transaction; it reports whether e took the row.
+func take(e *Engine, key string) bool {
+	var got bool
+	ran, err := e.Lease(context.Background(), func(ctx context.Context, c store.Claim) (*store.ClaimedRow, error) {
+		row, err := e.st.ClaimKey(ctx, e.pool, key, c)
+		got = row != nil
+		return row, err
+	})
+	return ran && err == nil && got
+}
+
+// TestLeaseDispatchesTheRowAtOnce: with the claim loop asleep (no
+// notifications, an hour's poll), Lease leases a just-enqueued row and
 // dispatches it; it takes none when every worker slot is busy (the row
 // stays pending, unattempted) and takes it once a slot is free; each row
 // goes out once, counted under notify; the settled rows of an announcing
-// route are told to Config.Settled; after Stop, Take takes nothing.
-func TestTakeDispatchesTheRowAtOnce(t *testing.T) {
+// route are told to Config.Settled; after Stop, Lease takes nothing.
+func TestLeaseDispatchesTheRowAtOnce(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	h := newHoldingAdapter()
@@ -87,28 +101,28 @@ func TestTakeDispatchesTheRowAtOnce(t *testing.T) {
 	ctx := context.Background()
 
 	a := enqueueN(t, pool, "run-a", "t", 1)[0]
-	if !e.Take(ctx, a) {
-		t.Fatalf("Take(%s) = false; want the row taken", a)
+	if !take(e, a) {
+		t.Fatalf("take(%s) = false; want the row taken", a)
 	}
 	h.expectStarted(t, a)
 	b := enqueueN(t, pool, "run-b", "t", 1)[0]
-	if !e.Take(ctx, b) {
-		t.Fatalf("Take(%s) = false; want the row taken", b)
+	if !take(e, b) {
+		t.Fatalf("take(%s) = false; want the row taken", b)
 	}
 	h.expectStarted(t, b)
 	c := enqueueN(t, pool, "run-c", "t", 1)[0]
-	if e.Take(ctx, c) {
-		t.Fatalf("Take(%s) with both slots busy = true; want it left", c)
+	if take(e, c) {
+		t.Fatalf("take(%s) with both slots busy = true; want it left", c)
 	}
 	if r := getRow(t, pool, c); r.Status != outbox.StatusPending || r.Attempts != 0 {
-		t.Fatalf("the row Take left is %s with %d attempts, want pending, unattempted", r.Status, r.Attempts)
+		t.Fatalf("the row Lease left is %s with %d attempts, want pending, unattempted", r.Status, r.Attempts)
 	}
 	close(h.proceed)
 	testkit.WaitFor(t, 30*time.Second, "both rows succeeded and their slots free", func() (bool, string) {
 		return countByStatus(t, pool)[outbox.StatusSucceeded] == 2 && e.active.Load() == 0, ""
 	})
-	if !e.Take(ctx, c) {
-		t.Fatalf("Take(%s) with slots free = false; want the row taken", c)
+	if !take(e, c) {
+		t.Fatalf("take(%s) with slots free = false; want the row taken", c)
 	}
 	h.expectStarted(t, c)
 	testkit.WaitFor(t, 30*time.Second, "the third row succeeded", func() (bool, string) {
@@ -137,19 +151,19 @@ func TestTakeDispatchesTheRowAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := enqueueN(t, pool, "run-d", "t", 1)[0]
-	if e.Take(ctx, d) {
-		t.Fatalf("Take(%s) after Stop = true; want nothing taken", d)
+	if take(e, d) {
+		t.Fatalf("take(%s) after Stop = true; want nothing taken", d)
 	}
 	if r := getRow(t, pool, d); r.Status != outbox.StatusPending || r.Attempts != 0 {
 		t.Fatalf("a row offered after Stop is %s with %d attempts, want pending, unattempted", r.Status, r.Attempts)
 	}
 }
 
-// TestTakeAndClaimsKeepTheSlotBound: producers that enqueue and hand
+// TestLeaseAndClaimsKeepTheSlotBound: producers that enqueue and hand
 // their rows over at once, racing the claim loop (woken by their
 // notifications and its poll), never have more rows dispatched at once
 // than Workers, and every row goes out exactly once.
-func TestTakeAndClaimsKeepTheSlotBound(t *testing.T) {
+func TestLeaseAndClaimsKeepTheSlotBound(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	const workers, producers, each = 2, 4, 15
@@ -179,7 +193,7 @@ func TestTakeAndClaimsKeepTheSlotBound(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				k := enqueueN(t, pool, "run-"+itoa(p)+"-"+itoa(i), "t", 1)[0]
-				if e.Take(context.Background(), k) {
+				if take(e, k) {
 					taken.Add(1)
 				}
 			}
@@ -203,5 +217,5 @@ func TestTakeAndClaimsKeepTheSlotBound(t *testing.T) {
 			t.Fatalf("%s dispatched %d times", k, n)
 		}
 	}
-	t.Logf("%d of %d rows taken by Take, the others claimed", taken.Load(), producers*each)
+	t.Logf("%d of %d rows taken by Lease, the others claimed", taken.Load(), producers*each)
 }

@@ -30,7 +30,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	// release them unsent) before the workers are waited for.
 	<-e.claimDone
 	e.retries.stop()
-	e.takeMu.Lock()   // a Take under way has started its worker, or gave up
+	e.takeMu.Lock()   // a Lease under way has started its worker, or gave up
 	e.takeMu.Unlock() //nolint:staticcheck // a barrier, not a critical section
 	waited := make(chan struct{})
 	go func() { e.workers.Wait(); close(waited) }()

@@ -69,9 +69,6 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 		}
 		return nil, err
 	}
-	if enq.Created && g.cfg.Handoff != nil {
-		g.handOff(ctx, key)
-	}
 	c, joined, err := g.await(ctx, key, settled, enq.Created, deadline)
 	switch {
 	case errors.Is(err, store.ErrNoCall):
@@ -101,25 +98,38 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 }
 
 // record enqueues the call's intent and commits it, before anything is
-// sent. A refusal is a conflict: the tuple was recorded with other
-// arguments (refusal true). Any other error is the answer to give.
+// sent: with Config.Lease, leased to the engine of this process in the same
+// transaction (store.EnqueueLeased), which dispatches it at once; otherwise,
+// or when that engine takes no row now, announced as any producer's. A row
+// recorded unannounced and not leased wakes every listening daemon. A
+// refusal is a conflict: the tuple was recorded with other arguments
+// (refusal true). Any other error is the answer to give.
 func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent) (enq store.Enqueued, refusal bool, err error) {
 	key := tuple.Key()
-	enqueue := g.cfg.Store.Enqueue
-	if g.cfg.Handoff != nil {
-		// The row is handed over by the caller, and announced only if it was not.
-		enqueue = g.cfg.Store.EnqueueUnannounced
+	ran, leased, retried := false, false, false
+	if g.cfg.Lease != nil {
+		ran, err = g.cfg.Lease(ctx, func(ctx context.Context, c store.Claim) (*store.ClaimedRow, error) {
+			var row *store.ClaimedRow
+			retried, err = g.onLive(ctx, func(db store.DB) (err error) {
+				enq, row, err = g.cfg.Store.EnqueueLeased(ctx, db, in, c)
+				return err
+			})
+			leased = row != nil
+			return row, err
+		})
 	}
-	retried, err := g.onLive(ctx, func(db store.DB) (err error) {
-		enq, err = enqueue(ctx, db, in)
-		return err
-	})
+	if !ran {
+		retried, err = g.onLive(ctx, func(db store.DB) (err error) {
+			enq, err = g.cfg.Store.Enqueue(ctx, db, in)
+			return err
+		})
+	}
 	if err == nil {
-		if retried && !enq.Created && g.cfg.Handoff != nil {
-			// The first run may have committed the row, unannounced, before
-			// its connection was lost: it is handed over as if created
-			// (a row already claimed or settled is not taken again).
-			g.handOff(ctx, key)
+		if ran && !leased && (enq.Created || retried) {
+			// Recorded unannounced (perhaps by a first try whose answer was
+			// lost) and not leased here: held by its scope's order or its
+			// tool's deferral, or claimed by another replica.
+			g.wakeAll(ctx, key)
 		}
 		return enq, false, nil
 	}
@@ -137,29 +147,14 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 		Message: fmt.Sprintf("drainer could not record the call (key %s): %v; nothing was sent: call again with the same arguments", key, err)}
 }
 
-// handOff gives the row of a call just recorded, unannounced, to the
-// engine of this process; when it does not take it (no worker slot free,
-// the row held by its scope's order or its tool's deferral, the engine
-// stopping), every listening daemon is woken for it, as the enqueue's
-// notification would have. The call waits for that no longer than its
-// context: the engine's lease of the row does not follow it (the row is
-// its own once leased), and is bounded by the engine.
-func (g *Gateway) handOff(ctx context.Context, key string) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if g.cfg.Handoff(ctx, key) {
-			return
-		}
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
-		defer cancel()
-		if _, err := g.onLive(wctx, func(db store.DB) error { return g.cfg.Store.WakeAll(wctx, db) }); err != nil {
-			g.log.Warn("gateway: could not wake the daemons for a recorded call; it is found by their next poll", "key", key, "err", err)
-		}
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
+// wakeAll wakes every listening daemon for the row of key, recorded
+// unannounced and not leased, as the enqueue's notification would have,
+// within wakeTimeout. Should that fail, the daemons' next poll finds it.
+func (g *Gateway) wakeAll(ctx context.Context, key string) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
+	defer cancel()
+	if _, err := g.onLive(wctx, func(db store.DB) error { return g.cfg.Store.WakeAll(wctx, db) }); err != nil {
+		g.log.Warn("gateway: could not wake the daemons for a recorded call; it is found by their next poll", "key", key, "err", err)
 	}
 }
 

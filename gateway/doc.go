@@ -13,13 +13,15 @@
 //	            token, the MCP server (the official Go SDK's, stateless, so
 //	            both 2026-07-28 and 2025-11-25 clients are served and a
 //	            restart loses no session)
-//	admit.go    what a POST must be before the SDK sees it: one JSON-RPC
-//	            message (no batch), and a tools/call only while fewer than
+//	admit.go    what a POST must be before the SDK sees it: read only while
+//	            fewer than Config.MaxRequests are, one JSON-RPC message (no
+//	            batch), and a tools/call only while fewer than
 //	            Config.MaxCalls are in progress (503 and Retry-After otherwise)
 //	tools.go    the tools listed: each routed tool of the config's mcp
 //	            adapters, with the server's own definition; drainer_abort_run
-//	call.go     one tools/call: its tuple (identity.go), its record, its
-//	            hand-off to the engine of this process (Config.Handoff), its wait
+//	call.go     one tools/call: its tuple (identity.go), its record and
+//	            lease to the engine of this process (Config.Lease), its wait;
+//	            a read-only call passed through once admitted (Config.Admit)
 //	identity.go the four-tuple of a call: _meta, X-Agent-Run-Id, the derived
 //	            auto- step id
 //	answer.go   the answer of a recorded call from its row and record

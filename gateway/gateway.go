@@ -80,11 +80,13 @@ type Config struct {
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Tools are the tools listed and served.
 	Tools []Tool
-	// Handoff, when set, takes the row of a call just recorded and
-	// dispatches it in this process (drainer.Engine.Take), so the call does
-	// not wait for the notification and a claim; it reports whether it
-	// did. A row it does not take drains as any other.
-	Handoff func(ctx context.Context, key string) bool
+	// Lease, when set, runs lease for the engine of this process when it
+	// has a worker slot free, and dispatches the row lease returns at once
+	// (drainer.Engine.Lease): the gateway records each call and leases its
+	// row in one transaction, so the call does not wait for a
+	// notification and a claim. ran false: lease did not run (the call is
+	// then recorded as any producer's intent); err is lease's.
+	Lease func(ctx context.Context, lease func(ctx context.Context, c store.Claim) (*store.ClaimedRow, error)) (ran bool, err error)
 	// Admit, when set, lets a call passed straight through (a read-only
 	// naturally idempotent tool) go out only as a row of its route would:
 	// not while the route or its adapter is paused, and through the

@@ -132,7 +132,8 @@ WITH locked AS MATERIALIZED (
 )` + leaseSQL0 + `(SELECT count(*) FROM locked)::int - (SELECT count(*) FROM due)::int` + leaseSQL1
 
 // claimKeySQL leases one row, by its key, when it is due: the gateway's
-// hand-off of the call it just recorded (ClaimKey). The row is found
+// lease of the call it records, in the same transaction (EnqueueLeased),
+// or alone (ClaimKey). The row is found
 // through its intent, not by the due index, and checked as claimSQL
 // checks every row ($1 its key; the clauses' own parameters follow).
 const claimKeySQL = `
@@ -244,11 +245,12 @@ func (s *Store) ClaimBatch(ctx context.Context, db DB, c Claim) (Claimed, error)
 }
 
 // ClaimKey leases the row of key, when it is due and c would claim it
-// (c.Ordered, c.Excluded; c.Limit and c.After are not used), in one round
-// trip: the MCP gateway hands the row of the call it just recorded to its
-// own engine, rather than wait for a notification and a claim. It returns
-// no row when the row is not due, is leased already (another replica
-// claimed it first), or is held by its scope's order.
+// (c.Ordered, c.Excluded; c.Limit and c.After are not used), in a
+// transaction of its own: the lease EnqueueLeased takes in the record's
+// transaction, for a row recorded before (the engine's tests of
+// Engine.Lease use it). It returns no row when the row is not due, is
+// leased already (another replica claimed it first), or is held by its
+// scope's order.
 func (s *Store) ClaimKey(ctx context.Context, db DB, key string, c Claim) (*ClaimedRow, error) {
 	extra, args := c.clauses([]any{key, c.Lease.Milliseconds(), c.Replica})
 	rows, err := s.lease(ctx, db, "claim by key", claimKeySettings, c.Durable, s.sql(fmt.Sprintf(claimKeySQL, extra)), args)
@@ -303,9 +305,22 @@ func (s *Store) leaseBatch(ctx context.Context, db DB, what, settings string, du
 			return Claimed{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	rows, err := br.Query()
+	got, err := readLeased(br)
 	if err != nil {
 		return Claimed{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return Claimed{}, fmt.Errorf("%s commit: %w", what, err)
+	}
+	return got, br.Close()
+}
+
+// readLeased reads the answer of a leasing statement (leaseSQL0,
+// leaseSQL1) from br.
+func readLeased(br pgx.BatchResults) (Claimed, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return Claimed{}, err
 	}
 	var withheld int
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedRow, error) {
@@ -315,11 +330,5 @@ func (s *Store) leaseBatch(ctx context.Context, db DB, what, settings string, du
 			&withheld)
 		return c, err
 	})
-	if err != nil {
-		return Claimed{}, fmt.Errorf("%s: %w", what, err)
-	}
-	if _, err := br.Exec(); err != nil {
-		return Claimed{}, fmt.Errorf("%s commit: %w", what, err)
-	}
-	return Claimed{Rows: out, Withheld: withheld}, br.Close()
+	return Claimed{Rows: out, Withheld: withheld}, err
 }

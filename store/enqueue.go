@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/drainer-io/drainer/idemkey"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -31,26 +32,53 @@ func (s *Store) Enqueue(ctx context.Context, db DB, in Intent) (Enqueued, error)
 	return e, nil
 }
 
-// EnqueueUnannounced records one intent as Enqueue does, in a transaction
-// of its own, without the wake-up's notification (drainer.notify off): for
-// a producer that hands its row to an engine itself (the MCP gateway:
-// drainer.Engine.Take) and calls WakeAll when that engine did not take it.
-// A notifying commit holds a server-wide lock until its WAL is flushed, so
-// concurrent notifying producers commit one at a time; these do not.
-func (s *Store) EnqueueUnannounced(ctx context.Context, db DB, in Intent) (Enqueued, error) {
+// EnqueueLeased records one intent as Enqueue does, in a transaction of
+// its own, without the wake-up's notification (drainer.notify off: a
+// notifying commit holds a server-wide lock until its WAL is flushed, so
+// concurrent notifying producers commit one at a time), and, in the same
+// transaction, leases the row of its key as ClaimKey does with c
+// (the same checks, the same fence): one round trip and one commit where
+// the two took two each. The MCP gateway records each call with it on
+// behalf of the engine of its own process (drainer.Engine.Lease). The row
+// is nil when it was not leased: another replica holds it, it is not due,
+// its scope's order or its tool's deferral holds it back. The commit is
+// durable whatever c.Durable says: the record must be on disk before
+// anything is sent.
+func (s *Store) EnqueueLeased(ctx context.Context, db DB, in Intent, c Claim) (Enqueued, *ClaimedRow, error) {
 	var e Enqueued
+	key := idemkey.Tuple{AgentRunID: in.AgentRunID, StepID: in.StepID, ToolName: in.ToolName, BusinessScope: in.BusinessScope}.Key()
+	extra, args := c.clauses([]any{key, c.Lease.Milliseconds(), c.Replica})
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SELECT set_config('drainer.notify', 'off', true)")
+	b.Queue("SELECT set_config('drainer.notify', 'off', true), set_config('jit', 'off', true)")
 	b.Queue(s.sql("SELECT key, created FROM {s}.enqueue($1, $2, $3, $4, $5::jsonb, $6)"),
-		in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), in.Traceparent).QueryRow(func(r pgx.Row) error {
-		return r.Scan(&e.Key, &e.Created)
-	})
+		in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), in.Traceparent)
+	b.Queue(s.sql(fmt.Sprintf(claimKeySQL, extra)), args...)
 	b.Queue("COMMIT")
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return Enqueued{}, fmt.Errorf("enqueue: %w", err)
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return e, nil, fmt.Errorf("enqueue: %w", err)
+		}
 	}
-	return e, nil
+	if err := br.QueryRow().Scan(&e.Key, &e.Created); err != nil {
+		return e, nil, fmt.Errorf("enqueue: %w", err)
+	}
+	got, err := readLeased(br)
+	if err != nil {
+		return e, nil, fmt.Errorf("enqueue: lease: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return e, nil, fmt.Errorf("enqueue commit: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return e, nil, fmt.Errorf("enqueue: %w", err)
+	}
+	if len(got.Rows) == 0 {
+		return e, nil, nil
+	}
+	return e, &got.Rows[0], nil
 }
 
 // WakeAll wakes every daemon that listens, as an enqueue's notification

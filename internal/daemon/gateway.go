@@ -55,7 +55,7 @@ func (d *daemonRun) listenGateway() (net.Listener, error) {
 // startGateway serves the gateway on ln (nothing when ln is nil) once the
 // engine runs: its tools are the routed tools of the config's mcp adapters.
 // A server unreachable now has its tools listed once it answers. The
-// gateway hands its calls' rows to eng (Engine.Take) and is stored in
+// gateway leases its calls' rows to eng as it records them (Engine.Lease) and is stored in
 // served, which eng's completions tell (Config.Settled).
 func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgxpool.Pool, reg *dispatch.Registry,
 	eng *drainer.Engine, served *atomic.Pointer[gateway.Gateway]) error {
@@ -76,7 +76,7 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	gw, err := gateway.New(gateway.Config{
 		Listener: ln, Token: g.Token.Reveal(), Wait: g.Wait, AbortTool: g.AbortTool, MaxCalls: gatewayMaxCalls(d.st.workers),
 		DB: pool, Store: st, Tools: tools, Metrics: d.gatewayMetrics, Logger: d.log, Version: d.opts.Version,
-		Handoff: eng.Take, Admit: eng.Admit,
+		Lease: eng.Lease, Admit: eng.Admit,
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			c := cc.Copy()
 			c.RuntimeParams["application_name"] = "drainer gateway"
