@@ -35,11 +35,11 @@ const Path = "/mcp"
 // read deadline once the body is read), and no WriteTimeout is set, since
 // a call's answer comes up to its wait later (each call bounds itself).
 const (
-	DefaultMaxCalls    = 256
+	DefaultMaxCalls = 256
 	// OtherRequests is how many requests other than calls (initialize,
 	// tools/list, ping, notifications) the gateway takes beside a full
 	// MaxCalls by default (Config.MaxRequests).
-	OtherRequests = 64
+	OtherRequests      = 64
 	DefaultReadTimeout = 30 * time.Second
 	DefaultIdleTimeout = 2 * time.Minute
 )
