@@ -233,6 +233,31 @@ func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCaus
 	return started
 }
 
+// keyWindowLeft is how long a key_idempotent row of route may still be
+// sent (the key TTL guard: never once key_ttl − 1m has passed since its
+// first attempt, by the database's clock at its claim), elapsed after its
+// claim; guarded is false when no window applies.
+func keyWindowLeft(row *claimedRow, route *Route, entry *dispatch.Entry, elapsed time.Duration) (left time.Duration, guarded bool) {
+	ttl := cmp.Or(route.KeyTTL, entry.KeyTTL)
+	if route.Class != outbox.ClassKeyIdempotent || ttl <= 0 {
+		return 0, false
+	}
+	return ttl - time.Minute - row.DBNow.Sub(row.FirstAttemptAt) - elapsed, true
+}
+
+// keyWindowPassed returns the completion that fails a row whose key
+// window (keyWindowLeft) has passed, elapsed after its claim, unsent.
+func keyWindowPassed(row *claimedRow, route *Route, entry *dispatch.Entry, elapsed time.Duration) (completion, bool) {
+	left, guarded := keyWindowLeft(row, route, entry, elapsed)
+	if !guarded || left >= 0 {
+		return completion{}, false
+	}
+	c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
+		(row.DBNow.Sub(row.FirstAttemptAt)+elapsed).Round(time.Second), cmp.Or(route.KeyTTL, entry.KeyTTL)), noteKeyTTL)
+	c.route = route
+	return c, true
+}
+
 // claimTimeout bounds one claim's statements (a batch, or a gateway call's
 // row taken by Lease).
 const claimTimeout = 30 * time.Second
@@ -282,11 +307,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		c.route = route
 		return nil, nil, &c
 	}
-	if ttl := cmp.Or(route.KeyTTL, entry.KeyTTL); route.Class == outbox.ClassKeyIdempotent && ttl > 0 &&
-		row.DBNow.Sub(row.FirstAttemptAt) > ttl-time.Minute {
-		c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
-			row.DBNow.Sub(row.FirstAttemptAt).Round(time.Second), ttl), noteKeyTTL)
-		c.route = route
+	if c, past := keyWindowPassed(row, route, entry, 0); past {
 		return nil, nil, &c
 	}
 	if e.fetchCtx.Err() != nil {

@@ -52,3 +52,65 @@ func TestRouteKeyTTLOverridesAdapter(t *testing.T) {
 		t.Fatalf("sent %v; only the row within its route's window may be sent", sent)
 	}
 }
+
+// TestKeyWindowHoldsAtTheSend: the key TTL guard holds when the row is
+// sent, not only when it is claimed. A row whose key window ends 2 s
+// after it is recorded (attempted once, just now) is claimed within it
+// and waits in its worker for the one slot of its adapter's
+// max_concurrency, which another row holds until the window has passed.
+// It must never be sent: it waits no longer than its window, and ends
+// failed by the guard.
+func TestKeyWindowHoldsAtTheSend(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var sent []string
+	a := dispatch.AdapterFunc(func(ctx context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		sent = append(sent, m.Tuple.ToolName)
+		mu.Unlock()
+		if m.Tuple.ToolName == "hold" {
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return dispatch.Result{Outcome: dispatch.Success, Status: 200}
+	})
+	rt := testRouting(t, map[string]dispatch.Adapter{"p": a},
+		&Route{Tool: "hold", Adapter: "p"},
+		&Route{Tool: "late", Adapter: "p", KeyTTL: time.Minute + 2*time.Second})
+	rt.Policies = map[string]GatePolicy{"p": {MaxConcurrency: 1}}
+	entry, _ := rt.Registry.Get("p")
+	entry.Timeout = time.Minute
+	startEngine(t, pool, rt, Config{Workers: 4, Lease: 5 * time.Minute, GateWait: time.Minute})
+	storetest.Insert(t, pool, storetest.Row{ToolName: "hold", DueIn: -time.Second})
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the holding row was not sent")
+	}
+	late := storetest.Insert(t, pool, storetest.Row{ToolName: "late", Attempts: 1, DueIn: -time.Second})
+	if _, err := pool.Exec(t.Context(), "UPDATE drainer.outbox SET first_attempt_at = now() WHERE key = $1", late); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the late row's window passes while the slot is held
+	close(release)
+	testkit.WaitFor(t, time.Minute, "the late row settled", func() (bool, string) {
+		r := getRow(t, pool, late)
+		return r.Status.Terminal(), string(r.Status)
+	})
+	if r := getRow(t, pool, late); r.Status != outbox.StatusFailed || r.LastError == nil || !strings.Contains(*r.LastError, "key TTL guard") {
+		t.Fatalf("the late row is %s, last_error %v; want failed by the key TTL guard", r.Status, r.LastError)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, tool := range sent {
+		if tool == "late" {
+			t.Fatalf("sent %v: the late row was sent past its key window", sent)
+		}
+	}
+}

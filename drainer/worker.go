@@ -66,6 +66,9 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	// Config.GateWait is waited for, as long as the attempt still has its
 	// whole timeout within the lease afterwards.
 	budget := time.Until(claimedAt.Add(e.cfg.Lease - e.cfg.LeaseMargin - entry.Timeout - timeoutGrace))
+	if left, guarded := keyWindowLeft(row, route, entry, time.Since(claimedAt)); guarded {
+		budget = min(budget, left) // and within the key's window (the key TTL guard)
+	}
 	maxWait := max(0, min(e.cfg.GateWait, budget))
 	own := entry
 	entry, g, done, wait, ref := e.admit(rt, route, entry, maxWait, false)
@@ -89,6 +92,13 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 			done(dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonCancelled})
 			return releaseUnsent(row) // shutting down before it was sent
 		}
+	}
+	if c, past := keyWindowPassed(row, route, entry, time.Since(claimedAt)); past {
+		// The key's window passed while the row waited for its gate (or its
+		// worker was slow to start): the guard holds at the send, not only
+		// at the claim.
+		done(dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonCancelled})
+		return c
 	}
 	ctx, cancel := context.WithDeadline(e.workCtx, attemptDeadline(claimedAt, e.cfg.Lease-e.cfg.LeaseMargin, entry.Timeout))
 	defer cancel()
