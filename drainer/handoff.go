@@ -21,13 +21,13 @@ import (
 // ran says whether lease ran; when it did not (no worker slot free, too
 // many payload bytes in flight, the engine not running or stopping), the
 // caller does what lease would have done without the lease. err is
-// lease's, for the caller to report. A row lease did not return (none leased, or an error) leaves
-// nothing changed here: the row drains as any other.
+// lease's, for the caller to report. A row lease did not return (none
+// leased, or an error) leaves nothing changed here: it drains as any other.
 //
 // The slot is reserved before the lease, so the engine never holds more
 // rows than Workers; Stop waits for a Lease under way before it waits for
-// the workers, and lease runs within claimTimeout and until the engine's
-// writes end, whether or not ctx ends first (ctx gives it its values). The row counts under the notify cause of
+// the workers, and lease runs within ctx, claimTimeout and the engine's
+// writes. The row counts under the notify cause of
 // drainer_claimed_rows_total: the call is its notification.
 func (e *Engine) Lease(ctx context.Context, lease func(ctx context.Context, c store.Claim) (*store.ClaimedRow, error)) (ran bool, err error) {
 	if !e.started.Load() {
@@ -44,9 +44,7 @@ func (e *Engine) Lease(ctx context.Context, lease func(ctx context.Context, c st
 	}
 	claimedAt := time.Now()
 	rt := e.useRouting()
-	// Not ctx's end: a row leased by a commit whose answer a cancellation
-	// cut off would wait for its lease to expire.
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout) // as the claim loop's (claimer.go)
+	lctx, cancel := context.WithTimeout(ctx, claimTimeout) // as the claim loop's (claimer.go)
 	stop := context.AfterFunc(e.writes, cancel)
 	row, err := lease(lctx, store.Claim{Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
 		Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims})

@@ -106,6 +106,12 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 // (refusal true). Any other error is the answer to give.
 func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent) (enq store.Enqueued, refusal bool, err error) {
 	key := tuple.Key()
+	callCtx := ctx
+	// The record is not cut off by the agent hanging up: a row leased by a
+	// commit whose answer was cut off would wait for its lease to expire.
+	// It ends with the call's deadline and the gateway's grace.
+	ctx, cancel := g.recordContext(ctx)
+	defer cancel()
 	ran, leased, retried := false, false, false
 	if g.cfg.Lease != nil {
 		ran, err = g.cfg.Lease(ctx, func(ctx context.Context, c store.Claim) (*store.ClaimedRow, error) {
@@ -129,7 +135,7 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 			// Recorded unannounced (perhaps by a first try whose answer was
 			// lost) and not leased here: held by its scope's order or its
 			// tool's deferral, or claimed by another replica.
-			g.wakeAll(ctx, key)
+			g.wakeAll(callCtx, key)
 		}
 		return enq, false, nil
 	}
@@ -149,12 +155,38 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 
 // wakeAll wakes every listening daemon for the row of key, recorded
 // unannounced and not leased, as the enqueue's notification would have,
-// within wakeTimeout. Should that fail, the daemons' next poll finds it.
+// within wakeTimeout; the call waits for it no longer than ctx. Should it
+// fail, the daemons' next poll finds the row.
 func (g *Gateway) wakeAll(ctx context.Context, key string) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
-	defer cancel()
-	if _, err := g.onLive(wctx, func(db store.DB) error { return g.cfg.Store.WakeAll(wctx, db) }); err != nil {
-		g.log.Warn("gateway: could not wake the daemons for a recorded call; it is found by their next poll", "key", key, "err", err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
+		defer cancel()
+		if _, err := g.onLive(wctx, func(db store.DB) error { return g.cfg.Store.WakeAll(wctx, db) }); err != nil {
+			g.log.Warn("gateway: could not wake the daemons for a recorded call; it is found by their next poll", "key", key, "err", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// recordContext is ctx without its cancellation (the agent hanging up)
+// but with its deadline, ended also by the end of the gateway's grace.
+func (g *Gateway) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	var rctx context.Context
+	var cancel context.CancelFunc
+	if dl, ok := ctx.Deadline(); ok {
+		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+	} else {
+		rctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	stop := context.AfterFunc(g.base, cancel)
+	return rctx, func() {
+		stop()
+		cancel()
 	}
 }
 
