@@ -469,31 +469,7 @@ func TestNotifyOptOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	listener, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Release()
-	if _, err := listener.Exec(ctx, `LISTEN "drainer.outbox"`); err != nil {
-		t.Fatal(err)
-	}
-	sleeper, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sleeper.Release()
-	slot, err := testStore.TakeWakeSeat(ctx, sleeper.Conn())
-	if err != nil || slot < 0 {
-		t.Fatalf("seat: %d %v", slot, err)
-	}
-	if held, err := testStore.HoldWake(ctx, sleeper.Conn(), slot, time.Second); err != nil || !held {
-		t.Fatalf("hold: %v %v", held, err)
-	}
-	defer func() {
-		if err := testStore.ReleaseWake(context.Background(), sleeper.Conn(), slot); err != nil {
-			t.Error(err)
-		}
-	}()
+	listener := storetest.ListenWhileAsleep(t, pool, testStore, time.Second)
 	if _, err := conn.Exec(ctx, "SET drainer.notify = off"); err != nil {
 		t.Fatal(err)
 	}

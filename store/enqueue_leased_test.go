@@ -24,27 +24,7 @@ func TestEnqueueLeasedNotifiesNobodyAndLeasesOnce(t *testing.T) {
 	pool := storetest.NewPool(t)
 	st := store.MustNew(storetest.Schema)
 	ctx := context.Background()
-	listener, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Release()
-	if _, err := listener.Exec(ctx, `LISTEN "drainer.outbox"`); err != nil {
-		t.Fatal(err)
-	}
-	sleeper, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sleeper.Release()
-	slot, err := st.TakeWakeSeat(ctx, sleeper.Conn())
-	if err != nil || slot < 0 {
-		t.Fatalf("seat: %d %v", slot, err)
-	}
-	if held, err := st.HoldWake(ctx, sleeper.Conn(), slot, 10*time.Second); err != nil || !held {
-		t.Fatalf("hold: %v %v", held, err)
-	}
-	defer func() { _ = st.ReleaseWake(context.Background(), sleeper.Conn(), slot) }()
+	listener := storetest.ListenWhileAsleep(t, pool, st, 10*time.Second)
 
 	claim := store.Claim{Lease: time.Minute, Replica: "gw"}
 	quiet := store.Intent{AgentRunID: "r", StepID: "quiet", ToolName: "t", Payload: []byte(`{}`)}

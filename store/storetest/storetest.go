@@ -229,3 +229,38 @@ func CountByStatus(t testing.TB, pool *pgxpool.Pool) map[outbox.Status]int {
 	}
 	return out
 }
+
+// ListenWhileAsleep has a daemon asleep on pool (a seat of the wake gate
+// taken and held for hold, given back when t ends), so that enqueues
+// notify, and returns a connection listening on the outbox channel,
+// released when t ends.
+func ListenWhileAsleep(t testing.TB, pool *pgxpool.Pool, st *store.Store, hold time.Duration) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	listener, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(listener.Release)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{st.OutboxChannel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	sleeper, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sleeper.Release)
+	slot, err := st.TakeWakeSeat(ctx, sleeper.Conn())
+	if err != nil || slot < 0 {
+		t.Fatalf("wake seat: %d %v", slot, err)
+	}
+	if held, err := st.HoldWake(ctx, sleeper.Conn(), slot, hold); err != nil || !held {
+		t.Fatalf("hold the wake gate: %v %v", held, err)
+	}
+	t.Cleanup(func() {
+		if err := st.ReleaseWake(context.Background(), sleeper.Conn(), slot); err != nil {
+			t.Error(err)
+		}
+	})
+	return listener
+}
