@@ -37,6 +37,10 @@ type Config struct {
 	RecordLimit int
 	// MessageLimit bounds the bytes read of one server message; 0 means DefaultMessageLimit.
 	MessageLimit int
+	// AnswerBudget bounds the tools/call answers larger than 256 KiB read
+	// at once: AnswerBudget / MessageLimit of them, at least one (budget.go);
+	// 0 means DefaultAnswerBudget.
+	AnswerBudget int
 	// UserAgent is the User-Agent header; "" means "drainer".
 	UserAgent string
 	// ClientVersion is the version in the client identity sent to the
@@ -55,6 +59,7 @@ func (c Config) WithDefaults() Config {
 	c.ResponseLimit = cmp.Or(c.ResponseLimit, dispatch.DefaultResponseLimit)
 	c.RecordLimit = cmp.Or(c.RecordLimit, DefaultRecordLimit)
 	c.MessageLimit = cmp.Or(c.MessageLimit, DefaultMessageLimit)
+	c.AnswerBudget = cmp.Or(c.AnswerBudget, DefaultAnswerBudget)
 	c.UserAgent = cmp.Or(c.UserAgent, "drainer")
 	c.ClientVersion = cmp.Or(c.ClientVersion, "dev")
 	if c.Logger == nil {
@@ -74,6 +79,9 @@ func (c Config) Validate() error {
 	}
 	if c.ResponseLimit < 0 {
 		ch.Errorf("response_limit", "must not be negative, got %d", c.ResponseLimit)
+	}
+	if c.AnswerBudget < 0 {
+		ch.Errorf("answer_budget", "must not be negative, got %d", c.AnswerBudget)
 	}
 	if c.MessageLimit < 0 {
 		ch.Errorf("message_limit", "must not be negative, got %d", c.MessageLimit)

@@ -29,6 +29,8 @@
 //	session.go  negotiation, sessions and their recovery
 //	transport.go the HTTP transport: headers, one call, SSE answers
 //	result.go   answers: JSON-RPC errors, tool results
+//	budget.go   large answers read a few at a time (AnswerBudget)
+//	oversized.go the latest results too large to record, kept briefly for the gateway
 //	tools.go    ListTools, CheckRoutes: tools/list at startup, class vs annotations
 //	start.go    StartInBackground: a server unreachable at startup, its rows held (not sent)
 //

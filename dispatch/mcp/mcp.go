@@ -77,6 +77,10 @@ type Adapter struct {
 	nextID atomic.Int64
 	// oversized keeps the last results too large to record, briefly.
 	oversized oversizedCache
+	// large holds a value per call reading an answer past largeAnswer
+	// (budget.go); largeWaiting counts the calls waiting for one.
+	large        chan struct{}
+	largeWaiting atomic.Int32
 
 	mu    sync.Mutex
 	ready bool // negotiated
@@ -97,7 +101,8 @@ func New(cfg Config) (*Adapter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Adapter{cfg: cfg, client: dispatch.NewHTTPClient(min(cfg.Timeout, 10*time.Second), cfg.Transport)}, nil
+	return &Adapter{cfg: cfg, client: dispatch.NewHTTPClient(min(cfg.Timeout, 10*time.Second), cfg.Transport),
+		large: make(chan struct{}, largeSlots(cfg))}, nil
 }
 
 // Close stops a background start, ends the session (best effort) and
@@ -159,7 +164,9 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		meta[MetaTraceparent] = m.Traceparent
 	}
 	params := map[string]any{"name": m.Tuple.ToolName, "arguments": json.RawMessage(args)}
-	msg, status, h, r, ok := a.request(ctx, "tools/call", params, meta, m.Key, m.Tuple.ToolName)
+	hold := &answerHold{a: a}
+	defer hold.release() // once the answer and its copies are dropped or kept within their limits
+	msg, status, h, r, ok := a.request(ctx, "tools/call", params, meta, m.Key, m.Tuple.ToolName, hold)
 	if !ok {
 		return r
 	}
@@ -185,8 +192,9 @@ func (a *Adapter) Oversized(key string) (json.RawMessage, bool) { return a.overs
 // one first when there is none, and once more on a new session when the
 // server no longer knows the old one. meta (may be nil) is merged into
 // params._meta with, on the stateless revision, the revision and the
-// client's identity.
-func (a *Adapter) request(ctx context.Context, method string, params, meta map[string]any, key, name string) (*rpcMessage, int, http.Header, dispatch.Result, bool) {
+// client's identity. hold (may be nil) bounds the reading of a large
+// answer (budget.go).
+func (a *Adapter) request(ctx context.Context, method string, params, meta map[string]any, key, name string, hold *answerHold) (*rpcMessage, int, http.Header, dispatch.Result, bool) {
 	for try := 0; ; try++ {
 		c, r, ok := a.ensure(ctx)
 		if !ok {
@@ -196,7 +204,7 @@ func (a *Adapter) request(ctx context.Context, method string, params, meta map[s
 		if m := a.meta(c, meta); len(m) > 0 {
 			p["_meta"] = m
 		}
-		msg, status, h, r, ok := a.call(ctx, c, method, p, key, name)
+		msg, status, h, r, ok := a.call(ctx, c, method, p, key, name, hold)
 		if !ok && r.Reason == ReasonSessionExpired {
 			a.expire(c)
 		}

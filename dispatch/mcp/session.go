@@ -92,7 +92,7 @@ func (a *Adapter) initLocked(ctx context.Context) (dispatch.Result, bool) {
 		"capabilities":    map[string]any{},
 		"clientInfo":      a.clientInfo(),
 	}
-	msg, status, h, r, ok := a.call(ctx, conn{}, "initialize", params, "", "")
+	msg, status, h, r, ok := a.call(ctx, conn{}, "initialize", params, "", "", nil)
 	if !ok {
 		r.Err = fmt.Errorf("mcp initialize: %w", r.Err)
 		return r, false
@@ -128,7 +128,7 @@ func (a *Adapter) initLocked(ctx context.Context) (dispatch.Result, bool) {
 // not transient or auth): the caller falls back to initialize.
 func (a *Adapter) discoverLocked(ctx context.Context) (_ dispatch.Result, ok, decided bool) {
 	c := conn{proto: Revision20260728, stateless: true}
-	msg, _, _, r, ok := a.call(ctx, c, "server/discover", map[string]any{"_meta": a.meta(c, nil)}, "", "")
+	msg, _, _, r, ok := a.call(ctx, c, "server/discover", map[string]any{"_meta": a.meta(c, nil)}, "", "", nil)
 	if !ok {
 		if r.Outcome == dispatch.Auth || transient(r) {
 			r.Err = fmt.Errorf("mcp server/discover: %w", r.Err)

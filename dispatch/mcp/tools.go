@@ -50,7 +50,7 @@ func (a *Adapter) ListTools(ctx context.Context) ([]Tool, error) {
 		if cursor != "" {
 			params["cursor"] = cursor
 		}
-		msg, _, _, r, ok := a.request(ctx, "tools/list", params, nil, "", "")
+		msg, _, _, r, ok := a.request(ctx, "tools/list", params, nil, "", "", nil)
 		if !ok {
 			r.Err = fmt.Errorf("mcp tools/list: %w", r.Err)
 			if r.Reason == ReasonInit || r.Reason == ReasonSessionExpired {

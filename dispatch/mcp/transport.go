@@ -109,7 +109,7 @@ const codeUnsupportedProtocolVersion = -32022
 
 // call sends one JSON-RPC request on c and reads its answer, from a JSON
 // body or an SSE stream. ok is false with r the classified failure.
-func (a *Adapter) call(ctx context.Context, c conn, method string, params any, key, name string) (msg *rpcMessage, status int, h http.Header, r dispatch.Result, ok bool) {
+func (a *Adapter) call(ctx context.Context, c conn, method string, params any, key, name string, hold *answerHold) (msg *rpcMessage, status int, h http.Header, r dispatch.Result, ok bool) {
 	id := a.nextID.Add(1)
 	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 	if err != nil {
@@ -150,7 +150,7 @@ func (a *Adapter) call(ctx context.Context, c conn, method string, params any, k
 	ct := strings.ToLower(h.Get("Content-Type"))
 	switch {
 	case strings.HasPrefix(ct, "text/event-stream"):
-		m, err := a.readSSE(resp.Body, id)
+		m, err := a.readSSE(hold.reader(ctx, resp.Body), id)
 		if err != nil {
 			if errors.Is(err, errTooLarge) {
 				return nil, status, h, dispatch.Result{Outcome: dispatch.Terminal, Status: status, Reason: ReasonTooLarge, Err: err}, false
@@ -163,7 +163,7 @@ func (a *Adapter) call(ctx context.Context, c conn, method string, params any, k
 		}
 		return m, status, h, dispatch.Result{}, true
 	case strings.HasPrefix(ct, "application/json"):
-		b, truncated, err := dispatch.ReadBody(resp.Body, a.cfg.MessageLimit)
+		b, truncated, err := dispatch.ReadBody(hold.reader(ctx, resp.Body), a.cfg.MessageLimit)
 		if err != nil {
 			return nil, status, h, dispatch.ClassifyTransportError(ctx, err, true), false
 		}
