@@ -62,7 +62,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if tp != "" {
 		in.Traceparent = &tp
 	}
-	enq, refusal, err := g.record(ctx, t, tuple, in)
+	enq, refusal, err := g.record(ctx, t, tuple, in, deadline)
 	if err != nil {
 		if refusal {
 			outcome = OutcomeConflict
@@ -104,18 +104,17 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 // recorded unannounced and not leased wakes every listening daemon. A
 // refusal is a conflict: the tuple was recorded with other arguments
 // (refusal true). Any other error is the answer to give.
-func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent) (enq store.Enqueued, refusal bool, err error) {
+func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent, deadline time.Time) (enq store.Enqueued, refusal bool, err error) {
 	key := tuple.Key()
 	callCtx := ctx
-	// The record is not cut off by the agent hanging up: a row leased by a
-	// commit whose answer was cut off would wait for its lease to expire.
-	// It ends with the call's deadline and the gateway's grace.
-	ctx, cancel := g.recordContext(ctx)
+	// The record is not cut off by the agent hanging up (a row leased by a
+	// commit whose answer was cut off would wait for its lease to expire),
+	// only by the call's bounds.
+	ctx, cancel := g.callContext(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	ran, leased, retried := false, false, false
 	if g.cfg.Lease != nil {
-		ran, err = g.cfg.Lease(ctx, func(ctx context.Context, c store.Claim) (*store.ClaimedRow, error) {
-			var row *store.ClaimedRow
+		ran, err = g.cfg.Lease(ctx, func(ctx context.Context, c store.Claim) (row *store.ClaimedRow, err error) {
 			retried, err = g.onLive(ctx, func(db store.DB) (err error) {
 				enq, row, err = g.cfg.Store.EnqueueLeased(ctx, db, in, c)
 				return err
@@ -170,23 +169,6 @@ func (g *Gateway) wakeAll(ctx context.Context, key string) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-	}
-}
-
-// recordContext is ctx without its cancellation (the agent hanging up)
-// but with its deadline, ended also by the end of the gateway's grace.
-func (g *Gateway) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	var rctx context.Context
-	var cancel context.CancelFunc
-	if dl, ok := ctx.Deadline(); ok {
-		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
-	} else {
-		rctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
-	}
-	stop := context.AfterFunc(g.base, cancel)
-	return rctx, func() {
-		stop()
-		cancel()
 	}
 }
 
