@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -68,11 +69,17 @@ func TestAuthorization(t *testing.T) {
 		wantOutcome(t, "authorized topic", dispatchOnce(t, ok, newMessage("create_order", "s", `{}`)), dispatch.Success, "")
 	})
 	t.Run("cluster", func(t *testing.T) {
-		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ClusterAuthorizationFailed, Count: -1}).Remove()
 		h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ClusterAuthorizationFailed, Count: -1})
 		defer h.Remove()
-		a := newAdapter(t, c, Config{Topic: "other", Timeout: authTimeout, SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: pass}})
+		// The client's own log (producer id requests, connections) goes
+		// to the test's output, shown if the outcome is not the one
+		// wanted, with how many producer id requests the broker refused.
+		a := newAdapter(t, c, Config{Topic: "other", Timeout: authTimeout, SASL: &SASL{Mechanism: MechanismPlain, Username: user, Password: pass},
+			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 		r := dispatchOnce(t, a, newMessage("create_order", "s", `{}`))
+		if r.Outcome != dispatch.Auth {
+			t.Logf("the broker refused %d producer id requests", h.Hits())
+		}
 		wantOutcome(t, "cluster not authorized", r, dispatch.Auth, dispatch.ReasonAuth)
 		wantErrText(t, r, "CLUSTER_AUTHORIZATION_FAILED")
 	})

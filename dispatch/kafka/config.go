@@ -60,7 +60,8 @@ type Config struct {
 	// ClientID is the Kafka client id; "" means DefaultClientID.
 	ClientID string
 	// Logger receives the client's warnings and errors (connections lost,
-	// authentication refused); nil discards them.
+	// authentication refused), and all it logs when its debug level is on;
+	// nil discards them.
 	Logger *slog.Logger
 }
 

@@ -7,14 +7,21 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// logger passes the client's warnings and errors to slog. The client never
-// logs record contents or the SASL password.
+// logger passes the client's warnings and errors to slog, and everything it
+// logs when slog's debug level is on (a producer id refused, a connection
+// opened, a request retried). The client never logs record contents or the
+// SASL password.
 type logger struct{ l *slog.Logger }
 
 var _ kgo.Logger = logger{}
 
 // Level implements kgo.Logger.
-func (logger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+func (g logger) Level() kgo.LogLevel {
+	if g.l.Enabled(context.Background(), slog.LevelDebug) {
+		return kgo.LogLevelDebug
+	}
+	return kgo.LogLevelWarn
+}
 
 // Log implements kgo.Logger.
 func (g logger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
