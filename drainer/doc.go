@@ -9,7 +9,7 @@
 //     preflight on each (no route, out of attempts or past its key's
 //     window, shutting down, paused): such a row is settled without a worker.
 //     handoff.go: Lease takes the row the MCP gateway of this process
-//     records and leases in one transaction (store.EnqueueLeased), within
+//     records and leases in one transaction (store.EnqueueLeasedBatch), within
 //     the same slot bound; Admit lets its read-only calls through the
 //     pauses and the adapter's gate.
 //   - dispatched: worker.go takes a row through its adapter's gate (gate.go:

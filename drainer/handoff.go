@@ -14,9 +14,10 @@ import (
 // same checks, the same fence) and returns it, when a worker slot is free,
 // and dispatches the row it returns at once, as if a claim had brought it.
 // The MCP gateway records each call with it, leasing the call's row in the
-// transaction that records it (store.EnqueueLeased), so the call does not
-// wait for a notification, a wake-up and a claim of the whole queue
-// (docs/architecture.md, "The gateway's hand-off").
+// transaction that records it (store.EnqueueLeasedBatch, with the calls
+// arriving meanwhile), so the call does not wait for a notification, a
+// wake-up and a claim of the whole queue (docs/architecture.md, "The
+// gateway's hand-off").
 //
 // ran says whether lease ran; when it did not (no worker slot free, too
 // many payload bytes in flight, the engine not running or stopping), the

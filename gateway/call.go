@@ -99,7 +99,8 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 
 // record enqueues the call's intent and commits it, before anything is
 // sent: with Config.Lease, leased to the engine of this process in the same
-// transaction (store.EnqueueLeased), which dispatches it at once; otherwise,
+// transaction (store.EnqueueLeasedBatch, with the calls arriving meanwhile:
+// recorder), which dispatches it at once; otherwise,
 // or when that engine takes no row now, announced as any producer's. A row
 // recorded unannounced and not leased wakes every listening daemon. A
 // refusal is a conflict: the tuple was recorded with other arguments
@@ -115,10 +116,19 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 	ran, leased, retried := false, false, false
 	if g.cfg.Lease != nil {
 		ran, err = g.cfg.Lease(ctx, func(ctx context.Context, c store.Claim) (row *store.ClaimedRow, err error) {
-			retried, err = g.onLive(ctx, func(db store.DB) (err error) {
-				enq, row, err = g.cfg.Store.EnqueueLeased(ctx, db, in, c)
-				return err
-			})
+			res := g.rec.record(ctx, store.LeaseRequest{In: in, Claim: c})
+			if res.alone {
+				// Its batch rolled back (another call's arguments
+				// refused, a connection lost): recorded by itself. The
+				// batch's commit may have been lost after it took effect.
+				_, err = g.onLive(ctx, func(db store.DB) (err error) {
+					enq, row, err = g.cfg.Store.EnqueueLeased(ctx, db, in, c)
+					return err
+				})
+				retried = true
+			} else {
+				enq, row, retried, err = res.leased.Enqueued, res.leased.Row, res.retried, res.err
+			}
 			leased = row != nil
 			return row, err
 		})

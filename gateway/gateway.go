@@ -130,6 +130,9 @@ type Gateway struct {
 	cancelBase context.CancelFunc
 	// sweep checks the pool's idle connections when one was lost (onLive).
 	sweep sweeper
+	// rec writes the records of calls arriving together in one
+	// transaction (record.go).
+	rec *recorder
 }
 
 // New checks cfg, takes its address and builds the server; Serve starts it.
@@ -185,6 +188,13 @@ func New(cfg Config) (*Gateway, error) {
 		g.metrics = NewMetrics(cfg.Registerer, names)
 	}
 	g.watch = newSettleWatch(cfg.Connect, cfg.Store.SettleChannel(), log)
+	g.rec = &recorder{write: func(ctx context.Context, reqs []store.LeaseRequest) (got []store.Leased, retried bool, err error) {
+		retried, err = g.onLive(ctx, func(db store.DB) (err error) {
+			got, err = g.cfg.Store.EnqueueLeasedBatch(ctx, db, reqs)
+			return err
+		})
+		return got, retried, err
+	}}
 	g.mcp = sdk.NewServer(&sdk.Implementation{Name: "drainer-gateway", Version: cmp.Or(cfg.Version, "dev")},
 		&sdk.ServerOptions{Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}}})
 	if err := g.AddTools(cfg.Tools...); err != nil {

@@ -45,40 +45,76 @@ func (s *Store) Enqueue(ctx context.Context, db DB, in Intent) (Enqueued, error)
 // durable whatever c.Durable says: the record must be on disk before
 // anything is sent.
 func (s *Store) EnqueueLeased(ctx context.Context, db DB, in Intent, c Claim) (Enqueued, *ClaimedRow, error) {
-	var e Enqueued
-	key := idemkey.Tuple{AgentRunID: in.AgentRunID, StepID: in.StepID, ToolName: in.ToolName, BusinessScope: in.BusinessScope}.Key()
-	extra, args := c.clauses([]any{key, c.Lease.Milliseconds(), c.Replica})
+	got, err := s.EnqueueLeasedBatch(ctx, db, []LeaseRequest{{In: in, Claim: c}})
+	if err != nil {
+		return Enqueued{}, nil, err
+	}
+	return got[0].Enqueued, got[0].Row, nil
+}
+
+// LeaseRequest is one intent of EnqueueLeasedBatch and the claim of the
+// engine that leases its row.
+type LeaseRequest struct {
+	In    Intent
+	Claim Claim
+}
+
+// Leased is what EnqueueLeasedBatch did for one request: the enqueue's
+// answer, and the row when it was leased (nil as for EnqueueLeased).
+type Leased struct {
+	Enqueued Enqueued
+	Row      *ClaimedRow
+}
+
+// EnqueueLeasedBatch is EnqueueLeased for several requests in one
+// transaction: one round trip and one durable commit for all of them (the
+// gateway records the calls that arrive while a record is being written
+// together; see gateway/record.go). Each request is enqueued and then
+// leased in order, so a request for a key an earlier one of the batch
+// recorded finds it recorded (Created false) and leased (Row nil). Any
+// error (one intent refused, a lost connection) rolls all of them back:
+// nothing was recorded, unless the commit itself was lost.
+func (s *Store) EnqueueLeasedBatch(ctx context.Context, db DB, reqs []LeaseRequest) ([]Leased, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SELECT set_config('drainer.notify', 'off', true), set_config('jit', 'off', true)")
-	b.Queue(s.sql("SELECT key, created FROM {s}.enqueue($1, $2, $3, $4, $5::jsonb, $6)"),
-		in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), in.Traceparent)
-	b.Queue(s.sql(fmt.Sprintf(claimKeySQL, extra)), args...)
+	for _, r := range reqs {
+		in := r.In
+		key := idemkey.Tuple{AgentRunID: in.AgentRunID, StepID: in.StepID, ToolName: in.ToolName, BusinessScope: in.BusinessScope}.Key()
+		extra, args := r.Claim.clauses([]any{key, r.Claim.Lease.Milliseconds(), r.Claim.Replica})
+		b.Queue(s.sql("SELECT key, created FROM {s}.enqueue($1, $2, $3, $4, $5::jsonb, $6)"),
+			in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), in.Traceparent)
+		b.Queue(s.sql(fmt.Sprintf(claimKeySQL, extra)), args...)
+	}
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			return e, nil, fmt.Errorf("enqueue: %w", err)
+			return nil, fmt.Errorf("enqueue: %w", err)
 		}
 	}
-	if err := br.QueryRow().Scan(&e.Key, &e.Created); err != nil {
-		return e, nil, fmt.Errorf("enqueue: %w", err)
-	}
-	got, err := readLeased(br)
-	if err != nil {
-		return e, nil, fmt.Errorf("enqueue: lease: %w", err)
+	out := make([]Leased, len(reqs))
+	for i := range reqs {
+		e := &out[i].Enqueued
+		if err := br.QueryRow().Scan(&e.Key, &e.Created); err != nil {
+			return nil, fmt.Errorf("enqueue: %w", err)
+		}
+		got, err := readLeased(br)
+		if err != nil {
+			return nil, fmt.Errorf("enqueue: lease: %w", err)
+		}
+		if len(got.Rows) > 0 {
+			out[i].Row = &got.Rows[0]
+		}
 	}
 	if _, err := br.Exec(); err != nil {
-		return e, nil, fmt.Errorf("enqueue commit: %w", err)
+		return nil, fmt.Errorf("enqueue commit: %w", err)
 	}
 	if err := br.Close(); err != nil {
-		return e, nil, fmt.Errorf("enqueue: %w", err)
+		return nil, fmt.Errorf("enqueue: %w", err)
 	}
-	if len(got.Rows) == 0 {
-		return e, nil, nil
-	}
-	return e, &got.Rows[0], nil
+	return out, nil
 }
 
 // WakeAll wakes every daemon that listens, as an enqueue's notification

@@ -85,3 +85,41 @@ func TestEnqueueLeasedNotifiesNobodyAndLeasesOnce(t *testing.T) {
 		t.Fatalf("the row recorded behind its scope: %d pending, %v", rows, err)
 	}
 }
+
+// TestEnqueueLeasedBatchRecordsInOrderOrNothing: the requests of a batch
+// are recorded and leased in order in one transaction, so a second
+// request for a key the first recorded is a replay that leases nothing;
+// a batch holding one request whose arguments conflict with a recorded
+// call's records none of them.
+func TestEnqueueLeasedBatchRecordsInOrderOrNothing(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := context.Background()
+	claim := store.Claim{Lease: time.Minute, Replica: "gw"}
+	a := store.Intent{AgentRunID: "rb", StepID: "a", ToolName: "t", Payload: []byte(`{}`)}
+	b := store.Intent{AgentRunID: "rb", StepID: "b", ToolName: "t", Payload: []byte(`{"n":2}`)}
+	got, err := st.EnqueueLeasedBatch(ctx, pool, []store.LeaseRequest{{In: a, Claim: claim}, {In: b, Claim: claim}, {In: a, Claim: claim}})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("batch: %+v, %v; want three answers", got, err)
+	}
+	for i, want := range []bool{true, true, false} {
+		if got[i].Enqueued.Created != want || (got[i].Row != nil) != want {
+			t.Errorf("request %d: created %v, leased %v; want %v and %v", i, got[i].Enqueued.Created, got[i].Row != nil, want, want)
+		}
+	}
+	if got[0].Enqueued.Key != got[2].Enqueued.Key || got[0].Row == nil || got[0].Row.Key != got[0].Enqueued.Key {
+		t.Errorf("the replay answers %s, the first leased %+v; want both %s", got[2].Enqueued.Key, got[0].Row, got[0].Enqueued.Key)
+	}
+
+	c := store.Intent{AgentRunID: "rb", StepID: "c", ToolName: "t", Payload: []byte(`{}`)}
+	conflict := b
+	conflict.Payload = []byte(`{"n":3}`)
+	if got, err := st.EnqueueLeasedBatch(ctx, pool, []store.LeaseRequest{{In: c, Claim: claim}, {In: conflict, Claim: claim}}); err == nil || !strings.Contains(err.Error(), "23505") {
+		t.Fatalf("a batch with a conflicting request: %+v, %v; want 23505", got, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.outbox WHERE agent_run_id = 'rb' AND step_id = 'c'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows of the rolled-back batch recorded (%v); want none", n, err)
+	}
+}
