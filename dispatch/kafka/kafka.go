@@ -253,9 +253,37 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		}
 		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason, Err: fmt.Errorf("not sent: %w", err)}
 	}
-	rec := a.record(topic, m)
 	epoch := a.connects.Load()
 	unconnected := a.openConns.Load() == 0
+	// The producer id first (kept by the client once loaded: no round trip
+	// after the first). A broker that refuses it (cluster authorization)
+	// has answered, and no record is buffered: the client fails the
+	// records buffered when the refusal comes, and one buffered an instant
+	// later would wait, unsent, until the attempt's deadline and be taken
+	// for one that may be written. Without a producer id no record can be
+	// sent, so an attempt that ends waiting for it sent nothing.
+	if _, _, err := a.cl.ProducerID(ctx); err != nil {
+		// A refusal the client keeps (not retriable); a retriable one it
+		// loads again when the record is produced, within the attempt.
+		ke, answered := errors.AsType[*kerr.Error](err)
+		refused := answered && !ke.Retriable
+		if refused || ctx.Err() != nil {
+			a.acks.abandon(m.Key)
+			if refused {
+				return classify(err, topic)
+			}
+			if r, ok := a.unconnected(ctx, topic, epoch, unconnected); ok {
+				return r
+			}
+			reason := dispatch.ReasonTimeout
+			if errors.Is(ctx.Err(), context.Canceled) {
+				reason = dispatch.ReasonCancelled
+			}
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason,
+				Err: a.describe(fmt.Errorf("not sent to topic %s: no producer id from the brokers within the attempt: %w", topic, ctx.Err()))}
+		}
+	}
+	rec := a.record(topic, m)
 	promised := make(chan error, 1)
 	// The promise outlives this call when the attempt ends first: it
 	// records the acknowledgement, so a retry of the key is a Replay.
@@ -279,18 +307,8 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		return dispatch.Result{Outcome: dispatch.Success, Reason: ReasonAcknowledged,
 			Response: ack{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}.JSON()}
 	case <-ctx.Done():
-		if a.tlsRefused.Load() && unconnected && a.connects.Load() == epoch {
-			return dispatch.Result{Outcome: dispatch.Auth, NotSent: true, Reason: dispatch.ReasonAuth,
-				Err: a.describe(fmt.Errorf("not sent to topic %s: TLS refused", topic))}
-		}
-		if unconnected && a.connects.Load() == epoch {
-			// No connection was open at any time during the attempt.
-			reason := dispatch.ReasonConnect
-			if errors.Is(ctx.Err(), context.Canceled) {
-				reason = dispatch.ReasonCancelled
-			}
-			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason,
-				Err: a.describe(fmt.Errorf("not sent to topic %s: no broker connection within the attempt: %w", topic, ctx.Err()))}
+		if r, ok := a.unconnected(ctx, topic, epoch, unconnected); ok {
+			return r
 		}
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: dispatch.ReasonCancelled,
@@ -299,6 +317,26 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: dispatch.ReasonTimeout,
 			Err: a.describe(fmt.Errorf("no acknowledgement from topic %s within %s, the record may be written: %w", topic, a.cfg.Timeout, context.DeadlineExceeded))}
 	}
+}
+
+// unconnected answers an attempt that ended (ctx) without a broker
+// connection open at any time during it (none open at its start,
+// unconnected, and none opened since epoch): nothing was sent; refused by
+// TLS, an auth outcome. ok is false when a connection was open.
+func (a *Adapter) unconnected(ctx context.Context, topic string, epoch int64, unconnected bool) (dispatch.Result, bool) {
+	if !unconnected || a.connects.Load() != epoch {
+		return dispatch.Result{}, false
+	}
+	if a.tlsRefused.Load() {
+		return dispatch.Result{Outcome: dispatch.Auth, NotSent: true, Reason: dispatch.ReasonAuth,
+			Err: a.describe(fmt.Errorf("not sent to topic %s: TLS refused", topic))}, true
+	}
+	reason := dispatch.ReasonConnect
+	if errors.Is(ctx.Err(), context.Canceled) {
+		reason = dispatch.ReasonCancelled
+	}
+	return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason,
+		Err: a.describe(fmt.Errorf("not sent to topic %s: no broker connection within the attempt: %w", topic, ctx.Err()))}, true
 }
 
 // record builds the row's record: value = payload, key = business scope
