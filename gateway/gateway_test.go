@@ -361,6 +361,62 @@ func TestConcurrentIdenticalCallsHaveOneEffect(t *testing.T) {
 	}
 }
 
+// TestConflictsAmongConcurrentCallsHarmNoOther: calls recorded together
+// (the recorder writes the calls that arrive at once in one transaction)
+// are answered each on its own: calls that conflict with a recorded call
+// are refused, naming its key, and every other call gets its own answer
+// with one effect; nothing of a refused call is sent.
+func TestConflictsAmongConcurrentCallsHarmNoOther(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, 2*time.Minute)
+	pay := sdk.Meta{gateway.MetaStepID: "pay"}
+	first := settledCall(t, g.client(t, agentHeaders("run-mixed")), "charge", map[string]any{"amount": 1}, pay)
+	const distinct, conflicting = 32, 8
+	errs := make([]error, distinct+conflicting)
+	answers := make([]*sdk.CallToolResult, distinct)
+	sessions := make([]*sdk.ClientSession, distinct+conflicting)
+	for i := range sessions {
+		sessions[i] = g.client(t, agentHeaders("run-mixed"))
+	}
+	var wg sync.WaitGroup
+	// Started interleaved, a conflicting call every fifth, so that batches
+	// hold both.
+	for n := range distinct + conflicting {
+		i := n/5 + n%5*((distinct+conflicting)/5) // 0, 8, 16, 24, 32 (conflicting), 1, 9, ...
+		s := sessions[i]
+		wg.Go(func() {
+			if i >= distinct {
+				_, errs[i] = s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"amount": 2}, Meta: pay})
+				return
+			}
+			answers[i], errs[i] = s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge",
+				Arguments: map[string]any{"amount": 10 + i}, Meta: sdk.Meta{gateway.MetaStepID: fmt.Sprintf("step-%d", i)}})
+		})
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for i := range distinct {
+		if errs[i] != nil || answers[i].IsError {
+			t.Errorf("call %d: %v %v; want its answer", i, answers[i], errs[i])
+			continue
+		}
+		b := body(t, answers[i])
+		if j, ok := seen[b]; ok {
+			t.Errorf("calls %d and %d got the same answer %s; want each its own effect's", j, i, b)
+		}
+		seen[b] = i
+	}
+	for i := distinct; i < distinct+conflicting; i++ {
+		var rpcErr *jsonrpc.Error
+		if !errors.As(errs[i], &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams || !containsKey(rpcErr.Message, first.Meta) {
+			t.Errorf("conflicting call %d: %v; want -32602 naming %v", i, errs[i], first.Meta[gateway.MetaKey])
+		}
+	}
+	if e, r := g.ts.count(g.ts.effects, "charge"), g.ts.count(g.ts.requests, "charge"); e != 1+distinct || r != 1+distinct {
+		t.Errorf("%d effects and %d requests upstream, want %d and %d", e, r, 1+distinct, 1+distinct)
+	}
+}
+
 func TestConflictTimeoutPassthroughAndRefusals(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, time.Second)
