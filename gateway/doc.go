@@ -22,6 +22,9 @@
 //	call.go     one tools/call: its tuple (identity.go), its record and
 //	            lease to the engine of this process (Config.Lease), its wait;
 //	            a read-only call passed through once admitted (Config.Admit)
+//	record.go   the records of the calls arriving while one is written,
+//	            written together in the next transaction
+//	            (store.EnqueueLeasedBatch); a batch that fails, each alone
 //	identity.go the four-tuple of a call: _meta, X-Agent-Run-Id, the derived
 //	            auto- step id
 //	answer.go   the answer of a recorded call from its row and record
