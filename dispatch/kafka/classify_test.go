@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,6 +220,41 @@ func TestHang(t *testing.T) {
 	}
 	if !(r.Outcome == dispatch.Retry && r.Reason == ReasonInFlight) && r.Outcome != dispatch.Ambiguous {
 		t.Errorf("retry of a pending key: got %s (%s, %v)", r.Outcome, r.Reason, r.Err)
+	}
+}
+
+// TestProducerIDHang: a broker that never answers the request for a
+// producer id leaves the attempt with nothing sent once its deadline passes
+// (no record can be produced without one), not with a record that may be
+// written; the topic holds none. Once the broker answers, the row's next
+// attempt (here another replica's) writes it once.
+func TestProducerIDHang(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var hung atomic.Bool
+	hung.Store(true)
+	c.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if hung.Load() {
+			c.KeepControl()
+			return nil, nil, true // no answer
+		}
+		return nil, nil, false
+	})
+	a := newAdapter(t, c, Config{Timeout: 500 * time.Millisecond})
+	m := newMessage("create_order", "s", `{}`)
+	r := dispatchOnce(t, a, m)
+	wantOutcome(t, "no producer id", r, dispatch.Retry, dispatch.ReasonTimeout)
+	if !r.NotSent {
+		t.Errorf("no producer id: NotSent false (%v)", r.Err)
+	}
+	wantErrText(t, r, "no producer id", topicOrders)
+	if n := len(readAll(t, c.ListenAddrs(), topicOrders)); n != 0 {
+		t.Fatalf("topic holds %d records after an attempt without a producer id, want 0", n)
+	}
+	hung.Store(false)
+	wantOutcome(t, "the broker answering again", dispatchOnce(t, newAdapter(t, c, Config{}), m), dispatch.Success, "")
+	if n := len(readAll(t, c.ListenAddrs(), topicOrders)); n != 1 {
+		t.Fatalf("topic holds %d records, want 1", n)
 	}
 }
 

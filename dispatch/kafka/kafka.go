@@ -255,33 +255,8 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	}
 	epoch := a.connects.Load()
 	unconnected := a.openConns.Load() == 0
-	// The producer id first (kept by the client once loaded: no round trip
-	// after the first). A broker that refuses it (cluster authorization)
-	// has answered, and no record is buffered: the client fails the
-	// records buffered when the refusal comes, and one buffered an instant
-	// later would wait, unsent, until the attempt's deadline and be taken
-	// for one that may be written. Without a producer id no record can be
-	// sent, so an attempt that ends waiting for it sent nothing.
-	if _, _, err := a.cl.ProducerID(ctx); err != nil {
-		// A refusal the client keeps (not retriable); a retriable one it
-		// loads again when the record is produced, within the attempt.
-		ke, answered := errors.AsType[*kerr.Error](err)
-		refused := answered && !ke.Retriable
-		if refused || ctx.Err() != nil {
-			a.acks.abandon(m.Key)
-			if refused {
-				return classify(err, topic)
-			}
-			if r, ok := a.unconnected(ctx, topic, epoch, unconnected); ok {
-				return r
-			}
-			reason := dispatch.ReasonTimeout
-			if errors.Is(ctx.Err(), context.Canceled) {
-				reason = dispatch.ReasonCancelled
-			}
-			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason,
-				Err: a.describe(fmt.Errorf("not sent to topic %s: no producer id from the brokers within the attempt: %w", topic, ctx.Err()))}
-		}
+	if r, ok := a.producerID(ctx, m.Key, topic, epoch, unconnected); !ok {
+		return r
 	}
 	rec := a.record(topic, m)
 	promised := make(chan error, 1)
@@ -316,6 +291,48 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		}
 		return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: dispatch.ReasonTimeout,
 			Err: a.describe(fmt.Errorf("no acknowledgement from topic %s within %s, the record may be written: %w", topic, a.cfg.Timeout, context.DeadlineExceeded))}
+	}
+}
+
+// producerID waits for the client's producer id (kept once loaded: no
+// round trip after the first), before the record is buffered. A broker that
+// refuses it (cluster authorization) has answered: the attempt ends with
+// that answer and no record buffered (the client fails the records
+// buffered when the refusal comes, and one buffered an instant later would
+// wait, unsent, until the attempt's deadline and be taken for one that may
+// be written). A load that fails otherwise is tried again, with the
+// client's backoff, until the attempt's deadline: without a producer id no
+// record can be sent, so an attempt that ends waiting for one sent nothing.
+// ok is false when the attempt ends here, with r.
+func (a *Adapter) producerID(ctx context.Context, key, topic string, epoch int64, unconnected bool) (r dispatch.Result, ok bool) {
+	for try := 1; ; try++ {
+		_, _, err := a.cl.ProducerID(ctx)
+		if err == nil {
+			return dispatch.Result{}, true
+		}
+		if ke, answered := errors.AsType[*kerr.Error](err); answered && !ke.Retriable {
+			a.acks.abandon(key)
+			return classify(err, topic), false
+		}
+		if ctx.Err() == nil {
+			t := time.NewTimer(retryBackoff(try))
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		a.acks.abandon(key)
+		if r, ok := a.unconnected(ctx, topic, epoch, unconnected); ok {
+			return r, false
+		}
+		reason := dispatch.ReasonTimeout
+		if errors.Is(ctx.Err(), context.Canceled) {
+			reason = dispatch.ReasonCancelled
+		}
+		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: reason,
+			Err: a.describe(fmt.Errorf("not sent to topic %s: no producer id from the brokers within the attempt: %w", topic, err))}, false
 	}
 }
 
