@@ -258,6 +258,22 @@ func TestProducerIDHang(t *testing.T) {
 	}
 }
 
+// TestClosedAdapter: an attempt on a closed adapter is a retry, not sent,
+// whose reason says so, and it does not wait for its deadline.
+func TestClosedAdapter(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	a := newAdapter(t, c, Config{Timeout: time.Minute})
+	if err := a.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := dispatchOnce(t, a, newMessage("create_order", "s", `{}`))
+	wantOutcome(t, "closed", r, dispatch.Retry, ReasonClosed)
+	if !r.NotSent {
+		t.Errorf("closed: NotSent false (%v)", r.Err)
+	}
+}
+
 // incompressible returns n hex digits of random bytes: compression cannot
 // bring them under a size limit.
 func incompressible(n int) string {

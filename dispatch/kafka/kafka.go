@@ -300,17 +300,19 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 // that answer and no record buffered (the client fails the records
 // buffered when the refusal comes, and one buffered an instant later would
 // wait, unsent, until the attempt's deadline and be taken for one that may
-// be written). A load that fails otherwise is tried again, with the
-// client's backoff, until the attempt's deadline: without a producer id no
-// record can be sent, so an attempt that ends waiting for one sent nothing.
-// ok is false when the attempt ends here, with r.
+// be written). A closed client ends it too. A load that fails otherwise is
+// tried again, with the client's backoff, until the attempt's deadline:
+// without a producer id no record can be sent, so an attempt that ends
+// waiting for one sent nothing. ok is false when the attempt ends here,
+// with r.
 func (a *Adapter) producerID(ctx context.Context, key, topic string, epoch int64, unconnected bool) (r dispatch.Result, ok bool) {
 	for try := 1; ; try++ {
 		_, _, err := a.cl.ProducerID(ctx)
 		if err == nil {
 			return dispatch.Result{}, true
 		}
-		if ke, answered := errors.AsType[*kerr.Error](err); answered && !ke.Retriable {
+		ke, answered := errors.AsType[*kerr.Error](err)
+		if answered && !ke.Retriable || errors.Is(err, kgo.ErrClientClosed) {
 			a.acks.abandon(key)
 			return classify(err, topic), false
 		}
