@@ -148,12 +148,12 @@ func (n witnessed) names(r witnessed) bool {
 	return n.all || n.due == r.due && n.seq <= r.seq
 }
 
-// hold takes the rows of a poll's claim made at claimedAt. Those a
+// hold takes the rows of a poll's claim made at claimedAt, now. Those a
 // notification heard already names count under notify at once.
-func (w *pollWitness) hold(rows []store.ClaimedRow, claimedAt time.Time, counts *claimCounts) {
+func (w *pollWitness) hold(rows []store.ClaimedRow, claimedAt, now time.Time, counts *claimCounts) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.settleLocked(time.Now(), counts)
+	w.settleLocked(now, counts)
 	named := 0
 	for i := range rows {
 		r := witnessed{at: claimedAt, due: rows[i].Due.UnixMicro(), seq: rows[i].Seq}
@@ -179,10 +179,9 @@ func (w *pollWitness) namedLocked(r witnessed) bool {
 	return false
 }
 
-// heardOf records a notification and moves the held rows it names to
-// notify. ok is false for a notification without a position.
-func (w *pollWitness) heardOf(p store.Position, ok bool, counts *claimCounts) {
-	now := time.Now()
+// heardOf records a notification heard now and moves the held rows it
+// names to notify. ok is false for a notification without a position.
+func (w *pollWitness) heardOf(p store.Position, ok bool, now time.Time, counts *claimCounts) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.settleLocked(now, counts)

@@ -210,7 +210,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 // holds its own share of rt; the caller's stays the caller's to end.
 func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCause, claimedAt time.Time) (started int) {
 	if cause == causePoll && !e.cfg.PollOnly {
-		e.witness.hold(rows, claimedAt, &e.claims) // counted once their notification had time to come
+		e.witness.hold(rows, claimedAt, time.Now(), &e.claims) // counted once their notification had time to come
 	} else {
 		e.claims.add(cause, len(rows))
 	}

@@ -89,7 +89,7 @@ func (e *Engine) listenOnce(ctx context.Context, heard *time.Time) (listened boo
 		} else {
 			e.floor.wantFull()
 		}
-		e.witness.heardOf(p, ok, &e.claims)
+		e.witness.heardOf(p, ok, time.Now(), &e.claims)
 		e.wakeFor(causeNotify)
 	}
 }
