@@ -90,4 +90,6 @@
 //	                          bounded by max_in_flight_bytes sums without reading intents
 //	027_rotation_cursor.sql   queue_generations.moved_upto: where the rotation's next move of
 //	                          a closed generation starts, so that no move reads the moved rows
+//	028_audit_key_hash.sql    the audit's per-key index a hash index on key (was a btree on
+//	                          key and id): a fifth of the size, far less WAL per entry
 package migrations

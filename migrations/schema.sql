@@ -43,7 +43,7 @@ CREATE TABLE drainer.audit (
     part            smallint DEFAULT drainer.audit_generation() NOT NULL
 ) PARTITION BY LIST (part);
 CREATE SEQUENCE drainer.audit_entry_id AS bigint OWNED BY drainer.audit.id;
-CREATE INDEX audit_key_idx ON ONLY drainer.audit USING btree (key, id);
+CREATE INDEX audit_key_hash_idx ON ONLY drainer.audit USING hash (key);
 
 -- drainer.audit_p0: partition FOR VALUES IN ('0') of drainer.audit
 CREATE TABLE drainer.audit_p0 PARTITION OF drainer.audit (
@@ -51,29 +51,29 @@ CREATE TABLE drainer.audit_p0 PARTITION OF drainer.audit (
     -- id: no default of its own (audit's applies only to rows written through it)
     -- part: no default of its own (audit's applies only to rows written through it)
 ) FOR VALUES IN ('0') WITH (autovacuum_vacuum_insert_scale_factor=0.05);
--- a partition of index drainer.audit_key_idx
-CREATE INDEX audit_p0_key_idx ON drainer.audit_p0 USING btree (key, id);
+-- a partition of index drainer.audit_key_hash_idx
+CREATE INDEX audit_p0_key_hash_idx ON drainer.audit_p0 USING hash (key);
 
 -- drainer.audit_p1: partition FOR VALUES IN ('1') of drainer.audit
 CREATE TABLE drainer.audit_p1 PARTITION OF drainer.audit (
     CONSTRAINT audit_p1_pkey PRIMARY KEY (id)
 ) FOR VALUES IN ('1');
--- a partition of index drainer.audit_key_idx
-CREATE INDEX audit_p1_key_id_idx ON drainer.audit_p1 USING btree (key, id);
+-- a partition of index drainer.audit_key_hash_idx
+CREATE INDEX audit_p1_key_hash_idx ON drainer.audit_p1 USING hash (key);
 
 -- drainer.audit_p2: partition FOR VALUES IN ('2') of drainer.audit
 CREATE TABLE drainer.audit_p2 PARTITION OF drainer.audit (
     CONSTRAINT audit_p2_pkey PRIMARY KEY (id)
 ) FOR VALUES IN ('2');
--- a partition of index drainer.audit_key_idx
-CREATE INDEX audit_p2_key_id_idx ON drainer.audit_p2 USING btree (key, id);
+-- a partition of index drainer.audit_key_hash_idx
+CREATE INDEX audit_p2_key_hash_idx ON drainer.audit_p2 USING hash (key);
 
 -- drainer.audit_p3: partition FOR VALUES IN ('3') of drainer.audit
 CREATE TABLE drainer.audit_p3 PARTITION OF drainer.audit (
     CONSTRAINT audit_p3_pkey PRIMARY KEY (id)
 ) FOR VALUES IN ('3');
--- a partition of index drainer.audit_key_idx
-CREATE INDEX audit_p3_key_id_idx ON drainer.audit_p3 USING btree (key, id);
+-- a partition of index drainer.audit_key_hash_idx
+CREATE INDEX audit_p3_key_hash_idx ON drainer.audit_p3 USING hash (key);
 
 -- drainer.audit_anchor_history: table
 CREATE TABLE drainer.audit_anchor_history (
