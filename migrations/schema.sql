@@ -252,7 +252,7 @@ CREATE TRIGGER queue_notify AFTER INSERT ON drainer.queue REFERENCING NEW TABLE 
 -- drainer.queue_g1: partition FOR VALUES IN ('1') of drainer.queue
 CREATE TABLE drainer.queue_g1 PARTITION OF drainer.queue (
     CONSTRAINT queue_g1_pkey PRIMARY KEY (seq)
-) FOR VALUES IN ('1') WITH (fillfactor=80);
+) FOR VALUES IN ('1') WITH (fillfactor=50);
 -- a partition of index drainer.queue_lease_idx
 CREATE INDEX queue_g1_lease_expires_at_idx ON drainer.queue_g1 USING btree (lease_expires_at) WHERE status = 'in_flight'::text;
 -- a partition of index drainer.queue_due_idx
@@ -265,7 +265,7 @@ CREATE INDEX queue_g1_tool_name_business_scope_seq_idx ON drainer.queue_g1 USING
 -- drainer.queue_g2: partition FOR VALUES IN ('2') of drainer.queue
 CREATE TABLE drainer.queue_g2 PARTITION OF drainer.queue (
     CONSTRAINT queue_g2_pkey PRIMARY KEY (seq)
-) FOR VALUES IN ('2') WITH (fillfactor=80);
+) FOR VALUES IN ('2') WITH (fillfactor=50);
 -- a partition of index drainer.queue_lease_idx
 CREATE INDEX queue_g2_lease_expires_at_idx ON drainer.queue_g2 USING btree (lease_expires_at) WHERE status = 'in_flight'::text;
 -- a partition of index drainer.queue_due_idx
@@ -278,7 +278,7 @@ CREATE INDEX queue_g2_tool_name_business_scope_seq_idx ON drainer.queue_g2 USING
 -- drainer.queue_g3: partition FOR VALUES IN ('3') of drainer.queue
 CREATE TABLE drainer.queue_g3 PARTITION OF drainer.queue (
     CONSTRAINT queue_g3_pkey PRIMARY KEY (seq)
-) FOR VALUES IN ('3') WITH (fillfactor=80);
+) FOR VALUES IN ('3') WITH (fillfactor=50);
 -- a partition of index drainer.queue_lease_idx
 CREATE INDEX queue_g3_lease_expires_at_idx ON drainer.queue_g3 USING btree (lease_expires_at) WHERE status = 'in_flight'::text;
 -- a partition of index drainer.queue_due_idx
