@@ -3,9 +3,11 @@
 -- with a fifth of the page free, most new versions did not fit beside
 -- the old one, and an update whose new version goes to another page
 -- writes a second tuple lock to the WAL (the old version is marked locked
--- while the page is left) and touches a second page. With half free, the
--- claim's versions stay on their page, and the page's dead versions are
--- pruned in place before the completion's. In the in-server replay the
+-- while the page is left) and touches a second page: three rows in four
+-- left their page in a drain. With half free, one in four (the claim's
+-- versions fit beside the old ones, and a page's dead versions are pruned
+-- in place before the completion's when no snapshot needs them). In the
+-- in-server replay the
 -- drain wrote 1,582 WAL bytes a row before and 1,471 after, in the same
 -- time (docs/architecture.md, "Measured in the server"); a hot generation
 -- takes about 1.6 times the pages, and leaves by truncation as before.
