@@ -91,7 +91,7 @@
 //	027_rotation_cursor.sql   queue_generations.moved_upto: where the rotation's next move of
 //	                          a closed generation starts, so that no move reads the moved rows
 //	028_audit_key_hash.sql    the audit's per-key index a hash index on key (was a btree on
-//	                          key and id): a fifth of the size, far less WAL per entry
+//	                          key and id): half the pages, less WAL per entry
 //	029_queue_fillfactor.sql  the hot generations' fill factor 50 (was 80), so the claim's and
 //	                          the completion's new versions stay on their row's page
 package migrations

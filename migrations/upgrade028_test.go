@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestUpgradeTo028KeepsEveryChainFindable upgrades a release-27 schema
@@ -27,20 +29,9 @@ func TestUpgradeTo028KeepsEveryChainFindable(t *testing.T) {
 	exec("BEGIN;\n" + code + "\nCOMMIT;")
 	query := func(sql string, args ...any) []string {
 		t.Helper()
-		rows, err := conn.Query(ctx, sql, args...)
+		rows, _ := conn.Query(ctx, sql, args...)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, s)
-		}
-		if err := rows.Err(); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 		return out
