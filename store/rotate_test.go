@@ -14,6 +14,7 @@ import (
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -232,6 +233,48 @@ func TestRotationWaitsForOldSnapshots(t *testing.T) {
 		t.Fatalf("steps once the old snapshot ended: %v, want truncated", kinds)
 	}
 	if g := countByGen(t, pool); g[0] != 120 || len(g) != 1 {
+		t.Fatalf("rows by generation: %v", g)
+	}
+	assertAuditVerifies(t, pool)
+}
+
+// TestRotationWaitsOnlyForThisDatabase: a transaction held open in another
+// database of the same server, from before the generation was closed until
+// after it was truncated, does not hold the truncation back (it cannot see
+// this database's tables; vacuum does not wait for it either). Counting
+// every transaction of the server, the rotation waited for it as long as it
+// ran, and a transaction held for hours elsewhere stalled every truncation
+// here.
+func TestRotationWaitsOnlyForThisDatabase(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := t.Context()
+	elsewhere, err := pgx.Connect(ctx, dbtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = elsewhere.Close(context.Background()) }()
+	held, err := elsewhere.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Rollback(context.Background()) }()
+	var vxid string
+	if err := held.QueryRow(ctx, `SELECT virtualtransaction FROM pg_locks
+	      WHERE pid = pg_backend_pid() AND locktype = 'virtualxid'`).Scan(&vxid); err != nil {
+		t.Fatal(err)
+	}
+
+	storetest.Enqueue(t, pool, "run-else", "t", 60)
+	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
+	if kinds := rotateUntilTruncated(t, st, pool, testRotation); !slices.Contains(kinds, "truncated") {
+		t.Fatalf("steps %v: want a truncation", kinds)
+	}
+	if running := scalar[bool](t, pool, `SELECT drainer.any_running(ARRAY[$1::text])`, vxid); !running {
+		t.Fatalf("the transaction of the other database (%s) ended before the truncation: the test proves nothing", vxid)
+	}
+	if g := countByGen(t, pool); g[0] != 60 || len(g) != 1 {
 		t.Fatalf("rows by generation: %v", g)
 	}
 	assertAuditVerifies(t, pool)
