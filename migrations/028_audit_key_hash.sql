@@ -19,8 +19,9 @@
 -- the current generation's build (about 0.9 s per million entries on the
 -- two-core build machine), not the whole audit's. The other generations
 -- are written only by a transaction that read the current generation
--- before a flip. Then the four are attached to the new partitioned index
--- and the old one is dropped (both instant).
+-- before a flip. Each is attached to the new partitioned index as it is
+-- built, and then the old one is dropped (both instant).
+CREATE INDEX audit_key_hash_idx ON ONLY {{.schema}}.audit USING hash (key);
 DO $$
 DECLARE
     v_part smallint;
@@ -29,14 +30,10 @@ BEGIN
                     FROM generate_series(0, 3) s(part)
                     LEFT JOIN {{.schema}}.audit_generations g ON g.part = s.part
                    ORDER BY coalesce(g.current, false), s.part LOOP
-        EXECUTE format('CREATE INDEX %I ON {{.schema}}.%I USING hash (key)',
+        EXECUTE format('CREATE INDEX %1$I ON {{.schema}}.%2$I USING hash (key);
+                        ALTER INDEX {{.schema}}.audit_key_hash_idx ATTACH PARTITION {{.schema}}.%1$I',
                        'audit_p' || v_part || '_key_hash_idx', 'audit_p' || v_part);
     END LOOP;
 END
 $$;
-CREATE INDEX audit_key_hash_idx ON ONLY {{.schema}}.audit USING hash (key);
-ALTER INDEX {{.schema}}.audit_key_hash_idx ATTACH PARTITION {{.schema}}.audit_p0_key_hash_idx;
-ALTER INDEX {{.schema}}.audit_key_hash_idx ATTACH PARTITION {{.schema}}.audit_p1_key_hash_idx;
-ALTER INDEX {{.schema}}.audit_key_hash_idx ATTACH PARTITION {{.schema}}.audit_p2_key_hash_idx;
-ALTER INDEX {{.schema}}.audit_key_hash_idx ATTACH PARTITION {{.schema}}.audit_p3_key_hash_idx;
 DROP INDEX {{.schema}}.audit_key_idx;
