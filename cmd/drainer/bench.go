@@ -72,7 +72,7 @@ drainer schema), and drops what it created when done or interrupted.`,
 	f.StringVar(&o.Schema, "schema", bench.DefaultSchema, "scratch schema bench creates and drops (River's: SCHEMA_river)")
 	f.IntVar(&o.Workers, "workers", config.DefaultWorkers, "workers per replica (and River MaxWorkers per client)")
 	f.IntVar(&o.Replicas, "replicas", bench.DefaultReplicas, "engines in this process, each its own pool (and River clients)")
-	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the drain runs to this file (go tool pprof -top FILE)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the drain runs (of the gateway calls, with --phases gateway) to this file (go tool pprof -top FILE)")
 	f.BoolVar(&o.WaitEvents, "wait-events", false, "sample the replicas' wait events (pg_stat_activity) during the drain runs")
 	f.StringSliceVar(&o.Phases, "phases", nil, "run only these phases (drain,no-audit,ceiling,river,backlog,latency,xmin,http,enqueue,gateway,rss)")
 	cmd.AddCommand(newBenchReplicaCmd())

@@ -55,7 +55,9 @@ type Options struct {
 	// Version is exported by the engines' build info metric.
 	Version string
 	// DrainCPUProfile, when set, receives a CPU profile (pprof format) of
-	// this process during the drain runs: where the engine spends its time.
+	// this process during the drain runs: where the engine spends its time;
+	// when Phases leaves out the drain but names the gateway, during the
+	// calls through the gateway from all its clients.
 	DrainCPUProfile io.Writer
 	// ReplicaCommand is the command line that starts one replica process
 	// for peak_rss_bytes (it must end in RunReplicaFromEnv, e.g. the drainer

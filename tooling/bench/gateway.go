@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -106,7 +107,13 @@ func (r *runner) gatewayPhase(ctx context.Context, res *Result) (err error) {
 	if g.direct, err = direct.calls(ctx, run, "call", n, false); err != nil {
 		return fmt.Errorf("gateway: direct calls: %w", err)
 	}
-	if g.through, err = through.calls(ctx, run, "call", n, true); err != nil {
+	stopProfile, err := r.gatewayProfile()
+	if err != nil {
+		return err
+	}
+	g.through, err = through.calls(ctx, run, "call", n, true)
+	stopProfile()
+	if err != nil {
 		return fmt.Errorf("gateway: calls through the gateway: %w", err)
 	}
 	one := oneClientCalls(n)
@@ -127,6 +134,21 @@ func (r *runner) gatewayPhase(ctx context.Context, res *Result) (err error) {
 	r.logf("gateway, one client: p50 %.2f ms through the gateway − %.2f ms direct = %.2f ms; p99 %.2f ms − %.2f ms = %.2f ms",
 		res.GatewayOneP50Ms, res.GatewayOneDirectP50Ms, res.GatewayOneOverheadP50Ms, res.GatewayOneP99Ms, res.GatewayOneDirectP99Ms, res.GatewayOneOverheadP99Ms)
 	return nil
+}
+
+// gatewayProfile starts the CPU profiler for the calls through the
+// gateway when a profile is asked for and the drain runs, which it
+// otherwise covers, are not part of this run; the function returned stops
+// it.
+func (r *runner) gatewayProfile() (func(), error) {
+	w := r.opts.DrainCPUProfile
+	if w == nil || len(r.opts.Phases) == 0 || slices.Contains(r.opts.Phases, "drain") {
+		return func() {}, nil
+	}
+	if err := pprof.StartCPUProfile(w); err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return pprof.StopCPUProfile, nil
 }
 
 // record sets the phase's fields of res: each overhead is the percentile
