@@ -318,6 +318,27 @@ func (o *opsScenario) waitProgress(what string, before int) {
 	})
 }
 
+// deferredFar is how far ahead a row of the scenario is due only when a
+// pause deferred it (pausedRecheck, a minute and up to half as much again):
+// its backoff (cap 500 ms), Retry-After floors (at most 10 s) and breakers
+// (30 s) never push a row this far.
+const deferredFar = 45 * time.Second
+
+// waitWoken waits until no pending row of tools is deferred by a pause
+// (due more than deferredFar ahead): a resume wakes them within the pause
+// watcher's interval, on every replica. A pause that follows at once then
+// holds rows that come due, as the next step needs; a resume that no
+// replica saw (resumed and paused again between two of their reads)
+// would leave them deferred for a minute.
+func (o *opsScenario) waitWoken(what string, tools ...string) {
+	o.t.Helper()
+	o.waitUntil(what, func() (bool, string) {
+		n := o.count(`SELECT count(*) FROM drainer.outbox WHERE tool_name = ANY($1) AND status = 'pending'
+		    AND next_attempt_at > now() + $2 * interval '1 millisecond'`, tools, deferredFar.Milliseconds())
+		return n == 0, fmt.Sprintf("%d rows deferred", n)
+	})
+}
+
 // opsChange and opsResult are the parts of the JSON of requeue and cancel
 // the scenario reads.
 type opsChange struct {
@@ -657,6 +678,7 @@ func (o *opsScenario) pauseAdapter() {
 	o.logf("adapter pause: %d rows enqueued under it; cancelled %d rows (%d never attempted and %d attempted offered); aborted %d runs (%d rows cancelled); resumed with %d Retry-After floors in force",
 		len(wave), cancelled, min(len(fresh), 2*o.f), min(len(attempted), 2*o.f), len(runs), aborted, floors)
 	o.waitProgress("the drain to go on after the adapter resume", before)
+	o.waitWoken("the payments rows the pause deferred, woken by the resume", opsCharge, opsRefund)
 
 	// A short pause, resumed as soon as it holds a row: rows answered 429
 	// just before are still behind their Retry-After when the resume wakes
@@ -678,6 +700,7 @@ func (o *opsScenario) pauseAdapter() {
 	o.mustAction("resume", "--adapter", "payments", "--reason", "chaos: short maintenance over")
 	o.logf("short adapter pause: resumed with %d Retry-After floors in force", floors)
 	o.waitProgress("the drain to go on after the second adapter resume", before)
+	o.waitWoken("the payments rows the short pause deferred, woken by its resume", opsCharge, opsRefund)
 }
 
 // pauseRoute: `drainer pause charge_card` while its rows are behind
