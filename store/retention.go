@@ -60,11 +60,11 @@ const pruneTombstonesSQL = `WITH gone AS (
                AND (EXISTS (SELECT 1 FROM {s}.audit a WHERE a.key = k.key)
                     OR EXISTS (SELECT 1 FROM {s}.audit_anchors x WHERE x.key = k.key))
                AND (k.audit_head IS NULL OR k.audit_head IS NOT DISTINCT FROM coalesce(
-                       (SELECT a.hash FROM {s}.audit a WHERE a.key = k.key ORDER BY a.id DESC LIMIT 1),
+                       (SELECT a.hash FROM {s}.audit a WHERE a.key = k.key ORDER BY a.id + 0 DESC LIMIT 1),
                        (SELECT x.hash FROM {s}.audit_anchors x WHERE x.key = k.key)))
                AND k.final_status IS NOT DISTINCT FROM coalesce(
                        (SELECT a.to_status FROM {s}.audit a WHERE a.key = k.key AND a.to_status IS NOT NULL
-                         ORDER BY a.id DESC LIMIT 1),
+                         ORDER BY a.id + 0 DESC LIMIT 1),
                        (SELECT x.status FROM {s}.audit_anchors x WHERE x.key = k.key), k.final_status)
              ORDER BY k.pruned_at LIMIT $2 FOR UPDATE OF k SKIP LOCKED))
         RETURNING 1) SELECT count(*) FROM gone`

@@ -7,13 +7,24 @@
 -- every call; PL/pgSQL keeps the plan for the session. Statements that
 -- need the head of many keys at once (enqueue_batch) read it inline, with
 -- the same two look-ups, planned once for all their rows.
+--
+-- "ORDER BY a.id + 0": the latest entry is found among the key's own
+-- entries (the per-key hash index), never by reading the id index
+-- backwards until an entry of the key turns up. The planner takes that
+-- second way when it expects many entries per key, as it does for a
+-- generation not yet analyzed (the default selectivity of an equality):
+-- it then read the whole generation for a key that has no entry (every
+-- enqueue of a new key), and `audit verify` read as many entries for each
+-- row of the queue (TestAuditKeyLookupsReadOneKey). Every look-up of a
+-- key's latest entry is written so (audit_problems, enqueue_batch, the
+-- retention of tombstones).
 CREATE OR REPLACE FUNCTION {{.schema}}.audit_head(p_key text)
  RETURNS bytea
  LANGUAGE plpgsql
  STABLE
 AS $function$
 BEGIN
-    RETURN coalesce((SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = p_key ORDER BY a.id DESC LIMIT 1),
+    RETURN coalesce((SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = p_key ORDER BY a.id + 0 DESC LIMIT 1),
                     (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = p_key));
 END
 $function$;

@@ -40,11 +40,11 @@ AS $function$
       FROM {{.schema}}.queue q
       JOIN {{.schema}}.intents i ON i.seq = q.seq
       LEFT JOIN LATERAL (SELECT a.id, a.hash FROM {{.schema}}.audit a
-                          WHERE a.key = i.key ORDER BY a.id DESC LIMIT 1) h ON true
+                          WHERE a.key = i.key ORDER BY a.id + 0 DESC LIMIT 1) h ON true
       -- the last entry that records a status (an operator's note on the
       -- row, audit_append, records none)
       LEFT JOIN LATERAL (SELECT a.id, a.to_status, a.attempts FROM {{.schema}}.audit a
-                          WHERE a.key = i.key AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1) st ON true
+                          WHERE a.key = i.key AND a.to_status IS NOT NULL ORDER BY a.id + 0 DESC LIMIT 1) st ON true
       LEFT JOIN {{.schema}}.audit_anchors x ON x.key = i.key
      CROSS JOIN LATERAL (SELECT CASE WHEN st.id IS NOT NULL THEN st.to_status ELSE x.status END AS status,
                                 CASE WHEN st.id IS NOT NULL THEN st.attempts ELSE x.attempts END AS attempts) s
@@ -69,9 +69,9 @@ AS $function$
                             k.final_status, s.status)
            END
       FROM {{.schema}}.keys k
-      LEFT JOIN LATERAL (SELECT a.id, a.hash FROM {{.schema}}.audit a WHERE a.key = k.key ORDER BY a.id DESC LIMIT 1) h ON true
+      LEFT JOIN LATERAL (SELECT a.id, a.hash FROM {{.schema}}.audit a WHERE a.key = k.key ORDER BY a.id + 0 DESC LIMIT 1) h ON true
       LEFT JOIN LATERAL (SELECT a.id, a.to_status FROM {{.schema}}.audit a
-                          WHERE a.key = k.key AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1) st ON true
+                          WHERE a.key = k.key AND a.to_status IS NOT NULL ORDER BY a.id + 0 DESC LIMIT 1) st ON true
       LEFT JOIN {{.schema}}.audit_anchors x ON x.key = k.key
      CROSS JOIN LATERAL (SELECT CASE WHEN st.id IS NOT NULL THEN st.to_status ELSE x.status END AS status) s
      WHERE k.pruned_at IS NOT NULL AND (p_key IS NULL OR k.key = p_key)

@@ -140,7 +140,7 @@ BEGIN
              CROSS JOIN LATERAL (SELECT clock_timestamp() AS at, {{.schema}}.audit_event(NULL, s.status) AS event,
                                         -- audit_head(ins.key), inline: planned once for every row
                                         coalesce((SELECT a.hash FROM {{.schema}}.audit a
-                                                   WHERE a.key = ins.key ORDER BY a.id DESC LIMIT 1),
+                                                   WHERE a.key = ins.key ORDER BY a.id + 0 DESC LIMIT 1),
                                                  (SELECT x.hash FROM {{.schema}}.audit_anchors x
                                                    WHERE x.key = ins.key)) AS prev) e
         ), queued AS (
