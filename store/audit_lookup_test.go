@@ -38,7 +38,7 @@ func TestAuditKeyLookupsReadOneKey(t *testing.T) {
 	    END $$`); err != nil {
 		t.Fatal(err)
 	}
-	const n = 5_000
+	const n = 10_000
 	storetest.Enqueue(t, pool, "run-lookup", "t", n)
 	drainAll(t, st, pool, func(int) outbox.Status { return outbox.StatusSucceeded })
 	if _, err := pool.Exec(ctx, `DELETE FROM pg_statistic s USING pg_inherits h
@@ -76,12 +76,17 @@ func TestAuditKeyLookupsReadOneKey(t *testing.T) {
 	}
 
 	// A key with no entry (an enqueue's new key), and one with two: a few
-	// blocks each, every time (the sixth call on is planned for any key).
+	// blocks each, every time (the sixth call on is planned for any key),
+	// where reading the generation would take some 650.
 	some := scalar[string](t, pool, `SELECT key FROM drainer.intents ORDER BY seq LIMIT 1`)
 	for i := range 8 {
 		for _, key := range []string{"idem_v1_00000000000000000000000000000000", some} {
 			if b := read(`SELECT drainer.audit_head($1)`, key); b > 50 {
 				t.Fatalf("call %d: audit_head(%s) read %d blocks of the audit (%d entries); want those of its key", i+1, key, b, entries)
+			}
+			// inspect's check of one chain
+			if b := read(`SELECT * FROM drainer.audit_problems($1)`, key); b > 200 {
+				t.Fatalf("call %d: audit_problems(%s) read %d blocks of the audit (%d entries); want those of its key", i+1, key, b, entries)
 			}
 		}
 	}
