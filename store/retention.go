@@ -53,11 +53,12 @@ const pruneRunsSQL = `WITH gone AS (
 // recorded change (or its anchor, once truncated) does not record (a change
 // made with the audit triggers off), whose head is not the chain's last
 // hash (an entry added or removed at its end), or whose chain is gone (no
-// entry, no anchor).
+// entry, no anchor). Each look-up of a key's entries orders by id + 0, so
+// it reads them through the per-key index (see audit_head.sql).
 const pruneTombstonesSQL = `WITH gone AS (
         DELETE FROM {s}.keys WHERE key = ANY (ARRAY(
             SELECT k.key FROM {s}.keys k WHERE k.pruned_at < now() - $1 * interval '1 millisecond'
-               AND (EXISTS (SELECT 1 FROM {s}.audit a WHERE a.key = k.key)
+               AND ((SELECT a.id FROM {s}.audit a WHERE a.key = k.key ORDER BY a.id + 0 DESC LIMIT 1) IS NOT NULL
                     OR EXISTS (SELECT 1 FROM {s}.audit_anchors x WHERE x.key = k.key))
                AND (k.audit_head IS NULL OR k.audit_head IS NOT DISTINCT FROM coalesce(
                        (SELECT a.hash FROM {s}.audit a WHERE a.key = k.key ORDER BY a.id + 0 DESC LIMIT 1),
