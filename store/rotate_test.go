@@ -702,9 +702,10 @@ func TestRotationMoveReadsWhatItMoves(t *testing.T) {
 	        lease_expires_at = NULL, leased_by = NULL WHERE seq = $1`, held); err != nil {
 		t.Fatal(err)
 	}
-	// The truncation waits for the transactions running when the
-	// generation was emptied, other tests' in this cluster too: while one
-	// runs, the rotation says waiting and is asked again (two minutes).
+	// The truncation waits for the transactions of this database running
+	// when the generation was emptied (a pooled connection's, autovacuum's
+	// analyze): while one runs, the rotation says waiting and is asked
+	// again (two minutes).
 	var kinds []string
 	for waitedUntil := time.Now().Add(2 * time.Minute); len(kinds) < 10 && time.Now().Before(waitedUntil); {
 		s, _ := step()
