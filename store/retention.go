@@ -53,16 +53,20 @@ const pruneRunsSQL = `WITH gone AS (
 // recorded change (or its anchor, once truncated) does not record (a change
 // made with the audit triggers off), whose head is not the chain's last
 // hash (an entry added or removed at its end), or whose chain is gone (no
-// entry, no anchor). Each look-up of a key's entries orders by id + 0, so
-// it reads them through the per-key index (see audit_head.sql).
+// entry, no anchor). The chain's last entry is read once per key, beside
+// the key (a lateral look-up, so the keys are still read in pruned_at
+// order up to the batch; joined to the anchors, the plan read every key);
+// each look-up of a key's entries orders by id + 0, so it reads them
+// through the per-key index (see audit_head.sql).
 const pruneTombstonesSQL = `WITH gone AS (
         DELETE FROM {s}.keys WHERE key = ANY (ARRAY(
-            SELECT k.key FROM {s}.keys k WHERE k.pruned_at < now() - $1 * interval '1 millisecond'
-               AND ((SELECT a.id FROM {s}.audit a WHERE a.key = k.key ORDER BY a.id + 0 DESC LIMIT 1) IS NOT NULL
-                    OR EXISTS (SELECT 1 FROM {s}.audit_anchors x WHERE x.key = k.key))
+            SELECT k.key FROM {s}.keys k
+              LEFT JOIN LATERAL (SELECT a.hash FROM {s}.audit a WHERE a.key = k.key
+                                  ORDER BY a.id + 0 DESC LIMIT 1) h ON true
+             WHERE k.pruned_at < now() - $1 * interval '1 millisecond'
+               AND (h.hash IS NOT NULL OR EXISTS (SELECT 1 FROM {s}.audit_anchors x WHERE x.key = k.key))
                AND (k.audit_head IS NULL OR k.audit_head IS NOT DISTINCT FROM coalesce(
-                       (SELECT a.hash FROM {s}.audit a WHERE a.key = k.key ORDER BY a.id + 0 DESC LIMIT 1),
-                       (SELECT x.hash FROM {s}.audit_anchors x WHERE x.key = k.key)))
+                       h.hash, (SELECT x.hash FROM {s}.audit_anchors x WHERE x.key = k.key)))
                AND k.final_status IS NOT DISTINCT FROM coalesce(
                        (SELECT a.to_status FROM {s}.audit a WHERE a.key = k.key AND a.to_status IS NOT NULL
                          ORDER BY a.id + 0 DESC LIMIT 1),

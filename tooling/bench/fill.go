@@ -27,7 +27,9 @@ var fillColumns = []string{"key", "agent_run_id", "step_id", "tool_name", "busin
 
 // fill empties the outbox and COPYs n intents into it, each with the key
 // and payload hash drainer.enqueue would have given it, queues each one
-// pending, then settles the tables. The queue's insert triggers (audit)
+// pending with its payload's size as the enqueue records it (a row without
+// one is a row from before migration 026, whose claim looks the size up in
+// its intent), then settles the tables. The queue's insert triggers (audit)
 // fire as for any insert.
 func (r *runner) fill(ctx context.Context, n int) error {
 	if err := r.reset(ctx); err != nil {
@@ -41,8 +43,8 @@ func (r *runner) fill(ctx context.Context, n int) error {
 		if _, err := r.admin.CopyFrom(ctx, pgx.Identifier{r.schema, "intents"}, fillColumns, src); err != nil {
 			return fmt.Errorf("fill intents: %w", err)
 		}
-		_, err := r.admin.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s.queue (seq, tool_name, business_scope, kind)
-		    SELECT i.seq, i.tool_name, i.business_scope, i.kind FROM %[1]s.intents i
+		_, err := r.admin.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s.queue (seq, tool_name, business_scope, kind, payload_bytes)
+		    SELECT i.seq, i.tool_name, i.business_scope, i.kind, pg_column_size(i.payload) FROM %[1]s.intents i
 		     WHERE i.seq > (SELECT coalesce(max(q.seq), 0) FROM %[1]s.queue q) ORDER BY i.seq`, r.schema))
 		if err != nil {
 			return fmt.Errorf("fill queue: %w", err)
