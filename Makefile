@@ -42,10 +42,18 @@ demo-gateway:
 # rest fills the other slot beside them rather than the integration
 # package running alone at the end.
 TEST_FIRST := ./integration/ ./drainer/ ./internal/fleet/ ./store/ ./internal/console/ ./cmd/drainer/
+# Within a package, four tests at a time (-parallel; the default is one per
+# core): most of them wait on processes, timers and the database, and two
+# at a time left the cores half idle (on 2 cores the six longest packages
+# took 5m32s at 2, 4m38s at 4, 5m09s at 8).
+TEST_PARALLEL := 4
 
+# vet builds with -race, as the tests do, so that the test build reuses its
+# compiled packages (no file of the module depends on the race tag): on a
+# cold cache vet then the race build took 183 + 243 s, with -race 178 + 165.
 test: tools
-	$(GO) vet -tags integration ./...
-	$(GO) test -race -count=1 -timeout 75m -tags integration $(TEST_FIRST) ./...
+	$(GO) vet -race -tags integration ./...
+	$(GO) test -race -count=1 -timeout 75m -parallel $(TEST_PARALLEL) -tags integration $(TEST_FIRST) ./...
 	@if ls dashboards/*_test.yaml >/dev/null 2>&1; then \
 		promtool check rules dashboards/*rules*.yaml && promtool test rules dashboards/*_test.yaml; fi
 

@@ -730,7 +730,8 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 		t.Fatalf("baseline: %+v", before)
 	}
 
-	// One subtest per value, two at a time; the group returns once all ran.
+	// One subtest per value, side by side (go test -parallel); the group
+	// returns once all ran.
 	t.Run("operator_commands", func(t *testing.T) {
 		for i, v := range secInjections {
 			t.Run(strconv.Itoa(i), func(t *testing.T) {
