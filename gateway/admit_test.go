@@ -300,24 +300,43 @@ func TestCallsInProgressAreBounded(t *testing.T) {
 // TestRequestsBeingReadAreBounded: with MaxRequests 2, two POSTs whose
 // bodies are still arriving take both slots; a third request, of any
 // method, is answered 503 with Retry-After at once, unread. Once the two
-// bodies arrive, both are answered and requests are taken again.
+// bodies arrive, both are answered and requests are taken again. (A probe
+// that comes before the gateway began reading a held request takes its
+// slot, and the held one is refused: it is sent again.)
 func TestRequestsBeingReadAreBounded(t *testing.T) {
 	t.Parallel()
 	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second, MaxCalls: 1, MaxRequests: 2})
 	addr := strings.TrimPrefix(strings.TrimSuffix(d.gw.URL(), gateway.Path), "http://")
 	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 	held := make([]net.Conn, 2)
-	for i := range held {
+	// hold sends a request's headers and the first half of its body; the
+	// rest comes later.
+	hold := func(i int) {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		// The headers and the first half of the body; the rest comes later.
 		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
 			"Accept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n%s",
 			gateway.Path, addr, agentToken, len(ping), ping[:10])
 		held[i] = c
+	}
+	for i := range held {
+		hold(i)
+	}
+	// answered says whether the gateway answered held request i already: it
+	// was refused because a probe below took a slot before the gateway began
+	// reading it (on a busy machine, its handler can start that late).
+	answered := func(i int) bool {
+		if err := held[i].SetReadDeadline(time.Now().Add(10 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := held[i].Read(make([]byte, 1))
+		if err := held[i].SetReadDeadline(time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
 	}
 	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
 	var status int
@@ -325,7 +344,16 @@ func TestRequestsBeingReadAreBounded(t *testing.T) {
 	var got string
 	testkit.WaitFor(t, liveness, "a request refused while two are being read", func() (bool, string) {
 		status, h, got = post(t, d.gw.URL(), "run-read", list)
-		return status == http.StatusServiceUnavailable, fmt.Sprintf("last answer %d %s", status, got)
+		if status == http.StatusServiceUnavailable {
+			return true, ""
+		}
+		for i := range held {
+			if answered(i) {
+				held[i].Close()
+				hold(i)
+			}
+		}
+		return false, fmt.Sprintf("last answer %d %s", status, got)
 	})
 	if h.Get("Retry-After") != "1" {
 		t.Fatalf("a refused request: Retry-After %q", h.Get("Retry-After"))
