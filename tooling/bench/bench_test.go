@@ -320,17 +320,24 @@ func TestFillWritesEnqueueKeysAndHashes(t *testing.T) {
 	if err := r.fill(t.Context(), 250); err != nil {
 		t.Fatal(err)
 	}
-	var total, wrong, audited int
+	var total, wrong, audited, unsized int
 	err := r.admin.QueryRow(t.Context(), `SELECT count(*),
 	        count(*) FILTER (WHERE key <> drainer_bench.idempotency_key(agent_run_id, step_id, tool_name, business_scope)
 	                            OR payload_hash <> drainer_bench.payload_hash(payload) OR status <> 'pending'),
-	        (SELECT count(*) FROM drainer_bench.audit WHERE event = 'enqueued')
-	   FROM drainer_bench.outbox`).Scan(&total, &wrong, &audited)
+	        (SELECT count(*) FROM drainer_bench.audit WHERE event = 'enqueued'),
+	        (SELECT count(*) FROM drainer_bench.queue q JOIN drainer_bench.intents i ON i.seq = q.seq
+	          WHERE q.payload_bytes IS DISTINCT FROM pg_column_size(i.payload))
+	   FROM drainer_bench.outbox`).Scan(&total, &wrong, &audited, &unsized)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if total != 250 || wrong != 0 || audited != 250 {
 		t.Fatalf("fill: %d rows, %d with a key or hash drainer.enqueue would not give, %d audited; want 250, 0, 250", total, wrong, audited)
+	}
+	// The payload's size, as the enqueue records it on the queue row (a
+	// claim looks up the size of a row without one in its intent).
+	if unsized != 0 {
+		t.Fatalf("fill: %d queue rows without their payload's size as drainer.enqueue records it", unsized)
 	}
 }
 
