@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 
 // TestAuditKeyLookupsReadOneKey: the look-ups of a key's latest audit
 // entry (audit_head: every enqueue of a new key, the rotation's moves,
-// retention; audit_problems: `audit verify` and `inspect`) read that key's
+// retention; enqueue_batch's own look-up of each new key's head;
+// audit_problems: `audit verify` and `inspect`) read that key's
 // entries through the per-key index, whatever the planner knows of the
 // audit's generations. A generation without statistics (new, or filled
 // faster than autovacuum analyzes it) gives an equality on key the default
@@ -88,6 +90,22 @@ func TestAuditKeyLookupsReadOneKey(t *testing.T) {
 			if b := read(`SELECT * FROM drainer.audit_problems($1)`, key); b > 200 {
 				t.Fatalf("call %d: audit_problems(%s) read %d blocks of the audit (%d entries); want those of its key", i+1, key, b, entries)
 			}
+		}
+	}
+	// A batch of new keys (drainer.enqueue_batch, which looks each key's
+	// head up inline, and writes its entries): about 13 blocks a key,
+	// where reading the generation for each took some 650 a key.
+	const batch = 100
+	for i := range 3 {
+		runs, steps, tools, scopes, payloads := make([]string, batch), make([]string, batch), make([]string, batch), make([]string, batch), make([]string, batch)
+		for j := range batch {
+			runs[j], steps[j], tools[j], payloads[j] = "run-lookup-batch", fmt.Sprintf("b%d-%d", i, j), "t", "{}"
+		}
+		b := read(`SELECT * FROM drainer.enqueue_batch($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]::jsonb[])`,
+			runs, steps, tools, scopes, payloads)
+		t.Logf("batch %d: enqueue_batch of %d new keys read %d blocks of the audit", i+1, batch, b)
+		if b > 50*batch {
+			t.Fatalf("batch %d: enqueue_batch of %d new keys read %d blocks of the audit (%d entries); want those of its keys", i+1, batch, b, entries)
 		}
 	}
 	// audit verify: the queue's rows against their chains' last entries;
