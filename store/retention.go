@@ -53,24 +53,24 @@ const pruneRunsSQL = `WITH gone AS (
 // recorded change (or its anchor, once truncated) does not record (a change
 // made with the audit triggers off), whose head is not the chain's last
 // hash (an entry added or removed at its end), or whose chain is gone (no
-// entry, no anchor). The chain's last entry is read once per key, beside
-// the key (a lateral look-up, so the keys are still read in pruned_at
-// order up to the batch; joined to the anchors, the plan read every key);
-// each look-up of a key's entries orders by id + 0, so it reads them
-// through the per-key index (see audit_head.sql).
+// entry, no anchor). A key's entries are read once, beside the key: its
+// last entry's hash and its last recorded status, aggregated in id order
+// from the per-key index (no order by the id index: see audit_head.sql).
+// The look-up is lateral, so the keys are still read in pruned_at order up
+// to the batch (joined to the anchors as well, the plan read every key).
 const pruneTombstonesSQL = `WITH gone AS (
         DELETE FROM {s}.keys WHERE key = ANY (ARRAY(
             SELECT k.key FROM {s}.keys k
-              LEFT JOIN LATERAL (SELECT a.hash FROM {s}.audit a WHERE a.key = k.key
-                                  ORDER BY a.id + 0 DESC LIMIT 1) h ON true
+             CROSS JOIN LATERAL (SELECT (array_agg(a.hash ORDER BY a.id DESC))[1] AS hash,
+                                        (array_agg(a.to_status ORDER BY a.id DESC)
+                                             FILTER (WHERE a.to_status IS NOT NULL))[1] AS status
+                                   FROM {s}.audit a WHERE a.key = k.key) h
              WHERE k.pruned_at < now() - $1 * interval '1 millisecond'
                AND (h.hash IS NOT NULL OR EXISTS (SELECT 1 FROM {s}.audit_anchors x WHERE x.key = k.key))
                AND (k.audit_head IS NULL OR k.audit_head IS NOT DISTINCT FROM coalesce(
                        h.hash, (SELECT x.hash FROM {s}.audit_anchors x WHERE x.key = k.key)))
                AND k.final_status IS NOT DISTINCT FROM coalesce(
-                       (SELECT a.to_status FROM {s}.audit a WHERE a.key = k.key AND a.to_status IS NOT NULL
-                         ORDER BY a.id + 0 DESC LIMIT 1),
-                       (SELECT x.status FROM {s}.audit_anchors x WHERE x.key = k.key), k.final_status)
+                       h.status, (SELECT x.status FROM {s}.audit_anchors x WHERE x.key = k.key), k.final_status)
              ORDER BY k.pruned_at LIMIT $2 FOR UPDATE OF k SKIP LOCKED))
         RETURNING 1) SELECT count(*) FROM gone`
 
