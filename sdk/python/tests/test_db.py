@@ -322,6 +322,27 @@ class ResultAndWaitTest(OwnTableMixin):
         self.assertLessEqual(len(reads), 9, reads)
         self.assertGreater(max(b - a for a, b in zip(reads, reads[1:])), 0.3)
 
+    def test_wait_looks_again_after_a_read_that_overran_the_deadline(self):
+        # A read that began before the deadline and ended after it is not
+        # the last look: one more begins at or after the deadline.
+        import time
+        from unittest import mock
+
+        key = self.enqueue_pending()
+        began = []
+        real = dc._client._fetchone
+
+        def slow(conn, stmt):
+            began.append(time.monotonic())
+            time.sleep(0.2)
+            return real(conn, stmt)
+
+        start = time.monotonic()
+        with mock.patch.object(dc._client, "_fetchone", slow), self.assertRaises(dc.WaitTimeout):
+            dc.wait(self.conn, key, 0.1, schema=SCHEMA, min_poll=0.01, max_poll=0.05)
+        self.assertGreaterEqual(len(began), 2, began)
+        self.assertGreaterEqual(began[-1], start + 0.1, [b - start for b in began])
+
     def test_wait_for_an_unknown_key(self):
         with self.assertRaises(dc.WaitTimeout) as cm:
             dc.wait(self.conn, "idem_v1_" + "0" * 32, 0, schema=SCHEMA)

@@ -185,8 +185,9 @@ export async function result(client: Queryable, key: string, options: SchemaOpti
  * The schema sends no notification when a row's outcome changes (its
  * NOTIFY channel announces new rows to the daemon), so waitFor polls
  * drainer.result: first after `minPollMs` (50), the delay doubling up to
- * `maxPollMs` (1000), and a last read at the deadline. Each read is one
- * indexed lookup by key.
+ * `maxPollMs` (1000), and a last read begun at or after the deadline
+ * (also when an earlier read overran it). Each read is one indexed lookup
+ * by key.
  *
  * Call it outside any transaction (after committing the one that
  * enqueued): the daemon cannot see an uncommitted intent, and a
@@ -220,15 +221,18 @@ export async function waitFor(client: Queryable, key: string, options: WaitOptio
   const deadline = performance.now() + timeoutMs;
   let delay = minPoll;
   for (;;) {
+    // The timeout is given only after a read begun at or after the
+    // deadline: a read that began earlier and overran it (a slow server)
+    // is not the last look.
+    const began = performance.now();
     const r = await result(client, key, options);
     if (r !== null && (isTerminal(r.status) || isParked(r.status))) {
       return r;
     }
-    const left = deadline - performance.now();
-    if (left <= 0) {
+    if (began >= deadline) {
       throw new WaitTimeoutError(key, timeoutMs, r === null ? null : r.status);
     }
-    await sleep(Math.min(delay, left));
+    await sleep(Math.max(0, Math.min(delay, deadline - performance.now())));
     delay = Math.min(delay * 2, maxPoll);
   }
 }

@@ -317,7 +317,21 @@ test('waitFor gives up with WaitTimeoutError carrying the last status', async ()
     assert.match(err.message, /still pending after 30 ms/);
     return true;
   });
-  assert.ok(c.calls.length >= 2, 'read at least at the start and at the deadline');
+  assert.ok(c.calls.length >= 1, 'read at least once');
+  // A read that overruns the deadline is not the last look: one more
+  // begins at or after it.
+  const began: number[] = [];
+  const slow = new FakeClient(() => [{ status: 'pending', response: null, last_error: null }]);
+  slow.txStatus = 'I';
+  const query = slow.query.bind(slow);
+  slow.query = async (text: string, values: unknown[] = []) => {
+    began.push(performance.now());
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    return query(text, values);
+  };
+  const t0 = performance.now();
+  await assert.rejects(waitFor(slow, 'idem_v1_k', { timeoutMs: 30, minPollMs: 5, maxPollMs: 10 }), WaitTimeoutError);
+  assert.ok(began.length >= 2 && began[began.length - 1]! >= t0 + 30, `reads began at ${began.map((b) => (b - t0).toFixed(1)).join(', ')} ms; the last must begin at or after the 30 ms deadline`);
   const none = new FakeClient(() => []);
   none.txStatus = null;
   await assert.rejects(waitFor(none, 'idem_v1_k', { timeoutMs: 0 }), (err: unknown) => err instanceof WaitTimeoutError && err.lastStatus === null && /no row with this key/.test(err.message));

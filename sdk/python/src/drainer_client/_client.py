@@ -199,8 +199,9 @@ def wait(
     channels wake the daemon, and the MCP gateway for rows of ``mcp``
     routes only), so ``wait`` reads ``<schema>.result`` with a backoff: at
     once, then after ``min_poll`` seconds (0.05), the delay doubling up to
-    ``max_poll`` (1.0), never sleeping past the deadline, with a last read at
-    the deadline. Each read is one lookup by the unique key, in its own
+    ``max_poll`` (1.0), never sleeping past the deadline, with a last read
+    begun at or after the deadline (also when an earlier read overran it).
+    Each read is one lookup by the unique key, in its own
     short transaction, so no snapshot is held open while waiting.
 
     Call it outside any transaction, after committing the one that
@@ -238,10 +239,13 @@ def wait(
     deadline = time.monotonic() + timeout
     sleeps = delays(min_poll, max_poll)
     while True:
+        # The timeout is raised only after a read begun at or after the
+        # deadline: a read that began earlier and overran it is not the
+        # last look.
+        began = time.monotonic()
         out = read()
         if out is not None and is_settled(out.status):
             return out
-        left = deadline - time.monotonic()
-        if left <= 0:
+        if began >= deadline:
             raise WaitTimeout(key, float(timeout), None if out is None else out.status)
-        time.sleep(min(next(sleeps), left))
+        time.sleep(max(0.0, min(next(sleeps), deadline - time.monotonic())))

@@ -188,7 +188,8 @@ async def wait(
 
     Reads ``<schema>.result`` at once, then after ``min_poll`` seconds, the
     delay doubling up to ``max_poll``, never sleeping past the deadline, with
-    a last read at the deadline; between reads it awaits ``asyncio.sleep``,
+    a last read begun at or after the deadline (also when an earlier read
+    overran it); between reads it awaits ``asyncio.sleep``,
     so other tasks run and the connection is idle. Each read runs in its own
     short transaction. :class:`WaitTimeout` after ``timeout`` seconds;
     :class:`UsageError` when called inside a transaction. Cancelling the
@@ -220,13 +221,16 @@ async def wait(
     deadline = time.monotonic() + timeout
     sleeps = delays(min_poll, max_poll)
     while True:
+        # The timeout is raised only after a read begun at or after the
+        # deadline: a read that began earlier and overran it is not the
+        # last look.
+        began = time.monotonic()
         out = await read()
         if out is not None and is_settled(out.status):
             return out
-        left = deadline - time.monotonic()
-        if left <= 0:
+        if began >= deadline:
             raise WaitTimeout(key, float(timeout), None if out is None else out.status)
-        await asyncio.sleep(min(next(sleeps), left))
+        await asyncio.sleep(max(0.0, min(next(sleeps), deadline - time.monotonic())))
 
 
 class AsyncOutboxTool(OutboxTool):

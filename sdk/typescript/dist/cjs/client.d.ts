@@ -99,8 +99,9 @@ export declare function result(client: Queryable, key: string, options?: SchemaO
  * The schema sends no notification when a row's outcome changes (its
  * NOTIFY channel announces new rows to the daemon), so waitFor polls
  * drainer.result: first after `minPollMs` (50), the delay doubling up to
- * `maxPollMs` (1000), and a last read at the deadline. Each read is one
- * indexed lookup by key.
+ * `maxPollMs` (1000), and a last read begun at or after the deadline
+ * (also when an earlier read overran it). Each read is one indexed lookup
+ * by key.
  *
  * Call it outside any transaction (after committing the one that
  * enqueued): the daemon cannot see an uncommitted intent, and a

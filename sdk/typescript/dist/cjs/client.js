@@ -97,8 +97,9 @@ async function result(client, key, options = {}) {
  * The schema sends no notification when a row's outcome changes (its
  * NOTIFY channel announces new rows to the daemon), so waitFor polls
  * drainer.result: first after `minPollMs` (50), the delay doubling up to
- * `maxPollMs` (1000), and a last read at the deadline. Each read is one
- * indexed lookup by key.
+ * `maxPollMs` (1000), and a last read begun at or after the deadline
+ * (also when an earlier read overran it). Each read is one indexed lookup
+ * by key.
  *
  * Call it outside any transaction (after committing the one that
  * enqueued): the daemon cannot see an uncommitted intent, and a
@@ -130,15 +131,18 @@ async function waitFor(client, key, options = {}) {
     const deadline = node_perf_hooks_1.performance.now() + timeoutMs;
     let delay = minPoll;
     for (;;) {
+        // The timeout is given only after a read begun at or after the
+        // deadline: a read that began earlier and overran it (a slow server)
+        // is not the last look.
+        const began = node_perf_hooks_1.performance.now();
         const r = await result(client, key, options);
         if (r !== null && (isTerminal(r.status) || isParked(r.status))) {
             return r;
         }
-        const left = deadline - node_perf_hooks_1.performance.now();
-        if (left <= 0) {
+        if (began >= deadline) {
             throw new errors_js_1.WaitTimeoutError(key, timeoutMs, r === null ? null : r.status);
         }
-        await (0, promises_1.setTimeout)(Math.min(delay, left));
+        await (0, promises_1.setTimeout)(Math.max(0, Math.min(delay, deadline - node_perf_hooks_1.performance.now())));
         delay = Math.min(delay * 2, maxPoll);
     }
 }
