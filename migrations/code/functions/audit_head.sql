@@ -16,8 +16,9 @@
 -- it then read the whole generation for a key that has no entry (every
 -- enqueue of a new key), and `audit verify` read as many entries for each
 -- row of the queue (TestAuditKeyLookupsReadOneKey). Every look-up of a
--- key's latest entry is written so (audit_problems, enqueue_batch, the
--- retention of tombstones).
+-- key's latest entry is written so (enqueue_batch), or aggregates the
+-- key's entries in id order, which reads them through the same index
+-- (audit_problems, the retention of tombstones).
 CREATE OR REPLACE FUNCTION {{.schema}}.audit_head(p_key text)
  RETURNS bytea
  LANGUAGE plpgsql

@@ -28,7 +28,7 @@ AS $function$
     -- every row's state is its chain's last entry, or its anchor's (a
     -- claim writes no entry: an in_flight row's last entry is the pending
     -- it came from)
-    SELECT coalesce(h.id, st.id, x.last_id, 0), i.key,
+    SELECT coalesce(h.id, x.last_id, 0), i.key,
            CASE WHEN q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash)
                 THEN 'the row''s audit head is not its chain''s last entry (an entry was removed)'
                 WHEN q.status IS DISTINCT FROM s.status AND NOT (q.status = 'in_flight' AND s.status = 'pending')
@@ -39,15 +39,18 @@ AS $function$
            END
       FROM {{.schema}}.queue q
       JOIN {{.schema}}.intents i ON i.seq = q.seq
-      LEFT JOIN LATERAL (SELECT a.id, a.hash FROM {{.schema}}.audit a
-                          WHERE a.key = i.key ORDER BY a.id + 0 DESC LIMIT 1) h ON true
-      -- the last entry that records a status (an operator's note on the
-      -- row, audit_append, records none)
-      LEFT JOIN LATERAL (SELECT a.id, a.to_status, a.attempts FROM {{.schema}}.audit a
-                          WHERE a.key = i.key AND a.to_status IS NOT NULL ORDER BY a.id + 0 DESC LIMIT 1) st ON true
+      -- the key's entries read once (through the per-key index, no order
+      -- by the id index: see audit_head.sql): its last entry, and its last
+      -- entry that records a status (an operator's note on the row,
+      -- audit_append, records none)
+     CROSS JOIN LATERAL (SELECT max(a.id) AS id, (array_agg(a.hash ORDER BY a.id DESC))[1] AS hash,
+                                max(a.id) FILTER (WHERE a.to_status IS NOT NULL) AS status_id,
+                                (array_agg(a.to_status ORDER BY a.id DESC) FILTER (WHERE a.to_status IS NOT NULL))[1] AS to_status,
+                                (array_agg(a.attempts ORDER BY a.id DESC) FILTER (WHERE a.to_status IS NOT NULL))[1] AS attempts
+                           FROM {{.schema}}.audit a WHERE a.key = i.key) h
       LEFT JOIN {{.schema}}.audit_anchors x ON x.key = i.key
-     CROSS JOIN LATERAL (SELECT CASE WHEN st.id IS NOT NULL THEN st.to_status ELSE x.status END AS status,
-                                CASE WHEN st.id IS NOT NULL THEN st.attempts ELSE x.attempts END AS attempts) s
+     CROSS JOIN LATERAL (SELECT CASE WHEN h.status_id IS NOT NULL THEN h.to_status ELSE x.status END AS status,
+                                CASE WHEN h.status_id IS NOT NULL THEN h.attempts ELSE x.attempts END AS attempts) s
      WHERE (p_key IS NULL OR i.key = p_key)
        AND ((q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash))
             OR (s.status IS NOT NULL AND q.status IS DISTINCT FROM s.status
@@ -69,11 +72,12 @@ AS $function$
                             k.final_status, s.status)
            END
       FROM {{.schema}}.keys k
-      LEFT JOIN LATERAL (SELECT a.id, a.hash FROM {{.schema}}.audit a WHERE a.key = k.key ORDER BY a.id + 0 DESC LIMIT 1) h ON true
-      LEFT JOIN LATERAL (SELECT a.id, a.to_status FROM {{.schema}}.audit a
-                          WHERE a.key = k.key AND a.to_status IS NOT NULL ORDER BY a.id + 0 DESC LIMIT 1) st ON true
+     CROSS JOIN LATERAL (SELECT max(a.id) AS id, (array_agg(a.hash ORDER BY a.id DESC))[1] AS hash,
+                                max(a.id) FILTER (WHERE a.to_status IS NOT NULL) AS status_id,
+                                (array_agg(a.to_status ORDER BY a.id DESC) FILTER (WHERE a.to_status IS NOT NULL))[1] AS to_status
+                           FROM {{.schema}}.audit a WHERE a.key = k.key) h
       LEFT JOIN {{.schema}}.audit_anchors x ON x.key = k.key
-     CROSS JOIN LATERAL (SELECT CASE WHEN st.id IS NOT NULL THEN st.to_status ELSE x.status END AS status) s
+     CROSS JOIN LATERAL (SELECT CASE WHEN h.status_id IS NOT NULL THEN h.to_status ELSE x.status END AS status) s
      WHERE k.pruned_at IS NOT NULL AND (p_key IS NULL OR k.key = p_key)
        AND NOT EXISTS (SELECT 1 FROM {{.schema}}.intents i WHERE i.key = k.key)
        AND ((h.id IS NULL AND x.key IS NULL)
