@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/drainer-io/drainer/config"
@@ -15,6 +16,7 @@ type benchOpts struct {
 	bench.Options
 	json       bool
 	cpuProfile string
+	memProfile string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -73,6 +75,7 @@ drainer schema), and drops what it created when done or interrupted.`,
 	f.IntVar(&o.Workers, "workers", config.DefaultWorkers, "workers per replica (and River MaxWorkers per client)")
 	f.IntVar(&o.Replicas, "replicas", bench.DefaultReplicas, "engines in this process, each its own pool (and River clients)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the drain runs (of the gateway calls, with --phases gateway) to this file (go tool pprof -top FILE)")
+	f.StringVar(&o.memProfile, "memprofile", "", "write what the same runs allocated to this file, and the profile at their start to FILE.base (go tool pprof -sample_index=alloc_space -base FILE.base -top FILE)")
 	f.BoolVar(&o.WaitEvents, "wait-events", false, "sample the replicas' wait events (pg_stat_activity) during the drain runs")
 	f.StringSliceVar(&o.Phases, "phases", nil, "run only these phases (drain,no-audit,ceiling,river,backlog,latency,xmin,http,enqueue,gateway,rss)")
 	cmd.AddCommand(newBenchReplicaCmd())
@@ -107,17 +110,35 @@ func runBench(ctx context.Context, cmd *cobra.Command, o benchOpts) (err error) 
 		return fmt.Errorf("find the drainer binary for the replica processes: %w", err)
 	}
 	o.ReplicaCommand = []string{exe, "bench", "replica"}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer func() {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
 			if cerr := f.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("cpu profile: %w", cerr)
+				err = fmt.Errorf("profile: %w", cerr)
 			}
-		}()
-		o.DrainCPUProfile = f
+		}
+	}()
+	create := func(path string, to *io.Writer) error {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
+		files = append(files, f)
+		*to = f
+		return nil
+	}
+	if o.cpuProfile != "" {
+		if err := create(o.cpuProfile, &o.DrainCPUProfile); err != nil {
+			return err
+		}
+	}
+	if o.memProfile != "" {
+		if err := create(o.memProfile, &o.DrainMemProfile); err != nil {
+			return err
+		}
+		if err := create(o.memProfile+".base", &o.DrainMemProfileBase); err != nil {
+			return err
+		}
 	}
 	res, err := bench.Run(ctx, o.Options)
 	if err != nil {

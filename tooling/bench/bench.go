@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -59,6 +60,12 @@ type Options struct {
 	// when Phases leaves out the drain but names the gateway, during the
 	// calls through the gateway from all its clients.
 	DrainCPUProfile io.Writer
+	// DrainMemProfile, when set, receives the allocation profile (pprof
+	// format, the runtime's "allocs") of this process at the end of the
+	// same window as DrainCPUProfile, and DrainMemProfileBase the same
+	// profile at its start: what the window allocated is the difference
+	// (go tool pprof -sample_index=alloc_space -base BASE PROFILE).
+	DrainMemProfile, DrainMemProfileBase io.Writer
 	// ReplicaCommand is the command line that starts one replica process
 	// for peak_rss_bytes (it must end in RunReplicaFromEnv, e.g. the drainer
 	// binary's hidden `bench replica`). Empty skips the phase: peak_rss_bytes
@@ -343,15 +350,52 @@ func Run(ctx context.Context, opts Options) (res *Result, err error) {
 	return res, nil
 }
 
-// drains measures the drain (audit on) DrainRuns times, under the CPU
-// profiler if asked, counting the server's transactions and WAL.
-func (r *runner) drains(ctx context.Context, res *Result) error {
-	if w := r.opts.DrainCPUProfile; w != nil {
-		if err := pprof.StartCPUProfile(w); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
+// startProfiles starts the profiles asked for (DrainCPUProfile,
+// DrainMemProfile) over one window; the function returned ends it.
+func (r *runner) startProfiles() (func() error, error) {
+	if w := r.opts.DrainMemProfileBase; w != nil {
+		if err := writeAllocs(w); err != nil {
+			return nil, fmt.Errorf("memory profile: %w", err)
 		}
-		defer pprof.StopCPUProfile()
 	}
+	cpu := r.opts.DrainCPUProfile
+	if cpu != nil {
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
+	return func() error {
+		if cpu != nil {
+			pprof.StopCPUProfile()
+		}
+		if w := r.opts.DrainMemProfile; w != nil {
+			if err := writeAllocs(w); err != nil {
+				return fmt.Errorf("memory profile: %w", err)
+			}
+		}
+		return nil
+	}, nil
+}
+
+// writeAllocs writes the allocation profile as it stands now (the
+// runtime's stands as of the last garbage collection: one is run first).
+func writeAllocs(w io.Writer) error {
+	runtime.GC()
+	return pprof.Lookup("allocs").WriteTo(w, 0)
+}
+
+// drains measures the drain (audit on) DrainRuns times, under the
+// profilers if asked, counting the server's transactions and WAL.
+func (r *runner) drains(ctx context.Context, res *Result) (err error) {
+	stopProfiles, err := r.startProfiles()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if perr := stopProfiles(); perr != nil && err == nil {
+			err = perr
+		}
+	}()
 	var stop func() map[string]int
 	if r.opts.WaitEvents {
 		stop = r.sampleWaits(ctx)

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -86,12 +88,19 @@ var (
 func TestRunReportsEveryField(t *testing.T) {
 	url := dbtest.NewDatabase(t)
 	liveDrainer(t, url)
-	var progress bytes.Buffer
+	var progress, cpu, mem, memBase bytes.Buffer
 	res, err := Run(t.Context(), Options{DatabaseURL: url, Workers: 4, Replicas: 2, Quick: true, Sizes: tinySizes(), Progress: &progress,
-		ReplicaCommand: []string{os.Args[0]}})
+		ReplicaCommand:  []string{os.Args[0]},
+		DrainCPUProfile: &cpu, DrainMemProfile: &mem, DrainMemProfileBase: &memBase})
 	if err != nil {
 		t.Fatalf("run: %v\nprogress:\n%s", err, progress.String())
 	}
+	// The profiles of the drain runs (drainer bench --cpuprofile,
+	// --memprofile): pprof's gzipped protocol buffers, naming their
+	// samples.
+	assertProfile(t, "cpu", cpu.Bytes(), "cpu")
+	assertProfile(t, "allocations", mem.Bytes(), "alloc_space")
+	assertProfile(t, "allocations at the start", memBase.Bytes(), "alloc_space")
 
 	var out bytes.Buffer
 	if err := WriteJSON(&out, res); err != nil {
@@ -240,6 +249,25 @@ func TestRunReportsEveryField(t *testing.T) {
 		t.Errorf("%d bench schemas left on the server", left)
 	}
 	assertLiveDrainerIntact(t, conn)
+}
+
+// assertProfile checks that b is a profile in pprof's format (a gzipped
+// protocol buffer) whose string table names sampleType.
+func assertProfile(t *testing.T, name string, b []byte, sampleType string) {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Errorf("%s profile (%d bytes): %v", name, len(b), err)
+		return
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Errorf("%s profile: %v", name, err)
+		return
+	}
+	if !bytes.Contains(raw, []byte(sampleType)) {
+		t.Errorf("%s profile (%d bytes) does not name %q samples", name, len(raw), sampleType)
+	}
 }
 
 // liveDrainer migrates the default drainer schema on url and enqueues one row.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -112,7 +111,9 @@ func (r *runner) gatewayPhase(ctx context.Context, res *Result) (err error) {
 		return err
 	}
 	g.through, err = through.calls(ctx, run, "call", n, true)
-	stopProfile()
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return fmt.Errorf("gateway: calls through the gateway: %w", err)
 	}
@@ -136,19 +137,14 @@ func (r *runner) gatewayPhase(ctx context.Context, res *Result) (err error) {
 	return nil
 }
 
-// gatewayProfile starts the CPU profiler for the calls through the
-// gateway when a profile is asked for and the drain runs, which it
-// otherwise covers, are not part of this run; the function returned stops
-// it.
-func (r *runner) gatewayProfile() (func(), error) {
-	w := r.opts.DrainCPUProfile
-	if w == nil || len(r.opts.Phases) == 0 || slices.Contains(r.opts.Phases, "drain") {
-		return func() {}, nil
+// gatewayProfile starts the profilers for the calls through the gateway
+// when a profile is asked for and the drain runs, which they otherwise
+// cover, are not part of this run; the function returned stops them.
+func (r *runner) gatewayProfile() (func() error, error) {
+	if len(r.opts.Phases) == 0 || slices.Contains(r.opts.Phases, "drain") {
+		return func() error { return nil }, nil
 	}
-	if err := pprof.StartCPUProfile(w); err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return pprof.StopCPUProfile, nil
+	return r.startProfiles()
 }
 
 // record sets the phase's fields of res: each overhead is the percentile
