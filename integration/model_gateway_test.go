@@ -320,16 +320,16 @@ func (m *seqModel) checkGatewayWakeUp(fail func(string, ...any)) {
 		var seen []string
 		ok := false
 		for try := range 3 {
-			notify := r.d.metric("drainer_gateway_settled_reads_total", `cause="notify"`)
-			recheck := r.d.metric("drainer_gateway_settled_reads_total", `cause="recheck"`)
+			notify := m.metric(r.d, "drainer_gateway_settled_reads_total", `cause="notify"`)
+			recheck := m.metric(r.d, "drainer_gateway_settled_reads_total", `cause="recheck"`)
 			run := fmt.Sprintf("gwake-%d-%s-%d", e.seq, r.d.name, try)
 			_, _, isError, err := gwCallOnce(e.gateways[r.d.name], run, map[string]any{"probe": try}, time.Minute)
 			if err != nil || isError {
 				seen = append(seen, fmt.Sprintf("probe %d: err %v, isError %v", try+1, err, isError))
 				continue
 			}
-			dn := r.d.metric("drainer_gateway_settled_reads_total", `cause="notify"`) - notify
-			dr := r.d.metric("drainer_gateway_settled_reads_total", `cause="recheck"`) - recheck
+			dn := m.metric(r.d, "drainer_gateway_settled_reads_total", `cause="notify"`) - notify
+			dr := m.metric(r.d, "drainer_gateway_settled_reads_total", `cause="recheck"`) - recheck
 			if dn >= 1 && dr == 0 {
 				ok = true
 				break

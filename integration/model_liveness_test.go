@@ -216,7 +216,7 @@ func (m *seqModel) checkWakeUp(fail func(string, ...any)) {
 	count := func(cause string) float64 {
 		var n float64
 		for _, r := range e.replicas {
-			n += r.d.metric("drainer_claimed_rows_total", `cause="`+cause+`"`)
+			n += m.metric(r.d, "drainer_claimed_rows_total", `cause="`+cause+`"`)
 		}
 		return n
 	}
@@ -253,7 +253,7 @@ func (m *seqModel) checkWakeUp(fail func(string, ...any)) {
 func (m *seqModel) claimedRows() (poll, all float64) {
 	for _, r := range m.e.replicas {
 		for _, cause := range []string{"notify", "poll", "slots", "rearm", "signal", "retry", "start"} {
-			n := r.d.metric("drainer_claimed_rows_total", `cause="`+cause+`"`)
+			n := m.metric(r.d, "drainer_claimed_rows_total", `cause="`+cause+`"`)
 			all += n
 			if cause == "poll" {
 				poll += n

@@ -13,6 +13,37 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// waitReady waits until r answers /readyz with 200, failing the sequence
+// (not the test: this runs inside rapid's check) if it exits or is still
+// not ready after readyWait.
+func (m *seqModel) waitReady(r *modelReplica) {
+	const readyWait = 2 * time.Minute
+	deadline := time.Now().Add(readyWait)
+	for {
+		if r.d.exited() {
+			m.rt.Fatalf("replica %s exited by itself (%v)\noutput:\n%s", r.d.name, r.d.waitErr, tail(r.d.stderr.String(), 4000))
+		}
+		code, body := r.d.get("/readyz")
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			m.rt.Fatalf("replica %s not ready %s after the sequence: /readyz %d %s", r.d.name, readyWait, code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// metric is daemon.metric for the checks inside rapid's check: a replica
+// whose /metrics does not answer fails the sequence, not the test.
+func (m *seqModel) metric(d *daemon, name string, labels ...string) float64 {
+	code, body := d.get("/metrics")
+	if code != http.StatusOK {
+		m.rt.Fatalf("%s /metrics: %d %s", d.name, code, body)
+	}
+	return sumMetric(body, name, labels...)
+}
+
 // settle ends the sequence's faults and pauses, commits the transactions
 // still open, and waits (generously) until every row of the sequence is
 // terminal or parked and every aborted run's saga is done, halted, or held
@@ -27,6 +58,11 @@ func (m *seqModel) settle() {
 		if r.d.exited() {
 			m.rt.Fatalf("replica %s exited by itself (%v)\noutput:\n%s", r.d.name, r.d.waitErr, tail(r.d.stderr.String(), 4000))
 		}
+	}
+	// A replica the sequence restarted (SIGKILL) may still be starting;
+	// the checks after the settle probe every live replica.
+	for _, r := range e.replicas {
+		m.waitReady(r)
 	}
 	for tool, paused := range m.paused {
 		if paused {

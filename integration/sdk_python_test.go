@@ -20,6 +20,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// sdkSuiteWait bounds one run of a producer library's own test suite
+// (Python's unittest, TypeScript's npm test).
+const sdkSuiteWait = 30 * time.Minute
+
 // pySDKDir is the Python producer library, relative to this package.
 const pySDKDir = "../sdk/python"
 
@@ -72,7 +76,10 @@ func TestPythonSDK(t *testing.T) {
 	d := startDaemon(t, "drainer-run", "--config", cfgPath, "--database-url", dbURL, "--schema", pySchema)
 	d.waitReady(30 * time.Second)
 
-	out, code := pyRun(t, dir, 10*time.Minute, []string{
+	// A bound for a suite that never ends, not a judgement of its speed:
+	// under the load of three `make test` at once on two cores it took
+	// more than 10 minutes.
+	out, code := pyRun(t, dir, sdkSuiteWait, []string{
 		"DRAINER_TEST_DATABASE_URL=" + dbURL,
 		"DRAINER_TEST_SCHEMA=" + pySchema,
 		"DRAINER_TEST_DAEMON=1",

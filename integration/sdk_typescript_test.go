@@ -70,7 +70,10 @@ func TestTypeScriptSDK(t *testing.T) {
 	d := startDaemon(t, "drainer-run", "--config", cfgPath, "--database-url", dbURL, "--schema", tsSchema)
 	d.waitReady(30 * time.Second)
 
-	stdout, stderr, code := tsRunNPM(t, dir, 10*time.Minute,
+	// A bound for a suite that never ends, not a judgement of its speed:
+	// under the load of three `make test` at once on two cores it took
+	// more than 10 minutes.
+	stdout, stderr, code := tsRunNPM(t, dir, sdkSuiteWait,
 		[]string{
 			"DRAINER_TEST_DATABASE_URL=" + dbURL,
 			"DRAINER_TEST_SCHEMA=" + tsSchema,

@@ -276,6 +276,10 @@ class AsyncDatabaseTest(support.OwnTable, support.AsyncDatabaseTestCase):
         self.assertIsNone(cm.exception.last_status)
 
     async def test_wait_backs_off_and_leaves_the_loop_free(self):
+        # What it promises whatever the machine's speed: the delays between
+        # reads follow the back-off (only the last one cut short by the
+        # deadline), it awaits asyncio.sleep between reads so other tasks
+        # run meanwhile, and a read begins at or after the deadline.
         run = unique("run")
         async with self.aconn.transaction():
             key, _ = await dca.enqueue(self.aconn, run, "s", UNROUTED, "", {"n": 1}, schema=SCHEMA)
@@ -286,30 +290,46 @@ class AsyncDatabaseTest(support.OwnTable, support.AsyncDatabaseTestCase):
             reads.append(time.monotonic())
             return await real(conn, stmt)
 
+        real_sleep = asyncio.sleep
         ticks = 0
 
         async def ticker():
             nonlocal ticks
             while True:
-                await asyncio.sleep(0.01)
+                await real_sleep(0.01)
                 ticks += 1
+
+        sleeps = []  # (asked, when asked, ticks while it slept)
+
+        async def recording(delay, *args, **kwargs):
+            before, at = ticks, time.monotonic()
+            await real_sleep(delay, *args, **kwargs)
+            sleeps.append((delay, at, ticks - before))
 
         t = asyncio.create_task(ticker())
         start = time.monotonic()
-        with mock.patch.object(dca, "_fetchone", counting), self.assertRaises(dc.WaitTimeout):
-            await dca.wait(self.aconn, key, 1.2, schema=SCHEMA, min_poll=0.05, max_poll=0.4)
-        elapsed = time.monotonic() - start
-        t.cancel()
-        self.assertGreaterEqual(elapsed, 1.2)
-        self.assertLess(elapsed, 1.2 + 5)
-        # Reads at 0, .05, .15, .35, .75, 1.15 and the last at 1.2 s: a
-        # handful, not a busy loop.
-        self.assertGreaterEqual(len(reads), 4, reads)
+        try:
+            with mock.patch.object(dca, "_fetchone", counting), mock.patch.object(dca.asyncio, "sleep", recording), \
+                    self.assertRaises(dc.WaitTimeout):
+                await dca.wait(self.aconn, key, 1.2, schema=SCHEMA, min_poll=0.05, max_poll=0.4)
+        finally:
+            t.cancel()
+        self.assertGreaterEqual(time.monotonic() - start, 1.2)
+        self.assertGreaterEqual(reads[-1], start + 1.2, [r - start for r in reads])
+        # One sleep between reads, each the back-off's next delay (0.05,
+        # 0.1, 0.2, 0.4, 0.4, …) unless cut to end at the deadline: a
+        # handful of reads, not a busy loop.
+        self.assertEqual(len(sleeps), len(reads) - 1, (sleeps, reads))
         self.assertLessEqual(len(reads), 9, reads)
-        gaps = [b - a for a, b in zip(reads, reads[1:])]
-        self.assertGreater(max(gaps), 0.3)  # the delay grew to max_poll
-        # Other tasks ran while it waited.
-        self.assertGreater(ticks, 20)
+        schedule = [0.05, 0.1, 0.2] + [0.4] * 20
+        for i, (asked, at, _) in enumerate(sleeps):
+            cut = at + asked >= start + 1.2
+            self.assertTrue(abs(asked - schedule[i]) < 1e-9 or (cut and asked <= schedule[i]),
+                            (i, [(a, round(w - start, 3)) for a, w, _ in sleeps]))
+        # Other tasks ran while it waited: the ticker's timer (every
+        # 0.01 s) comes due before the end of any sleep of 0.05 s or more.
+        slept = [n for asked, _, n in sleeps if asked >= 0.05]
+        self.assertTrue(all(n >= 1 for n in slept), sleeps)
 
     async def test_wait_inside_a_transaction_is_refused(self):
         run = unique("run")
