@@ -319,13 +319,17 @@ func TestRetriesUnderNewRequestIDsHaveOneEffectAndOneAnswer(t *testing.T) {
 	if big.IsError || len(big.Content) != 1 || len(big.Content[0].(*sdk.TextContent).Text) != bigResult {
 		t.Fatalf("big result: isError %v, %d blocks: %.300s", big.IsError, len(big.Content), body(t, big))
 	}
+	// The first call's row may have been sent more than once with its key
+	// (an attempt that outlived the adapter's timeout on a loaded machine
+	// is retried); the retry below sends nothing.
+	sent := g.ts.count(g.ts.requests, "big")
 	notice := settledCall(t, sb, "big", nil, nil)
 	if notice.IsError || notice.Meta["io.drainer/too_large"] == nil || notice.Meta[gateway.MetaReplay] != true ||
 		!strings.Contains(notice.Content[0].(*sdk.TextContent).Text, "more than drainer keeps") {
 		t.Fatalf("retry of a big result: %v %v", notice.Meta, notice.Content)
 	}
-	if n := g.ts.count(g.ts.requests, "big"); n != 1 {
-		t.Fatalf("big reached the server %d times", n)
+	if n := g.ts.count(g.ts.requests, "big"); n != sent || n == 0 {
+		t.Fatalf("big reached the server %d times, %d before the retry: the retry was sent again", n, sent)
 	}
 }
 
