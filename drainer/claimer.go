@@ -40,7 +40,6 @@ func (e *Engine) claimLoop() {
 			continue
 		}
 		errDelay = 100 * time.Millisecond
-		e.db.ok(sent)
 	wait:
 		select {
 		case <-e.fetchCtx.Done():
@@ -170,6 +169,9 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 			e.releaseSlots(n)
 			return false, err
 		}
+		// Only a statement answered says the database is back: a pass
+		// with no free slot or bytes ran none.
+		e.db.ok(claimedAt)
 		rows := got.Rows
 		if got.Withheld > 0 {
 			e.metrics.ClaimWithheld.Add(float64(got.Withheld))
