@@ -159,8 +159,12 @@ func TestOutageEndsOnlyOnAnAnsweredStatement(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "the end of the outage logged", func() (bool, string) {
 		return strings.Contains(logs.String()[mark:], "database back"), ""
 	})
-	if l := logs.String()[mark:]; strings.Count(l, "database unreachable") != 1 {
-		t.Errorf("one outage logged as %d; logs:\n%s", strings.Count(l, "database unreachable"), l)
+	// Up to the line that ended it (a statement timing out later on a
+	// loaded machine would be an outage of its own).
+	l := logs.String()[mark:]
+	outage, _, _ := strings.Cut(l, "database back")
+	if n := strings.Count(outage, "database unreachable"); n != 1 {
+		t.Errorf("one outage logged as %d; logs:\n%s", n, l)
 	}
 }
 
