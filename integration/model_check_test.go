@@ -421,9 +421,18 @@ func (m *seqModel) actFault(rt *rapid.T) bool {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), pgControlTimeout)
 		defer cancel()
-		if err := e.cluster.Restart(ctx); err != nil {
-			m.rt.Fatalf("restart postgres: %v", err)
+		if err := e.cluster.Shutdown(ctx); err != nil {
+			m.rt.Fatalf("shut postgres down: %v", err)
 		}
+		// Down for a while: each replica's claim loop and periodic
+		// subsystems run many times against a server that answers nothing.
+		down := time.Now()
+		time.Sleep(time.Duration(rapid.IntRange(0, 2000).Draw(rt, "pg_down_ms")) * time.Millisecond)
+		up := time.Now()
+		if err := e.cluster.Startup(ctx); err != nil {
+			m.rt.Fatalf("start postgres again: %v", err)
+		}
+		m.checkNoBackWhileDown(down, up)
 		if err := withRetry(func(ctx context.Context) error {
 			_, err := e.pool.Exec(ctx, "SELECT 1")
 			return err

@@ -129,6 +129,31 @@ func (m *seqModel) disturb(why string) {
 	}
 }
 
+// checkNoBackWhileDown: a replica says "database back" only after a
+// statement the database answered, so never while the server was down
+// (from down to up). A claim pass that ran no statement (no free worker
+// slot) once said it, every poll of an outage. A line within backSlack of
+// down may report an answer read just before the shutdown.
+func (m *seqModel) checkNoBackWhileDown(down, up time.Time) {
+	const backSlack = time.Second
+	for _, r := range m.e.replicas {
+		for _, line := range strings.Split(r.d.stderr.String(), "\n") {
+			if !strings.Contains(line, `msg="database back"`) {
+				continue
+			}
+			field, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+			at, err := time.Parse(time.RFC3339Nano, field)
+			if err != nil {
+				m.rt.Fatalf("replica %s: log line without a time: %q", r.d.name, line)
+			}
+			if at.After(down.Add(backSlack)) && at.Before(up) {
+				m.rt.Fatalf("replica %s logged the database back while the server was down (%s to %s): %s",
+					r.d.name, down.Format(time.RFC3339Nano), up.Format(time.RFC3339Nano), line)
+			}
+		}
+	}
+}
+
 // checkHandOvers checks, for every SIGKILL of the sequence, that each row
 // the dead replica held left its lease within modelHandOverBound of the
 // lease's expiry, and that a reclaimed row's floor is no later than its
