@@ -3,6 +3,7 @@ package drainer
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,13 +25,12 @@ func (e *Engine) claimLoop() {
 	errDelay := 100 * time.Millisecond
 	cause := causeStart
 	for {
-		sent := time.Now()
 		soon, idle, err := e.claimThenArm(cause)
 		if err != nil {
 			if isShutdown(e.fetchCtx, err) {
 				return
 			}
-			if e.db.failed("claim", sent, err) {
+			if e.claimFailed(err) {
 				e.log.Warn("claim failed; retrying", "err", err, "retry_in", errDelay)
 			}
 			if !sleep(e.fetchCtx, errDelay) {
@@ -167,7 +167,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 			e.floor.putBack(note)
 			rt.done()
 			e.releaseSlots(n)
-			return false, err
+			return false, claimError{sent: claimedAt, err: err}
 		}
 		// Only a statement answered says the database is back: a pass
 		// with no free slot or bytes ran none.
@@ -326,4 +326,28 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		return nil, nil, &c
 	}
 	return route, entry, nil
+}
+
+// claimError is a claim's failure with the time its statement was sent:
+// an earlier claim of the same pass may have ended an outage, and a
+// failure dated from before that end would be taken for the old outage's
+// and open no new one (dbHealth.failed).
+type claimError struct {
+	sent time.Time
+	err  error
+}
+
+func (c claimError) Error() string { return c.err.Error() }
+func (c claimError) Unwrap() error { return c.err }
+
+// claimFailed reports a failed claim to the database's health (dated from
+// its statement's send) and says whether the claim loop should log it
+// itself.
+func (e *Engine) claimFailed(err error) bool {
+	sent := time.Now()
+	var c claimError
+	if errors.As(err, &c) {
+		sent = c.sent
+	}
+	return e.db.failed("claim", sent, err)
 }

@@ -264,3 +264,33 @@ func TestUnreachableTellsOutagesFromRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimFailureDatedFromItsStatement: one pass of the claim loop runs
+// several claims. Its first can end an outage and a later one fail as the
+// database goes again: that failure opens a new outage, because it is
+// dated from its own statement's send, not from the pass's start (before
+// the end of the last outage, which made it look like a late failure of
+// that one, logged by nobody). A claim sent before the outage ended and
+// failing after it is that outage's, and opens none.
+func TestClaimFailureDatedFromItsStatement(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	e := &Engine{db: newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))}
+	passStart := time.Now()
+	e.db.failed("listener", passStart, io.ErrUnexpectedEOF) // down when the pass began
+	lateSent := time.Now()                                  // a claim on its way meanwhile
+	time.Sleep(time.Millisecond)
+	e.db.ok(time.Now()) // the pass's first claim answered
+	e.claimFailed(claimError{sent: lateSent, err: io.ErrUnexpectedEOF})
+	if got := strings.Count(logs.String(), "database unreachable"); got != 1 {
+		t.Fatalf("a claim sent before the outage ended opened another (%d outage lines); logs:\n%s", got, logs.String())
+	}
+	time.Sleep(time.Millisecond)
+	e.claimFailed(claimError{sent: time.Now(), err: io.ErrUnexpectedEOF}) // the pass's next claim
+	if got := strings.Count(logs.String(), "database unreachable"); got != 2 {
+		t.Fatalf("the outage that began after the last one ended was not logged (%d outage lines, want 2); logs:\n%s", got, logs.String())
+	}
+	if !e.db.down.Load() {
+		t.Fatal("the database is not down after a claim sent after the last outage failed")
+	}
+}
