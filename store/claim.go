@@ -276,9 +276,20 @@ func (c Claim) clauses(args []any) (string, []any) {
 }
 
 // claimKeySettings: a claim by key looks one row up by its unique key and
-// primary key, which every plan does; only the commit's durability and
-// JIT are set.
-const claimKeySettings = `SELECT set_config('jit', 'off', true), set_config('synchronous_commit', $1, true)`
+// primary key, which every plan does, so the plan is the generic one from
+// a connection's first claim (planned once, not anew for each of its
+// first five as the default plan cache mode does: planning an update of
+// every queue generation costs milliseconds); with the commit's
+// durability and no JIT. EnqueueLeasedBatch sets the same
+// (enqueueLeasedSettings).
+const claimKeySettings = `SELECT set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('synchronous_commit', $1, true)`
+
+// enqueueLeasedSettings are those of EnqueueLeasedBatch's transaction: no
+// notification of its rows (they are leased in it), and the claim by
+// key's plan settings (claimKeySettings).
+const enqueueLeasedSettings = `SELECT set_config('drainer.notify', 'off', true), set_config('jit', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // lease runs one leasing statement in its own transaction, in one round
 // trip: BEGIN, settings ($1: synchronous_commit), the statement, COMMIT.

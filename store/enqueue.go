@@ -77,7 +77,7 @@ type Leased struct {
 func (s *Store) EnqueueLeasedBatch(ctx context.Context, db DB, reqs []LeaseRequest) ([]Leased, error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SELECT set_config('drainer.notify', 'off', true), set_config('jit', 'off', true)")
+	b.Queue(enqueueLeasedSettings)
 	for _, r := range reqs {
 		in := r.In
 		key := idemkey.Tuple{AgentRunID: in.AgentRunID, StepID: in.StepID, ToolName: in.ToolName, BusinessScope: in.BusinessScope}.Key()

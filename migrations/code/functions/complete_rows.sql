@@ -33,6 +33,7 @@ CREATE OR REPLACE FUNCTION {{.schema}}.complete_rows(p_seqs bigint[], p_tokens u
  RETURNS TABLE(seq bigint, run text)
  LANGUAGE plpgsql
  SECURITY DEFINER
+ SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO '{{.schema}}', 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
@@ -42,7 +43,10 @@ DECLARE
 BEGIN
     -- PL/pgSQL, not SQL: its statement's plan is kept between calls
     -- (a SQL function's is made anew on every call, and planning an
-    -- UPDATE of every queue generation costs more than the batch).
+    -- UPDATE of every queue generation costs more than the batch). The
+    -- plan is the generic one from a connection's first call
+    -- (plan_cache_mode above): by default each of the first five calls
+    -- would plan it anew for its own arrays, several milliseconds each.
     RETURN QUERY
     WITH done AS (
     UPDATE {{.schema}}.queue o
