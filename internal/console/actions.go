@@ -189,10 +189,73 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusSeeOther, o.result)
 }
 
+// actionFields are the fields each action takes (besides actionCommon): a
+// field of another name is refused, never ignored, so that a misspelled
+// filter cannot widen a bulk action's view.
+var actionFields = map[string][]string{
+	verbRequeue: append([]string{"key", "dry_run", "confirm", "ignore_retry_after"}, viewParams...),
+	verbCancel:  append([]string{"key", "dry_run", "confirm"}, viewParams...),
+	verbResolve: {"key", "note", "outcome"},
+	verbPause:   {"target", "name"},
+	verbResume:  {"target", "name"},
+}
+
+// actionCommon are the fields every action takes: its CSRF token, the
+// page to go back to, the database, the reason recorded and the actor.
+var actionCommon = []string{"csrf", "back", "database", "reason", "actor"}
+
+// checkFields refuses a field verb does not take, naming it and those it
+// does.
+func checkFields(verb string, v url.Values) error {
+	allowed, ok := actionFields[verb]
+	if !ok {
+		return nil // act answers 404
+	}
+	var unknown []string
+	for k := range v {
+		if !slices.Contains(allowed, k) && !slices.Contains(actionCommon, k) {
+			unknown = append(unknown, strconv.Quote(k))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return badRequest("%s takes no field %s: its fields are %s, and %s", verb, strings.Join(unknown, ", "),
+		strings.Join(allowed, ", "), strings.Join(actionCommon, ", "))
+}
+
+// flag reads the boolean field name: absent or empty is false; anything
+// but true/false, 1/0 and on/off is refused rather than read as false.
+func flag(v url.Values, name string) (bool, error) {
+	switch x := v.Get(name); x {
+	case "", "false", "0", "off":
+		return false, nil
+	case "true", "1", "on":
+		return true, nil
+	default:
+		return false, badRequest("%s: %q is not true or false", name, x)
+	}
+}
+
 // act runs one action through the operator code of the CLI, filling o.
 func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values, actor string) error {
+	if err := checkFields(verb, v); err != nil {
+		return err
+	}
+	dry, err := flag(v, "dry_run")
+	if err != nil {
+		return err
+	}
+	ignore, err := flag(v, "ignore_retry_after")
+	if err != nil {
+		return err
+	}
 	who := ops.Who{Actor: actor, Reason: v.Get("reason")}
 	if id := v.Get("confirm"); id != "" {
+		if dry || v.Get("key") != "" {
+			return badRequest("confirm acts on the rows of dry run %q: it takes no dry_run or key", id)
+		}
 		return s.confirm(ctx, o, verb, id, v, who)
 	}
 	d, err := s.databaseNamed(v.Get("database"))
@@ -202,13 +265,12 @@ func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values,
 	o.database = d.Name
 	res := &ActionResult{ID: o.id, Action: verb, Actor: actor, At: o.at, Database: d.Name}
 	o.result = res
-	dry := v.Get("dry_run") == "true" || v.Get("dry_run") == "1" || v.Get("dry_run") == "on"
 	switch verb {
 	case verbRequeue, verbCancel:
 		if key := v.Get("key"); key != "" {
 			res.Key = key
 			if verb == verbRequeue {
-				res.Result, err = d.ops.Requeue(ctx, key, who, ops.BulkOptions{DryRun: dry, IgnoreRetryAfter: v.Get("ignore_retry_after") == "true"})
+				res.Result, err = d.ops.Requeue(ctx, key, who, ops.BulkOptions{DryRun: dry, IgnoreRetryAfter: ignore})
 			} else {
 				res.Result, err = d.ops.Cancel(ctx, key, who, dry)
 			}
@@ -218,7 +280,13 @@ func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values,
 			}
 			return err
 		}
-		return s.bulk(ctx, o, d, verb, v, who, dry)
+		if !dry {
+			// The console shows a view's rows before it acts on them, and
+			// acts on those only (confirm): acting on whatever matches the
+			// view now could change rows nobody saw.
+			return badRequest("%s of a view is a dry run first (dry_run: true), then the confirmation of its answer (confirm: its id); a single row is named by key", verb)
+		}
+		return s.bulk(ctx, o, d, verb, v, who, ignore)
 	case verbResolve:
 		key := v.Get("key")
 		switch {
@@ -259,10 +327,11 @@ func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values,
 	return nil
 }
 
-// bulk requeues or cancels the rows of a view (its filters and search):
-// at most its first maxBulkRows, each only while it still matches the view.
-// A dry run keeps the rows it would change for its confirmation.
-func (s *Server) bulk(ctx context.Context, o *outcome, d *db, verb string, v url.Values, who ops.Who, dry bool) error {
+// bulk is the dry run of a requeue or cancel of the rows of a view (its
+// filters and search): at most its first maxBulkRows. It keeps the rows it
+// would change for its confirmation, which changes those of them that
+// still match the view (confirm).
+func (s *Server) bulk(ctx context.Context, o *outcome, d *db, verb string, v url.Values, who ops.Who, ignore bool) error {
 	sel, err := s.selectionOf(ctx, d, v)
 	if err != nil {
 		return err
@@ -279,15 +348,12 @@ func (s *Server) bulk(ctx context.Context, o *outcome, d *db, verb string, v url
 	if len(keys) > maxBulkRows {
 		keys, res.Capped = keys[:maxBulkRows], true
 	}
-	ignore := v.Get("ignore_retry_after") == "true"
-	if res.Result, err = s.bulkOn(ctx, d, verb, sel, keys, who, ops.BulkOptions{DryRun: dry, IgnoreRetryAfter: ignore}); err != nil {
+	if res.Result, err = s.bulkOn(ctx, d, verb, sel, keys, who, ops.BulkOptions{DryRun: true, IgnoreRetryAfter: ignore}); err != nil {
 		return err
 	}
-	if dry {
-		o.plan = &bulkPlan{verb: verb, sel: sel, keys: changedKeys(res.Result), ignoreRetryAfter: ignore, reason: who.Reason}
-	}
+	o.plan = &bulkPlan{verb: verb, sel: sel, keys: changedKeys(res.Result), ignoreRetryAfter: ignore, reason: who.Reason}
 	s.log.Info("console action", "action", verb, "actor", who.Actor, "database", d.Name, "view", sel.String(),
-		"dry_run", dry, "count", res.Result.Count, "refused", res.Result.RefusedCount, "capped", res.Capped, "answer", o.id)
+		"dry_run", true, "count", res.Result.Count, "refused", res.Result.RefusedCount, "capped", res.Capped, "answer", o.id)
 	return nil
 }
 

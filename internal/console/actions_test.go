@@ -131,8 +131,7 @@ func TestBulkActsOnExactlyTheView(t *testing.T) {
 	if code != http.StatusOK || !slices.Equal(sorted(wouldChange), sorted(a)) {
 		t.Fatalf("dry run of the view: %d, would change %v, want exactly %v", code, wouldChange, a)
 	}
-	delete(jsonView, "dry_run")
-	if code, out := e.post("/api/v1/actions/requeue", jsonView, bearer); code != http.StatusOK {
+	if code, out := e.post("/api/v1/actions/requeue", map[string]any{"confirm": out["id"]}, bearer); code != http.StatusOK {
 		t.Fatalf("requeue of the view: %d %v", code, out)
 	}
 	for _, k := range a {
@@ -208,9 +207,12 @@ func TestBulkActsOnExactlyTheView(t *testing.T) {
 	if len(listed.Rows) != 0 {
 		t.Errorf("scope-b searched for scope-a lists %d rows, want none", len(listed.Rows))
 	}
-	code, out = e.post("/api/v1/actions/requeue", map[string]any{"status": "failed", "scope": "scope-b", "search": "scope-a"}, bearer)
+	code, out = e.post("/api/v1/actions/requeue", map[string]any{"status": "failed", "scope": "scope-b", "search": "scope-a", "dry_run": true}, bearer)
 	if code != http.StatusOK || out["result"].(map[string]any)["count"] != float64(0) {
 		t.Errorf("requeue of scope-b searched for scope-a: %d %v, want no row", code, out)
+	}
+	if code, out := e.post("/api/v1/actions/requeue", map[string]any{"confirm": out["id"]}, bearer); code != http.StatusOK {
+		t.Errorf("confirm of a dry run that found no row: %d %v", code, out)
 	}
 	for _, k := range append(slices.Clone(a), b...) {
 		if s := e.status(k); s != outbox.StatusFailed {
@@ -437,23 +439,76 @@ func TestActionLogNamesTargetAndActor(t *testing.T) {
 	}
 	// Two runs, each failed on its step s1 (customer c1).
 	e.fail(e.enqueue("run-l1", "charge_card", "scope-l", 2)[1], e.enqueue("run-l2", "charge_card", "scope-l", 2)[1])
-	if code, out := e.post("/api/v1/actions/requeue", map[string]any{"status": "failed", "search": "scope-l",
-		"payload": map[string]any{"customer": "c1"}}, bearer); code != http.StatusOK {
+	code, out := e.post("/api/v1/actions/requeue", map[string]any{"status": "failed", "search": "scope-l",
+		"payload": map[string]any{"customer": "c1"}, "dry_run": true}, bearer)
+	if code != http.StatusOK {
+		t.Fatalf("bulk requeue's dry run: %d %v", code, out)
+	}
+	if code, out := e.post("/api/v1/actions/requeue", map[string]any{"confirm": out["id"]}, bearer); code != http.StatusOK {
 		t.Fatalf("bulk requeue: %d %v", code, out)
 	}
 	lines := logs.lines(t, "console action")
-	if len(lines) != 2 {
-		t.Fatalf("console action log lines: %v, want 2", lines)
+	if len(lines) != 3 {
+		t.Fatalf("console action log lines: %v, want 3", lines)
 	}
-	one, bulk := lines[0], lines[1]
+	one, dry, bulk := lines[0], lines[1], lines[2]
 	if one["action"] != "cancel" || one["actor"] != "console:alice" || one["key"] != key {
 		t.Errorf("single-row action logged as %v, want its action, actor and key", one)
 	}
-	if bulk["action"] != "requeue" || bulk["actor"] != "console:alice" || bulk["count"] != float64(2) ||
-		bulk["view"] != "status=failed payload=… search=scope-l (business_scope)" {
-		t.Errorf("bulk action logged as %v, want its actor, view and count", bulk)
+	for _, l := range []map[string]any{dry, bulk} {
+		if l["action"] != "requeue" || l["actor"] != "console:alice" || l["count"] != float64(2) ||
+			l["view"] != "status=failed payload=… search=scope-l (business_scope)" {
+			t.Errorf("bulk action logged as %v, want its actor, view and count", l)
+		}
+	}
+	if dry["dry_run"] != true || bulk["confirms"] != out["id"] {
+		t.Errorf("the dry run logged as %v and its confirmation as %v, want dry_run and confirms naming it", dry, bulk)
 	}
 	if strings.Contains(logs.String(), "customer") {
 		t.Error("the log holds the payload filter's value")
+	}
+}
+
+// TestActionRefusesFieldsItDoesNotTake: an action's request with a field
+// it does not take (a misspelled filter, a misspelled dry_run) is refused
+// with 400 naming the field, and changes nothing: ignoring the filter
+// would widen the view, ignoring dry_run would act. A flag that is not a
+// boolean is refused too.
+func TestActionRefusesFieldsItDoesNotTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	keys := e.enqueue("run-u1", "charge_card", "scope-u", 2)
+	e.fail(keys...)
+	for _, body := range []map[string]any{
+		{"status": "failed", "toool": "x", "dry_run": true},
+		{"status": "failed", "dryrun": true},
+		{"key": keys[0], "dryrun": true},
+		{"status": "failed", "dry_run": "yes"},
+		{"key": keys[0], "ignore_retry_after": "sure"},
+		{"confirm": "abc", "status": "failed", "tool": "y", "extra": 1},
+	} {
+		code, out := e.post("/api/v1/actions/requeue", body, bearer)
+		msg, _ := out["error"].(string)
+		if code != http.StatusBadRequest {
+			t.Errorf("requeue %v: %d %v, want 400", body, code, out)
+			continue
+		}
+		for k := range body {
+			if (k == "toool" || k == "dryrun" || k == "extra") && !strings.Contains(msg, `"`+k+`"`) {
+				t.Errorf("requeue %v refused with %q, which does not name %q", body, msg, k)
+			}
+		}
+	}
+	if code, out := e.post("/api/v1/actions/pause", map[string]any{"target": "route", "name": "charge_card", "key": keys[0]}, bearer); code != http.StatusBadRequest {
+		t.Errorf("pause with a key: %d %v, want 400", code, out)
+	}
+	for _, k := range keys {
+		if s := e.status(k); s != outbox.StatusFailed {
+			t.Errorf("%s is %s after refused actions, want failed", k, s)
+		}
+	}
+	if code, out := e.post("/api/v1/actions/requeue", map[string]any{"status": "failed", "tool": "charge_card", "dry_run": "on"}, bearer); code != http.StatusOK ||
+		out["result"].(map[string]any)["count"] != float64(2) {
+		t.Errorf("a dry run with dry_run \"on\" (a form's checkbox): %d %v, want both rows", code, out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -333,7 +334,15 @@ func TestBulkRequeueDryRunThenConfirm(t *testing.T) {
 		}
 	}
 	delete(filter, "dry_run")
-	code, out = e.post("/api/v1/actions/requeue", filter, bearer)
+	if code, out := e.post("/api/v1/actions/requeue", filter, bearer); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out["error"]), "dry run first") {
+		t.Fatalf("bulk requeue without its dry run: %d %v, want 400 saying a dry run comes first", code, out)
+	}
+	for _, k := range keys {
+		if s := e.status(k); s != outbox.StatusFailed {
+			t.Fatalf("a bulk requeue without its dry run changed %s to %s", k, s)
+		}
+	}
+	code, out = e.post("/api/v1/actions/requeue", map[string]any{"confirm": out["id"]}, bearer)
 	if code != http.StatusOK || out["result"].(map[string]any)["count"] != float64(4) {
 		t.Fatalf("confirm: %d %v", code, out)
 	}
@@ -345,7 +354,7 @@ func TestBulkRequeueDryRunThenConfirm(t *testing.T) {
 	if s := e.status(other[0]); s != outbox.StatusFailed {
 		t.Errorf("a row outside the filter was requeued: %s", s)
 	}
-	if code, out := e.post("/api/v1/actions/requeue", map[string]any{"tool": "charge_card"}, bearer); code != http.StatusBadRequest {
+	if code, out := e.post("/api/v1/actions/requeue", map[string]any{"tool": "charge_card", "dry_run": true}, bearer); code != http.StatusBadRequest {
 		t.Errorf("bulk requeue without a status: %d %v, want 400", code, out)
 	}
 }
