@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
@@ -18,7 +19,7 @@ type Metrics struct {
 	OutboxRows              *prometheus.GaugeVec
 	OldestPendingAge        prometheus.Gauge
 	OldestInFlightAge       prometheus.Gauge
-	SnapshotAge             prometheus.Gauge
+	SnapshotAge             prometheus.GaugeFunc
 	DispatchTotal           *prometheus.CounterVec
 	DispatchDuration        *prometheus.HistogramVec
 	ClaimBatchSize          prometheus.Histogram
@@ -47,6 +48,14 @@ type Metrics struct {
 	// enqueueDuplicates and enqueueMismatches hold the database's counts
 	// (sequences bumped by drainer.enqueue), read with the periodic gauges.
 	enqueueDuplicates, enqueueMismatches atomic.Uint64
+	// snapshotRead is the backlog snapshot apply exported last: its age
+	// when read, and when (nil before the first); born is when these
+	// collectors were made. drainer_outbox_snapshot_age_seconds is
+	// computed from them at each scrape, so it grows while no snapshot is
+	// read (the database slow or gone, the snapshotter stuck), counted
+	// from the start before the first.
+	snapshotRead atomic.Pointer[snapshotMark]
+	born         time.Time
 	// adapterStates is the engine's AdapterStates, read at each scrape
 	// for drainer_adapter_ready and drainer_hold_seconds.
 	adapterStates atomic.Pointer[func() []AdapterState]
@@ -90,7 +99,7 @@ func RegisterBuildInfo(reg prometheus.Registerer, version string) *prometheus.Ga
 // registers the build info once, RegisterBuildInfo).
 func NewDatabaseMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
-	m := &Metrics{}
+	m := &Metrics{born: time.Now()}
 	m.registerDispatch(f)
 	m.registerBacklog(f)
 	if reg != nil {
@@ -186,10 +195,10 @@ func (m *Metrics) registerBacklog(f promauto.Factory) {
 		Name: "drainer_outbox_oldest_in_flight_age_seconds",
 		Help: "Age of the oldest in-flight lease; 0 when none.",
 	})
-	m.SnapshotAge = f.NewGauge(prometheus.GaugeOpts{
+	m.SnapshotAge = f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "drainer_outbox_snapshot_age_seconds",
-		Help: "Age of the backlog snapshot the outbox gauges come from.",
-	})
+		Help: "Age now of the backlog snapshot the outbox gauges come from (before the first, the time since the replica started).",
+	}, func() float64 { return m.snapshotAge(time.Now()).Seconds() })
 	m.SnapshotCost = f.NewGauge(prometheus.GaugeOpts{
 		Name: "drainer_outbox_snapshot_cost_seconds",
 		Help: "Database time the latest backlog snapshot took.",
@@ -286,4 +295,20 @@ func (m *Metrics) InitAdapters(names []string) {
 		m.DispatchDuration.WithLabelValues(a)
 		m.CircuitBreakerState.WithLabelValues(a)
 	}
+}
+
+// snapshotMark is a snapshot's age when it was read, and when.
+type snapshotMark struct {
+	age    time.Duration
+	readAt time.Time
+}
+
+// snapshotAge is the age at now of the snapshot the gauges export: its age
+// when it was read plus the time since; before the first, the time since
+// the collectors were made.
+func (m *Metrics) snapshotAge(now time.Time) time.Duration {
+	if r := m.snapshotRead.Load(); r != nil {
+		return r.age + now.Sub(r.readAt)
+	}
+	return now.Sub(m.born)
 }

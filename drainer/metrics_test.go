@@ -122,3 +122,28 @@ func TestUnroutedSeriesKeepRoutedTools(t *testing.T) {
 		t.Fatalf("drainer_unrouted_rows once every row is routed: %v; want charge and refund at 0", rows)
 	}
 }
+
+// TestSnapshotAgeGrowsWhileNoSnapshotIsRead: the snapshot's age is
+// computed at each scrape, so it grows while no new snapshot is read (the
+// database slow or gone), and DrainerSnapshotStale can fire; it was set
+// once per read, from the snapshot's age when read, and stayed at a few
+// milliseconds for as long as reads failed. Before the first snapshot it
+// counts from the start.
+func TestSnapshotAgeGrowsWhileNoSnapshotIsRead(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, "test")
+	m.born = time.Now().Add(-time.Hour)
+	if age := series(t, reg, "drainer_outbox_snapshot_age_seconds")[""]; age < 3600 {
+		t.Errorf("before any snapshot, an hour after the start: age %v s, want at least 3600", age)
+	}
+	m.apply(store.Snapshot{Age: 2 * time.Second}, nil)
+	if age := series(t, reg, "drainer_outbox_snapshot_age_seconds")[""]; age < 2 || age > 60 {
+		t.Errorf("just after a snapshot 2 s old was read: age %v s", age)
+	}
+	// Ten minutes without a new read.
+	m.snapshotRead.Store(&snapshotMark{age: 2 * time.Second, readAt: time.Now().Add(-10 * time.Minute)})
+	if age := series(t, reg, "drainer_outbox_snapshot_age_seconds")[""]; age < 602 {
+		t.Errorf("ten minutes after the last read: age %v s, want at least 602", age)
+	}
+}

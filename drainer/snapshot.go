@@ -17,7 +17,7 @@ func (m *Metrics) apply(s store.Snapshot, routed []string) {
 	}
 	m.OldestPendingAge.Set(s.OldestPendingAge)
 	m.OldestInFlightAge.Set(s.OldestInFlightAge)
-	m.SnapshotAge.Set(s.Age.Seconds())
+	m.snapshotRead.Store(&snapshotMark{age: s.Age, readAt: time.Now()})
 	m.SnapshotCost.Set(s.CostSeconds)
 	m.LiveTuples.Set(float64(s.Stats.LiveTuples))
 	m.DeadTuples.Set(float64(s.Stats.DeadTuples))
