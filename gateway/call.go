@@ -154,8 +154,11 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 		return enq, true, invalidParams(fmt.Sprintf("key %s was recorded with other arguments for this agent_run_id, step_id, tool and business_scope; nothing was sent. "+
 			"A deliberate second call in one run names its own _meta[%q]", key, MetaStepID))
 	}
-	if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
-		return enq, false, invalidParams(fmt.Sprintf("the call cannot be recorded: %s", pgErr.Message))
+	if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23" || pgErr.Code == "54000") {
+		// Refused for what the call is (its arguments too large, 54000,
+		// among them): the same call is refused again, so the answer is
+		// not an invitation to retry it.
+		return enq, false, invalidParams(fmt.Sprintf("the call cannot be recorded: %s; nothing was sent, and the same call would be refused again", pgErr.Message))
 	}
 	g.log.Warn("gateway: could not record a call; nothing was sent", "tool", t.Name, "key", key, "err", err)
 	return enq, false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
