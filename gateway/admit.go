@@ -63,6 +63,15 @@ func (g *Gateway) admit(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if tool, adapter, id, ok := g.awaitedAdapter(body); ok {
+			g.metrics.calls.WithLabelValues(tool, string(OutcomeRefused)).Inc()
+			g.log.Info("gateway: a call refused: its tool's server has not answered yet", "tool", tool, "adapter", adapter)
+			w.Header().Set("Retry-After", "5")
+			writeRPCError(w, http.StatusServiceUnavailable, id, codeBusy,
+				fmt.Sprintf("drainer gateway: tool %s is routed to the mcp adapter %s, whose server has not answered yet; "+
+					"this call was not recorded or sent: call again in a moment", tool, adapter))
+			return
+		}
 		select {
 		case g.slots <- struct{}{}:
 		default:

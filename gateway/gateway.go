@@ -115,6 +115,9 @@ type Gateway struct {
 
 	mu    sync.RWMutex
 	tools map[string]*Tool
+	// awaited holds the routed tools (tool → adapter) of servers that have
+	// not answered tools/list yet (Await).
+	awaited map[string]string
 
 	stop context.CancelFunc
 	done sync.WaitGroup

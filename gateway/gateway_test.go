@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -58,6 +59,15 @@ type toolServer struct {
 }
 
 func newToolServer(t *testing.T) *toolServer {
+	ts, srv := newUnstartedToolServer(t)
+	srv.Start()
+	ts.url = srv.URL
+	return ts
+}
+
+// newUnstartedToolServer is newToolServer before its server starts: its
+// address takes connections and answers none until srv.Start.
+func newUnstartedToolServer(t *testing.T) (*toolServer, *httptest.Server) {
 	ts := &toolServer{effects: map[string]int{}, byKey: map[string]*sdk.CallToolResult{}, requests: map[string]int{}, waiting: map[string]int{},
 		auth: map[string]int{}, gate: make(chan struct{})}
 	server := sdk.NewServer(&sdk.Implementation{Name: "tools", Version: "1"}, nil)
@@ -121,10 +131,10 @@ func newToolServer(t *testing.T) *toolServer {
 		})
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server },
 		&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
 	t.Cleanup(srv.Close)
-	ts.url = srv.URL
-	return ts
+	ts.url = "http://" + srv.Listener.Addr().String()
+	return ts, srv
 }
 
 // bigResult is the size of the big tool's text: more than the 1 MiB record limit.
@@ -141,6 +151,8 @@ type gw struct {
 	url  string
 	pool *pgxpool.Pool
 	ts   *toolServer
+	// startServer starts the tool server of gwSettings.serverLater.
+	startServer func()
 }
 
 // startGateway runs drainer with its gateway in front of a tool server.
@@ -154,12 +166,18 @@ func startGateway(t *testing.T, wait time.Duration) *gw {
 // indented as its keys).
 type gwSettings struct {
 	lease, timeout, adapterExtra string
+	// serverLater: the tool server answers only once the test starts it
+	// (gw.startServer).
+	serverLater bool
 }
 
 // startGatewayWith is startGateway with settings of its own.
 func startGatewayWith(t *testing.T, wait time.Duration, set gwSettings) *gw {
 	t.Helper()
-	ts := newToolServer(t)
+	ts, srv := newUnstartedToolServer(t)
+	if !set.serverLater {
+		srv.Start()
+	}
 	pool := storetest.NewPool(t)
 	cfg := fmt.Sprintf(`workers: 8
 lease: %s
@@ -191,7 +209,7 @@ gateway:
 		t.Fatal(err)
 	}
 	runDaemon(t, daemon.Options{ConfigPath: path, DatabaseURL: pool.Config().ConnString(), GatewayListener: ln})
-	return &gw{url: "http://" + ln.Addr().String() + gateway.Path, pool: pool, ts: ts}
+	return &gw{url: "http://" + ln.Addr().String() + gateway.Path, pool: pool, ts: ts, startServer: srv.Start}
 }
 
 // client connects an MCP client (the official SDK's) to the gateway with
@@ -669,5 +687,49 @@ func runDaemon(t *testing.T, opts daemon.Options) {
 		t.Fatalf("drainer run: %v", err)
 	case <-time.After(time.Minute):
 		t.Fatal("drainer did not start within a minute")
+	}
+}
+
+// TestToolOfAServerNotAnsweringYet: a routed tool whose server did not
+// answer at startup is not listed until it answers, and a call of it
+// meanwhile is refused with 503 and Retry-After, saying that the server
+// has not answered and nothing was recorded or sent; not as a tool nobody
+// routed. Once the server answers, the same call goes through.
+func TestToolOfAServerNotAnsweringYet(t *testing.T) {
+	t.Parallel()
+	g := startGatewayWith(t, 10*time.Second, gwSettings{serverLater: true, timeout: "1s"})
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1},"_meta":{"io.drainer/step_id":"early"}}}`
+	req, _ := http.NewRequest(http.MethodPost, g.url, strings.NewReader(body))
+	for k, v := range agentHeaders("run-early") {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(string(raw), "charge is routed to the mcp adapter tools, whose server has not answered yet") ||
+		!strings.Contains(string(raw), `"id":7`) {
+		t.Fatalf("a call while its server has not answered: %d (Retry-After %q) %s; want 503 saying so", resp.StatusCode, resp.Header.Get("Retry-After"), raw)
+	}
+	var rows int
+	if err := g.pool.QueryRow(context.Background(), `SELECT count(*) FROM drainer.outbox`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d rows recorded (%v) by a call refused before its server answered", rows, err)
+	}
+	g.startServer()
+	s := g.client(t, agentHeaders("run-early"))
+	var res *sdk.CallToolResult
+	testkit.WaitFor(t, time.Minute, "the tool listed once its server answers", func() (bool, string) {
+		res, err = s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"amount": 1},
+			Meta: sdk.Meta{gateway.MetaStepID: "early"}})
+		return err == nil && !res.IsError, fmt.Sprint(err)
+	})
+	if n := g.ts.count(g.ts.effects, "charge"); n != 1 {
+		t.Fatalf("charge took effect %d times, want 1", n)
 	}
 }

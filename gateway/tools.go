@@ -54,9 +54,65 @@ func (g *Gateway) AddTools(tools ...Tool) error {
 		}
 		g.mu.Lock()
 		g.tools[t.Name] = &t
+		delete(g.awaited, t.Name)
 		g.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// Await marks tools (tool → adapter) as routed to a server that has not
+// answered yet: a call of one is refused with 503 and Retry-After, saying
+// that its server has not answered and that nothing was recorded or sent,
+// rather than as a tool nobody routed. Until the tool is added (AddTools)
+// or its server answers without it (Answered).
+func (g *Gateway) Await(tools map[string]string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.awaited == nil {
+		g.awaited = map[string]string{}
+	}
+	for t, a := range tools {
+		if _, ok := g.tools[t]; !ok {
+			g.awaited[t] = a
+		}
+	}
+}
+
+// Answered says adapter's server answered tools/list: those of its routed
+// tools it did not offer are unknown tools from now on.
+func (g *Gateway) Answered(adapter string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for t, a := range g.awaited {
+		if a == adapter {
+			delete(g.awaited, t)
+		}
+	}
+}
+
+// awaitedAdapter returns the adapter of an awaited tool named by a
+// tools/call's body (Await).
+func (g *Gateway) awaitedAdapter(body []byte) (tool, adapter string, id any, ok bool) {
+	g.mu.RLock()
+	none := len(g.awaited) == 0
+	g.mu.RUnlock()
+	if none {
+		return "", "", nil, false
+	}
+	req, isCall := toolsCall(body)
+	if !isCall {
+		return "", "", nil, false
+	}
+	var p struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(req.Params, &p) != nil {
+		return "", "", nil, false
+	}
+	g.mu.RLock()
+	adapter, ok = g.awaited[p.Name]
+	g.mu.RUnlock()
+	return p.Name, adapter, req.ID.Raw(), ok
 }
 
 // definition decodes a tool's tools/list entry for the SDK, keeping its

@@ -86,6 +86,13 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	if err != nil {
 		return &ConfigError{err}
 	}
+	for _, s := range pending {
+		awaited := map[string]string{}
+		for tool := range s.routes {
+			awaited[tool] = s.adapter
+		}
+		gw.Await(awaited)
+	}
 	served.Store(gw)
 	if err := gw.Serve(ctx); err != nil {
 		return err
@@ -256,6 +263,7 @@ func listLater(ctx context.Context, s *gatewayServer, gw *gateway.Gateway, log *
 		if err := gw.AddTools(add...); err != nil {
 			log.Error("gateway: tools of an MCP server could not be listed", "adapter", s.adapter, "err", err)
 		}
+		gw.Answered(s.adapter)
 		log.Info("gateway: an MCP server answered; its tools are listed", "adapter", s.adapter, "tools", len(add))
 		return
 	}
