@@ -518,6 +518,12 @@ func TestConflictTimeoutPassthroughAndRefusals(t *testing.T) {
 		t.Fatalf("a call naming no run: %v", err)
 	}
 
+	// The scheme's name in any case (RFC 9110): the token is what counts.
+	lower := g.client(t, map[string]string{"Authorization": "bearer " + agentToken, gateway.HeaderAgentRunID: "run-misc"})
+	if r := call(t, lower, "lookup", nil, nil); r.IsError {
+		t.Fatalf("lookup with the scheme written bearer: %s", body(t, r))
+	}
+
 	// Without the token: 401, nothing recorded.
 	resp, err := http.Post(g.url, "application/json", nil)
 	if err != nil {

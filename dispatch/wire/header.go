@@ -94,3 +94,14 @@ func Hide(m map[string]string) map[string]Secret {
 	}
 	return out
 }
+
+// BearerToken returns the token of an Authorization header value of the
+// Bearer scheme, whose name is case-insensitive (RFC 9110 §11.1), with
+// surrounding spaces removed; ok is false for another scheme or none.
+func BearerToken(authorization string) (token string, ok bool) {
+	scheme, rest, found := strings.Cut(strings.TrimSpace(authorization), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(rest), true
+}

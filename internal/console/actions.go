@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainer-io/drainer/dispatch/wire"
 	"github.com/drainer-io/drainer/ops"
 	"github.com/drainer-io/drainer/outbox"
 )
@@ -126,7 +127,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, v url.Values,
 		return "", false
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
-		tok, found := strings.CutPrefix(h, "Bearer ")
+		tok, found := wire.BearerToken(h)
 		if !found || !s.auth.tokenOK(tok) {
 			refuse(http.StatusUnauthorized, "bearer token refused")
 			return "", false
