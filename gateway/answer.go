@@ -62,6 +62,17 @@ func timedOut(c store.Call, wait time.Duration, replay bool) *sdk.CallToolResult
 		"Call again with the same arguments to get its outcome; it will not be sent twice.", c.Key, wait, c.Status))
 }
 
+// interrupted answers a call whose wait the gateway's shutdown ended
+// before its row settled.
+func interrupted(c store.Call, replay bool) *sdk.CallToolResult {
+	meta := sdk.Meta{MetaKey: c.Key, MetaStatus: string(c.Status)}
+	if replay {
+		meta[MetaReplay] = true
+	}
+	return errorResult(meta, fmt.Sprintf("The call is recorded (key %s) and had not finished (status %s) when this drainer began shutting down. "+
+		"Call again with the same arguments, here once it is back or through another replica, to get its outcome; it will not be sent twice.", c.Key, c.Status))
+}
+
 // pruned answers a call made before whose row has been pruned since.
 func pruned(key string) *sdk.CallToolResult {
 	return errorResult(sdk.Meta{MetaKey: key, MetaReplay: true},

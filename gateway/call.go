@@ -80,6 +80,9 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 			Message: fmt.Sprintf("drainer recorded the call (key %s) but could not read its outcome: %v; call again with the same arguments for it", key, err)}
 	case !c.Settled():
 		outcome = OutcomeTimeout
+		if g.isClosing() {
+			return interrupted(c, !enq.Created), nil
+		}
 		return timedOut(c, g.cfg.Wait, !enq.Created), nil
 	case enq.Created:
 		outcome = OutcomeCreated

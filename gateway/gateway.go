@@ -264,6 +264,16 @@ func (g *Gateway) Serve(ctx context.Context) error {
 // once; a call still under way when ctx ends (a read the database does not
 // answer, say) is ended then, answered with its row's state as last read.
 // A call cut off by it has its row recorded: its retry is answered from it,
+// isClosing reports whether Shutdown has begun.
+func (g *Gateway) isClosing() bool {
+	select {
+	case <-g.closing:
+		return true
+	default:
+		return false
+	}
+}
+
 // and the engine sends it as any row.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closeOnce.Do(func() { close(g.closing) })
