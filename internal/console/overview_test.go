@@ -166,3 +166,26 @@ func TestBacklogChartAxes(t *testing.T) {
 		t.Errorf("the overview's chart has no axes")
 	}
 }
+
+// TestFailedSampleIsRepeatedSoon: a measurement that took long is repeated
+// ten times its time later (a tenth of the database's time at most); one
+// that failed is repeated after the usual interval, whatever its time (it
+// may have waited for a lock until its timeout): after a 10 s timeout the
+// overview stayed stale for 100 s.
+func TestFailedSampleIsRepeatedSoon(t *testing.T) {
+	every := 3 * time.Second
+	for _, c := range []struct {
+		took time.Duration
+		ok   bool
+		want time.Duration
+	}{
+		{100 * time.Millisecond, true, every},
+		{2 * time.Second, true, 20 * time.Second},
+		{10 * time.Second, false, every},
+		{100 * time.Millisecond, false, every},
+	} {
+		if got := nextSample(every, c.took, c.ok); got != c.want {
+			t.Errorf("after a measurement of %s (ok %v): next in %s, want %s", c.took, c.ok, got, c.want)
+		}
+	}
+}

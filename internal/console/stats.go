@@ -124,12 +124,8 @@ func newSampler(s *Server, size int) *sampler {
 func (m *sampler) run(ctx context.Context, every time.Duration) {
 	for {
 		start := time.Now()
-		m.sample(ctx)
-		// A measurement that takes long (a huge backlog to count) is
-		// repeated less often: the console never spends more than a tenth
-		// of the database's time on it.
-		wait := max(every, 10*time.Since(start))
-		t := time.NewTimer(wait)
+		ok := m.sample(ctx)
+		t := time.NewTimer(nextSample(every, time.Since(start), ok))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -139,9 +135,23 @@ func (m *sampler) run(ctx context.Context, every time.Duration) {
 	}
 }
 
+// nextSample is the wait before the next measurement, after one that
+// took took: a measurement that takes long (a huge backlog to count) is
+// repeated less often, so that the console never spends more than a tenth
+// of the database's time on it. A failed one is repeated after every: its
+// time says nothing of the measurement's cost (it may have waited for a
+// lock, or for a database that is gone, until its timeout), and the
+// overview should not show the stale figures ten times longer.
+func nextSample(every, took time.Duration, ok bool) time.Duration {
+	if !ok {
+		return every
+	}
+	return max(every, 10*took)
+}
+
 // sample measures the first database's backlog once, or a fleet's from
-// what its replicas published.
-func (m *sampler) sample(ctx context.Context) {
+// what its replicas published, and reports whether it did.
+func (m *sampler) sample(ctx context.Context) bool {
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st := Stats{RowsByStatus: map[string]int64{}, SampledAt: time.Now().UTC(), Databases: m.s.names()}
@@ -155,13 +165,13 @@ func (m *sampler) sample(ctx context.Context) {
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		m.s.log.Warn("console: backlog sample failed", "err", err)
 		m.mu.Lock()
 		m.last.Error = "the last measurement failed: " + err.Error()
 		m.mu.Unlock()
-		return
+		return false
 	}
 	st.DispatchRates = m.rates()
 	var total float64
@@ -179,6 +189,7 @@ func (m *sampler) sample(ctx context.Context) {
 		m.history = slices.Delete(m.history, 0, len(m.history)-m.size)
 	}
 	m.last = st
+	return true
 }
 
 // measureFleet sums every database's published backlog, as the fleet's
