@@ -59,7 +59,13 @@ func (g *Gateway) admit(next http.Handler) http.Handler {
 			writeRPCError(w, http.StatusBadRequest, nil, jsonrpc.CodeInvalidRequest, batchRefusal)
 			return
 		}
-		if !isToolsCall(body) {
+		method, problem := envelope(body)
+		if problem != nil {
+			g.metrics.calls.WithLabelValues("", string(OutcomeRefused)).Inc()
+			writeRPCError(w, http.StatusBadRequest, nil, problem.code, problem.msg)
+			return
+		}
+		if method != "tools/call" {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -101,15 +107,39 @@ func isBatch(body []byte) bool {
 	return len(b) > 0 && b[0] == '['
 }
 
-// isToolsCall says whether body names the method tools/call: a light
-// look (the SDK's decoder allocates a large buffer per message, and every
-// call's body is decoded by the SDK after this), made for every call;
-// toolsCall decodes it as the SDK does only when the call is refused.
-func isToolsCall(body []byte) bool {
+// envelopeProblem is why a POST's body is no JSON-RPC message: its error
+// code and message.
+type envelopeProblem struct {
+	code int
+	msg  string
+}
+
+// envelope reads the method of the JSON-RPC message of a POST's body (""
+// for a response), or says why the body is none, as a JSON-RPC error
+// rather than the SDK's plain-text refusal (or, for an object that is
+// neither a request nor a response, its silent acceptance). A light look
+// (the SDK's decoder allocates a large buffer per message, and every
+// body is decoded by the SDK after this), made for every POST; toolsCall
+// decodes a call as the SDK does only when the call is refused.
+func envelope(body []byte) (method string, problem *envelopeProblem) {
 	var m struct {
-		Method string `json:"method"`
+		Method *string         `json:"method"`
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
 	}
-	return json.Unmarshal(body, &m) == nil && m.Method == "tools/call"
+	if !json.Valid(body) {
+		return "", &envelopeProblem{jsonrpc.CodeParseError, "drainer gateway: the request body is not JSON; nothing was recorded or sent"}
+	}
+	if err := json.Unmarshal(body, &m); err != nil || bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		return "", &envelopeProblem{jsonrpc.CodeInvalidRequest, "drainer gateway: the request body is not a JSON-RPC message (a JSON object); nothing was recorded or sent"}
+	}
+	if m.Method == nil && m.Result == nil && m.Error == nil {
+		return "", &envelopeProblem{jsonrpc.CodeInvalidRequest, "drainer gateway: the message has no method (a request or notification) and no result or error (a response); nothing was recorded or sent"}
+	}
+	if m.Method == nil {
+		return "", nil
+	}
+	return *m.Method, nil
 }
 
 // toolsCall decodes body as the SDK does (one JSON-RPC message) and

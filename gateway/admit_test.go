@@ -207,6 +207,43 @@ func TestBatchIsRefusedBeforeAnythingIsRecordedOrSent(t *testing.T) {
 	}
 }
 
+// TestMalformedMessagesGetJSONRPCErrors: a body that is not JSON, not a
+// JSON object, or an object that is neither a request nor a response is
+// answered 400 with a JSON-RPC error (parse error, invalid request), and
+// nothing is recorded or sent; the SDK answered the first two in plain
+// text and accepted the third silently (202).
+func TestMalformedMessagesGetJSONRPCErrors(t *testing.T) {
+	t.Parallel()
+	p := newPeek()
+	close(p.release)
+	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second}, p.tool())
+	for body, code := range map[string]int{
+		`{not json`:                   -32700,
+		`null`:                        -32600,
+		`42`:                          -32600,
+		`"tools/call"`:                -32600,
+		`{"jsonrpc":"2.0","id":1}`:    -32600,
+		`{"jsonrpc":"2.0","id":null}`: -32600,
+	} {
+		status, h, got := post(t, d.gw.URL(), "run-malformed", body)
+		if status != http.StatusBadRequest || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+			t.Errorf("body %s: %d %s %s; want 400 with a JSON-RPC error", body, status, h.Get("Content-Type"), got)
+			continue
+		}
+		if e := decodeRPCError(t, got); e.Error.Code != code || !strings.Contains(e.Error.Message, "nothing was recorded or sent") {
+			t.Errorf("body %s: %s; want code %d saying nothing was recorded or sent", body, got, code)
+		}
+	}
+	if n, sent := rows(t, d.pool, "charge"), p.calls.Load(); n != 0 || sent != 0 {
+		t.Fatalf("after malformed messages: %d rows recorded and %d calls sent; want none", n, sent)
+	}
+	// A well-formed call is served as before.
+	status, _, got := post(t, d.gw.URL(), "run-malformed", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"peek","arguments":{}}}`)
+	if status != http.StatusOK || !strings.Contains(got, "peeked") {
+		t.Fatalf("a single call: %d %s", status, got)
+	}
+}
+
 // startEngine runs drainer without a gateway on pool, sending the rows of
 // charge and slow to ts: the engine of a gateway built beside it.
 func startEngine(t *testing.T, pool *pgxpool.Pool, ts *toolServer) {
