@@ -420,3 +420,48 @@ func TestRequestsBeingReadAreBounded(t *testing.T) {
 		return status == http.StatusOK && strings.Contains(got, "charge"), fmt.Sprintf("last answer %d %s", status, got)
 	})
 }
+
+// settledReads is drainer_gateway_settled_reads_total{cause}.
+func (d *direct) settledReads(t *testing.T, cause string) float64 {
+	t.Helper()
+	families, err := d.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "drainer_gateway_settled_reads_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cause" && l.GetValue() == cause {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestCallOfAnAbortedRunIsAnsweredFromItsFirstRead: a call recorded in a
+// run already aborted is created cancelled, settled from its commit on,
+// and nothing will announce it. It is answered from its first read, not
+// after the periodic recheck (2 s): the call does not wait for a row
+// that settled before it began.
+func TestCallOfAnAbortedRunIsAnsweredFromItsFirstRead(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	d := newDirect(t, pool, gateway.Config{Wait: time.Minute})
+	if _, err := pool.Exec(context.Background(), `INSERT INTO drainer.runs (agent_run_id, abort_reason, aborted_by, aborted_at, saga_state)
+		VALUES ('run-gone', 'wrong card', 'test', now(), 'done')`); err != nil {
+		t.Fatal(err)
+	}
+	s := d.client(t, "run-gone")
+	res := call(t, s, "charge", map[string]any{"amount": 1}, nil)
+	if !res.IsError || res.Meta[gateway.MetaStatus] != "cancelled" {
+		t.Fatalf("a call in an aborted run: %s %v; want the cancelled answer", body(t, res), res.Meta)
+	}
+	if n := d.settledReads(t, "recheck"); n != 0 {
+		t.Fatalf("the call was answered by %v periodic rechecks; want its first read", n)
+	}
+}

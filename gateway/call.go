@@ -62,14 +62,17 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if tp != "" {
 		in.Traceparent = &tp
 	}
-	enq, refusal, err := g.record(ctx, t, tuple, in, deadline)
+	enq, leased, refusal, err := g.record(ctx, t, tuple, in, deadline)
 	if err != nil {
 		if refusal {
 			outcome = OutcomeConflict
 		}
 		return nil, err
 	}
-	c, joined, err := g.await(ctx, key, settled, enq.Created, deadline)
+	// A row created and leased here is in flight: it settles later. One
+	// created and not leased may be settled already (cancelled, its run
+	// aborted), and is read at once.
+	c, joined, err := g.await(ctx, key, settled, enq.Created, enq.Created && !leased, deadline)
 	switch {
 	case errors.Is(err, store.ErrNoCall):
 		outcome = OutcomeReplayed
@@ -108,7 +111,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 // recorded unannounced and not leased wakes every listening daemon. A
 // refusal is a conflict: the tuple was recorded with other arguments
 // (refusal true). Any other error is the answer to give.
-func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent, deadline time.Time) (enq store.Enqueued, refusal bool, err error) {
+func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent, deadline time.Time) (enq store.Enqueued, leased, refusal bool, err error) {
 	key := tuple.Key()
 	callCtx := ctx
 	// The record is not cut off by the agent hanging up (a row leased by a
@@ -116,7 +119,7 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 	// only by the call's bounds.
 	ctx, cancel := g.callContext(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	ran, leased, retried := false, false, false
+	ran, retried := false, false
 	if g.cfg.Lease != nil {
 		ran, err = g.cfg.Lease(ctx, func(ctx context.Context, c store.Claim) (row *store.ClaimedRow, err error) {
 			res := g.rec.record(ctx, store.LeaseRequest{In: in, Claim: c})
@@ -149,22 +152,22 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 			// tool's deferral, or claimed by another replica.
 			g.wakeAll(callCtx, key)
 		}
-		return enq, false, nil
+		return enq, leased, false, nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		g.log.Info("gateway: conflicting call refused", "tool", t.Name, "key", key, "agent_run_id", tuple.AgentRunID, "step_id", tuple.StepID)
-		return enq, true, invalidParams(fmt.Sprintf("key %s was recorded with other arguments for this agent_run_id, step_id, tool and business_scope; nothing was sent. "+
+		return enq, false, true, invalidParams(fmt.Sprintf("key %s was recorded with other arguments for this agent_run_id, step_id, tool and business_scope; nothing was sent. "+
 			"A deliberate second call in one run names its own _meta[%q]", key, MetaStepID))
 	}
 	if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23" || pgErr.Code == "54000") {
 		// Refused for what the call is (its arguments too large, 54000,
 		// among them): the same call is refused again, so the answer is
 		// not an invitation to retry it.
-		return enq, false, invalidParams(fmt.Sprintf("the call cannot be recorded: %s; nothing was sent, and the same call would be refused again", pgErr.Message))
+		return enq, false, false, invalidParams(fmt.Sprintf("the call cannot be recorded: %s; nothing was sent, and the same call would be refused again", pgErr.Message))
 	}
 	g.log.Warn("gateway: could not record a call; nothing was sent", "tool", t.Name, "key", key, "err", err)
-	return enq, false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+	return enq, false, false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
 		Message: fmt.Sprintf("drainer could not record the call (key %s): %v; nothing was sent: call again with the same arguments", key, err)}
 }
 
@@ -209,15 +212,18 @@ func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.Cal
 // await reads the row of key until it settled, the wait ended (at
 // deadline) or ctx ended; joined says it was not settled at first. A row
 // this call just created is not read before its first announcement (or
-// recheck): it was pending when it was committed, and the interest in it
-// was registered before, so its settling is not missed.
-func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}, created bool, deadline time.Time) (store.Call, bool, error) {
+// recheck), unless readFirst: it was pending or leased when it was
+// committed (its state as last known, should a read fail), and the
+// interest in it was registered before, so its settling is not missed.
+// readFirst: it was not leased by this call, and may have been created
+// settled (cancelled: its run is aborted), which nothing announces.
+func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}, created, readFirst bool, deadline time.Time) (store.Call, bool, error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
 	cause := ""
-	read, known := !created, created
+	read, known := !created || readFirst, created
 	c := store.Call{Key: key, Status: outbox.StatusPending} // as committed, until read
 	for {
 		if read {
