@@ -49,5 +49,5 @@ func (g *Gateway) abort(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 	}
 	outcome = OutcomeCreated
 	g.log.Info("gateway: run aborted by its agent", "agent_run_id", run, "cancelled_rows", n)
-	return textResult(sdk.Meta{MetaAgentRunID: run}, fmt.Sprintf("Run %s is aborted: %d steps not yet sent were cancelled; the completed steps are being compensated in reverse order.", run, n)), nil
+	return textResult(sdk.Meta{MetaAgentRunID: run}, fmt.Sprintf("Run %s is aborted: %d steps not yet sent were cancelled; its completed steps whose route names a compensation are compensated in reverse order (the others stay as they are).", run, n)), nil
 }
