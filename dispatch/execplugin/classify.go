@@ -40,7 +40,6 @@ const (
 	// ReasonPluginError: the call failed with another gRPC error.
 	ReasonPluginError = "plugin_error"
 
-	reasonInvalidRequest = "invalid_request"
 )
 
 // crashGrace is how long a failed call waits for the process to be seen

@@ -238,7 +238,9 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	defer cancel()
 	req, err := request(ctx, m)
 	if err != nil {
-		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: reasonInvalidRequest, Err: err}
+		// Nothing reached the plugin: the row fails without consuming an
+		// attempt.
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable, Err: err}
 	}
 	p, retryAfter, err := a.process(ctx)
 	if err != nil {

@@ -19,9 +19,6 @@ const (
 	ReasonInvalidRequestError = "stripe_invalid_request_error"
 	ReasonAPIError            = "stripe_api_error"
 	ReasonRateLimitError      = "stripe_rate_limit_error"
-	ReasonUnknownTool         = "unknown_tool"    // the tool name has no endpoint
-	ReasonInvalidPayload      = "invalid_payload" // the payload cannot be form-encoded
-	reasonInvalidRequest      = "invalid_request" // the request could not be built
 )
 
 // Error types of Stripe's error object that the classification knows.

@@ -70,18 +70,19 @@ func (a *Adapter) Close() error {
 // answer. One attempt is bounded by Config.Timeout and by ctx.
 //
 // A tool name without an endpoint, or a payload that is not a JSON object of
-// parameters, is Terminal and nothing is sent. A 2xx whose body cannot be
+// parameters, is Terminal and nothing is sent (dispatch.ReasonUnsendable:
+// the row fails without consuming an attempt). A 2xx whose body cannot be
 // read to the end is Ambiguous: the object exists but its answer was lost;
 // the retry is answered from Stripe's idempotency cache.
 func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
 	path, ok := a.endpoints[m.Tuple.ToolName]
 	if !ok {
-		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonUnknownTool,
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable,
 			Err: fmt.Errorf("stripe: tool %q has no Stripe endpoint; supported tools: %s", m.Tuple.ToolName, a.supported)}
 	}
 	form, err := FormEncode(m.Payload)
 	if err != nil {
-		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonInvalidPayload,
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable,
 			Err: fmt.Errorf("stripe: %w", err)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
@@ -92,7 +93,7 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
-		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: reasonInvalidRequest,
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable,
 			Err: fmt.Errorf("stripe: build request: %w", err)}
 	}
 	req.Header = a.header.Clone()

@@ -200,7 +200,7 @@ func TestUnknownTool(t *testing.T) {
 	up := newFakeStripe(t)
 	a := newTestAdapter(t, up.srv.URL, nil)
 	r := dispatchOK(t, a, dispatchtest.NewMessage("delete_everything", `{}`))
-	if r.Outcome != dispatch.Terminal || !r.NotSent || r.Reason != ReasonUnknownTool {
+	if r.Outcome != dispatch.Terminal || !r.NotSent || r.Reason != dispatch.ReasonUnsendable {
 		t.Fatalf("result %+v", r)
 	}
 	for _, w := range []string{`tool "delete_everything" has no Stripe endpoint`, "create_customer", "stripe.refunds.create"} {
@@ -218,7 +218,7 @@ func TestInvalidPayload(t *testing.T) {
 	a := newTestAdapter(t, up.srv.URL, nil)
 	for _, p := range []string{`["` + payloadSecret + `"]`, `{"a[b]":"` + payloadSecret + `"}`} {
 		r := dispatchOK(t, a, dispatchtest.NewMessage("create_customer", p))
-		if r.Outcome != dispatch.Terminal || !r.NotSent || r.Reason != ReasonInvalidPayload || !errors.Is(r.Err, ErrInvalidPayload) {
+		if r.Outcome != dispatch.Terminal || !r.NotSent || r.Reason != dispatch.ReasonUnsendable || !errors.Is(r.Err, ErrInvalidPayload) {
 			t.Errorf("payload %s: %+v", p, r)
 		}
 	}

@@ -92,6 +92,12 @@ func TestKeyPlacementOnTheWire(t *testing.T) {
 	}
 }
 
+// TestKeyPlacementBodyRefusals: a payload the route's body key placement
+// cannot carry (no JSON object, the field taken by another value) is
+// refused before anything is sent, as unsendable, so the engine fails the
+// row without consuming an attempt (docs/reference.md §2: an attempt is
+// one that may have reached the provider); a payload already carrying the
+// key is sent unchanged.
 func TestKeyPlacementBodyRefusals(t *testing.T) {
 	p := newProvider(t, func(*http.Request) answer { return answer{status: 200, body: `{}`} })
 	a := newTestAdapter(t, p.srv.URL, func(c *Config) {
@@ -109,8 +115,9 @@ func TestKeyPlacementBodyRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := a.Dispatch(t.Context(), testMessage(tc.payload))
-			if r.Outcome != dispatch.Terminal || !r.NotSent {
-				t.Fatalf("outcome %v (not sent %v), want Terminal before sending", r.Outcome, r.NotSent)
+			if r.Outcome != dispatch.Terminal || !r.NotSent || r.Reason != dispatch.ReasonUnsendable {
+				t.Fatalf("outcome %v (not sent %v, reason %q), want Terminal before sending, unsendable: the row fails without consuming an attempt",
+					r.Outcome, r.NotSent, r.Reason)
 			}
 			if r.Err == nil || !strings.Contains(r.Err.Error(), tc.want) {
 				t.Fatalf("err %v, want it to mention %q", r.Err, tc.want)

@@ -12,10 +12,6 @@ import (
 	"github.com/drainer-io/drainer/dispatch/wire"
 )
 
-// reasonInvalidRequest marks a request that could not be built; with a
-// validated URL template this does not happen.
-const reasonInvalidRequest = "invalid_request"
-
 // Adapter delivers rows by HTTP POST. It is safe for concurrent use.
 type Adapter struct {
 	cfg Config
@@ -76,11 +72,11 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	defer cancel()
 	var sent dispatch.SendTracker
 	req, err := a.newRequest(sent.Trace(ctx), m)
-	if _, ok := errors.AsType[*FieldError](err); ok {
-		return unsendable(err)
-	}
 	if err != nil {
-		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: reasonInvalidRequest, Err: err}
+		// Nothing left this process: the payload cannot build the route's
+		// request (a path field, a body key placement on a payload that is
+		// no JSON object). The row fails without consuming an attempt.
+		return unsendable(err)
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
