@@ -325,7 +325,7 @@ func ResponseJSON(contentType string, body []byte, limit int) json.RawMessage {
 	if limit <= 0 {
 		limit = DefaultResponseLimit
 	}
-	if len(body) <= limit && json.Valid(body) && jsonbStorable(body) {
+	if len(body) <= limit && JSONBStorable(body) {
 		if trimmed := bytes.TrimLeft(body, " \t\r\n"); jsonLabelled(contentType) || trimmed[0] == '{' || trimmed[0] == '[' {
 			return bytes.Clone(body)
 		}
@@ -370,10 +370,12 @@ func jsonControlEscape(dst []byte, c byte) []byte {
 	return append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 }
 
-// jsonbStorable reports whether valid JSON b is accepted by a Postgres jsonb
-// column: valid UTF-8, no \u0000 escape, no unpaired surrogate escape.
-func jsonbStorable(b []byte) bool {
-	if !utf8.Valid(b) {
+// JSONBStorable reports whether b is JSON that a Postgres jsonb column
+// accepts: valid JSON in valid UTF-8, with no \u0000 escape and no
+// unpaired surrogate escape. An escaped backslash followed by "u0000" (the
+// text \u0000 in a string) is no such escape.
+func JSONBStorable(b []byte) bool {
+	if !json.Valid(b) || !utf8.Valid(b) {
 		return false
 	}
 	// In valid JSON every backslash starts an escape inside a string, and a

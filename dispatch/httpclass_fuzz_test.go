@@ -83,7 +83,7 @@ func FuzzResponseJSON(f *testing.F) {
 		if len(out) > limit+32 {
 			t.Fatalf("%d bytes for limit %d", len(out), limit)
 		}
-		if !jsonbStorable(out) {
+		if !JSONBStorable(out) {
 			t.Fatalf("not storable as jsonb: %q", out)
 		}
 		if bytes.Equal(out, body) {

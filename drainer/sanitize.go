@@ -1,11 +1,11 @@
 package drainer
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/outbox"
 )
 
@@ -26,18 +26,20 @@ func cleanText(s string) string {
 	return s
 }
 
-// cleanJSON makes raw storable in a jsonb column: jsonb rejects \u0000 and
-// invalid JSON, so such answers are kept as {"body": "<text>"} instead.
+// cleanJSON makes raw storable in a jsonb column: jsonb rejects invalid
+// JSON, a \u0000 escape and an unpaired surrogate escape, so such an answer
+// is kept as its text instead ({"body": "<text>", "truncated": false}, as
+// dispatch.ResponseJSON keeps a body that is no JSON). An answer already so
+// kept is storable, and stays as it is: the text \u0000 in a string is no
+// escape.
 func cleanJSON(raw json.RawMessage) json.RawMessage {
 	if len(raw) == 0 {
 		return nil
 	}
-	if json.Valid(raw) && !bytes.Contains(raw, []byte(`\u0000`)) {
+	if dispatch.JSONBStorable(raw) {
 		return raw
 	}
-	text := strings.ReplaceAll(string(raw), `\u0000`, "")
-	b, _ := json.Marshal(map[string]string{"body": cleanText(text)})
-	return b
+	return dispatch.ResponseJSON("text/plain", raw, 6*len(raw)) // room for every byte escaped: never cut
 }
 
 // sanitize applies cleanText and cleanJSON to a completion.
