@@ -39,7 +39,6 @@ const (
 	ReasonPluginProtocol = "plugin_protocol"
 	// ReasonPluginError: the call failed with another gRPC error.
 	ReasonPluginError = "plugin_error"
-
 )
 
 // crashGrace is how long a failed call waits for the process to be seen
