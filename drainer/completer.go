@@ -28,6 +28,11 @@ type completer struct {
 	// which of them are still in_flight under this replica's lease.
 	unwrittenMu sync.Mutex
 	unwritten   []store.Completion
+	// flushing counts, by seq, the completions of the batch being written
+	// (flush, which retries for up to a lease before it keeps them in
+	// unwritten). With unwritten, they are the answers this replica holds:
+	// held.
+	flushing map[int64]int
 	// abandon is closed when Stop gives up on writing (the pool is gone).
 	closed atomic.Bool
 }
@@ -60,20 +65,20 @@ func (c *completer) noteUnwritten(batch []completion) {
 // retryUnwritten tries once to write the completions not yet written,
 // up to a few batches' worth, and forgets those the database answered for
 // (written, or refused by their fence: the row was claimed again).
-func (c *completer) retryUnwritten(ctx context.Context, timeout time.Duration) {
+func (c *completer) retryUnwritten(ctx context.Context, timeout time.Duration) error {
 	c.unwrittenMu.Lock()
 	n := min(len(c.unwritten), 4*c.e.cfg.CompleteBatch)
 	try := append([]store.Completion(nil), c.unwritten[:n]...)
 	c.unwrittenMu.Unlock()
 	if n == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	done, err := c.e.st.Complete(ctx, c.e.pool, try)
 	cancel()
 	if err != nil {
 		c.e.log.Debug("completions still not written; trying again later", "rows", n, "err", err)
-		return
+		return err
 	}
 	c.unwrittenMu.Lock()
 	c.unwritten = c.unwritten[n:]
@@ -81,6 +86,7 @@ func (c *completer) retryUnwritten(ctx context.Context, timeout time.Duration) {
 	c.e.log.Info("completions held while the database was unreachable written late",
 		"written", n-len(done.Lost), "claimed_again_meanwhile", len(done.Lost))
 	c.done(done, nil)
+	return nil
 }
 
 // inherit writes the completions an earlier engine on this database could
@@ -101,23 +107,21 @@ func (c *completer) inherit(ctx context.Context, inherited []store.Completion) {
 }
 
 // writeUnwritten writes the completions not yet written, batch by batch,
-// while the database takes them.
-func (c *completer) writeUnwritten(ctx context.Context) {
+// while the database takes them, and returns the error of the batch it
+// could not write.
+func (c *completer) writeUnwritten(ctx context.Context) error {
 	for range maxUnwritten/(4*c.e.cfg.CompleteBatch) + 1 {
 		c.unwrittenMu.Lock()
 		left := len(c.unwritten)
 		c.unwrittenMu.Unlock()
 		if left == 0 || ctx.Err() != nil {
-			return
+			return ctx.Err()
 		}
-		c.retryUnwritten(ctx, 5*time.Second)
-		c.unwrittenMu.Lock()
-		stuck := len(c.unwritten) == left
-		c.unwrittenMu.Unlock()
-		if stuck {
-			return
+		if err := c.retryUnwritten(ctx, 5*time.Second); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // stillLeased writes what it can of the completions not yet written, then
@@ -172,8 +176,41 @@ func (c *completer) run() {
 			return
 		}
 		batch = c.collect(append(batch[:0], first))
+		c.holding(batch, 1)
 		c.flush(batch)
+		c.holding(batch, -1)
 	}
+}
+
+// holding counts batch in (d 1) or out of (d -1) the completions being
+// written.
+func (c *completer) holding(batch []completion, d int) {
+	c.unwrittenMu.Lock()
+	defer c.unwrittenMu.Unlock()
+	if c.flushing == nil {
+		c.flushing = map[int64]int{}
+	}
+	for _, x := range batch {
+		if c.flushing[x.Seq] += d; c.flushing[x.Seq] <= 0 {
+			delete(c.flushing, x.Seq)
+		}
+	}
+}
+
+// held returns the rows whose answer this replica holds and has not
+// written: being written, or kept for a later write (unwritten). The
+// reclaimer leaves them to it (store.ReclaimPolicy.Held).
+func (c *completer) held() []int64 {
+	c.unwrittenMu.Lock()
+	defer c.unwrittenMu.Unlock()
+	seqs := make([]int64, 0, len(c.flushing)+len(c.unwritten))
+	for seq := range c.flushing {
+		seqs = append(seqs, seq)
+	}
+	for _, u := range c.unwritten {
+		seqs = append(seqs, u.Seq)
+	}
+	return seqs
 }
 
 // collect adds to batch what arrives within the completion linger, up to
@@ -219,8 +256,10 @@ func (c *completer) collect(batch []completion) []completion {
 // stopWriteMargin, when a try under way is cut off too: Engine.writes);
 // then it keeps the batch for
 // retryUnwritten and moves on. The rows stay in_flight until their lease
-// expires; reclaimed, they wait for the late write (or for their route's
-// max_retry_after) before they are sent again with the same key.
+// expires; this replica does not reclaim them while it holds their answers
+// (held). Another replica does, and sends them again with the same key once
+// they are due (held only by the reclaim's floor: the route's reclaim_hold,
+// the tool's recent Retry-After), unless the late write comes first.
 //
 // A batch the database refuses for its data (SQLSTATE class 22 or 23) is
 // written row by row, so one bad row never holds back the others, and the
@@ -254,7 +293,7 @@ func (c *completer) flush(batch []completion) {
 		}
 		if time.Now().After(deadline) || (e.stopped.Load() && time.Now().Add(delay).After(deadline)) {
 			c.noteUnwritten(batch)
-			e.log.Error("completions not written; kept and tried again every few seconds (their rows wait: reclaimed at lease expiry, not sent again before the answer is written or max_retry_after passed)", "rows", len(batch), "outbox_seqs", seqsOf(batch), "err", err)
+			e.log.Error("completions not written; kept and tried again every few seconds (this replica does not reclaim their rows meanwhile; another replica reclaims them at lease expiry and may send them again, with the same key, before these answers are written)", "rows", len(batch), "outbox_seqs", seqsOf(batch), "err", err)
 			return
 		}
 		if e.db.failed("completer", sent, err) {

@@ -3,6 +3,7 @@ package drainer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -130,6 +131,61 @@ func TestInheritedCompletionsSettleTheirRows(t *testing.T) {
 	for _, k := range keys {
 		if sent[k] != 1 {
 			t.Errorf("key %s sent %d times, want once", k, sent[k])
+		}
+		if st := getRow(t, good, k); st.Attempts != 1 || string(st.Response) != `{"first": true}` {
+			t.Errorf("row %s: attempts %d, response %s; want its first answer", k, st.Attempts, st.Response)
+		}
+	}
+}
+
+// TestHeldAnswersWrittenBeforeOwnRowsAreReclaimed: a replica cut off from
+// the database holds the answers its calls got meanwhile (being written,
+// retried for up to a lease, then kept for a later write). When the
+// database is back after the rows' leases expired, it does not reclaim the
+// rows whose answers it holds, and writes those answers first, so its own
+// rows settle with their first answer and none is sent a second time. Its
+// reclaimer, running every 50 ms, reclaimed them before the held answers'
+// next try (a retry's back-off, or every 2 s) and sent them again.
+func TestHeldAnswersWrittenBeforeOwnRowsAreReclaimed(t *testing.T) {
+	t.Parallel()
+	good := newPool(t)
+	const n = 4
+	keys := enqueueN(t, good, "run-held", "t", n)
+	var s severable
+	var inCall atomic.Int64
+	release := make(chan struct{})
+	var mu sync.Mutex
+	sent := map[string]int{}
+	adapter := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		sent[m.Key]++
+		mu.Unlock()
+		inCall.Add(1)
+		<-release
+		return dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"first":true}`)}
+	})
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"})
+	startEngine(t, s.pool(t, good), rt, Config{Workers: n, Lease: 2 * time.Second, LeaseMargin: 500 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond})
+	testkit.WaitFor(t, 30*time.Second, "every row in a call", func() (bool, string) {
+		return inCall.Load() == n, ""
+	})
+	s.sever()
+	close(release) // answered while the database is unreachable: held
+	testkit.WaitFor(t, 30*time.Second, "every lease expired", func() (bool, string) {
+		var live int
+		err := good.QueryRow(context.Background(), `SELECT count(*) FROM drainer.outbox WHERE status = 'in_flight' AND lease_expires_at >= now()`).Scan(&live)
+		return err == nil && live == 0, fmt.Sprint(live, err)
+	})
+	s.restore()
+	testkit.WaitFor(t, 30*time.Second, "every row settled", func() (bool, string) {
+		return countByStatus(t, good)[outbox.StatusSucceeded] == n, fmt.Sprint(countByStatus(t, good))
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys {
+		if sent[k] != 1 {
+			t.Errorf("key %s sent %d times, want once: its answer was held", k, sent[k])
 		}
 		if st := getRow(t, good, k); st.Attempts != 1 || string(st.Response) != `{"first": true}` {
 			t.Errorf("row %s: attempts %d, response %s; want its first answer", k, st.Attempts, st.Response)

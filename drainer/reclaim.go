@@ -13,7 +13,8 @@ import (
 // counted, or outcome_unknown on non_idempotent routes, due once the lease
 // has expired and held only by what drainer knows (Routing.ReclaimPolicy:
 // the row's floor, the route's reclaim_hold, the Retry-After its tool was
-// answered recently), unless the worker's replica writes its answer first.
+// answered recently), unless the worker's replica writes its answer first:
+// each pass writes this replica's held answers before it reclaims.
 // Every few minutes it also drops the Retry-After marks no reclaim reads
 // any more.
 func (e *Engine) reclaimer() *maintenance.Loop {
@@ -21,7 +22,13 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 	return maintenance.Periodic("reclaimer", maintenance.Every(e.cfg.ReclaimInterval), nil, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
+		// The answers this replica holds (got while the database was
+		// unreachable) are written first, and the rows of those it still
+		// holds are not reclaimed by it: its own rows, whose leases expired
+		// meanwhile, take its answers instead of being sent again.
+		_ = e.completer.writeUnwritten(ctx)
 		policy := e.routing.Load().ReclaimPolicy()
+		policy.Held = e.completer.held()
 		sent := time.Now()
 		from, err := e.st.ReclaimFrom(ctx, e.pool, policy)
 		switch {

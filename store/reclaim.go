@@ -27,11 +27,15 @@ import (
 // trigger keeps next_attempt_at at or after not_before). The expired
 // lease's token is kept in reclaimed_lease, so that the replica that held
 // it can still write the answer it has (see completeSQL), which replaces
-// this floor with the provider's own.
+// this floor with the provider's own. The rows whose answer the reclaiming
+// replica holds itself ($7: being written, or kept to be written once the
+// database takes it) are not reclaimed by it: its answer lands on them
+// instead of a second attempt.
 const reclaimSQL = `
 WITH expired AS MATERIALIZED (
     SELECT seq, tool_name, leased_by FROM {s}.queue
      WHERE status = {StatusInFlight} AND lease_expires_at < now()
+       AND NOT (seq = ANY ($7::bigint[]))
      ORDER BY lease_expires_at
      LIMIT $2
      FOR UPDATE SKIP LOCKED
@@ -97,6 +101,9 @@ type ReclaimPolicy struct {
 	// tools Window does not name.
 	Window      map[string]time.Duration
 	OtherWindow time.Duration
+	// Held lists the rows (seq) whose answer the reclaiming replica holds
+	// and has not written yet: left to it, not reclaimed by it.
+	Held []int64
 }
 
 // Reclaim takes back up to ReclaimBatch rows whose lease expired and returns
@@ -135,7 +142,11 @@ func (s *Store) ReclaimFrom(ctx context.Context, db DB, p ReclaimPolicy) (map[st
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(reclaimSettings)
-	b.Queue(s.sql(reclaimSQL), nonNil(p.NonIdempotent), ReclaimBatch, tools, holds, windows, max(p.OtherWindow, 0).Milliseconds())
+	held := p.Held
+	if held == nil {
+		held = []int64{}
+	}
+	b.Queue(s.sql(reclaimSQL), nonNil(p.NonIdempotent), ReclaimBatch, tools, holds, windows, max(p.OtherWindow, 0).Milliseconds(), held)
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
 	defer br.Close()

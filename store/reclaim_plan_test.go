@@ -46,7 +46,7 @@ func TestReclaimReadsOneBatch(t *testing.T) {
 	}
 	var plan []byte
 	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+s.sql(reclaimSQL),
-		[]string{}, ReclaimBatch, []string{}, []int64{}, []*int64{}, int64(0)).Scan(&plan); err != nil {
+		[]string{}, ReclaimBatch, []string{}, []int64{}, []*int64{}, int64(0), []int64{1, 2, 3}).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	var reclaimed int

@@ -192,3 +192,34 @@ func TestReclaimNamesReplicaAndReason(t *testing.T) {
 		}
 	}
 }
+
+// TestReclaimLeavesTheRowsWhoseAnswerItHolds: the reclaiming replica does
+// not take back a row whose answer it holds (ReclaimPolicy.Held), though
+// its lease expired: the answer lands on it instead of a second attempt.
+// The others are reclaimed as ever.
+func TestReclaimLeavesTheRowsWhoseAnswerItHolds(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	st := store.MustNew(storetest.Schema)
+	ctx := t.Context()
+	keys := storetest.Enqueue(t, pool, "run-held", "t", 2)
+	rows, err := st.Claim(ctx, pool, store.Claim{Limit: 2, Lease: 10 * time.Millisecond, Replica: "a", Durable: true})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	time.Sleep(50 * time.Millisecond) // both leases expire
+	held := rows[0]
+	n, err := st.Reclaim(ctx, pool, store.ReclaimPolicy{Held: []int64{held.Seq}})
+	if err != nil || n != 1 {
+		t.Fatalf("reclaim: %d rows, %v; want the one whose answer is not held", n, err)
+	}
+	for _, k := range keys {
+		want := outbox.StatusPending
+		if k == held.Key {
+			want = outbox.StatusInFlight
+		}
+		if r := storetest.Get(t, pool, k); r.Status != want {
+			t.Errorf("row %s is %s after the reclaim, want %s", k, r.Status, want)
+		}
+	}
+}
