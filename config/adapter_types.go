@@ -93,7 +93,9 @@ func (d *decoder) adapter(m *ast.MappingNode, path string, v reflect.Value) {
 		case isOwn:
 			d.field(e, p, sv.Field(j))
 		case !known && len(owners) > 0:
-			// The type is missing or unknown, and reported so.
+			// The type is missing or unknown, and reported so; the
+			// checks that do not depend on it still apply.
+			d.untypedField(e, p, owners)
 		case len(owners) > 0:
 			d.errorAt(line, col, p, "field %s is not valid for adapter type %s (only for %s)", e.key, a.Type, strings.Join(owners, ", "))
 		default:
@@ -103,6 +105,32 @@ func (d *decoder) adapter(m *ast.MappingNode, path string, v reflect.Value) {
 			d.errorAt(line, col, p, "%s", unknownFieldMessage(e.key, names))
 		}
 	}
+}
+
+// untypedField decodes key e of an adapter whose type is missing or
+// unknown, when every type owning the key declares it alike (the same Go
+// type and secret rule): into a struct of that one field, kept for the
+// checks that do not depend on the type (secrets, validator.adapter). A key
+// the owners declare differently is left unread: its meaning depends on
+// the type.
+func (d *decoder) untypedField(e entry, path string, owners []string) {
+	var field reflect.StructField
+	for i, typ := range owners {
+		k, _ := dispatch.KindOf(typ)
+		t, fields := settingsFields(k)
+		f := t.Field(fields[e.key])
+		if i > 0 && (f.Type != field.Type || f.Tag.Get("secret") != field.Tag.Get("secret")) {
+			return
+		}
+		field = f
+	}
+	sv := reflect.New(reflect.StructOf([]reflect.StructField{{Name: "F", Type: field.Type, Tag: field.Tag}})).Elem()
+	d.field(e, path, sv.Field(0))
+	adapter := parentPath(path)
+	if d.untyped == nil {
+		d.untyped = make(map[string][]reflect.Value)
+	}
+	d.untyped[adapter] = append(d.untyped[adapter], sv)
 }
 
 // fieldSource is how the fields under prefix were written, for an

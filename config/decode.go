@@ -34,11 +34,22 @@ type source struct {
 	bad bool
 }
 
-// quoted renders the value as written for a message. Never use it for a
-// value that may be a secret.
+// quoted renders the value as written for a message. A value holding a
+// ${…} reference is named by its reference, never shown: "the value of
+// ${env:X}". Never use it for a value that may be a secret.
 func (s *source) quoted() string {
 	if s.refs > 0 {
-		return strconv.Quote(s.raw) + " (after expansion)"
+		return "the value of " + s.reference()
+	}
+	return strconv.Quote(s.raw)
+}
+
+// reference renders a value holding a ${…} reference as written: a lone
+// reference bare (${env:X}), a reference within other text quoted
+// ("${env:X}s").
+func (s *source) reference() string {
+	if segs, err := splitReferences(s.raw); err == nil && len(segs) == 1 && segs[0].Scheme != "" && segs[0].Text == s.raw {
+		return s.raw
 	}
 	return strconv.Quote(s.raw)
 }
@@ -57,6 +68,9 @@ type decoder struct {
 	failed  bool
 	anchors []anchor
 	budget  int
+	// untyped holds, by adapter path, the keys read from an adapter whose
+	// type is missing or unknown (decoder.untypedField).
+	untyped map[string][]reflect.Value
 }
 
 func newDecoder(file string, opts LoadOptions) *decoder {

@@ -7,7 +7,8 @@ import (
 )
 
 // TestKeyOverridesErrors checks idempotency_key (adapter and route) and
-// route-level key_ttl: every problem at once, each at its line.
+// route-level key_ttl: every problem at once, each at its line; a bad
+// location hides no problem of the name.
 func TestKeyOverridesErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -25,6 +26,8 @@ adapters:
   e: {type: http, url: "http://e/{tool_name}", idempotency_key: {name: X-Agent-Idempotency-Tuple}}
   f: {type: http, url: "http://f/{tool_name}", headers: {X-Tenant: t}, idempotency_key: {name: x-tenant}}
   g: {type: http, url: "http://g/{tool_name}", idempotency_key: {name: k, location: body, extra: 1}}
+  h: {type: http, url: "http://h/{tool_name}", idempotency_key: {name: "", location: cookie}}
+  i: {type: http, url: "http://i/{tool_name}", idempotency_key: {location: cookie}}
 routes:
   t1: {adapter: a}
   t2: {adapter: b}
@@ -33,6 +36,8 @@ routes:
   t5: {adapter: e}
   t6: {adapter: f}
   t7: {adapter: g}
+  t8: {adapter: h}
+  t9: {adapter: i}
 `,
 			want: []string{
 				"c.yaml:2:102: adapters.a.idempotency_key.name: \"X Key\" is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
@@ -42,6 +47,11 @@ routes:
 				`c.yaml:6:72: adapters.e.idempotency_key.name: header X-Agent-Idempotency-Tuple is set by drainer on every request and cannot carry the key`,
 				`c.yaml:7:96: adapters.f.idempotency_key.name: header x-tenant is also configured in the adapter's headers`,
 				`c.yaml:8:91: adapters.g.idempotency_key.extra: unknown field; valid fields: location, name`,
+				// The name is checked whatever the location.
+				`c.yaml:9:72: adapters.h.idempotency_key.name: must not be empty`,
+				`c.yaml:9:86: adapters.h.idempotency_key.location: must be one of header, query or body, got "cookie"`,
+				`c.yaml:10:48: adapters.i.idempotency_key.name: required field is missing`,
+				`c.yaml:10:76: adapters.i.idempotency_key.location: must be one of header, query or body, got "cookie"`,
 			},
 		},
 		{
@@ -70,6 +80,7 @@ routes:
   c: {adapter: h, idempotency_key: {name: sig, location: query}}
   d: {adapter: h, idempotency_key: {name: authorization}}
   e: {adapter: h, idempotency_key: {name: "", location: body}}
+  f: {adapter: h, idempotency_key: {name: "", location: cookie}}
 `,
 			want: []string{
 				`c.yaml:4:28: routes.a.key_ttl: must exceed 1m (a key_idempotent row stops being sent 1m before its key expires), got "30s"`,
@@ -77,6 +88,8 @@ routes:
 				`c.yaml:6:43: routes.c.idempotency_key.name: query parameter sig is already in the adapter's url`,
 				`c.yaml:7:43: routes.d.idempotency_key.name: header authorization is also configured in the adapter's headers`,
 				`c.yaml:8:43: routes.e.idempotency_key.name: must not be empty`,
+				`c.yaml:9:43: routes.f.idempotency_key.name: must not be empty`,
+				`c.yaml:9:57: routes.f.idempotency_key.location: must be one of header, query or body, got "cookie"`,
 			},
 		},
 	}

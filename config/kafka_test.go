@@ -73,7 +73,7 @@ routes:
 	got := errorLines(t, err)
 	want := []string{
 		`c.yaml:4:15: adapters.k1.brokers[0]: must be host:port, got "k1"`,
-		`c.yaml:4:21: adapters.k1.brokers[1]: the value of "${env:KAFKA_BAD}" (after expansion) must be host:port, or a comma-separated list of them`,
+		`c.yaml:4:21: adapters.k1.brokers[1]: the value of "${env:KAFKA_BAD}" must be host:port, or a comma-separated list of them`,
 		`c.yaml:5:12: adapters.k1.topic: "orders/{tool_name}": "/" is not allowed in a topic name (letters, digits, '.', '_' and '-' only)`,
 		`c.yaml:6:23: adapters.k1.sasl.mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, got "GSSAPI"`,
 		`c.yaml:6:5: adapters.k1.sasl.username: required field is missing`,

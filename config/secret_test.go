@@ -104,8 +104,8 @@ adapters:
 routes:
   a: {adapter: h, backoff: {base: "${env:S_TIME}", cap: 1s}}
 `), opts)
-	want := `c.yaml:3:57: adapters.h.timeout: timeout "${env:S_TIME}" (after expansion) plus 5s must be less than the lease (30s by default); lower the timeout or set a longer lease
-c.yaml:5:57: routes.a.backoff.cap: cap 1s must be at least base "${env:S_TIME}" (after expansion)`
+	want := `c.yaml:3:57: adapters.h.timeout: timeout ${env:S_TIME} plus 5s must be less than the lease (30s by default); lower the timeout or set a longer lease
+c.yaml:5:57: routes.a.backoff.cap: cap 1s must be at least base ${env:S_TIME}`
 	if err == nil || err.Error() != want {
 		t.Errorf("got:\n%v\nwant:\n%s", err, want)
 	}
@@ -119,5 +119,35 @@ c.yaml:5:57: routes.a.backoff.cap: cap 1s must be at least base "${env:S_TIME}" 
 	}
 	if all := strings.Join(cfg.Warnings, "\n") + cfg.Summary(); strings.Contains(all, marker) {
 		t.Errorf("a warning reveals an expanded value: %s", all)
+	}
+}
+
+// TestReferencedValueMessages: a message about a value that came from a
+// reference names the reference as "the value of" it, never the value
+// itself, and does not present the reference as the value after expansion;
+// a reference within other text is quoted whole.
+func TestReferencedValueMessages(t *testing.T) {
+	env := map[string]string{"PROBE_A_L": "1", "PROBE_N": "many", "PROBE_B": "maybe", "PROBE_BIG": "99999999999999999999"}
+	opts := LoadOptions{LookupEnv: func(name string) (string, bool) { v, ok := env[name]; return v, ok }}
+	for _, tt := range []struct {
+		yaml string
+		want string
+	}{
+		{"lease: ${env:PROBE_A_L}\n", `c.yaml:1:8: lease: must be a duration with a unit, like "10s", got the value of ${env:PROBE_A_L}`},
+		{"lease: ${env:PROBE_A_L}y\n", `c.yaml:1:8: lease: invalid duration the value of "${env:PROBE_A_L}y": units are ns, us, ms, s, m, h and d (write weeks and years as days, e.g. "14d")`},
+		{"lease: \"${env:PROBE_N}s\"\n", `c.yaml:1:8: lease: invalid duration the value of "${env:PROBE_N}s": write a duration like "30s", "10m", "1h30m" or "7d"`},
+		{"workers: ${env:PROBE_N}\n", `c.yaml:1:10: workers: must be an integer, got the value of ${env:PROBE_N}`},
+		{"workers: ${env:PROBE_BIG}\n", `c.yaml:1:10: workers: integer the value of ${env:PROBE_BIG} is out of range`},
+		{"console: {actions: \"${env:PROBE_B}\"}\n", `c.yaml:1:20: console.actions: must be true or false, got the value of ${env:PROBE_B}`},
+	} {
+		t.Run(tt.yaml, func(t *testing.T) {
+			for _, check := range []bool{false, true} {
+				opts.Check = check
+				_, err := Parse("c.yaml", []byte(tt.yaml), opts)
+				if err == nil || err.Error() != tt.want {
+					t.Errorf("check %v: got\n%v\nwant\n%s", check, err, tt.want)
+				}
+			}
+		})
 	}
 }

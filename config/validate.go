@@ -141,6 +141,13 @@ func (v *validator) adapter(name string, a *Adapter) {
 			v.errorf(p+".type", "unknown adapter type %s; valid types: %s", v.quoted(p+".type"), strings.Join(AdapterTypes(), ", "))
 		}
 	}
+	if a.Settings == nil {
+		// The type is missing or unknown: its own rules cannot run, but a
+		// secret is never inline, whatever the type.
+		for _, sv := range v.untyped[p] {
+			v.secrets(p, sv, true)
+		}
+	}
 	v.positive(p+".timeout", a.Timeout)
 	if f := p + ".breaker.consecutive_failures"; v.usable(f) && a.Breaker.Failures() < 0 {
 		v.errorf(f, "must be 0 (breaker disabled) or more, got %s", v.quoted(f))

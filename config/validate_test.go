@@ -300,6 +300,45 @@ routes:
 			},
 		},
 		{
+			// The type-independent checks still apply to an adapter whose
+			// type is unknown or missing: a secret is never inline, and a
+			// key every type declares alike is read as they declare it.
+			name: "unknown or missing adapter type hides no other error",
+			yaml: `
+adapters:
+  a:
+    type: htttp
+    url: http://a/{tool_name}
+    headers: {Authorization: "Bearer inline-secret", X-Tenant: t, X-Api-Key: "${env:PAYMENTS_TOKEN}"}
+  b:
+    headers: {Authorization: "Bearer inline-secret"}
+    dsn: postgres://u:pw@db/app
+  c:
+    type: kafak
+    brokers: ["k:9092"]
+    sasl: {mechanism: PLAIN, username: u, password: inline}
+  d:
+    type: nope
+    headers: 5
+routes:
+  t1: {adapter: a}
+  t2: {adapter: b}
+  t3: {adapter: c}
+  t4: {adapter: d}
+`,
+			want: []string{
+				`c.yaml:3:11: adapters.a.type: unknown adapter type "htttp"; valid types: http, kafka, mcp, nats, plugin, postgres, river, stripe`,
+				`c.yaml:5:30: adapters.a.headers.Authorization: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:6:3: adapters.b.type: required field is missing`,
+				`c.yaml:7:30: adapters.b.headers.Authorization: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:8:10: adapters.b.dsn: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:10:11: adapters.c.type: unknown adapter type "kafak"; valid types: http, kafka, mcp, nats, plugin, postgres, river, stripe`,
+				`c.yaml:12:53: adapters.c.sasl.password: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:14:11: adapters.d.type: unknown adapter type "nope"; valid types: http, kafka, mcp, nats, plugin, postgres, river, stripe`,
+				`c.yaml:15:14: adapters.d.headers: must be a mapping of names to values, got a number`,
+			},
+		},
+		{
 			name: "route to a missing adapter",
 			yaml: `
 adapters:

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,9 @@ type validator struct {
 	src         map[string]*source
 	cfg         *Config
 	errs, warns Errors
+	// untyped holds the keys read from adapters whose type is missing or
+	// unknown, by adapter path (decoder.untypedField).
+	untyped map[string][]reflect.Value
 }
 
 // at locates a field's value; for a field not written in the file, the key
@@ -75,11 +79,12 @@ func (v *validator) usable(path string) bool {
 // quoted is the value as written, for messages.
 func (v *validator) quoted(path string) string { return v.src[path].quoted() }
 
-// show renders a duration for a message: as written when it came from a
-// reference (an expanded value never appears in a message), else formatted.
+// show renders a duration for a message: its reference as written when it
+// came from one (an expanded value never appears in a message: "lease
+// ${env:LEASE} must exceed …"), else formatted.
 func (v *validator) show(path string, d time.Duration) string {
 	if s := v.src[path]; s != nil && s.refs > 0 {
-		return s.quoted()
+		return s.reference()
 	}
 	return formatDuration(d)
 }

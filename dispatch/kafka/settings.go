@@ -38,7 +38,7 @@ func (s *Settings) Check(c *wire.Checker) {
 	}
 	if c.Require("topic", s.Topic == "") {
 		if _, err := ParseTopic(s.Topic); err != nil && c.FromReference("topic") {
-			c.Errorf("topic", "the value of %s must be a topic name, or a template with {tool_name}", c.Quote("topic", s.Topic))
+			c.Errorf("topic", "%s must be a topic name, or a template with {tool_name}", c.Quote("topic", s.Topic))
 		} else if err != nil {
 			c.Errorf("topic", "%v", err)
 		}
@@ -61,7 +61,7 @@ func checkBrokers(c *wire.Checker, path, entry string) {
 	for part := range strings.SplitSeq(entry, ",") {
 		if err := CheckBroker(strings.TrimSpace(part)); err != nil {
 			if c.FromReference(path) {
-				c.Errorf(path, "the value of %s must be host:port, or a comma-separated list of them", c.Quote(path, entry))
+				c.Errorf(path, "%s must be host:port, or a comma-separated list of them", c.Quote(path, entry))
 			} else {
 				c.Errorf(path, "%v", err)
 			}

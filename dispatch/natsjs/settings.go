@@ -42,7 +42,7 @@ func (s *Settings) Check(c *wire.Checker) {
 	}
 	if c.Require("subject", s.Subject == "") {
 		if _, err := parseSubject(s.Subject); err != nil && c.FromReference("subject") {
-			c.Errorf("subject", "the value of %s must be a NATS subject to publish to (dot-separated tokens, no spaces or wildcards)", c.Quote("subject", s.Subject))
+			c.Errorf("subject", "%s must be a NATS subject to publish to (dot-separated tokens, no spaces or wildcards)", c.Quote("subject", s.Subject))
 		} else if err != nil {
 			c.Errorf("subject", "must be a NATS subject to publish to: %v", err)
 		}

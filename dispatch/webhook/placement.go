@@ -35,13 +35,16 @@ type KeyPlacement = wire.KeyPlacement
 func checkPlacement(c *wire.Checker, path string, p KeyPlacement, urlTmpl string, headers map[string]string) {
 	lp, np := wire.Join(path, "location"), wire.Join(path, "name")
 	loc := cmp.Or(p.Location, LocationHeader)
+	// A location that is unknown or unusable is reported (or was, while
+	// decoding); the name is still checked, except against the location.
+	locKnown := true
 	if c.Set(lp, p.Location == "") {
-		if !c.Known(lp) {
-			return
-		}
-		if !slices.Contains([]string{LocationHeader, LocationQuery, LocationBody}, p.Location) {
+		switch {
+		case !c.Known(lp):
+			locKnown = false
+		case !slices.Contains([]string{LocationHeader, LocationQuery, LocationBody}, p.Location):
 			c.Errorf(lp, "must be one of header, query or body, got %s", c.Quote(lp, p.Location))
-			return
+			locKnown = false
 		}
 	}
 	if p.IsZero() || !c.Require(np, p.Name == "") {
@@ -50,6 +53,7 @@ func checkPlacement(c *wire.Checker, path string, p KeyPlacement, urlTmpl string
 	switch {
 	case p.Name == "":
 		c.Errorf(np, "must not be empty")
+	case !locKnown:
 	case loc == LocationHeader:
 		switch {
 		case !wire.ValidHeaderName(p.Name):

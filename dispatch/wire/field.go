@@ -135,12 +135,13 @@ func (c *Checker) FromReference(path string) bool {
 	return c.Src != nil && HasReference(c.Raw(path, ""))
 }
 
-// Quote renders the value at path for a message: quoted as written, and
-// marked when it came from a reference (the expanded value never appears
-// in a message). Never use it for a value that may be a secret.
+// Quote renders the value at path for a message: quoted, or, when it came
+// from a reference, named by it ("the value of ${env:X}": the expanded
+// value never appears in a message). Never use it for a value that may be
+// a secret.
 func (c *Checker) Quote(path, val string) string {
 	if c.FromReference(path) {
-		return strconv.Quote(c.Raw(path, val)) + " (after expansion)"
+		return "the value of " + strconv.Quote(c.Raw(path, val))
 	}
 	return strconv.Quote(val)
 }

@@ -61,6 +61,9 @@ func route(o op, routed map[string]bool, opts Options) (Route, []string) {
 	}
 	if m.Compensation != nil && m.Class == ClassNonIdempotent {
 		r.Compensation = m.Compensation.Operation
+		window, windowErrs := compensationWindow(*m.Compensation)
+		errs = append(errs, windowErrs...)
+		r.CompensationWindow = window
 		if d := m.Compensation.Detection; d != "" {
 			r.Detection = d
 			r.Detect, r.DetectNote = detectProbe(d, o.server)
@@ -156,6 +159,24 @@ func keyTTL(m Manifest) (time.Duration, []string) {
 		return time.Duration(s) * time.Second, nil
 	}
 	return 0, nil
+}
+
+// maxWindowSeconds bounds window_seconds (10 years), as ttl_seconds is
+// bounded.
+const maxWindowSeconds = 10 * 365 * 24 * 3600
+
+// compensationWindow checks window_seconds and returns the route's
+// compensation_window: zero when the field is absent or invalid.
+func compensationWindow(c Compensation) (time.Duration, []string) {
+	if c.WindowSeconds == nil {
+		return 0, nil
+	}
+	s := *c.WindowSeconds
+	if s != float64(int64(s)) || s < 1 || s > maxWindowSeconds {
+		return 0, []string{fmt.Sprintf("%s.compensation.window_seconds: must be a whole number of seconds from 1 to %d (10 years), got %s",
+			Extension, maxWindowSeconds, strconv.FormatFloat(s, 'f', -1, 64))}
+	}
+	return time.Duration(s) * time.Second, nil
 }
 
 // keyLocation checks where the key goes (header when key_location is

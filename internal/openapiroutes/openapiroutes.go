@@ -36,6 +36,9 @@ type Route struct {
 	KeyName      string
 	KeyLocation  string
 	Compensation string
+	// CompensationWindow is the compensation's window_seconds, the
+	// route's compensation_window; 0 when there is no compensation.
+	CompensationWindow time.Duration
 	// Method and Path are the operation's, for the route's method and path.
 	Method, Path string
 	// Body is the route's body key: "" for the default (the payload is the

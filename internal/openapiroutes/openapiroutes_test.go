@@ -57,12 +57,15 @@ func TestImportPayments30(t *testing.T) {
 		ttl   time.Duration
 		key   *config.IdempotencyKey
 		comp  string
+		// window is the compensation_window (window_seconds); 0 when
+		// the route has no compensation.
+		window time.Duration
 	}{
-		"create_charge":    {"key_idempotent", 24 * time.Hour, &config.IdempotencyKey{Name: "Idempotency-Key", Location: "header"}, ""},
-		"refund_charge":    {"key_idempotent", 7 * 24 * time.Hour, &config.IdempotencyKey{Name: "request_id", Location: "body"}, ""},
-		"reverse_transfer": {"key_idempotent", 24 * time.Hour, &config.IdempotencyKey{Name: "idem", Location: "query"}, ""},
-		"send_transfer":    {"non_idempotent", 0, nil, "reverse_transfer"},
-		"upsert_customer":  {"naturally_idempotent", 0, nil, ""},
+		"create_charge":    {"key_idempotent", 24 * time.Hour, &config.IdempotencyKey{Name: "Idempotency-Key", Location: "header"}, "", 0},
+		"refund_charge":    {"key_idempotent", 7 * 24 * time.Hour, &config.IdempotencyKey{Name: "request_id", Location: "body"}, "", 0},
+		"reverse_transfer": {"key_idempotent", 24 * time.Hour, &config.IdempotencyKey{Name: "idem", Location: "query"}, "", 0},
+		"send_transfer":    {"non_idempotent", 0, nil, "reverse_transfer", time.Hour},
+		"upsert_customer":  {"naturally_idempotent", 0, nil, "", 0},
 	}
 	for tool, w := range want {
 		r := cfg.Routes[tool]
@@ -70,7 +73,7 @@ func TestImportPayments30(t *testing.T) {
 			t.Errorf("route %s missing", tool)
 			continue
 		}
-		if r.Adapter != "payments" || r.Class != w.class || r.KeyTTL != w.ttl || r.Compensation != w.comp ||
+		if r.Adapter != "payments" || r.Class != w.class || r.KeyTTL != w.ttl || r.Compensation != w.comp || r.CompensationWindow != w.window ||
 			(w.key == nil) != (r.IdempotencyKey == nil) || (w.key != nil && *w.key != *r.IdempotencyKey) {
 			t.Errorf("route %s = %+v, key %+v; want %+v", tool, r, r.IdempotencyKey, w)
 		}
@@ -350,5 +353,73 @@ func TestImportTypicalREST(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "body: "); n != 2 {
 		t.Errorf("%d body keys, want 2:\n%s", n, out.String())
+	}
+}
+
+// TestImportCompensationWindow: a compensation's window_seconds becomes the
+// route's compensation_window, written in the shortest form a config
+// reads, and `check` loads it as that window (not the 7-day default); a
+// window that is not a whole, positive number of seconds is refused.
+func TestImportCompensationWindow(t *testing.T) {
+	// The example of docs/openapi-import.md, with the window as given.
+	doc := func(window string) []byte {
+		return []byte(`openapi: 3.0.3
+info: {title: payments, version: "1"}
+paths:
+  /transfers:
+    post:
+      operationId: send_transfer
+      x-agent-idempotency:
+        class: non_idempotent
+        compensation: {operation: reverse_transfer, detection: "GET /transfers/{id}", window_seconds: ` + window + `}
+      responses: {"201": {description: ok}}
+  /transfers/{id}/reversal:
+    post:
+      operationId: reverse_transfer
+      parameters: [{in: path, name: id, required: true, schema: {type: string}}]
+      x-agent-idempotency: {class: naturally_idempotent}
+      responses: {"200": {description: ok}}
+`)
+	}
+	for _, tc := range []struct {
+		window string
+		line   string        // the line written
+		want   time.Duration // the window `check` loads
+	}{
+		{"3600", "    compensation_window: 1h\n", time.Hour},
+		{"90", "    compensation_window: 1m30s\n", 90 * time.Second},
+		{"1", "    compensation_window: 1s\n", time.Second},
+		{"604800", "    compensation_window: 168h\n", 7 * 24 * time.Hour},
+		{"93784", "    compensation_window: 26h3m4s\n", 26*time.Hour + 3*time.Minute + 4*time.Second},
+	} {
+		t.Run(tc.window, func(t *testing.T) {
+			res, err := Import("payments.yaml", doc(tc.window), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := WriteYAML(&out, "payments.yaml", "payments", res); err != nil {
+				t.Fatal(err)
+			}
+			if want := "    compensation: \"reverse_transfer\"\n" + tc.line; !strings.Contains(out.String(), want) {
+				t.Errorf("output lacks %q:\n%s", want, out.String())
+			}
+			if n := strings.Count(out.String(), "compensation_window:"); n != 1 {
+				t.Errorf("%d compensation_window keys, want 1 (send_transfer's):\n%s", n, out.String())
+			}
+			cfg := checkSpliced(t, "payments", res)
+			if r := cfg.Routes["send_transfer"]; r == nil || r.CompensationWindow != tc.want {
+				t.Errorf("send_transfer = %+v, want compensation_window %s", r, tc.want)
+			}
+		})
+	}
+	for _, window := range []string{"0", "-60", "1.5", "315360001"} {
+		t.Run("refused "+window, func(t *testing.T) {
+			_, err := Import("payments.yaml", doc(window), Options{})
+			want := "payments.yaml: #/paths/~1transfers/post: x-agent-idempotency.compensation.window_seconds: must be a whole number of seconds from 1 to 315360000 (10 years), got " + window
+			if err == nil || err.Error() != want {
+				t.Errorf("error:\n%v\nwant:\n%s", err, want)
+			}
+		})
 	}
 }

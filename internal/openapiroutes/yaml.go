@@ -44,6 +44,9 @@ func WriteYAML(w io.Writer, file, adapter string, res *Result) error {
 		}
 		if r.Compensation != "" {
 			fmt.Fprintf(&b, "    compensation: %s\n", strconv.Quote(r.Compensation))
+			if r.CompensationWindow > 0 {
+				fmt.Fprintf(&b, "    compensation_window: %s\n", formatDuration(r.CompensationWindow))
+			}
 		}
 		switch {
 		case r.Detect != "":
