@@ -48,7 +48,7 @@ touched; exit 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 {
-				return usagef("--limit: must be positive, got %d", limit)
+				return usagef("%s: must be positive, got %d", flagRef(cmd, "limit"), limit)
 			}
 			if (dir == "") != (pubFile == "") {
 				return usagef("--checkpoints and --public-key go together")

@@ -38,7 +38,7 @@ nothing.`,
 				}
 				if b.f.Status != "" {
 					if err := ops.CancelStatus(b.f.Status); err != nil {
-						return usagef("--status: %w", err)
+						return usagef("%s: %w", flagRef(cmd, "status"), err)
 					}
 				}
 			}

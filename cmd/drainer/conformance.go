@@ -58,7 +58,7 @@ header. Exit 0 when every check passes, 1 when one fails, 2 on a usage error.`,
 			rep, err := conformance.Run(cmd.Context(), co)
 			var oe *conformance.OptionError
 			if errors.As(err, &oe) {
-				return usageError{flagNames(err)}
+				return usageError{flagNames(cmd, err)}
 			}
 			if err != nil {
 				return err
@@ -102,20 +102,26 @@ func (o conformanceOpts) options(cmd *cobra.Command) (conformance.Options, error
 	case outputText, outputTable, outputJSON:
 		// table: what DRAINER_OUTPUT may hold for the operator commands.
 	default:
-		return conformance.Options{}, usagef("--output: %q is not text or json", o.output)
+		return conformance.Options{}, usagef("%s: %q is not text or json", flagRef(cmd, "output"), o.output)
 	}
 	mode, err := conformance.ParseMode(o.mode)
 	if err != nil {
-		return conformance.Options{}, usagef("--mode: %v", err)
+		return conformance.Options{}, usagef("%s: %v", flagRef(cmd, "mode"), err)
 	}
 	if o.timeout <= 0 {
-		return conformance.Options{}, usagef("--timeout: must be positive, got %s", o.timeout)
+		return conformance.Options{}, usagef("%s: must be positive, got %s", flagRef(cmd, "timeout"), o.timeout)
+	}
+	// The engine reads a concurrency of 0 as its default; here the default
+	// is the flag's (10), so a 0 given is refused like any other value out
+	// of range (which the engine refuses, with the other options' errors).
+	if o.concurrency == 0 {
+		return conformance.Options{}, usagef("%s: %d is outside 2..%d", flagRef(cmd, "concurrency"), o.concurrency, conformance.MaxConcurrency)
 	}
 	h := http.Header{}
 	for i, arg := range o.headers {
 		name, value, err := conformance.ParseHeader(arg)
 		if err != nil {
-			return conformance.Options{}, usagef("--header (#%d): %v", i+1, err)
+			return conformance.Options{}, usagef("%s (#%d): %v", flagRef(cmd, "header"), i+1, err)
 		}
 		h.Add(name, value)
 	}
@@ -130,13 +136,14 @@ func (o conformanceOpts) options(cmd *cobra.Command) (conformance.Options, error
 }
 
 // flagNames renders the engine's option errors with their flag names
-// ("url: ..." becomes "--url: ...").
-func flagNames(err error) error {
+// ("url: ..." becomes "--url: ...", or "DRAINER_URL: ..." when the value
+// came from the environment).
+func flagNames(cmd *cobra.Command, err error) error {
 	var lines []string
 	for _, e := range unjoin(err) {
 		var oe *conformance.OptionError
 		if errors.As(e, &oe) {
-			lines = append(lines, "--"+oe.Field+": "+oe.Err.Error())
+			lines = append(lines, flagRef(cmd, oe.Field)+": "+oe.Err.Error())
 		} else {
 			lines = append(lines, e.Error())
 		}

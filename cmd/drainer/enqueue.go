@@ -20,14 +20,16 @@ created (a new row) or existing (the same tuple and payload were enqueued
 before).
 
 --payload takes the JSON itself, @FILE to read it from a file, or - to read
-it from standard input. Invalid JSON is refused (exit 2) with the line and
-column of the first problem.`,
+it from standard input. Invalid JSON, or bytes that are not UTF-8, are
+refused (exit 2) with the line and column of the first problem, and so is
+what PostgreSQL's jsonb cannot store: a NUL character (\u0000) in a string,
+or a \uD800-\uDFFF escape without its other half.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.requireDB(cmd.Context()); err != nil {
 				return err
 			}
-			p, err := readPayload(payload, cmd.InOrStdin())
+			p, err := readJSONBPayload(payload, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}

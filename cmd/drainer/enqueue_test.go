@@ -86,3 +86,57 @@ func TestEnqueuePayloadSources(t *testing.T) {
 		t.Fatalf("refused payloads left %d rows (%v)", n, err)
 	}
 }
+
+// TestEnqueuePayloadJSONBRefusals: a payload PostgreSQL's jsonb cannot
+// store is a usage error (exit 2) naming --payload (and the file or
+// standard input), said before anything is sent to the database (the URL
+// here is unreachable: reaching it would be exit 1, "connect"): a NUL
+// character (\u0000) anywhere in a string or member name, an unpaired
+// surrogate escape, and bytes that are not UTF-8 (with their byte offset,
+// line and column in what was read). An escaped backslash before "u0000"
+// and a surrogate pair are text jsonb stores: they go on to connect.
+func TestEnqueuePayloadJSONBRefusals(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	nul := writeTemp(t, dir, "nul.json", "{\n  \"note\": \"a\\u0000b\"\n}\n")
+	latin1 := writeTemp(t, dir, "latin1.json", "\n\n{\"name\": \"caf\xe9\"}\n")
+	ff := writeTemp(t, dir, "ff.json", "{\"a\":\"\xff\"}")
+	enqueue := func(payload, stdin string) (int, string) {
+		var out, errb bytes.Buffer
+		code := executeIn([]string{"enqueue", "--database-url", unreachableURL, "--run", "x", "--step", "1",
+			"--tool", "ok", "--scope", "s", "--payload", payload}, strings.NewReader(stdin), &out, &errb)
+		return code, errb.String()
+	}
+	const jsonb = "which PostgreSQL's jsonb cannot store"
+	for _, tc := range []struct {
+		payload, stdin string
+		fragments      []string
+	}{
+		{`{"a":"\u0000"}`, "", []string{`--payload: payload contains a NUL character (\u0000) at line 1, column 7`, jsonb}},
+		{`{"a":["x", {"\u0000k": 1}]}`, "", []string{`--payload: payload contains a NUL character (\u0000) at line 1, column 14`}},
+		{"@" + nul, "", []string{"--payload: payload from " + nul + ` contains a NUL character (\u0000) at line 2, column 13`, jsonb}},
+		{"-", `{"a": "\u0000"}`, []string{`--payload: payload from standard input contains a NUL character (\u0000)`}},
+		{`{"a":"\ud800"}`, "", []string{`--payload: payload has an unpaired UTF-16 surrogate (\ud800) at line 1, column 7`, jsonb}},
+		{`{"a":"\udc00\ud83d"}`, "", []string{`unpaired UTF-16 surrogate (\udc00)`}},
+		{"@" + ff, "", []string{"--payload: payload from " + ff + " is not valid UTF-8: byte 0xff at byte offset 6 (line 1, column 7)"}},
+		{"@" + latin1, "", []string{"--payload: payload from " + latin1 + " is not valid UTF-8: byte 0xe9 at byte offset 15 (line 3, column 14)"}},
+		{"{\"a\":\"\xc3\"}", "", []string{"--payload: payload is not valid UTF-8: byte 0xc3 at byte offset 6 (line 1, column 7)"}},
+		{"-", "  {\"a\": \xff}", []string{"--payload: payload from standard input is not valid UTF-8: byte 0xff at byte offset 8 (line 1, column 9)"}},
+	} {
+		code, errb := enqueue(tc.payload, tc.stdin)
+		if code != exitUsage || strings.Contains(errb, "connect") || strings.Contains(errb, "SQLSTATE") {
+			t.Errorf("--payload %q: exit %d, stderr %q; want 2 before connecting", tc.payload, code, errb)
+			continue
+		}
+		for _, f := range tc.fragments {
+			if !strings.Contains(errb, f) {
+				t.Errorf("--payload %q: stderr %q lacks %q", tc.payload, errb, f)
+			}
+		}
+	}
+	for _, ok := range []string{`{"a":"\\u0000"}`, `{"a":"\ud83d\ude00 \u00e9"}`, `{"a":"caf` + "\u00e9" + `"}`} {
+		if code, errb := enqueue(ok, ""); code != exitRuntime || !strings.Contains(errb, "connect") {
+			t.Errorf("--payload %q: exit %d, stderr %q; want it accepted (then exit 1 connecting)", ok, code, errb)
+		}
+	}
+}

@@ -30,17 +30,17 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.Status != "" {
 				if err := ops.ValidateStatus(f.Status); err != nil {
-					return usagef("--status: %w", err)
+					return usagef("%s: %w", flagRef(cmd, "status"), err)
 				}
 			}
 			if limit < 1 || limit > maxListLimit {
-				return usagef("--limit: must be between 1 and %d, got %d", maxListLimit, limit)
+				return usagef("%s: must be between 1 and %d, got %d", flagRef(cmd, "limit"), maxListLimit, limit)
 			}
 			if f.AfterSeq < 0 {
-				return usagef("--after-seq: must not be negative, got %d", f.AfterSeq)
+				return usagef("%s: must not be negative, got %d", flagRef(cmd, "after-seq"), f.AfterSeq)
 			}
 			var err error
-			if f.OlderThan, err = parseAge(olderThan); err != nil {
+			if f.OlderThan, err = parseAgeOf(flagRef(cmd, "older-than"), olderThan); err != nil {
 				return err
 			}
 			c, done, err := o.client(cmd.Context())

@@ -19,6 +19,9 @@ const (
 type logFlags struct {
 	format string
 	level  string
+	// cmd is the command being run, set before logger: errors name a flag
+	// by where its value came from (see flagRef).
+	cmd *cobra.Command
 }
 
 func addLogFlags(root *cobra.Command, l *logFlags) {
@@ -32,9 +35,13 @@ func addLogFlags(root *cobra.Command, l *logFlags) {
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(l.level)); err != nil {
-		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", l.level)
+		return nil, usagef("%s: %q is not one of debug, info, warn, error", flagRef(l.cmd, "log-level"), l.level)
 	}
-	return newLogger(w, l.format, level)
+	log, err := newLogger(w, l.format, level)
+	if err != nil {
+		return nil, usagef("%s: %q is not json or text", flagRef(l.cmd, "log-format"), l.format)
+	}
+	return log, nil
 }
 
 // newLogger returns a logger of format (json or text) at level. Durations

@@ -44,10 +44,10 @@ the steps committed before it staying applied.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if lockTimeout < time.Millisecond {
-				return usagef("--lock-timeout: must be at least 1ms, got %s", lockTimeout)
+				return usagef("%s: must be at least 1ms, got %s", flagRef(cmd, "lock-timeout"), lockTimeout)
 			}
 			if lockWait < 0 {
-				return usagef("--lock-wait: must not be negative, got %s", lockWait)
+				return usagef("%s: must not be negative, got %s", flagRef(cmd, "lock-wait"), lockWait)
 			}
 			opts := migrations.Options{LockTimeout: lockTimeout, LockWait: lockWait, Log: cmdLogger(cmd)}
 			if all {
@@ -88,7 +88,7 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int, opts migrations.Op
 	case g.database != "" || g.databaseURL != "":
 		return usagef("--all migrates every database of --config: leave out --database and --database-url")
 	case parallel < 1 || parallel > 64:
-		return usagef("--parallel: must be between 1 and 64, got %d", parallel)
+		return usagef("%s: must be between 1 and 64, got %d", flagRef(cmd, "parallel"), parallel)
 	}
 	if err := validateSchemaFlag(g.schema); err != nil {
 		return err

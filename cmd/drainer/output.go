@@ -33,25 +33,37 @@ type opFlags struct {
 	g      globals
 	output string
 	actor  string
+	// cmd is the command the flags belong to: errors name a flag by where
+	// its value came from (see flagRef).
+	cmd *cobra.Command
 }
 
 // addOpFlags adds --database-url, --schema and --output to cmd.
 func addOpFlags(cmd *cobra.Command, o *opFlags) {
+	o.cmd = cmd
 	addDBFlags(cmd, &o.g)
 	cmd.Flags().StringVar(&o.output, "output", outputTable, "output format: table or json (one JSON object or array; field names are the outbox column names)")
 }
 
 // addActorFlag adds --actor to an action.
 func addActorFlag(cmd *cobra.Command, o *opFlags) {
-	cmd.Flags().StringVar(&o.actor, "actor", "", `who performs the action, recorded in the audit trail (default $USER, else the process's account as user@host)`)
+	cmd.Flags().StringVar(&o.actor, "actor", "", `who performs the action, recorded in the audit trail (default $USER, else the name of the process's OS user, else the host name)`)
 }
 
 // validate checks the shared flags (looking up --database NAME).
 func (o *opFlags) validate(ctx context.Context) error {
-	if o.output != outputTable && o.output != outputJSON {
-		return usagef("--output: %q is not table or json", o.output)
+	if err := o.checkOutput(); err != nil {
+		return err
 	}
 	return o.g.requireDB(ctx)
+}
+
+// checkOutput checks --output (or DRAINER_OUTPUT).
+func (o *opFlags) checkOutput() error {
+	if o.output != outputTable && o.output != outputJSON {
+		return usagef("%s: %q is not table or json", flagRef(o.cmd, "output"), o.output)
+	}
+	return nil
 }
 
 func (o *opFlags) json() bool { return o.output == outputJSON }
@@ -65,21 +77,34 @@ func (o *opFlags) who(reason string) ops.Who {
 	return ops.Who{Actor: actor, Reason: reason}
 }
 
-// defaultActor names whoever runs the command when --actor does not: $USER,
-// else the account of the process (a container, `kubectl exec`, cron set
-// no $USER), as user@host so that the audit trail says where.
+// defaultActor names whoever runs the command when --actor does not
+// (docs/reference.md §3): $USER, else the name of the process's OS user (a
+// container, `kubectl exec`, cron set no $USER), else the host name.
 func defaultActor() string {
-	if u := strings.TrimSpace(os.Getenv("USER")); u != "" {
+	return actorFrom(os.Getenv("USER"), osUserName, os.Hostname)
+}
+
+// osUserName is the name of the process's OS user.
+func osUserName() (string, error) {
+	u, err := user.Current()
+	if err != nil {
+		return "", err
+	}
+	return u.Username, nil
+}
+
+// actorFrom is defaultActor given $USER and the lookups of the OS user's
+// name and of the host name; the last resort is the uid.
+func actorFrom(userEnv string, osUser, host func() (string, error)) string {
+	if u := strings.TrimSpace(userEnv); u != "" {
 		return u
 	}
-	name := "uid " + strconv.Itoa(os.Getuid())
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		name = u.Username
+	for _, lookup := range []func() (string, error){osUser, host} {
+		if name, err := lookup(); err == nil && strings.TrimSpace(name) != "" {
+			return strings.TrimSpace(name)
+		}
 	}
-	if host, err := os.Hostname(); err == nil && host != "" {
-		name += "@" + host
-	}
-	return name
+	return "uid " + strconv.Itoa(os.Getuid())
 }
 
 // client validates the flags, connects and returns an ops client; close
@@ -176,7 +201,10 @@ func fmtIntP(p *int) string {
 }
 
 // parseAge parses --older-than: a Go duration (90m, 36h) or whole days (7d).
-func parseAge(s string) (time.Duration, error) {
+func parseAge(s string) (time.Duration, error) { return parseAgeOf("--older-than", s) }
+
+// parseAgeOf is parseAge naming the flag as flag in an error (see flagRef).
+func parseAgeOf(flag, s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
@@ -188,7 +216,7 @@ func parseAge(s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 {
-		return 0, usagef("--older-than: %q is not a duration like 90m, 36h or 7d", s)
+		return 0, usagef("%s: %q is not a duration like 90m, 36h or 7d", flag, s)
 	}
 	return d, nil
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -206,14 +208,34 @@ func TestOperatorUsageErrors(t *testing.T) {
 }
 
 // TestActorWithoutUSER: an operator action run where $USER is unset (a
-// container, `kubectl exec`, cron) records the process's account and host,
-// never "unknown"; --actor and $USER still come first.
+// container, `kubectl exec`, cron) records the name of the process's OS
+// user, just the name, else the host name (docs/reference.md §3), never
+// "unknown" nor user@host; --actor and $USER still come first.
 func TestActorWithoutUSER(t *testing.T) {
 	t.Setenv("USER", "")
-	host, _ := os.Hostname()
-	got := (&opFlags{}).who("r").Actor
-	if got == "" || got == "unknown" || !strings.HasSuffix(got, "@"+host) {
-		t.Fatalf("actor without $USER = %q; want the account @%s", got, host)
+	wantName := func() string {
+		if u, err := user.Current(); err == nil && u.Username != "" {
+			return u.Username
+		}
+		host, _ := os.Hostname()
+		return host
+	}()
+	if got := (&opFlags{}).who("r").Actor; got != wantName || strings.Contains(got, "@") {
+		t.Fatalf("actor without $USER = %q; want the OS user's name %q", got, wantName)
+	}
+	found := func(name string) func() (string, error) { return func() (string, error) { return name, nil } }
+	lost := func() (string, error) { return "", errors.New("unknown userid 4242") }
+	if got := actorFrom("", found("root"), found("vm")); got != "root" {
+		t.Fatalf("actor from the OS user root on host vm = %q; want root", got)
+	}
+	if got := actorFrom(" ", lost, found("vm")); got != "vm" {
+		t.Fatalf("actor with no OS user name on host vm = %q; want vm", got)
+	}
+	if got := actorFrom("", found(""), found("vm")); got != "vm" {
+		t.Fatalf("actor with an empty OS user name on host vm = %q; want vm", got)
+	}
+	if got := actorFrom("alice", found("root"), found("vm")); got != "alice" {
+		t.Fatalf("actor with USER=alice = %q", got)
 	}
 	t.Setenv("USER", "alice")
 	if got := (&opFlags{}).who("r").Actor; got != "alice" {

@@ -39,16 +39,16 @@ func (b *bulkFlags) validate(cmd *cobra.Command, withKey bool) error {
 	if withKey {
 		for _, name := range []string{"status", "run", "tool", "older-than", "limit", "batch-size"} {
 			if cmd.Flags().Changed(name) {
-				return usagef("--%s selects rows by filter: give either KEY or filter flags, not both", name)
+				return usagef("%s selects rows by filter: give either KEY or filter flags, not both", flagRef(cmd, name))
 			}
 		}
 		return nil
 	}
 	if b.opts.Limit < 0 {
-		return usagef("--limit: must not be negative, got %d", b.opts.Limit)
+		return usagef("%s: must not be negative, got %d", flagRef(cmd, "limit"), b.opts.Limit)
 	}
 	if b.opts.BatchSize < 1 {
-		return usagef("--batch-size: must be positive, got %d", b.opts.BatchSize)
+		return usagef("%s: must be positive, got %d", flagRef(cmd, "batch-size"), b.opts.BatchSize)
 	}
 	switch {
 	case b.opts.Show == 0:
@@ -57,7 +57,7 @@ func (b *bulkFlags) validate(cmd *cobra.Command, withKey bool) error {
 		b.opts.Show = math.MaxInt // ops: all
 	}
 	var err error
-	b.f.OlderThan, err = parseAge(b.olderThan)
+	b.f.OlderThan, err = parseAgeOf(flagRef(cmd, "older-than"), b.olderThan)
 	return err
 }
 
@@ -106,7 +106,7 @@ that would change, and changes nothing.`,
 					return usagef("give a KEY, or --status failed|pending|cancelled to requeue by filter")
 				}
 				if err := ops.RequeueStatus(b.f.Status); err != nil {
-					return usagef("--status: %w", err)
+					return usagef("%s: %w", flagRef(cmd, "status"), err)
 				}
 			}
 			c, done, err := o.client(cmd.Context())

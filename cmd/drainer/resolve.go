@@ -39,7 +39,7 @@ Other statuses are refused (exit 1).`,
 				return usagef("--note is required: say what was checked or done")
 			}
 			if r.Outcome != "" && r.Outcome != outbox.StatusSucceeded && r.Outcome != outbox.StatusFailed {
-				return usagef("--outcome: %q is not succeeded or failed", r.Outcome)
+				return usagef("%s: %q is not succeeded or failed", flagRef(cmd, "outcome"), r.Outcome)
 			}
 			c, done, err := o.client(cmd.Context())
 			if err != nil {

@@ -65,6 +65,7 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 			if err := applyEnv(cmd); err != nil {
 				return err
 			}
+			logs.cmd = cmd
 			log, err := logs.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -145,6 +146,10 @@ func applyEnv(cmd *cobra.Command) error {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
 			} else {
 				f.Changed = true
+				if f.Annotations == nil {
+					f.Annotations = map[string][]string{}
+				}
+				f.Annotations[fromEnv] = []string{env}
 			}
 		}
 	})
@@ -152,6 +157,24 @@ func applyEnv(cmd *cobra.Command) error {
 		return usageError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// fromEnv is the annotation applyEnv puts on a flag it set: the name of the
+// environment variable its value came from.
+const fromEnv = "drainer-from-env"
+
+// flagRef names where a flag's value came from, for an error about that
+// value: DRAINER_<FLAG> when applyEnv set it from the environment, else
+// --name (as when given on the command line or left at its default).
+func flagRef(cmd *cobra.Command, name string) string {
+	if cmd != nil {
+		if f := cmd.Flags().Lookup(name); f != nil {
+			if env := f.Annotations[fromEnv]; len(env) == 1 {
+				return env[0]
+			}
+		}
+	}
+	return "--" + name
 }
 
 // exclusiveFlags pairs flags that say the same thing two ways: one given on

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -108,8 +109,9 @@ func statsAll(cmd *cobra.Command, o *opFlags) error {
 		return usagef("--all needs --config FILE (the config whose databases: section lists the databases)")
 	case o.g.database != "" || o.g.databaseURL != "":
 		return usagef("--all measures every database of --config: leave out --database and --database-url")
-	case o.output != outputTable && o.output != outputJSON:
-		return usagef("--output: %q is not table or json", o.output)
+	}
+	if err := o.checkOutput(); err != nil {
+		return err
 	}
 	if err := validateSchemaFlag(o.g.schema); err != nil {
 		return err
@@ -251,7 +253,9 @@ func printStats(w io.Writer, st *ops.Stats) {
 		}
 		_ = t.flush()
 	}
-	fmt.Fprintf(w, "oldest pending age: %s (due pending rows, since next_attempt_at)\n\n", fmtAge(st.OldestPendingAgeSeconds))
+	// No due pending row: 0s, as oldest_pending_age_seconds (and the
+	// gauge) say 0.
+	fmt.Fprintf(w, "oldest pending age: %s (due pending rows, since next_attempt_at)\n\n", cmp.Or(fmtAge(st.OldestPendingAgeSeconds), "0s"))
 	printSettled(w, st.Settled)
 }
 
@@ -328,7 +332,8 @@ func fmtCount(n int64, estimated bool) string {
 }
 
 // fmtAge formats an age in seconds: to the millisecond under a second,
-// else to the second; 0 (no due pending row) is "-".
+// else to the second; 0 (no due pending row) is "", which a table cell
+// shows as "-".
 func fmtAge(seconds float64) string {
 	if seconds <= 0 {
 		return ""

@@ -105,6 +105,35 @@ func TestStatsCommand(t *testing.T) {
 	}
 }
 
+// TestStatsNoDuePendingRow: with no due pending row (none at all, or only
+// rows backing off) the table's oldest pending age is 0s, as the JSON's
+// oldest_pending_age_seconds is 0, never a blank.
+func TestStatsNoDuePendingRow(t *testing.T) {
+	t.Parallel()
+	d := newOpsDB(t)
+	check := func(when string) {
+		t.Helper()
+		code, out, errb := d.run("stats")
+		want(t, code, errb, 0)
+		if !regexp.MustCompile(`(?m)^oldest pending age: 0s \(due pending rows, since next_attempt_at\)$`).MatchString(out) {
+			t.Errorf("%s: table lacks oldest pending age: 0s:\n%s", when, out)
+		}
+		code, out, errb = d.run("stats", "--output", "json")
+		want(t, code, errb, 0)
+		var st struct {
+			Age *float64 `json:"oldest_pending_age_seconds"`
+		}
+		decode(t, out, &st)
+		if st.Age == nil || *st.Age != 0 {
+			t.Errorf("%s: oldest_pending_age_seconds = %v, want 0", when, st.Age)
+		}
+	}
+	check("no rows")
+	d.enqueue("run-1", "lookup", 1)
+	d.exec(`UPDATE drainer.outbox SET next_attempt_at = now() + interval '1 hour'`)
+	check("a row backing off")
+}
+
 // TestStatsErrors: a schema never migrated and an unreachable database
 // are runtime errors naming what and where; --config alone is a usage
 // error.
