@@ -116,7 +116,7 @@ func TestEnqueuePayloadJSONBRefusals(t *testing.T) {
 		{`{"a":["x", {"\u0000k": 1}]}`, "", []string{`--payload: payload contains a NUL character (\u0000) at line 1, column 14`}},
 		{"@" + nul, "", []string{"--payload: payload from " + nul + ` contains a NUL character (\u0000) at line 2, column 13`, jsonb}},
 		{"-", `{"a": "\u0000"}`, []string{`--payload: payload from standard input contains a NUL character (\u0000)`}},
-		{`{"a":"\ud800"}`, "", []string{`--payload: payload has an unpaired UTF-16 surrogate (\ud800) at line 1, column 7`, jsonb}},
+		{`{"a":"\ud800"}`, "", []string{`--payload: payload contains an unpaired UTF-16 surrogate (\ud800) at line 1, column 7`, jsonb}},
 		{`{"a":"\udc00\ud83d"}`, "", []string{`unpaired UTF-16 surrogate (\udc00)`}},
 		{"@" + ff, "", []string{"--payload: payload from " + ff + " is not valid UTF-8: byte 0xff at byte offset 6 (line 1, column 7)"}},
 		{"@" + latin1, "", []string{"--payload: payload from " + latin1 + " is not valid UTF-8: byte 0xe9 at byte offset 15 (line 3, column 14)"}},

@@ -9,9 +9,9 @@ import (
 	"os"
 	"strings"
 	"unicode"
-	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/producer"
 )
 
@@ -166,55 +166,10 @@ func invalidUTF8(data []byte) int {
 // PostgreSQL's jsonb cannot store: a string (or member name) holding NUL,
 // written \u0000, or a UTF-16 surrogate escape without its other half.
 func (p payloadText) checkJSONB() error {
-	data := p.json
-	inString := false
-	for i := 0; i < len(data); i++ {
-		switch c := data[i]; {
-		case !inString:
-			inString = c == '"'
-		case c == '"':
-			inString = false
-		case c == '\\':
-			if data[i+1] != 'u' { // valid JSON: an escape is complete
-				i++
-				continue
-			}
-			r := hex4(data[i+2 : i+6])
-			switch {
-			case r == 0:
-				return usagef("%s contains a NUL character (\\u0000) at %s, which PostgreSQL's jsonb cannot store",
-					p.what, p.at(int64(i)))
-			case utf16.IsSurrogate(r):
-				if r < 0xdc00 && i+12 <= len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
-					if lo := hex4(data[i+8 : i+12]); lo >= 0xdc00 && lo <= 0xdfff {
-						i += 11 // the pair: one character
-						continue
-					}
-				}
-				return usagef("%s has an unpaired UTF-16 surrogate (%s) at %s, which PostgreSQL's jsonb cannot store",
-					p.what, data[i:i+6], p.at(int64(i)))
-			}
-			i += 5
-		}
+	if off, why := dispatch.JSONBRefused(p.json); off >= 0 {
+		return usagef("%s contains %s at %s, which PostgreSQL's jsonb cannot store", p.what, why, p.at(int64(off)))
 	}
 	return nil
-}
-
-// hex4 decodes the four hex digits of a \u escape (valid JSON).
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		}
-	}
-	return r
 }
 
 // position renders the byte offset off of data as "line L, column C",
