@@ -80,19 +80,8 @@ func TestInheritedCompletionsSettleTheirRows(t *testing.T) {
 	keys := enqueueN(t, good, "run-inherit", "t", n)
 
 	var s severable
-	var inCall atomic.Int64
-	release := make(chan struct{})
-	var mu sync.Mutex
-	sent := map[string]int{}
-	adapter := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
-		mu.Lock()
-		sent[m.Key]++
-		mu.Unlock()
-		inCall.Add(1)
-		<-release
-		return dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"first":true}`)}
-	})
-	rt := testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"})
+	h := newHeldCalls()
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": h.adapter()}, &Route{Tool: "t"})
 	a, err := New(s.pool(t, good), rt, Config{Workers: n, Lease: 2 * time.Second, LeaseMargin: 500 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, ReclaimInterval: 100 * time.Millisecond,
 		Metrics: NewMetrics(prometheus.NewRegistry(), "test")})
@@ -103,10 +92,10 @@ func TestInheritedCompletionsSettleTheirRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, "every row in a call", func() (bool, string) {
-		return inCall.Load() == n, ""
+		return h.inCall.Load() == n, ""
 	})
 	s.sever()
-	close(release)
+	close(h.release)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := a.Stop(ctx); err == nil {
@@ -126,11 +115,11 @@ func TestInheritedCompletionsSettleTheirRows(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "every row settled by its first answer", func() (bool, string) {
 		return countByStatus(t, good)[outbox.StatusSucceeded] == n, ""
 	})
-	mu.Lock()
-	defer mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, k := range keys {
-		if sent[k] != 1 {
-			t.Errorf("key %s sent %d times, want once", k, sent[k])
+		if h.sent[k] != 1 {
+			t.Errorf("key %s sent %d times, want once", k, h.sent[k])
 		}
 		if st := getRow(t, good, k); st.Attempts != 1 || string(st.Response) != `{"first": true}` {
 			t.Errorf("row %s: attempts %d, response %s; want its first answer", k, st.Attempts, st.Response)
@@ -152,26 +141,15 @@ func TestHeldAnswersWrittenBeforeOwnRowsAreReclaimed(t *testing.T) {
 	const n = 4
 	keys := enqueueN(t, good, "run-held", "t", n)
 	var s severable
-	var inCall atomic.Int64
-	release := make(chan struct{})
-	var mu sync.Mutex
-	sent := map[string]int{}
-	adapter := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
-		mu.Lock()
-		sent[m.Key]++
-		mu.Unlock()
-		inCall.Add(1)
-		<-release
-		return dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"first":true}`)}
-	})
-	rt := testRouting(t, map[string]dispatch.Adapter{"t": adapter}, &Route{Tool: "t"})
+	h := newHeldCalls()
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": h.adapter()}, &Route{Tool: "t"})
 	startEngine(t, s.pool(t, good), rt, Config{Workers: n, Lease: 2 * time.Second, LeaseMargin: 500 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond})
 	testkit.WaitFor(t, 30*time.Second, "every row in a call", func() (bool, string) {
-		return inCall.Load() == n, ""
+		return h.inCall.Load() == n, ""
 	})
 	s.sever()
-	close(release) // answered while the database is unreachable: held
+	close(h.release) // answered while the database is unreachable: held
 	testkit.WaitFor(t, 30*time.Second, "every lease expired", func() (bool, string) {
 		var live int
 		err := good.QueryRow(context.Background(), `SELECT count(*) FROM drainer.outbox WHERE status = 'in_flight' AND lease_expires_at >= now()`).Scan(&live)
@@ -181,14 +159,38 @@ func TestHeldAnswersWrittenBeforeOwnRowsAreReclaimed(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "every row settled", func() (bool, string) {
 		return countByStatus(t, good)[outbox.StatusSucceeded] == n, fmt.Sprint(countByStatus(t, good))
 	})
-	mu.Lock()
-	defer mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, k := range keys {
-		if sent[k] != 1 {
-			t.Errorf("key %s sent %d times, want once: its answer was held", k, sent[k])
+		if h.sent[k] != 1 {
+			t.Errorf("key %s sent %d times, want once: its answer was held", k, h.sent[k])
 		}
 		if st := getRow(t, good, k); st.Attempts != 1 || string(st.Response) != `{"first": true}` {
 			t.Errorf("row %s: attempts %d, response %s; want its first answer", k, st.Attempts, st.Response)
 		}
 	}
+}
+
+// heldCalls is a provider whose calls wait until release is closed, then
+// answer 200; it counts the calls in progress and the sends of each key.
+type heldCalls struct {
+	inCall  atomic.Int64
+	release chan struct{}
+	mu      sync.Mutex
+	sent    map[string]int
+}
+
+func newHeldCalls() *heldCalls {
+	return &heldCalls{release: make(chan struct{}), sent: map[string]int{}}
+}
+
+func (h *heldCalls) adapter() dispatch.Adapter {
+	return dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		h.mu.Lock()
+		h.sent[m.Key]++
+		h.mu.Unlock()
+		h.inCall.Add(1)
+		<-h.release
+		return dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"first":true}`)}
+	})
 }

@@ -101,20 +101,31 @@ func (d *direct) client(t *testing.T, run string) *sdk.ClientSession {
 // counted is drainer_gateway_calls_total{tool, outcome}.
 func (d *direct) counted(t *testing.T, tool string, outcome gateway.Outcome) float64 {
 	t.Helper()
+	return d.counter(t, "drainer_gateway_calls_total", map[string]string{"tool": tool, "outcome": string(outcome)})
+}
+
+// counter is the value of the counter name whose labels include labels (0
+// when there is none).
+func (d *direct) counter(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
 	families, err := d.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "drainer_gateway_calls_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
+			got := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				got[l.GetName()] = l.GetValue()
 			}
-			if labels["tool"] == tool && labels["outcome"] == string(outcome) {
+			match := true
+			for k, v := range labels {
+				match = match && got[k] == v
+			}
+			if match {
 				return m.GetCounter().GetValue()
 			}
 		}
@@ -424,23 +435,7 @@ func TestRequestsBeingReadAreBounded(t *testing.T) {
 // settledReads is drainer_gateway_settled_reads_total{cause}.
 func (d *direct) settledReads(t *testing.T, cause string) float64 {
 	t.Helper()
-	families, err := d.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "drainer_gateway_settled_reads_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "cause" && l.GetValue() == cause {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return d.counter(t, "drainer_gateway_settled_reads_total", map[string]string{"cause": cause})
 }
 
 // TestCallOfAnAbortedRunIsAnsweredFromItsFirstRead: a call recorded in a
