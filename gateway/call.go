@@ -73,34 +73,41 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	// created and not leased may be settled already (cancelled, its run
 	// aborted), and is read at once.
 	c, joined, err := g.await(ctx, key, settled, enq.Created, enq.Created && !leased, deadline)
+	res, outcome, err = g.respond(t, key, c, enq.Created, joined, err)
+	return res, err
+}
+
+// respond is the answer to a recorded call of key from its row c as await
+// left it (err its error), and the call's outcome: created says this call
+// recorded the row, joined that it found the row in flight.
+func (g *Gateway) respond(t *Tool, key string, c store.Call, created, joined bool, err error) (*sdk.CallToolResult, Outcome, error) {
+	var outcome Outcome
 	switch {
 	case errors.Is(err, store.ErrNoCall):
-		outcome = OutcomeReplayed
-		return pruned(key), nil
+		return pruned(key), OutcomeReplayed, nil
 	case err != nil:
 		g.log.Warn("gateway: could not read a call's row", "tool", t.Name, "key", key, "err", err)
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+		return nil, OutcomeRefused, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
 			Message: fmt.Sprintf("drainer recorded the call (key %s) but could not read its outcome: %v; call again with the same arguments for it", key, err)}
 	case !c.Settled():
-		outcome = OutcomeTimeout
 		if g.isClosing() {
-			return interrupted(c, !enq.Created), nil
+			return interrupted(c, !created), OutcomeTimeout, nil
 		}
-		return timedOut(c, g.cfg.Wait, !enq.Created), nil
-	case enq.Created:
+		return timedOut(c, g.cfg.Wait, !created), OutcomeTimeout, nil
+	case created:
 		outcome = OutcomeCreated
 	case joined:
 		outcome = OutcomeJoined
 	default:
 		outcome = OutcomeReplayed
 	}
-	res = answer(c, !enq.Created)
-	if enq.Created || joined {
+	res := answer(c, !created)
+	if created || joined {
 		// The call that waited for the row gets a result too large to
 		// record whole, when this process sent it.
 		res = g.whole(t, c, res)
 	}
-	return res, nil
+	return res, outcome, nil
 }
 
 // record enqueues the call's intent and commits it, before anything is

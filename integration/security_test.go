@@ -879,7 +879,7 @@ func TestSecuritySQLInjectionThroughCLI(t *testing.T) {
 		{"1025-byte run", []string{"--run=" + strings.Repeat("a", 1025), "--step=s", "--tool=t", "--payload={}"}, 2},
 		{"invalid UTF-8", []string{"--run=\xff\xfe", "--step=s", "--tool=t", "--payload={}"}, 2},
 		{"SQL as payload", []string{"--run=r", "--step=s", "--tool=t", "--payload=" + secInjections[0]}, 2},
-		{"NUL escape in payload", []string{"--run=r", "--step=s", "--tool=t", `--payload={"a":"\u0000"}`}, 1},
+		{"NUL escape in payload", []string{"--run=r", "--step=s", "--tool=t", `--payload={"a":"\u0000"}`}, 2},
 	} {
 		secClean(t, "enqueue "+c.name, runCLI(t, env, append([]string{"enqueue"}, c.args...)...), c.code)
 	}
@@ -1430,8 +1430,9 @@ func TestSecurityProducerNeedsOnlyExecute(t *testing.T) {
 			"drainer.enqueue_batch(text[],text[],text[],text[],jsonb[],text[])", "drainer.result(text)"}
 		var byProducer []string
 		for _, f := range definers {
-			// The search_path is pinned; jit=off is the only other setting.
-			config := strings.TrimSuffix(f.config, ";jit=off")
+			// The search_path is pinned; jit=off and the completion's
+			// generic plan are the only other settings.
+			config := strings.TrimPrefix(strings.TrimSuffix(f.config, ";jit=off"), "plan_cache_mode=force_generic_plan;")
 			if config != "search_path=drainer, pg_catalog, pg_temp" && config != "search_path=pg_catalog" {
 				t.Errorf("SECURITY DEFINER %s: settings %q, want search_path pinned", f.name, f.config)
 			}

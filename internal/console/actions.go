@@ -190,55 +190,6 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusSeeOther, o.result)
 }
 
-// actionFields are the fields each action takes (besides actionCommon): a
-// field of another name is refused, never ignored, so that a misspelled
-// filter cannot widen a bulk action's view.
-var actionFields = map[string][]string{
-	verbRequeue: append([]string{"key", "dry_run", "confirm", "ignore_retry_after"}, viewParams...),
-	verbCancel:  append([]string{"key", "dry_run", "confirm"}, viewParams...),
-	verbResolve: {"key", "note", "outcome"},
-	verbPause:   {"target", "name"},
-	verbResume:  {"target", "name"},
-}
-
-// actionCommon are the fields every action takes: its CSRF token, the
-// page to go back to, the database, the reason recorded and the actor.
-var actionCommon = []string{"csrf", "back", "database", "reason", "actor"}
-
-// checkFields refuses a field verb does not take, naming it and those it
-// does.
-func checkFields(verb string, v url.Values) error {
-	allowed, ok := actionFields[verb]
-	if !ok {
-		return nil // act answers 404
-	}
-	var unknown []string
-	for k := range v {
-		if !slices.Contains(allowed, k) && !slices.Contains(actionCommon, k) {
-			unknown = append(unknown, strconv.Quote(k))
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	slices.Sort(unknown)
-	return badRequest("%s takes no field %s: its fields are %s, and %s", verb, strings.Join(unknown, ", "),
-		strings.Join(allowed, ", "), strings.Join(actionCommon, ", "))
-}
-
-// flag reads the boolean field name: absent or empty is false; anything
-// but true/false, 1/0 and on/off is refused rather than read as false.
-func flag(v url.Values, name string) (bool, error) {
-	switch x := v.Get(name); x {
-	case "", "false", "0", "off":
-		return false, nil
-	case "true", "1", "on":
-		return true, nil
-	default:
-		return false, badRequest("%s: %q is not true or false", name, x)
-	}
-}
-
 // act runs one action through the operator code of the CLI, filling o.
 func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values, actor string) error {
 	if err := checkFields(verb, v); err != nil {
@@ -269,17 +220,7 @@ func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values,
 	switch verb {
 	case verbRequeue, verbCancel:
 		if key := v.Get("key"); key != "" {
-			res.Key = key
-			if verb == verbRequeue {
-				res.Result, err = d.ops.Requeue(ctx, key, who, ops.BulkOptions{DryRun: dry, IgnoreRetryAfter: ignore})
-			} else {
-				res.Result, err = d.ops.Cancel(ctx, key, who, dry)
-			}
-			if err == nil {
-				s.log.Info("console action", "action", verb, "actor", actor, "database", d.Name, "key", key,
-					"dry_run", dry, "count", res.Result.Count, "answer", o.id)
-			}
-			return err
+			return s.rowAction(ctx, o, d, verb, key, who, dry, ignore)
 		}
 		if !dry {
 			// The console shows a view's rows before it acts on them, and
@@ -306,25 +247,50 @@ func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values,
 		s.log.Info("console action", "action", verb, "actor", actor, "database", d.Name, "key", key,
 			"status", res.Resolved.Status, "answer", o.id)
 	case verbPause, verbResume:
-		target, name := cmp.Or(v.Get("target"), ops.TargetRoute), strings.TrimSpace(v.Get("name"))
-		switch {
-		case target != ops.TargetRoute && target != ops.TargetAdapter:
-			return badRequest("target: %q is not route or adapter", target)
-		case name == "":
-			return badRequest("%s needs the name of the %s", verb, target)
-		}
-		if verb == verbPause {
-			res.Pause, err = d.ops.Pause(ctx, target, name, who)
-		} else {
-			res.Pause, err = d.ops.Resume(ctx, target, name, who)
-		}
-		if err != nil {
-			return err
-		}
-		s.log.Info("console action", "action", verb, "actor", actor, "database", d.Name, "target", target, "name", name, "answer", o.id)
+		return s.pauseAction(ctx, o, d, verb, v, who)
 	default:
 		return &apiError{Status: http.StatusNotFound, Msg: "no action " + strconv.Quote(verb) + ": use requeue, cancel, resolve, pause or resume"}
 	}
+	return nil
+}
+
+// rowAction requeues or cancels (verb) the row of key, or its dry run.
+func (s *Server) rowAction(ctx context.Context, o *outcome, d *db, verb, key string, who ops.Who, dry, ignore bool) error {
+	res := o.result
+	res.Key = key
+	var err error
+	if verb == verbRequeue {
+		res.Result, err = d.ops.Requeue(ctx, key, who, ops.BulkOptions{DryRun: dry, IgnoreRetryAfter: ignore})
+	} else {
+		res.Result, err = d.ops.Cancel(ctx, key, who, dry)
+	}
+	if err == nil {
+		s.log.Info("console action", "action", verb, "actor", who.Actor, "database", d.Name, "key", key,
+			"dry_run", dry, "count", res.Result.Count, "answer", o.id)
+	}
+	return err
+}
+
+// pauseAction pauses or resumes (verb) a route or an adapter.
+func (s *Server) pauseAction(ctx context.Context, o *outcome, d *db, verb string, v url.Values, who ops.Who) error {
+	target, name := cmp.Or(v.Get("target"), ops.TargetRoute), strings.TrimSpace(v.Get("name"))
+	switch {
+	case target != ops.TargetRoute && target != ops.TargetAdapter:
+		return badRequest("target: %q is not route or adapter", target)
+	case name == "":
+		return badRequest("%s needs the name of the %s", verb, target)
+	}
+	res := o.result
+	var err error
+	if verb == verbPause {
+		res.Pause, err = d.ops.Pause(ctx, target, name, who)
+	} else {
+		res.Pause, err = d.ops.Resume(ctx, target, name, who)
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("console action", "action", verb, "actor", who.Actor, "database", d.Name, "target", target, "name", name, "answer", o.id)
 	return nil
 }
 

@@ -75,6 +75,8 @@
 //	selection.go a view's rows: its filters and search, read once
 //	actions.go   POST /api/v1/actions/{verb}: bulk actions, Confirm, the
 //	             answers' pages
+//	fields.go    the fields each action takes (any other is refused), and
+//	             its boolean flags
 //	results.go   the answers kept for their pages, and dry runs' plans
 //	stats.go     the sampler: backlog by status and tool (and by database in
 //	             a fleet), rates, history; one fleet database's overview
