@@ -115,16 +115,7 @@ func TestInheritedCompletionsSettleTheirRows(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "every row settled by its first answer", func() (bool, string) {
 		return countByStatus(t, good)[outbox.StatusSucceeded] == n, ""
 	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, k := range keys {
-		if h.sent[k] != 1 {
-			t.Errorf("key %s sent %d times, want once", k, h.sent[k])
-		}
-		if st := getRow(t, good, k); st.Attempts != 1 || string(st.Response) != `{"first": true}` {
-			t.Errorf("row %s: attempts %d, response %s; want its first answer", k, st.Attempts, st.Response)
-		}
-	}
+	h.sentOnceWithFirstAnswer(t, good, keys)
 }
 
 // TestHeldAnswersWrittenBeforeOwnRowsAreReclaimed: a replica cut off from
@@ -159,16 +150,7 @@ func TestHeldAnswersWrittenBeforeOwnRowsAreReclaimed(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "every row settled", func() (bool, string) {
 		return countByStatus(t, good)[outbox.StatusSucceeded] == n, fmt.Sprint(countByStatus(t, good))
 	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, k := range keys {
-		if h.sent[k] != 1 {
-			t.Errorf("key %s sent %d times, want once: its answer was held", k, h.sent[k])
-		}
-		if st := getRow(t, good, k); st.Attempts != 1 || string(st.Response) != `{"first": true}` {
-			t.Errorf("row %s: attempts %d, response %s; want its first answer", k, st.Attempts, st.Response)
-		}
-	}
+	h.sentOnceWithFirstAnswer(t, good, keys)
 }
 
 // heldCalls is a provider whose calls wait until release is closed, then
@@ -193,4 +175,20 @@ func (h *heldCalls) adapter() dispatch.Adapter {
 		<-h.release
 		return dispatch.Result{Outcome: dispatch.Success, Status: 200, Response: []byte(`{"first":true}`)}
 	})
+}
+
+// sentOnceWithFirstAnswer checks that each row of keys was sent once and
+// settled with its first answer, on its first attempt.
+func (h *heldCalls) sentOnceWithFirstAnswer(t *testing.T, pool *pgxpool.Pool, keys []string) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		if h.sent[k] != 1 {
+			t.Errorf("key %s sent %d times, want once: its answer was held", k, h.sent[k])
+		}
+		if st := getRow(t, pool, k); st.Attempts != 1 || string(st.Response) != `{"first": true}` {
+			t.Errorf("row %s: attempts %d, response %s; want its first answer", k, st.Attempts, st.Response)
+		}
+	}
 }
