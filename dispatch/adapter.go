@@ -89,6 +89,16 @@ type Result struct {
 	// a connection that could not be opened). Such a retry is safe even on
 	// non_idempotent routes. The zero value assumes it may have been sent.
 	NotSent bool
+	// Refused is true when the provider answered that it did not act on
+	// the request: a refusal it sent back (a JetStream error
+	// acknowledgement, a statement the server rolled back, a broker's error
+	// code). The request reached the provider, so the attempt counts
+	// (docs/reference.md §2) and a row refused every time ends at its
+	// route's max_attempts; a retry is safe even on non_idempotent routes.
+	// NotSent is for a request that never reached the provider (or a
+	// refusal that waits for an operator's fix, such as a missing stream):
+	// set one or the other.
+	Refused bool
 	// Status is the provider's status code (HTTP status, or 0).
 	Status int
 	// Response is the provider's answer for the agent to read: a JSON body,

@@ -110,11 +110,12 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 }
 
 // decideRetry decides a retryable or ambiguous attempt: parked on a
-// non_idempotent route once it may have been sent, given back when it was
-// not sent, failed when out of attempts, else rescheduled with Full Jitter
+// non_idempotent route once it may have been sent (not when the provider
+// refused it: Result.Refused), given back when it was not sent, failed
+// when out of attempts, else rescheduled with Full Jitter
 // floored by the provider's Retry-After.
 func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, res dispatch.Result) {
-	maybeSent := !res.NotSent
+	maybeSent := !res.NotSent && !res.Refused
 	if res.Outcome == dispatch.Ambiguous || (maybeSent && route.NonIdempotent()) {
 		c.outcome = outbox.OutcomeAmbiguous
 	}
@@ -122,7 +123,7 @@ func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, re
 	case maybeSent && route.NonIdempotent():
 		c.Status, c.KeepNext = outbox.StatusOutcomeUnknown, true
 		c.LastError = errText(res, "outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")
-	case !maybeSent:
+	case res.NotSent:
 		c.Status, c.GiveBack, c.Floor = outbox.StatusPending, true, true
 		c.NoRequest, c.Note = true, noteNotSent
 		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)

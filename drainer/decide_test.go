@@ -49,6 +49,10 @@ func TestDecideAttemptsTable(t *testing.T) {
 		{"ambiguous non_idempotent parks", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Err: boom}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
 		{"5xx on non_idempotent parks", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
 		{"not sent on non_idempotent retries", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Err: boom}, outbox.StatusPending, true, "retry", 0},
+		{"refused consumes", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Refused: true, Err: boom}, outbox.StatusPending, false, "retry", 0},
+		{"refused on last attempt fails", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, Refused: true, Err: boom}, outbox.StatusFailed, false, "retry", 0},
+		{"refused compensation on last attempt fails", keyRoute, "compensation", 3, dispatch.Result{Outcome: dispatch.Retry, Refused: true, Err: boom}, outbox.StatusCompensationFailed, false, "retry", 0},
+		{"refused on non_idempotent retries, counted", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Refused: true, Err: boom}, outbox.StatusPending, false, "retry", 0},
 		{"zero outcome is ambiguous", keyRoute, "forward", 1, dispatch.Result{}, outbox.StatusPending, false, "ambiguous", 0},
 		{"zero outcome parks non_idempotent", nonRoute, "forward", 1, dispatch.Result{}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
 	}

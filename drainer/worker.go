@@ -200,7 +200,7 @@ func attemptDeadline(claimedAt time.Time, leaseLeft, timeout time.Duration) time
 
 // mayHaveHappened reports whether a failed attempt may still have had its effect.
 func mayHaveHappened(res dispatch.Result) bool {
-	return (res.Outcome == dispatch.Retry || res.Outcome == dispatch.Ambiguous || res.Outcome == dispatch.OutcomeUnknownZero) && !res.NotSent
+	return (res.Outcome == dispatch.Retry || res.Outcome == dispatch.Ambiguous || res.Outcome == dispatch.OutcomeUnknownZero) && !res.NotSent && !res.Refused
 }
 
 // detect asks the route's probe about an ambiguous attempt of a

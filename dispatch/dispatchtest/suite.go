@@ -173,10 +173,10 @@ func checkHang(t *testing.T, f Factory) {
 	}
 	switch {
 	case r.Outcome == dispatch.Ambiguous:
-	case r.Outcome == dispatch.Retry && r.NotSent:
+	case r.Outcome == dispatch.Retry && (r.NotSent || r.Refused):
 	default:
-		t.Errorf("hung attempt: got %s (NotSent %v, reason %q, err %v), want ambiguous, or retry with NotSent",
-			r.Outcome, r.NotSent, r.Reason, r.Err)
+		t.Errorf("hung attempt: got %s (NotSent %v, Refused %v, reason %q, err %v), want ambiguous, or retry with NotSent or Refused (the provider confirmed it did nothing)",
+			r.Outcome, r.NotSent, r.Refused, r.Reason, r.Err)
 	}
 }
 

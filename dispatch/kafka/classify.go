@@ -70,7 +70,7 @@ func classify(err error, topic string) dispatch.Result {
 			}
 		}
 		if reason, ok := terminalErrors[ke]; ok {
-			return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: reason, Err: brokerSaid}
+			return dispatch.Result{Outcome: dispatch.Terminal, Refused: true, Reason: reason, Err: brokerSaid}
 		}
 		switch {
 		case ke == kerr.UnknownTopicOrPartition || ke == kerr.UnknownTopicID:
@@ -80,8 +80,10 @@ func classify(err error, topic string) dispatch.Result {
 			return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: ReasonBroker, Err: fmt.Errorf("%w; the record may be written", brokerSaid)}
 		}
 		// Retriable or not, a code this adapter does not know is retried:
-		// never dropped on an answer nobody has looked at.
-		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: ReasonBroker, Err: brokerSaid}
+		// never dropped on an answer nobody has looked at. The broker
+		// answered, so the attempt counts: a broker that refuses every
+		// time fails the row at its route's max_attempts.
+		return dispatch.Result{Outcome: dispatch.Retry, Refused: true, Reason: ReasonBroker, Err: brokerSaid}
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

@@ -152,8 +152,10 @@ func TestInjectedProduceErrors(t *testing.T) {
 			t.Logf("%s: the attempt ended after %d produce requests", code.Message, h.Hits())
 			wantOutcome(t, "refused on every try", r, dispatch.Retry, ReasonBroker)
 			wantErrText(t, r, code.Message, topicOrders)
-			if !r.NotSent {
-				t.Error("a refused record: NotSent false")
+			// The broker answered: the attempt counts, so a broker that
+			// refuses every time fails the row at max_attempts.
+			if r.NotSent || !r.Refused {
+				t.Errorf("a refused record: NotSent %v, Refused %v; want Refused", r.NotSent, r.Refused)
 			}
 			wantOutcome(t, "next attempt", dispatchOnce(t, a, m), dispatch.Success, "")
 		})

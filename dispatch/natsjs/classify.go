@@ -40,7 +40,16 @@ const (
 func classify(ctx context.Context, err error) dispatch.Result {
 	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok {
 		r := classifyAPIError(apiErr)
-		r.NotSent = true // JetStream answered: it did not store this message
+		// JetStream answered: it did not store this message. A refusal
+		// that waits for an operator's fix (the stream's configuration) or
+		// for another attempt of the same message costs no attempt; any
+		// other counts, so a stream that refuses every time (full, with
+		// discard new) fails the row at its route's max_attempts.
+		if r.Reason == ReasonStreamConfig || r.Reason == ReasonInFlight {
+			r.NotSent = true
+		} else {
+			r.Refused = true
+		}
 		r.Err = fmt.Errorf("jetstream refused the message: %s (code %d, error %d)", apiErr.Description, apiErr.Code, apiErr.ErrorCode)
 		return r
 	}

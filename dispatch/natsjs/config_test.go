@@ -116,18 +116,24 @@ func TestClassify(t *testing.T) {
 		{"nats timeout", live, nats.ErrTimeout, dispatch.Ambiguous, false, dispatch.ReasonTimeout},
 		{"bad ack", live, jetstream.ErrInvalidJSAck, dispatch.Ambiguous, false, ReasonInvalidAck},
 		{"other", live, errors.New("boom"), dispatch.Ambiguous, false, dispatch.ReasonConnection},
-		{"too large", live, apiErr(400, 10054), dispatch.Terminal, true, ReasonTooLarge},
-		{"header too large", live, apiErr(400, 10097), dispatch.Terminal, true, ReasonTooLarge},
+		{"too large", live, apiErr(400, 10054), dispatch.Terminal, false, ReasonTooLarge},
+		{"header too large", live, apiErr(400, 10097), dispatch.Terminal, false, ReasonTooLarge},
 		{"stream mismatch", live, apiErr(400, 10060), dispatch.Retry, true, ReasonStreamConfig},
 		{"sealed", live, apiErr(400, 10109), dispatch.Retry, true, ReasonStreamConfig},
 		{"js disabled", live, apiErr(503, 10076), dispatch.Retry, true, ReasonStreamConfig},
 		{"in process", live, apiErr(409, 10158), dispatch.Retry, true, ReasonInFlight},
-		{"store failed", live, apiErr(503, 10077), dispatch.Retry, true, ReasonUnavailable},
-		{"insufficient resources", live, apiErr(503, 10023), dispatch.Retry, true, ReasonUnavailable},
-		{"other 400", live, apiErr(400, 10003), dispatch.Terminal, true, ReasonRejected},
+		{"store failed", live, apiErr(503, 10077), dispatch.Retry, false, ReasonUnavailable},
+		{"insufficient resources", live, apiErr(503, 10023), dispatch.Retry, false, ReasonUnavailable},
+		{"other 400", live, apiErr(400, 10003), dispatch.Terminal, false, ReasonRejected},
 	}
+	// An error acknowledgement is JetStream's refusal: it counts as an
+	// attempt (Refused) unless it waits for a fix or another attempt.
+	refused := map[string]bool{"too large": true, "header too large": true, "store failed": true, "insufficient resources": true, "other 400": true}
 	for _, tt := range tests {
 		r := classify(tt.ctx, tt.err)
+		if r.Refused != refused[tt.name] {
+			t.Errorf("%s: Refused=%v, want %v", tt.name, r.Refused, refused[tt.name])
+		}
 		if r.Outcome != tt.outcome || r.NotSent != tt.notSent || r.Reason != tt.reason || r.Err == nil {
 			t.Errorf("%s: %s NotSent=%v reason %q err %v; want %s NotSent=%v reason %q",
 				tt.name, r.Outcome, r.NotSent, r.Reason, r.Err, tt.outcome, tt.notSent, tt.reason)

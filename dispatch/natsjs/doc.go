@@ -26,8 +26,12 @@
 //     that failed this way cannot be sent later behind the caller's back.
 //   - payload or headers above the server's max_payload or the stream's
 //     max_msg_size: Terminal.
-//   - a 5xx answer from JetStream (storage failure, no leader): Retry with
-//     NotSent: the stream refused to store the message.
+//   - a 5xx answer from JetStream (storage failure, no leader, a full
+//     stream that discards new messages): Retry with Refused: the stream
+//     refused to store the message, and the attempt counts, so a stream
+//     that refuses every time fails the row at its route's max_attempts.
+//   - the same message id being stored by another attempt: Retry with
+//     NotSent.
 //   - no acknowledgement before the deadline: Ambiguous (the message may be
 //     stored; a retry with the same key inside the window is a Replay).
 //

@@ -167,7 +167,8 @@ type streamSpec struct {
 	subjects   []string
 	duplicates time.Duration
 	maxMsgSize int32
-	file       bool // file storage (default memory)
+	maxMsgs    int64 // with DiscardNew: a full stream refuses new messages
+	file       bool  // file storage (default memory)
 }
 
 // createStream creates a stream, deleted when t ends, and returns its name.
@@ -181,6 +182,9 @@ func (e *natsEnv) createStream(t testing.TB, s streamSpec) string {
 	}
 	if s.file {
 		cfg.Storage = jetstream.FileStorage
+	}
+	if s.maxMsgs > 0 {
+		cfg.MaxMsgs, cfg.Discard = s.maxMsgs, jetstream.DiscardNew
 	}
 	if cfg.MaxMsgSize == 0 {
 		cfg.MaxMsgSize = -1

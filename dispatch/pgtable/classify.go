@@ -67,7 +67,8 @@ func classifySQLState(code string) (dispatch.Outcome, string) {
 // attempt's context, before its cancel func is called).
 //
 //   - The server refused it (*pgconn.PgError): the autocommitted statement
-//     rolled back, so nothing happened: NotSent, outcome by SQLSTATE. A
+//     rolled back, so nothing happened: Refused (the server answered, so
+//     the attempt counts), outcome by SQLSTATE. A
 //     57014 that answers our own cancel request (the deadline passed or the
 //     caller cancelled) is Retry with reason timeout or cancelled.
 //   - pgconn reports it unsent (pgconn.SafeToRetry): Retry, NotSent.
@@ -80,7 +81,7 @@ func classifyError(ctx context.Context, op string, err error) dispatch.Result {
 		if pgErr.Code == "57014" && ctx.Err() != nil {
 			reason = ctxReason(ctx)
 		}
-		return dispatch.Result{Outcome: outcome, NotSent: true, Reason: reason,
+		return dispatch.Result{Outcome: outcome, Refused: true, Reason: reason,
 			Err: &Error{Op: op, Code: pgErr.Code, Message: pgErr.Message}}
 	}
 	if pgconn.SafeToRetry(err) {

@@ -40,7 +40,9 @@
 // # Errors
 //
 // An error answer from the server means the statement rolled back, so
-// nothing happened (Result.NotSent). By SQLSTATE: serialization failures,
+// nothing happened (Result.Refused: the attempt counts, so a table that
+// refuses every time fails the row at its route's max_attempts, and a
+// retry is safe on any route). By SQLSTATE: serialization failures,
 // deadlocks and lock timeouts (40001, 40P01, 55P03), connection and server
 // shutdown errors (class 08, 57P01-57P05), insufficient resources (53),
 // system errors (58) and a read-only standby after a failover (25006) are

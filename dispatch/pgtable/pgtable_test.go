@@ -106,8 +106,8 @@ func TestDispatchRefused(t *testing.T) {
 			}
 			r := a.Dispatch(t.Context(), m)
 			assertRedacted(t, r)
-			if r.Outcome != dispatch.Terminal || !r.NotSent || r.Reason != tt.reason {
-				t.Fatalf("got %s/%s NotSent=%v (%v), want terminal/%s", r.Outcome, r.Reason, r.NotSent, r.Err, tt.reason)
+			if r.Outcome != dispatch.Terminal || r.NotSent || !r.Refused || r.Reason != tt.reason {
+				t.Fatalf("got %s/%s NotSent=%v Refused=%v (%v), want terminal/%s, refused", r.Outcome, r.Reason, r.NotSent, r.Refused, r.Err, tt.reason)
 			}
 			var pgErr *Error
 			if !errors.As(r.Err, &pgErr) || !strings.Contains(r.Err.Error(), tt.errHas) || !strings.HasPrefix(r.Err.Error(), "postgres insert: ") {
@@ -150,16 +150,16 @@ func TestDispatchLockWait(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 3*time.Second {
 		t.Errorf("returned after %v", elapsed)
 	}
-	if r.Outcome != dispatch.Retry || !r.NotSent || r.Reason != dispatch.ReasonTimeout || !strings.Contains(r.Err.Error(), "SQLSTATE 57014") {
-		t.Errorf("deadline: %+v, want retry/timeout, NotSent, confirmed by 57014", r)
+	if r.Outcome != dispatch.Retry || !r.Refused || r.NotSent || r.Reason != dispatch.ReasonTimeout || !strings.Contains(r.Err.Error(), "SQLSTATE 57014") {
+		t.Errorf("deadline: %+v, want retry/timeout, Refused, confirmed by 57014", r)
 	}
 
 	// The caller cancels (shutdown) while the insert waits.
 	ctx, cancel = context.WithCancel(t.Context())
 	time.AfterFunc(200*time.Millisecond, cancel)
 	r = a.Dispatch(ctx, dispatchtest.NewMessage("charge_card", `{"amount":1}`))
-	if r.Outcome != dispatch.Retry || !r.NotSent || r.Reason != dispatch.ReasonCancelled {
-		t.Errorf("cancel: %+v, want retry/cancelled, NotSent", r)
+	if r.Outcome != dispatch.Retry || !r.Refused || r.NotSent || r.Reason != dispatch.ReasonCancelled {
+		t.Errorf("cancel: %+v, want retry/cancelled, Refused", r)
 	}
 
 	if err := tx.Rollback(t.Context()); err != nil {

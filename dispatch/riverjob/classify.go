@@ -34,13 +34,15 @@ const (
 
 // classify maps an error of phase p to a result. ctx is the attempt's
 // context. Before COMMIT nothing can have taken effect (the transaction is
-// rolled back, or dies with its connection), so every result there has
-// NotSent; a COMMIT that got an error answer did not commit either. Only a
-// COMMIT without an answer is Ambiguous.
+// rolled back, or dies with its connection), so no result there may have
+// had an effect: an error the server answered is Refused (the attempt
+// counts), one that never reached it NotSent; a COMMIT that got an error
+// answer did not commit either. Only a COMMIT without an answer is
+// Ambiguous.
 func classify(ctx context.Context, p phase, err error) dispatch.Result {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		r := classifySQLState(pgErr.Code)
-		r.NotSent = true
+		r.Refused = true // the server answered: the attempt counts
 		r.Err = &sqlError{op: p.String(), code: pgErr.Code, msg: safeMessage(pgErr)}
 		return r
 	}

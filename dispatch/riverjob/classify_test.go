@@ -58,14 +58,18 @@ func TestClassifyPhases(t *testing.T) {
 		{"begin cancelled", cancelled, phaseBegin, context.Canceled, dispatch.Retry, true, dispatch.ReasonCancelled},
 		{"insert deadline", deadline, phaseInsert, errors.New("timeout: context deadline exceeded"), dispatch.Retry, true, dispatch.ReasonTimeout},
 		{"insert conn lost", live, phaseInsert, io.ErrUnexpectedEOF, dispatch.Retry, true, dispatch.ReasonConnection},
-		{"insert server error", live, phaseInsert, pgErr, dispatch.Retry, true, ReasonDBTransient},
-		{"commit server error", live, phaseCommit, pgErr, dispatch.Retry, true, ReasonDBTransient},
+		{"insert server error", live, phaseInsert, pgErr, dispatch.Retry, false, ReasonDBTransient},
+		{"commit server error", live, phaseCommit, pgErr, dispatch.Retry, false, ReasonDBTransient},
 		{"commit deadline", deadline, phaseCommit, timeoutError{}, dispatch.Ambiguous, false, ReasonCommitUnknown},
 		{"commit conn lost", live, phaseCommit, io.ErrUnexpectedEOF, dispatch.Ambiguous, false, ReasonCommitUnknown},
 		{"commit cancelled", cancelled, phaseCommit, context.Canceled, dispatch.Ambiguous, false, dispatch.ReasonCancelled},
 	}
 	for _, tt := range tests {
 		r := classify(tt.ctx, tt.p, tt.err)
+		// An error the server answered is Refused: the attempt counts.
+		if wantRefused := errors.Is(tt.err, pgErr); r.Refused != wantRefused {
+			t.Errorf("%s: Refused=%v, want %v", tt.name, r.Refused, wantRefused)
+		}
 		if r.Outcome != tt.outcome || r.NotSent != tt.notSent || r.Reason != tt.reason || r.Err == nil {
 			t.Errorf("%s: %s NotSent=%v reason %q err %v; want %s NotSent=%v reason %q",
 				tt.name, r.Outcome, r.NotSent, r.Reason, r.Err, tt.outcome, tt.notSent, tt.reason)

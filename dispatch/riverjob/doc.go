@@ -20,7 +20,8 @@
 //
 // Each attempt runs in its own transaction, so everything but the outcome of
 // COMMIT itself is known: failures before COMMIT leave no job and are
-// reported with NotSent; only a COMMIT cut off without an answer is
+// reported with Refused (an error the server answered: the attempt counts)
+// or NotSent (the server was not reached); only a COMMIT cut off without an answer is
 // Ambiguous. Errors carry SQLSTATE codes, never the connection string's
 // password or the payload.
 //

@@ -29,10 +29,11 @@ func TestFaults(t *testing.T) {
 		outcome dispatch.Outcome
 		reason  string
 		errHas  string
+		refused bool // the server answered (the attempt counts); else NotSent
 	}{
-		{dispatchtest.FaultTransient, dispatch.Retry, ReasonDBTransient, "insert job: injected fault (SQLSTATE 40001)"},
-		{dispatchtest.FaultTerminal, dispatch.Terminal, ReasonDBRejected, "insert job: SQLSTATE 23514"},
-		{dispatchtest.FaultHang, dispatch.Retry, dispatch.ReasonTimeout, "insert job: no answer in time"},
+		{dispatchtest.FaultTransient, dispatch.Retry, ReasonDBTransient, "insert job: injected fault (SQLSTATE 40001)", true},
+		{dispatchtest.FaultTerminal, dispatch.Terminal, ReasonDBRejected, "insert job: SQLSTATE 23514", true},
+		{dispatchtest.FaultHang, dispatch.Retry, dispatch.ReasonTimeout, "insert job: no answer in time", false},
 	}
 	for _, tt := range tests {
 		up.Inject(tt.fault, 1)
@@ -40,9 +41,9 @@ func TestFaults(t *testing.T) {
 		start := time.Now()
 		r := a.Dispatch(t.Context(), m)
 		assertRedacted(t, r, e.secret)
-		if r.Outcome != tt.outcome || r.Reason != tt.reason || !r.NotSent || r.Err == nil || !strings.Contains(r.Err.Error(), tt.errHas) {
-			t.Errorf("%s: %s NotSent=%v (reason %q, err %v), want %s NotSent (reason %q, err %q)",
-				tt.fault, r.Outcome, r.NotSent, r.Reason, r.Err, tt.outcome, tt.reason, tt.errHas)
+		if r.Outcome != tt.outcome || r.Reason != tt.reason || r.Refused != tt.refused || r.NotSent == tt.refused || r.Err == nil || !strings.Contains(r.Err.Error(), tt.errHas) {
+			t.Errorf("%s: %s NotSent=%v Refused=%v (reason %q, err %v), want %s Refused=%v (reason %q, err %q)",
+				tt.fault, r.Outcome, r.NotSent, r.Refused, r.Reason, r.Err, tt.outcome, tt.refused, tt.reason, tt.errHas)
 		}
 		if elapsed := time.Since(start); elapsed > 30*time.Second {
 			t.Errorf("%s: took %v with a 500ms timeout: the timeout was not honoured", tt.fault, elapsed)
@@ -63,7 +64,7 @@ func TestMissingTableIsTerminal(t *testing.T) {
 	}
 	r := a.Dispatch(t.Context(), testMessage())
 	assertRedacted(t, r, e.secret)
-	if r.Outcome != dispatch.Terminal || !r.NotSent || !strings.Contains(r.Err.Error(), "SQLSTATE 42P01") {
+	if r.Outcome != dispatch.Terminal || !r.Refused || !strings.Contains(r.Err.Error(), "SQLSTATE 42P01") {
 		t.Errorf("missing river_job: %s (reason %q, err %v), want terminal with SQLSTATE 42P01", r.Outcome, r.Reason, r.Err)
 	}
 }
