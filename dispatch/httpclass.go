@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/dispatch/wire"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // This file holds what every HTTP-based adapter (webhook, stripe) shares: the
@@ -385,43 +386,9 @@ func JSONBStorable(b []byte) bool {
 // a Postgres jsonb column refuses, and why: a \u0000 (NUL), or a UTF-16
 // surrogate escape without its other half; -1 when there is none. An
 // escaped backslash followed by "u0000" (the text \u0000 in a string) is
-// no such escape.
-func JSONBRefused(b []byte) (off int, why string) {
-	// In valid JSON every backslash starts an escape inside a string, and a
-	// \u escape is followed by four hex digits.
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		at := i
-		i++
-		if b[i] != 'u' {
-			continue
-		}
-		r := hex4(b[i+1 : i+5])
-		i += 4
-		switch {
-		case r == 0:
-			return at, "a NUL character (\\u0000)"
-		case r >= 0xDC00 && r <= 0xDFFF:
-			return at, "an unpaired UTF-16 surrogate (" + string(b[at:at+6]) + ")"
-		case r >= 0xD800 && r <= 0xDBFF:
-			if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
-				return at, "an unpaired UTF-16 surrogate (" + string(b[at:at+6]) + ")"
-			}
-			if lo := hex4(b[i+3 : i+7]); lo < 0xDC00 || lo > 0xDFFF {
-				return at, "an unpaired UTF-16 surrogate (" + string(b[at:at+6]) + ")"
-			}
-			i += 6
-		}
-	}
-	return -1, ""
-}
-
-func hex4(b []byte) rune {
-	n, _ := strconv.ParseUint(string(b), 16, 16) // digits are checked by json.Valid
-	return rune(n)
-}
+// no such escape. It is outbox.JSONBRefused, which the producer API shares
+// without importing the engine.
+func JSONBRefused(b []byte) (off int, why string) { return outbox.JSONBRefused(b) }
 
 // jsonLabelled reports whether contentType is absent or a JSON media type.
 func jsonLabelled(contentType string) bool {

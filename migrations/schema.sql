@@ -442,9 +442,10 @@ CREATE SEQUENCE drainer.enqueue_mismatches AS bigint;
 -- audit_horizon audit_ledger_append audit_ledger_entries audit_ledger_extend
 -- audit_ledger_hash audit_ledger_next audit_ledger_problems audit_problems
 -- audit_rows audit_vector_buckets audit_verify canonical_payload
--- canonical_tuple check_tuple complete_rows count_enqueue_duplicate
--- count_enqueue_mismatch enqueue enqueue_batch idempotency_key intent_key
--- keep_not_before notify_outbox on_compensation_succeeded on_forward_failed
--- open_transactions outbox_write payload_hash payload_text prune_audit
--- prune_rows queue_generation result rotate_audit rotate_queue saga_lock_key
--- session_role sweep_sagas traceparent_error try_lock
+-- canonical_text canonical_tuple check_tuple complete_rows
+-- count_enqueue_duplicate count_enqueue_mismatch enqueue enqueue_batch
+-- idempotency_key intent_key keep_not_before notify_outbox
+-- on_compensation_succeeded on_forward_failed open_transactions outbox_write
+-- payload_hash payload_text prune_audit prune_rows queue_generation result
+-- rotate_audit rotate_queue saga_lock_key session_role sweep_sagas
+-- traceparent_error try_lock

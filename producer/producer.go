@@ -5,14 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
 
 // DefaultMaxPayloadBytes is the default payload limit of enqueue (the SQL
-// function reads the setting drainer.max_payload_bytes).
+// function reads the setting drainer.max_payload_bytes). The database
+// measures the payload as jsonb renders it (payload::text: what is stored
+// and sent), which adds a space after each comma and colon, so a compact
+// payload a little under the limit may be refused. Validate refuses only a
+// payload of more than 4 times this, which no setting is meant to allow.
 const DefaultMaxPayloadBytes = 1 << 20
 
 // Intent is one "call this tool" request of an agent.
@@ -27,7 +33,10 @@ type Intent struct {
 	ReadOnly bool
 }
 
-// Validate checks an intent before it reaches the database.
+// Validate checks an intent before it reaches the database: its tuple, and
+// that its payload is JSON a jsonb column can store (valid UTF-8, no
+// \u0000 escape, no unpaired UTF-16 surrogate escape) and not far above the
+// size limit.
 func (in Intent) Validate() error {
 	var errs []error
 	if err := in.Tuple.Validate(); err != nil {
@@ -36,15 +45,37 @@ func (in Intent) Validate() error {
 	switch {
 	case len(in.Payload) == 0:
 		errs = append(errs, errors.New("payload must not be empty (use {} for none)"))
+	case len(in.Payload) > DefaultMaxPayloadBytes*4:
+		errs = append(errs, fmt.Errorf("payload is %d bytes, more than 4 times the default limit of %d bytes "+
+			"(the database refuses a payload above the setting drainer.max_payload_bytes, default %d, "+
+			"measured as jsonb renders it)", len(in.Payload), DefaultMaxPayloadBytes, DefaultMaxPayloadBytes))
 	case !json.Valid(in.Payload):
 		errs = append(errs, errors.New("payload is not valid JSON"))
-	case len(in.Payload) > DefaultMaxPayloadBytes*4:
-		errs = append(errs, fmt.Errorf("payload is %d bytes, far above the limit", len(in.Payload)))
+	case !utf8.Valid(in.Payload):
+		errs = append(errs, fmt.Errorf("payload is not valid UTF-8 (byte offset %d), which PostgreSQL's jsonb cannot store",
+			invalidUTF8(in.Payload)))
+	default:
+		if off, why := outbox.JSONBRefused(in.Payload); off >= 0 {
+			errs = append(errs, fmt.Errorf("payload contains %s at byte offset %d, which PostgreSQL's jsonb cannot store", why, off))
+		}
 	}
 	if in.ReadOnly {
 		errs = append(errs, fmt.Errorf("tool %q is read_only: it has no side effect to make idempotent; call it directly instead of enqueueing it", in.ToolName))
 	}
 	return errors.Join(errs...)
+}
+
+// invalidUTF8 returns the offset of the first byte of b that is not valid
+// UTF-8, or -1.
+func invalidUTF8(b []byte) int {
+	for off := 0; off < len(b); {
+		r, n := utf8.DecodeRune(b[off:])
+		if r == utf8.RuneError && n <= 1 {
+			return off
+		}
+		off += n
+	}
+	return -1
 }
 
 func (in Intent) row() store.Intent {
@@ -66,12 +97,19 @@ type Producer struct {
 // EnqueueTx records an intent in the caller's transaction, so it commits (or
 // rolls back) with the caller's state. Same tuple and payload as an existing
 // row: the existing key with created = false. Same tuple, different payload:
-// a *pgconn.PgError with code 23505 naming the key.
+// a *pgconn.PgError with code 23505 naming the key. Under REPEATABLE READ
+// or SERIALIZABLE a concurrent enqueue of the same tuple may fail with
+// 40001, and two transactions that enqueue the same tuples in several calls
+// in different orders may deadlock, one failing with 40P01, at any
+// isolation level: retry the transaction on either.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, in Intent) (key string, created bool, err error) {
 	return Producer{}.EnqueueTx(ctx, tx, in)
 }
 
-// EnqueueBatchTx is EnqueueTx for many intents in one round trip.
+// EnqueueBatchTx is EnqueueTx for many intents in one round trip. Rows get
+// their seq in the order of ins; the keys are locked in key order, so two
+// calls whose intents overlap, in whatever orders, never deadlock with
+// each other.
 func EnqueueBatchTx(ctx context.Context, tx pgx.Tx, ins []Intent) ([]Result, error) {
 	return Producer{}.EnqueueBatchTx(ctx, tx, ins)
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/idemkey"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -31,8 +32,10 @@ func contractProblems(in Intent) []string {
 			names = append(names, f.name)
 		}
 	}
-	if len(in.Payload) == 0 || !json.Valid(in.Payload) || len(in.Payload) > 4*DefaultMaxPayloadBytes {
+	if len(in.Payload) == 0 || !json.Valid(in.Payload) || len(in.Payload) > 4*DefaultMaxPayloadBytes || !utf8.Valid(in.Payload) {
 		names = append(names, "payload")
+	} else if off, _ := outbox.JSONBRefused(in.Payload); off >= 0 {
+		names = append(names, "payload") // \u0000 or a lone surrogate: jsonb refuses it
 	}
 	if in.ReadOnly {
 		names = append(names, "read_only")

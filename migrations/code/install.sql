@@ -37,6 +37,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/audit_vector_buckets.sql" . }}
 {{ template "functions/audit_verify.sql" . }}
 {{ template "functions/canonical_payload.sql" . }}
+{{ template "functions/canonical_text.sql" . }}
 {{ template "functions/canonical_tuple.sql" . }}
 {{ template "functions/check_tuple.sql" . }}
 {{ template "functions/complete_rows.sql" . }}

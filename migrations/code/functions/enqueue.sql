@@ -48,18 +48,22 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = 'drainer.enqueue: ' || {{.schema}}.traceparent_error(v_tp);
     END IF;
+    -- The limit is on what is stored and sent: jsonb's text rendering, not
+    -- the caller's text (a compact [1,1] is 5 bytes, rendered [1, 1] 6).
     v_limit := coalesce(nullif(current_setting('drainer.max_payload_bytes', true), '')::bigint, 1048576);
     v_text := payload::text;
     v_size := octet_length(v_text);
     IF v_size > v_limit THEN
         RAISE EXCEPTION USING ERRCODE = '54000',
-            MESSAGE = format('drainer.enqueue: payload is %s bytes, more than the limit of %s (setting drainer.max_payload_bytes)', v_size, v_limit);
+            MESSAGE = format('drainer.enqueue: payload is %s bytes, more than the limit of %s (setting drainer.max_payload_bytes), '
+                             'measured as jsonb renders it (payload::text, with a space after each comma and colon), not as sent',
+                             v_size, v_limit);
     END IF;
 
     v_key := {{.schema}}.intent_key(agent_run_id, step_id, tool_name, business_scope);
     v_legacy := sha256(convert_to(v_text, 'UTF8'));
     v_hash := CASE WHEN v_text ~ '\.[0-9]*0\M'
-                   THEN sha256(convert_to({{.schema}}.canonical_payload(payload)::text, 'UTF8'))
+                   THEN sha256(convert_to({{.schema}}.canonical_text(v_text), 'UTF8'))
                    ELSE v_legacy END;
 
     INSERT INTO {{.schema}}.keys AS k (key, payload_hash) VALUES (v_key, v_hash)

@@ -13,9 +13,12 @@
 -- batch.
 --
 -- Rows are inserted in the intents' order, so seq (and the per-scope order
--- of ordered tools) follows it. Two transactions that enqueue overlapping
--- batches in different orders can deadlock (40P01, retried by the caller),
--- as two transactions calling enqueue in different orders can.
+-- of ordered tools) follows it. The key space's rows, the only rows another
+-- enqueue can be waiting for, are inserted in key order instead: two batches
+-- that overlap, whatever their orders, wait for one another but never
+-- deadlock. (Two transactions that enqueue overlapping tuples in several
+-- statements in different orders still can, as with enqueue: 40P01, which
+-- the caller retries.)
 CREATE OR REPLACE FUNCTION {{.schema}}.enqueue_batch(agent_run_ids text[], step_ids text[], tool_names text[], business_scopes text[], payloads jsonb[], traceparents text[] DEFAULT NULL::text[])
  RETURNS TABLE(ord integer, key text, created boolean)
  LANGUAGE plpgsql
@@ -72,7 +75,8 @@ BEGIN
                 MESSAGE = format('drainer.enqueue_batch: intent %s: payload must not be null', v_bad);
         END IF;
         RAISE EXCEPTION USING ERRCODE = '54000', MESSAGE = format(
-            'drainer.enqueue_batch: intent %s: payload is %s bytes, more than the limit of %s (setting drainer.max_payload_bytes)',
+            'drainer.enqueue_batch: intent %s: payload is %s bytes, more than the limit of %s (setting drainer.max_payload_bytes), '
+            'measured as jsonb renders it (payload::text, with a space after each comma and colon), not as sent',
             v_bad, octet_length(payloads[v_bad]::text), v_limit);
     END IF;
     IF traceparents IS NOT NULL THEN
@@ -90,7 +94,7 @@ BEGIN
     -- recorded before migration 015).
     SELECT array_agg({{.schema}}.intent_key(u.a, u.s, u.t, u.b) ORDER BY u.i),
            array_agg(CASE WHEN u.x ~ '\.[0-9]*0\M'
-                          THEN sha256(convert_to({{.schema}}.canonical_payload(u.p)::text, 'UTF8'))
+                          THEN sha256(convert_to({{.schema}}.canonical_text(u.x), 'UTF8'))
                           ELSE sha256(convert_to(u.x, 'UTF8')) END ORDER BY u.i),
            array_agg(sha256(convert_to(u.x, 'UTF8')) ORDER BY u.i)
       INTO v_keys, v_hashes, v_legacy
@@ -99,14 +103,16 @@ BEGIN
                    WITH ORDINALITY AS w(a, s, t, b, p, i)) u;
 
     -- The key space decides which keys are new: the first occurrence of
-    -- each, in the intents' order.
+    -- each, inserted in key order (a key another transaction is inserting
+    -- is waited for: in the intents' order two batches that overlap in
+    -- opposite orders would each wait for a key the other holds).
     WITH ins AS (
         INSERT INTO {{.schema}}.keys AS k (key, payload_hash)
         SELECT f.k, f.h
-          FROM (SELECT DISTINCT ON (u.k) u.k, u.h, u.i
+          FROM (SELECT DISTINCT ON (u.k) u.k, u.h
                   FROM unnest(v_keys, v_hashes) WITH ORDINALITY AS u(k, h, i)
                  ORDER BY u.k, u.i) f
-         ORDER BY f.i
+         ORDER BY f.k COLLATE "C"
         ON CONFLICT (key) DO NOTHING
         RETURNING k.key
     )
