@@ -154,7 +154,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		// Stop past its bound.
 		ctx, cancel := context.WithTimeout(e.writes, claimTimeout)
 		claim := store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
-			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Durable: rt.durableClaims,
+			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Only: e.deferrer.onlyTools(), Durable: rt.durableClaims,
 			MaxBytes: left}
 		note := e.floor.take()
 		claim.After = e.mark.start(claim, note)
@@ -288,7 +288,7 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 	if !ok {
 		routed := rt.RoutedTools()
 		e.unrouted.note(e.log, row.ToolName, routed)
-		e.deferrer.refuse(row.ToolName, outbox.RefusedUnrouted, rt.UnroutedRecheck)
+		e.deferrer.refuseUnrouted(routed, rt.UnroutedRecheck)
 		msg := fmt.Sprintf("no route for tool_name %q in the loaded config; looked at again every %s", row.ToolName, rt.UnroutedRecheck)
 		if s := suggest.Closest(row.ToolName, routed); s != "" {
 			msg = fmt.Sprintf("no route for tool_name %q in the loaded config (did you mean %q?); looked at again every %s", row.ToolName, s, rt.UnroutedRecheck)

@@ -24,6 +24,11 @@ import (
 // looked at per deferral period. Deferrals and wakes are applied in the
 // order they were requested, so a wake is never undone by an older deferral.
 //
+// The rows whose tool has no route are one class, deferred together
+// (refuseUnrouted): producers name tools freely, and a tool at a time, with
+// a row or two each, would take a statement per name and leave every row
+// to be claimed and given back by itself at each recheck.
+//
 // Neither changes a row's status, so neither writes an audit entry, and
 // neither can move a row before its not_before floor (a trigger of the
 // schema holds it).
@@ -34,16 +39,25 @@ type deferrer struct {
 	queue    []deferral
 	excluded map[string]int       // tool -> deferrals queued or running
 	last     map[string]time.Time // tool -> last bulk deferral
-	kick     chan struct{}
+	// unroutedLast is the last deferral of the rows without a route;
+	// unroutedBusy counts those queued or running, routed is what the
+	// claims take meanwhile (the routed tools; nil: every tool).
+	unroutedLast time.Time
+	unroutedBusy int
+	routed       []string
+	kick         chan struct{}
 }
 
-// deferral is one request: push tool's rows to about now()+delay, or (wake)
-// make the rows of tools due now.
+// deferral is one request: push tool's rows (with unrouted, the rows of
+// every tool but routed) to about now()+delay, or (wake) make the rows of
+// tools due now.
 type deferral struct {
-	tool   string
-	reason outbox.Refusal
-	delay  time.Duration
-	wake   []string
+	tool     string
+	reason   outbox.Refusal
+	delay    time.Duration
+	wake     []string
+	unrouted bool
+	routed   []string
 }
 
 // minDeferral: shorter refusals (saturation, rate limits) pass on their own.
@@ -74,11 +88,36 @@ func (d *deferrer) refuse(tool string, reason outbox.Refusal, delay time.Duratio
 	d.signal()
 }
 
+// refuseUnrouted reports that a claimed row's tool has no route: the rows
+// of every tool not in routed are deferred for delay, together, and the
+// claims take only routed's rows until that is done. It never blocks and
+// never touches the database.
+func (d *deferrer) refuseUnrouted(routed []string, delay time.Duration) {
+	if delay < minDeferral {
+		return
+	}
+	if routed == nil {
+		routed = []string{}
+	}
+	d.mu.Lock()
+	if time.Since(d.unroutedLast) < delay/2 {
+		d.mu.Unlock()
+		return // deferred recently: the rows claimed since are few
+	}
+	d.unroutedLast = time.Now()
+	d.unroutedBusy++
+	d.routed = routed
+	d.queue = append(d.queue, deferral{reason: outbox.RefusedUnrouted, delay: delay, unrouted: true, routed: routed})
+	d.mu.Unlock()
+	d.signal()
+}
+
 // wake asks for the rows of tools to be made due now, and forgets past
 // deferrals so the next refusal defers at once.
 func (d *deferrer) wake(tools []string) {
 	d.mu.Lock()
 	d.last = map[string]time.Time{}
+	d.unroutedLast = time.Time{}
 	if len(tools) > 0 {
 		d.e.holds.forget(tools)
 		d.queue = append(d.queue, deferral{wake: tools})
@@ -102,6 +141,17 @@ func (d *deferrer) excludedTools() []string {
 		tools = append(tools, t)
 	}
 	return tools
+}
+
+// onlyTools lists the only tools the claim may take right now (the routed
+// ones, while the rows without a route are being deferred), nil for all.
+func (d *deferrer) onlyTools() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.unroutedBusy == 0 {
+		return nil
+	}
+	return d.routed
 }
 
 func (d *deferrer) signal() {
@@ -150,23 +200,20 @@ func (d *deferrer) apply(ctx context.Context, req deferral) {
 		e.signalFull()
 		return
 	}
-	defer func() {
-		d.mu.Lock()
-		if d.excluded[req.tool]--; d.excluded[req.tool] <= 0 {
-			delete(d.excluded, req.tool)
-		}
-		d.mu.Unlock()
-		e.signalFull()
-	}()
+	defer d.done(req)
 	if req.reason == outbox.RefusedPaused && !e.stillPaused(req.tool) {
 		// The claim saw the pause just before a resume was read; the
 		// resume's wake ran before this request: deferring now would undo it.
 		return
 	}
+	deferBatch := func() (int64, error) { return e.st.Defer(ctx, e.pool, req.tool, req.delay) }
+	if req.unrouted {
+		deferBatch = func() (int64, error) { return e.st.DeferUnrouted(ctx, e.pool, req.routed, req.delay) }
+	}
 	var total int64
 	for ctx.Err() == nil {
 		sent := time.Now()
-		n, err := e.st.Defer(ctx, e.pool, req.tool, req.delay)
+		n, err := deferBatch()
 		if err != nil {
 			if !isShutdown(ctx, err) && e.db.failed("deferrer", sent, err) {
 				e.log.Warn("deferring rows failed; they are looked at one by one", "tool", req.tool, "reason", req.reason, "err", err)
@@ -182,6 +229,21 @@ func (d *deferrer) apply(ctx context.Context, req deferral) {
 		e.log.Debug("rows deferred", "tool", req.tool, "reason", req.reason, "rows", total, "for", req.delay)
 		d.wakeAllWhenDue(life, req.delay)
 	}
+}
+
+// done ends a deferral request: its tool (or, for the rows without a route,
+// every tool) is claimed again.
+func (d *deferrer) done(req deferral) {
+	d.mu.Lock()
+	if req.unrouted {
+		if d.unroutedBusy--; d.unroutedBusy <= 0 {
+			d.unroutedBusy, d.routed = 0, nil
+		}
+	} else if d.excluded[req.tool]--; d.excluded[req.tool] <= 0 {
+		delete(d.excluded, req.tool)
+	}
+	d.mu.Unlock()
+	d.e.signalFull()
 }
 
 // wakeAllWhenDue wakes every listening replica when rows deferred for a

@@ -331,11 +331,19 @@ func deref(s *string) string {
 // longer matter are dropped.
 const maxToolsRemembered = 1024
 
-// unroutedLog logs each unrouted tool at most once a minute.
+// unroutedLog logs each unrouted tool at most once a minute, and at most
+// unroutedLines tools a minute: past that, one line a minute counts the
+// tools it did not name (producers may invent thousands of names).
 type unroutedLog struct {
-	mu   sync.Mutex
-	seen map[string]time.Time
+	mu     sync.Mutex
+	seen   map[string]time.Time
+	window time.Time // start of the minute the lines are counted in
+	lines  int       // tools named in it
+	quiet  map[string]bool
 }
+
+// unroutedLines bounds the tools the unrouted log names a minute.
+const unroutedLines = 10
 
 func (u *unroutedLog) note(log interface{ Warn(string, ...any) }, tool string, routed []string) {
 	u.mu.Lock()
@@ -346,6 +354,23 @@ func (u *unroutedLog) note(log interface{ Warn(string, ...any) }, tool string, r
 	if last, ok := u.seen[tool]; ok && time.Since(last) < time.Minute {
 		return
 	}
+	if time.Since(u.window) >= time.Minute {
+		if len(u.quiet) > 0 {
+			log.Warn(fmt.Sprintf("rows of more tools wait for a route: the log names %d tools a minute, these were not named", unroutedLines),
+				"tools", len(u.quiet), "at_least", len(u.quiet) >= maxToolsRemembered)
+		}
+		u.window, u.lines, u.quiet = time.Now(), 0, nil
+	}
+	if u.lines >= unroutedLines {
+		if u.quiet == nil {
+			u.quiet = map[string]bool{}
+		}
+		if len(u.quiet) < maxToolsRemembered {
+			u.quiet[tool] = true
+		}
+		return
+	}
+	u.lines++
 	if len(u.seen) >= maxToolsRemembered {
 		// Producers name tools freely: forget the ones logged over a
 		// minute ago rather than keep every name ever seen.

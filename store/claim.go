@@ -50,6 +50,9 @@ type Claim struct {
 	Ordered []string
 	// Excluded lists the tools left alone (their deferral is under way).
 	Excluded []string
+	// Only, when not nil, lists the only tools whose rows are claimed (the
+	// routed ones, while the rows without a route are being deferred).
+	Only []string
 	// Durable makes the claim wait for its commit to reach disk.
 	Durable bool
 	// After, when set, starts the scan past this position instead of at
@@ -187,6 +190,10 @@ const orderedClause = `
 const excludedClause = `
        AND o.tool_name <> ALL($%d::text[])`
 
+// onlyClause claims the rows of some tools only.
+const onlyClause = `
+       AND o.tool_name = ANY($%d::text[])`
+
 // claimPlanSettings pin the claim to the ordered scan of queue_due_idx,
 // and the lease to one look-up of each claimed row in its own generation
 // (the partition the join's gen prunes to at run time), whatever the
@@ -271,6 +278,10 @@ func (c Claim) clauses(args []any) (string, []any) {
 	if len(c.Excluded) > 0 {
 		args = append(args, c.Excluded)
 		extra += fmt.Sprintf(excludedClause, len(args))
+	}
+	if c.Only != nil {
+		args = append(args, c.Only)
+		extra += fmt.Sprintf(onlyClause, len(args))
 	}
 	return extra, args
 }

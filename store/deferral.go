@@ -29,6 +29,21 @@ UPDATE {s}.queue o
      LIMIT $3
      FOR UPDATE SKIP LOCKED))`
 
+// deferUnroutedSQL is deferSQL for the rows whose tool has no route: every
+// tool but the routed ones ($1), deferred together. Producers name tools
+// freely, so a tool at a time would cost a statement per invented name, each
+// finding the row or two that name has (DeferUnrouted).
+const deferUnroutedSQL = `
+UPDATE {s}.queue o
+   SET next_attempt_at = now() + $2 * interval '1 millisecond'
+                         * (1 + CASE WHEN $2 >= $4 THEN random() / 2 ELSE 0 END)
+ WHERE o.seq = ANY (ARRAY(
+    SELECT seq FROM {s}.queue
+     WHERE status = {StatusPending} AND tool_name <> ALL($1::text[])
+       AND next_attempt_at < now() + $2 * interval '1 millisecond' * 0.5
+     LIMIT $3
+     FOR UPDATE SKIP LOCKED))`
+
 // wakeSQL makes one batch ($2) of the deferred rows of some tools ($1)
 // due now, as deferSQL defers them: updated by key, each batch a short
 // transaction that skips rows locked by others. A row held by its
@@ -57,6 +72,20 @@ func (s *Store) Defer(ctx context.Context, db DB, tool string, delay time.Durati
 	tag, err := db.Exec(ctx, s.sql(deferSQL), tool, delay.Milliseconds(), DeferBatch, DeferJitterFrom.Milliseconds())
 	if err != nil {
 		return 0, fmt.Errorf("defer rows of %s: %w", tool, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeferUnrouted pushes up to DeferBatch due rows whose tool is none of
+// routed to about now() + delay, as Defer does one tool's, and returns how
+// many it moved.
+func (s *Store) DeferUnrouted(ctx context.Context, db DB, routed []string, delay time.Duration) (int64, error) {
+	if routed == nil {
+		routed = []string{}
+	}
+	tag, err := db.Exec(ctx, s.sql(deferUnroutedSQL), routed, delay.Milliseconds(), DeferBatch, DeferJitterFrom.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("defer rows without a route: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
