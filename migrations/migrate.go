@@ -80,6 +80,21 @@ func DefaultOptions(log *slog.Logger) Options {
 	return Options{LockTimeout: DefaultLockTimeout, LockWait: DefaultLockWait, Log: log}
 }
 
+// Result is what MigrateReport did to a schema.
+type Result struct {
+	// Applied counts the migrations this process applied (another process
+	// may have applied some of the others meanwhile).
+	Applied int
+	// Version is the schema's version afterwards: Latest(), or a newer
+	// release's when one migrated the schema (nothing is applied then:
+	// expand/contract keeps it usable by this release's daemon unless its
+	// schema_meta says otherwise, which Check reports).
+	Version int
+}
+
+// Newer reports whether a newer release than this one migrated the schema.
+func (r Result) Newer() bool { return r.Version > Latest() }
+
 // Migrate is MigrateWith with DefaultOptions.
 func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logger) (applied int, err error) {
 	return MigrateWith(ctx, conn, schema, DefaultOptions(log))
@@ -101,11 +116,18 @@ func Migrate(ctx context.Context, conn *pgx.Conn, schema string, log *slog.Logge
 // that held the locks, the steps committed before it staying applied. The
 // lock_timeout is local to each step's transaction: conn keeps its own.
 func MigrateWith(ctx context.Context, conn *pgx.Conn, schema string, opts Options) (applied int, err error) {
+	r, err := MigrateReport(ctx, conn, schema, opts)
+	return r.Applied, err
+}
+
+// MigrateReport is MigrateWith, and also reports the schema's version
+// afterwards (Result.Version), a newer release's included.
+func MigrateReport(ctx context.Context, conn *pgx.Conn, schema string, opts Options) (r Result, err error) {
 	if err := ValidateSchema(schema); err != nil {
-		return 0, err
+		return r, err
 	}
 	if opts.LockTimeout < time.Millisecond || opts.LockWait < 0 {
-		return 0, fmt.Errorf("migrate: lock timeout must be at least 1ms and lock wait not negative (got %s and %s)", opts.LockTimeout, opts.LockWait)
+		return r, fmt.Errorf("migrate: lock timeout must be at least 1ms and lock wait not negative (got %s and %s)", opts.LockTimeout, opts.LockWait)
 	}
 	log := opts.Log
 	if log == nil {
@@ -113,16 +135,17 @@ func MigrateWith(ctx context.Context, conn *pgx.Conn, schema string, opts Option
 	}
 	start := time.Now()
 	for try := 1; ; try++ {
-		n, step, err := migrateOnce(ctx, conn, schema, opts.LockTimeout, log)
-		applied += n
+		n, version, step, err := migrateOnce(ctx, conn, schema, opts.LockTimeout, log)
+		r.Applied += n
+		r.Version = version
 		var pgErr *pgconn.PgError
 		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != lockNotAvailable {
-			return applied, err
+			return r, err
 		}
 		w := inspectLockWait(ctx, conn, schema, opts.LockTimeout)
 		left := opts.LockWait - time.Since(start)
 		if left <= 0 {
-			return applied, &LockWaitError{Database: w.database, Schema: schema, Step: step, Version: w.version,
+			return r, &LockWaitError{Database: w.database, Schema: schema, Step: step, Version: w.version,
 				Waited: time.Since(start), Tries: try, LockTimeout: opts.LockTimeout, Holders: w.holders}
 		}
 		pause := min(retryPause(try), left)
@@ -133,7 +156,7 @@ func MigrateWith(ctx context.Context, conn *pgx.Conn, schema string, opts Option
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return applied, fmt.Errorf("%s: waiting to retry: %w", step, ctx.Err())
+			return r, fmt.Errorf("%s: waiting to retry: %w", step, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -147,8 +170,10 @@ func retryPause(try int) time.Duration {
 }
 
 // migrateOnce makes one pass of MigrateWith: the numbered migrations, then
-// the code package. step names the step that failed, if one did.
-func migrateOnce(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout time.Duration, log *slog.Logger) (applied int, step string, err error) {
+// the code package. version is the schema's version once it succeeded
+// (a newer release's, untouched, included); step names the step that
+// failed, if one did.
+func migrateOnce(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout time.Duration, log *slog.Logger) (applied, version int, step string, err error) {
 	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
 			return err
@@ -156,24 +181,24 @@ func migrateOnce(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout
 		_, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+schema)
 		return err
 	}); err != nil {
-		return 0, "create schema", fmt.Errorf("create schema %s: %w", schema, err)
+		return 0, 0, "create schema", fmt.Errorf("create schema %s: %w", schema, err)
 	}
 	m, err := migrate.NewMigrator(ctx, conn, schema+".schema_version")
 	if err != nil {
-		return 0, "prepare migrations", fmt.Errorf("prepare migrations: %w", err)
+		return 0, 0, "prepare migrations", fmt.Errorf("prepare migrations: %w", err)
 	}
 	m.Data["schema"] = schema
 	if err := m.LoadMigrations(files); err != nil {
-		return 0, "load migrations", fmt.Errorf("load migrations: %w", err)
+		return 0, 0, "load migrations", fmt.Errorf("load migrations: %w", err)
 	}
 	before, err := m.GetCurrentVersion(ctx)
 	if err != nil {
-		return 0, "read schema version", fmt.Errorf("read schema version: %w", err)
+		return 0, 0, "read schema version", fmt.Errorf("read schema version: %w", err)
 	}
 	if int(before) > len(m.Migrations) {
 		// A newer release migrated this schema; expand/contract keeps it usable.
-		log.Info("schema is newer than this release", "schema", schema, "version", before, "known", len(m.Migrations))
-		return 0, "", nil
+		log.Info("schema is newer than this release; nothing applied", "schema", schema, "version", before, "known", len(m.Migrations))
+		return 0, int(before), "", nil
 	}
 	// tern runs each migration as one statement string in its own
 	// transaction (none of ours disables that), so SET LOCAL bounds every
@@ -194,14 +219,14 @@ func migrateOnce(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout
 	if err := m.Migrate(ctx); err != nil {
 		var pgErr migrate.MigrationPgError
 		if errors.As(err, &pgErr) {
-			return max(started-1, 0), step, fmt.Errorf("migration %s: %w", pgErr.MigrationName, pgErr.PgError)
+			return max(started-1, 0), int(before), step, fmt.Errorf("migration %s: %w", pgErr.MigrationName, pgErr.PgError)
 		}
-		return max(started-1, 0), cmp.Or(step, "migrations"), fmt.Errorf("migrate: %w", err)
+		return max(started-1, 0), int(before), cmp.Or(step, "migrations"), fmt.Errorf("migrate: %w", err)
 	}
 	if _, err := installCode(ctx, conn, schema, lockTimeout, log); err != nil {
-		return started, fmt.Sprintf("code revision %d (functions, views and triggers)", CodeRevision), err
+		return started, len(m.Migrations), fmt.Sprintf("code revision %d (functions, views and triggers)", CodeRevision), err
 	}
-	return started, "", nil
+	return started, len(m.Migrations), "", nil
 }
 
 // lockTimeoutSQL sets lock_timeout for the rest of the transaction.

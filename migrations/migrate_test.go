@@ -179,3 +179,29 @@ func TestSQLKeyVectors(t *testing.T) {
 		t.Errorf("enqueue_batch keys:\n got %v\nwant %v", got, want)
 	}
 }
+
+// TestMigrateReportVersion: MigrateReport reports the schema's version
+// afterwards: this release's once migrated, with what it applied, and a
+// newer release's as it is, nothing applied (MigrateWith said 0 applied
+// and nothing of the version, so `drainer migrate` printed this release's).
+func TestMigrateReportVersion(t *testing.T) {
+	t.Parallel()
+	conn := connect(t, dbtest.NewDatabase(t))
+	ctx := context.Background()
+	latest := migrations.Latest()
+	opts := migrations.DefaultOptions(nil)
+	r, err := migrations.MigrateReport(ctx, conn, migrations.DefaultSchema, opts)
+	if err != nil || r.Version != latest || r.Applied != latest || r.Newer() {
+		t.Fatalf("first migrate: %+v %v, want version and applied %d", r, err, latest)
+	}
+	if r, err = migrations.MigrateReport(ctx, conn, migrations.DefaultSchema, opts); err != nil || r.Version != latest || r.Applied != 0 {
+		t.Fatalf("second migrate: %+v %v, want version %d, 0 applied", r, err, latest)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE drainer.schema_version SET version = $1", latest+2); err != nil {
+		t.Fatal(err)
+	}
+	r, err = migrations.MigrateReport(ctx, conn, migrations.DefaultSchema, opts)
+	if err != nil || r.Version != latest+2 || r.Applied != 0 || !r.Newer() {
+		t.Fatalf("migrate on a newer schema: %+v %v, want version %d, 0 applied, newer", r, err, latest+2)
+	}
+}

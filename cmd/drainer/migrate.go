@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/drainer-io/drainer/store"
 	"io"
@@ -64,11 +65,15 @@ the steps committed before it staying applied.`,
 				return fmt.Errorf("connect: %w", err)
 			}
 			defer conn.Close(cmd.Context())
-			n, err := migrations.MigrateWith(cmd.Context(), conn, g.schema, opts)
+			r, err := migrations.MigrateReport(cmd.Context(), conn, g.schema, opts)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "schema %s at version %d (%d applied)\n", g.schema, migrations.Latest(), n)
+			if r.Newer() {
+				fmt.Fprintf(cmd.OutOrStdout(), "schema %s at version %d%s\n", g.schema, r.Version, newerNote(cmd.Context(), conn, g.schema))
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "schema %s at version %d (%d applied)\n", g.schema, r.Version, r.Applied)
 			return nil
 		},
 	}
@@ -117,16 +122,21 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int, opts migrations.Op
 			defer func() { <-sem }()
 			err := t.err
 			var from, to, applied int
+			var newer string
 			if err == nil {
 				o := opts
 				o.Log = log.With("database", t.name)
-				from, to, applied, err = migrateOne(ctx, t.url, g.schema, o)
+				from, to, applied, newer, err = migrateOne(ctx, t.url, g.schema, o)
 			}
 			if err != nil {
 				mu.Lock()
 				failedNames = append(failedNames, t.name)
 				mu.Unlock()
 				out.printf("%s: error: %s\n", t.name, oneLine(err))
+				return
+			}
+			if newer != "" {
+				out.printf("%s: version %d%s\n", t.name, to, newer)
 				return
 			}
 			if applied == 0 && from == to {
@@ -150,6 +160,19 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int, opts migrations.Op
 	}
 	out.printf("%d databases migrated (schema %s, version %d)\n", len(targets), g.schema, migrations.Latest())
 	return nil
+}
+
+// newerNote describes a schema a newer release migrated (Result.Newer):
+// nothing applied, and, when this release's daemon refuses the schema (its schema_meta asks for a newer one), why. The
+// command still succeeds: there is nothing for this release to migrate,
+// and `drainer run` works on such a schema (expand/contract) or waits,
+// saying why, as it does for any schema it cannot use.
+func newerNote(ctx context.Context, conn *pgx.Conn, schema string) string {
+	note := fmt.Sprintf(", newer than this release's %d; nothing applied", migrations.Latest())
+	if _, err := migrations.Check(ctx, conn, schema); errors.Is(err, migrations.ErrSchemaNotReady) {
+		note += "; this release's drainer run refuses it: " + oneLine(err)
+	}
+	return note
 }
 
 // migrateTarget is a database `migrate --all` migrates; err is why its url
@@ -189,23 +212,24 @@ func migrateTargets(ctx context.Context, dbs *config.Databases, log *slog.Logger
 }
 
 // migrateOne migrates one database and reports its schema version before
-// and after. Its errors hold no url.
-func migrateOne(ctx context.Context, url config.Secret, schema string, opts migrations.Options) (from, to, applied int, err error) {
+// and after, and newerNote's when a newer release migrated it. Its errors
+// hold no url.
+func migrateOne(ctx context.Context, url config.Secret, schema string, opts migrations.Options) (from, to, applied int, newer string, err error) {
 	cctx, cancel := context.WithTimeout(ctx, migrateConnectTimeout)
 	conn, err := catalog.Connect(cctx, url, "drainer-migrate")
 	cancel()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if from, err = schemaVersion(ctx, conn, schema); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, "", err
 	}
-	if applied, err = migrations.MigrateWith(ctx, conn, schema, opts); err != nil {
-		return from, 0, applied, err
+	r, err := migrations.MigrateReport(ctx, conn, schema, opts)
+	if err == nil && r.Newer() {
+		newer = newerNote(ctx, conn, schema)
 	}
-	to, err = schemaVersion(ctx, conn, schema)
-	return from, to, applied, err
+	return from, r.Version, r.Applied, newer, err
 }
 
 // schemaVersion reads a schema's migration version, 0 when never migrated.

@@ -184,6 +184,14 @@ func (c *Catalog) read(ctx context.Context, q Querier, report func(string, ...an
 	}
 	defer rs.Close()
 	if n := len(rs.FieldDescriptions()); n != 2 {
+		// A connection that sends the query without preparing it first
+		// (the fleet's coordination connection) learns of the server's
+		// error only with the rows: the query that failed has no columns,
+		// and its error, not the count, says what is wrong.
+		rs.Close()
+		if err := rs.Err(); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("the query returns %d columns; it must return two: name and url", n)
 	}
 	var out []Database

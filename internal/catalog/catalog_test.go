@@ -14,6 +14,7 @@ import (
 	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -290,5 +291,44 @@ func TestConnectKeepsURLOutOfErrors(t *testing.T) {
 	var name string
 	if err := conn.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&name); err != nil || name != "drainer-test" {
 		t.Errorf("application_name = %q %v", name, err)
+	}
+}
+
+// TestListSharedReportsQueryErrors: over a shared connection that sends
+// statements without a prepare round trip (the fleet's coordination
+// connection, QueryExecModeExec), the server's error comes with the rows,
+// not from Query. A query naming a missing table or misspelt is reported
+// with the server's error, not as a query returning 0 columns; a query
+// that runs but returns one column is still reported as such.
+func TestListSharedReportsQueryErrors(t *testing.T) {
+	t.Parallel()
+	db := newCatalogDB(t)
+	pc, err := pgxpool.ParseConfig(db.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	urlFile := filepath.Join(t.TempDir(), "catalog.url")
+	writeFile(t, urlFile, db.url+"\n")
+	for _, tc := range []struct{ sql, want string }{
+		{"SELECT name, url FROM no_such_tenants", `relation "no_such_tenants" does not exist`},
+		{"SELEC name, url FROM tenants", `syntax error at or near "SELEC"`},
+		{"SELECT name FROM tenants", "the query returns 1 columns; it must return two: name and url"},
+	} {
+		dbs := parse(t, `
+databases:
+  query: {url: '${file:`+urlFile+`}', sql: '`+tc.sql+`'}
+`)
+		c := NewShared(dbs, pool, nil)
+		_, err := c.List(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "databases.query: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one holding %q", tc.sql, err, tc.want)
+		}
 	}
 }

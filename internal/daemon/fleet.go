@@ -105,9 +105,33 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	log.Info("drainer fleet starting", "version", opts.Version, "member", f.ID(), "schema", st.schema,
 		"workers_per_database", st.workers, "lease", st.lease, "refresh", st.cfg.Databases.Refresh,
 		"adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", srv.Addr)
-	ready.setReady()
-	defer ready.notReady("stopping")
+	defer readyOnceStarted(f, &ready)()
 	return f.Run(ctx)
+}
+
+// readyOnceStarted makes /readyz answer 200 once the fleet has made its
+// first assignment (fleet.Fleet.Started): its engines start on the
+// databases assigned to it, each retried on its own while it cannot. A
+// database that does not answer, the coordination database or the catalog
+// included, holds back neither the others nor readiness: without the
+// membership the replica drains every listed database as a fleet of one.
+// The returned stop makes /readyz answer 503 again (stopping).
+func readyOnceStarted(f *fleet.Fleet, ready *readiness) (stop func()) {
+	ready.notReady("starting: listing the databases and joining the fleet")
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-f.Started():
+			ready.setReady()
+		case <-done:
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		ready.notReady("stopping")
+	}
 }
 
 // newFleet builds the fleet of runFleet.
@@ -119,7 +143,8 @@ func newFleet(st settings, opts Options, src *swappableCatalog, coord *pgxpool.P
 		engCfg.Tracer = tracer
 	}
 	return fleet.New(fleet.Config{
-		Source: src.list, Coordination: coord, Schema: st.schema, Lease: st.lease,
+		Source: src.list, Coordination: coord, CoordinationName: coordinationName(st.cfg.Databases),
+		Schema: st.schema, Lease: st.lease,
 		Refresh:       st.cfg.Databases.Refresh,
 		StopTimeout:   cmp.Or(opts.ShutdownTimeout, 30*time.Second),
 		Engine:        engCfg,

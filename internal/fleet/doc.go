@@ -32,6 +32,10 @@
 //     coordination database, heartbeats with an expiry on the database
 //     clock; leaving marks this replica's databases stopping. The
 //     statements on both fleet tables are in package store (store/fleet.go).
+//     While the coordination database does not answer (from startup, or
+//     later) the replica keeps its last known members, none at first: it
+//     then drains every listed database as a fleet of one, and each
+//     heartbeat tries again (loop.go).
 //   - backlogs.go: <schema>.fleet_databases in the coordination database:
 //     each replica publishes the backlog and state of the databases it
 //     drains after its heartbeat (its engines' last snapshot, skipped when

@@ -51,6 +51,12 @@ type Config struct {
 	// uses it from one goroutine, a statement at a time (heartbeat, list,
 	// publication). Nil: Run opens its own to CoordinationURL.
 	Coordination *pgxpool.Pool
+	// CoordinationName names the coordination database in logs (default
+	// "the coordination database"; never its url): the static entry's
+	// name, or the catalog's. When it names a listed database, a failed
+	// membership statement also counts in that database's
+	// drainer_fleet_database_errors_total.
+	CoordinationName string
 	// Schema holds each database's outbox, and the membership table in the
 	// coordination database (default "drainer").
 	Schema string
@@ -120,9 +126,10 @@ type Fleet struct {
 	kick     chan struct{}
 	relist   chan time.Duration
 	wg       sync.WaitGroup
-	joined   atomic.Bool // while Run is in the membership: Backlogs answers
-	overview overview    // the backlogs the heartbeat last read: Backlogs' answer
-	pools    lazyPools   // the console's connections to one database's pages
+	joined   atomic.Bool   // while Run runs: Backlogs answers once a beat read the backlogs
+	started  chan struct{} // closed once Run made its first assignment
+	overview overview      // the backlogs the heartbeat last read: Backlogs' answer
+	pools    lazyPools     // the console's connections to one database's pages
 
 	budget *budget       // the pools this replica may hold
 	starts chan struct{} // a slot per engine starting at once
@@ -193,6 +200,7 @@ func New(cfg Config) (*Fleet, error) {
 		return nil, fmt.Errorf("fleet: heartbeat (%s) must be positive and under half the lease (%s)", cfg.Heartbeat, cfg.Lease)
 	}
 	cfg.Refresh = cmp.Or(cfg.Refresh, 30*time.Second)
+	cfg.CoordinationName = cmp.Or(cfg.CoordinationName, "the coordination database")
 	cfg.PoolConns = cmp.Or(cfg.PoolConns, 2)
 	if cfg.PoolConns < 1 || cfg.PoolConns > maxPoolConns {
 		return nil, fmt.Errorf("fleet: connections per database (%d) must be between 1 and %d", cfg.PoolConns, maxPoolConns)
@@ -208,7 +216,7 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	drainer.RegisterBuildInfo(cfg.Registerer, cfg.Version) // once for the process, not per database
 	f := &Fleet{cfg: cfg, log: cfg.Logger, store: store.MustNew(cfg.Schema), m: newMetrics(cfg.Registerer),
-		kick: make(chan struct{}, 1), relist: make(chan time.Duration, 1), entries: map[string]*entry{},
+		kick: make(chan struct{}, 1), started: make(chan struct{}), relist: make(chan time.Duration, 1), entries: map[string]*entry{},
 		gen: newGeneration(cfg.Routing, cfg.CloseAdapters), engines: map[*drainer.Engine]struct{}{},
 		pools: lazyPools{idle: cfg.PoolIdle}, budget: newBudget(), starts: make(chan struct{}, startConcurrency),
 		waiting: map[string]time.Time{}, released: map[string]bool{}, labelled: map[string]bool{},
@@ -272,9 +280,21 @@ func (f *Fleet) Unsettled() int {
 	return n
 }
 
+// Started is closed once Run has made its first assignment: its engines
+// start (each database on its own, retried while it cannot), whether the
+// membership answered or the replica drains as a fleet of one.
+func (f *Fleet) Started() <-chan struct{} { return f.started }
+
 // Run drains until ctx is cancelled, then leaves the membership (so the
 // others take over at once) and stops every engine, each within
 // StopTimeout. It returns an error only when it could not start.
+//
+// A coordination database that does not answer never holds the databases
+// back: until the membership answers (its tables created, a heartbeat
+// renewed), the replica knows no other member and drains every listed
+// database as a fleet of one, as it keeps its last known members when the
+// coordination database is lost later; each heartbeat tries again, and the
+// first that answers shares the databases with the members it sees.
 func (f *Fleet) Run(ctx context.Context) error {
 	defer f.retireAdapters()
 	// The coordination connection is the loop's: the membership's
@@ -292,26 +312,29 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	defer f.pools.closeAll(f.cfg.StopTimeout)
 	mem := newMembership(coord, f.store, f.cfg.MemberID)
-	if err := f.retry(ctx, "fleet membership table", func() error { return mem.ensure(ctx) }); err != nil {
-		return err
-	}
 	f.joined.Store(true)
 	defer f.joined.Store(false)
-	f.log.Info("fleet joining", "member", f.cfg.MemberID, "lease", f.cfg.Lease, "heartbeat", f.cfg.Heartbeat, "refresh", f.cfg.Refresh)
+	f.log.Info("fleet joining", "member", f.cfg.MemberID, "coordination_database", f.cfg.CoordinationName,
+		"lease", f.cfg.Lease, "heartbeat", f.cfg.Heartbeat, "refresh", f.cfg.Refresh)
 	beat := time.NewTicker(f.cfg.Heartbeat)
 	defer beat.Stop()
 	refresh := time.NewTicker(f.cfg.Refresh)
 	defer refresh.Stop()
 	// Two beats before the first assignment: replicas starting together
 	// see each other, rather than each taking every database for a beat.
-	f.heartbeat(ctx, mem)
+	// When the first fails, the second would not see them either: the
+	// replica drains at once, alone, until the membership answers.
+	answered := f.heartbeat(ctx, mem)
 	f.list(ctx)
-	if !sleep(ctx, min(f.cfg.Heartbeat, 3*time.Second)) {
+	if answered && sleep(ctx, min(f.cfg.Heartbeat, 3*time.Second)) {
+		f.heartbeat(ctx, mem)
+	}
+	if ctx.Err() != nil {
 		f.shutdown(mem)
 		return nil
 	}
-	f.heartbeat(ctx, mem)
 	f.reconcile()
+	close(f.started)
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():

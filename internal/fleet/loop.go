@@ -10,7 +10,9 @@ import (
 // their pools have closed, publishes their release: the others take them
 // then, not while this replica still holds their connections.
 func (f *Fleet) shutdown(mem *membership) {
-	if !f.abandon.Load() {
+	// A replica whose membership never answered has no row to delete and
+	// published nothing to release.
+	if !f.abandon.Load() && mem.ensured {
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := mem.leave(lctx); err != nil {
 			f.log.Warn("fleet: could not leave the membership; the others take over when it expires", "err", redact(err))
@@ -37,20 +39,31 @@ func (f *Fleet) shutdown(mem *membership) {
 	f.log.Info("fleet left", "member", f.cfg.MemberID, "abandoned", f.abandon.Load())
 }
 
-// heartbeat renews the membership; on failure the last members are kept.
-func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
+// heartbeat renews the membership, creating its tables first until they
+// exist, and reports whether it answered. On failure the last known
+// members are kept: none before the first answer, so that the replica
+// drains every listed database as a fleet of one meanwhile.
+func (f *Fleet) heartbeat(ctx context.Context, mem *membership) bool {
 	start := time.Now()
 	// A beat renews the membership when it runs, however late: it is cut
 	// only once this replica's membership would have expired anyway.
 	bctx, cancel := context.WithTimeout(ctx, f.ttl())
-	members, expired, err := mem.beat(bctx, f.ttl())
+	var members, expired []string
+	err := mem.ensure(bctx)
+	if err == nil {
+		members, expired, err = mem.beat(bctx, f.ttl())
+	}
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			f.m.coordErrors.Inc()
-			f.log.Error("fleet heartbeat failed; keeping the last known members", "err", redact(err))
+			f.membershipFailed(mem, err)
 		}
-		return
+		return false
+	}
+	if mem.failing {
+		mem.failing = false
+		f.log.Info("fleet membership answers again; sharing the databases with the members seen",
+			"coordination_database", f.cfg.CoordinationName, "members", len(members))
 	}
 	f.m.members.Set(float64(len(members)))
 	f.mu.Lock()
@@ -77,7 +90,7 @@ func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
 	// one only makes the overview a beat older: it keeps the last read
 	// (and a hand-over waits a beat longer for the release it publishes).
 	if time.Since(start) >= f.cfg.Heartbeat/2 {
-		return
+		return true
 	}
 	bound := f.cfg.Heartbeat / 2
 	pctx, cancel := context.WithTimeout(ctx, bound)
@@ -86,11 +99,36 @@ func (f *Fleet) heartbeat(ctx context.Context, mem *membership) {
 	if err != nil {
 		if ctx.Err() == nil {
 			f.m.coordErrors.Inc()
-			f.log.Warn("fleet: publishing the databases' backlog failed; the console shows the last read", "err", redact(err))
+			f.log.Warn("fleet: publishing the databases' backlog failed; the console shows the last read",
+				"coordination_database", f.cfg.CoordinationName, "err", redact(err))
 		}
-		return
+		return true
 	}
 	f.overview.store(bl, time.Now())
+	return true
+}
+
+// membershipFailed logs and counts a failed membership statement (the
+// tables' creation or a heartbeat), naming the coordination database: in
+// drainer_fleet_heartbeat_errors_total and, when the coordination
+// database is a listed one, in its drainer_fleet_database_errors_total.
+func (f *Fleet) membershipFailed(mem *membership, err error) {
+	mem.failing = true
+	f.m.coordErrors.Inc()
+	f.mu.Lock()
+	known := len(f.members)
+	if f.labelled[f.cfg.CoordinationName] {
+		f.m.dbErrors.WithLabelValues(f.cfg.CoordinationName, startFailure(err)).Inc()
+	}
+	f.mu.Unlock()
+	what := "fleet heartbeat failed; keeping the last known members"
+	if !mem.ensured {
+		what = "fleet membership tables could not be created or read"
+	}
+	if known == 0 {
+		what += "; draining every listed database as a fleet of one until the membership answers"
+	}
+	f.log.Error(what, "coordination_database", f.cfg.CoordinationName, "members", known, "err", redact(err))
 }
 
 // list reads the databases; a failing Source keeps the last known list.
@@ -252,21 +290,5 @@ func (f *Fleet) signal() {
 	select {
 	case f.kick <- struct{}{}:
 	default:
-	}
-}
-
-// retry calls try until it succeeds or ctx ends, with backoff.
-func (f *Fleet) retry(ctx context.Context, what string, try func() error) error {
-	delay := 500 * time.Millisecond
-	for {
-		err := try()
-		if err == nil || ctx.Err() != nil {
-			return ctx.Err()
-		}
-		f.log.Error(what+" failed; retrying", "err", redact(err), "retry_in", delay)
-		if !sleep(ctx, delay) {
-			return ctx.Err()
-		}
-		delay = min(2*delay, 30*time.Second)
 	}
 }

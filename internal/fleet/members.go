@@ -19,6 +19,13 @@ type membership struct {
 	pool *pgxpool.Pool
 	st   *store.Store
 	id   string
+	// ensured: the tables exist (ensure succeeded once); until then the
+	// replica has never been a member, and has nothing to leave. Read and
+	// written by Run's loop only.
+	ensured bool
+	// failing: the last membership statement failed (the replica keeps
+	// its last known members, none before the first answer). Loop only.
+	failing bool
 }
 
 func newMembership(pool *pgxpool.Pool, st *store.Store, id string) *membership {
@@ -28,7 +35,14 @@ func newMembership(pool *pgxpool.Pool, st *store.Store, id string) *membership {
 // ensure creates the schema and the tables (fleet_members and
 // fleet_databases) if missing.
 func (m *membership) ensure(ctx context.Context) error {
-	return m.st.EnsureFleetTables(ctx, m.pool)
+	if m.ensured {
+		return nil
+	}
+	if err := m.st.EnsureFleetTables(ctx, m.pool); err != nil {
+		return err
+	}
+	m.ensured = true
+	return nil
 }
 
 // beat renews this replica's row until now() + ttl, forgets rows expired
