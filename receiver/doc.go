@@ -10,7 +10,8 @@
 //
 // Records live in Postgres (table <schema>.records, default schema
 // drainer_receiver), keyed by (scope, key) and holding a fingerprint of the
-// request (method, path and the RFC 8785 canonical JSON body), so every
+// request (method, path and the RFC 8785 canonical JSON body; a body with a
+// number JCS would not keep exactly is taken byte for byte), so every
 // replica of a service, and services written with the Python and TypeScript
 // receivers of sdk/, share one store. All time decisions use the database
 // clock, so clock skew between replicas does not matter.
@@ -20,12 +21,22 @@
 // answer with Idempotency-Replay: true; the same key with another request
 // gets 409 payload-mismatch; a retry while the first still runs gets 409
 // in-flight with Retry-After. A handler that panics releases its record and
-// the panic goes on to the server.
+// the panic goes on to the server. An expired key is a new first request,
+// except while its first request still runs: that record answers in-flight
+// (or payload-mismatch) as before its TTL passed.
 //
 // With Options.InTransaction (the recommended way) the record is written in
 // the transaction the handler writes its effect through (Tx(ctx)), and
 // completed in it: a process that dies mid-request rolls back both, and a
-// retry runs the handler again. Without it the handler's effect may be
+// retry runs the handler again. The answer is stored however long the
+// handler ran: the bound on storing it (30 s) starts when the handler
+// returns. The handler runs after a savepoint taken after the claim: when
+// a statement of its own failed (its transaction is aborted, nothing of its
+// effect can commit), an error answer (4xx, or 5xx with StoreServerErrors)
+// is stored after rolling back to the savepoint, while an answer below 400,
+// which claims an effect that did not happen, is not stored: the client
+// gets 500 transaction-aborted, the record is released and a retry runs
+// the handler again. Without InTransaction the handler's effect may be
 // committed when its process dies: the record's deadline, moved forward
 // while the handler runs, lapses, and after Options.RecoveryTimeout a retry
 // gets 409 outcome-unknown, the handler does not run again, and the record
@@ -38,16 +49,22 @@
 //	options.go      Options, Mode, the defaults, DefaultRequireKey
 //	receiver.go     New, Wrap, Tx: the request flow, key and tuple checks,
 //	                replays
+//	transaction.go  the request flow with Options.InTransaction: claim,
+//	                savepoint, handler, completion in one transaction
 //	store.go        Migrate, Prune, RunPruner and the SQL of the flow (claim,
 //	                keepAlive, complete, release), fenced by locked_until
 //	metrics.go      drainer_receiver_abandoned_total and the report of an
 //	                abandoned record
-//	fingerprint.go  Fingerprint and CanonicalBody (JCS via gowebpki/jcs)
+//	fingerprint.go  Fingerprint and CanonicalBody (JCS via gowebpki/jcs, with
+//	                the exact-number check)
 //	recorder.go     the buffered ResponseWriter of a keyed request
 //	problem.go      RFC 9457 problem+json answers
 //
 // Tests: receiver_test.go (every case of docs/receiver.md on a real
-// Postgres), crash_test.go (a process killed with SIGKILL mid-handler, with
+// Postgres), transaction_test.go (InTransaction: a handler outlasting the
+// store's bound, a handler whose own statement failed), expiry_test.go (a
+// TTL passing while the first request runs), export_test.go (LapseBounds,
+// which makes the store's bounds lapse on a test's word), crash_test.go (a process killed with SIGKILL mid-handler, with
 // and without InTransaction), fingerprint_test.go (testdata/fingerprint-vectors.json, shared
 // with the Python and TypeScript receivers; -update rewrites it),
 // bench_test.go (BenchmarkOverhead: p50/p99 latency with and without the

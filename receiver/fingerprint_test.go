@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,7 +29,7 @@ type fingerprintVector struct {
 
 var vectorInputs = []fingerprintVector{
 	{Name: "object key order and whitespace", Method: "POST", Path: "/v1/orders", ContentType: "application/json", Body: " {\"b\": [1, 2], \"a\": {\"z\": null, \"y\": true}} "},
-	{Name: "numbers", Method: "post", Path: "/v1/n", ContentType: "application/json", Body: `[1.0, -0, 1e21, 1e20, 1e-7, 0.000001, 123456789012345678901234, 0.1, 5e-324, 1.7976931348623157e308, 9007199254740993, -1.5E+3]`},
+	{Name: "numbers", Method: "post", Path: "/v1/n", ContentType: "application/json", Body: `[1.0, -0, 1e21, 1e20, 1e-7, 0.000001, 100000000000000000000000, 0.1, 5e-324, 1.7976931348623157e308, 9007199254740992, -1.5E+3]`},
 	{Name: "string escapes", Method: "POST", Path: "/v1/s", ContentType: "application/json; charset=utf-8", Body: `{"s":"\u00e9\u2028\/\"\\\b\f\n\r\t\u0001\u001f\u007f","emoji":"\ud83d\ude00"}`},
 	{Name: "keys sorted by UTF-16 code units", Method: "POST", Path: "/v1/k", ContentType: "application/json", Body: `{"\ud83d\ude00":1,"\uffff":2,"a":3,"A":4,"":5,"é":6}`},
 	{Name: "nested", Method: "PUT", Path: "/v1/orders/42", ContentType: "application/vnd.api+json", Body: `{"data":[{"id":"1","attrs":{"b":false,"a":[[],{}]}}]}`},
@@ -46,6 +47,19 @@ var vectorInputs = []fingerprintVector{
 	{Name: "escaped path", Method: "POST", Path: "/v1/a%20b/%C3%A9", ContentType: "application/json", Body: `{}`},
 	{Name: "problem+json", Method: "POST", Path: "/p", ContentType: "application/problem+json", Body: `{"type":"x","status":400}`},
 	{Name: "json-ish type that is not JSON", Method: "POST", Path: "/p", ContentType: "text/json-not", Body: `{"b":1,"a":2}`},
+	// A number whose value is not the value of the text JCS writes for
+	// its double: the body has no canonical form (docs/receiver.md).
+	{Name: "integer beyond double precision", Method: "POST", Path: "/v1/transfers", ContentType: "application/json", Body: `{"amount_minor":9007199254740993,"to":"acct-1"}`},
+	{Name: "its double, exact", Method: "POST", Path: "/v1/transfers", ContentType: "application/json", Body: `{"to":"acct-1", "amount_minor":9007199254740992}`},
+	{Name: "large integer beyond double precision", Method: "POST", Path: "/v1/big", ContentType: "application/json", Body: `[123456789012345678901234]`},
+	{Name: "double written with all its digits", Method: "POST", Path: "/v1/big", ContentType: "application/json", Body: `[18446744073709551616]`},
+	{Name: "double written as JCS writes it", Method: "POST", Path: "/v1/big", ContentType: "application/json", Body: `[18446744073709552000]`},
+	{Name: "decimal beyond double precision", Method: "POST", Path: "/v1/n", ContentType: "application/json", Body: `{"price": 0.10000000000000001}`},
+	{Name: "inexact number nested", Method: "POST", Path: "/v1/n", ContentType: "application/json", Body: `{"a":[{"b":1.00000000000000000000001}],"c":1}`},
+	{Name: "underflow to zero", Method: "POST", Path: "/v1/n", ContentType: "application/json", Body: `[1e-400]`},
+	{Name: "underflow with a long exponent", Method: "POST", Path: "/v1/n", ContentType: "application/json", Body: `[1e-99999999999999999999]`},
+	{Name: "zero spellings", Method: "POST", Path: "/v1/n", ContentType: "application/json", Body: `[0.0, -0, 0e-99999999999999999999, -0.000E+5, 0E0]`},
+	{Name: "exact spellings", Method: "POST", Path: "/v1/n", ContentType: "application/json", Body: `[1E2, 100.0, 1.5e-7, 0.000001000, 12.50e1, 4.35, 0.30000000000000004]`},
 }
 
 const vectorsPath = "testdata/fingerprint-vectors.json"
@@ -88,4 +102,42 @@ func TestFingerprintVectors(t *testing.T) {
 			t.Errorf("%s: canonical %q, want %q", v.Name, got, v.Canonical)
 		}
 	}
+}
+
+// Two JSON bodies that differ only in a number beyond double precision are
+// two requests, while spellings of one value stay one request.
+func TestFingerprintExactNumbers(t *testing.T) {
+	t.Parallel()
+	fp := func(body string) [32]byte {
+		return receiver.Fingerprint("POST", "/v1/transfers", "application/json", []byte(body))
+	}
+	for _, pair := range [][2]string{
+		{`{"amount_minor":9007199254740993,"to":"acct-1"}`, `{"amount_minor":9007199254740992,"to":"acct-1"}`},
+		{`[0.10000000000000001]`, `[0.1]`},
+		{`[18446744073709551616]`, `[18446744073709552000]`},
+		{`[1e-400]`, `[0]`},
+	} {
+		if fp(pair[0]) == fp(pair[1]) {
+			t.Errorf("%s and %s have one fingerprint", pair[0], pair[1])
+		}
+	}
+	for _, pair := range [][2]string{
+		{`{"amount_minor":9007199254740992,"to":"acct-1"}`, `{ "to":"acct-1","amount_minor":9.007199254740992e15}`},
+		{`[0.1, 1e23, -0]`, `[1e-1,100000000000000000000000,0.0]`},
+	} {
+		if fp(pair[0]) != fp(pair[1]) {
+			t.Errorf("%s and %s have different fingerprints", pair[0], pair[1])
+		}
+	}
+}
+
+// Same key, a body that differs only in a number beyond double precision:
+// a payload mismatch, not a replay of the first answer.
+func TestLargeNumberBodyIsAnotherRequest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, receiver.Options{}, nil)
+	wantStatus(t, f.post("k", `{"amount_minor":9007199254740993,"to":"acct-1"}`), http.StatusCreated)
+	wantProblem(t, f.post("k", `{"amount_minor":9007199254740992,"to":"acct-1"}`), http.StatusConflict, "payload-mismatch")
+	wantStatus(t, f.post("k", `{"amount_minor":9007199254740993,"to":"acct-1"}`), http.StatusOK)
+	f.wantRuns(1)
 }

@@ -47,7 +47,8 @@ type Options struct {
 	// "Idempotency-Key").
 	KeyHeader string
 	// TTL is how long a key is honoured, from its first request (default
-	// 24h). A request with an expired key runs the handler again.
+	// 24h). A request with an expired key runs the handler again, unless
+	// the key's first request is still running (it answers in-flight).
 	TTL time.Duration
 	// RecoveryTimeout is how long the in-flight record of a process that
 	// stopped mid-request blocks retries before a retry finds it abandoned

@@ -48,6 +48,9 @@ type Receiver struct {
 	table     string // quoted schema.records
 	claimSQL  string // claimSQL on table
 	abandoned *prometheus.CounterVec
+	// withTimeout bounds a store step (context.WithTimeout); tests replace
+	// it to make a bound lapse at a moment of their choosing.
+	withTimeout func(context.Context, time.Duration) (context.Context, context.CancelFunc)
 }
 
 // New returns a Receiver storing its records through pool. It does not touch
@@ -66,7 +69,8 @@ func New(pool *pgxpool.Pool, opts Options) (*Receiver, error) {
 	}
 	schema := pgx.Identifier{o.Schema}.Sanitize()
 	table := schema + ".records"
-	return &Receiver{pool: pool, opts: o, schema: schema, table: table, claimSQL: fmt.Sprintf(claimSQL, table), abandoned: abandoned}, nil
+	return &Receiver{pool: pool, opts: o, schema: schema, table: table, claimSQL: fmt.Sprintf(claimSQL, table),
+		abandoned: abandoned, withTimeout: context.WithTimeout}, nil
 }
 
 // txKey is the context key of the InTransaction transaction.
@@ -131,7 +135,7 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 	stop()
 	token := l.get()
 	a := rec.answer(rc.opts.StoreHeaders)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), completionTimeout)
+	ctx, cancel := rc.storeContext(r.Context())
 	defer cancel()
 	if a.status >= 500 && !rc.opts.StoreServerErrors {
 		if err := rc.release(ctx, scope, key, token); err != nil {
@@ -145,7 +149,8 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		case err != nil:
 			rc.logFailure("storing the answer failed; after the recovery timeout a retry finds the record abandoned", scope, err)
 		case !ok:
-			rc.logFailure("the answer was not stored: the record was taken over after the recovery timeout (raise RecoveryTimeout above the handler's longest run)", scope, nil)
+			rc.logFailure("the answer was not stored: the record is no longer this request's (its recovery deadline "+
+				"lapsed, as it could not be moved forward, e.g. with the database out of reach, and a retry took it over; or it was deleted)", scope, nil)
 		}
 	}
 	rec.flush(w)
@@ -230,67 +235,15 @@ func (rc *Receiver) runHandler(next http.Handler, w http.ResponseWriter, r *http
 	next.ServeHTTP(w, r)
 }
 
-// serveInTransaction claims the record and runs next inside one
-// transaction that also completes the record (Options.InTransaction): a
-// crash, a panic or a 5xx rolls back the record with the handler's effect.
-func (rc *Receiver) serveInTransaction(w http.ResponseWriter, r *http.Request, next http.Handler, scope, key string, fp []byte) {
-	bg, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), completionTimeout)
-	defer cancel()
-	unavailable := func(msg string, err error) {
-		rc.logFailure(msg, scope, err)
-		writeUnavailable(w, "the idempotency store failed while processing; nothing was committed, retry with the same key")
-	}
-	tx, err := rc.pool.Begin(r.Context())
-	if err != nil {
-		unavailable("claim failed; answered 503", err)
-		return
-	}
-	defer func() { _ = tx.Rollback(bg) }()
-	res, err := rc.claimIn(r.Context(), tx, scope, key, fp)
-	if err != nil {
-		unavailable("claim failed; answered 503", err)
-		return
-	}
-	if res.outcome != claimed {
-		if res.abandoned { // commit the mark
-			if err := tx.Commit(bg); err != nil {
-				unavailable("claim failed; answered 503", err)
-				return
-			}
-			rc.reportAbandoned(scope, key, false)
-		}
-		rc.refuse(w, key, res)
-		return
-	}
-	if res.abandoned {
-		rc.reportAbandoned(scope, key, true)
-	}
-	rec := newRecorder()
-	rc.runHandler(next, rec, r.WithContext(context.WithValue(r.Context(), txKey{}, tx)), func() {
-		_ = tx.Rollback(bg)
-	})
-	a := rec.answer(rc.opts.StoreHeaders)
-	if a.status >= 500 && !rc.opts.StoreServerErrors {
-		_ = tx.Rollback(bg)
-		rec.flush(w)
-		return
-	}
-	if ok, err := rc.complete(bg, tx, scope, key, res.token, a); err != nil || !ok {
-		if err == nil {
-			err = errors.New("the record is no longer this request's")
-		}
-		unavailable("the in-transaction run failed; nothing committed, answered 503", err)
-		return
-	}
-	if err := tx.Commit(bg); err != nil {
-		unavailable("the in-transaction run failed; nothing committed, answered 503", err)
-		return
-	}
-	rec.flush(w)
+// storeContext bounds a store step that follows the handler (storing its
+// answer, releasing its record, committing): completionTimeout from now,
+// however long the handler ran, and not cut short by a client that left.
+func (rc *Receiver) storeContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return rc.withTimeout(context.WithoutCancel(parent), completionTimeout)
 }
 
 func (rc *Receiver) releaseQuietly(ctx context.Context, scope, key string, token time.Time) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completionTimeout)
+	ctx, cancel := rc.storeContext(ctx)
 	defer cancel()
 	if err := rc.release(ctx, scope, key, token); err != nil {
 		rc.logFailure("releasing the record failed; it blocks retries until the recovery timeout", scope, err)

@@ -248,8 +248,9 @@ func (rc *Receiver) claimRound(ctx context.Context, tx pgx.Tx, scope, key string
 	}
 	sameRequest := string(rec.fingerprint) == string(fp)
 	switch {
-	case rec.expired:
-		// An expired key is a new first request.
+	case rec.renewable():
+		// An expired key is a new first request, unless its first
+		// request is still running (see renewable).
 		err = tx.QueryRow(ctx, `UPDATE `+rc.table+` SET fingerprint = $3, state = 'in_flight',
 				locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL, body = NULL,
 				created_at = now(), completed_at = NULL, expires_at = now() + $5::bigint * interval '1 microsecond'
@@ -296,14 +297,25 @@ type storedRecord struct {
 	body                 []byte
 }
 
+// renewable reports whether an expired record makes the request a new
+// first request: a completed or outcome_unknown record, or an in-flight
+// one past its recovery deadline (its process stopped). An in-flight
+// record whose deadline is ahead is still running (its deadline moves
+// forward while the handler runs) and answers as it did before its TTL
+// passed; overwriting it would run the handler a second time alongside the
+// first.
+func (r *storedRecord) renewable() bool {
+	return r.expired && (r.state != stateInFlight || r.recoverable)
+}
+
 // readRecord reads the record of (scope, key) for claimRound; nil when it
 // is gone meanwhile, or being inserted (claim again). A plain read decides
 // a replay, a mismatch or an in-flight answer: a completed record changes
 // only once expired, and a record's fingerprint only by an expiry
-// overwrite. Only an overwrite, a takeover or marking an abandoned record
-// reads again under the row lock. NOWAIT: a record locked by another
-// transaction is being claimed, completed or (InTransaction) worked on
-// right now.
+// overwrite. Only an overwrite (of a renewable record), a takeover or
+// marking an abandoned record reads again under the row lock. NOWAIT: a
+// record locked by another transaction is being claimed, completed or
+// (InTransaction) worked on right now.
 func (rc *Receiver) readRecord(ctx context.Context, tx pgx.Tx, scope, key string, fp []byte) (*storedRecord, error) {
 	var r storedRecord
 	for _, lock := range []string{"", " FOR UPDATE NOWAIT"} {
@@ -322,7 +334,7 @@ func (rc *Receiver) readRecord(ctx context.Context, tx pgx.Tx, scope, key string
 			return nil, err
 		}
 		sameRequest := string(r.fingerprint) == string(fp)
-		if lock == "" && (r.expired || (sameRequest && r.state == stateInFlight && r.recoverable)) {
+		if lock == "" && (r.renewable() || (sameRequest && r.state == stateInFlight && r.recoverable)) {
 			continue
 		}
 		break

@@ -6,6 +6,10 @@
 // not be: a text with duplicate member names, a lone surrogate, a number out
 // of double range, invalid UTF-8 or trailing data has no canonical form
 // (canonicalJSON returns undefined and the fingerprint takes the bytes).
+// Nor has a text with a number whose value differs from the value of the
+// text JCS writes for its double (9007199254740993, 0.10000000000000001,
+// 1e-400; not 0.1 or 1e23): JCS would make it one request with its
+// neighbour, where drainer compares numbers as exact decimals.
 
 type Value = null | boolean | number | string | Value[] | Map<string, Value>;
 
@@ -94,6 +98,8 @@ class Parser {
         this.i += m[0].length;
         const n = Number(m[0]);
         if (!Number.isFinite(n)) throw new NotCanonical('number out of range');
+        const exact = decimalValue(m[0]);
+        if (exact === undefined || exact !== decimalValue(String(n))) throw new NotCanonical('number not exact as a double');
         return n;
       }
     }
@@ -150,6 +156,38 @@ class Parser {
     if (LONE_SURROGATE.test(out)) throw new NotCanonical('lone surrogate');
     return out;
   }
+}
+
+// A nonzero number whose exponent has more digits than this (leading zeros
+// aside) is out of double range or not exact.
+const MAX_EXPONENT_DIGITS = 9;
+
+/**
+ * A form of a decimal number text that two texts share exactly when their
+ * values are equal, as the Go receiver's decimalValue writes it: "0" for
+ * zero (of either sign), else the sign, the significant digits without
+ * leading or trailing zeros, "e" and the position of the decimal point
+ * relative to the first of them. Undefined for a nonzero number whose
+ * exponent has more than MAX_EXPONENT_DIGITS digits.
+ */
+function decimalValue(text: string): string | undefined {
+  let sign = '';
+  if (text.startsWith('-')) {
+    sign = '-';
+    text = text.slice(1);
+  }
+  const [mantissa = '', exp] = text.toLowerCase().split('e');
+  const [whole = '', frac = ''] = mantissa.split('.');
+  const digits = (whole + frac).replace(/^0+/, '');
+  if (digits === '') return '0';
+  let point = whole.length - (whole.length + frac.length - digits.length);
+  if (exp !== undefined) {
+    const expSign = exp.startsWith('-') ? -1 : 1;
+    const e = exp.replace(/^[+-]/, '').replace(/^0+/, '');
+    if (e.length > MAX_EXPONENT_DIGITS) return undefined;
+    point += expSign * Number(e || '0');
+  }
+  return sign + digits.replace(/0+$/, '') + 'e' + point;
 }
 
 function write(v: Value, out: string[]): void {

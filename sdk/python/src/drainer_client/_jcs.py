@@ -8,6 +8,10 @@ sorted by their names' UTF-16 code units; strings are escaped as
 JSON (duplicate member names, NaN or Infinity, a number out of range, a lone
 surrogate, trailing data, invalid UTF-8) has no canonical form:
 :func:`canonical_json` returns None and the fingerprint takes the bytes.
+Nor has a text with a number whose value differs from the value of the text
+JCS writes for its double (9007199254740993, 0.10000000000000001, 1e-400;
+not 0.1 or 1e23): JCS would make it one request with its neighbour, where
+drainer compares numbers as exact decimals.
 """
 
 from __future__ import annotations
@@ -36,11 +40,50 @@ def _constant(name: str) -> Any:
     raise _NotCanonical(f"{name} is not JSON")
 
 
+# A nonzero number whose exponent has more digits than this (leading zeros
+# aside) is out of double range or not exact.
+_MAX_EXPONENT_DIGITS = 9
+
+
+def _decimal_value(text: str) -> Optional[str]:
+    """A form of a decimal number text that two texts share exactly when
+    their values are equal, as the Go receiver's decimalValue writes it: "0"
+    for zero (of either sign), else the sign, the significant digits without
+    leading or trailing zeros, "e" and the position of the decimal point
+    relative to the first of them. None for a nonzero number whose exponent
+    has more than _MAX_EXPONENT_DIGITS digits."""
+    sign = ""
+    if text.startswith("-"):
+        sign, text = "-", text[1:]
+    mantissa, _, exp = text.lower().partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    if not digits:
+        return "0"
+    point = len(whole) - (len(whole) + len(frac) - len(digits))
+    if exp:
+        exp_sign = -1 if exp.startswith("-") else 1
+        e = exp.lstrip("+-").lstrip("0")
+        if len(e) > _MAX_EXPONENT_DIGITS:
+            return None
+        point += exp_sign * int(e or "0")
+    return sign + digits.rstrip("0") + "e" + str(point)
+
+
+def _exact(text: str, f: float) -> float:
+    """f, the double of the number text, if JCS's text for it has the
+    text's exact value."""
+    want = _decimal_value(text)
+    if want is None or want != _decimal_value(es6_number(f)):
+        raise _NotCanonical("number not exact as a double")
+    return f
+
+
 def _float(text: str) -> float:
     f = float(text)
     if math.isinf(f):
         raise _NotCanonical("number out of range")
-    return f
+    return _exact(text, f)
 
 
 def _int(text: str) -> float:
@@ -48,7 +91,7 @@ def _int(text: str) -> float:
         f = float(int(text))
     except OverflowError:
         raise _NotCanonical("number out of range") from None
-    return f
+    return _exact(text, f)
 
 
 def es6_number(x: float) -> str:
