@@ -166,6 +166,7 @@ func (v *validator) report(prefix string, errs wire.FieldErrors) {
 // adapterSettings checks an adapter's own keys with its type's rules.
 func (v *validator) adapterSettings(p string, a *Adapter) {
 	c := wire.NewChecker(fieldSource{v, p})
+	c.CheckMode = v.check
 	a.Settings.Check(c)
 	v.report(p, c.Errs)
 	v.secrets(p, reflect.ValueOf(a.Settings).Elem(), true)
@@ -217,6 +218,7 @@ func (v *validator) routeAdapterKeys(p, tool string, r *Route) {
 		}
 		if kind, _ := dispatch.KindOf(a.Type); kind.CheckRoute != nil {
 			c := wire.NewChecker(fieldSource{v, p})
+			c.CheckMode = v.check
 			kind.CheckRoute(c, serve.name, a.Settings, routeSpec(tool, r, serve.fallback))
 			v.report(p, c.Errs)
 		}

@@ -36,13 +36,21 @@
 //
 // # Secrets
 //
-// Secret values never sit in the config text: header values whose name is
-// Authorization, Proxy-Authorization or contains token, key, secret,
-// password or cookie; every Secret field (api_key); and the password of a
-// connection string or URL (database_url, dsn, the urls of databases:, a
-// nats server) must come from a reference; an adapter's settings mark such
-// fields with a secret:"…" struct tag (see package dispatch/wire). Secret fields have the type Secret, which
-// prints as <redacted>.
+// Secret values never sit in the config text: header values whose name
+// holds auth, secret, token, key, password, signature, session, cookie or
+// credential (wire.SensitiveHeader; not Idempotency-Key); every Secret field
+// (api_key); the password of a connection string or URL (database_url, dsn,
+// the urls of databases:, a nats server); and the value of a query
+// parameter named like a credential (wire.CredentialParam: api_key, token,
+// sig, …) in an http or mcp adapter's url, a detect url or a route's query
+// must come from a reference. An adapter's settings mark such fields with a
+// secret:"…" struct tag (see package dispatch/wire); messages name the
+// field, and the parameter, never the value. Secret fields have the type
+// Secret, which prints as <redacted>.
+//
+// In check mode an adapter's checks also see wire.Checker.CheckMode: what
+// they can only look at on this machine (a plugin's executable) is a
+// warning there, as an unset ${env:X} is.
 //
 // # Defaults
 //

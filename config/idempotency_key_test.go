@@ -19,8 +19,8 @@ func TestKeyOverridesErrors(t *testing.T) {
 			name: "adapter placement values",
 			yaml: `
 adapters:
-  a: {type: http, url: "http://a/{tool_name}?sig=1", headers: {X-Tenant: t}, idempotency_key: {name: "X Key", location: header}}
-  b: {type: http, url: "http://b/{tool_name}?sig=1", idempotency_key: {name: sig, location: query}}
+  a: {type: http, url: "http://a/{tool_name}?ver=1", headers: {X-Tenant: t}, idempotency_key: {name: "X Key", location: header}}
+  b: {type: http, url: "http://b/{tool_name}?ver=1", idempotency_key: {name: ver, location: query}}
   c: {type: http, url: "http://c/{tool_name}", idempotency_key: {name: k, location: cookie}}
   d: {type: http, url: "http://d/{tool_name}", idempotency_key: {location: body}}
   e: {type: http, url: "http://e/{tool_name}", idempotency_key: {name: X-Agent-Idempotency-Tuple}}
@@ -41,7 +41,7 @@ routes:
 `,
 			want: []string{
 				"c.yaml:2:102: adapters.a.idempotency_key.name: \"X Key\" is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)",
-				`c.yaml:3:78: adapters.b.idempotency_key.name: query parameter sig is already in the adapter's url`,
+				`c.yaml:3:78: adapters.b.idempotency_key.name: query parameter ver is already in the adapter's url`,
 				`c.yaml:4:85: adapters.c.idempotency_key.location: must be one of header, query or body, got "cookie"`,
 				`c.yaml:5:48: adapters.d.idempotency_key.name: required field is missing`,
 				`c.yaml:6:72: adapters.e.idempotency_key.name: header X-Agent-Idempotency-Tuple is set by drainer on every request and cannot carry the key`,
@@ -73,11 +73,11 @@ routes:
 			name: "route key_ttl and route placement values",
 			yaml: `
 adapters:
-  h: {type: http, url: "http://h/{tool_name}?sig=1", headers: {Authorization: "${env:TOKEN}"}}
+  h: {type: http, url: "http://h/{tool_name}?ver=1", headers: {Authorization: "${env:TOKEN}"}}
 routes:
   a: {adapter: h, key_ttl: 30s}
   b: {adapter: h, key_ttl: soon}
-  c: {adapter: h, idempotency_key: {name: sig, location: query}}
+  c: {adapter: h, idempotency_key: {name: ver, location: query}}
   d: {adapter: h, idempotency_key: {name: authorization}}
   e: {adapter: h, idempotency_key: {name: "", location: body}}
   f: {adapter: h, idempotency_key: {name: "", location: cookie}}
@@ -85,7 +85,7 @@ routes:
 			want: []string{
 				`c.yaml:4:28: routes.a.key_ttl: must exceed 1m (a key_idempotent row stops being sent 1m before its key expires), got "30s"`,
 				`c.yaml:5:28: routes.b.key_ttl: invalid duration "soon": write a duration like "30s", "10m", "1h30m" or "7d"`,
-				`c.yaml:6:43: routes.c.idempotency_key.name: query parameter sig is already in the adapter's url`,
+				`c.yaml:6:43: routes.c.idempotency_key.name: query parameter ver is already in the adapter's url`,
 				`c.yaml:7:43: routes.d.idempotency_key.name: header authorization is also configured in the adapter's headers`,
 				`c.yaml:8:43: routes.e.idempotency_key.name: must not be empty`,
 				`c.yaml:9:43: routes.f.idempotency_key.name: must not be empty`,

@@ -48,7 +48,7 @@ func Parse(path string, data []byte, opts LoadOptions) (*Config, error) {
 	cfg := &Config{Path: path}
 	d.decodeFile(data, cfg)
 
-	v := &validator{file: path, src: d.src, cfg: cfg, untyped: d.untyped}
+	v := &validator{file: path, src: d.src, cfg: cfg, untyped: d.untyped, check: opts.Check}
 	if !d.failed {
 		v.validate()
 	}

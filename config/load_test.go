@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"github.com/drainer-io/drainer/dispatch/execplugin"
@@ -437,4 +438,68 @@ func TestAliasExpansionIsBounded(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("took %v", d)
 	}
+}
+
+// TestCheckModePluginExecutable: `drainer check` warns about a plugin
+// executable that `drainer run` would refuse to start on this machine
+// (missing, not executable, another sha256), naming a path that came from
+// a reference by its reference; run leaves that to the adapter's start.
+func TestCheckModePluginExecutable(t *testing.T) {
+	dir := t.TempDir()
+	plain, runnable := filepath.Join(dir, "plain"), filepath.Join(dir, "runnable")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(runnable, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const sum = "e38b3a1ea6e0d5a3f8e4d7f1f6cb7e8b3b5e0d2cf6dd7e1d5a6c1f0c3b5a7e9d" // not runnable's
+	yaml := fmt.Sprintf(`
+adapters:
+  gone: {type: plugin, command: /nonexistent/plugin}
+  plain: {type: plugin, command: %s}
+  pinned: {type: plugin, command: %s, sha256: %s}
+  fine: {type: plugin, command: %s}
+  ref: {type: plugin, command: "${env:PLUGIN_PATH}"}
+routes:
+  a: {adapter: gone}
+  b: {adapter: plain}
+  c: {adapter: pinned}
+  d: {adapter: fine}
+  e: {adapter: ref}
+`, plain, runnable, sum, runnable)
+	for _, env := range []map[string]string{{"PLUGIN_PATH": "/nonexistent/from-env"}, {}} {
+		opts := LoadOptions{Check: true, LookupEnv: func(name string) (string, bool) { v, ok := env[name]; return v, ok }}
+		cfg, err := Parse("c.yaml", []byte(strings.TrimPrefix(yaml, "\n")), opts)
+		if err != nil {
+			t.Fatalf("check mode: %v", err)
+		}
+		want := []string{
+			`c.yaml:2:24: adapters.gone.command: on this machine, plugin executable "/nonexistent/plugin" does not exist: drainer run would refuse to start the adapter`,
+			`c.yaml:3:25: adapters.plain.command: on this machine, plugin executable "` + plain + `" is not executable: drainer run would refuse to start the adapter`,
+			`c.yaml:4:26: adapters.pinned.command: on this machine, plugin executable "` + runnable + `" has sha256 ` + sha256Hex(t, runnable) + `, not the one sha256 pins: drainer run would refuse to start the adapter`,
+			`c.yaml:6:23: adapters.ref.command: on this machine, plugin executable the value of "${env:PLUGIN_PATH}" does not exist: drainer run would refuse to start the adapter`,
+		}
+		if len(env) == 0 {
+			want[3] = `c.yaml:6:32: adapters.ref.command: environment variable PLUGIN_PATH is not set (${env:PLUGIN_PATH})`
+		}
+		assertLines(t, cfg.Warnings, want)
+		if strings.Contains(strings.Join(cfg.Warnings, "\n"), "from-env") {
+			t.Errorf("a warning quotes the value of ${env:PLUGIN_PATH}: %q", cfg.Warnings)
+		}
+	}
+	const run = "adapters:\n  gone: {type: plugin, command: /nonexistent/plugin}\nroutes:\n  a: {adapter: gone}\n"
+	if cfg, err := Parse("c.yaml", []byte(run), LoadOptions{}); err != nil || len(cfg.Warnings) != 0 {
+		t.Errorf("run mode: %v, warnings %q; want neither (the adapter's start refuses it)", err, cfg.Warnings)
+	}
+}
+
+// sha256Hex returns the SHA-256 of the file at path, in hex.
+func sha256Hex(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b))
 }

@@ -242,6 +242,7 @@ func (v *validator) route(name string, r *Route) {
 			formatDuration(KeyTTLMargin), formatDuration(KeyTTLMargin), v.quoted(f))
 	}
 	v.routeAdapterKeys(p, name, r)
+	v.routeQuerySecrets(p+".query", r.Query)
 }
 
 // detect checks a route's probe: non_idempotent routes only, an absolute URL
@@ -384,12 +385,43 @@ func (v *validator) secrets(path string, sv reflect.Value, nested bool) {
 // secretValue applies a secret rule to the value at path as written.
 func (v *validator) secretValue(path, rule string) {
 	raw := v.src[path].raw
-	if rule == wire.SecretPassword && literalPassword(raw) || rule != wire.SecretPassword && !hasReference(raw) {
-		v.errorf(path, errInlineSecret)
+	switch rule {
+	case wire.SecretQuery:
+		v.querySecret(path)
+	case wire.SecretPassword:
+		if literalPassword(raw) {
+			v.errorf(path, errInlineSecret)
+		}
+	default:
+		if !hasReference(raw) {
+			v.errorf(path, errInlineSecret)
+		}
 	}
 }
 
-// absoluteURL checks an absolute http(s) URL without inline credentials.
+// querySecret refuses a URL at path, as written, with a query parameter
+// named like a credential (wire.CredentialParam) whose value is inline,
+// naming the parameter but never its value; it reports whether it did.
+func (v *validator) querySecret(path string) bool {
+	name, found := wire.InlineQuerySecret(v.src[path].raw)
+	if found {
+		v.errorf(path, "query parameter %q: %s", name, errInlineSecret)
+	}
+	return found
+}
+
+// routeQuerySecrets refuses a route's fixed query parameter (its query
+// key, under path) named like a credential whose value is inline.
+func (v *validator) routeQuerySecrets(path string, query map[string]string) {
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		if qp := join(path, name); wire.CredentialParam(name) && v.set(qp) && wire.Literal(v.src[qp].raw) != "" {
+			v.errorf(qp, errInlineSecret)
+		}
+	}
+}
+
+// absoluteURL checks an absolute http(s) URL without inline credentials
+// (a password, a credential's query parameter).
 func (v *validator) absoluteURL(path, val string) bool {
 	u, err := url.Parse(val)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -400,7 +432,7 @@ func (v *validator) absoluteURL(path, val string) bool {
 		v.errorf(path, errInlineSecret)
 		return false
 	}
-	return true
+	return !v.querySecret(path)
 }
 
 // reclaimWithinKeyTTL warns when a key_idempotent route's window (key_ttl,

@@ -605,7 +605,7 @@ routes:
 				`c.yaml:2:55: adapters.s.base_url: must be an absolute http:// or https:// URL`,
 				`c.yaml:3:3: adapters.pg.dsn: required field is missing`,
 				`c.yaml:3:31: adapters.pg.table: must be a table name, optionally schema-qualified ("effects" or "app.effects"; letters, digits, _ and $), got "a.b.c"`,
-				`c.yaml:4:47: adapters.rv.job_kind: must not be empty`,
+				`c.yaml:4:47: adapters.rv.job_kind: must not be empty (leave it out for drainer_intent)`,
 				`c.yaml:4:58: adapters.rv.queue: must be a River queue name (at most 64 lower-case letters and digits, separated by _, - or |), got "Bad_Queue"`,
 				`c.yaml:4:77: adapters.rv.schema: must be a schema name River accepts (a plain identifier of at most 46 letters, digits and _), got "my schema"`,
 				`c.yaml:5:28: adapters.n.servers: must list at least one server`,
@@ -676,6 +676,37 @@ adapters:
 				`c.yaml:1:10: workers: unknown alias *nope`,
 				`c.yaml:2:8: lease: unsupported YAML tag !duration`,
 				`c.yaml:4:12: adapters.a: merge keys nest too deep (does a mapping merge itself?)`,
+			},
+		},
+		{
+			// Credential headers by name (auth, secret, token, key, password,
+			// signature, session, cookie, credential; not author nor the
+			// idempotency key's), and query parameters named like a
+			// credential, in a URL or a route's query: inline values are
+			// refused, named by field and parameter, never quoted.
+			name: "credentials inline in headers and query parameters",
+			yaml: `
+adapters:
+  h:
+    type: http
+    url: "http://h/{tool_name}?page=2&api_key=sekrit"
+    headers: {X-Auth: zzz, X-Session-Id: abc, X-Hub-Signature: s, X-Tenant: t, X-Author: me, X-Idempotency-Key: k, X-Token: "${env:PAYMENTS_TOKEN}"}
+  ok: {type: http, url: "http://o/{tool_name}?api_key=${env:PAYMENTS_TOKEN}&sort_key=name&sig={tool_name}"}
+  m: {type: mcp, url: "https://m/mcp?token=sekrit"}
+routes:
+  t1: {adapter: h, query: {access_key: sekrit, format: json}}
+  t2: {adapter: ok, query: {api_key: "${env:PAYMENTS_TOKEN}"}}
+  t3: {adapter: m}
+  t4: {adapter: h, class: non_idempotent, detect: {url: "http://h/{key}?X-Amz-Signature=sekrit"}}
+`,
+			want: []string{
+				`c.yaml:4:10: adapters.h.url: query parameter "api_key": secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:5:23: adapters.h.headers.X-Auth: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:5:42: adapters.h.headers.X-Session-Id: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:5:64: adapters.h.headers.X-Hub-Signature: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:7:23: adapters.m.url: query parameter "token": secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:9:40: routes.t1.query.access_key: secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
+				`c.yaml:12:57: routes.t4.detect.url: query parameter "X-Amz-Signature": secret values must come from ${env:NAME} or ${file:/path}, not the config text`,
 			},
 		},
 		{

@@ -20,6 +20,9 @@ type validator struct {
 	// untyped holds the keys read from adapters whose type is missing or
 	// unknown, by adapter path (decoder.untypedField).
 	untyped map[string][]reflect.Value
+	// check is LoadOptions.Check: the adapters' checks run in check mode
+	// (wire.Checker.CheckMode).
+	check bool
 }
 
 // at locates a field's value; for a field not written in the file, the key

@@ -9,7 +9,9 @@
 // rules, the route keys it accepts, and how it is configured and started;
 // config checks and builtin builds through this one table. An adapter that
 // must reach its provider at startup starts through StartProbed (start.go):
-// a provider not reachable yet leaves it connecting in the background. What
+// a provider not reachable yet leaves it connecting in the background
+// (kafka and mcp their own way, the others with a Background) while its rows
+// wait, answered NotReady. What
 // adapters share (secrets, field errors, header rules, trace context,
 // one-line text) is in dispatch/wire. The Registry maps configured adapter
 // names to built adapters; dispatch/builtin is the one place that turns

@@ -2,8 +2,11 @@ package execplugin
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -67,19 +70,48 @@ func (c Config) Validate() error {
 
 // checkCommand checks that the executable exists and can be run.
 func checkCommand(path string) error {
+	if problem := commandProblem(path); problem != "" {
+		return fmt.Errorf("plugin executable %s %s", path, problem)
+	}
+	return nil
+}
+
+// commandProblem says what keeps the executable at path from being run
+// ("does not exist", "is not executable", …), without quoting the path; ""
+// when nothing does.
+func commandProblem(path string) string {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("plugin executable %s does not exist", path)
+		return "does not exist"
 	case err != nil:
 		if pe, ok := errors.AsType[*fs.PathError](err); ok {
 			err = pe.Err // its text names the path again
 		}
-		return fmt.Errorf("plugin executable %s: %w", path, err)
+		return "cannot be looked at: " + err.Error()
 	case !fi.Mode().IsRegular():
-		return fmt.Errorf("plugin executable %s is not a regular file", path)
+		return "is not a regular file"
 	case fi.Mode().Perm()&0o111 == 0:
-		return fmt.Errorf("plugin executable %s is not executable", path)
+		return "is not executable"
 	}
-	return nil
+	return ""
+}
+
+// checksumProblem says, when the executable at path does not have the
+// SHA-256 sum (lower-case hex) the config pins, what it has instead; ""
+// when it has it or cannot be read (commandProblem says why).
+func checksumProblem(path, sum string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+		return "has sha256 " + got + ", not the one sha256 pins"
+	}
+	return ""
 }

@@ -24,13 +24,38 @@ type Settings struct {
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// Check reports every problem of the settings; args are never quoted.
+// Check reports every problem of the settings; args are never quoted. In
+// check mode it also looks at the executable on this machine: one that
+// `drainer run` would refuse to start here (missing, not executable,
+// another sha256) is a warning, since check may run elsewhere than the
+// daemon; the daemon refuses it when it starts the adapter.
 func (s *Settings) Check(c *wire.Checker) {
-	if f := "command"; c.Require(f, s.Command == "") && !filepath.IsAbs(s.Command) {
-		c.Errorf(f, "must be an absolute path, got %s", c.Quote(f, s.Command))
+	command := c.Require("command", s.Command == "")
+	if command && !filepath.IsAbs(s.Command) {
+		c.Errorf("command", "must be an absolute path, got %s", c.Quote("command", s.Command))
+		command = false
 	}
-	if f := "sha256"; c.Set(f, s.SHA256 == "") && c.Known(f) && !sha256Hex.MatchString(s.SHA256) {
-		c.Errorf(f, "must be 64 lower-case hex digits (the output of sha256sum)")
+	pinned := c.Set("sha256", s.SHA256 == "") && c.Known("sha256")
+	if pinned && !sha256Hex.MatchString(s.SHA256) {
+		c.Errorf("sha256", "must be 64 lower-case hex digits (the output of sha256sum)")
+		pinned = false
+	}
+	if c.CheckMode && command {
+		checkExecutable(c, s.Command, pinned, s.SHA256)
+	}
+}
+
+// checkExecutable warns when the executable at path (an absolute path),
+// pinned to sum when pinned is set, cannot be run on this machine, naming
+// it as written (a path from ${env:X} is not quoted).
+func checkExecutable(c *wire.Checker, path string, pinned bool, sum string) {
+	const f = "command"
+	problem := commandProblem(path)
+	if problem == "" && pinned {
+		problem = checksumProblem(path, sum)
+	}
+	if problem != "" {
+		c.Warnf(f, "on this machine, plugin executable %s %s: drainer run would refuse to start the adapter", c.Quote(f, path), problem)
 	}
 }
 

@@ -24,8 +24,9 @@ var reservedHeaders = append([]string{"Mcp-Session-Id", "Mcp-Protocol-Version", 
 
 // Settings are the keys of an mcp adapter in the config file.
 type Settings struct {
-	// URL is the server's one Streamable HTTP endpoint.
-	URL     string                 `yaml:"url"`
+	// URL is the server's one Streamable HTTP endpoint. A query parameter
+	// named like a credential must come from a reference.
+	URL     string                 `yaml:"url" secret:"query"`
 	Headers map[string]wire.Secret `yaml:"headers"`
 }
 

@@ -26,6 +26,10 @@ type Config struct {
 	// Stream, when set, is the stream that must capture Subject: checked by
 	// New and sent as Nats-Expected-Stream on every publish.
 	Stream string
+	// RequireStream makes New fail when no stream captures Subject, instead
+	// of logging it: set when the key TTL is read from that stream (a
+	// config that leaves key_ttl unset).
+	RequireStream bool
 	// Timeout bounds one attempt (and connecting); the caller's deadline
 	// applies too.
 	Timeout time.Duration

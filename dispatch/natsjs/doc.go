@@ -38,4 +38,15 @@
 // A duplicate acknowledgement for a message whose stored data differs from
 // the payload (read back from the stream when it still holds it) is Terminal
 // with reason payload_mismatch.
+//
+// # Starting
+//
+// KeyTTL reads the key TTL from the stream; with Config.RequireStream (a
+// config that leaves key_ttl unset) New fails when no stream captures the
+// subject. A server New cannot reach is an error wrapping
+// dispatch.ErrUnavailable. Built from a config with key_ttl (`drainer
+// run`), such an adapter starts anyway: StartInBackground keeps trying
+// (Probe), and until the server answers, rows are held back without an
+// attempt (dispatch.ReasonNotReady) and Ready reports false. Without
+// key_ttl the start fails with ErrUnavailable, which the daemon waits out.
 package natsjs

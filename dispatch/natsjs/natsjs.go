@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +35,10 @@ type Adapter struct {
 	pubOpts []jetstream.PublishOpt
 	// closed is closed by the connection's ClosedHandler.
 	closed chan struct{}
+	// bg is the background start of an adapter whose server could not be
+	// reached at startup: nc and js are set by its probe, and read only
+	// once it no longer waits.
+	bg dispatch.Background
 }
 
 var (
@@ -41,9 +49,25 @@ var (
 // New validates cfg (after WithDefaults) and connects. Reconnection is
 // enabled, without limit; publishes are never buffered while reconnecting.
 // When cfg.Stream is set, New fails unless that stream exists and captures
-// the subject; otherwise a subject that no stream captures is only logged.
-// Errors never quote the server URLs.
+// the subject; otherwise a subject that no stream captures fails it with
+// cfg.RequireStream, and is only logged without. A server that cannot be
+// reached is an error wrapping dispatch.ErrUnavailable. Errors never quote
+// the server URLs.
 func New(ctx context.Context, cfg Config) (*Adapter, error) {
+	a, err := build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Probe(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// build validates cfg (after WithDefaults) and builds the adapter without
+// connecting: Probe connects.
+func build(cfg Config) (*Adapter, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -57,15 +81,38 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 	if cfg.Stream != "" {
 		a.pubOpts = append(a.pubOpts, jetstream.WithExpectStream(cfg.Stream))
 	}
-	if err := a.connect(ctx); err != nil {
-		return nil, err
-	}
-	if err := a.checkStream(ctx); err != nil {
-		a.Close()
-		return nil, err
-	}
 	return a, nil
 }
+
+// Probe connects, unless an earlier probe did, and checks the stream as New
+// does. An error wrapping dispatch.ErrUnavailable says the server could not
+// be reached (or JetStream did not answer in time); any other is a refusal
+// or a configuration problem (credentials, TLS, a missing stream).
+func (a *Adapter) Probe(ctx context.Context) error {
+	if a.nc == nil {
+		if err := a.connect(ctx); err != nil {
+			return err
+		}
+	}
+	err := a.checkStream(ctx)
+	if err != nil && unreachable(err) {
+		return dispatch.MarkUnavailable(err)
+	}
+	return err
+}
+
+// StartInBackground holds the adapter's rows back (dispatch.NotReady: no
+// attempt consumed, the breaker not counting) until Probe succeeds, trying
+// again with a doubling delay up to 5 s. Close stops it.
+func (a *Adapter) StartInBackground(log *slog.Logger) {
+	if log == nil {
+		log = a.cfg.Logger
+	}
+	a.bg.Start(log, "nats", "server", a.Probe)
+}
+
+// Ready reports whether the adapter is not waiting for a background start.
+func (a *Adapter) Ready() bool { return !a.bg.Waiting() }
 
 func (a *Adapter) connect(ctx context.Context) error {
 	timeout := a.cfg.Timeout
@@ -92,7 +139,11 @@ func (a *Adapter) connect(ctx context.Context) error {
 		nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(a.closed) }) }),
 	)
 	if err != nil {
-		return fmt.Errorf("connect to nats: %w", err)
+		err = fmt.Errorf("connect to nats: %w", err)
+		if unreachable(err) {
+			return dispatch.MarkUnavailable(err)
+		}
+		return err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -103,10 +154,27 @@ func (a *Adapter) connect(ctx context.Context) error {
 	return nil
 }
 
-// Close drains the connection (in-flight publishes get their
-// acknowledgements) and waits, at most the timeout, until it is closed. It
-// is idempotent.
+// unreachable reports whether err says the server could not be reached or
+// did not answer in time (no server answered, a dial failure, a timeout, a
+// connection cut during the handshake), rather than that it refused the
+// client (credentials, TLS) or the configuration.
+func unreachable(err error) bool {
+	if opErr, ok := errors.AsType[*net.OpError](err); ok && (opErr.Op == "remote error" || opErr.Op == "local error") {
+		return false // a TLS alert: the server answered
+	}
+	_, netErr := errors.AsType[net.Error](err) // a dial error, a timeout (context.DeadlineExceeded too)
+	return netErr || errors.Is(err, nats.ErrNoServers) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// Close stops a background start, drains the connection (in-flight
+// publishes get their acknowledgements) and waits, at most the timeout,
+// until it is closed. It is idempotent.
 func (a *Adapter) Close() error {
+	a.bg.Stop()
+	if a.nc == nil {
+		return nil
+	}
 	if err := a.nc.Drain(); err != nil {
 		a.nc.Close()
 	}
@@ -122,11 +190,15 @@ func (a *Adapter) Close() error {
 // Dispatch publishes the row's payload and waits for the acknowledgement:
 // Success with {"stream", "seq", "duplicate": false}, or Replay (same shape,
 // "duplicate": true, seq of the stored message) when the stream already
-// holds the key.
+// holds the key. Until a server has answered once since startup (a
+// background start), the row is held back: dispatch.NotReady.
 func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
 	subj, err := a.subject.expand(m.Tuple.ToolName)
 	if err != nil {
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonInvalidSubject, Err: err}
+	}
+	if a.bg.Waiting() {
+		return dispatch.NotReady(errors.New("nats: no server has been reachable since startup; connecting in the background"))
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()

@@ -2,6 +2,8 @@ package natsjs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -56,14 +58,34 @@ func (s *Settings) Check(c *wire.Checker) {
 // Start connects, and checks the expected stream when one is named. The
 // connection is named "drainer/<adapter>" in the server's monitoring;
 // in.Logger, scoped to the adapter, gets connection events.
+//
+// With key_ttl set, a server that cannot be reached yet does not fail the
+// start: the adapter connects in the background while its rows wait (no
+// attempt consumed) and the other adapters drain. Without it, the window
+// must be read from the stream before the adapter can be used: the start
+// fails with dispatch.ErrUnavailable, which the daemon waits out (with
+// backoff) before it drains, as it waits for its database.
 func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	s := in.Settings.(*Settings)
-	c := Config{Servers: s.Servers, Subject: s.Subject, Stream: s.Stream, Timeout: in.Timeout,
-		Name: "drainer/" + in.Name, Logger: in.Logger}
+	c := Config{Servers: s.Servers, Subject: s.Subject, Stream: s.Stream, RequireStream: in.KeyTTL == 0,
+		Timeout: in.Timeout, Name: "drainer/" + in.Name, Logger: in.Logger}
 	if err := c.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	return dispatch.StartWith(func(ctx context.Context) (*Adapter, error) { return New(ctx, c) }), nil
+	if in.KeyTTL == 0 {
+		return dispatch.StartWith(func(ctx context.Context) (*Adapter, error) {
+			a, err := New(ctx, c)
+			if errors.Is(err, dispatch.ErrUnavailable) {
+				err = fmt.Errorf("%w (key_ttl is not set: the stream's duplicate window is read before anything drains; set key_ttl to let the other adapters drain meanwhile)", err)
+			}
+			return a, err
+		}), nil
+	}
+	return dispatch.StartProbed(in.Logger,
+		"nats: server unreachable at startup; the other adapters drain, this one connects in the background",
+		func() (*Adapter, error) { return build(c) },
+		func(ctx context.Context, ad *Adapter) error { return ad.Probe(ctx) },
+		func(ad *Adapter) { ad.StartInBackground(in.Logger) }), nil
 }
 
 func init() {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/drainer-io/drainer/dispatch"
 )
 
 // capturingStreams returns the names of the streams whose subjects overlap
@@ -27,7 +29,9 @@ func (a *Adapter) capturingStreams(ctx context.Context) ([]string, error) {
 
 // checkStream checks, when Config.Stream is set, that the stream exists and
 // captures the subject. Without it, a subject that no stream captures is
-// logged: every publish would be answered Retry (no_stream).
+// an error with Config.RequireStream (the key TTL is read from that
+// stream), and is only logged otherwise: every publish is then answered
+// Retry (no_stream), without consuming attempts, until one does.
 func (a *Adapter) checkStream(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
@@ -36,6 +40,8 @@ func (a *Adapter) checkStream(ctx context.Context) error {
 		return err
 	}
 	switch {
+	case a.cfg.Stream == "" && len(names) == 0 && a.cfg.RequireStream:
+		return errNoStream(a.cfg.Subject)
 	case a.cfg.Stream == "" && len(names) == 0:
 		a.cfg.Logger.Warn("no jetstream stream captures the subject; publishes will be retried until one does", "subject", a.cfg.Subject)
 	case a.cfg.Stream != "" && !slices.Contains(names, a.cfg.Stream):
@@ -49,12 +55,22 @@ func (a *Adapter) checkStream(ctx context.Context) error {
 	return nil
 }
 
+// errNoStream is the error of a subject no stream captures when key_ttl
+// must be read from that stream.
+func errNoStream(subject string) error {
+	return fmt.Errorf("no jetstream stream captures subject %q, and key_ttl is not set (it defaults to that stream's duplicate window): create the stream, or set key_ttl", subject)
+}
+
 // KeyTTL returns the duplicate window of the stream that stores the
 // adapter's messages, read from the server: Config.Stream's, or else that of
 // the stream capturing the subject; with {tool_name} in the subject, the
 // shortest window of all streams capturing any expansion. It fails if no
-// stream captures the subject.
+// stream captures the subject, and with dispatch.ErrUnavailable while a
+// background start waits for the server.
 func (a *Adapter) KeyTTL(ctx context.Context) (time.Duration, error) {
+	if a.bg.Waiting() {
+		return 0, dispatch.MarkUnavailable(errors.New("nats: no server has been reachable since startup: the stream's duplicate window cannot be read"))
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	names := []string{a.cfg.Stream}
@@ -64,7 +80,7 @@ func (a *Adapter) KeyTTL(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 		if len(names) == 0 {
-			return 0, fmt.Errorf("no jetstream stream captures subject %q: create it, or set key_ttl", a.cfg.Subject)
+			return 0, errNoStream(a.cfg.Subject)
 		}
 	}
 	var ttl time.Duration

@@ -58,4 +58,13 @@
 // detail fields (where Postgres quotes row values), the payload or the DSN's
 // password. A trigger on the table that raises a message quoting NEW.payload
 // would defeat that; don't write one.
+//
+// # Starting
+//
+// New fails when the table cannot receive rows, or the server refuses the
+// login (a configuration problem); a server it cannot reach is an error
+// wrapping dispatch.ErrUnavailable. Built from a config (`drainer run`),
+// such an adapter starts anyway: StartInBackground keeps trying (Probe),
+// and until the database answers, rows are held back without an attempt
+// (dispatch.ReasonNotReady) and Ready reports false.
 package pgtable

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/internal/pgreach"
 )
 
 // cancelGrace is how long a statement whose context ended may take to
@@ -38,14 +40,32 @@ type Adapter struct {
 	compareSQL string
 	// response is the stored answer of a success or a replay.
 	response json.RawMessage
+	// bg is the background start of an adapter whose database could not be
+	// reached at startup.
+	bg dispatch.Background
 }
 
 var _ dispatch.Adapter = (*Adapter)(nil)
 
 // New validates cfg (after WithDefaults), opens a pool on cfg.DSN and checks
 // that the table can receive rows (see the package documentation); the
-// errors name what is missing. Close the adapter to close the pool.
+// errors name what is missing. A server that cannot be reached is an error
+// wrapping dispatch.ErrUnavailable. Close the adapter to close the pool.
 func New(ctx context.Context, cfg Config) (*Adapter, error) {
+	a, err := open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Probe(ctx); err != nil {
+		a.pool.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// open validates cfg (after WithDefaults) and opens the adapter's pool,
+// which connects on first use: Probe is the first contact.
+func open(cfg Config) (*Adapter, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -69,19 +89,37 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	// Its context only seeds the connections the pool opens itself.
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", redactParseError(err))
 	}
-	a := newAdapter(pool, cfg)
-	checkCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	if err := checkTable(checkCtx, pool, a.quotedTable()); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return a, nil
+	return newAdapter(pool, cfg), nil
 }
+
+// Probe checks, within the timeout, that the table can receive rows. An
+// error wrapping dispatch.ErrUnavailable says the server could not be
+// reached (or is starting, or full); any other names what is wrong with
+// the table, or the server's refusal (credentials, a missing database).
+func (a *Adapter) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	err := checkTable(ctx, a.pool, a.quotedTable())
+	if err != nil && pgreach.Unreachable(err) {
+		return dispatch.MarkUnavailable(err)
+	}
+	return err
+}
+
+// StartInBackground holds the adapter's rows back (dispatch.NotReady: no
+// attempt consumed, the breaker not counting) until Probe succeeds, trying
+// again with a doubling delay up to 5 s. Close stops it.
+func (a *Adapter) StartInBackground(log *slog.Logger) {
+	a.bg.Start(log, "postgres", "database", a.Probe)
+}
+
+// Ready reports whether the adapter is not waiting for a background start.
+func (a *Adapter) Ready() bool { return !a.bg.Waiting() }
 
 // newAdapter builds the adapter on an open pool; cfg is valid.
 func newAdapter(pool *pgxpool.Pool, cfg Config) *Adapter {
@@ -101,8 +139,10 @@ func (a *Adapter) quotedTable() string {
 	return ident.Sanitize()
 }
 
-// Close closes the pool, waiting for connections in use to be released.
+// Close stops a background start and closes the pool, waiting for
+// connections in use to be released.
 func (a *Adapter) Close() error {
+	a.bg.Stop()
 	a.pool.Close()
 	return nil
 }
@@ -111,10 +151,14 @@ func (a *Adapter) Close() error {
 // Success; a key already present with an equal payload (jsonb equality) is
 // Replay; with another payload, Terminal (payload_mismatch). Both answers
 // carry the response {"inserted": true, "table": "<table>"}. Errors are
-// classified by classifyError.
+// classified by classifyError. Until the database has answered once since
+// startup (a background start), the row is held back: dispatch.NotReady.
 func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
 	if ctx.Err() != nil {
 		return notSent(ctx, context.Cause(ctx))
+	}
+	if a.bg.Waiting() {
+		return dispatch.NotReady(errors.New("postgres: the database has not been reachable since startup; connecting in the background"))
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()

@@ -38,8 +38,10 @@ func (s *Settings) Check(c *wire.Checker) {
 // configure turns a postgres adapter's settings into its runtime config;
 // its Start connects to the DSN (revealed here, at the last step) and
 // checks that the table can receive rows, so a missing table fails at
-// startup, not at the first row. max_concurrency, when set, sizes the
-// connection pool.
+// startup, not at the first row. A database that cannot be reached yet
+// does not fail the start: the adapter connects in the background while
+// its rows wait (no attempt consumed) and the other adapters drain.
+// max_concurrency, when set, sizes the connection pool.
 func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	s := in.Settings.(*Settings)
 	c := Config{DSN: s.DSN.Reveal(), Table: s.Table, Timeout: in.Timeout,
@@ -47,7 +49,11 @@ func configure(in dispatch.BuildInput) (dispatch.Start, error) {
 	if err := c.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	return dispatch.StartWith(func(ctx context.Context) (*Adapter, error) { return New(ctx, c) }), nil
+	return dispatch.StartProbed(in.Logger,
+		"postgres: database unreachable at startup; the other adapters drain, this one connects in the background",
+		func() (*Adapter, error) { return open(c) },
+		func(ctx context.Context, ad *Adapter) error { return ad.Probe(ctx) },
+		func(ad *Adapter) { ad.StartInBackground(in.Logger) }), nil
 }
 
 func init() {

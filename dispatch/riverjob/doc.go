@@ -29,4 +29,11 @@
 // CPUs, whichever is larger); pool_max_conns in the DSN changes it. An
 // attempt waiting for a free connection past its deadline is Retry with
 // NotSent.
+//
+// New fails when River's tables are missing or out of date, or the server
+// refuses the login (a configuration problem); a server it cannot reach is
+// an error wrapping dispatch.ErrUnavailable. Built from a config (`drainer
+// run`), such an adapter starts anyway: StartInBackground keeps trying
+// (Probe), and until the database answers, rows are held back without an
+// attempt (dispatch.ReasonNotReady) and Ready reports false.
 package riverjob

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -16,6 +18,7 @@ import (
 	"github.com/riverqueue/river/rivershared/riversharedmaintenance"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/internal/pgreach"
 )
 
 // Adapter inserts one River job per outbox row. It is safe for concurrent
@@ -25,6 +28,9 @@ type Adapter struct {
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx]
 	opts   *river.InsertOpts
+	// bg is the background start of an adapter whose database could not be
+	// reached at startup.
+	bg dispatch.Background
 }
 
 var (
@@ -35,8 +41,24 @@ var (
 // New validates cfg (after WithDefaults), opens a connection pool to the
 // database and checks that River's migrations are applied in cfg.Schema.
 // The River client it builds only inserts: it has no queues and no workers.
-// Errors never quote the DSN.
+// A server that cannot be reached is an error wrapping
+// dispatch.ErrUnavailable. Errors never quote the DSN.
 func New(ctx context.Context, cfg Config) (*Adapter, error) {
+	a, err := open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Probe(ctx); err != nil {
+		a.pool.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// open validates cfg (after WithDefaults) and builds the adapter: its pool,
+// which connects on first use, and its River client. Probe is the first
+// contact.
+func open(cfg Config) (*Adapter, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -47,35 +69,14 @@ func New(ctx context.Context, cfg Config) (*Adapter, error) {
 		// best-effort basis only: say nothing about it.
 		return nil, errors.New("dsn: not a valid PostgreSQL connection string (URL or key=value)")
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	// Its context only seeds the connections the pool opens itself.
+	pool, err := pgxpool.NewWithConfig(context.Background(), poolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", redactConnectError(err))
 	}
-	a, err := newAdapter(ctx, cfg, pool)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: cfg.Schema, Logger: cfg.Logger})
 	if err != nil {
 		pool.Close()
-		return nil, err
-	}
-	return a, nil
-}
-
-// startupCheckTimeout bounds newAdapter's connect and migration check at
-// least this long: the adapter's timeout bounds a dispatch, and a loaded
-// host or a cold server may take longer to answer the first time.
-const startupCheckTimeout = 30 * time.Second
-
-func newAdapter(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Adapter, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(cfg.Timeout, startupCheckTimeout))
-	defer cancel()
-	if err := pool.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("connect to the database: %w", redactConnectError(err))
-	}
-	driver := riverpgxv5.New(pool)
-	if err := checkMigrated(ctx, driver, cfg); err != nil {
-		return nil, err
-	}
-	client, err := river.NewClient(driver, &river.Config{Schema: cfg.Schema, Logger: cfg.Logger})
-	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	return &Adapter{
@@ -85,6 +86,43 @@ func newAdapter(ctx context.Context, cfg Config, pool *pgxpool.Pool) (*Adapter, 
 		opts:   &river.InsertOpts{Queue: cfg.Queue, UniqueOpts: uniqueOpts()},
 	}, nil
 }
+
+// startupCheckTimeout bounds Probe's connect and migration check at least
+// this long: the adapter's timeout bounds a dispatch, and a loaded host or
+// a cold server may take longer to answer the first time.
+const startupCheckTimeout = 30 * time.Second
+
+// Probe connects and checks River's migrations. An error wrapping
+// dispatch.ErrUnavailable says the server could not be reached (or is
+// starting, or full); any other is its refusal (credentials, a missing
+// database) or River's tables missing or out of date.
+func (a *Adapter) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, max(a.cfg.Timeout, startupCheckTimeout))
+	defer cancel()
+	err := a.pool.Ping(ctx)
+	switch _, connect := errors.AsType[*pgconn.ConnectError](err); {
+	case connect:
+		err = redactConnectError(err) // "connect to the database: …"
+	case err != nil:
+		err = fmt.Errorf("connect to the database: %w", err)
+	default:
+		err = checkMigrated(ctx, riverpgxv5.New(a.pool), a.cfg)
+	}
+	if err != nil && pgreach.Unreachable(err) {
+		return dispatch.MarkUnavailable(err)
+	}
+	return err
+}
+
+// StartInBackground holds the adapter's rows back (dispatch.NotReady: no
+// attempt consumed, the breaker not counting) until Probe succeeds, trying
+// again with a doubling delay up to 5 s. Close stops it.
+func (a *Adapter) StartInBackground(log *slog.Logger) {
+	a.bg.Start(log, "river", "database", a.Probe)
+}
+
+// Ready reports whether the adapter is not waiting for a background start.
+func (a *Adapter) Ready() bool { return !a.bg.Waiting() }
 
 // checkMigrated fails unless every River migration this build knows is
 // applied in cfg.Schema: inserting needs the current river_job table and its
@@ -115,9 +153,11 @@ func schemaDesc(schema string) string {
 	return fmt.Sprintf("schema %q", schema)
 }
 
-// Close closes the connection pool, waiting for connections in use to be
-// returned. Dispatch must not be called afterwards.
+// Close stops a background start and closes the connection pool, waiting
+// for connections in use to be returned. Dispatch must not be called
+// afterwards.
 func (a *Adapter) Close() error {
+	a.bg.Stop()
 	a.pool.Close()
 	return nil
 }
@@ -136,11 +176,15 @@ func (a *Adapter) KeyTTL(context.Context) (time.Duration, error) {
 // Dispatch inserts the row's job in its own transaction and classifies the
 // outcome: Success with {"job_id", "queue", "kind"} for a new job, Replay
 // with the existing job's when one already holds the key, Terminal if that
-// job carries another payload.
+// job carries another payload. Until the database has answered once since
+// startup (a background start), the row is held back: dispatch.NotReady.
 func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
 	if !json.Valid(m.Payload) {
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonInvalidArgs,
 			Err: errors.New("payload is not valid JSON")}
+	}
+	if a.bg.Waiting() {
+		return dispatch.NotReady(errors.New("river: the database has not been reachable since startup; connecting in the background"))
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()

@@ -19,8 +19,9 @@ const DefaultKeyTTL = 24 * time.Hour
 
 // Settings are the keys of an http adapter in the config file.
 type Settings struct {
-	// URL is the target; {tool_name}, path-escaped, is its only variable.
-	URL     string                 `yaml:"url"`
+	// URL is the target; {tool_name}, path-escaped, is its only variable. A
+	// query parameter named like a credential must come from a reference.
+	URL     string                 `yaml:"url" secret:"query"`
 	Headers map[string]wire.Secret `yaml:"headers"`
 	// IdempotencyKey is where the key travels; nil means header
 	// Idempotency-Key.

@@ -61,6 +61,12 @@ type Source interface {
 type Checker struct {
 	Src  Source
 	Errs FieldErrors
+	// CheckMode is set by `drainer check` (config.LoadOptions.Check), which
+	// may run on another machine than the daemon: a rule that looks at
+	// this machine (an executable the adapter runs) reports what the
+	// daemon would refuse as a warning, as an unset ${env:X} is one. The
+	// daemon's own start is where such a problem is an error.
+	CheckMode bool
 }
 
 // NewChecker starts a check of settings written as src tells (nil: in Go).

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -41,6 +43,10 @@ const (
 	// password parameter, a libpq password keyword) must come from a
 	// reference; a password-less connection string may be written inline.
 	SecretPassword = "password"
+	// SecretQuery: the value is an http(s) URL; only the values of its
+	// query parameters named like a credential (CredentialParam: api_key,
+	// token, sig, …) must come from references.
+	SecretQuery = "query"
 )
 
 // Segment is a piece of a string value as written: literal text or a
@@ -214,16 +220,91 @@ func urlPassword(rest string) bool {
 var kvPassword = regexp.MustCompile(`(?i)(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)`)
 
 // SensitiveHeader reports whether a header carries a credential: its value
-// must then come from a reference.
+// must then come from a reference. Such a name holds auth (Authorization,
+// X-Auth; not author), secret, token, key, password, passwd, signature,
+// session, cookie or credential; the headers of the idempotency key
+// (Idempotency-Key, X-Idempotency-Key) are not credentials.
 func SensitiveHeader(name string) bool {
 	n := strings.ToLower(name)
-	if n == "authorization" || n == "proxy-authorization" {
+	if strings.Contains(n, "idempotency") {
+		return false
+	}
+	return hasAuth(n) || containsAny(n, "secret", "token", "key", "password", "passwd", "signature", "session", "cookie", "credential")
+}
+
+// CredentialParam reports whether a URL query parameter's name says its
+// value is a credential: with '-', '_' and '.' left out and letters in
+// lower case, it holds token, secret, password, passwd, signature,
+// credential or auth (not author), it is key, sig or pwd, or it ends in key
+// after a word of credentials (apikey, x-api-key, access_key,
+// subscription-key; not sort_key nor idempotency_key).
+func CredentialParam(name string) bool {
+	n := strings.NewReplacer("-", "", "_", "", ".", "").Replace(strings.ToLower(name))
+	switch {
+	case n == "key" || n == "sig" || n == "pwd":
+		return true
+	case hasAuth(n) || containsAny(n, "token", "secret", "password", "passwd", "signature", "credential"):
 		return true
 	}
-	for _, w := range []string{"token", "key", "secret", "password", "cookie"} {
-		if strings.Contains(n, w) {
-			return true
+	before, ok := strings.CutSuffix(n, "key")
+	return ok && slices.ContainsFunc([]string{"api", "access", "secret", "private", "client", "app", "auth",
+		"master", "signing", "subscription", "account", "shared", "sas"}, func(w string) bool { return strings.HasSuffix(before, w) })
+}
+
+// InlineQuerySecret returns the name of the first query parameter of an
+// http(s) URL, as written, that is named like a credential
+// (CredentialParam) and whose value holds literal text besides references
+// and {…} template variables; ok is false when there is none. The value
+// is never returned.
+func InlineQuerySecret(raw string) (name string, ok bool) {
+	segs, err := SplitReferences(raw)
+	if err != nil {
+		return "", false // the syntax error is reported by expansion
+	}
+	// A reference becomes a NUL byte, which no URL holds, as in
+	// LiteralPassword.
+	var b strings.Builder
+	for _, s := range segs {
+		if s.Scheme != "" {
+			b.WriteByte(0)
+		} else {
+			b.WriteString(s.Text)
 		}
 	}
-	return false
+	_, query, found := strings.Cut(b.String(), "?")
+	if !found {
+		return "", false
+	}
+	query, _, _ = strings.Cut(query, "#")
+	for kv := range strings.SplitSeq(query, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		if CredentialParam(k) && literal(templateVar.ReplaceAllString(v, "")) {
+			return strings.ReplaceAll(k, "\x00", "${…}"), true
+		}
+	}
+	return "", false
+}
+
+// hasAuth reports whether n (in lower case) holds auth other than at the
+// start of author or authority: authorization and authorize count.
+func hasAuth(n string) bool {
+	for rest := n; ; {
+		i := strings.Index(rest, "auth")
+		if i < 0 {
+			return false
+		}
+		rest = rest[i:]
+		if !strings.HasPrefix(rest, "author") || strings.HasPrefix(rest, "authoriz") || strings.HasPrefix(rest, "authoris") {
+			return true
+		}
+		rest = rest[len("auth"):]
+	}
+}
+
+// containsAny reports whether s holds one of words.
+func containsAny(s string, words ...string) bool {
+	return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
 }

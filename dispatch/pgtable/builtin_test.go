@@ -1,0 +1,106 @@
+package pgtable_test
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/builtin"
+	"github.com/drainer-io/drainer/dispatch/dispatchtest"
+	"github.com/drainer-io/drainer/dispatch/pgtable"
+	"github.com/drainer-io/drainer/tooling/testkit"
+)
+
+// buildLedger builds, the way `drainer run` does, a postgres adapter
+// "ledger" on dsn and table; the log lines go to logs.
+func buildLedger(t *testing.T, dsn, table string, logs *testkit.Buffer) (*dispatch.Registry, error) {
+	t.Helper()
+	file := `
+adapters:
+  ledger:
+    type: postgres
+    dsn: ${env:LEDGER_DSN}
+    table: ` + table + `
+    timeout: 5s
+routes:
+  charge_card: {adapter: ledger}
+`
+	cfg, err := config.Parse("drainer.yaml", []byte(file), config.LoadOptions{
+		LookupEnv: func(name string) (string, bool) { return dsn, name == "LEDGER_DSN" },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return builtin.Build(t.Context(), cfg, builtin.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+}
+
+// TestBuiltinDatabaseLater builds a postgres adapter while nothing listens
+// at its DSN's address: the build succeeds with a log line naming the
+// adapter, the adapter is not ready and holds its rows back without an
+// attempt; once the database answers it becomes ready and inserts.
+func TestBuiltinDatabaseLater(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtable.NewTestTable(t, "effects"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testkit.NewLater(t, u.Host)
+	u.Host = db.Addr
+
+	var logs testkit.Buffer
+	reg, err := buildLedger(t, u.String(), "effects", &logs)
+	if err != nil {
+		t.Fatalf("build with the database down: %v", err)
+	}
+	defer reg.Close(context.Background())
+	if !strings.Contains(logs.String(), "postgres: database unreachable at startup") || !strings.Contains(logs.String(), "adapter=ledger") {
+		t.Errorf("no log line naming the adapter:\n%s", logs.String())
+	}
+	e, _ := reg.Get("ledger")
+	a := e.Adapter.(*pgtable.Adapter)
+	if a.Ready() {
+		t.Fatal("ready without a database")
+	}
+	r := a.Dispatch(t.Context(), dispatchtest.NewMessage("charge_card", `{}`))
+	if r.Outcome != dispatch.Retry || !r.NotSent || r.Reason != dispatch.ReasonNotReady {
+		t.Fatalf("dispatch before the database: %s (%s, NotSent %v, %v), want retry not_ready, not sent", r.Outcome, r.Reason, r.NotSent, r.Err)
+	}
+
+	db.Open(t)
+	testkit.WaitFor(t, time.Minute, "the adapter to connect", func() (bool, string) { return a.Ready(), "" })
+	if r := a.Dispatch(t.Context(), dispatchtest.NewMessage("charge_card", `{}`)); r.Outcome != dispatch.Success {
+		t.Fatalf("dispatch once ready: %s (%s, %v)", r.Outcome, r.Reason, r.Err)
+	}
+}
+
+// TestBuiltinRefusedIsAnError: a database that answers and refuses (a
+// missing table, a role that does not exist) fails the build at once: it
+// is a configuration problem, not one to wait out.
+func TestBuiltinRefusedIsAnError(t *testing.T) {
+	t.Parallel()
+	dsn := pgtable.NewTestTable(t, "effects")
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("no_such_role_for_drainer")
+	for _, tt := range []struct{ name, dsn, table, want string }{
+		{"missing table", dsn, "absent", `table "absent" does not exist`},
+		{"unknown role", u.String(), "effects", "no_such_role_for_drainer"},
+	} {
+		var logs testkit.Buffer
+		reg, err := buildLedger(t, tt.dsn, tt.table, &logs)
+		if err == nil {
+			reg.Close(context.Background())
+			t.Fatalf("%s: build succeeded", tt.name)
+		}
+		if dispatch.Unavailable(err) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "adapters.ledger") {
+			t.Errorf("%s: build: %v; want a configuration error naming the adapter and %q", tt.name, err, tt.want)
+		}
+	}
+}
