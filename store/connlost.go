@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ConnectionLost reports whether err says a statement's connection was
@@ -28,4 +30,28 @@ func ConnectionLost(err error) bool {
 	return errors.As(err, &connErr) || errors.As(err, &netErr) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed)
+}
+
+// ClosePool closes pool, waiting at most within for it: pgxpool's Close
+// waits until every connection in use is given back, and one held by a
+// statement on a connection the server no longer answers (a silent
+// network, a frozen server) is given back only when that statement's own
+// timeout ends it. Past within, ClosePool returns false and leaves the rest
+// of the closing to a goroutine of its own: a process that is stopping ends
+// within its grace whatever the database does (docs/reliability.md,
+// "Shutdown ends within its grace and a few seconds").
+func ClosePool(pool *pgxpool.Pool, within time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pool.Close()
+	}()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }

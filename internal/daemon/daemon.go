@@ -302,7 +302,7 @@ func (d *daemonRun) openDatabase(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.onCleanup(p.Close)
+	d.onCleanup(func() { closePool(p, log) })
 	d.pool.Store(p)
 	d.ready.notReady("starting: checking the schema")
 	if err := waitForSchema(ctx, p, st.schema, log, func() {

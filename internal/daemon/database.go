@@ -14,6 +14,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// closePool closes the daemon's pool at exit, waiting at most
+// poolCloseWait: a connection held by a statement the server does not
+// answer is left behind, so the process ends within its grace
+// (store.ClosePool).
+func closePool(p *pgxpool.Pool, log *slog.Logger) {
+	if !store.ClosePool(p, poolCloseWait) {
+		log.Warn("database connections still in use at exit: their statements were not answered; the process ends without them",
+			"waited", poolCloseWait)
+	}
+}
+
+// poolCloseWait bounds closePool.
+const poolCloseWait = 2 * time.Second
+
 // connect opens the pool, retrying with backoff while the database is
 // unreachable, until ctx is cancelled. With reread (database_url from the
 // config file), each new connection reads the url's references again and

@@ -8,7 +8,8 @@
 //	            server, adapters, pool, schema (waited for with backoff), engine;
 //	            cleanup, last first
 //	database.go connect: the pool, its URL checked, retried with backoff while
-//	            the database is unreachable; redactDSNError
+//	            the database is unreachable; closePool, bounded at exit;
+//	            redactDSNError
 //	reload.go   reload: SIGHUP loads the config again; a bad one is refused
 //	gateway.go  the MCP gateway (package gateway) on --gateway-addr or
 //	            gateway.addr: its tools listed from the mcp adapters with routes

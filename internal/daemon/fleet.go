@@ -86,7 +86,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	if err != nil {
 		return &ConfigError{err}
 	}
-	defer coord.Close()
+	defer store.ClosePool(coord, poolCloseWait)
 	src := newSwappableCatalog(st.cfg.Databases, coord, log)
 	defer src.close()
 	f, err := newFleet(st, opts, src, coord, registry, reg, tracer, log)

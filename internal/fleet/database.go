@@ -224,10 +224,16 @@ func newEngineMetrics(reg prometheus.Registerer) (m *drainer.Metrics, err error)
 	return drainer.NewDatabaseMetrics(reg), nil
 }
 
-// close stops the engine, closes the pool and unregisters the metrics.
+// poolCloseWait bounds the close of a database's pool, and of the
+// coordination connection, when the fleet stops (store.ClosePool).
+const poolCloseWait = 2 * time.Second
+
+// close stops the engine, closes the pool (waiting for it at most
+// poolCloseWait: a connection held by a statement the server does not
+// answer is left behind) and unregisters the metrics.
 func (r *running) close(ctx context.Context) error {
 	err := r.eng.Stop(ctx)
-	r.pool.Close()
+	store.ClosePool(r.pool, poolCloseWait)
 	r.reg.unregisterAll()
 	return err
 }

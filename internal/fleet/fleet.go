@@ -308,7 +308,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		if coord, err = OpenCoordination(f.cfg.CoordinationURL, nil); err != nil {
 			return err
 		}
-		defer coord.Close()
+		defer store.ClosePool(coord, poolCloseWait)
 	}
 	defer f.pools.closeAll(f.cfg.StopTimeout)
 	mem := newMembership(coord, f.store, f.cfg.MemberID)
