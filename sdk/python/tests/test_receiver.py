@@ -538,6 +538,64 @@ class FlowTest(ReceiverTestCase):
         self.run_async(go())
         self.assertEqual(orders.runs, 2)
 
+    def test_expired_while_in_flight(self) -> None:
+        # A record whose TTL passes while its first request is still running
+        # (its recovery deadline still ahead) is not a new first request: a
+        # retry answers in-flight (another request payload-mismatch) as
+        # before the expiry, and the app runs once. The first app is held
+        # until the retries have been answered, and the test waits for the
+        # database clock to see the record expired: nothing depends on timing.
+        app, orders, _ = self.make(ttl=0.05, recovery_timeout=3600)
+
+        async def go() -> None:
+            orders.gate, orders.entered = asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(post(app, "k"))
+            await orders.entered.wait()
+            gate, orders.gate = orders.gate, None  # a second run (the defect) is not held
+            try:
+                for _ in range(500):
+                    self.assertEqual(self.records("locked_until > now()"), 1, "the recovery deadline passed")
+                    if self.records("expires_at <= now()") == 1:
+                        break
+                    await asyncio.sleep(0.02)
+                else:
+                    self.fail("the record did not expire")
+                self.assertProblem(await post(app, "k"), 409, "in-flight")
+                self.assertProblem(await post(app, "k", b'{"other":1}'), 409, "payload-mismatch")
+                # Decided by the plain read, without the row lock: while
+                # another transaction holds it, the answers are the same.
+                with psycopg.connect(support.DATABASE_URL) as locker:
+                    locker.execute(f'SELECT 1 FROM "{self.schema}".records WHERE key = %s FOR UPDATE', ["k"])
+                    self.assertProblem(await post(app, "k", b'{"other":1}'), 409, "payload-mismatch")
+                    self.assertProblem(await post(app, "k"), 409, "in-flight")
+                    locker.rollback()
+                self.assertEqual(orders.runs, 1)
+            finally:
+                gate.set()
+            a = await first
+            self.assertEqual((a[0], json.loads(a[2])["run"]), (201, 1))
+            self.assertEqual(self.records("state = 'completed' AND status = 201"), 1)
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 1)
+
+    def test_expired_terminal_records_run_again(self) -> None:
+        # An expired record is a new first request when it is completed,
+        # marked outcome_unknown, or in flight past its recovery deadline
+        # (its process stopped): the TTL ends what the key held.
+        app, orders, _ = self.make()
+
+        async def go() -> None:
+            for i, state in enumerate(("completed", "outcome_unknown", "in_flight")):
+                self.sql("INSERT INTO RECORDS (scope, key, fingerprint, state, locked_until, status, headers, body, "
+                         f"expires_at) VALUES ('', '{state}', '\\x00', '{state}', now() - interval '1 second', 201, "
+                         "'{}', '', now() - interval '1 second')")
+                a = await post(app, state)
+                self.assertEqual((a[0], a[1]["idempotency-replay"]), (201, "false"), state)
+                self.assertEqual(orders.runs, i + 1, state)
+
+        self.run_async(go())
+
     def test_scopes(self) -> None:
         r = rcv.Receiver(support.DATABASE_URL, schema=self.schema,
                          scope=lambda s: dict(s["headers"]).get(b"x-account", b"").decode())

@@ -611,6 +611,85 @@ test('expiry by the database clock; the same key in two scopes is two records', 
   assert.equal(await g.records(), 2);
 });
 
+// A record whose TTL passes while its first request is still running (its
+// recovery deadline still ahead) is not a new first request: a retry
+// answers in-flight (another request payload-mismatch) as before the
+// expiry, and the handler runs once. The first handler is held until the
+// retries have been answered, and the test waits for the database clock to
+// see the record expired, so nothing depends on timing.
+test('a record that expires while its first request runs: in-flight, the handler runs once', { skip: skipDb }, async () => {
+  const f = await fixture({ ttlMs: 50, recoveryTimeoutMs: 3600_000 });
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => (entered = r));
+  let calls = 0;
+  f.set(async (req, res) => {
+    req.resume();
+    const n = ++calls;
+    if (n === 1) {
+      entered();
+      await gate;
+    }
+    res.statusCode = 201;
+    res.end(n === 1 ? 'first' : 'again');
+  });
+  const first = f.post('k');
+  try {
+    await inside;
+    const records = `"${f.schema}".records`;
+    for (let i = 0; ; i++) {
+      const r = await pool.query(`SELECT expires_at <= now() AS expired, locked_until > now() AS ahead FROM ${records}`);
+      assert.equal(r.rows[0].ahead, true, 'the recovery deadline passed');
+      if (r.rows[0].expired) break;
+      assert.ok(i < 500, 'the record did not expire');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assertProblem(await f.post('k'), 409, 'in-flight');
+    assertProblem(await f.post('k', '{"other":1}'), 409, 'payload-mismatch');
+    // Decided by the plain read, without the row lock: while another
+    // transaction holds it, the answers are the same.
+    const locker = await pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`SELECT 1 FROM ${records} WHERE key = 'k' FOR UPDATE`);
+      assertProblem(await f.post('k', '{"other":1}'), 409, 'payload-mismatch');
+      assertProblem(await f.post('k'), 409, 'in-flight');
+    } finally {
+      await locker.query('ROLLBACK');
+      locker.release();
+    }
+    assert.equal(f.runs(), 1);
+  } finally {
+    release();
+  }
+  const a = await first;
+  assert.equal(a.status, 201);
+  assert.equal(a.body.toString(), 'first');
+  const rec = await pool.query(`SELECT state, status FROM "${f.schema}".records WHERE key = 'k'`);
+  assert.deepEqual([rec.rows[0].state, rec.rows[0].status], ['completed', 201]);
+  assert.equal(f.runs(), 1);
+});
+
+// An expired record is a new first request when it is completed, marked
+// outcome_unknown, or in flight past its recovery deadline (its process
+// stopped): the TTL ends what the key held.
+test('an expired completed, outcome_unknown or abandoned record is a new first request', { skip: skipDb }, async () => {
+  const f = await fixture();
+  let i = 0;
+  for (const state of ['completed', 'outcome_unknown', 'in_flight']) {
+    await pool.query(
+      `INSERT INTO "${f.schema}".records (scope, key, fingerprint, state, locked_until, status, headers, body, expires_at)
+       VALUES ('', $1, '\\x00', $1, now() - interval '1 second', 201, '{}', '', now() - interval '1 second')`,
+      [state],
+    );
+    const a = await f.post(state);
+    assert.equal(a.status, 201, state);
+    assert.equal(a.headers['idempotency-replay'], 'false', state);
+    assert.equal(f.runs(), ++i, state);
+  }
+});
+
 for (const inTransaction of [false, true]) {
   test(`50 concurrent requests with one key: one effect (inTransaction ${inTransaction})`, { skip: skipDb }, async () => {
     const f = await fixture({ inTransaction });

@@ -174,6 +174,17 @@ def check_key(key: str) -> Optional[str]:
     return None
 
 
+def _renewable(expired: bool, state: str, recoverable: bool) -> bool:
+    """Whether an expired record makes the request a new first request (as
+    the Go receiver's renewable): a completed or outcome_unknown record, or
+    an in-flight one past its recovery deadline (its process stopped). An
+    in-flight record whose deadline is ahead is still running (its deadline
+    moves forward while the app runs) and answers as it did before its TTL
+    passed; overwriting it would run the app a second time beside the
+    first."""
+    return bool(expired) and (state != "in_flight" or bool(recoverable))
+
+
 def _check_tuple(values: List[bytes], key: str) -> Optional[str]:
     if len(values) > 1:
         return f"the header appears {len(values)} times"
@@ -481,9 +492,9 @@ class Receiver:
         if row is not None:
             return "claimed", row[0], False
         # A plain read decides a replay, a mismatch or an in-flight answer;
-        # only an overwrite, a takeover or marking an abandoned record reads
-        # again under the row lock (NOWAIT: a locked record is being worked
-        # on right now).
+        # only an overwrite (of a renewable record), a takeover or marking an
+        # abandoned record reads again under the row lock (NOWAIT: a locked
+        # record is being worked on right now).
         for lock in ("", " FOR UPDATE NOWAIT"):
             cur = await conn.execute(
                 sql.SQL(
@@ -498,10 +509,13 @@ class Receiver:
                 return None  # deleted meanwhile, or being inserted: try again
             stored_fp, state, expired, recoverable, status, headers, body = row
             same = bytes(stored_fp) == fp
-            if not lock and (expired or (same and state == "in_flight" and recoverable)):
+            renew = _renewable(expired, state, recoverable)
+            if not lock and (renew or (same and state == "in_flight" and recoverable)):
                 continue
             break
-        if expired:
+        if renew:
+            # An expired key is a new first request, unless its first request
+            # is still running (see _renewable).
             cur = await conn.execute(
                 sql.SQL(
                     "UPDATE {} SET fingerprint = %s, state = 'in_flight', "

@@ -806,9 +806,9 @@ class ReceiverImpl {
         if (ins.rows.length === 1)
             return { outcome: 'claimed', token: ins.rows[0].token };
         // A plain read decides a replay, a mismatch or an in-flight answer;
-        // only an overwrite, a takeover or marking an abandoned record reads
-        // again under the row lock (NOWAIT: a locked record is being worked on
-        // right now).
+        // only an overwrite (of a renewable record), a takeover or marking an
+        // abandoned record reads again under the row lock (NOWAIT: a locked
+        // record is being worked on right now).
         let row;
         for (const lock of ['', ' FOR UPDATE NOWAIT']) {
             const sel = await c.query(`SELECT fingerprint, state, expires_at <= now() AS expired,
@@ -818,11 +818,13 @@ class ReceiverImpl {
             if (!row)
                 return undefined;
             const same = node_buffer_1.Buffer.from(row.fingerprint).equals(fp);
-            if (lock === '' && (row.expired || (same && row.state === 'in_flight' && row.recoverable)))
+            if (lock === '' && (renewable(row) || (same && row.state === 'in_flight' && row.recoverable)))
                 continue;
             break;
         }
-        if (row.expired) {
+        if (renewable(row)) {
+            // An expired key is a new first request, unless its first request is
+            // still running (see renewable).
             const u = await c.query(`UPDATE ${t} SET fingerprint = $3, state = 'in_flight',
            locked_until = now() + $4::bigint * interval '1 microsecond', status = NULL, headers = NULL,
            body = NULL, created_at = now(), completed_at = NULL,
@@ -870,6 +872,18 @@ class ReceiverImpl {
             // The record expires after the recovery timeout instead.
         }
     }
+}
+/**
+ * Whether an expired record makes the request a new first request (as the
+ * Go receiver's renewable): a completed or outcome_unknown record, or an
+ * in-flight one past its recovery deadline (its process stopped). An
+ * in-flight record whose deadline is ahead is still running (its deadline
+ * moves forward while the handler runs) and answers as it did before its
+ * TTL passed; overwriting it would run the handler a second time beside
+ * the first.
+ */
+function renewable(row) {
+    return row.expired && (row.state !== 'in_flight' || row.recoverable);
 }
 function headerValues(req, name) {
     const out = [];
