@@ -115,3 +115,104 @@ func (s *Store) ViewKeys(ctx context.Context, db DB, f Filter, limit int) ([]str
 	args := []any{limit}
 	return keysOf(db.Query(ctx, s.sql(fmt.Sprintf(viewKeysSQL, f.where(&args))), args...))
 }
+
+// LedgerCheckMaxItems bounds the console's check of a key against the
+// ledger: an 'entries' record of more items than this is not digested
+// again for one row page (its bucket is found only by reading every entry
+// it holds), and the page says the key was not verified against it.
+const LedgerCheckMaxItems = 65536
+
+// LedgerCheck is what the ledger says of one key's chain: the problems
+// `drainer audit verify` reports about the records that hold it, and the
+// records that were not checked.
+type LedgerCheck struct {
+	// Problems are those of audit_ledger_problems that concern the key:
+	// its bucket's digest in each record that holds its entries, each such
+	// record's hash and the link of the record after it, and its anchor
+	// versions' records and order. Each has verify's id, key and text.
+	Problems []BrokenLink
+	// Unchecked are the records that hold the key's chain and whose
+	// bucket was not digested again: an 'anchors' record (its anchors are
+	// found only by reading them all), or an 'entries' record of more than
+	// LedgerCheckMaxItems items.
+	Unchecked []int64
+}
+
+// auditKeyLedgerSQL checks key $1 against the ledger as
+// audit_ledger_problems does (migrations/code/functions), record by record
+// but for the key's bucket alone. A row whose problem is null names a
+// record left unchecked.
+const auditKeyLedgerSQL = `WITH r AS (
+	    SELECT l.*, {s}.audit_bucket($1, l.buckets) AS b,
+	           (SELECT min(x.n) FROM {s}.audit_ledger x WHERE x.n > l.n) AS next_n
+	      FROM {s}.audit_ledger l
+	     WHERE (l.kind = 'entries'
+	            AND EXISTS (SELECT 1 FROM {s}.audit_generations g WHERE g.epoch = l.epoch AND g.part = l.part AND NOT g.ready)
+	            AND EXISTS (SELECT 1 FROM {s}.audit a WHERE a.key = $1 AND a.part = l.part
+	                           AND a.id > l.from_id AND a.id <= l.upto_id))
+	        OR (l.kind = 'anchors'
+	            AND l.n IN (SELECT x.record FROM {s}.audit_anchors x WHERE x.key = $1
+	                        UNION SELECT h.record FROM {s}.audit_anchor_history h WHERE h.key = $1)))
+	SELECT r.n AS id, 'ledger' AS key, format('ledger record %s does not match its hash (edited)', r.n) AS problem
+	  FROM r
+	 WHERE r.hash IS DISTINCT FROM {s}.audit_ledger_hash(r.prev, r.n, r.kind, r.epoch, r.part, r.from_id, r.upto_id,
+	                                                    r.items, r.buckets, r.digest, r.at)
+	    OR (r.vector IS NOT NULL AND sha256(r.vector) IS DISTINCT FROM r.digest)
+	UNION ALL
+	SELECT nx.n, 'ledger', CASE WHEN nx.n <> r.n + 1
+	                            THEN format('ledger record %s follows record %s (records were removed)', nx.n, r.n)
+	                            ELSE format('ledger record %s does not link to the record before it (a record was removed, inserted or rewritten)', nx.n) END
+	  FROM r JOIN {s}.audit_ledger nx ON nx.n = r.next_n
+	 WHERE nx.n <> r.n + 1 OR nx.prev IS DISTINCT FROM r.hash
+	UNION ALL
+	SELECT r.n, $1, format('ledger record %s: the entries of generation %s (ids %s to %s) in bucket %s no longer match what it recorded (%s)',
+	                       r.n, r.epoch, r.from_id + 1, r.upto_id, r.b,
+	                       'this chain''s, or another''s in the bucket, rewritten with hashes recomputed, or removed')
+	  FROM r
+	 CROSS JOIN LATERAL (SELECT (SELECT substring(r.vector FROM i * 36 + 5 FOR 32)
+	                               FROM generate_series(0, length(r.vector) / 36 - 1) AS i
+	                              WHERE substring(r.vector FROM i * 36 + 1 FOR 4) = int4send(r.b)) AS recorded,
+	                            (SELECT sha256(string_agg(int8send(a.id) || a.hash, ''::bytea ORDER BY a.id))
+	                               FROM {s}.audit a
+	                              WHERE a.part = r.part AND a.id > r.from_id AND a.id <= r.upto_id
+	                                AND {s}.audit_bucket(a.key, r.buckets) = r.b) AS now) d
+	 WHERE r.kind = 'entries' AND r.items <= $2 AND d.recorded IS DISTINCT FROM d.now
+	UNION ALL
+	SELECT r.n, NULL, NULL FROM r WHERE r.kind = 'anchors' OR r.items > $2
+	UNION ALL
+	SELECT v.record, $1, format('anchor of %s names ledger record %s, which the ledger does not hold', $1, v.record)
+	  FROM (SELECT x.record FROM {s}.audit_anchors x WHERE x.key = $1
+	        UNION SELECT h.record FROM {s}.audit_anchor_history h WHERE h.key = $1) v
+	 WHERE v.record IS NOT NULL
+	   AND NOT EXISTS (SELECT 1 FROM {s}.audit_ledger l WHERE l.n = v.record AND l.kind = 'anchors')
+	UNION ALL
+	SELECT h.vid, $1, format('the anchor of %s is not its latest version %s (anchors were swapped)', $1, h.vid)
+	  FROM {s}.audit_anchor_history h JOIN {s}.audit_anchors x ON x.key = h.key
+	 WHERE h.key = $1 AND h.vid > x.vid
+	ORDER BY 1, 2, 3`
+
+// VerifyAuditKeyLedger checks key's chain against the ledger: at the cost
+// of the records that hold it (each 'entries' record's bucket of the key
+// read again, at most LedgerCheckMaxItems entries each), not of the whole
+// ledger's verification.
+func (s *Store) VerifyAuditKeyLedger(ctx context.Context, db DB, key string) (LedgerCheck, error) {
+	out := LedgerCheck{Problems: []BrokenLink{}, Unchecked: []int64{}}
+	rows, err := db.Query(ctx, s.sql(auditKeyLedgerSQL), key, LedgerCheckMaxItems)
+	if err != nil {
+		return out, fmt.Errorf("check the audit of %s against the ledger: %w", key, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var k, problem *string
+		if err := rows.Scan(&id, &k, &problem); err != nil {
+			return out, err
+		}
+		if problem == nil {
+			out.Unchecked = append(out.Unchecked, id)
+			continue
+		}
+		out.Problems = append(out.Problems, BrokenLink{ID: id, Key: *k, Problem: *problem})
+	}
+	return out, rows.Err()
+}

@@ -47,8 +47,9 @@
 //	audit_ledger.go AuditLedger, AuditGenerations, AuditHorizon, TransactionsRunning,
 //	                ExtendAuditLedger, EachAuditEntry, EachAnchorVersion: the audit's ledger,
 //	                read raw for audit checkpoint and verify --checkpoints
-//	console.go      RowFloor, VerifyAuditKey, CountsByTool, CountsByTopTools (bounded),
-//	                ViewKeys: the operator console's reads
+//	console.go      RowFloor, VerifyAuditKey, VerifyAuditKeyLedger (one key's ledger
+//	                records), CountsByTool, CountsByTopTools (bounded), ViewKeys: the
+//	                operator console's reads
 //	progress.go     ReadProgress, CountByStatusKind (the demo's progress and summary)
 //	stats.go        CountStatuses, OldestPendingByTool, SettledSince: drainer stats
 //	fleet.go        the fleet's tables in its coordination database (package

@@ -178,10 +178,19 @@ type RowDetail struct {
 	NotBefore *time.Time `json:"not_before"`
 	// Attempts are the audit entries that record an attempt, oldest first.
 	AttemptLog []ops.AuditEntry `json:"attempt_log"`
-	// AuditVerified: the row's audit chain verifies; AuditBroken lists its
-	// broken links otherwise.
-	AuditVerified bool               `json:"audit_verified"`
-	AuditBroken   []store.BrokenLink `json:"audit_broken"`
+	// AuditVerified: the row's audit chain verifies, and so does every
+	// ledger record that holds it, as `drainer audit verify` checks them.
+	// AuditBroken lists what either found wrong, as verify names it (a
+	// ledger record's own problem under the key "ledger").
+	// AuditLedgerUnchecked are the ledger records holding the chain that
+	// were not checked for this page (store.LedgerCheck): with no problem
+	// found, the chain is then not verified against the ledger.
+	AuditVerified        bool               `json:"audit_verified"`
+	AuditBroken          []store.BrokenLink `json:"audit_broken"`
+	AuditLedgerUnchecked []int64            `json:"audit_ledger_unchecked"`
+	// chainBroken is how many of AuditBroken the chain check found (the
+	// ledger's follow).
+	chainBroken int
 	// PayloadBytes is the payload's size; PayloadTruncated says payload
 	// holds only a preview (payload_preview) of a payload too large to show.
 	PayloadBytes     int    `json:"payload_bytes"`
@@ -224,9 +233,23 @@ func (s *Server) row(ctx context.Context, d *db, key string) (*RowDetail, error)
 	if out.AuditBroken, err = d.Store.VerifyAuditKey(ctx, d.DB, key); err != nil {
 		return nil, err
 	}
-	out.AuditVerified = len(out.AuditBroken) == 0
+	ledger, err := d.Store.VerifyAuditKeyLedger(ctx, d.DB, key)
+	if err != nil {
+		return nil, err
+	}
+	out.chainBroken = len(out.AuditBroken)
+	out.AuditBroken = append(out.AuditBroken, ledger.Problems...)
+	out.AuditLedgerUnchecked = ledger.Unchecked
+	out.AuditVerified = len(out.AuditBroken) == 0 && len(out.AuditLedgerUnchecked) == 0
 	return out, nil
 }
+
+// ChainBroken are the broken links of the row's chain (the row page).
+func (r *RowDetail) ChainBroken() []store.BrokenLink { return r.AuditBroken[:r.chainBroken] }
+
+// LedgerBroken are the problems the ledger's records holding the chain
+// show (the row page).
+func (r *RowDetail) LedgerBroken() []store.BrokenLink { return r.AuditBroken[r.chainBroken:] }
 
 // RunDetail is the answer of GET /api/v1/runs/{run}.
 type RunDetail struct {

@@ -109,6 +109,9 @@ type Hold struct {
 type sampler struct {
 	s    *Server
 	size int
+	// fails logs the failed samples, at most once a minute while they
+	// keep failing.
+	fails *sampleLog
 
 	mu      sync.Mutex
 	last    Stats
@@ -118,7 +121,7 @@ type sampler struct {
 }
 
 func newSampler(s *Server, size int) *sampler {
-	return &sampler{s: s, size: size, last: Stats{RowsByStatus: map[string]int64{}}}
+	return &sampler{s: s, size: size, fails: newSampleLog(s.log, time.Now), last: Stats{RowsByStatus: map[string]int64{}}}
 }
 
 func (m *sampler) run(ctx context.Context, every time.Duration) {
@@ -167,12 +170,13 @@ func (m *sampler) sample(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		m.s.log.Warn("console: backlog sample failed", "err", err)
+		m.fails.failed(err)
 		m.mu.Lock()
 		m.last.Error = "the last measurement failed: " + err.Error()
 		m.mu.Unlock()
 		return false
 	}
+	m.fails.ok()
 	st.DispatchRates = m.rates()
 	var total float64
 	for k, v := range st.DispatchRates {
