@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,10 +45,6 @@ func retryBackoff(n int) time.Duration {
 	return min(100*time.Millisecond<<min(max(n-1, 0), 4), time.Second)
 }
 
-// notReadyRetry is the floor under the next try of a row held back while
-// the adapter has not reached a broker since startup.
-const notReadyRetry = time.Second
-
 // Adapter produces one record per row. It is safe for concurrent use.
 type Adapter struct {
 	cfg   Config
@@ -58,8 +53,8 @@ type Adapter struct {
 	// acks remembers the records acknowledged in this process, and the
 	// keys being produced now.
 	acks *ackLog
-	// connecting is true while a background start waits for a broker.
-	connecting atomic.Bool
+	// bg is the background start, waiting for a broker.
+	bg dispatch.Background
 	// lastDialErr is the latest failure to connect to a broker, for the
 	// message of an attempt that got no acknowledgement.
 	lastDialErr atomic.Pointer[string]
@@ -70,10 +65,6 @@ type Adapter struct {
 	// connections ever opened: an attempt that began with none open and
 	// saw none opened cannot have written its record.
 	openConns, connects atomic.Int64
-
-	bgMu   sync.Mutex
-	stopBG context.CancelFunc
-	bgDone chan struct{}
 }
 
 var _ dispatch.Adapter = (*Adapter)(nil)
@@ -164,61 +155,22 @@ func (a *Adapter) Probe(ctx context.Context) error {
 
 // StartInBackground holds the adapter's rows back (Retry, NotSent, reason
 // dispatch.ReasonNotReady: no attempt consumed, the breaker not counting)
-// until Probe succeeds, trying again with a doubling delay up to 5s. Close
-// stops it.
+// until Probe succeeds, trying again with a doubling delay up to 5s
+// (dispatch.Background). Close stops it.
 func (a *Adapter) StartInBackground(log *slog.Logger) {
 	if log == nil {
 		log = a.cfg.Logger
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	a.bgMu.Lock()
-	a.stopBG, a.bgDone = cancel, done
-	a.bgMu.Unlock()
-	a.connecting.Store(true)
-	go func() {
-		defer close(done)
-		delay := 250 * time.Millisecond
-		for tries := 1; ; tries++ {
-			err := a.Probe(ctx)
-			if err == nil {
-				a.connecting.Store(false)
-				log.Info("kafka: a broker answered; the adapter's rows drain now", "tries", tries)
-				return
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, dispatch.ErrUnavailable) {
-				log.Warn("kafka: no broker reachable; connecting in the background (its rows wait, other adapters drain)", "err", err, "retry_in", delay)
-			} else {
-				log.Error("kafka: the brokers refused the client; retrying in the background (its rows wait)", "err", err, "retry_in", delay)
-			}
-			t := time.NewTimer(delay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			delay = min(delay*2, 5*time.Second)
-		}
-	}()
+	a.bg.Start(log, "kafka", "brokers", a.Probe)
 }
 
 // Ready reports whether the adapter is not waiting for a background start.
-func (a *Adapter) Ready() bool { return !a.connecting.Load() }
+func (a *Adapter) Ready() bool { return !a.bg.Waiting() }
 
 // Close stops a background start, waits (within ctx and the timeout) for
 // the acknowledgements of records still in flight, and closes the client.
 func (a *Adapter) Close(ctx context.Context) error {
-	a.bgMu.Lock()
-	stop, done := a.stopBG, a.bgDone
-	a.bgMu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
-	}
+	a.bg.Stop()
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
 	_ = a.cl.Flush(ctx) // what is not acknowledged by then is failed by Close
@@ -235,9 +187,8 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	if err != nil {
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonInvalidTopic, Err: fmt.Errorf("not sent: %w", err)}
 	}
-	if a.connecting.Load() {
-		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonNotReady, RetryAfter: notReadyRetry,
-			Err: errors.New("kafka: no broker has been reachable since startup; connecting in the background (not sent)")}
+	if a.bg.Waiting() {
+		return dispatch.NotReady(errors.New("kafka: no broker has been reachable since startup; connecting in the background (not sent)"))
 	}
 	sum := sha256.Sum256(m.Payload)
 	if r, done := a.acks.begin(m.Key, sum); done {

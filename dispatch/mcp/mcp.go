@@ -87,11 +87,8 @@ type Adapter struct {
 	cur   conn
 
 	// A start in the background (StartInBackground).
-	connecting atomic.Bool                      // rows wait until the server answered and tools/list was read
-	missing    atomic.Pointer[map[string]error] // tools the server lacks, read when it connected
-	bgMu       sync.Mutex                       // guards stopBG, bgDone (not mu: a negotiation holds that)
-	stopBG     context.CancelFunc
-	bgDone     chan struct{}
+	bg      dispatch.Background              // rows wait until the server answered and tools/list was read
+	missing atomic.Pointer[map[string]error] // tools the server lacks, read when it connected
 }
 
 // New returns an adapter for cfg; it does not connect (Init, CheckRoutes or
@@ -108,14 +105,7 @@ func New(cfg Config) (*Adapter, error) {
 // Close stops a background start, ends the session (best effort) and
 // closes idle connections.
 func (a *Adapter) Close(ctx context.Context) error {
-	a.bgMu.Lock()
-	stop, done := a.stopBG, a.bgDone
-	a.stopBG = nil
-	a.bgMu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
-	}
+	a.bg.Stop()
 	a.mu.Lock()
 	c := a.cur
 	a.ready, a.cur = false, conn{}
