@@ -356,7 +356,8 @@ func (u *unroutedLog) note(log interface{ Warn(string, ...any) }, tool string, r
 	}
 	if time.Since(u.window) >= time.Minute {
 		if len(u.quiet) > 0 {
-			log.Warn(fmt.Sprintf("rows of more tools wait for a route: the log names %d tools a minute, these were not named", unroutedLines),
+			log.Warn(fmt.Sprintf("rows of more tools wait for a route: the log names %d tools a minute; tools counts the others a claim found, "+
+				"not those whose rows were deferred together unseen", unroutedLines),
 				"tools", len(u.quiet), "at_least", len(u.quiet) >= maxToolsRemembered)
 		}
 		u.window, u.lines, u.quiet = time.Now(), 0, nil
