@@ -68,6 +68,10 @@ const (
 // waiting: an adapter that reached its provider at once never starts one.
 type Background struct {
 	waiting atomic.Bool
+	// refused holds the error of the last try when the provider answered
+	// and refused (not ErrUnavailable); nil while it is unreachable.
+	refused atomic.Pointer[string]
+	logged  time.Time // the last line logTry wrote (the start's goroutine only)
 	mu      sync.Mutex
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -111,13 +115,42 @@ func (b *Background) Start(log *slog.Logger, typ, what string, probe func(contex
 				return
 			}
 			delay = min(delay*2, backgroundMaxDelay)
-			if errors.Is(err, ErrUnavailable) {
-				log.Warn(typ+": "+what+" unreachable; connecting in the background (its rows wait, other adapters drain)", "err", err, "retry_in", delay)
-			} else {
-				log.Error(typ+": the "+what+" refused the start; retrying in the background (its rows wait)", "err", err, "retry_in", delay)
-			}
+			b.logTry(log, typ, what, err, delay)
 		}
 	}()
+}
+
+// logTry logs a failed try: at once when the provider's answer changed
+// (unreachable, or refusing, or refusing otherwise), else at most once a
+// minute, so a provider that stays down costs a line a minute, not one per
+// try.
+func (b *Background) logTry(log *slog.Logger, typ, what string, err error, delay time.Duration) {
+	var now *string
+	if !errors.Is(err, ErrUnavailable) {
+		s := err.Error()
+		now = &s
+	}
+	before := b.refused.Swap(now)
+	changed := (before == nil) != (now == nil) || (now != nil && *before != *now)
+	if !changed && time.Since(b.logged) < time.Minute {
+		return
+	}
+	b.logged = time.Now()
+	if now == nil {
+		log.Warn(typ+": "+what+" unreachable; connecting in the background (its rows wait, other adapters drain)", "err", err, "retry_in", delay)
+	} else {
+		log.Error(typ+": the "+what+" refused the start; retrying in the background (its rows wait)", "err", err, "retry_in", delay)
+	}
+}
+
+// Why says why the adapter cannot send yet, its provider named what ("the
+// database"): not reachable since startup, or reachable and refusing the
+// start (the refusal said).
+func (b *Background) Why(what string) string {
+	if r := b.refused.Load(); r != nil {
+		return what + " answered but refused the start (" + *r + "); trying again in the background"
+	}
+	return what + " has not been reachable since startup; connecting in the background"
 }
 
 // Waiting reports whether a background start has not succeeded yet.

@@ -34,6 +34,9 @@ type Hold struct {
 // until its provider answered once.
 type readier interface{ Ready() bool }
 
+// notReadyReasoner is an adapter that says why it is not ready.
+type notReadyReasoner interface{ NotReadyReason() string }
+
 // AdapterStates reports every adapter of the routing in force, by name.
 func (e *Engine) AdapterStates() []AdapterState {
 	e.gatesMu.Lock()
@@ -53,6 +56,9 @@ func (e *Engine) AdapterStates() []AdapterState {
 		if entry, ok := reg.Get(g.name); reg != nil && ok && st.Ready {
 			if r, ok := entry.Adapter.(readier); ok && !r.Ready() {
 				st.Ready, st.Reason = false, "connecting: its provider has not been reachable since startup"
+				if w, ok := entry.Adapter.(notReadyReasoner); ok {
+					st.Reason = "connecting: " + w.NotReadyReason()
+				}
 			}
 		}
 		out = append(out, st)

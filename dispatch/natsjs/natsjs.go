@@ -114,6 +114,10 @@ func (a *Adapter) StartInBackground(log *slog.Logger) {
 // Ready reports whether the adapter is not waiting for a background start.
 func (a *Adapter) Ready() bool { return !a.bg.Waiting() }
 
+// NotReadyReason says why the adapter is not ready (Ready false): its
+// provider unreachable since startup, or refusing the start.
+func (a *Adapter) NotReadyReason() string { return a.bg.Why("the server") }
+
 func (a *Adapter) connect(ctx context.Context) error {
 	timeout := a.cfg.Timeout
 	if d, ok := ctx.Deadline(); ok {
@@ -198,7 +202,7 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonInvalidSubject, Err: err}
 	}
 	if a.bg.Waiting() {
-		return dispatch.NotReady(errors.New("nats: no server has been reachable since startup; connecting in the background"))
+		return dispatch.NotReady(errors.New("nats: " + a.bg.Why("the server")))
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()

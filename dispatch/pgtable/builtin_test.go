@@ -104,3 +104,40 @@ func TestBuiltinRefusedIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltinLaterRefusalSaysSo: a database unreachable at startup that,
+// once it answers, refuses the start (the table does not exist) makes the
+// adapter say so, in its rows' errors and its reason for not being ready,
+// rather than that the database is unreachable; and the refusal repeated
+// at each try is logged once, not every few seconds.
+func TestBuiltinLaterRefusalSaysSo(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtable.NewTestTable(t, "effects"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testkit.NewLater(t, u.Host)
+	u.Host = db.Addr
+	var logs testkit.Buffer
+	reg, err := buildLedger(t, u.String(), "absent", &logs)
+	if err != nil {
+		t.Fatalf("build with the database down: %v", err)
+	}
+	defer reg.Close(context.Background())
+	e, _ := reg.Get("ledger")
+	a := e.Adapter.(*pgtable.Adapter)
+	db.Open(t)
+	const refused = "refused the start"
+	testkit.WaitFor(t, time.Minute, "the adapter to say the database refused", func() (bool, string) {
+		return strings.Contains(a.NotReadyReason(), refused), a.NotReadyReason()
+	})
+	r := a.Dispatch(t.Context(), dispatchtest.NewMessage("charge_card", `{}`))
+	if r.Reason != dispatch.ReasonNotReady || r.Err == nil || !strings.Contains(r.Err.Error(), refused) || !strings.Contains(r.Err.Error(), `"absent" does not exist`) {
+		t.Fatalf("dispatch while refused: %s (%s, %v), want not_ready saying the start was refused and why", r.Outcome, r.Reason, r.Err)
+	}
+	// Tries go on every 5 s at most: in 12 s, two more at least.
+	time.Sleep(12 * time.Second)
+	if n := strings.Count(logs.String(), refused); n != 1 {
+		t.Fatalf("the same refusal logged %d times, want once a minute:\n%s", n, logs.String())
+	}
+}

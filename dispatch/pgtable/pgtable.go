@@ -121,6 +121,10 @@ func (a *Adapter) StartInBackground(log *slog.Logger) {
 // Ready reports whether the adapter is not waiting for a background start.
 func (a *Adapter) Ready() bool { return !a.bg.Waiting() }
 
+// NotReadyReason says why the adapter is not ready (Ready false): its
+// provider unreachable since startup, or refusing the start.
+func (a *Adapter) NotReadyReason() string { return a.bg.Why("the database") }
+
 // newAdapter builds the adapter on an open pool; cfg is valid.
 func newAdapter(pool *pgxpool.Pool, cfg Config) *Adapter {
 	a := &Adapter{cfg: cfg, pool: pool}
@@ -158,7 +162,7 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		return notSent(ctx, context.Cause(ctx))
 	}
 	if a.bg.Waiting() {
-		return dispatch.NotReady(errors.New("postgres: the database has not been reachable since startup; connecting in the background"))
+		return dispatch.NotReady(errors.New("postgres: " + a.bg.Why("the database")))
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()

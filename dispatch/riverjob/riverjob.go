@@ -124,6 +124,10 @@ func (a *Adapter) StartInBackground(log *slog.Logger) {
 // Ready reports whether the adapter is not waiting for a background start.
 func (a *Adapter) Ready() bool { return !a.bg.Waiting() }
 
+// NotReadyReason says why the adapter is not ready (Ready false): its
+// provider unreachable since startup, or refusing the start.
+func (a *Adapter) NotReadyReason() string { return a.bg.Why("the database") }
+
 // checkMigrated fails unless every River migration this build knows is
 // applied in cfg.Schema: inserting needs the current river_job table and its
 // unique index.
@@ -184,7 +188,7 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 			Err: errors.New("payload is not valid JSON")}
 	}
 	if a.bg.Waiting() {
-		return dispatch.NotReady(errors.New("river: the database has not been reachable since startup; connecting in the background"))
+		return dispatch.NotReady(errors.New("river: " + a.bg.Why("the database")))
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
