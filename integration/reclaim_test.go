@@ -170,6 +170,15 @@ routes:
 	t.Logf("hand-over after SIGKILL: every stranded row sent again within %s of its lease expiry (lease 11s)", longest.Round(time.Millisecond))
 
 	// The rate-limited tool's reclaimed rows wait for the provider's 120s.
+	// Their leases may expire a little after the charge rows' (the victim
+	// may have claimed them in a later batch): each is read once reclaimed.
+	testkit.WaitFor(t, time.Minute, "the rate-limited tool's rows to be reclaimed", func() (bool, string) {
+		var leased int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM drainer.outbox WHERE key = ANY($1) AND status = 'in_flight'`, limited).Scan(&leased); err != nil {
+			t.Fatal(err)
+		}
+		return leased == 0, fmt.Sprintf("%d still in flight", leased)
+	})
 	for _, k := range limited {
 		var floorAfterExpiry float64
 		var status string
