@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/drainer-io/drainer/migrations"
-	"github.com/drainer-io/drainer/tooling/dbtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,21 +53,8 @@ func enqueueBatchRC(ctx context.Context, pool *pgxpool.Pool, ins []Intent) ([]Re
 // revision did). The free rounds are the probe that found it: four batches
 // at once, half of them reversed.
 func TestEnqueueBatchOppositeOrdersNeverDeadlock(t *testing.T) {
-	url := dbtest.NewDatabase(t)
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close(ctx)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := newPool(t)
 
 	var deadlocks []string
 	check := func(round string, fwd []Intent, got [][]Result, errs []error) {

@@ -39,25 +39,34 @@ routes:
 	return builtin.Build(t.Context(), cfg, builtin.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 }
 
-// TestBuiltinDatabaseLater builds a postgres adapter while nothing listens
-// at its DSN's address: the build succeeds with a log line naming the
-// adapter, the adapter is not ready and holds its rows back without an
-// attempt; once the database answers it becomes ready and inserts.
-func TestBuiltinDatabaseLater(t *testing.T) {
-	t.Parallel()
+// buildLedgerLater builds the adapter "ledger" (buildLedger) on table of
+// a test database that nothing serves yet: the build is made while the
+// database is unreachable, and db.Open brings it up. The registry is
+// closed when t ends.
+func buildLedgerLater(t *testing.T, table string, logs *testkit.Buffer) (*dispatch.Registry, *testkit.Later) {
+	t.Helper()
 	u, err := url.Parse(pgtable.NewTestTable(t, "effects"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	db := testkit.NewLater(t, u.Host)
 	u.Host = db.Addr
-
-	var logs testkit.Buffer
-	reg, err := buildLedger(t, u.String(), "effects", &logs)
+	reg, err := buildLedger(t, u.String(), table, logs)
 	if err != nil {
 		t.Fatalf("build with the database down: %v", err)
 	}
-	defer reg.Close(context.Background())
+	t.Cleanup(func() { reg.Close(context.Background()) })
+	return reg, db
+}
+
+// TestBuiltinDatabaseLater builds a postgres adapter while nothing listens
+// at its DSN's address: the build succeeds with a log line naming the
+// adapter, the adapter is not ready and holds its rows back without an
+// attempt; once the database answers it becomes ready and inserts.
+func TestBuiltinDatabaseLater(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	reg, db := buildLedgerLater(t, "effects", &logs)
 	if !strings.Contains(logs.String(), "postgres: database unreachable at startup") || !strings.Contains(logs.String(), "adapter=ledger") {
 		t.Errorf("no log line naming the adapter:\n%s", logs.String())
 	}
@@ -112,18 +121,8 @@ func TestBuiltinRefusedIsAnError(t *testing.T) {
 // at each try is logged once, not every few seconds.
 func TestBuiltinLaterRefusalSaysSo(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(pgtable.NewTestTable(t, "effects"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := testkit.NewLater(t, u.Host)
-	u.Host = db.Addr
 	var logs testkit.Buffer
-	reg, err := buildLedger(t, u.String(), "absent", &logs)
-	if err != nil {
-		t.Fatalf("build with the database down: %v", err)
-	}
-	defer reg.Close(context.Background())
+	reg, db := buildLedgerLater(t, "absent", &logs)
 	e, _ := reg.Get("ledger")
 	a := e.Adapter.(*pgtable.Adapter)
 	db.Open(t)
