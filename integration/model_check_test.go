@@ -39,6 +39,10 @@ type seqModel struct {
 	// gwCalls are the agent calls made through the gateways
 	// (model_gateway_test.go).
 	gwCalls []*gwCall
+	// unrouted and refusals are the rows whose tools have no route and the
+	// runs sent to the refusing provider (model_refusal_test.go).
+	unrouted []*mUnrouted
+	refusals []*mRefusal
 }
 
 type mRun struct {

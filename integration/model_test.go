@@ -54,6 +54,8 @@ var modelCases = []modelCase{
 	{seed: 7, without: "variant", first: true}, // a SERIALIZABLE snapshot older than a prune re-created a pruned row (created=true)
 	{seed: 2, without: "variant", first: true}, // enqueue into a run aborted after the snapshot was sent; a parked step did not hold the saga
 	{seed: 8, without: "variant", first: true}, // a compensable succeeded row pruned before its run's abort: no refund
+	// a row its provider refused retryably (53300) retried for ever with attempts = 0
+	{seed: 4, without: "snapshot,fault,operator,tamper,gateway,prune,variant,abort,unrouted"},
 }
 
 // modelFeatures are the parts of the alphabet DRAINER_MODEL_WITHOUT can
@@ -64,8 +66,9 @@ var modelCases = []modelCase{
 // abort (agents' abort_run), saga (compensable steps: without it, charge
 // steps become note steps), tamper (edits of the audit behind the daemons'
 // back), gateway (agent calls through the replicas' MCP gateways,
-// model_gateway_test.go).
-var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort", "saga", "tamper", "gateway"}
+// model_gateway_test.go), unrouted (rows whose tool no route takes) and
+// refusal (a provider that refuses, model_refusal_test.go).
+var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort", "saga", "tamper", "gateway", "unrouted", "refusal"}
 
 // Timing of the daemons under test (see modelConfig).
 const (
@@ -224,6 +227,9 @@ type modelEnv struct {
 	// gateways maps each replica (by name) to its gateway's URL.
 	gwServer *gwServer
 	gateways map[string]string
+	// unrouted are the rows of earlier sequences whose tools have no
+	// route: each sequence checks them all again.
+	unrouted []*mUnrouted
 }
 
 type modelReplica struct {
@@ -277,7 +283,10 @@ func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
 	srv := httptest.NewServer(provider)
 	t.Cleanup(srv.Close)
 	gw := newGWServer(t)
-	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", modelConfig(srv.URL, gw.url, !without["prune"]))
+	if _, err := pool.Exec(ctx, modelRecvDDL()); err != nil {
+		t.Fatalf("the refusing provider's table: %v", err)
+	}
+	cfgPath := writeFile(t, t.TempDir(), "drainer.yaml", modelConfig(srv.URL, gw.url, dbURL, !without["prune"]))
 	if res := runCLI(t, nil, "check", "--config", cfgPath); res.code != 0 {
 		t.Fatalf("drainer check: %s", res)
 	}
@@ -313,11 +322,12 @@ var modelDedupeTools = []string{toolCharge, toolRefund, toolNote}
 // modelConfig is the daemons' config. With prune, retention runs every
 // second with windows of a second or two; without, it keeps the defaults
 // (nothing is pruned during a run).
-func modelConfig(baseURL, mcpURL string, prune bool) string {
+func modelConfig(baseURL, mcpURL, dbURL string, prune bool) string {
 	retention := "  interval: 1s\n  batch_size: 100\n  succeeded: 1s\n  cancelled: 1s\n  failed: 20s\n  compensated: 1s\n  audit: 1h\n"
 	if !prune {
 		retention = ""
 	}
+	recvAdapter, recvRoutes := modelRecvConfig(dbURL)
 	return fmt.Sprintf(`workers: 4
 max_in_flight_bytes: 64KiB
 lease: %s
@@ -348,7 +358,7 @@ adapters:
     type: mcp
     url: %s
     timeout: 1s
-routes:
+%[7]sroutes:
   charge: {adapter: provider, class: key_idempotent, compensation: refund, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   refund: {adapter: provider, class: key_idempotent, max_attempts: 6, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   note: {adapter: provider, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
@@ -357,9 +367,9 @@ routes:
   quota: {adapter: capped, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   flaky: {adapter: fragile, class: key_idempotent, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   gw_charge: {adapter: tools, class: key_idempotent, max_attempts: 20, backoff: {base: 100ms, cap: 1s}}
-gateway:
+%[8]sgateway:
   wait: 5s
-`, modelLease, retention, modelTombstones, baseURL, modelKeyTTL, mcpURL)
+`, modelLease, retention, modelTombstones, baseURL, modelKeyTTL, mcpURL, recvAdapter, recvRoutes)
 }
 
 func (e *modelEnv) startReplica() *daemon {
@@ -410,6 +420,8 @@ func (e *modelEnv) sequence(rt *rapid.T) {
 			{"kill_conns", m.actKillConns},
 			{"tamper", m.actTamper},
 			{"gateway", m.actGateway}, {"gateway", m.actGateway},
+			{"unrouted", m.actUnrouted},
+			{"refusal", m.actRefusal}, {"refusal", m.actRefusal},
 		}...)
 	}
 	for step := range e.steps {
@@ -430,7 +442,7 @@ func (e *modelEnv) allowed(action string) bool {
 	switch action {
 	case "begin", "enqueue_in_tx", "end_tx":
 		return !e.without["snapshot"]
-	case "prune", "fault", "operator", "tamper", "gateway":
+	case "prune", "fault", "operator", "tamper", "gateway", "unrouted", "refusal":
 		return !e.without[action]
 	case "kill_conns":
 		return !e.without["fault"]

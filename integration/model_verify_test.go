@@ -386,6 +386,8 @@ func (m *seqModel) verify() {
 		fail("%s: queue.payload_bytes is not its payload's size", k)
 	}
 	m.checkGateway(fail)
+	m.checkUnrouted(fail)
+	m.checkRefusals(fail)
 	m.checkTampering(fail)
 	m.checkHandOvers(fail)
 	m.checkWakeUp(fail)
