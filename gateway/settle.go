@@ -119,7 +119,13 @@ func (w *settleWatch) run(ctx context.Context) {
 // listen holds one connection: LISTEN, wake everyone (what was announced
 // before is read now), then deliver announcements until it fails.
 func (w *settleWatch) listen(ctx context.Context, connected func()) error {
-	conn, err := w.connect(ctx)
+	// Connecting and listening are bounded, as the engine's listener's
+	// are: a server that accepts the connection and never answers (a
+	// half-dead proxy, a partition) would otherwise hold the reconnect for
+	// ever, and waiting calls would hear of their rows only by re-reading.
+	setupCtx, cancelSetup := context.WithTimeout(ctx, listenSetupWait)
+	defer cancelSetup()
+	conn, err := w.connect(setupCtx)
 	if err != nil {
 		return err
 	}
@@ -128,9 +134,10 @@ func (w *settleWatch) listen(ctx context.Context, connected func()) error {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(setupCtx, "LISTEN "+pgx.Identifier{w.channel}.Sanitize()); err != nil {
 		return err
 	}
+	cancelSetup()
 	connected()
 	w.wake("")
 	w.mu.Lock()
@@ -147,6 +154,9 @@ func (w *settleWatch) listen(ctx context.Context, connected func()) error {
 		w.wake(n.Payload)
 	}
 }
+
+// listenSetupWait bounds the listener's connect and LISTEN.
+const listenSetupWait = 5 * time.Second
 
 // pingEvery and pingWait: a listener quiet for pingEvery pings the server
 // and gives the connection up when no answer comes within pingWait.

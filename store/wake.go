@@ -46,8 +46,17 @@ func ConnectBeside(ctx context.Context, pool *pgxpool.Pool, role string) (*pgx.C
 			return nil, err
 		}
 	}
+	if _, ok := ctx.Deadline(); !ok && cc.ConnectTimeout == 0 {
+		// A caller that forgot to bound it: a server that accepts and
+		// never answers must not hold the connect for ever.
+		cc.ConnectTimeout = besideConnectWait
+	}
 	return pgx.ConnectConfig(ctx, cc)
 }
+
+// besideConnectWait bounds ConnectBeside's connect when neither its context
+// nor the URL's connect_timeout does.
+const besideConnectWait = 10 * time.Second
 
 // WakeSlots is how many daemons can wait for notifications at once as
 // sentinels (see migrations/code/functions/notify_outbox.sql). A producer
