@@ -3,7 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/internal/suggest"
 	"github.com/drainer-io/drainer/ops"
 	"github.com/spf13/cobra"
 )
@@ -13,6 +18,8 @@ func pauseTarget(args []string, adapter string) (target, name string, err error)
 	switch {
 	case len(args) == 1 && adapter != "":
 		return "", "", usagef("give a ROUTE or --adapter A, not both")
+	case len(args) == 1 && strings.TrimSpace(args[0]) == "":
+		return "", "", usagef("ROUTE is empty: give a route's tool_name, or --adapter A")
 	case len(args) == 1:
 		return ops.TargetRoute, args[0], nil
 	case adapter != "":
@@ -53,6 +60,9 @@ wait without consuming attempts. Pausing what is paused already is an error
 				}
 				printPauses(w, ps)
 				return nil
+			}
+			if err := checkPauseName(cmd, o.g.configPath, target, name); err != nil {
+				return err
 			}
 			p, err := c.Pause(cmd.Context(), target, name, o.who(reason))
 			if err != nil {
@@ -111,6 +121,33 @@ dispatched again within seconds. Resuming what is not paused is an error
 	addActorFlag(cmd, &o)
 	addOpFlags(cmd, &o)
 	return cmd
+}
+
+// checkPauseName refuses to pause a route or an adapter that the config
+// (--config) does not name: a typo would pause nothing, silently, while
+// the operator believes the provider is spared. Without --config the name
+// cannot be checked; a note on stderr says so.
+func checkPauseName(cmd *cobra.Command, configPath, target, name string) error {
+	if configPath == "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "drainer: note: %s names are not checked without --config FILE (the config the replicas run): a name no replica knows pauses nothing\n", target)
+		return nil
+	}
+	cfg, err := config.Load(configPath, config.LoadOptions{Check: true})
+	if err != nil {
+		return usageError{err}
+	}
+	known := slices.Sorted(maps.Keys(cfg.Routes))
+	if target == ops.TargetAdapter {
+		known = slices.Sorted(maps.Keys(cfg.Adapters))
+	}
+	if slices.Contains(known, name) {
+		return nil
+	}
+	msg := fmt.Sprintf("%s names no %s %q, so pausing it would pause nothing", configPath, target, name)
+	if s := suggest.Closest(name, known); s != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return usagef("%s; its %ss: %s", msg, target, strings.Join(known, ", "))
 }
 
 func printPauses(w io.Writer, ps []ops.Pause) {
