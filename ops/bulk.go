@@ -126,6 +126,10 @@ func leaseWhy(r candidate) string {
 	if r.LeaseExpiresAt == nil {
 		return "a worker holds its lease; the request may be under way"
 	}
+	if r.LeaseExpired {
+		return "its lease expired at " + r.LeaseExpiresAt.UTC().Format(time.RFC3339) +
+			" (its replica died or lost the database): a reclaimer takes it back within seconds, then run this again; its last request may have been sent"
+	}
 	return "a worker holds its lease until " + r.LeaseExpiresAt.UTC().Format(time.RFC3339) + "; the request may be under way"
 }
 

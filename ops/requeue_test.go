@@ -63,6 +63,23 @@ func TestRequeueRefusals(t *testing.T) {
 	}
 }
 
+// TestExpiredLeaseRefusalSaysSo: an in_flight row whose lease expired (its
+// replica died) is refused as in flight, saying the lease expired and a
+// reclaimer takes it back, not that a worker holds it until a time already
+// past.
+func TestExpiredLeaseRefusalSaysSo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.enqueue("r1", "charge", 1)
+	e.set(k[0], outbox.StatusInFlight, 1)
+	e.exec(`UPDATE drainer.outbox SET lease_expires_at = now() - interval '20 seconds' WHERE key = $1`, k[0])
+	_, err := e.c.Cancel(t.Context(), k[0], Who{Actor: "alice", Reason: "stop"}, false)
+	te := wantRefused(t, err, k[0], outbox.StatusInFlight)
+	if !strings.Contains(te.Why, "its lease expired at") || !strings.Contains(te.Why, "reclaimer") || strings.Contains(te.Why, "holds its lease until") {
+		t.Fatalf("why = %q, want the expired lease and the reclaimer", te.Why)
+	}
+}
+
 func TestRequeuePendingAndCancelled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -19,11 +19,15 @@ type Candidate struct {
 	Status         outbox.Status `db:"status"`
 	Attempts       int           `db:"attempts"`
 	LeaseExpiresAt *time.Time    `db:"lease_expires_at"`
+	// LeaseExpired: the lease ended before now, on the database's clock
+	// (its replica died or lost the database; a reclaimer takes it back).
+	LeaseExpired bool `db:"lease_expired"`
 	// NotBefore is the row's floor when it lies in the future.
 	NotBefore *time.Time `db:"not_before"`
 }
 
 const candidateColumns = `o.key, o.seq, o.agent_run_id, o.step_id, o.tool_name, o.kind, o.status, o.attempts, o.lease_expires_at,
+	coalesce(o.lease_expires_at <= now(), false) AS lease_expired,
 	CASE WHEN o.not_before > now() THEN o.not_before END AS not_before`
 
 // candidatesSQL reads the next batch of rows matching a filter (%s) in seq
