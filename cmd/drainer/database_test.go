@@ -285,3 +285,29 @@ databases:
 		bad+":7:3: databases.query.sql: required field is missing",
 		bad+`:8:12: databases.refresh: must be positive, got "0s"`)
 }
+
+// TestErrorsNameTheDatabase: with --database NAME, an error names the
+// database it came from, and a connection that fails names neither the
+// URL's user nor its database name ("names, never urls").
+func TestErrorsNameTheDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	d := newOpsDB(t)
+	fileA := writeTemp(t, dir, "a.url", d.url+"\n")
+	cfg := writeTemp(t, dir, "drainer.yaml", `
+databases:
+  static:
+    - {name: tenant-a, url: "${file:`+fileA+`}"}
+    - {name: tenant-dead, url: "`+unreachableURL+`"}
+`)
+	code, _, errb := runCLI("resolve", "idem_v1_00000000000000000000000000000000", "--note", "x", "--actor", "alice",
+		"--database", "tenant-a", "--config", cfg)
+	want(t, code, errb, 1, "database tenant-a: ", "no row with key idem_v1_00000000000000000000000000000000")
+	code, _, errb = runCLI("list", "--database", "tenant-dead", "--config", cfg)
+	want(t, code, errb, 1, "database tenant-dead: connect: ")
+	for _, leak := range []string{"user=", "database=", "nobody"} {
+		if strings.Contains(errb, leak) {
+			t.Errorf("the connect error shows %q: %s", leak, errb)
+		}
+	}
+}

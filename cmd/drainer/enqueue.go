@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/internal/catalog"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -38,9 +40,9 @@ or a \uD800-\uDFFF escape without its other half.`,
 				return usageError{err}
 			}
 			ctx := cmd.Context()
-			conn, err := pgx.Connect(ctx, g.databaseURL)
+			conn, err := catalog.Connect(ctx, config.Secret(g.databaseURL), "")
 			if err != nil {
-				return fmt.Errorf("connect: %w", err)
+				return err
 			}
 			defer conn.Close(ctx)
 			var key string

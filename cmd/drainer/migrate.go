@@ -60,9 +60,9 @@ the steps committed before it staying applied.`,
 			if err := g.requireDB(cmd.Context()); err != nil {
 				return err
 			}
-			conn, err := pgx.Connect(cmd.Context(), g.databaseURL)
+			conn, err := catalog.Connect(cmd.Context(), config.Secret(g.databaseURL), "")
 			if err != nil {
-				return fmt.Errorf("connect: %w", err)
+				return err
 			}
 			defer conn.Close(cmd.Context())
 			r, err := migrations.MigrateReport(cmd.Context(), conn, g.schema, opts)

@@ -14,10 +14,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/internal/catalog"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/ops"
 	"github.com/drainer-io/drainer/store"
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 )
 
@@ -113,9 +114,9 @@ func (o *opFlags) client(ctx context.Context) (c *ops.Client, close func(), err 
 	if err := o.validate(ctx); err != nil {
 		return nil, nil, err
 	}
-	conn, err := pgx.Connect(ctx, o.g.databaseURL)
+	conn, err := catalog.Connect(ctx, config.Secret(o.g.databaseURL), "")
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
+		return nil, nil, err
 	}
 	if _, err := migrations.Check(ctx, conn, o.g.schema); err != nil {
 		conn.Close(ctx)

@@ -193,11 +193,11 @@ func executeIn(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetIn(stdin)
 	releaseUnlessOwned(root, args)
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "drainer:", err)
+	fmt.Fprintln(stderr, "drainer:", withDatabase(cmd, err))
 	var ue usageError
 	var ce *daemon.ConfigError
 	switch {
@@ -206,6 +206,21 @@ func executeIn(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	default:
 		return exitRuntime
 	}
+}
+
+// withDatabase names the database of --database NAME in an error that does
+// not: with a fleet's databases, "no row with key X" must say where it
+// looked.
+func withDatabase(cmd *cobra.Command, err error) string {
+	msg := err.Error()
+	if cmd == nil {
+		return msg
+	}
+	f := cmd.Flags().Lookup("database")
+	if f == nil || f.Value.String() == "" || strings.Contains(msg, f.Value.String()) {
+		return msg
+	}
+	return "database " + f.Value.String() + ": " + msg
 }
 
 // isCobraUsage recognises cobra's own error for an unknown subcommand
