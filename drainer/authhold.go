@@ -38,7 +38,37 @@ const (
 	// authProbeLost: a recheck without an answer for this long (its worker
 	// died with the lease) no longer keeps the others waiting.
 	authProbeLost = time.Minute
+	// authHoldLapse: a hold over for this long with no row come to
+	// recheck it holds nothing back (the replica has no rows of the route:
+	// another replica's request may well have ended its own hold). It
+	// lapses: /readyz and drainer_hold_seconds stop reporting it, so a page
+	// on a long hold clears once the credentials are fixed, and the next
+	// row goes out as usual.
+	authHoldLapse = time.Minute
 )
+
+// lapseLocked drops the holds over for g.lapse with no recheck under way;
+// g.authMu is held.
+func (g *gate) lapseLocked(now time.Time) {
+	lapsed := func(h *hold) bool {
+		return h != nil && h.probeAt.IsZero() && now.Sub(h.until) >= g.lapse
+	}
+	var gone []string
+	for r, h := range g.held {
+		if lapsed(h) {
+			delete(g.held, r)
+			gone = append(gone, r)
+		}
+	}
+	if lapsed(g.whole) {
+		g.whole = nil
+		gone = append(gone, wholeAdapter)
+	}
+	for _, r := range gone {
+		g.log.Info("auth hold lapsed: no row came to recheck the credentials after it ended", "adapter", g.name, "route", r,
+			"ended_ago", g.lapse.Round(time.Second))
+	}
+}
 
 // holdAdmit checks the adapter's hold and route's: how long the row must
 // still wait, or, when a hold is over, the holds this row rechecks.
@@ -46,6 +76,7 @@ func (g *gate) holdAdmit(route string) (probing []*hold, left time.Duration) {
 	g.authMu.Lock()
 	defer g.authMu.Unlock()
 	now := time.Now()
+	g.lapseLocked(now)
 	for _, h := range []*hold{g.whole, g.held[route]} {
 		switch {
 		case h == nil:

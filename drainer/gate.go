@@ -36,6 +36,7 @@ type gate struct {
 	routes map[string]bool  // the routes (tools) of the loaded config sending to this adapter
 	held   map[string]*hold // route -> its auth hold
 	whole  *hold            // the whole adapter, once several routes are refused alike
+	lapse  time.Duration    // authHoldLapse (shorter in tests)
 }
 
 // GatePolicy is the protective policy of one adapter.
@@ -59,7 +60,7 @@ func newGate(name string, p GatePolicy, m *Metrics, log *slog.Logger) *gate {
 
 // newGateWithClock is newGate with the clock its breaker reads.
 func newGateWithClock(name string, p GatePolicy, m *Metrics, log *slog.Logger, now func() time.Time) *gate {
-	g := &gate{name: name, log: log, routes: map[string]bool{}, held: map[string]*hold{}}
+	g := &gate{name: name, log: log, routes: map[string]bool{}, held: map[string]*hold{}, lapse: authHoldLapse}
 	if p.BreakerFailures > 0 {
 		g.breaker = newBreaker(p.BreakerFailures, p.BreakerOpenFor, now, func(tr breakerTransition) {
 			g.logBreaker(tr)
@@ -215,6 +216,7 @@ func (g *gate) status(now time.Time) AdapterState {
 	}
 	g.authMu.Lock()
 	defer g.authMu.Unlock()
+	g.lapseLocked(now)
 	if g.whole != nil {
 		st.Holds = append(st.Holds, Hold{Route: wholeAdapter, Since: g.whole.since})
 		if st.Ready {

@@ -147,3 +147,41 @@ func TestSnapshotAgeGrowsWhileNoSnapshotIsRead(t *testing.T) {
 		t.Errorf("ten minutes after the last read: age %v s, want at least 602", age)
 	}
 }
+
+// TestAuthHoldLapsesWithoutRows: a hold whose time is over and that no row
+// came to recheck (this replica has no more rows of the route; another
+// replica's accepted request ended its own hold) lapses: the gauge and
+// readiness stop reporting it. Before, the hold's age grew for ever on
+// such a replica and a page on a long hold never cleared after the fix.
+func TestAuthHoldLapsesWithoutRows(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, "test")
+	g := newGate("pay", GatePolicy{}, m, slog.New(slog.DiscardHandler))
+	g.lapse = 50 * time.Millisecond
+	g.setRoutes(map[string]bool{"charge": true})
+	states := func() []AdapterState { return []AdapterState{g.status(time.Now())} }
+	m.adapterStates.Store(&states)
+	g.noteAuth("charge", dispatch.Result{Outcome: dispatch.Auth, Status: 401})
+	if got := series(t, reg, "drainer_hold_seconds"); got["pay/charge"] <= 0 || got["pay/*"] <= 0 {
+		t.Fatalf("drainer_hold_seconds once held: %v; want the route and the whole adapter held", got)
+	}
+	if st := g.status(time.Now()); st.Ready {
+		t.Fatal("ready while the whole adapter is held")
+	}
+	// Still held while its time runs: a second and the lapse after it.
+	if got := series(t, reg, "drainer_hold_seconds"); got["pay/charge"] <= 0 {
+		t.Fatalf("the hold lapsed before its end: %v", got)
+	}
+	time.Sleep(holdFor(0) + 2*g.lapse)
+	got := series(t, reg, "drainer_hold_seconds")
+	if got["pay/charge"] != 0 || got["pay/*"] != 0 {
+		t.Fatalf("drainer_hold_seconds a lapse after the hold ended with no recheck: %v; want 0", got)
+	}
+	if st := g.status(time.Now()); !st.Ready || len(st.Holds) != 0 {
+		t.Fatalf("status after the lapse: %+v; want ready, no hold", st)
+	}
+	if _, left := g.holdAdmit("charge"); left != 0 {
+		t.Fatalf("a row after the lapse waits %v", left)
+	}
+}
