@@ -41,7 +41,7 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger, rer
 	if err != nil {
 		return nil, &ConfigError{fmt.Errorf("database URL: %s", redactDSNError(err))}
 	}
-	pc.MaxConns = int32(min(workers/4+8, 64))
+	pc.MaxConns = poolMaxConns(url, pc.MaxConns, workers)
 	store.SessionDefaults(pc.ConnConfig)
 	if reread != nil {
 		pc.BeforeConnect = (&credentials{reread: reread, log: log,
@@ -75,6 +75,17 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger, rer
 		}
 		delay = min(delay*2, 30*time.Second)
 	}
+}
+
+// poolMaxConns is the pool's size: the URL's pool_max_conns when it sets
+// one (parsed, its value given), else what the workers need, at most 64.
+// A URL sized for a small shared server is obeyed: the drain waits for a
+// connection rather than exhausting the server's.
+func poolMaxConns(url string, parsed int32, workers int) int32 {
+	if strings.Contains(url, "pool_max_conns") {
+		return parsed
+	}
+	return int32(min(workers/4+8, 64))
 }
 
 // credentials gives each new connection the user and password that
