@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/drainer-io/drainer/outbox"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 )
@@ -86,13 +88,35 @@ func (c *Client) inspectPruned(ctx context.Context, tx pgx.Tx, key string, notFo
 		return nil, fmt.Errorf("inspect %s: tombstone: %w", key, err)
 	}
 	if ts == nil {
-		return nil, notFound
+		return c.inspectChain(ctx, tx, key, notFound)
 	}
 	in := &Inspection{Key: key, Status: ts.FinalStatus, PrunedAt: &ts.PrunedAt, RunRows: []RunRow{}}
 	if in.Audit, err = c.auditOf(ctx, tx, key); err != nil {
 		return nil, err
 	}
 	return in, nil
+}
+
+// OperatorChains are the prefixes of the audit chains that record what was
+// done to something other than a row: pauses and resumes of a route or an
+// adapter, aborts and revivals of a run.
+var OperatorChains = []string{"route:", "adapter:", "run:"}
+
+// inspectChain answers the audit of an operator chain (route:X, adapter:A,
+// run:R): no row, no status, its entries oldest first. Any other key, or
+// a chain nobody wrote, is notFound.
+func (c *Client) inspectChain(ctx context.Context, tx pgx.Tx, key string, notFound error) (*Inspection, error) {
+	if !slices.ContainsFunc(OperatorChains, func(p string) bool { return strings.HasPrefix(key, p) }) {
+		return nil, notFound
+	}
+	audit, err := c.auditOf(ctx, tx, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(audit) == 0 {
+		return nil, notFound
+	}
+	return &Inspection{Key: key, RunRows: []RunRow{}, Audit: audit}, nil
 }
 
 func (c *Client) auditOf(ctx context.Context, db store.DB, key string) ([]AuditEntry, error) {

@@ -22,8 +22,10 @@ last_problem included; long values are truncated in the table view, complete
 with --output json), the saga of its run if the run is aborted, the rows of
 its run in seq order, and the key's audit trail.
 
-A pruned key answers its final status from the tombstones. An unknown key
-is an error (exit 1).`,
+A pruned key answers its final status from the tombstones. KEY may also
+name an operator chain: route:TOOL or adapter:NAME (its pauses and
+resumes), run:RUN (its aborts and revivals), answered with its audit
+entries. An unknown key is an error (exit 1).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, done, err := o.client(cmd.Context())
@@ -48,12 +50,17 @@ is an error (exit 1).`,
 
 func printInspection(w io.Writer, in *ops.Inspection) {
 	kv := newTable(w, "FIELD", "VALUE")
-	if in.Row == nil {
+	switch {
+	case in.Row == nil && in.PrunedAt == nil:
+		kv.row("chain", in.Key)
+		kv.row("entries", strconv.Itoa(len(in.Audit)))
+		_ = kv.flush()
+	case in.Row == nil:
 		kv.row("key", in.Key)
 		kv.row("status", string(in.Status))
 		kv.row("pruned_at", fmtTimeP(in.PrunedAt))
 		_ = kv.flush()
-	} else {
+	default:
 		printRowFields(kv, in.Row)
 		_ = kv.flush()
 	}
