@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,7 +27,8 @@ const codeBusy = -32000
 // admit takes one of the slots for a POST (Config.MaxRequests) before it
 // reads its body (at most maxRequestBytes, within the server's
 // ReadTimeout), refuses a JSON-RPC batch (400), and holds one of the slots
-// for a tools/call until it is answered: a request or a call that finds
+// for a tools/call until it is answered, or its agent hangs up (the call's
+// wait ends then: hungUp): a request or a call that finds
 // none free is answered 503 with Retry-After at once, and nothing of it is
 // recorded or sent. Every other request goes on as it came.
 func (g *Gateway) admit(next http.Handler) http.Handler {
@@ -96,8 +98,21 @@ func (g *Gateway) admit(next http.Handler) http.Handler {
 			return
 		}
 		defer func() { <-g.slots }()
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, r.Context())))
 	})
+}
+
+// requestKey holds, in a tools/call's context, the context of its HTTP
+// request, which ends when the agent hangs up. The SDK's handler context
+// carries the request's values but does not end with it.
+type requestKey struct{}
+
+// hungUp is closed once the agent of the call of ctx hung up (nil: never).
+func hungUp(ctx context.Context) <-chan struct{} {
+	if r, ok := ctx.Value(requestKey{}).(context.Context); ok {
+		return r.Done()
+	}
+	return nil
 }
 
 // isBatch reports a body that is a JSON array: its first byte past JSON's

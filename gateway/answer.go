@@ -15,19 +15,18 @@ import (
 // tool result recorded when its row settled, exactly as the first call got
 // it; or, when the row holds none, an isError result naming the key and
 // what a human must do. replay marks every answer but the one to the call
-// that created the row.
-func answer(c store.Call, replay bool) *sdk.CallToolResult {
+// that created the row. typed says the tool declares an outputSchema: a
+// client then rejects a result that is not isError and has no
+// structuredContent, so an answer without the tool's structuredContent is
+// isError (its text and _meta saying what happened).
+func answer(c store.Call, replay, typed bool) *sdk.CallToolResult {
 	meta := sdk.Meta{MetaKey: c.Key}
 	if replay {
 		meta[MetaReplay] = true
 	}
 	if len(c.Record) > 0 && (c.Status == outbox.StatusSucceeded || c.Status == outbox.StatusFailed) {
 		if n, tooLarge := recordTooLarge(c.Record); tooLarge {
-			meta[mcp.MetaTooLarge] = n
-			res := textResult(meta, fmt.Sprintf("The tool answered (%d bytes), more than drainer keeps of a result; the call took effect once (key %s, status %s). "+
-				"Its response as stored: %s", n, c.Key, c.Status, excerpt(c.Response)))
-			res.IsError = c.Status != outbox.StatusSucceeded
-			return res
+			return tooLargeAnswer(c, meta, n, typed)
 		}
 		if res, err := fromRecord(c.Record); err == nil {
 			res.Meta = meta
@@ -38,10 +37,16 @@ func answer(c store.Call, replay bool) *sdk.CallToolResult {
 	switch c.Status {
 	case outbox.StatusSucceeded:
 		// Settled without a tool result (resolved by an operator, say).
+		if typed {
+			return errorResult(meta, fmt.Sprintf("The call succeeded (key %s) and took effect once, but drainer holds no result of the tool "+
+				"(the outcome was settled without one, by an operator, say): there is no structured result to give. Do not call it again "+
+				"for it. Its response as stored: %s", c.Key, excerpt(c.Response)))
+		}
 		return textResult(meta, fmt.Sprintf("The call succeeded (key %s); its response as stored: %s", c.Key, excerpt(c.Response)))
 	case outbox.StatusOutcomeUnknown:
 		return errorResult(meta, fmt.Sprintf("The call may or may not have taken effect (key %s): %s. It is parked and will not be sent again: "+
-			"a human must check with the tool's owner and run `drainer resolve %s --note ...`. Calling again answers the same until then.", c.Key, c.LastError, c.Key))
+			"a human must check with the tool's owner and run `drainer resolve %s --outcome succeeded --note ...` if it took effect, "+
+			"or `drainer resolve %s --outcome failed --note ...` if it did not. Calling again answers the same until then.", c.Key, c.LastError, c.Key, c.Key))
 	case outbox.StatusCancelled:
 		return errorResult(meta, fmt.Sprintf("The call was cancelled before it was sent (key %s): its run was aborted or an operator cancelled it. Nothing was sent.", c.Key))
 	case outbox.StatusCompensated:
@@ -50,6 +55,45 @@ func answer(c store.Call, replay bool) *sdk.CallToolResult {
 		return errorResult(meta, fmt.Sprintf("The call failed and will not be sent again (key %s): %s. "+
 			"A human can inspect it (`drainer inspect %s`) and requeue it (`drainer requeue %s`) once the cause is fixed.", c.Key, c.LastError, c.Key, c.Key))
 	}
+}
+
+// tooLargeAnswer is the answer about a call whose result was too large to
+// record (n bytes): a text saying so, with the result's structuredContent
+// when the row's response holds it (the mcp adapter stores a result's
+// structuredContent as the row's response, whole when it is within the
+// response limit). A tool declaring an outputSchema whose structuredContent
+// was not kept either is answered isError, saying the call took effect.
+func tooLargeAnswer(c store.Call, meta sdk.Meta, n int64, typed bool) *sdk.CallToolResult {
+	meta[mcp.MetaTooLarge] = n
+	res := textResult(meta, fmt.Sprintf("The tool answered (%d bytes), more than drainer keeps of a result; the call took effect once (key %s, status %s). "+
+		"Its response as stored: %s", n, c.Key, c.Status, excerpt(c.Response)))
+	res.IsError = c.Status != outbox.StatusSucceeded
+	if sc, ok := structuredResponse(c.Response); ok {
+		res.StructuredContent = sc
+	} else if typed && !res.IsError {
+		meta[MetaStatus] = string(c.Status)
+		res = errorResult(meta, fmt.Sprintf("The tool answered (%d bytes), more than drainer keeps of a result, its structured result too: "+
+			"the call succeeded and took effect once (key %s), but drainer has no structured result to give. Do not call it again for it.", n, c.Key))
+	}
+	return res
+}
+
+// structuredResponse returns a row's response when it is a tool result's
+// structuredContent: not what the mcp adapter stores otherwise, a
+// result's {"content": [...]} or a response cut short or not storable as
+// it is ({"body": "...", "truncated": ...}).
+func structuredResponse(resp json.RawMessage) (json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(resp, &m) != nil || m == nil {
+		return nil, false // none, null, or not an object (structuredContent is one)
+	}
+	_, hasBody := m["body"]
+	_, hasTruncated := m["truncated"]
+	_, hasContent := m["content"]
+	if (len(m) == 2 && hasBody && hasTruncated) || (len(m) == 1 && hasContent) {
+		return nil, false
+	}
+	return resp, true
 }
 
 // timedOut answers a call whose row had not settled within the wait.

@@ -35,7 +35,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if req.Extra != nil {
 		header = req.Extra.Header
 	}
-	tuple, canon, err := identify(t.Name, req.Params.Arguments, req.Params.Meta, header)
+	tuple, payload, err := identify(t.Name, req.Params.Arguments, req.Params.Meta, header)
 	if err != nil {
 		g.log.Info("gateway: call refused", "tool", t.Name, "reason", err.Error())
 		return nil, invalidParams(err.Error())
@@ -46,7 +46,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 		tp = ""
 	}
 	if t.Passthrough {
-		res, sent := g.passthrough(ctx, t, key, tuple, canon, tp)
+		res, sent := g.passthrough(ctx, t, key, tuple, payload, tp)
 		if sent {
 			outcome = OutcomePassthrough
 		}
@@ -58,7 +58,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	settled, stopWatching := g.watch.watch(key)
 	defer stopWatching()
 	in := store.Intent{AgentRunID: tuple.AgentRunID, StepID: tuple.StepID, ToolName: tuple.ToolName,
-		BusinessScope: tuple.BusinessScope, Payload: canon}
+		BusinessScope: tuple.BusinessScope, Payload: payload}
 	if tp != "" {
 		in.Traceparent = &tp
 	}
@@ -71,11 +71,21 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	}
 	// A row created and leased here is in flight: it settles later. One
 	// created and not leased may be settled already (cancelled, its run
-	// aborted), and is read at once.
-	c, joined, err := g.await(ctx, key, settled, enq.Created, enq.Created && !leased, deadline)
+	// aborted), and is read at once. An agent that hangs up ends the
+	// wait at once, freeing its slot: its row stays recorded and goes
+	// on, and its retry joins it.
+	c, joined, err := g.await(ctx, key, settled, hungUp(ctx), enq.Created, enq.Created && !leased, deadline)
+	if errors.Is(err, errHungUp) {
+		outcome = OutcomeTimeout
+		g.log.Debug("gateway: the agent hung up; its call goes on", "tool", t.Name, "key", key)
+		return timedOut(c, g.cfg.Wait, !enq.Created), nil
+	}
 	res, outcome, err = g.respond(t, key, c, enq.Created, joined, err)
 	return res, err
 }
+
+// errHungUp ends the wait of a call whose agent hung up.
+var errHungUp = errors.New("the agent hung up")
 
 // respond is the answer to a recorded call of key from its row c as await
 // left it (err its error), and the call's outcome: created says this call
@@ -101,7 +111,7 @@ func (g *Gateway) respond(t *Tool, key string, c store.Call, created, joined boo
 	default:
 		outcome = OutcomeReplayed
 	}
-	res := answer(c, !created)
+	res := answer(c, !created, t.typed)
 	if created || joined {
 		// The call that waited for the row gets a result too large to
 		// record whole, when this process sent it.
@@ -217,14 +227,15 @@ func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.Cal
 }
 
 // await reads the row of key until it settled, the wait ended (at
-// deadline) or ctx ended; joined says it was not settled at first. A row
+// deadline) or ctx ended, or until gone is closed (the agent hung up:
+// errHungUp, at once); joined says it was not settled at first. A row
 // this call just created is not read before its first announcement (or
 // recheck), unless readFirst: it was pending or leased when it was
 // committed (its state as last known, should a read fail), and the
 // interest in it was registered before, so its settling is not missed.
 // readFirst: it was not leased by this call, and may have been created
 // settled (cancelled: its run is aborted), which nothing announces.
-func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}, created, readFirst bool, deadline time.Time) (store.Call, bool, error) {
+func (g *Gateway) await(ctx context.Context, key string, settled, gone <-chan struct{}, created, readFirst bool, deadline time.Time) (store.Call, bool, error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	tick := time.NewTicker(recheck)
@@ -258,6 +269,8 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan struct{}
 			return g.lastLook(ctx, c, known)
 		case <-ctx.Done():
 			return g.lastLook(ctx, c, known)
+		case <-gone:
+			return c, false, errHungUp
 		case <-g.closing:
 			// the row's state now, for the answer (the daemon is stopping)
 			return g.lastLook(ctx, c, known)
@@ -318,7 +331,7 @@ const (
 // straight to its server, unrecorded, with its key, once its route and
 // adapter admit it (Config.Admit: pauses, breaker, rate limit, concurrency
 // cap). sent says whether it went out.
-func (g *Gateway) passthrough(ctx context.Context, t *Tool, key string, tuple idemkey.Tuple, canon []byte, tp string) (res *sdk.CallToolResult, sent bool) {
+func (g *Gateway) passthrough(ctx context.Context, t *Tool, key string, tuple idemkey.Tuple, payload []byte, tp string) (res *sdk.CallToolResult, sent bool) {
 	meta := sdk.Meta{MetaKey: key}
 	done := func(dispatch.Result) {}
 	if g.cfg.Admit != nil {
@@ -328,7 +341,7 @@ func (g *Gateway) passthrough(ctx context.Context, t *Tool, key string, tuple id
 			return errorResult(meta, fmt.Sprintf("%s (read-only tool, not recorded) was not sent: %v; call again later", t.Name, err)), false
 		}
 	}
-	m := &dispatch.Message{Key: key, Tuple: tuple, Payload: canon, Attempt: 1, Traceparent: tp}
+	m := &dispatch.Message{Key: key, Tuple: tuple, Payload: payload, Attempt: 1, Traceparent: tp}
 	r := t.Send(ctx, m)
 	done(r)
 	if _, tooLarge := recordTooLarge(r.Record); tooLarge && t.Oversized != nil {

@@ -16,9 +16,11 @@
 //	admit.go    what a POST must be before the SDK sees it: read only while
 //	            fewer than Config.MaxRequests are, one JSON-RPC message (no
 //	            batch), and a tools/call only while fewer than
-//	            Config.MaxCalls are in progress (503 and Retry-After otherwise)
+//	            Config.MaxCalls are in progress (503 and Retry-After otherwise);
+//	            a call's slot is freed when its agent hangs up (hungUp)
 //	tools.go    the tools listed: each routed tool of the config's mcp
-//	            adapters, with the server's own definition; drainer_abort_run
+//	            adapters, with the server's own definition; drainer_abort_run;
+//	            the expiry of the results kept for the calls (sweepOversized)
 //	call.go     one tools/call: its tuple (identity.go), its record and
 //	            lease to the engine of this process (Config.Lease), its wait;
 //	            a read-only call passed through once admitted (Config.Admit)
@@ -26,11 +28,18 @@
 //	            written together in the next transaction
 //	            (store.EnqueueLeasedBatch); a batch that fails, each alone
 //	identity.go the four-tuple of a call: _meta, X-Agent-Run-Id, the derived
-//	            auto- step id
+//	            auto- step id; its payload, the arguments as sent
+//	stepform.go the canonical form of the arguments the auto- step id hashes:
+//	            RFC 8785, or an exact form when a number is not exact as a
+//	            double (StepForm)
 //	answer.go   the answer of a recorded call from its row and record
+//	abort.go    drainer_abort_run
 //	settle.go   waiting for rows to settle: told in process by this process's
 //	            engine (Gateway.Settled), one LISTEN connection on the settle
 //	            channel (re-armed when it dies) for the others, and a recheck
+//	retry.go    onLive: a statement safe to run again (the record, the
+//	            reads, the wake-up, the abort) runs once more on a live
+//	            connection when its connection was lost
 //	metrics.go  drainer_gateway_calls_total and drainer_gateway_call_seconds
 //
 // What is kept where: the call's row is an ordinary outbox row (its tuple

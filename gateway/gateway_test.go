@@ -52,10 +52,11 @@ type toolServer struct {
 	mu       sync.Mutex
 	effects  map[string]int // per tool
 	byKey    map[string]*sdk.CallToolResult
-	requests map[string]int // per tool, every request
-	waiting  map[string]int // per tool, requests that reached the server's handler (before "slow" waits)
-	auth     map[string]int // Authorization headers seen
-	gate     chan struct{}  // "slow" waits on it
+	requests map[string]int      // per tool, every request
+	waiting  map[string]int      // per tool, requests that reached the server's handler (before "slow" waits)
+	auth     map[string]int      // Authorization headers seen
+	gate     chan struct{}       // "slow" waits on it
+	args     map[string][]string // per tool, the arguments of every request, as received
 }
 
 func newToolServer(t *testing.T) *toolServer {
@@ -69,7 +70,7 @@ func newToolServer(t *testing.T) *toolServer {
 // address takes connections and answers none until srv.Start.
 func newUnstartedToolServer(t *testing.T) (*toolServer, *httptest.Server) {
 	ts := &toolServer{effects: map[string]int{}, byKey: map[string]*sdk.CallToolResult{}, requests: map[string]int{}, waiting: map[string]int{},
-		auth: map[string]int{}, gate: make(chan struct{})}
+		auth: map[string]int{}, gate: make(chan struct{}), args: map[string][]string{}}
 	server := sdk.NewServer(&sdk.Implementation{Name: "tools", Version: "1"}, nil)
 	obj := json.RawMessage(`{"type":"object"}`)
 	yes := true
@@ -90,6 +91,7 @@ func newUnstartedToolServer(t *testing.T) (*toolServer, *httptest.Server) {
 			defer ts.mu.Unlock()
 			ts.requests[name]++
 			ts.auth[req.Extra.Header.Get("Authorization")]++
+			ts.args[name] = append(ts.args[name], string(req.Params.Arguments))
 			if prev, ok := ts.byKey[key]; ok && key != "" {
 				replay := *prev
 				replay.Meta = sdk.Meta{"io.drainer/replay": true}
@@ -121,11 +123,24 @@ func newUnstartedToolServer(t *testing.T) (*toolServer, *httptest.Server) {
 	server.AddTool(&sdk.Tool{Name: "big", InputSchema: obj}, effect("big", func(n int) *sdk.CallToolResult {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", bigResult)}}}
 	}))
+	// Tools declaring an outputSchema whose results are too large to
+	// record: bigtyped's structuredContent is small, bigdoc's is not.
+	server.AddTool(&sdk.Tool{Name: "bigtyped", InputSchema: obj, OutputSchema: json.RawMessage(typedSchema)},
+		effect("bigtyped", func(n int) *sdk.CallToolResult {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", bigResult)}},
+				StructuredContent: json.RawMessage(fmt.Sprintf(`{"n":%d,"ok":true}`, n))}
+		}))
+	server.AddTool(&sdk.Tool{Name: "bigdoc", InputSchema: obj, OutputSchema: json.RawMessage(typedSchema)},
+		effect("bigdoc", func(n int) *sdk.CallToolResult {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "a large document"}},
+				StructuredContent: json.RawMessage(fmt.Sprintf(`{"n":%d,"ok":true,"doc":%q}`, n, strings.Repeat("y", bigResult)))}
+		}))
 	server.AddTool(&sdk.Tool{Name: "lookup", InputSchema: obj, Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			ts.mu.Lock()
 			ts.requests["lookup"]++
 			ts.auth[req.Extra.Header.Get("Authorization")]++
+			ts.args["lookup"] = append(ts.args["lookup"], string(req.Params.Arguments))
 			ts.mu.Unlock()
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "found"}}}, nil
 		})
@@ -139,6 +154,16 @@ func newUnstartedToolServer(t *testing.T) (*toolServer, *httptest.Server) {
 
 // bigResult is the size of the big tool's text: more than the 1 MiB record limit.
 const bigResult = 3 << 19
+
+// typedSchema is the outputSchema of bigtyped and bigdoc.
+const typedSchema = `{"type":"object","properties":{"n":{"type":"integer"},"ok":{"type":"boolean"},"doc":{"type":"string"}},"required":["n","ok"]}`
+
+// argsOf is the arguments of every request of tool the server received.
+func (ts *toolServer) argsOf(tool string) []string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return append([]string(nil), ts.args[tool]...)
+}
 
 func (ts *toolServer) count(m map[string]int, k string) int {
 	ts.mu.Lock()
@@ -195,6 +220,8 @@ routes:
   slow: {adapter: tools, class: key_idempotent}
   lookup: {adapter: tools, class: naturally_idempotent}
   big: {adapter: tools, class: key_idempotent}
+  bigtyped: {adapter: tools, class: key_idempotent}
+  bigdoc: {adapter: tools, class: key_idempotent}
 gateway:
   token: ${env:GW_TEST_TOKEN}
   wait: %s

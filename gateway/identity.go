@@ -10,7 +10,6 @@ import (
 	"net/http"
 
 	"github.com/drainer-io/drainer/idemkey"
-	"github.com/gowebpki/jcs"
 )
 
 // The _meta fields and the header that identify a call (docs/reference.md §13).
@@ -34,24 +33,24 @@ const (
 var errNoRun = fmt.Errorf("tools/call names no run: set _meta[%q] or the %s header", MetaAgentRunID, HeaderAgentRunID)
 
 // identify returns the four-tuple of a call of tool with args (a JSON
-// object) and meta, and its canonical arguments: agent_run_id from meta,
+// object) and meta, and its payload: the arguments as the agent sent them
+// (compacted; {} when absent), numbers as written. agent_run_id from meta,
 // else the X-Agent-Run-Id header; step_id from meta, else AutoStepID;
-// business_scope from meta, else empty.
+// business_scope from meta, else empty. An empty string in meta counts as
+// absent for agent_run_id and step_id.
 func identify(tool string, args json.RawMessage, meta map[string]any, h http.Header) (idemkey.Tuple, []byte, error) {
-	canon, err := canonicalArgs(args)
+	payload, canon, err := callArgs(args)
 	if err != nil {
 		return idemkey.Tuple{}, nil, err
 	}
 	t := idemkey.Tuple{ToolName: tool}
-	var ok bool
-	if t.AgentRunID, ok, err = metaString(meta, MetaAgentRunID); err != nil {
+	if t.AgentRunID, err = runID(meta, h); err != nil {
 		return t, nil, err
-	} else if !ok {
-		t.AgentRunID = h.Get(HeaderAgentRunID)
 	}
 	if t.AgentRunID == "" {
 		return t, nil, errNoRun
 	}
+	var ok bool
 	if t.StepID, ok, err = metaString(meta, MetaStepID); err != nil {
 		return t, nil, err
 	} else if !ok || t.StepID == "" {
@@ -63,14 +62,27 @@ func identify(tool string, args json.RawMessage, meta map[string]any, h http.Hea
 	if err := t.Validate(); err != nil {
 		return t, nil, err
 	}
-	return t, canon, nil
+	return t, payload, nil
+}
+
+// runID is the run a call names: _meta[MetaAgentRunID] when it is set and
+// not empty, else the X-Agent-Run-Id header ("" when neither names one).
+func runID(meta map[string]any, h http.Header) (string, error) {
+	run, _, err := metaString(meta, MetaAgentRunID)
+	if err != nil {
+		return "", err
+	}
+	if run == "" {
+		run = h.Get(HeaderAgentRunID)
+	}
+	return run, nil
 }
 
 // AutoStepID is the step id of a call that names none: "auto-" and the
-// first 16 hex digits of sha256(tool, 0x00, the RFC 8785 canonical JSON of
-// the arguments). A harness that sends the same call again, under any
-// request id, derives the same step; an agent that means a second identical
-// call names its own step_id.
+// first 16 hex digits of sha256(tool, 0x00, the canonical form of the
+// arguments: StepForm). A harness that sends the same call again, under
+// any request id, derives the same step; an agent that means a second
+// identical call names its own step_id.
 func AutoStepID(tool string, canonicalArgs []byte) string {
 	h := sha256.New()
 	h.Write([]byte(tool))
@@ -79,21 +91,26 @@ func AutoStepID(tool string, canonicalArgs []byte) string {
 	return AutoStepPrefix + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// canonicalArgs returns the RFC 8785 form of a call's arguments, which must
-// be a JSON object (absent: {}).
-func canonicalArgs(args json.RawMessage) ([]byte, error) {
+// callArgs returns a call's arguments, which must be a JSON object
+// (absent: {}): as sent, compacted (the payload: its numbers as written),
+// and in their canonical form (StepForm).
+func callArgs(args json.RawMessage) (payload, canon []byte, err error) {
 	trimmed := bytes.TrimSpace(args)
 	if len(trimmed) == 0 || string(trimmed) == "null" {
-		return []byte("{}"), nil
+		return []byte("{}"), []byte("{}"), nil
 	}
 	if trimmed[0] != '{' {
-		return nil, errors.New("tools/call arguments must be a JSON object")
+		return nil, nil, errors.New("tools/call arguments must be a JSON object")
 	}
-	canon, err := jcs.Transform(trimmed)
+	canon, err = StepForm(trimmed)
 	if err != nil {
-		return nil, fmt.Errorf("tools/call arguments are not canonical JSON: %v", err)
+		return nil, nil, err
 	}
-	return canon, nil
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, trimmed); err != nil {
+		return nil, nil, fmt.Errorf("tools/call arguments are not JSON: %v", err)
+	}
+	return buf.Bytes(), canon, nil
 }
 
 // metaString reads a string field of _meta: ok is false when absent; a
