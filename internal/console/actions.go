@@ -210,7 +210,7 @@ func (s *Server) act(ctx context.Context, o *outcome, verb string, v url.Values,
 		}
 		return s.confirm(ctx, o, verb, id, v, who)
 	}
-	d, err := s.databaseNamed(v.Get("database"))
+	d, err := s.actionDatabase(ctx, verb, v)
 	if err != nil {
 		return err
 	}
@@ -283,13 +283,19 @@ func (s *Server) pauseAction(ctx context.Context, o *outcome, d *db, verb string
 	res := o.result
 	var err error
 	if verb == verbPause {
+		// A name the config does not know would pause nothing.
+		if err := s.knownName(target, name); err != nil {
+			return err
+		}
 		res.Pause, err = d.ops.Pause(ctx, target, name, who)
 	} else {
+		// Resume takes any name: a pause outlives its route or adapter.
 		res.Pause, err = d.ops.Resume(ctx, target, name, who)
 	}
 	if err != nil {
 		return err
 	}
+	s.pauses.forget()
 	s.log.Info("console action", "action", verb, "actor", who.Actor, "database", d.Name, "target", target, "name", name, "answer", o.id)
 	return nil
 }

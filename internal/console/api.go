@@ -33,6 +33,8 @@ type apiError struct {
 	Msg    string
 	// Refused carries a refused transition (409).
 	Refused *ops.TransitionError
+	// Pauses are those read, when some database's could not be (503).
+	Pauses []Pause
 }
 
 func (e *apiError) Error() string { return e.Msg }
@@ -331,6 +333,9 @@ func errorBody(ae *apiError) map[string]any {
 	if ae.Refused != nil {
 		body["refused"] = ae.Refused
 	}
+	if ae.Pauses != nil {
+		body["pauses"] = ae.Pauses
+	}
 	return body
 }
 
@@ -340,7 +345,15 @@ func (s *Server) apiStats(r *http.Request, d *db) (any, error) {
 	if s.cfg.Fleet != nil && r.URL.Query().Get("database") != "" {
 		return s.stats.of(r.Context(), d)
 	}
+	// The whole fleet's overview costs no connection: its pauses, which
+	// live in each database, are read by /api/v1/pauses.
 	return s.stats.snapshot(), nil
+}
+
+// wholeFleet says whether r shows every database of a fleet (it names
+// none).
+func (s *Server) wholeFleet(r *http.Request) bool {
+	return s.cfg.Fleet != nil && r.URL.Query().Get("database") == ""
 }
 
 func (s *Server) apiRows(r *http.Request, d *db) (any, error) {
@@ -355,6 +368,17 @@ func (s *Server) apiRun(r *http.Request, d *db) (any, error) {
 	return s.run(r.Context(), d, r.PathValue("run"))
 }
 
+// apiPauses lists the pauses of the database, or of every database of a
+// fleet when none is named: then a database whose pauses could not be
+// read makes it a 503 naming it, the others' pauses in its body.
 func (s *Server) apiPauses(r *http.Request, d *db) (any, error) {
-	return d.ops.Pauses(r.Context())
+	if !s.wholeFleet(r) {
+		return pausesOf(r.Context(), d)
+	}
+	ps, unread := s.allPauses(r.Context())
+	if len(unread) > 0 {
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Pauses: ps,
+			Msg: "the pauses of " + listNames(unread) + " could not be read: pauses holds the others'"}
+	}
+	return ps, nil
 }

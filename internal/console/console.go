@@ -47,6 +47,14 @@ type Config struct {
 	Store *store.Store
 	// Adapters returns the adapters' breakers and holds (nil: none known).
 	Adapters func() []drainer.AdapterState
+	// EngineAdapters, with a fleet, returns the breakers and holds of the
+	// engines of this replica, by the database each drains: a database
+	// missing from the map is not drained here (nil: none known).
+	EngineAdapters func() map[string][]drainer.AdapterState
+	// Names returns the routes and adapters of the config in force: a
+	// pause naming another is refused (nil, or nothing returned: not
+	// checked).
+	Names func() (routes, adapters []string)
 	// Routed returns the tools the routing in force names (nil: not
 	// known; the overview then flags the unrouted tools the daemons'
 	// backlog snapshot found).
@@ -96,10 +104,13 @@ type Server struct {
 	stats  *sampler
 	// outcomes are the answers of recent actions, for their pages.
 	outcomes *outcomes
-	srv      *http.Server
-	ln       net.Listener
-	wg       sync.WaitGroup
-	stop     context.CancelFunc
+	// pauses are every database's pauses, read for the whole fleet's
+	// overview and kept a few seconds.
+	pauses fleetPauses
+	srv    *http.Server
+	ln     net.Listener
+	wg     sync.WaitGroup
+	stop   context.CancelFunc
 }
 
 // DefaultSampleEvery is how often the overview's backlog is sampled.

@@ -61,8 +61,22 @@
 // tool, pauses) and the actions go through fleet.Pool, a pool of one
 // connection opened on first use and closed after a minute unused. So an
 // idle console adds nothing to the fleet's 2·D + 2·R connections, and one
-// in use one per database being looked at. Breakers and holds are per
-// engine in a fleet and are not shown there.
+// in use one per database being looked at.
+//
+// Breakers, holds and dispatch rates are per engine in a fleet: one
+// database's overview shows those of its engine on this replica
+// (Config.EngineAdapters; the rates of the series labelled with its
+// database), or says that this replica does not drain it and which does,
+// never another database's; the whole fleet's shows every engine of this
+// replica, each naming its database. Pauses live in each database: the
+// whole fleet's overview and /pauses read every database's (fleetview.go:
+// at most every ten seconds, through the same one-connection pools), each
+// naming its database, and name a database that could not be read rather
+// than say nothing is paused. An action naming no database, when there
+// are several, acts on a key where the key is (refused when it is in more
+// than one, or a database could not be read) and is refused otherwise,
+// never tried in the first. A pause naming a route or adapter the config
+// in force does not know (Config.Names) is refused with the closest name.
 //
 // # Files
 //
@@ -79,7 +93,11 @@
 //	             its boolean flags
 //	results.go   the answers kept for their pages, and dry runs' plans
 //	stats.go     the sampler: backlog by status and tool (and by database in
-//	             a fleet), rates, history; one fleet database's overview
+//	             a fleet), rates (by database too), history; one fleet
+//	             database's overview
+//	fleetview.go what a fleet's console reads of several databases: every
+//	             database's pauses, the database holding an action's key,
+//	             the database an action acts on; each engine's adapters
 //	pages.go     page handlers, template functions, Link
 //	chart.go     the backlog chart, with its axes
 //	lasterror.go a row's last_error on the pages: a fault, or flow control

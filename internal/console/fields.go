@@ -1,10 +1,14 @@
 package console
 
 import (
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/drainer-io/drainer/internal/suggest"
+	"github.com/drainer-io/drainer/ops"
 )
 
 // actionFields are the fields each action takes (besides actionCommon): a
@@ -54,4 +58,35 @@ func flag(v url.Values, name string) (bool, error) {
 	default:
 		return false, badRequest("%s: %q is not true or false", name, x)
 	}
+}
+
+// knownName refuses to pause a route or adapter (target) the config in
+// force does not name: such a pause would hold nothing back. It names the
+// closest known name, or the other target when name is one.
+func (s *Server) knownName(target, name string) error {
+	if s.cfg.Names == nil {
+		return nil
+	}
+	routes, adapters := s.cfg.Names()
+	if routes == nil && adapters == nil {
+		return nil // not known yet
+	}
+	known, other, otherTarget := routes, adapters, ops.TargetAdapter
+	if target == ops.TargetAdapter {
+		known, other, otherTarget = adapters, routes, ops.TargetRoute
+	}
+	if slices.Contains(known, name) {
+		return nil
+	}
+	msg := fmt.Sprintf("pause: the loaded config names no %s %q", target, name)
+	switch c := suggest.Closest(name, known); {
+	case slices.Contains(other, name):
+		msg += fmt.Sprintf(": it names the %s %q (target %q)", otherTarget, name, otherTarget)
+	case c != "":
+		msg += fmt.Sprintf(" (did you mean %q?)", c)
+	}
+	if len(known) > 0 {
+		msg += fmt.Sprintf("; its %ss: %s", target, listNames(known))
+	}
+	return badRequest("%s", msg)
 }

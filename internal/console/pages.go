@@ -36,6 +36,8 @@ type pageData struct {
 	// never leads to database A's. Fleet: databases: in the config.
 	Scoped string
 	Fleet  bool
+	// AllDatabases: the page shows every database of a fleet (none named).
+	AllDatabases bool
 	// Back is the page an action returns to.
 	Back string
 	// Self is this page's local URL (path and query).
@@ -52,7 +54,7 @@ type pageData struct {
 	Row      *RowDetail
 	Run      *RunDetail
 	Result   *ActionResult
-	Pauses   []ops.Pause
+	Pauses   []Pause
 	Parked   []RowView
 	Render   time.Duration
 	// BulkRequeue and BulkCancel: the rows view may be requeued or
@@ -170,12 +172,6 @@ var funcs = template.FuncMap{
 		return false
 	},
 	"span": span,
-	"lastRate": func(h []Sample) string {
-		if len(h) == 0 {
-			return "—"
-		}
-		return fmt.Sprintf("%.1f/s", h[len(h)-1].DispatchPerSec)
-	},
 }
 
 // age renders seconds as a short age: 42s, 3m10s, 2h05m, 3d4h.
@@ -268,8 +264,8 @@ func (s *Server) page(h func(*http.Request, *db, *pageData) (string, error)) htt
 		p := pageData{}
 		var d *db
 		var err error
-		if s.cfg.Fleet == nil || r.URL.Path != "/" || r.URL.Query().Get("database") != "" {
-			d, err = s.database(r) // a fleet's overview needs none
+		if !s.wholeFleet(r) || (r.URL.Path != "/" && r.URL.Path != "/pauses") {
+			d, err = s.database(r) // a fleet's overview and pauses need none
 		}
 		name := ""
 		if err == nil {
@@ -318,6 +314,10 @@ func (s *Server) overviewPage(r *http.Request, d *db, p *pageData) (string, erro
 				return "", err
 			}
 			p.Database = d.Name
+		} else {
+			// No connection for the whole fleet's overview: its pauses,
+			// which live in each database, are on the pauses page.
+			p.AllDatabases = true
 		}
 	}
 	p.Title, p.Nav, p.Stats, p.Statuses = "Overview", "overview", &st, outbox.StatusStrings(outbox.Statuses...)
@@ -394,10 +394,24 @@ func (s *Server) parkedPage(r *http.Request, d *db, p *pageData) (string, error)
 	return "parked", nil
 }
 
+// pausesPage shows the pauses and the engine's breakers and holds: of the
+// database, or of every database of a fleet when none is named (the
+// breakers and holds then of every engine of this replica).
 func (s *Server) pausesPage(r *http.Request, d *db, p *pageData) (string, error) {
 	st := s.stats.snapshot()
-	ps, err := d.ops.Pauses(r.Context())
-	p.Title, p.Nav, p.Pauses, p.Stats, p.Tools = "Pauses, breakers and holds", "pauses", ps, &st, toolsOf(st)
+	p.Title, p.Nav, p.Stats = "Pauses, breakers and holds", "pauses", &st
+	if s.wholeFleet(r) {
+		p.Database, p.AllDatabases = "", true
+		st.Pauses, st.PausesUnread = s.allPauses(r.Context())
+		p.Pauses = st.Pauses
+		return "pauses", nil
+	}
+	if s.cfg.Fleet != nil {
+		s.stats.engineOf(&st, d.Name) // its engine's breakers and holds
+	}
+	p.Tools = toolsOf(st)
+	var err error
+	p.Pauses, err = pausesOf(r.Context(), d)
 	return "pauses", err
 }
 

@@ -2,10 +2,12 @@ package console
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/fleet"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
@@ -62,10 +64,28 @@ type Stats struct {
 	UnroutedTools           []string `json:"unrouted_tools"`
 	OldestPendingAgeSeconds float64  `json:"oldest_pending_age_seconds"`
 	// DispatchRates are this replica's dispatches per second by outcome,
-	// over the last sampling interval.
+	// over the last sampling interval: with a fleet and a database, of
+	// that database's engine on this replica only (none when it is not
+	// drained here: see DrainedHere).
 	DispatchRates map[string]float64 `json:"dispatch_rates"`
-	Adapters      []AdapterState     `json:"adapters"`
-	Pauses        []store.Pause      `json:"pauses"`
+	// RequestsPerSecond is the sum of DispatchRates but unrouted and
+	// breaker_open: the requests sent.
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	// Adapters are the breakers and holds of the engine, each naming its
+	// database with a fleet (the engines of this replica, or the one of
+	// the database named).
+	Adapters []AdapterState `json:"adapters"`
+	// DrainedHere, with a fleet and a database, says whether this replica
+	// drains it: false, its breakers, holds and rates are on the console
+	// of the replica that does (DrainedBy, as it last published), not here.
+	DrainedHere *bool  `json:"drained_here,omitempty"`
+	DrainedBy   string `json:"drained_by,omitempty"`
+	// Pauses are the pauses in force, each naming its database: of every
+	// database with a fleet and no database named.
+	Pauses []Pause `json:"pauses"`
+	// PausesUnread names the databases whose pauses could not be read
+	// (the whole fleet's overview), each with why: Pauses lacks theirs.
+	PausesUnread []string `json:"pauses_unread,omitempty"`
 	// RowsByDatabase is each database's backlog as its owner last
 	// published it (a fleet only: databases: in the config), in the order
 	// of the list; a database not yet published has state "unknown".
@@ -82,6 +102,10 @@ type Stats struct {
 // NoRoute says whether tool's pending rows wait for a route.
 func (s Stats) NoRoute(tool string) bool { return slices.Contains(s.UnroutedTools, tool) }
 
+// NotDrainedHere: with a fleet, this replica does not drain the database
+// shown (its engine's breakers, holds and rates are elsewhere).
+func (s Stats) NotDrainedHere() bool { return s.DrainedHere != nil && !*s.DrainedHere }
+
 // OtherRows is the sum of OtherToolRows.
 func (s Stats) OtherRows() int64 {
 	var n int64
@@ -93,10 +117,12 @@ func (s Stats) OtherRows() int64 {
 
 // AdapterState is an adapter's breaker and its auth holds.
 type AdapterState struct {
-	Adapter string `json:"adapter"`
-	Ready   bool   `json:"ready"`
-	Reason  string `json:"reason,omitempty"`
-	Holds   []Hold `json:"holds"`
+	// Database is the database of the engine (a fleet's).
+	Database string `json:"database,omitempty"`
+	Adapter  string `json:"adapter"`
+	Ready    bool   `json:"ready"`
+	Reason   string `json:"reason,omitempty"`
+	Holds    []Hold `json:"holds"`
 }
 
 // Hold is one auth hold under way.
@@ -116,9 +142,15 @@ type sampler struct {
 	mu      sync.Mutex
 	last    Stats
 	history []Sample
-	prev    map[string]float64 // dispatch counters at the last sample
+	prev    map[rateKey]float64 // dispatch counters at the last sample
 	prevAt  time.Time
+	// byDB are the rates of the last sample by database (label database
+	// of a fleet's engines; "" without).
+	byDB map[string]map[string]float64
 }
+
+// rateKey is one series of drainer_dispatch_total summed over adapters.
+type rateKey struct{ database, outcome string }
 
 func newSampler(s *Server, size int) *sampler {
 	return &sampler{s: s, size: size, fails: newSampleLog(s.log, time.Now), last: Stats{RowsByStatus: map[string]int64{}}}
@@ -178,12 +210,8 @@ func (m *sampler) sample(ctx context.Context) bool {
 	}
 	m.fails.ok()
 	st.DispatchRates = m.rates()
-	var total float64
-	for k, v := range st.DispatchRates {
-		if k != outcomeUnrouted && k != outcomeBreakerOpen {
-			total += v // requests sent
-		}
-	}
+	total := sent(st.DispatchRates)
+	st.RequestsPerSecond = total
 	smp := Sample{At: st.SampledAt, Pending: st.RowsByStatus[string(outbox.StatusPending)], InFlight: st.RowsByStatus[string(outbox.StatusInFlight)],
 		Parked: st.RowsByStatus[string(outbox.StatusOutcomeUnknown)] + st.RowsByStatus[string(outbox.StatusCompensationFailed)], DispatchPerSec: total}
 	m.mu.Lock()
@@ -224,7 +252,7 @@ func (m *sampler) measureFleet(st *Stats) error {
 		st.OldestPendingAgeSeconds = max(st.OldestPendingAgeSeconds, b.OldestPendingAgeSeconds)
 		st.RowsByDatabase = append(st.RowsByDatabase, b)
 	}
-	st.Adapters = m.adapters()
+	st.Adapters = m.engines(st.Databases)
 	return nil
 }
 
@@ -237,6 +265,7 @@ func (m *sampler) of(ctx context.Context, d *db) (Stats, error) {
 	if err := m.measure(ctx, d, &st); err != nil {
 		return st, err
 	}
+	m.engineOf(&st, d.Name)
 	return st, nil
 }
 
@@ -278,7 +307,7 @@ func (m *sampler) measure(ctx context.Context, d *db, st *Stats) error {
 		st.RowsByStatus[string(s)] = work[s]
 	}
 	st.UnroutedTools = m.unrouted(st.RowsByTool, snap.Stats.Unrouted)
-	if st.Pauses, err = d.ops.Pauses(ctx); err != nil {
+	if st.Pauses, err = pausesOf(ctx, d); err != nil {
 		return err
 	}
 	st.Adapters = m.adapters()
@@ -328,8 +357,15 @@ func (m *sampler) adapters() []AdapterState {
 	if m.s.cfg.Adapters == nil {
 		return out
 	}
-	for _, a := range m.s.cfg.Adapters() {
-		x := AdapterState{Adapter: a.Adapter, Ready: a.Ready, Reason: a.Reason, Holds: []Hold{}}
+	return adapterStates(m.s.cfg.Adapters(), "")
+}
+
+// adapterStates turns an engine's states into the overview's, naming
+// database (a fleet's engine; "" without).
+func adapterStates(states []drainer.AdapterState, database string) []AdapterState {
+	out := []AdapterState{}
+	for _, a := range states {
+		x := AdapterState{Database: database, Adapter: a.Adapter, Ready: a.Ready, Reason: a.Reason, Holds: []Hold{}}
 		for _, h := range a.Holds {
 			x.Holds = append(x.Holds, Hold{Route: h.Route, Since: h.Since.UTC()})
 		}
@@ -339,7 +375,9 @@ func (m *sampler) adapters() []AdapterState {
 }
 
 // rates turns drainer_dispatch_total into per-second rates by outcome
-// since the previous sample.
+// since the previous sample: this replica's, every database it drains
+// summed. Each database's (the label database of a fleet's engines) are
+// kept for its overview (ratesOf).
 func (m *sampler) rates() map[string]float64 {
 	out := map[string]float64{}
 	g := m.s.cfg.Gatherer
@@ -351,38 +389,65 @@ func (m *sampler) rates() map[string]float64 {
 		return out
 	}
 	now := time.Now()
-	cur := map[string]float64{}
+	cur := map[rateKey]float64{}
 	for _, mf := range mfs {
 		if mf.GetName() != "drainer_dispatch_total" {
 			continue
 		}
 		for _, mt := range mf.GetMetric() {
+			var k rateKey
 			for _, l := range mt.GetLabel() {
-				if l.GetName() == "outcome" {
-					cur[l.GetValue()] += mt.GetCounter().GetValue()
+				switch l.GetName() {
+				case "outcome":
+					k.outcome = l.GetValue()
+				case "database":
+					k.database = l.GetValue()
 				}
+			}
+			if k.outcome != "" {
+				cur[k] += mt.GetCounter().GetValue()
 			}
 		}
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	prev, prevAt := m.prev, m.prevAt
-	m.prev, m.prevAt = cur, now
-	m.mu.Unlock()
-	if prev == nil {
-		return out
-	}
+	m.prev, m.prevAt, m.byDB = cur, now, map[string]map[string]float64{}
 	dt := now.Sub(prevAt).Seconds()
-	if dt <= 0 {
+	if prev == nil || dt <= 0 {
 		return out
 	}
 	for k, v := range cur {
+		r := 0.0
 		if d := v - prev[k]; d > 0 {
-			out[k] = d / dt
-		} else {
-			out[k] = 0
+			r = d / dt
 		}
+		out[k.outcome] += r
+		if m.byDB[k.database] == nil {
+			m.byDB[k.database] = map[string]float64{}
+		}
+		m.byDB[k.database][k.outcome] += r
 	}
 	return out
+}
+
+// ratesOf returns the rates of database's engine at the last sample
+// (none when this replica does not drain it).
+func (m *sampler) ratesOf(database string) map[string]float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.byDB[database])
+}
+
+// sent sums the rates of the outcomes that send a request.
+func sent(rates map[string]float64) float64 {
+	var total float64
+	for k, v := range rates {
+		if k != outcomeUnrouted && k != outcomeBreakerOpen {
+			total += v
+		}
+	}
+	return total
 }
 
 // snapshot returns the latest stats with the history.
@@ -401,7 +466,7 @@ func (m *sampler) snapshot() Stats {
 		st.OtherToolRows = map[string]int64{}
 	}
 	if st.Pauses == nil {
-		st.Pauses = []store.Pause{}
+		st.Pauses = []Pause{}
 	}
 	if st.UnroutedTools == nil {
 		st.UnroutedTools = []string{}

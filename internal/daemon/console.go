@@ -33,8 +33,9 @@ func (d *daemonRun) listenConsole() (net.Listener, error) {
 	return ln, nil
 }
 
-// startConsole serves the console on ln (nothing when ln is nil).
-func (d *daemonRun) startConsole(ctx context.Context, ln net.Listener, pool *pgxpool.Pool, reg *prometheus.Registry) error {
+// startConsole serves the console on ln (nothing when ln is nil) for
+// eng's database.
+func (d *daemonRun) startConsole(ctx context.Context, ln net.Listener, pool *pgxpool.Pool, eng *drainer.Engine, reg *prometheus.Registry) error {
 	if ln == nil {
 		return nil
 	}
@@ -59,6 +60,12 @@ func (d *daemonRun) startConsole(ctx context.Context, ln net.Listener, pool *pgx
 				}
 			}
 			return nil
+		},
+		// The routes and adapters of the routing in force (a reload
+		// swaps it): a pause naming another is refused.
+		Names: func() (routes, adapters []string) {
+			rt := eng.Routing()
+			return rt.RoutedTools(), rt.Registry.Names()
 		},
 		Gatherer: reg, SampleEvery: d.opts.ConsoleSampleEvery, Logger: d.log,
 	})

@@ -238,7 +238,7 @@ func (d *daemonRun) start(ctx context.Context) (*drainer.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.startConsole(ctx, consoleLn, p, reg); err != nil {
+	if err := d.startConsole(ctx, consoleLn, p, eng, reg); err != nil {
 		return nil, err
 	}
 	if err := d.startGateway(ctx, gatewayLn, p, registry, eng, &gw); err != nil {

@@ -16,9 +16,13 @@
 //	fleet.go    runFleet: with databases:, one fleet (internal/fleet) drains every
 //	            database the catalog lists, on shared adapters; the membership
 //	            lives in the catalog database, else the first static one by name;
-//	            startFleetConsole serves the console of the whole fleet;
 //	            reloadFleet: SIGHUP with databases: (new adapters for every
 //	            engine, the catalog swapped when databases: changed)
+//	fleetconsole.go
+//	            startFleetConsole: the console of the whole fleet, each
+//	            database's breakers and holds those of its engine here
+//	            (engineAdapters, read from the engines' metrics), the routes
+//	            and adapters those of the config in force (fleetRouting)
 //	console.go  the operator console (internal/console) on --console-addr or
 //	            console.addr: its address taken first, served once the pool is up
 //	health.go   readyz: 503 while starting/stopping or the database is down;

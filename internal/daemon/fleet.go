@@ -93,15 +93,17 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	if err != nil {
 		return &ConfigError{err}
 	}
+	var rt fleetRouting
+	rt.set(st.cfg, registry)
 	if consoleLn != nil {
-		stop, err := startFleetConsole(ctx, consoleLn, st, opts, f, reg, log)
+		stop, err := startFleetConsole(ctx, consoleLn, st, opts, f, &rt, reg, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 	owned = true
-	defer watchReloads(ctx, f, src, st, opts, log)() // no reload is under way once Run returns
+	defer watchReloads(ctx, f, src, &rt, st, opts, log)() // no reload is under way once Run returns
 	log.Info("drainer fleet starting", "version", opts.Version, "member", f.ID(), "schema", st.schema,
 		"workers_per_database", st.workers, "lease", st.lease, "refresh", st.cfg.Databases.Refresh,
 		"adapters", adapterSummary(st.cfg), "routes", len(st.cfg.Routes), "metrics_addr", srv.Addr)
@@ -157,7 +159,8 @@ func newFleet(st settings, opts Options, src *swappableCatalog, coord *pgxpool.P
 
 // watchReloads reloads the fleet's config on each of opts.Reload until the
 // returned stop is called; stop returns once no reload is under way.
-func watchReloads(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, st settings, opts Options, log *slog.Logger) (stop func()) {
+func watchReloads(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, rt *fleetRouting, st settings, opts Options,
+	log *slog.Logger) (stop func()) {
 	reloads := make(chan struct{})
 	rctx, stopReloads := context.WithCancel(ctx)
 	go func() {
@@ -168,7 +171,7 @@ func watchReloads(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, st
 			case <-rctx.Done():
 				return
 			case <-opts.Reload:
-				if next, ok := reloadFleet(rctx, f, src, running, opts, log); ok {
+				if next, ok := reloadFleet(rctx, f, src, rt, running, opts, log); ok {
 					running = next
 				}
 			}
@@ -180,45 +183,15 @@ func watchReloads(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, st
 	}
 }
 
-// startFleetConsole serves the console of the fleet on ln: its overview
-// from the backlogs the replicas publish in the coordination database, as
-// this replica's heartbeat reads them back (fleet.Backlogs: no connection
-// of the console's), one database's pages through a pool of one connection
-// opened on use and closed when idle (fleet.Pool), so the console adds no
-// connection while nobody uses it.
-func startFleetConsole(ctx context.Context, ln net.Listener, st settings, opts Options, f *fleet.Fleet,
-	reg prometheus.Gatherer, log *slog.Logger) (stop func(), err error) {
-	sto, err := store.New(st.schema)
-	if err != nil {
-		return nil, &ConfigError{err}
-	}
-	c := st.cfg.Console
-	srv, err := console.New(console.Config{
-		Addr: ln.Addr().String(), Listener: ln, Actions: c.Actions, Token: c.Token.Reveal(),
-		Fleet: f, Store: sto, Gatherer: reg, SampleEvery: opts.ConsoleSampleEvery, Logger: log,
-	})
-	if err != nil {
-		return nil, &ConfigError{err}
-	}
-	if err := srv.Start(ctx); err != nil {
-		return nil, &ConfigError{err}
-	}
-	log.Info("console serving", "console_addr", srv.Addr(), "actions", c.Actions, "databases", "fleet")
-	return func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}, nil
-}
-
 // reloadFleet loads the config again for a running fleet. A bad config is
 // refused and nothing changes. Otherwise new adapters are built once and
 // swapped into every engine (rows leased before finish on the old ones,
 // closed by the fleet once no engine uses them), and a changed databases:
 // section replaces the list the fleet reads. What cannot change live is
 // logged with its running and file values (names, never urls). It returns
-// the settings now in force.
-func reloadFleet(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, running settings, opts Options, log *slog.Logger) (settings, bool) {
+// the settings now in force; the console's rt follows.
+func reloadFleet(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, rt *fleetRouting, running settings, opts Options,
+	log *slog.Logger) (settings, bool) {
 	if opts.ConfigPath == "" {
 		log.Warn("reload ignored: no config file")
 		return running, false
@@ -258,6 +231,7 @@ func reloadFleet(ctx context.Context, f *fleet.Fleet, src *swappableCatalog, run
 		log.Warn("coordination database changes take effect on restart: databases.query.url changed (the list is read from the new catalog already)")
 	}
 	f.Reload(func() *drainer.Routing { return NewRouting(cfg, registry) }, closeAdapters(registry, log))
+	rt.set(cfg, registry)
 	changed := !sameDatabases(running.cfg.Databases, cfg.Databases)
 	if changed {
 		src.swap(cfg.Databases)

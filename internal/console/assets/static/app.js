@@ -91,7 +91,7 @@
     set('oldest', fmtAge(st.oldest_pending_age_seconds));
     tone(document.querySelector('[data-stat="oldest"]').parentNode, st.oldest_pending_age_seconds > 60 ? 'bad' : 'ok');
     var h = st.history || [];
-    set('rate', h.length ? h[h.length - 1].dispatch_per_second.toFixed(1) + '/s' : '—');
+    set('rate', h.length && st.drained_here !== false ? (st.requests_per_second || 0).toFixed(1) + '/s' : '—');
     if (h.length >= 2) set('span', 'the last ' + fmtAge((Date.parse(h[h.length - 1].at) - Date.parse(h[0].at)) / 1000));
     var rt = document.querySelector('#rates tbody');
     if (rt) {
