@@ -1,6 +1,7 @@
 package dashboards
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/gateway"
+	"github.com/drainer-io/drainer/internal/fleet"
 	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -34,7 +36,8 @@ const (
 
 // exported returns the metric families the daemon exports, built exactly as
 // the daemon builds its registry (the MCP gateway's too, as a gateway with
-// one tool registers them), with their types (histograms under their base
+// one tool registers them, and a fleet's drainer_fleet_*, as a fleet
+// registers them before it runs), with their types (histograms under their base
 // name). Gather omits a vector that has no series yet (such as
 // drainer_unrouted_rows while every tool is routed), so the registry's
 // descriptors are read too; those names get a nil type.
@@ -44,6 +47,7 @@ func exported(t *testing.T) map[string]*dto.MetricType {
 	m := drainer.NewMetrics(reg, "test")
 	m.InitAdapters([]string{"a"})
 	registerGateway(t, reg)
+	registerFleet(t, reg)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("gather: %v", err)
@@ -86,6 +90,26 @@ func registerGateway(t *testing.T, reg prometheus.Registerer) {
 		Tools: []gateway.Tool{{Name: "t", Adapter: "a", Definition: json.RawMessage(`{"name":"t","inputSchema":{"type":"object"}}`)}}})
 	if err != nil {
 		t.Fatalf("gateway: %v", err)
+	}
+}
+
+// registerFleet builds a fleet (never run: nothing is connected to) with
+// one known database, which registers the fleet's own collectors with reg
+// as the daemon's fleet does (the build info, already registered, is
+// shared).
+func registerFleet(t *testing.T, reg prometheus.Registerer) {
+	t.Helper()
+	_, err := fleet.New(fleet.Config{
+		Source:          func(context.Context) ([]fleet.Database, error) { return nil, nil },
+		Routing:         func() *drainer.Routing { return nil },
+		CoordinationURL: "postgres://127.0.0.1:1/none",
+		Engine:          drainer.Config{Workers: 1},
+		Registerer:      reg,
+		Version:         "test",
+		Known:           []string{"d"},
+	})
+	if err != nil {
+		t.Fatalf("fleet: %v", err)
 	}
 }
 
@@ -520,18 +544,36 @@ func TestYAMLFilesMatchMakefileGlobs(t *testing.T) {
 // databaseVar is the dashboard's database template variable.
 const databaseVar = "database"
 
-// databaseMetrics are the families whose series depend on a database: with
-// databases: in the config they carry a database label (absent with a single
-// database). The other families describe a process (workers, breakers,
-// build) and never carry it.
-var databaseMetrics = []string{
-	"drainer_outbox_rows", "drainer_outbox_oldest_pending_age_seconds", "drainer_outbox_oldest_in_flight_age_seconds",
-	"drainer_outbox_snapshot_age_seconds", "drainer_dispatch_total", "drainer_dispatch_duration_seconds",
-	"drainer_claim_batch_size", "drainer_claim_withheld_rows_total", "drainer_in_flight_payload_bytes",
-	"drainer_leases_expired_total", "drainer_leases_lost_total",
-	"drainer_completions_refused_total", "drainer_compensations_total", "drainer_compensation_failed_total",
-	"drainer_unrouted_rows", "drainer_unrouted_oldest_age_seconds", "drainer_enqueue_duplicates_total",
-	"drainer_enqueue_mismatches_total",
+// databaseMetrics returns the families whose series depend on a database:
+// with databases: in the config they carry a database label (absent with a
+// single database). They are every family of one database's engine
+// (drainer.NewDatabaseMetrics, which a fleet registers once per database
+// under the database label: backlog, dispatch, breakers, holds, workers,
+// table health alike), plus drainer_fleet_database_errors_total, labelled
+// by database itself. The other families describe a process (build, MCP
+// gateway, fleet membership) and never carry it.
+func databaseMetrics(t *testing.T) []string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := drainer.NewDatabaseMetrics(reg)
+	m.InitAdapters([]string{"a"})
+	names := []string{"drainer_fleet_database_errors_total"}
+	ch := make(chan *prometheus.Desc)
+	go func() { reg.Describe(ch); close(ch) }()
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range ch {
+		sm := fqName.FindStringSubmatch(d.String())
+		if sm == nil {
+			t.Fatalf("cannot read the name of descriptor %s", d)
+		}
+		if !slices.Contains(names, sm[1]) {
+			names = append(names, sm[1])
+		}
+	}
+	if len(names) < 20 {
+		t.Fatalf("only %d database families: %v", len(names), names)
+	}
+	return names
 }
 
 // TestDashboardDatabaseVariable: the dashboard has a multi-value database
@@ -561,6 +603,7 @@ func TestDashboardDatabaseVariable(t *testing.T) {
 	}
 
 	exp := exported(t)
+	dbMetrics := databaseMetrics(t)
 	filtered := 0
 	for _, q := range dashboardQueries(t, d) {
 		if strings.HasPrefix(q.where, "variable ") {
@@ -575,7 +618,7 @@ func TestDashboardDatabaseVariable(t *testing.T) {
 			if !ok {
 				return nil
 			}
-			want := slices.Contains(databaseMetrics, resolve(vs.Name, exp))
+			want := slices.Contains(dbMetrics, resolve(vs.Name, exp))
 			has := false
 			for _, lm := range vs.LabelMatchers {
 				if lm.Name == databaseVar {
@@ -596,9 +639,90 @@ func TestDashboardDatabaseVariable(t *testing.T) {
 	if filtered < 10 {
 		t.Errorf("only %d selectors filter on $%s", filtered, databaseVar)
 	}
-	for _, name := range databaseMetrics {
+	for _, name := range dbMetrics {
 		if _, ok := exp[name]; !ok {
 			t.Errorf("databaseMetrics names %s, which the daemon does not export", name)
 		}
+	}
+}
+
+// panelSelectors returns the vector selectors of a panel's targets.
+func panelSelectors(t *testing.T, p map[string]any) []*parser.VectorSelector {
+	t.Helper()
+	var out []*parser.VectorSelector
+	targets, _ := p["targets"].([]any)
+	for _, tg := range targets {
+		tm, _ := tg.(map[string]any)
+		expr, _ := tm["expr"].(string)
+		if expr == "" {
+			continue
+		}
+		e, err := promql.ParseExpr(grafanaVars.ReplaceAllString(expr, "5m"))
+		if err != nil {
+			continue // reported by TestDashboardQueriesUseExportedMetrics
+		}
+		parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+			if vs, ok := n.(*parser.VectorSelector); ok {
+				out = append(out, vs)
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// matches reports whether vs keeps series whose label name is value.
+func matches(vs *parser.VectorSelector, name, value string) bool {
+	for _, m := range vs.LabelMatchers {
+		if m.Name == name && !m.Matches(value) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDashboardShowsWhatNoBacklogPanelShows: what the backlog panels and
+// the lateness gauge cannot show has a panel of its own, and the panels
+// say what their numbers mean: databases a fleet cannot drain, rows ending
+// failed (a provider answering 500 to everything: outcome retry only),
+// retry including the attempt that exhausted a row, and "never" for an
+// outbox never vacuumed (the gauge's -1).
+func TestDashboardShowsWhatNoBacklogPanelShows(t *testing.T) {
+	d := loadDashboard(t)
+	var undrainable, failed bool
+	for _, p := range panels(d) {
+		desc, _ := p["description"].(string)
+		for _, vs := range panelSelectors(t, p) {
+			switch vs.Name {
+			case "drainer_fleet_databases":
+				if matches(vs, "state", "unreachable") && matches(vs, "state", "schema_mismatch") && !matches(vs, "state", "known") {
+					undrainable = true
+				}
+			case "drainer_outbox_rows":
+				if matches(vs, "status", "failed") && !matches(vs, "status", "pending") {
+					failed = true
+				}
+			case "drainer_dispatch_total":
+				if matches(vs, "outcome", "retry") && !strings.Contains(desc, "exhausted") {
+					t.Errorf("%s shows outcome retry without saying it includes the attempt that exhausted a row (the row then ends failed)", title(p))
+				}
+			case "drainer_outbox_last_autovacuum_age_seconds":
+				if p["type"] == "timeseries" {
+					t.Errorf("%s: a time series draws -1 (never vacuumed) as -1 s on its axis", title(p))
+				}
+				fc, _ := p["fieldConfig"].(map[string]any)
+				def, _ := fc["defaults"].(map[string]any)
+				ms, _ := json.Marshal(def["mappings"])
+				if !regexp.MustCompile(`"-1":\{[^}]*"text":"never"`).Match(ms) {
+					t.Errorf("%s: no value mapping of -1 to never: %s", title(p), ms)
+				}
+			}
+		}
+	}
+	if !undrainable {
+		t.Errorf("no panel shows drainer_fleet_databases{state=~\"unreachable|schema_mismatch\"}: the databases a fleet cannot drain")
+	}
+	if !failed {
+		t.Errorf("no panel shows drainer_outbox_rows{status=\"failed\"} alone: rows ending failed")
 	}
 }

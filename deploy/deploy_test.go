@@ -337,6 +337,52 @@ func container(t *testing.T, cs []corev1.Container, name string) *corev1.Contain
 	return nil
 }
 
+// checkGoMemLimit: docs/operating.md (Memory) asks for GOMEMLIMIT a little
+// under the container's memory limit, so that the collector works harder
+// before the kernel would kill the process: between 80% and 95% of it.
+func checkGoMemLimit(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	lim, ok := c.Resources.Limits[corev1.ResourceMemory]
+	if !ok {
+		t.Errorf("container %s: no memory limit (docs/operating.md sizes one)", c.Name)
+		return
+	}
+	var v string
+	n := 0
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			v, n = e.Value, n+1
+		}
+	}
+	if n != 1 {
+		t.Errorf("container %s: GOMEMLIMIT set %d times, want once (a little under the memory limit %s)", c.Name, n, lim.String())
+		return
+	}
+	b, err := goMemLimitBytes(v)
+	if err != nil {
+		t.Errorf("container %s: GOMEMLIMIT %q: %v", c.Name, v, err)
+		return
+	}
+	if r := float64(b) / float64(lim.Value()); r < 0.8 || r > 0.95 {
+		t.Errorf("container %s: GOMEMLIMIT %s is %.0f%% of the memory limit %s, want 80%% to 95%%", c.Name, v, 100*r, lim.String())
+	}
+}
+
+// goMemLimitBytes parses a GOMEMLIMIT value as the Go runtime does: a
+// number of bytes with an optional B, KiB, MiB, GiB or TiB suffix.
+func goMemLimitBytes(v string) (int64, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if num, ok := strings.CutSuffix(v, u.suffix); ok {
+			n, err := strconv.ParseInt(num, 10, 64)
+			return n * u.mult, err
+		}
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
 // metricsPort is the port of `drainer run`'s --metrics-addr.
 func metricsPort(t *testing.T, c *corev1.Container) int32 {
 	t.Helper()
@@ -612,6 +658,8 @@ func checkDeployment(t *testing.T, m *manifests) {
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Errorf("automountServiceAccountToken should be false: drainer does not use the Kubernetes API")
 	}
+
+	checkGoMemLimit(t, run)
 
 	// Grace period versus --shutdown-timeout.
 	timeout := defaultShutdownTimeout

@@ -280,7 +280,8 @@ func TestHelmChartSecretsByReference(t *testing.T) {
 			t.Errorf("container %s: envFrom would put every key of a Secret in the DRAINER_* flags", c.Name)
 		}
 		for _, e := range c.Env {
-			if e.ValueFrom == nil && e.Name != "TZ" {
+			// TZ comes from extraEnv; GOMEMLIMIT is the chart's own (no secret).
+			if e.ValueFrom == nil && e.Name != "TZ" && e.Name != "GOMEMLIMIT" {
 				t.Errorf("container %s: env %s has a literal value", c.Name, e.Name)
 			}
 		}
@@ -336,5 +337,48 @@ func TestHelmValuesSchema(t *testing.T) {
 				t.Errorf("error does not name %q:\n%v", tc.want, err)
 			}
 		})
+	}
+}
+
+// TestHelmChartGoMemLimit: GOMEMLIMIT follows the memory limit (90%, in
+// MiB), goMemLimit overrides it, extraEnv naming it wins, no memory limit
+// sets none, and a limit in another unit asks for goMemLimit.
+func TestHelmChartGoMemLimit(t *testing.T) {
+	env := func(vals map[string]any) []string {
+		t.Helper()
+		m := chartManifests(t, defaultRelease, vals)
+		var got []string
+		for _, e := range container(t, m.deployment.Spec.Template.Spec.Containers, "drainer").Env {
+			if e.Name == "GOMEMLIMIT" {
+				got = append(got, e.Value)
+			}
+		}
+		return got
+	}
+	limits := func(mem string) map[string]any {
+		l := map[string]any{"cpu": "1", "memory": nil} // nil: values.yaml's removed
+		if mem != "" {
+			l["memory"] = mem
+		}
+		return map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": "100m"}, "limits": l}}
+	}
+	for _, tc := range []struct {
+		name string
+		vals map[string]any
+		want []string
+	}{
+		{"default 512Mi", nil, []string{"460MiB"}},
+		{"1Gi", limits("1Gi"), []string{"921MiB"}},
+		{"200Mi", limits("200Mi"), []string{"180MiB"}},
+		{"no memory limit", limits(""), nil},
+		{"goMemLimit", map[string]any{"goMemLimit": "300MiB"}, []string{"300MiB"}},
+		{"extraEnv", map[string]any{"extraEnv": []any{map[string]any{"name": "GOMEMLIMIT", "value": "400MiB"}}}, []string{"400MiB"}},
+	} {
+		if got := env(tc.vals); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: GOMEMLIMIT %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if _, err := renderChart(t, defaultRelease, limits("500M")); err == nil || !strings.Contains(err.Error(), "goMemLimit") {
+		t.Errorf("a memory limit of 500M: render error %v, want one naming goMemLimit", err)
 	}
 }

@@ -40,3 +40,29 @@ with X a {secretName, secretKey}. */}}
       name: {{ required "databaseUrl.secretName: the Secret holding the database URL" .ref.secretName }}
       key: {{ required "databaseUrl.secretKey: the key of the database URL in that Secret" .ref.secretKey }}
 {{- end -}}
+
+{{/* GOMEMLIMIT of the daemon: goMemLimit if set, else 90% of
+resources.limits.memory (whole Mi or Gi), in MiB: docs/operating.md asks for
+it a little under the memory limit, so that the collector works harder
+before the kernel would kill the process. Empty (not set) without a memory
+limit, or when extraEnv sets GOMEMLIMIT itself. */}}
+{{- define "drainer.goMemLimit" -}}
+{{- $own := false -}}
+{{- range .Values.extraEnv -}}
+{{- if eq (toString .name) "GOMEMLIMIT" -}}{{- $own = true -}}{{- end -}}
+{{- end -}}
+{{- if not $own -}}
+{{- if .Values.goMemLimit -}}
+{{- .Values.goMemLimit -}}
+{{- else -}}
+{{- $lim := toString (dig "limits" "memory" "" (.Values.resources | default dict)) -}}
+{{- if regexMatch "^[0-9]+Mi$" $lim -}}
+{{- div (mul (trimSuffix "Mi" $lim | atoi) 9) 10 -}}MiB
+{{- else if regexMatch "^[0-9]+Gi$" $lim -}}
+{{- div (mul (trimSuffix "Gi" $lim | atoi) 1024 9) 10 -}}MiB
+{{- else if $lim -}}
+{{- fail (printf "resources.limits.memory %q is not whole Mi or Gi: set goMemLimit (e.g. 90%% of the limit, as 460MiB)" $lim) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
