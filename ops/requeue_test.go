@@ -63,6 +63,39 @@ func TestRequeueRefusals(t *testing.T) {
 	}
 }
 
+// TestRequeueRefusedOnceACompensationWasPruned: a run whose saga
+// compensated a step and ended, and whose compensation row and compensated
+// row were then pruned, is not revived by a requeue of its failed row: its
+// saga did run, though no row of it is left to say so. Before, the revival
+// looked for those rows only, revived the run, and the failed step ran
+// again after its sibling's effect had been undone (found by the model
+// test: "not aborted, yet 1 compensations were applied").
+func TestRequeueRefusedOnceACompensationWasPruned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.enqueue("saga", "charge", 2)
+	e.set(k[0], "succeeded", 1)
+	e.set(k[1], "failed", 3)
+	m := compensations.NewMap(map[string]string{"charge": "refund"})
+	if st, err := store.MustNew("drainer").AdvanceSaga(t.Context(), e.pool, "saga", m); err != nil || st != "compensating" {
+		t.Fatalf("advance = %q, %v", st, err)
+	}
+	e.exec(`UPDATE drainer.outbox SET status = 'succeeded', attempts = 1 WHERE agent_run_id = 'saga' AND kind = 'compensation'`)
+	e.set(k[0], "compensated", 1)
+	e.exec(`UPDATE drainer.runs SET saga_state = 'done' WHERE agent_run_id = 'saga'`)
+	e.exec(`SELECT drainer.prune_rows(s, now() + interval '1 second', 100, '{}', '{}') FROM unnest(ARRAY['succeeded', 'compensated']) s`)
+	if n := e.count(`SELECT count(*) FROM drainer.outbox WHERE agent_run_id = 'saga'`); n != 1 {
+		t.Fatalf("setup: %d rows of the run left, want the failed one", n)
+	}
+	_, err := e.c.Requeue(t.Context(), k[1], alice, BulkOptions{})
+	if te := wantRefused(t, err, k[1], "failed"); !strings.Contains(te.Why, "saga") {
+		t.Fatalf("why = %q, want the saga named", te.Why)
+	}
+	if !e.aborted("saga") {
+		t.Fatal("the run was revived")
+	}
+}
+
 // TestExpiredLeaseRefusalSaysSo: an in_flight row whose lease expired (its
 // replica died) is refused as in flight, saying the lease expired and a
 // reclaimer takes it back, not that a worker holds it until a time already

@@ -47,7 +47,7 @@ func reviveWhy(r *abortedRun, requeued map[string]bool) string {
 		return fmt.Sprintf("its run %s was aborted by %s (%s) and an agent or operator asked for its abort too (see drainer inspect and the run's audit chain); re-running a step of a run somebody gave up on would undo that decision", r.ID, r.By, r.Reason)
 	}
 	if r.SagaStarted {
-		return fmt.Sprintf("its run %s is aborted and its saga has started compensating (saga_state %s); re-running the step would fight the compensations", r.ID, r.SagaState)
+		return fmt.Sprintf("its run %s is aborted and its saga has started compensating (saga_state %s; a compensation that ended may have been pruned with its rows); re-running the step would fight the compensations", r.ID, r.SagaState)
 	}
 	for _, k := range r.Failed {
 		if !requeued[k] {

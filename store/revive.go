@@ -17,7 +17,10 @@ type AbortedRun struct {
 	Reason    string           `db:"abort_reason"`
 	At        time.Time        `db:"aborted_at"`
 	SagaState outbox.SagaState `db:"saga_state"`
-	// SagaStarted: a compensation row exists or a forward row is compensated.
+	// SagaStarted: a compensation row exists or a forward row is
+	// compensated, or the saga ended and rows of the run were pruned since
+	// (retention prunes a run's rows only once its saga is done: a
+	// compensation may have run and left no row).
 	SagaStarted bool `db:"saga_started"`
 	// AbortRequested: an agent (drainer.abort_run) or an operator (drainer
 	// abort) asked for the run's abort, before or after a row failure did.
@@ -27,8 +30,9 @@ type AbortedRun struct {
 }
 
 const abortedRunsSQL = `SELECT r.agent_run_id, r.aborted_by, r.abort_reason, r.aborted_at, r.saga_state,
-        EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
-                   AND (o.kind = {KindCompensation} OR o.status = {StatusCompensated})) AS saga_started,
+        (r.saga_state = 'done' AND r.rows_pruned_at IS NOT NULL
+         OR EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
+                      AND (o.kind = {KindCompensation} OR o.status = {StatusCompensated}))) AS saga_started,
         r.abort_requests > 0 AS abort_requested,
         ARRAY(SELECT o.key FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
                  AND o.kind = {KindForward} AND o.status = {StatusFailed} ORDER BY o.seq) AS failed
