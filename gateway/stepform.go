@@ -3,12 +3,10 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"strconv"
 	"strings"
 
+	"github.com/drainer-io/drainer/internal/jsonexact"
 	"github.com/gowebpki/jcs"
 )
 
@@ -29,7 +27,7 @@ func StepForm(args []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools/call arguments are not canonical JSON: %v", err)
 	}
-	if numbersExact(args) {
+	if jsonexact.NumbersExact(args) {
 		return canon, nil
 	}
 	return exactForm(args)
@@ -82,7 +80,7 @@ func exactNumbers(v any) any {
 // decimal point's position (0.0120 is 0.12e-1, 9007199254740993 is
 // 0.9007199254740993e16): one text per value.
 func exactNumber(text string) json.Number {
-	v, ok := decimalValue(text)
+	v, ok := jsonexact.Value(text)
 	if !ok {
 		return json.Number(text) // an exponent of more than maxExponentDigits digits: as written
 	}
@@ -95,73 +93,4 @@ func exactNumber(text string) json.Number {
 		sign, digits = "-", digits[1:]
 	}
 	return json.Number(sign + "0." + digits + "e" + point)
-}
-
-// numbersExact reports whether every number of the JSON text b has the
-// exact value of the text JCS writes for it.
-func numbersExact(b []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return errors.Is(err, io.EOF)
-		}
-		if n, ok := tok.(json.Number); ok && !numberExact(string(n)) {
-			return false
-		}
-	}
-}
-
-// numberExact reports whether the JSON number text has the exact value of
-// the shortest text of the double it reads as (the digits JCS writes).
-func numberExact(text string) bool {
-	f, err := strconv.ParseFloat(text, 64)
-	if err != nil {
-		return false
-	}
-	want, ok := decimalValue(text)
-	got, _ := decimalValue(strconv.FormatFloat(f, 'e', -1, 64))
-	return ok && want == got
-}
-
-// maxExponentDigits bounds the exponent decimalValue reads: a number with
-// a longer one (leading zeros aside) is out of double range or not exact.
-const maxExponentDigits = 9
-
-// decimalValue returns a form of the decimal number text (JSON grammar, or
-// Go's 'e' format) that two texts share exactly when their values are
-// equal: "0" for zero (of either sign), else the sign, the significant
-// digits without leading or trailing zeros, "e" and the position of the
-// decimal point relative to the first of them (so 0.0120 is "12e-1"). It
-// reports false for a nonzero number whose exponent has more than
-// maxExponentDigits digits. (The receiver's, receiver/fingerprint.go.)
-func decimalValue(text string) (string, bool) {
-	sign := ""
-	if strings.HasPrefix(text, "-") {
-		sign, text = "-", text[1:]
-	}
-	mantissa, exp, _ := strings.Cut(strings.ToLower(text), "e")
-	whole, frac, _ := strings.Cut(mantissa, ".")
-	digits := strings.TrimLeft(whole+frac, "0")
-	if digits == "" {
-		return "0", true
-	}
-	point := len(whole) - (len(whole+frac) - len(digits))
-	if exp != "" {
-		expSign := 1
-		switch exp[0] {
-		case '-':
-			expSign, exp = -1, exp[1:]
-		case '+':
-			exp = exp[1:]
-		}
-		exp = strings.TrimLeft(exp, "0")
-		if len(exp) > maxExponentDigits {
-			return "", false
-		}
-		e, _ := strconv.Atoi("0" + exp)
-		point += expSign * e
-	}
-	return sign + strings.TrimRight(digits, "0") + "e" + strconv.Itoa(point), true
 }
