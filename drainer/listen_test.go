@@ -2,8 +2,6 @@ package drainer
 
 import (
 	"context"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,42 +21,13 @@ import (
 func TestListenerConnectIsBounded(t *testing.T) {
 	t.Parallel()
 	base := newPool(t)
-	hole, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	t.Cleanup(func() {
-		_ = hole.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := hole.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c) // accepted, never answered
-			mu.Unlock()
-		}
-	}()
-	accepted := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(held)
-	}
+	hole := testkit.NewSilent(t)
+	accepted := hole.Accepted
 	var deaf atomic.Bool
 	deaf.Store(true)
-	addr := hole.Addr().(*net.TCPAddr)
 	e := startBesideConnects(t, base, func(cc *pgx.ConnConfig) {
 		if deaf.Load() && cc.RuntimeParams["application_name"] == "drainer-listen" {
-			cc.Host, cc.Port, cc.Fallbacks, cc.TLSConfig = "127.0.0.1", uint16(addr.Port), nil, nil
+			cc.Host, cc.Port, cc.Fallbacks, cc.TLSConfig = "127.0.0.1", uint16(hole.Port), nil, nil
 		}
 	})
 	testkit.WaitFor(t, time.Minute, "the listener connecting to the silent server", func() (bool, string) { return accepted() >= 1, "" })

@@ -3,13 +3,12 @@ package gateway
 import (
 	"context"
 	"log/slog"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/drainer-io/drainer/store/storetest"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -23,31 +22,7 @@ import (
 func TestSettleListenerConnectIsBounded(t *testing.T) {
 	t.Parallel()
 	pool := storetest.NewPool(t)
-	hole, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	t.Cleanup(func() {
-		_ = hole.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := hole.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c) // accepted, never answered
-			mu.Unlock()
-		}
-	}()
+	hole := testkit.NewSilent(t)
 	var silent atomic.Bool
 	silent.Store(true)
 	var tries atomic.Int32
@@ -55,7 +30,7 @@ func TestSettleListenerConnectIsBounded(t *testing.T) {
 	connect := func(ctx context.Context) (*pgx.Conn, error) {
 		c := cc.Copy()
 		if silent.Load() {
-			c.Host, c.Port, c.Fallbacks, c.TLSConfig = "127.0.0.1", uint16(hole.Addr().(*net.TCPAddr).Port), nil, nil
+			c.Host, c.Port, c.Fallbacks, c.TLSConfig = "127.0.0.1", uint16(hole.Port), nil, nil
 		}
 		tries.Add(1)
 		return pgx.ConnectConfig(ctx, c)

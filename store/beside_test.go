@@ -2,12 +2,11 @@ package store
 
 import (
 	"context"
-	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -17,32 +16,8 @@ import (
 // so no caller that forgets a bound is held for ever.
 func TestConnectBesideIsBounded(t *testing.T) {
 	t.Parallel()
-	hole, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	t.Cleanup(func() {
-		_ = hole.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := hole.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c) // accepted, never answered
-			mu.Unlock()
-		}
-	}()
-	port := strconv.Itoa(hole.Addr().(*net.TCPAddr).Port)
+	hole := testkit.NewSilent(t)
+	port := strconv.Itoa(hole.Port)
 	pc, err := pgxpool.ParseConfig("postgres://drainer@127.0.0.1:" + port + "/drainer?sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
