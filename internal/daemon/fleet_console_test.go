@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
-	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/tooling/pgtemp"
 	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
@@ -39,23 +38,7 @@ func migratedDatabases(t *testing.T, names ...string) *pgtemp.Cluster {
 		}
 	})
 	for _, db := range names {
-		conn, err := pgx.Connect(ctx, c.URL("postgres"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
-		_ = conn.Close(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if conn, err = pgx.Connect(ctx, c.URL(db)); err != nil {
-			t.Fatal(err)
-		}
-		_, err = migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil)
-		_ = conn.Close(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		createMigrated(t, c, db)
 	}
 	return c
 }

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/tooling/pgtemp"
 	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
@@ -92,23 +91,7 @@ func TestRunFleetReload(t *testing.T) {
 	}()
 	dbs := []string{"rel_a", "rel_b", "rel_c"}
 	for _, db := range dbs {
-		conn, err := pgx.Connect(ctx, c.URL("postgres"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize())
-		_ = conn.Close(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if conn, err = pgx.Connect(ctx, c.URL(db)); err != nil {
-			t.Fatal(err)
-		}
-		_, err = migrations.Migrate(ctx, conn, migrations.DefaultSchema, nil)
-		_ = conn.Close(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		createMigrated(t, c, db)
 	}
 	enqueue := func(db, tool string, n int) []string {
 		t.Helper()
