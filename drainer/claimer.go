@@ -158,6 +158,9 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 			MaxBytes: left}
 		note := e.floor.take()
 		claim.After = e.mark.start(claim, note)
+		// Not before the mark's start: the routes of a full adapter are
+		// left out without a full pass; the pass comes when it eases.
+		claim.Excluded = e.capFullTools(rt, claim.Excluded)
 		if h := e.hooks.claiming; h != nil {
 			h(cause)
 		}

@@ -31,6 +31,21 @@ type gate struct {
 	// its breaker closed, or an auth hold ended (the engine wakes the rows
 	// it deferred meanwhile).
 	free func(tools []string)
+	// room, when set, is told that a slot, or a place among the rows
+	// waiting for one, came free after a claim left the adapter's routes
+	// out because it had neither (full; the engine wakes the claim loop).
+	room func()
+	// capMu orders full against eased: watched says a claim left the
+	// routes out since the gate last eased, refused that the cap turned a
+	// row away since (it could not wait: no place, or no time within its
+	// lease); roomAt is when room was last told, roomSoon its timer when
+	// it is told later (at most once per fullPassMinGap: each time is a
+	// pass from the first due row).
+	capMu    sync.Mutex
+	watched  bool
+	refused  bool
+	roomAt   time.Time
+	roomSoon *time.Timer
 
 	authMu sync.Mutex
 	routes map[string]bool  // the routes (tools) of the loaded config sending to this adapter
@@ -104,7 +119,7 @@ func (g *gate) admitWithin(r *rand.Rand, route string, maxWait time.Duration, sl
 	probing, left := g.holdAdmit(route)
 	if left > 0 {
 		if slotHeld {
-			<-g.slots
+			g.freeSlot()
 		}
 		return nil, 0, &refusal{reason: outbox.RefusedAuthHold, delay: left + jitterAround(r, left/4+10*time.Millisecond)}
 	}
@@ -121,7 +136,7 @@ func (g *gate) admitWithin(r *rand.Rand, route string, maxWait time.Duration, sl
 	}
 	release := func() {
 		if g.slots != nil {
-			<-g.slots
+			g.freeSlot()
 		}
 	}
 	if g.limiter != nil {
@@ -170,7 +185,10 @@ func (g *gate) waitSlot(ctx context.Context, maxWait time.Duration) bool {
 		g.waiting.Add(-1)
 		return false
 	}
-	defer g.waiting.Add(-1)
+	defer func() {
+		g.waiting.Add(-1)
+		g.eased() // a place to wait came free
+	}()
 	t := time.NewTimer(maxWait)
 	defer t.Stop()
 	select {
@@ -180,6 +198,82 @@ func (g *gate) waitSlot(ctx context.Context, maxWait time.Duration) bool {
 	case <-ctx.Done():
 	}
 	return false
+}
+
+// full reports whether a row of this adapter claimed now would find
+// neither a slot of its max_concurrency nor a place to wait for one
+// (waitSlot): its cap would turn it away. Then the claim leaves the
+// adapter's routes out (Engine.capFullTools), and the gate tells room
+// when it eases. Claimed anyway, such rows were turned away, their
+// workers freed, and the next claim took the next due rows of the same
+// routes at once: a claim, a release and an audit entry each, about a
+// hundred times a second, for one row sent per call's duration.
+func (g *gate) full() bool {
+	if g.slots == nil {
+		return false
+	}
+	g.capMu.Lock()
+	defer g.capMu.Unlock()
+	full := len(g.slots) == cap(g.slots) && (g.refused || g.waiting.Load() >= g.waitCap.Load())
+	// Only eased clears watched: a claim that takes the routes again
+	// before eased is told may start at the low-water mark, past the rows
+	// an earlier one left out.
+	g.watched = g.watched || full
+	return full
+}
+
+// turnedAway says the cap turned a row away: until a slot or a place to
+// wait comes free, the rows claimed would be too.
+func (g *gate) turnedAway() {
+	g.capMu.Lock()
+	g.refused = true
+	g.capMu.Unlock()
+}
+
+// freeSlot gives a slot of the cap back.
+func (g *gate) freeSlot() {
+	<-g.slots
+	g.eased()
+}
+
+// eased says a slot or a place to wait came free: a claim that left the
+// routes out since (full) is followed by one that takes them, from the
+// first due row, at most one per fullPassMinGap (a busy cap eases at
+// each call's end).
+func (g *gate) eased() {
+	g.capMu.Lock()
+	g.refused = false
+	if !g.watched || g.room == nil || g.roomSoon != nil {
+		g.capMu.Unlock()
+		return // nothing left out, or told soon
+	}
+	g.watched = false
+	if wait := fullPassMinGap - time.Since(g.roomAt); wait > 0 {
+		g.roomSoon = time.AfterFunc(wait, func() {
+			g.capMu.Lock()
+			g.roomSoon, g.roomAt = nil, time.Now()
+			g.capMu.Unlock()
+			g.room()
+		})
+		g.capMu.Unlock()
+		return
+	}
+	g.roomAt = time.Now()
+	g.capMu.Unlock()
+	g.room()
+}
+
+// capFullTools appends to tools the routes of rt whose adapter is full
+// (gate.full): the claim leaves them out until it eases, when the gate
+// wakes the claim loop for a pass from the first due row (the rows left
+// out may lie behind the low-water mark by then).
+func (e *Engine) capFullTools(rt *Routing, tools []string) []string {
+	for _, g := range rt.gates {
+		if g.full() {
+			tools = append(tools, g.routeList()...)
+		}
+	}
+	return tools
 }
 
 // logBreaker logs each opening of the breaker (from closed) and each
@@ -321,6 +415,10 @@ func (e *Engine) attachGates(rt *Routing) {
 		} else {
 			gates[name] = newGate(name, p, e.metrics, e.log)
 			gates[name].free = func(tools []string) { e.deferrer.wake(tools) } // the deferrer comes after the first gates
+			gates[name].room = func() {
+				e.floor.wantFull()
+				e.wakeFor(causeSlots)
+			}
 			e.gatePolicy[name] = p
 		}
 		gates[name].setRoutes(routesOf[name])

@@ -81,6 +81,9 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 		}
 	}
 	if ref != nil {
+		if ref.reason == outbox.RefusedSaturated {
+			g.turnedAway() // its routes are left out of the claims until a slot comes free
+		}
 		return e.refused(row, route, entry, ref)
 	}
 	if wait > 0 {
