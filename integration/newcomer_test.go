@@ -282,7 +282,7 @@ type k8sObject struct {
 				Containers []struct {
 					Name         string
 					Args         []string
-					Env          []struct{ Name string }
+					Env          []struct{ Name, Value string }
 					VolumeMounts []struct{ Name, MountPath string }
 				}
 				Volumes []struct {
@@ -366,7 +366,11 @@ func newcomerHelm(t *testing.T) {
 	}
 	var env []string
 	for _, e := range c.Env {
-		env = append(env, e.Name+"=placeholder-"+strings.ToLower(e.Name))
+		v := e.Value // a literal (GOMEMLIMIT); a secret's reference gets a placeholder
+		if v == "" {
+			v = "placeholder-" + strings.ToLower(e.Name)
+		}
+		env = append(env, e.Name+"="+v)
 	}
 	file := writeFile(t, t.TempDir(), path.Base(cfgPath), data)
 	res := runCLI(t, env, "check", "--config", file)
