@@ -85,7 +85,8 @@ type mRefusal struct {
 	key          string
 	rf, rrf      string // SQLSTATE refusing hold, release ("" none)
 	aborted      bool
-	abortedAfter bool // the abort came after the row committed, in a later step
+	abortedAfter bool      // the abort came after the row committed, in a later step
+	at           time.Time // when hold was enqueued
 }
 
 // actUnrouted enqueues rows whose tools have no route (a batch of up to 300
@@ -176,6 +177,7 @@ func (m *seqModel) actRefusal(rt *rapid.T) bool {
 	if err != nil {
 		m.rt.Fatalf("refusal: enqueue %s: %v", r.run, err)
 	}
+	r.at = time.Now()
 	m.refusals = append(m.refusals, r)
 	if rapid.IntRange(0, 3).Draw(rt, "refusal_abort_now") == 0 {
 		m.abortRefusal(r)
@@ -207,13 +209,15 @@ type recvRow struct {
 }
 
 // readRecv reads each key's status (drainer.result, so a pruned row
-// answers from its tombstone), its attempts (the row's, else the audit's
-// last status change), and whether the recipient table holds it.
+// answers from its tombstone; once that expired too, the audit's last
+// status change), its attempts (the row's, else the audit's), and whether
+// the recipient table holds it.
 func (m *seqModel) readRecv(keys []string) map[string]recvRow {
 	out := map[string]recvRow{}
 	err := withRetry(func(ctx context.Context) error {
 		clear(out)
-		rows, err := m.e.pool.Query(ctx, `SELECT k, r.status,
+		rows, err := m.e.pool.Query(ctx, `SELECT k, coalesce(r.status,
+		        (SELECT a.to_status FROM drainer.audit a WHERE a.key = k AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1)),
 		    coalesce((SELECT o.attempts FROM drainer.outbox o WHERE o.key = k),
 		             (SELECT a.attempts FROM drainer.audit a WHERE a.key = k AND a.to_status IS NOT NULL ORDER BY a.id DESC LIMIT 1), -1),
 		    EXISTS (SELECT 1 FROM `+modelRecvTable+` t WHERE t.key = k)
@@ -302,6 +306,16 @@ func (m *seqModel) checkRefusals(fail func(string, ...any)) {
 	for _, r := range m.refusals {
 		h := got[r.key]
 		name := fmt.Sprintf("run %s (hold refused %q, release refused %q, aborted %v)", r.run, r.rf, r.rrf, r.aborted)
+		if h.status == "" {
+			// Neither row, tombstone nor audit entry: retention forgets a
+			// key no sooner than the tombstones' window after it settled.
+			if time.Since(r.at) < modelTombstones {
+				fail("%s: drainer knows nothing of hold %s, enqueued %v ago", name, r.key, time.Since(r.at).Round(time.Millisecond))
+			} else {
+				m.rt.Logf("%s: forgotten by retention", name)
+			}
+			continue
+		}
 		if h.received && r.rf != "" {
 			fail("%s: the recipient table holds hold's key although every insert of it was refused", name)
 		}
@@ -328,6 +342,8 @@ func (m *seqModel) checkRefusals(fail func(string, ...any)) {
 		}
 		// Aborted after hold succeeded: its compensation ran.
 		switch {
+		case c.status == "" && h.status == "compensated" && time.Since(r.at) >= modelTombstones:
+			m.rt.Logf("%s: release forgotten by retention", name)
 		case c.status == "":
 			fail("%s: hold %s in an aborted run, and no release row", name, h.status)
 		case r.rrf == "" && (h.status != "compensated" || c.status != "succeeded" || !c.received):
