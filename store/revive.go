@@ -30,7 +30,7 @@ type AbortedRun struct {
 }
 
 const abortedRunsSQL = `SELECT r.agent_run_id, r.aborted_by, r.abort_reason, r.aborted_at, r.saga_state,
-        (r.saga_state = 'done' AND r.rows_pruned_at IS NOT NULL
+        (r.saga_state = {SagaDone} AND r.rows_pruned_at IS NOT NULL
          OR EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
                       AND (o.kind = {KindCompensation} OR o.status = {StatusCompensated}))) AS saga_started,
         r.abort_requests > 0 AS abort_requested,
