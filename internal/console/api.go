@@ -347,7 +347,11 @@ func (s *Server) apiStats(r *http.Request, d *db) (any, error) {
 	}
 	// The whole fleet's overview costs no connection: its pauses, which
 	// live in each database, are read by /api/v1/pauses.
-	return s.stats.snapshot(), nil
+	st := s.stats.snapshot()
+	if st.Pauses == nil {
+		st.Pauses = []Pause{}
+	}
+	return st, nil
 }
 
 // wholeFleet says whether r shows every database of a fleet (it names
