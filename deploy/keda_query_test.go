@@ -94,7 +94,7 @@ func checkKEDAQuery(t *testing.T, query, namespace, job string) {
 	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool not installed (make promtool)")
+		t.Fatalf("promtool not found: %v (make promtool installs it; make test does first)", err)
 	}
 	type sample struct {
 		Labels string  `json:"labels"`
