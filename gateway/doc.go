@@ -19,8 +19,7 @@
 //	            Config.MaxCalls are in progress (503 and Retry-After otherwise);
 //	            a call's slot is freed when its agent hangs up (hungUp)
 //	tools.go    the tools listed: each routed tool of the config's mcp
-//	            adapters, with the server's own definition; drainer_abort_run;
-//	            the expiry of the results kept for the calls (sweepOversized)
+//	            adapters, with the server's own definition; drainer_abort_run
 //	call.go     one tools/call: its tuple (identity.go), its record and
 //	            lease to the engine of this process (Config.Lease), its wait;
 //	            a read-only call passed through once admitted (Config.Admit)

@@ -136,9 +136,6 @@ type Gateway struct {
 	// rec writes the records of calls arriving together in one
 	// transaction (record.go).
 	rec *recorder
-	// sweepEvery is how often the results kept for the calls expire
-	// (oversizedSweep; tests shorten it).
-	sweepEvery time.Duration
 }
 
 // New checks cfg, takes its address and builds the server; Serve starts it.
@@ -177,7 +174,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	ln = netutil.LimitListener(ln, maxConns(cfg.MaxRequests))
 	g := &Gateway{cfg: cfg, log: log, ln: ln, tools: map[string]*Tool{}, closing: make(chan struct{}),
-		slots: make(chan struct{}, cfg.MaxCalls), requests: make(chan struct{}, cfg.MaxRequests), sweepEvery: oversizedSweep}
+		slots: make(chan struct{}, cfg.MaxCalls), requests: make(chan struct{}, cfg.MaxRequests)}
 	g.base, g.cancelBase = context.WithCancel(context.Background())
 	if cfg.Token != "" {
 		g.token = sha256.Sum256([]byte(cfg.Token))
@@ -238,15 +235,13 @@ func (g *Gateway) Addr() string { return g.ln.Addr().String() }
 // URL is the gateway's MCP endpoint.
 func (g *Gateway) URL() string { return "http://" + g.Addr() + Path }
 
-// Serve starts the settle listener, the expiry of the results kept for the
-// calls (sweepOversized) and the HTTP server; it returns once the
+// Serve starts the settle listener and the HTTP server; it returns once the
 // listener listens (or ctx ends).
 func (g *Gateway) Serve(ctx context.Context) error {
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	g.stop = stop
-	g.done.Add(3)
+	g.done.Add(2)
 	go func() { defer g.done.Done(); g.watch.run(wctx) }()
-	go func() { defer g.done.Done(); g.sweepOversized(wctx, g.sweepEvery) }()
 	go func() {
 		defer g.done.Done()
 		if err := g.srv.Serve(g.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -29,11 +28,7 @@ type Tool struct {
 	// Send sends one call to the server (the adapter's Dispatch).
 	Send func(ctx context.Context, m *dispatch.Message) dispatch.Result
 	// Oversized returns the whole result of the call of key when it was too
-	// large to record and this process sent it lately (nil: never). While
-	// the gateway serves, it is also called with key "" every
-	// oversizedSweep, traffic or not: a lookup lets the results kept
-	// longer than their time go (dispatch/mcp's do, on each lookup), so an
-	// idle gateway does not hold them.
+	// large to record and this process sent it lately (nil: never).
 	Oversized func(key string) (json.RawMessage, bool)
 
 	// typed: the tool's definition declares an outputSchema (set by
@@ -181,35 +176,4 @@ func (g *Gateway) addAbortTool() {
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: readOnly, DestructiveHint: &destructive, IdempotentHint: idempotent},
 	}
 	g.mcp.AddTool(def, g.abort)
-}
-
-// oversizedSweep is how often sweepOversized looks the results of key ""
-// up: a result too large to record is let go within its time (two minutes
-// in dispatch/mcp) and this.
-const oversizedSweep = 15 * time.Second
-
-// sweepOversized calls each tool's Oversized with key "" every every,
-// until ctx ends (Shutdown), so that the results kept for the calls of an
-// idle gateway expire.
-func (g *Gateway) sweepOversized(ctx context.Context, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		g.mu.RLock()
-		lookups := make([]func(string) (json.RawMessage, bool), 0, len(g.tools))
-		for _, t := range g.tools {
-			if t.Oversized != nil {
-				lookups = append(lookups, t.Oversized)
-			}
-		}
-		g.mu.RUnlock()
-		for _, look := range lookups {
-			look("")
-		}
-	}
 }

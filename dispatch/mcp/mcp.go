@@ -106,6 +106,7 @@ func New(cfg Config) (*Adapter, error) {
 // closes idle connections.
 func (a *Adapter) Close(ctx context.Context) error {
 	a.bg.Stop()
+	a.oversized.stop()
 	a.mu.Lock()
 	c := a.cur
 	a.ready, a.cur = false, conn{}

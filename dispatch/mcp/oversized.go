@@ -10,10 +10,16 @@ import (
 // (Config.RecordLimit), each for oversizedTTL, at most oversizedBytes in
 // all: long enough for the gateway's call that waits for the row in this
 // process to be answered with the whole result. Nothing else reads them.
+// They go when their time is over, calls or not: a timer, armed while
+// the cache holds any, expires them (an idle process held them until the
+// next call before: 40 results of 3 MB, 85 MB of heap).
 type oversizedCache struct {
 	mu      sync.Mutex
 	entries []oversizedEntry // oldest first
 	bytes   int
+	ttl     time.Duration // oversizedTTL (shorter in tests)
+	timer   *time.Timer   // armed while entries are kept
+	stopped bool
 }
 
 type oversizedEntry struct {
@@ -33,6 +39,9 @@ func (c *oversizedCache) put(key string, rec json.RawMessage) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
 	c.expire(time.Now())
 	c.entries = append(c.entries, oversizedEntry{key: key, rec: rec, at: time.Now()})
 	c.bytes += len(rec)
@@ -41,6 +50,44 @@ func (c *oversizedCache) put(key string, rec json.RawMessage) {
 		c.entries[0] = oversizedEntry{} // the record goes with it, not with the array
 		c.entries = c.entries[1:]
 	}
+	c.arm()
+}
+
+// arm sets the timer for the oldest entry's end, if none is set (c.mu
+// held).
+func (c *oversizedCache) arm() {
+	if c.timer != nil || len(c.entries) == 0 {
+		return
+	}
+	c.timer = time.AfterFunc(time.Until(c.entries[0].at.Add(c.lifetime()))+time.Millisecond, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.timer = nil
+		if !c.stopped {
+			c.expire(time.Now())
+			c.arm()
+		}
+	})
+}
+
+// stop drops every entry and the timer (the adapter closes).
+func (c *oversizedCache) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	clear(c.entries)
+	c.entries, c.bytes = nil, 0
+}
+
+func (c *oversizedCache) lifetime() time.Duration {
+	if c.ttl > 0 {
+		return c.ttl
+	}
+	return oversizedTTL
 }
 
 func (c *oversizedCache) get(key string) (json.RawMessage, bool) {
@@ -55,10 +102,10 @@ func (c *oversizedCache) get(key string) (json.RawMessage, bool) {
 	return nil, false
 }
 
-// expire drops the entries older than oversizedTTL (c.mu held).
+// expire drops the entries kept their lifetime (c.mu held).
 func (c *oversizedCache) expire(now time.Time) {
 	n := 0
-	for n < len(c.entries) && now.Sub(c.entries[n].at) > oversizedTTL {
+	for n < len(c.entries) && now.Sub(c.entries[n].at) >= c.lifetime() {
 		c.bytes -= len(c.entries[n].rec)
 		n++
 	}

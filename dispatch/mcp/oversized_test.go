@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 	"weak"
 )
 
@@ -37,5 +38,35 @@ func TestOversizedCacheLetsEvictedRecordsGo(t *testing.T) {
 	}
 	if c.bytes > oversizedBytes {
 		t.Fatalf("the cache holds %d bytes, over its bound %d", c.bytes, oversizedBytes)
+	}
+}
+
+// TestOversizedExpireWithoutCalls: a kept result goes once its time is
+// over with no put or get after it (an idle process held every result
+// until the next call before); a closed cache keeps nothing and no timer.
+func TestOversizedExpireWithoutCalls(t *testing.T) {
+	c := oversizedCache{ttl: 50 * time.Millisecond}
+	c.put("k1", json.RawMessage(`{"a":1}`))
+	c.put("k2", json.RawMessage(`{"b":2}`))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c.mu.Lock()
+		n, b := len(c.entries), c.bytes
+		c.mu.Unlock()
+		if n == 0 && b == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d results (%d bytes) still kept a minute after their 50ms, with no call", n, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.put("k3", json.RawMessage(`{"c":3}`))
+	c.stop()
+	c.put("k4", json.RawMessage(`{"d":4}`))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) != 0 || c.timer != nil {
+		t.Fatalf("after stop: %d entries, timer %v", len(c.entries), c.timer != nil)
 	}
 }
