@@ -466,6 +466,28 @@ func TestConflictsAmongConcurrentCallsHarmNoOther(t *testing.T) {
 	}
 }
 
+// TestArgumentsOverThePayloadLimit: arguments over the payload limit
+// (1 MiB) but within the request's bound are -32602, the same call refused
+// for good, not an internal error inviting the agent to call again;
+// nothing recorded or sent. The wait is long: the database's refusal of
+// 1 MiB, not the call's deadline, must decide, however loaded the machine.
+func TestArgumentsOverThePayloadLimit(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, 30*time.Second)
+	s := g.client(t, agentHeaders("run-big"))
+	big := strings.Repeat("x", 1<<20+100)
+	_, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"note": big},
+		Meta: sdk.Meta{gateway.MetaStepID: "big"}})
+	var rpcErr *jsonrpc.Error
+	if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpcErr.Message, "more than the limit") ||
+		strings.Contains(rpcErr.Message, "call again") {
+		t.Fatalf("arguments over the payload limit: %v; want -32602 saying so, without inviting a retry", err)
+	}
+	if n := g.ts.count(g.ts.requests, "charge"); n != 0 {
+		t.Fatalf("%d requests upstream after a call over the payload limit, want none", n)
+	}
+}
+
 func TestConflictTimeoutPassthroughAndRefusals(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, time.Second)
@@ -481,20 +503,6 @@ func TestConflictTimeoutPassthroughAndRefusals(t *testing.T) {
 	}
 	if n := g.ts.count(g.ts.requests, "charge"); n != 1 {
 		t.Fatalf("%d requests upstream after a conflict, want 1", n)
-	}
-
-	// Arguments over the payload limit (1 MiB) but within the request's
-	// bound: -32602, the same call refused for good, not an internal error
-	// inviting the agent to call again; nothing recorded or sent.
-	big := strings.Repeat("x", 1<<20+100)
-	_, err = s.CallTool(context.Background(), &sdk.CallToolParams{Name: "charge", Arguments: map[string]any{"note": big},
-		Meta: sdk.Meta{gateway.MetaStepID: "big"}})
-	if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpcErr.Message, "more than the limit") ||
-		strings.Contains(rpcErr.Message, "call again") {
-		t.Fatalf("arguments over the payload limit: %v; want -32602 saying so, without inviting a retry", err)
-	}
-	if n := g.ts.count(g.ts.requests, "charge"); n != 1 {
-		t.Fatalf("%d requests upstream after a call over the payload limit, want 1", n)
 	}
 
 	// Not settled within wait: isError with the row's status; the retry
