@@ -61,13 +61,14 @@ func (g *Gateway) abort(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 
 // abortError is the answer to an abort the database refused or did not
 // answer: -32602 when it refused what the call names (a run id it does not
-// take, say), else -32603 (a failure of the database, a lost connection):
-// the abort rolled back, and calling again is safe.
+// take, say), else -32603 (a failure of the database, a lost connection, a
+// statement given up on that the server may still finish): calling again
+// is safe.
 func abortError(run string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
 		return invalidParams(fmt.Sprintf("run %q cannot be aborted: %s; nothing was changed", run, pgErr.Message))
 	}
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
-		Message: fmt.Sprintf("drainer could not abort run %q: %v; nothing was changed: call drainer_abort_run again (a run aborted twice is aborted once)", run, err)}
+		Message: fmt.Sprintf("drainer could not confirm the abort of run %q: %v; it may or may not have been recorded: call drainer_abort_run again, which is safe (a run aborted twice is aborted once)", run, err)}
 }

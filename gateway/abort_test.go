@@ -16,7 +16,7 @@ import (
 
 // TestAbortRunWhenTheDatabaseFails: drainer_abort_run whose statement the
 // database does not answer in time is an internal error (-32603) saying
-// nothing was changed and to call again, not invalid params; and one whose
+// it may not be recorded and to call again, not invalid params; and one whose
 // connection the server ended runs again on a live one, as the other
 // statements of a call do. Before, both were -32602 "could not abort run".
 func TestAbortRunWhenTheDatabaseFails(t *testing.T) {
@@ -52,15 +52,13 @@ func TestAbortRunWhenTheDatabaseFails(t *testing.T) {
 	_, err = abort()
 	var rpcErr *jsonrpc.Error
 	if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInternalError ||
-		!strings.Contains(rpcErr.Message, "nothing was changed") || !strings.Contains(rpcErr.Message, "call drainer_abort_run again") {
-		t.Fatalf("an abort the database did not answer: %v; want -32603 saying nothing was changed, to call again", err)
+		!strings.Contains(rpcErr.Message, "may or may not have been recorded") || !strings.Contains(rpcErr.Message, "call drainer_abort_run again") {
+		t.Fatalf("an abort the database did not answer: %v; want -32603 saying it may not be recorded, to call again", err)
 	}
+	// The statement given up on may still finish once the lock goes (its
+	// cancel races the release): the answer promised nothing either way.
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
-	}
-	var aborted bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM drainer.runs WHERE agent_run_id = 'run-abort-db')`).Scan(&aborted); err != nil || aborted {
-		t.Fatalf("the run is aborted (%v) after an abort answered as failed", err)
 	}
 
 	// Every connection of the gateway's pool ended by the server: the

@@ -296,9 +296,9 @@ func (m *seqModel) actPrune(rt *rapid.T) bool {
 	r := store.Retention{
 		ByStatus:   map[outbox.Status]time.Duration{outbox.StatusSucceeded: 0, outbox.StatusCancelled: 0, outbox.StatusCompensated: 0, outbox.StatusFailed: 0},
 		Tombstones: modelTombstones, Audit: time.Hour, BatchSize: 500,
-		// As the daemons pass it: charge names a compensation, whose
-		// window is the default (7 days).
-		Compensable: map[string]time.Duration{toolCharge: 7 * 24 * time.Hour},
+		// As the daemons pass it: charge and hold name a compensation,
+		// whose window is the default (7 days).
+		Compensable: map[string]time.Duration{toolCharge: 7 * 24 * time.Hour, toolHold: 7 * 24 * time.Hour},
 	}
 	var out map[string]int
 	err = withRetry(func(ctx context.Context) error {
