@@ -10,7 +10,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -149,6 +151,14 @@ func TestImportedRoutesReachMethodAndPath(t *testing.T) {
 	for i, r := range rows {
 		row := readRow(t, pool, keys[i])
 		got := rec.byKey(keys[i])
+		if r.tool == "post_comments" {
+			// The box routes' probe calibrates itself, at start and every
+			// few minutes, against a key of its route that succeeded: a GET
+			// of this row's key that is not the row's request.
+			got = slices.DeleteFunc(got, func(g recorded) bool {
+				return g.method == http.MethodGet && g.uri == "/box/comments/"+url.PathEscape(keys[i])
+			})
+		}
 		if r.want == nil {
 			if len(got) != 0 || row.Attempts != 0 || row.LastError == nil || !strings.Contains(*row.LastError, r.field) {
 				t.Errorf("%s %s: %d requests, attempts %d, last_error %v; want none, 0 and the field %s named",
