@@ -112,8 +112,9 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 // decideRetry decides a retryable or ambiguous attempt: parked on a
 // non_idempotent route once it may have been sent (not when the provider
 // refused it: Result.Refused), given back when it was not sent, failed
-// when out of attempts, else rescheduled with Full Jitter
-// floored by the provider's Retry-After.
+// when out of attempts (parked instead when the provider's last answer
+// said the key was still in flight there), else rescheduled with Full
+// Jitter floored by the provider's Retry-After.
 func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, res dispatch.Result) {
 	maybeSent := !res.NotSent && !res.Refused
 	if res.Outcome == dispatch.Ambiguous || (maybeSent && route.NonIdempotent()) {
@@ -128,6 +129,15 @@ func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, re
 		c.NoRequest, c.Note = true, noteNotSent
 		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)
 		c.LastError = errText(res, "not sent")
+	case row.Attempts >= route.MaxAttempts && res.Reason == dispatch.ReasonInFlightUpstream && maybeSent && row.Kind == outbox.KindForward:
+		// The provider's last word was that the key's first request is
+		// still being processed (or that its outcome is unknown): its
+		// effect may exist, so the row cannot end failed, which would tell
+		// the saga there is nothing to undo. It parks for a human.
+		c.outcome = outbox.OutcomeAmbiguous
+		c.Status, c.KeepNext = outbox.StatusOutcomeUnknown, true
+		c.LastError = errText(res, fmt.Sprintf("outcome unknown: attempts exhausted (%d of %d) while the provider still answered that this key's first request is in flight or its outcome unknown; its effect may exist; check at the provider, then `drainer resolve`",
+			row.Attempts, route.MaxAttempts))
 	case row.Attempts >= route.MaxAttempts:
 		// The last answer's Retry-After (or backoff) stays the row's floor:
 		// an operator's requeue of the failed row must not send it earlier.

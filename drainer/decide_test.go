@@ -53,6 +53,9 @@ func TestDecideAttemptsTable(t *testing.T) {
 		{"refused on last attempt fails", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, Refused: true, Err: boom}, outbox.StatusFailed, false, "retry", 0},
 		{"refused compensation on last attempt fails", keyRoute, "compensation", 3, dispatch.Result{Outcome: dispatch.Retry, Refused: true, Err: boom}, outbox.StatusCompensationFailed, false, "retry", 0},
 		{"refused on non_idempotent retries, counted", nonRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Retry, Refused: true, Err: boom}, outbox.StatusPending, false, "retry", 0},
+		{"in flight upstream retries", keyRoute, "forward", 2, dispatch.Result{Outcome: dispatch.Retry, Status: 409, Reason: dispatch.ReasonInFlightUpstream, Err: boom}, outbox.StatusPending, false, "retry", 0},
+		{"in flight upstream on last attempt parks", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 409, Reason: dispatch.ReasonInFlightUpstream, Err: boom}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
+		{"in flight upstream compensation on last attempt halts", keyRoute, "compensation", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 425, Reason: dispatch.ReasonInFlightUpstream, Err: boom}, outbox.StatusCompensationFailed, false, "retry", 0},
 		{"zero outcome is ambiguous", keyRoute, "forward", 1, dispatch.Result{}, outbox.StatusPending, false, "ambiguous", 0},
 		{"zero outcome parks non_idempotent", nonRoute, "forward", 1, dispatch.Result{}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
 	}

@@ -14,9 +14,14 @@ import (
 )
 
 // SessionDefaults sets what every connection of drainer's runs with unless
-// the database URL says otherwise: application_name drainer, and jit off
+// the database URL says otherwise: application_name drainer; jit off
 // (short statements over a few hundred rows: compiling them, once an
-// estimate crosses jit_above_cost, costs more than running them).
+// estimate crosses jit_above_cost, costs more than running them); and an
+// idle_in_transaction_session_timeout (IdleInTransaction), so that a
+// session whose replica was cut off in the middle of a transaction (a
+// partition, a hung pooler: the server's side of the connection stays
+// open) does not hold its locks, its snapshot or the backlog snapshot's
+// turn for good.
 func SessionDefaults(cc *pgx.ConnConfig) {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
@@ -27,7 +32,16 @@ func SessionDefaults(cc *pgx.ConnConfig) {
 	if cc.RuntimeParams["jit"] == "" {
 		cc.RuntimeParams["jit"] = "off"
 	}
+	if cc.RuntimeParams["idle_in_transaction_session_timeout"] == "" {
+		cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.Itoa(int(IdleInTransaction.Milliseconds()))
+	}
 }
+
+// IdleInTransaction is how long the server lets a session of drainer's
+// sit in a transaction with no statement running before it ends the
+// session. drainer's transactions send their statements back to back; one
+// idle this long lost its client.
+const IdleInTransaction = time.Minute
 
 // ConnectBeside opens a connection of its own beside pool (a listener's,
 // the wake gate's), configured as the pool's connections are: through the
