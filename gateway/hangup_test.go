@@ -15,8 +15,10 @@ import (
 )
 
 // cutCall posts a tools/call and hangs up after cut, as an agent whose
-// harness gives up does; it fails t if the call was answered first.
-func cutCall(t *testing.T, url, run, body string, cut time.Duration) {
+// harness gives up does. It returns 0 once it hung up; a call answered
+// first returns its status (a 503 while the gateway has not yet noticed
+// that earlier calls hung up), any other answer fails t.
+func cutCall(t *testing.T, url, run, body string, cut time.Duration) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cut)
 	defer cancel()
@@ -31,11 +33,15 @@ func cutCall(t *testing.T, url, run, body string, cut time.Duration) {
 	resp, err := http.DefaultClient.Do(req)
 	if err == nil {
 		resp.Body.Close()
-		t.Fatalf("a call to cut was answered %d within %s", resp.StatusCode, cut)
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("a call to cut was answered %d within %s", resp.StatusCode, cut)
+		}
+		return resp.StatusCode
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a call to cut: %v", err)
 	}
+	return 0
 }
 
 // TestAgentThatHangsUpFreesItsCallSlot: an agent that hangs up ends its
@@ -59,15 +65,28 @@ func TestAgentThatHangsUpFreesItsCallSlot(t *testing.T) {
 		}
 	})
 	slow := `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow","arguments":{"x":1}}}`
-	for i := range 4 {
-		cutCall(t, d.gw.URL(), "run-cut", fmt.Sprintf(slow, i+1), 300*time.Millisecond)
+	// Four calls cut. The gateway learns of a hang-up when the connection
+	// closes, a moment later on a loaded machine: a call that finds both
+	// slots still taken is answered 503 and made again, as an agent would,
+	// for at most 10 s (each cut call's wait is 2 minutes: slots held for
+	// the wait would refuse them all that time).
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 4; {
+		if cutCall(t, d.gw.URL(), "run-cut", fmt.Sprintf(slow, i+1), 300*time.Millisecond) == 0 {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cut call %d still refused 503 after 10 s: the calls cut before it hold their slots", i+1)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	testkit.WaitFor(t, liveness, "the slow call held by its tool", func() (bool, string) {
 		return ts.count(ts.waiting, "slow") == 1, fmt.Sprintf("%d requests of slow at the tool", ts.count(ts.waiting, "slow"))
 	})
 	// The slots are free within moments, not at the end of the wait.
 	charge := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1}}}`
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		status, _, got := post(t, d.gw.URL(), "run-cut", charge)
 		if status == http.StatusOK && strings.Contains(got, "charged #1") {
