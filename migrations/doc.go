@@ -94,4 +94,6 @@
 //	                          key and id): half the pages, less WAL per entry
 //	029_queue_fillfactor.sql  the hot generations' fill factor 50 (was 80), so the claim's and
 //	                          the completion's new versions stay on their row's page
+//	030_audit_anchor_record.sql the anchor versions found by their ledger record (an index), so
+//	                          audit verify reads each record's anchors, not all of them per record
 package migrations

@@ -90,6 +90,7 @@ CREATE TABLE drainer.audit_anchor_history (
     CONSTRAINT audit_anchor_history_pkey PRIMARY KEY (vid)
 );
 CREATE INDEX audit_anchor_history_key_idx ON drainer.audit_anchor_history USING btree (key, vid);
+CREATE INDEX audit_anchor_history_record_idx ON drainer.audit_anchor_history USING btree (record);
 
 -- drainer.audit_anchors: table
 CREATE TABLE drainer.audit_anchors (
@@ -106,6 +107,7 @@ CREATE TABLE drainer.audit_anchors (
     row_hash  bytea,
     CONSTRAINT audit_anchors_pkey PRIMARY KEY (key)
 );
+CREATE INDEX audit_anchors_record_idx ON drainer.audit_anchors USING btree (record);
 CREATE UNIQUE INDEX audit_anchors_vid_idx ON drainer.audit_anchors USING btree (vid);
 
 -- drainer.audit_generations: table
