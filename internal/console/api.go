@@ -35,6 +35,9 @@ type apiError struct {
 	Refused *ops.TransitionError
 	// Pauses are those read, when some database's could not be (503).
 	Pauses []Pause
+	// Databases are those holding a key looked for without a database,
+	// when there are several (409).
+	Databases []string
 }
 
 func (e *apiError) Error() string { return e.Msg }
@@ -73,11 +76,19 @@ type RowsPage struct {
 	// Matched says how the search box was read: key, agent_run_id or
 	// business_scope ("" without a search).
 	Matched string `json:"matched,omitempty"`
+	// NextCursor, over every database of a fleet (none named), is the
+	// cursor= of the next page ("" on the last); Unread then names the
+	// databases that could not be read, each with why (fleetrows.go).
+	NextCursor string   `json:"next_cursor,omitempty"`
+	Unread     []string `json:"databases_unread,omitempty"`
 }
 
 // RowView is a row of a list: the §2 columns without payload and response,
 // which a list never reads (store.RowSummary), and their sizes as stored.
 type RowView struct {
+	// Database names the row's database in a list of every database of a
+	// fleet.
+	Database       string        `json:"database,omitempty"`
 	Key            string        `json:"key"`
 	Seq            int64         `json:"seq"`
 	AgentRunID     string        `json:"agent_run_id"`
@@ -136,12 +147,9 @@ func (s *Server) rows(ctx context.Context, d *db, v url.Values) (*RowsPage, erro
 
 // viewPage reads the page of sel that v names (after, limit).
 func (s *Server) viewPage(ctx context.Context, d *db, sel *selection, v url.Values) (*RowsPage, error) {
-	limit := defaultPageSize
-	if l := v.Get("limit"); l != "" {
-		var err error
-		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > maxPageSize {
-			return nil, badRequest("limit: must be between 1 and %d", maxPageSize)
-		}
+	limit, err := pageLimit(v)
+	if err != nil {
+		return nil, err
 	}
 	var after int64
 	if a := v.Get("after"); a != "" {
@@ -173,9 +181,26 @@ func (s *Server) viewPage(ctx context.Context, d *db, sel *selection, v url.Valu
 	return out, nil
 }
 
+// pageLimit reads a page's limit= (default defaultPageSize).
+func pageLimit(v url.Values) (int, error) {
+	l := v.Get("limit")
+	if l == "" {
+		return defaultPageSize, nil
+	}
+	limit, err := strconv.Atoi(l)
+	if err != nil || limit < 1 || limit > maxPageSize {
+		return 0, badRequest("limit: must be between 1 and %d", maxPageSize)
+	}
+	return limit, nil
+}
+
 // RowDetail is the answer of GET /api/v1/rows/{key}.
 type RowDetail struct {
 	*ops.Inspection
+	// Database is the database the row was found in, and Unread those that
+	// could not be read, when a fleet's key is looked up with none named.
+	Database string   `json:"database,omitempty"`
+	Unread   []string `json:"databases_unread,omitempty"`
 	// NotBefore is the row's Retry-After (or backoff) floor, when it has one.
 	NotBefore *time.Time `json:"not_before"`
 	// Attempts are the audit entries that record an attempt, oldest first.
@@ -302,10 +327,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// api wraps a JSON handler: errors become {"error": …} with their status.
+// api wraps a JSON handler of the database a request names (the first by
+// default): errors become {"error": …} with their status.
 func (s *Server) api(h func(*http.Request, *db) (any, error)) http.HandlerFunc {
+	return s.apiOf(h, false)
+}
+
+// wideAPI wraps a JSON handler that, with a fleet and no database named,
+// reads every database: it then gets no database (nil).
+func (s *Server) wideAPI(h func(*http.Request, *db) (any, error)) http.HandlerFunc {
+	return s.apiOf(h, true)
+}
+
+func (s *Server) apiOf(h func(*http.Request, *db) (any, error), wide bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		d, err := s.database(r)
+		var d *db
+		var err error
+		if !wide || !s.wholeFleet(r) {
+			d, err = s.database(r)
+		}
 		var v any
 		if err == nil {
 			v, err = h(r, d)
@@ -336,6 +376,9 @@ func errorBody(ae *apiError) map[string]any {
 	if ae.Pauses != nil {
 		body["pauses"] = ae.Pauses
 	}
+	if ae.Databases != nil {
+		body["databases"] = ae.Databases
+	}
 	return body
 }
 
@@ -360,11 +403,22 @@ func (s *Server) wholeFleet(r *http.Request) bool {
 	return s.cfg.Fleet != nil && r.URL.Query().Get("database") == ""
 }
 
+// apiRows lists a page of the view of the database, or of every database
+// of a fleet when none is named (fleetRows).
 func (s *Server) apiRows(r *http.Request, d *db) (any, error) {
+	if d == nil {
+		page, _, err := s.fleetRows(r.Context(), r.URL.Query())
+		return page, err
+	}
 	return s.rows(r.Context(), d, r.URL.Query())
 }
 
+// apiRow reads a row of the database, or, with a fleet and no database
+// named, of the database holding it (fleetRow).
 func (s *Server) apiRow(r *http.Request, d *db) (any, error) {
+	if d == nil {
+		return s.fleetRow(r.Context(), r.PathValue("key"))
+	}
 	return s.row(r.Context(), d, r.PathValue("key"))
 }
 

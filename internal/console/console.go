@@ -226,23 +226,25 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/static/favicon.svg", http.StatusMovedPermanently)
 	})
-	// Pages.
-	mux.HandleFunc("GET /{$}", s.page(s.overviewPage))
-	mux.HandleFunc("GET /rows", s.page(s.rowsPage))
-	mux.HandleFunc("GET /rows/{key}", s.page(s.rowPage))
+	// Pages. A wide one, with a fleet and no database named, shows every
+	// database (its handler gets none); any other shows the one named, the
+	// first by default.
+	mux.HandleFunc("GET /{$}", s.widePage(s.overviewPage))
+	mux.HandleFunc("GET /rows", s.widePage(s.rowsPage))
+	mux.HandleFunc("GET /rows/{key}", s.widePage(s.rowPage))
 	mux.HandleFunc("GET /runs/{run}", s.page(s.runPage))
-	mux.HandleFunc("GET /parked", s.page(s.parkedPage))
-	mux.HandleFunc("GET /pauses", s.page(s.pausesPage))
+	mux.HandleFunc("GET /parked", s.widePage(s.parkedPage))
+	mux.HandleFunc("GET /pauses", s.widePage(s.pausesPage))
 	mux.HandleFunc("GET /results/{id}", s.results)
 	mux.HandleFunc("GET /login", s.page(s.loginPage))
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
 	// API.
-	mux.HandleFunc("GET /api/v1/stats", s.api(s.apiStats))
-	mux.HandleFunc("GET /api/v1/rows", s.api(s.apiRows))
-	mux.HandleFunc("GET /api/v1/rows/{key}", s.api(s.apiRow))
+	mux.HandleFunc("GET /api/v1/stats", s.wideAPI(s.apiStats))
+	mux.HandleFunc("GET /api/v1/rows", s.wideAPI(s.apiRows))
+	mux.HandleFunc("GET /api/v1/rows/{key}", s.wideAPI(s.apiRow))
 	mux.HandleFunc("GET /api/v1/runs/{run}", s.api(s.apiRun))
-	mux.HandleFunc("GET /api/v1/pauses", s.api(s.apiPauses))
+	mux.HandleFunc("GET /api/v1/pauses", s.wideAPI(s.apiPauses))
 	mux.HandleFunc("POST /api/v1/actions/{verb}", s.action)
 	mux.HandleFunc("GET /api/v1/results/{id}", s.apiResults)
 	mux.HandleFunc("/", s.notFound)

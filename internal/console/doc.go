@@ -78,6 +78,17 @@
 // never tried in the first. A pause naming a route or adapter the config
 // in force does not know (Config.Names) is refused with the closest name.
 //
+// Nor do a fleet's rows pages default to the first database when none is
+// named (fleetrows.go): a key looked up (its page, GET /api/v1/rows/{key},
+// the search box) is read where it is, found in several it lists each
+// one's row (the API: a 409 naming them), in none a 404 naming every
+// database searched. The rows list, its API and the parked rows hold every
+// database's rows, each naming its database: each database reads at most
+// a page of its view after its own position (keyset on its seq), the page
+// merges them oldest first, and its next_cursor holds each database's
+// position. A database that could not be read is named on the page and in
+// databases_unread, the others shown. A bulk action acts in one database.
+//
 // # Files
 //
 //	console.go   Config, Fleet, Server, Start (an *AddrInUseError when the
@@ -96,8 +107,11 @@
 //	             a fleet), rates (by database too), history; one fleet
 //	             database's overview
 //	fleetview.go what a fleet's console reads of several databases: every
-//	             database's pauses, the database holding an action's key,
-//	             the database an action acts on; each engine's adapters
+//	             database's pauses, the databases holding a key, the
+//	             database an action acts on; each engine's adapters
+//	fleetrows.go a fleet's rows with no database named: a key where it is,
+//	             every database's rows merged into one page (cursor), their
+//	             pages (rows, row, parked)
 //	pages.go     page handlers, template functions, Link
 //	chart.go     the backlog chart, with its axes
 //	lasterror.go a row's last_error on the pages: a fault, or flow control

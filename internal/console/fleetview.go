@@ -211,26 +211,10 @@ func (s *Server) actionDatabase(ctx context.Context, verb string, v url.Values) 
 // is a 409 naming them; one in none a 404; and when a database could not
 // be read, nothing is acted on (the key may be there too): a 503 naming it.
 func (s *Server) keyDatabase(ctx context.Context, key string) (*db, error) {
-	names := s.names()
-	holds := make([]bool, len(names))
-	errs := s.eachDatabase(ctx, names, func(ctx context.Context, i int, d *db) error {
-		status, err := d.Store.RowStatus(ctx, d.DB, key)
-		holds[i] = status != ""
-		return err
-	})
-	var in, unread []string
-	for i, name := range names {
-		switch {
-		case errs[i] != nil:
-			unread = append(unread, name+" ("+s.unreadWhy(name, errs[i])+")")
-		case holds[i]:
-			in = append(in, name)
-		}
-	}
+	names, in, unread := s.keyHolders(ctx, key, false)
 	switch {
 	case len(in) > 1:
-		return nil, &apiError{Status: http.StatusConflict,
-			Msg: fmt.Sprintf("key %s is in %d databases, %s: name the one to act on (database)", key, len(in), listNames(in))}
+		return nil, keyInSeveral(key, in, "act on")
 	case len(unread) > 0:
 		where := "in none of the others"
 		if len(in) == 1 {
@@ -238,12 +222,64 @@ func (s *Server) keyDatabase(ctx context.Context, key string) (*db, error) {
 		}
 		return nil, &apiError{Status: http.StatusServiceUnavailable,
 			Msg: fmt.Sprintf("key %s: found %s, but %s could not be read, and may hold it too: name the database to act on (database)",
-				key, where, listNames(unread))}
+				key, where, listNames(unreadWhy(unread, " (%s)")))}
 	case len(in) == 0:
-		return nil, &apiError{Status: http.StatusNotFound,
-			Msg: fmt.Sprintf("no row with key %s in any of the %d databases (%s)", key, len(names), listNames(names))}
+		return nil, keyInNone(key, names)
 	}
 	return s.databaseNamed(in[0])
+}
+
+// keyHolders looks for key in every database shown (names): in are those
+// holding its row (or, with pruned, its tombstone), unread those that
+// could not be read.
+func (s *Server) keyHolders(ctx context.Context, key string, pruned bool) (names, in []string, unread []unreadDB) {
+	names = s.names()
+	holds := make([]bool, len(names))
+	errs := s.eachDatabase(ctx, names, func(ctx context.Context, i int, d *db) error {
+		status, err := d.Store.RowStatus(ctx, d.DB, key)
+		holds[i] = status != ""
+		if err == nil && !holds[i] && pruned {
+			var ts *store.Tombstone
+			ts, err = d.Store.ReadTombstone(ctx, d.DB, key)
+			holds[i] = ts != nil
+		}
+		return err
+	})
+	for i, name := range names {
+		switch {
+		case errs[i] != nil:
+			unread = append(unread, unreadDB{name, s.unreadWhy(name, errs[i])})
+		case holds[i]:
+			in = append(in, name)
+		}
+	}
+	return names, in, unread
+}
+
+// keyInSeveral refuses to pick one of the databases in holding key: a 409
+// naming them (in its databases too), to name the one to what.
+func keyInSeveral(key string, in []string, what string) error {
+	return &apiError{Status: http.StatusConflict, Databases: in,
+		Msg: fmt.Sprintf("key %s is in %d databases, %s: name the one to %s (database)", key, len(in), listNames(in), what)}
+}
+
+// keyInNone is a 404: every database of names was searched for key.
+func keyInNone(key string, names []string) error {
+	return &apiError{Status: http.StatusNotFound,
+		Msg: fmt.Sprintf("no row with key %s in any of the %d databases (%s)", key, len(names), listNames(names))}
+}
+
+// unreadDB is a database that could not be read, and why.
+type unreadDB struct{ name, why string }
+
+// unreadWhy lists us for an answer, each its name then its why in format
+// (": %s" or " (%s)").
+func unreadWhy(us []unreadDB, format string) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = u.name + fmt.Sprintf(format, u.why)
+	}
+	return out
 }
 
 // listNames lists names for an answer, the first maxNamesShown of them.

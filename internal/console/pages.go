@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,10 @@ type pageData struct {
 	Fleet  bool
 	// AllDatabases: the page shows every database of a fleet (none named).
 	AllDatabases bool
+	// Unread names the databases such a page could not read, each with why.
+	Unread []string
+	// ParkedMore: every database's parked rows are more than shown.
+	ParkedMore bool
 	// Back is the page an action returns to.
 	Back string
 	// Self is this page's local URL (path and query).
@@ -87,10 +92,22 @@ func (p pageData) Link(path string, kv ...string) template.URL {
 	return template.URL(path + "?" + q.Encode())
 }
 
+// LinkIn is Link in database (a row's, in a list of every database's),
+// or in the page's when database is "".
+func (p pageData) LinkIn(database, path string, kv ...string) template.URL {
+	if database != "" {
+		p.Scoped = database
+	}
+	return p.Link(path, kv...)
+}
+
 var funcs = template.FuncMap{
 	"add":  func(a, b int64) int64 { return a + b },
 	"path": url.PathEscape,
-	"query": func(v url.Values, kv ...string) string {
+	// query is v with kv set (an empty value deleted), encoded for a
+	// link's query: as template.URL, so that its = and & stay such (every
+	// key and value is percent-encoded by Encode).
+	"query": func(v url.Values, kv ...string) template.URL {
 		q := url.Values{}
 		for k, x := range v {
 			q[k] = slices.Clone(x)
@@ -102,7 +119,7 @@ var funcs = template.FuncMap{
 				q.Set(kv[i], kv[i+1])
 			}
 		}
-		return q.Encode()
+		return template.URL(q.Encode())
 	},
 	"when": func(t any) string {
 		switch t := t.(type) {
@@ -256,16 +273,27 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	_, _ = w.Write(b.Bytes())
 }
 
-// page wraps a page handler: an error becomes its page (404 not found,
-// 400 bad filter, 500 otherwise).
+// page wraps a page handler of the database a request names (the first
+// by default): an error becomes its page (404 not found, 400 bad filter,
+// 500 otherwise).
 func (s *Server) page(h func(*http.Request, *db, *pageData) (string, error)) http.HandlerFunc {
+	return s.pageOf(h, false)
+}
+
+// widePage wraps a page handler that, with a fleet and no database named,
+// shows every database: it then gets no database (nil).
+func (s *Server) widePage(h func(*http.Request, *db, *pageData) (string, error)) http.HandlerFunc {
+	return s.pageOf(h, true)
+}
+
+func (s *Server) pageOf(h func(*http.Request, *db, *pageData) (string, error), wide bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		p := pageData{}
 		var d *db
 		var err error
-		if !s.wholeFleet(r) || (r.URL.Path != "/" && r.URL.Path != "/pauses") {
-			d, err = s.database(r) // a fleet's overview and pauses need none
+		if !wide || !s.wholeFleet(r) {
+			d, err = s.database(r)
 		}
 		name := ""
 		if err == nil {
@@ -326,6 +354,9 @@ func (s *Server) overviewPage(r *http.Request, d *db, p *pageData) (string, erro
 
 func (s *Server) rowsPage(r *http.Request, d *db, p *pageData) (string, error) {
 	q := r.URL.Query()
+	if d == nil {
+		return s.fleetRowsPage(r.Context(), q, p)
+	}
 	sel, err := s.selectionOf(r.Context(), d, q)
 	if err != nil {
 		return "", err
@@ -371,6 +402,9 @@ func toolsOf(st Stats) []string {
 }
 
 func (s *Server) rowPage(r *http.Request, d *db, p *pageData) (string, error) {
+	if d == nil {
+		return s.fleetRowPage(r.Context(), r.PathValue("key"), p)
+	}
 	row, err := s.row(r.Context(), d, r.PathValue("key"))
 	p.Title, p.Nav, p.Row = "Row", "rows", row
 	return "row", err
@@ -384,8 +418,11 @@ func (s *Server) runPage(r *http.Request, d *db, p *pageData) (string, error) {
 
 func (s *Server) parkedPage(r *http.Request, d *db, p *pageData) (string, error) {
 	p.Title, p.Nav, p.Parked = "Parked rows", "parked", []RowView{}
+	if d == nil {
+		return "parked", s.fleetParked(r.Context(), p)
+	}
 	for _, st := range []outbox.Status{outbox.StatusOutcomeUnknown, outbox.StatusCompensationFailed} {
-		page, err := s.rows(r.Context(), d, url.Values{"status": {string(st)}, "limit": {"200"}})
+		page, err := s.rows(r.Context(), d, url.Values{"status": {string(st)}, "limit": {strconv.Itoa(maxParkedShown)}})
 		if err != nil {
 			return "", err
 		}

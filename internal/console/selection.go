@@ -38,6 +38,21 @@ type selection struct {
 // has that run, else as a business_scope, and it narrows the filters: the
 // view holds the rows matching every filter and the search.
 func (s *Server) selectionOf(ctx context.Context, d *db, v url.Values) (*selection, error) {
+	sel, err := newSelection(v)
+	if err != nil || sel.params.Get("search") == "" {
+		return sel, err
+	}
+	matched, err := searchMatch(ctx, d, sel.params.Get("search"))
+	if err != nil {
+		return nil, err
+	}
+	sel.narrow(matched)
+	return sel, nil
+}
+
+// newSelection reads the view's filters and parameters of v, its search
+// not yet read.
+func newSelection(v url.Values) (*selection, error) {
 	f, err := filterOf(v)
 	if err != nil {
 		return nil, err
@@ -48,36 +63,42 @@ func (s *Server) selectionOf(ctx context.Context, d *db, v url.Values) (*selecti
 			sel.params.Set(k, x)
 		}
 	}
-	q := sel.params.Get("search")
-	if q == "" {
-		return sel, nil
-	}
-	narrow := func(field *string) {
-		if *field != "" && *field != q {
-			sel.empty = true
-		}
-		*field = q
-	}
+	return sel, nil
+}
+
+// searchOrder are the ways a search is read, first the one preferred.
+var searchOrder = []string{"key", "agent_run_id", "business_scope"}
+
+// searchMatch says how d reads the search q: key when a row has that key,
+// else agent_run_id when a row has that run, else business_scope.
+func searchMatch(ctx context.Context, d *db, q string) (string, error) {
 	status, err := d.Store.RowStatus(ctx, d.DB, q)
-	if err != nil {
-		return nil, err
-	}
-	if status != "" {
-		sel.matched, sel.filter.Keys = "key", []string{q}
-		return sel, nil
+	if err != nil || status != "" {
+		return "key", err
 	}
 	runRows, err := d.Store.RunRows(ctx, d.DB, q, 1)
-	if err != nil {
-		return nil, err
+	if err != nil || len(runRows) > 0 {
+		return "agent_run_id", err
 	}
-	if len(runRows) > 0 {
-		sel.matched = "agent_run_id"
-		narrow(&sel.filter.Run)
-	} else {
-		sel.matched = "business_scope"
-		narrow(&sel.filter.Scope)
+	return "business_scope", nil
+}
+
+// narrow folds the search, read as matched, into the view's filters.
+func (sel *selection) narrow(matched string) {
+	q := sel.params.Get("search")
+	field := &sel.filter.Scope
+	switch matched {
+	case "key":
+		sel.matched, sel.filter.Keys = matched, []string{q}
+		return
+	case "agent_run_id":
+		field = &sel.filter.Run
 	}
-	return sel, nil
+	sel.matched = matched
+	if *field != "" && *field != q {
+		sel.empty = true
+	}
+	*field = q
 }
 
 // filterOf reads a view's filters (not its search) from query or form
