@@ -308,7 +308,16 @@ routes:
   own: {adapter: p, key_ttl: 30m, backoff: {max_retry_after: 5m}}
 `, false)
 	assertLines(t, cfg.Warnings, []string{
-		"c.yaml:2:48: adapters.p.key_ttl: key_ttl 2m (less the 1m margin) is shorter than lease 30s plus 1h (route short's longest reclaim wait: max_retry_after or reclaim_hold), which a reclaimed row may wait: a row whose replica died mid-call could end failed by the key-TTL guard though its effect may exist; lower max_retry_after or reclaim_hold, or raise key_ttl",
+		"c.yaml:2:48: adapters.p.key_ttl: key_ttl 2m (less the 1m margin) is shorter than lease 30s plus 1h, routes.short.backoff.max_retry_after (not set: its default), the longest a reclaimed row of route short may wait: a row whose replica died mid-call could end failed by the key-TTL guard though its effect may exist; set routes.short.backoff.max_retry_after below 30s, or raise key_ttl",
+	})
+	cfg = mustParse(t, `
+adapters:
+  p: {type: http, url: "http://p/{tool_name}", key_ttl: 5m}
+routes:
+  held: {adapter: p, reclaim_hold: 10m, backoff: {max_retry_after: 10s}}
+`, false)
+	assertLines(t, cfg.Warnings, []string{
+		"c.yaml:2:48: adapters.p.key_ttl: key_ttl 5m (less the 1m margin) is shorter than lease 30s plus 10m, routes.held.reclaim_hold, the longest a reclaimed row of route held may wait: a row whose replica died mid-call could end failed by the key-TTL guard though its effect may exist; set routes.held.reclaim_hold below 3m30s, or raise key_ttl",
 	})
 
 	cfg = mustParse(t, "workers: 4\nroutes: {}\n", false)

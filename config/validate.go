@@ -454,14 +454,17 @@ func (v *validator) reclaimWithinKeyTTL(p string, r *Route) {
 		return
 	}
 	lease := cmp.Or(c.Lease, DefaultLease)
-	wait := r.Backoff.MaxRetryAfter
+	wait, why := r.Backoff.MaxRetryAfter, p+".backoff.max_retry_after"
 	if !v.set(p + ".backoff.max_retry_after") {
-		wait = DefaultMaxRetryAfter
+		wait, why = DefaultMaxRetryAfter, p+".backoff.max_retry_after (not set: its default)"
 	}
-	wait = max(wait, r.ReclaimHold)
+	if r.ReclaimHold > wait {
+		wait, why = r.ReclaimHold, p+".reclaim_hold"
+	}
 	if ttl-KeyTTLMargin < lease+wait {
-		v.warnf(field, "key_ttl %s (less the 1m margin) is shorter than lease %s plus %s (route %s's longest reclaim wait: max_retry_after or reclaim_hold), which a reclaimed row may wait: a row whose replica died mid-call could end failed by the key-TTL guard though its effect may exist; lower max_retry_after or reclaim_hold, or raise key_ttl",
-			formatDuration(ttl), formatDuration(lease), formatDuration(wait), strings.TrimPrefix(p, "routes."))
+		v.warnf(field, "key_ttl %s (less the 1m margin) is shorter than lease %s plus %s, %s, the longest a reclaimed row of route %s may wait: a row whose replica died mid-call could end failed by the key-TTL guard though its effect may exist; set %s below %s, or raise key_ttl",
+			formatDuration(ttl), formatDuration(lease), formatDuration(wait), why, strings.TrimPrefix(p, "routes."),
+			strings.TrimSuffix(why, " (not set: its default)"), formatDuration(max(ttl-KeyTTLMargin-lease, 0)))
 	}
 }
 
