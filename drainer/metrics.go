@@ -20,6 +20,7 @@ type Metrics struct {
 	OldestPendingAge        prometheus.Gauge
 	OldestInFlightAge       prometheus.Gauge
 	SnapshotAge             prometheus.GaugeFunc
+	SnapshotRead            prometheus.GaugeFunc
 	DispatchTotal           *prometheus.CounterVec
 	DispatchDuration        *prometheus.HistogramVec
 	ClaimBatchSize          prometheus.Histogram
@@ -199,6 +200,15 @@ func (m *Metrics) registerBacklog(f promauto.Factory) {
 		Name: "drainer_outbox_snapshot_age_seconds",
 		Help: "Age now of the backlog snapshot the outbox gauges come from (before the first, the time since the replica started).",
 	}, func() float64 { return m.snapshotAge(time.Now()).Seconds() })
+	m.SnapshotRead = f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "drainer_outbox_snapshot_read",
+		Help: "1 once this replica has read a backlog snapshot, 0 before: until then its drainer_outbox_* gauges are the startup zeros, not the database's counts.",
+	}, func() float64 {
+		if m.snapshotRead.Load() != nil {
+			return 1
+		}
+		return 0
+	})
 	m.SnapshotCost = f.NewGauge(prometheus.GaugeOpts{
 		Name: "drainer_outbox_snapshot_cost_seconds",
 		Help: "Database time the latest backlog snapshot took.",

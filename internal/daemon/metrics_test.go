@@ -35,7 +35,8 @@ const dashboardsDir = "../../dashboards"
 // fromElsewhere lists the series the dashboards and rules read that the
 // daemon does not export, by design.
 var fromElsewhere = map[string]string{
-	"up": "recorded by Prometheus for every target it scrapes",
+	"up":     "recorded by Prometheus for every target it scrapes",
+	"ALERTS": "recorded by Prometheus for every alert pending or firing (the paging rules keep a page while no replica has read a snapshot)",
 }
 
 // grafanaIntervals are Grafana's interval variables, which PromQL cannot
