@@ -396,7 +396,7 @@ func (m *seqModel) actFault(rt *rapid.T) bool {
 		signalReplica(r.d, syscall.SIGKILL)
 		r.d.wait(30 * time.Second)
 		m.watchHandOver(pid, killedAt)
-		r.d = e.startReplica()
+		r.d = e.startReplica(r.proxy)
 		m.rt.Logf("SIGKILL replica %d, restarted as %s", i, r.d.name)
 	case "sigstop":
 		for i, r := range e.replicas {

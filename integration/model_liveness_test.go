@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/drainer-io/drainer/idemkey"
@@ -231,28 +232,41 @@ func (m *seqModel) actKillConns(rt *rapid.T) bool {
 // checkWakeUp: once the sequence settled (every daemon idle, asleep with
 // its wake-up armed), a row committed is claimed because its notification
 // woke a daemon, not by a poll, whatever the sequence did to the daemons'
-// connections (kill_conns), to Postgres (restarts) and to the daemons
-// (SIGKILL, SIGSTOP). Each replica counts its claimed rows by cause
-// (drainer_claimed_rows_total{cause}). A poll tick can race a healthy
-// notification now and then, so up to three probes are made: a deaf
-// wake-up loses every one of them.
+// connections (kill_conns, partition), to Postgres (restarts) and to the
+// daemons (SIGKILL, SIGSTOP). Each replica is probed alone, the others
+// SIGSTOPped meanwhile: a replica whose wake-up went deaf would otherwise
+// hide behind one that hears. Each replica counts its claimed rows by
+// cause (drainer_claimed_rows_total{cause}). A poll tick can race a
+// healthy notification now and then, so up to three probes are made: a
+// deaf wake-up loses every one of them.
 func (m *seqModel) checkWakeUp(fail func(string, ...any)) {
-	e := m.e
-	count := func(cause string) float64 {
-		var n float64
-		for _, r := range e.replicas {
-			n += m.metric(r.d, "drainer_claimed_rows_total", `cause="`+cause+`"`)
+	for i, r := range m.e.replicas {
+		for j, o := range m.e.replicas {
+			if j != i {
+				signalReplica(o.d, syscall.SIGSTOP)
+			}
 		}
-		return n
+		m.wakeProbe(fail, i, r.d)
+		for j, o := range m.e.replicas {
+			if j != i {
+				m.cont(o)
+			}
+		}
 	}
+}
+
+// wakeProbe is checkWakeUp's probe of replica i alone.
+func (m *seqModel) wakeProbe(fail func(string, ...any), i int, d *daemon) {
+	e := m.e
+	count := func(cause string) float64 { return m.metric(d, "drainer_claimed_rows_total", `cause="`+cause+`"`) }
 	var seen []string
 	for try := range 3 {
 		notify, poll := count("notify"), count("poll")
-		key := enqueueOne(e.t, e.pool, idemkey.Tuple{AgentRunID: fmt.Sprintf("wake-%d-%d", e.seq, try), StepID: "probe", ToolName: toolNote}, `{"s":[]}`)
+		key := enqueueOne(e.t, e.pool, idemkey.Tuple{AgentRunID: fmt.Sprintf("wake-%d-%d-%d", e.seq, i, try), StepID: "probe", ToolName: toolNote}, `{"s":[]}`)
 		deadline := time.Now().Add(2 * time.Minute)
 		for len(e.provider.key(key).requests) == 0 {
 			if time.Now().After(deadline) {
-				fail("wake-up probe %s: not sent within 2 minutes", key)
+				fail("wake-up probe %s of replica %d (%s) alone: not sent within 2 minutes", key, i, d.name)
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -265,12 +279,13 @@ func (m *seqModel) checkWakeUp(fail func(string, ...any)) {
 			dn, dp = count("notify")-notify, count("poll")-poll
 		}
 		if dn >= 1 && dp == 0 {
-			m.tally["wake-up probes"] = try + 1
+			m.tally["wake-up probes"] += try + 1
 			return
 		}
 		seen = append(seen, fmt.Sprintf("probe %d: %v rows claimed on a notification, %v by a poll", try+1, dn, dp))
 	}
-	fail("wake-up deaf after the sequence: a row committed while every daemon slept was not woken in three probes (%s)", strings.Join(seen, "; "))
+	fail("wake-up of replica %d (%s) deaf after the sequence: a row committed while it slept alone was not woken in three probes (%s)",
+		i, d.name, strings.Join(seen, "; "))
 }
 
 // claimedRows sums the running replicas' claimed rows: all of them, and

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -44,6 +45,10 @@ type modelCase struct {
 	// actions that kill the daemons' connections and tamper with the
 	// audit; it keeps that alphabet so that the seed draws its sequence.
 	first bool
+	// upTo: the case was found with the alphabet that ended with this
+	// action; later actions are left out so that the seed draws its
+	// sequence.
+	upTo string
 }
 
 // modelCases are sequences (20 actions) that found bugs, each failing on
@@ -55,7 +60,7 @@ var modelCases = []modelCase{
 	{seed: 2, without: "variant", first: true}, // enqueue into a run aborted after the snapshot was sent; a parked step did not hold the saga
 	{seed: 8, without: "variant", first: true}, // a compensable succeeded row pruned before its run's abort: no refund
 	// a row its provider refused retryably (53300) retried for ever with attempts = 0
-	{seed: 4, without: "snapshot,fault,operator,tamper,gateway,prune,variant,abort,unrouted"},
+	{seed: 4, without: "snapshot,fault,operator,tamper,gateway,prune,variant,abort,unrouted", upTo: "refusal"},
 }
 
 // modelFeatures are the parts of the alphabet DRAINER_MODEL_WITHOUT can
@@ -67,8 +72,9 @@ var modelCases = []modelCase{
 // steps become note steps), tamper (edits of the audit behind the daemons'
 // back), gateway (agent calls through the replicas' MCP gateways,
 // model_gateway_test.go), unrouted (rows whose tool no route takes) and
-// refusal (a provider that refuses, model_refusal_test.go).
-var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort", "saga", "tamper", "gateway", "unrouted", "refusal"}
+// refusal (a provider that refuses, model_refusal_test.go) and partition
+// (a replica cut off Postgres, model_partition_test.go).
+var modelFeatures = []string{"variant", "snapshot", "prune", "fault", "operator", "abort", "saga", "tamper", "gateway", "unrouted", "refusal", "partition"}
 
 // Timing of the daemons under test (see modelConfig).
 const (
@@ -157,7 +163,7 @@ func TestChaosModel(t *testing.T) {
 			}
 			env.without = maps.Clone(without)
 			maps.Copy(env.without, caseWithout)
-			env.first = c.first
+			env.first, env.upTo = c.first, c.upTo
 			for name, v := range map[string]string{
 				"rapid.seed": strconv.FormatUint(c.seed, 10), "rapid.checks": "1",
 			} {
@@ -213,8 +219,10 @@ type modelEnv struct {
 	// without names the features of the alphabet left out (to look past
 	// a known bug while it is being fixed).
 	without map[string]bool
-	// first: the sequence draws from the first alphabet (modelCase.first).
+	// first: the sequence draws from the first alphabet (modelCase.first);
+	// upTo from the alphabet that ended with that action (modelCase.upTo).
 	first bool
+	upTo  string
 	// tampered names the keys whose audit a sequence tampered with, and
 	// how: audit verify must report each of them at the end of every later
 	// sequence too (model_tamper_test.go).
@@ -230,11 +238,14 @@ type modelEnv struct {
 	// unrouted are the rows of earlier sequences whose tools have no
 	// route: each sequence checks them all again.
 	unrouted []*mUnrouted
+	// healedAt is when the last partition was healed (actPartition).
+	healedAt time.Time
 }
 
 type modelReplica struct {
 	d       *daemon
-	stopped time.Time // zero unless SIGSTOPped
+	stopped time.Time  // zero unless SIGSTOPped
+	proxy   *holdProxy // its way to Postgres (actPartition)
 }
 
 func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
@@ -292,8 +303,14 @@ func newModelEnv(t *testing.T, without map[string]bool) *modelEnv {
 	}
 	e := &modelEnv{t: t, cluster: cluster, dbURL: dbURL, pool: pool, provider: provider, cfgPath: cfgPath, tampered: map[string]string{},
 		gwServer: gw, gateways: map[string]string{}}
+	pgHost, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
-		e.replicas = append(e.replicas, &modelReplica{d: e.startReplica()})
+		r := &modelReplica{proxy: newHoldProxy(t, pgHost.Host)}
+		r.d = e.startReplica(r.proxy)
+		e.replicas = append(e.replicas, r)
 	}
 	for _, r := range e.replicas {
 		r.d.waitReady(time.Minute)
@@ -372,11 +389,12 @@ adapters:
 `, modelLease, retention, modelTombstones, baseURL, modelKeyTTL, mcpURL, recvAdapter, recvRoutes)
 }
 
-func (e *modelEnv) startReplica() *daemon {
+// startReplica starts a replica that reaches Postgres through proxy.
+func (e *modelEnv) startReplica(proxy *holdProxy) *daemon {
 	e.gen++
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(e.t))
 	d := startDaemon(e.t, "model-replica-"+strconv.Itoa(e.gen),
-		"--config", e.cfgPath, "--database-url", e.dbURL, "--shutdown-timeout", "5s", "--gateway-addr", addr)
+		"--config", e.cfgPath, "--database-url", proxy.url(e.t, e.dbURL), "--shutdown-timeout", "5s", "--gateway-addr", addr)
 	e.gateways[d.name] = "http://" + addr + "/mcp"
 	return d
 }
@@ -422,7 +440,17 @@ func (e *modelEnv) sequence(rt *rapid.T) {
 			{"gateway", m.actGateway}, {"gateway", m.actGateway},
 			{"unrouted", m.actUnrouted},
 			{"refusal", m.actRefusal}, {"refusal", m.actRefusal},
+			{"partition", m.actPartition}, {"partition", m.actPartition},
 		}...)
+	}
+	if e.upTo != "" {
+		last := 0
+		for i, a := range actions {
+			if a.name == e.upTo {
+				last = i
+			}
+		}
+		actions = actions[:last+1]
 	}
 	for step := range e.steps {
 		a := actions[rapid.IntRange(0, len(actions)-1).Draw(rt, "action")]
@@ -442,7 +470,7 @@ func (e *modelEnv) allowed(action string) bool {
 	switch action {
 	case "begin", "enqueue_in_tx", "end_tx":
 		return !e.without["snapshot"]
-	case "prune", "fault", "operator", "tamper", "gateway", "unrouted", "refusal":
+	case "prune", "fault", "operator", "tamper", "gateway", "unrouted", "refusal", "partition":
 		return !e.without[action]
 	case "kill_conns":
 		return !e.without["fault"]

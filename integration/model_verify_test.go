@@ -50,6 +50,7 @@ func (m *seqModel) metric(d *daemon, name string, labels ...string) float64 {
 // by a parked row.
 func (m *seqModel) settle() {
 	e := m.e
+	m.healPartitions()
 	for i, r := range e.replicas {
 		if !r.stopped.IsZero() {
 			m.cont(r)
@@ -393,6 +394,7 @@ func (m *seqModel) verify() {
 	for _, k := range unsized {
 		fail("%s: queue.payload_bytes is not its payload's size", k)
 	}
+	m.waitWakeBound() // the probes of the wake-ups, the gateway's among them, after their bound
 	m.checkGateway(fail)
 	m.checkUnrouted(fail)
 	m.checkRefusals(fail)
