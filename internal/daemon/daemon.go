@@ -310,6 +310,7 @@ func (d *daemonRun) openDatabase(ctx context.Context) (*pgxpool.Pool, error) {
 	}); err != nil {
 		return nil, err
 	}
+	warnNoVacuum(ctx, p, st.schema, log)
 	d.ready.notReady("starting: the engine")
 	return p, nil
 }

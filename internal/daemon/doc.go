@@ -10,6 +10,9 @@
 //	database.go connect: the pool, its URL checked, retried with backoff while
 //	            the database is unreachable; closePool, bounded at exit;
 //	            redactDSNError
+//	vacuum.go   warnNoVacuum: a warning at start when autovacuum is off on the
+//	            server or on a table of the schema (retention's deletes would
+//	            never be vacuumed)
 //	reload.go   reload: SIGHUP loads the config again; a bad one is refused
 //	gateway.go  the MCP gateway (package gateway) on --gateway-addr or
 //	            gateway.addr: its tools listed from the mcp adapters with routes
