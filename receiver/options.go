@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ const (
 	DefaultTTL             = 24 * time.Hour
 	DefaultRecoveryTimeout = 60 * time.Second
 	DefaultMaxBody         = 1 << 20
+	// DefaultIdleInTransactionTimeout is the default of
+	// Options.IdleInTransactionTimeout.
+	DefaultIdleInTransactionTimeout = time.Minute
 	// MaxKeyBytes is the longest accepted idempotency key, in bytes.
 	MaxKeyBytes = 255
 )
@@ -55,8 +59,21 @@ type Options struct {
 	// (default 60s); see RerunAbandoned for what happens then. While a
 	// handler runs, its deadline moves forward every third of this, so a
 	// slow handler keeps its record. With InTransaction a crash leaves no
-	// record to wait for.
+	// record to wait for (see IdleInTransactionTimeout instead).
 	RecoveryTimeout time.Duration
+	// IdleInTransactionTimeout applies with InTransaction: the request's
+	// transaction sets Postgres's idle_in_transaction_session_timeout to
+	// it (SET LOCAL), so when the service's host freezes, is cut off or
+	// vanishes mid-handler, the server ends its session after this long
+	// without a statement, rolling back the record and the effect, and the
+	// key is free again for a retry (without it Postgres holds them until
+	// it notices the dead connection, by default about two hours). A
+	// handler that stays this long without a statement in its transaction
+	// (waiting on another service, say) loses its session too: nothing of
+	// it commits and the client gets an error (the handler's own, or 503).
+	// Default 1 minute; raise it for such a handler. Negative: not set (the
+	// server's setting applies).
+	IdleInTransactionTimeout time.Duration
 	// Scope returns the key space of a request (an account, user or tenant
 	// id taken from the authenticated request). The same key in two scopes
 	// is two records. Default: one global scope ("").
@@ -81,7 +98,10 @@ type Options struct {
 	// answer commit together or not at all, so a process that dies
 	// mid-request leaves nothing behind and a retry runs the handler
 	// again at once. This is the recommended setting for a handler whose
-	// effect is in the same database.
+	// effect is in the same database. Each keyed request then holds one
+	// connection of the pool for its whole handler: size the pool's
+	// MaxConns for the keyed requests expected at once (a request that
+	// finds none free within 30 s is answered 503 pool-exhausted).
 	InTransaction bool
 	// RerunAbandoned lets a retry run the handler again when the request
 	// holding the key stopped mid-run outside InTransaction (its process
@@ -139,6 +159,13 @@ func (o Options) withDefaults() (Options, error) {
 		o.RecoveryTimeout = DefaultRecoveryTimeout
 	case o.RecoveryTimeout < time.Millisecond:
 		errs = append(errs, fmt.Errorf("receiver: option RecoveryTimeout is %v, must be at least 1ms", o.RecoveryTimeout))
+	}
+	switch d := o.IdleInTransactionTimeout; {
+	case d == 0:
+		o.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
+	case d > 0 && (d < time.Millisecond || d.Milliseconds() > math.MaxInt32):
+		errs = append(errs, fmt.Errorf("receiver: option IdleInTransactionTimeout is %v, must be from 1ms to %v (or negative: not set)",
+			d, time.Duration(math.MaxInt32)*time.Millisecond))
 	}
 	if o.Scope == nil {
 		o.Scope = func(*http.Request) string { return "" }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -47,6 +48,7 @@ type Receiver struct {
 	schema    string // quoted identifier
 	table     string // quoted schema.records
 	claimSQL  string // claimSQL on table
+	beginSQL  string // begins an InTransaction request's transaction
 	abandoned *prometheus.CounterVec
 	// withTimeout bounds a store step (context.WithTimeout); tests replace
 	// it to make a bound lapse at a moment of their choosing.
@@ -70,7 +72,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Receiver, error) {
 	schema := pgx.Identifier{o.Schema}.Sanitize()
 	table := schema + ".records"
 	return &Receiver{pool: pool, opts: o, schema: schema, table: table, claimSQL: fmt.Sprintf(claimSQL, table),
-		abandoned: abandoned, withTimeout: context.WithTimeout}, nil
+		beginSQL: beginSQL(o.IdleInTransactionTimeout), abandoned: abandoned, withTimeout: context.WithTimeout}, nil
 }
 
 // txKey is the context key of the InTransaction transaction.
@@ -114,7 +116,8 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 	res, err := rc.claim(r.Context(), scope, key, fp)
 	if err != nil {
 		rc.logFailure("claim failed; answered 503", scope, err)
-		writeUnavailable(w, "the idempotency store could not be reached; the request was not processed, retry it with the same key")
+		rc.writeStoreFailure(w, err, false,
+			"the idempotency store could not be reached; the request was not processed, retry it with the same key")
 		return
 	}
 	if res.abandoned {
@@ -124,7 +127,9 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request, next http.Hand
 		return
 	}
 
-	// 3-4. Run the handler and store its answer.
+	// 3-4. Run the handler and store its answer. The key is this
+	// request's now: nothing from here on follows a client that hangs up.
+	r = detach(r)
 	rec := newRecorder()
 	l := &lease{token: res.token}
 	stop := rc.keepAlive(r.Context(), scope, key, l)
@@ -223,6 +228,15 @@ func (rc *Receiver) refuse(w http.ResponseWriter, key string, res claimResult) b
 	return true
 }
 
+// detach returns r with a context that keeps r's values (trace spans, the
+// caller's identity) but is not cancelled when the client goes away: once
+// a request has claimed its key, its handler and the receiver's own
+// statements run to the end, so the effect and its answer are committed
+// and a retry gets the replay, however soon the caller hung up.
+func detach(r *http.Request) *http.Request {
+	return r.WithContext(context.WithoutCancel(r.Context()))
+}
+
 // runHandler calls next; if it panics, onPanic releases the record and the
 // panic goes on to the server.
 func (rc *Receiver) runHandler(next http.Handler, w http.ResponseWriter, r *http.Request, onPanic func()) {
@@ -298,6 +312,12 @@ func (rc *Receiver) requestKey(r *http.Request) (string, *problem) {
 			fmt.Sprintf("header %s: %s", rc.opts.KeyHeader, why))
 	}
 	if tv := r.Header.Values(HeaderTuple); len(tv) > 0 {
+		if v, ok := keyVersion(key); ok && !strings.HasPrefix(key, idemkey.Prefix) {
+			return "", newProblem(http.StatusBadRequest, "unsupported-key-version", "Unsupported idempotency key version",
+				fmt.Sprintf("header %s: the key is of version %s (%s), which this receiver does not know: it checks %s "+
+					"against keys of version %s (%s) only", rc.opts.KeyHeader, v, "idem_"+v+"_", HeaderTuple,
+					strings.TrimSuffix(strings.TrimPrefix(idemkey.Prefix, "idem_"), "_"), idemkey.Prefix))
+		}
 		if why := checkTuple(tv, key); why != "" {
 			return "", newProblem(http.StatusBadRequest, "tuple-mismatch", "Idempotency tuple does not match the key",
 				fmt.Sprintf("header %s: %s", HeaderTuple, why))
@@ -323,6 +343,23 @@ func CheckKey(key string) string {
 		}
 	}
 	return ""
+}
+
+// keyVersion returns the version of a key of drainer's scheme
+// ("idem_v<digits>_…", docs/reference.md §1), e.g. "v1".
+func keyVersion(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "idem_v")
+	if !ok {
+		return "", false
+	}
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || n == len(rest) || rest[n] != '_' {
+		return "", false
+	}
+	return "v" + rest[:n], true
 }
 
 // checkTuple decodes the tuple header and recomputes its key (docs/reference.md §1).

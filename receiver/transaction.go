@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // handlerSavepoint is taken in an InTransaction request's transaction after
@@ -25,12 +26,15 @@ const pgTxFailed = 'E'
 // transaction that also completes the record (Options.InTransaction): a
 // crash, a panic or a 5xx rolls back the record with the handler's effect.
 // The claim is bounded by completionTimeout; the handler is not, and the
-// completion gets a bound of its own once the handler has returned.
+// completion gets a bound of its own once the handler has returned. Once
+// the key is claimed, a client that hangs up cancels nothing (detach).
 func (rc *Receiver) serveInTransaction(w http.ResponseWriter, r *http.Request, next http.Handler, scope, key string, fp []byte) {
-	tx, res, ok := rc.claimInTransaction(w, r, scope, key, fp)
+	conn, tx, res, ok := rc.claimInTransaction(w, r, scope, key, fp)
 	if !ok {
 		return
 	}
+	defer conn.Release() // deferred first: runs after the rollback below
+	r = detach(r)
 	// A no-op once committed; it takes its bound when it runs.
 	defer rc.rollbackQuietly(r.Context(), tx)
 	rec := newRecorder()
@@ -42,17 +46,38 @@ func (rc *Receiver) serveInTransaction(w http.ResponseWriter, r *http.Request, n
 	rc.finishInTransaction(ctx, w, tx, rec, scope, key, res.token)
 }
 
-// claimInTransaction begins the transaction of an InTransaction request,
-// claims the record in it and takes handlerSavepoint, all within
-// completionTimeout. It reports false when it has answered the request
-// itself (a refusal, or 503) and ended the transaction.
-func (rc *Receiver) claimInTransaction(w http.ResponseWriter, r *http.Request, scope, key string, fp []byte) (pgx.Tx, claimResult, bool) {
+// beginSQL begins the transaction of an InTransaction request, setting
+// idle_in_transaction_session_timeout for it (Options.IdleInTransactionTimeout):
+// the server ends the session of a service that stopped mid-handler
+// (frozen, cut off, gone) after that long, which rolls the record back and
+// frees the key. A negative timeout leaves the server's setting.
+func beginSQL(idle time.Duration) string {
+	if idle < 0 {
+		return "BEGIN"
+	}
+	return fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", idle.Milliseconds())
+}
+
+// claimInTransaction acquires a connection, begins the transaction of an
+// InTransaction request on it, claims the record in it and takes
+// handlerSavepoint, all within completionTimeout. It reports false when it
+// has answered the request itself (a refusal, or 503) and ended the
+// transaction and released the connection; else the caller releases conn
+// once tx has ended.
+func (rc *Receiver) claimInTransaction(w http.ResponseWriter, r *http.Request, scope, key string, fp []byte) (*pgxpool.Conn, pgx.Tx, claimResult, bool) {
 	ctx, cancel := rc.withTimeout(r.Context(), completionTimeout)
 	defer cancel()
-	tx, err := rc.pool.Begin(ctx)
+	conn, err := rc.pool.Acquire(ctx)
 	if err != nil {
+		rc.logFailure("claim failed: no connection of the pool; answered 503", scope, err)
+		rc.writeStoreFailure(w, err, ctx.Err() != nil && r.Context().Err() == nil, unavailableInTransactionDetail)
+		return nil, nil, claimResult{}, false
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: rc.beginSQL})
+	if err != nil {
+		conn.Release()
 		rc.unavailableInTransaction(w, "claim failed; answered 503", scope, err)
-		return nil, claimResult{}, false
+		return nil, nil, claimResult{}, false
 	}
 	res, err := rc.claimIn(ctx, tx, scope, key, fp)
 	if err == nil && res.outcome == claimed {
@@ -60,7 +85,7 @@ func (rc *Receiver) claimInTransaction(w http.ResponseWriter, r *http.Request, s
 			if res.abandoned {
 				rc.reportAbandoned(scope, key, true)
 			}
-			return tx, res, true
+			return conn, tx, res, true
 		}
 	} else if err == nil && res.abandoned {
 		// The claim marked an abandoned record: commit the mark.
@@ -69,15 +94,16 @@ func (rc *Receiver) claimInTransaction(w http.ResponseWriter, r *http.Request, s
 		ccancel()
 	}
 	rc.rollbackQuietly(r.Context(), tx)
+	conn.Release()
 	if err != nil {
 		rc.unavailableInTransaction(w, "claim failed; answered 503", scope, err)
-		return nil, claimResult{}, false
+		return nil, nil, claimResult{}, false
 	}
 	if res.abandoned {
 		rc.reportAbandoned(scope, key, false)
 	}
 	rc.refuse(w, key, res)
-	return nil, res, false
+	return nil, nil, res, false
 }
 
 // finishInTransaction stores the handler's answer and commits, or rolls
@@ -137,5 +163,9 @@ func (rc *Receiver) rollbackQuietly(parent context.Context, tx pgx.Tx) {
 // request and answers 503: nothing of it was committed.
 func (rc *Receiver) unavailableInTransaction(w http.ResponseWriter, msg, scope string, err error) {
 	rc.logFailure(msg, scope, err)
-	writeUnavailable(w, "the idempotency store failed while processing; nothing was committed, retry with the same key")
+	rc.writeStoreFailure(w, err, false, unavailableInTransactionDetail)
 }
+
+// unavailableInTransactionDetail is the detail of a 503 of an
+// InTransaction request whose cause is not known better.
+const unavailableInTransactionDetail = "the idempotency store failed while processing; nothing was committed, retry with the same key"

@@ -26,7 +26,9 @@
 // -recovery-timeout (and the service logs the key at ERROR), or, with
 // -rerun-abandoned, makes the order again. -delay holds each order that
 // long after writing it, before answering (to observe the in-flight answer,
-// or to kill the service mid-request).
+// or to kill the service mid-request); a client that hangs up meanwhile
+// does not stop it, and a delay of a minute or more raises the receiver's
+// IdleInTransactionTimeout to cover it.
 //
 // # Files
 //

@@ -93,6 +93,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// writes the receiver's record: a crash mid-request rolls back both, and
 	// the retry makes the order once.
 	reg := prometheus.NewRegistry()
+	// -delay holds the transaction idle: a delay of a minute or more would
+	// outlast the receiver's default idle-in-transaction timeout.
+	var idle time.Duration
+	if c.delay >= receiver.DefaultIdleInTransactionTimeout {
+		idle = c.delay + receiver.DefaultIdleInTransactionTimeout
+	}
 	rc, err := receiver.New(pool, receiver.Options{
 		Schema:          c.schema,
 		Mode:            receiver.Mode(c.mode),
@@ -101,6 +107,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		RerunAbandoned:  c.rerunAbandoned,
 		RecoveryTimeout: c.recoveryTimeout,
 		Registerer:      reg,
+
+		IdleInTransactionTimeout: idle,
 	})
 	if err != nil {
 		return err
@@ -170,11 +178,10 @@ func createOrder(w http.ResponseWriter, r *http.Request, pool *pgxpool.Pool, del
 		return
 	}
 	if delay > 0 {
-		// The order exists now: answer it even if the client left.
-		select {
-		case <-time.After(delay):
-		case <-r.Context().Done():
-		}
+		// The order exists now. The receiver does not cancel r.Context()
+		// when the client leaves, so the order is committed and answered
+		// (and its retry replayed) after the delay either way.
+		time.Sleep(delay)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", "/v1/orders/"+strconv.FormatInt(id, 10))
