@@ -290,6 +290,10 @@ type RunDetail struct {
 	Compensations []store.RunRow `json:"compensations"`
 	Halted        []string       `json:"halted"`
 	Truncated     bool           `json:"truncated"`
+	// Database is the database the run was found in, and Unread those that
+	// could not be read, when a fleet's run is looked up with none named.
+	Database string   `json:"database,omitempty"`
+	Unread   []string `json:"databases_unread,omitempty"`
 }
 
 func (s *Server) run(ctx context.Context, d *db, id string) (*RunDetail, error) {
@@ -422,7 +426,12 @@ func (s *Server) apiRow(r *http.Request, d *db) (any, error) {
 	return s.row(r.Context(), d, r.PathValue("key"))
 }
 
+// apiRun reads a run of the database, or, with a fleet and no database
+// named, of the database holding it (fleetRun).
 func (s *Server) apiRun(r *http.Request, d *db) (any, error) {
+	if d == nil {
+		return s.fleetRun(r.Context(), r.PathValue("run"))
+	}
 	return s.run(r.Context(), d, r.PathValue("run"))
 }
 

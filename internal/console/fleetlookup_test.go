@@ -204,3 +204,42 @@ func TestOneDatabaseListUnchanged(t *testing.T) {
 		t.Errorf("one database's rows: %+v", page)
 	}
 }
+
+// TestFleetRunFound: with a fleet and no database named, a run (its API
+// and its page) is read in the database holding it, not looked for in the
+// first only; a run in two databases is a 409 naming both; in none a 404
+// saying every database was searched; the first database down, the run is
+// still found in its own, the unread one named.
+func TestFleetRunFound(t *testing.T) {
+	e, f := newFleetEnv(t, []string{"a", "b", "c"}, nil)
+	storetest.Enqueue(t, f.pools["b"], "run-b", "charge", 2)
+	var run struct {
+		AgentRunID string   `json:"agent_run_id"`
+		Database   string   `json:"database"`
+		Unread     []string `json:"databases_unread"`
+		Steps      []any    `json:"steps"`
+	}
+	e.getJSON("/api/v1/runs/run-b", http.StatusOK, &run)
+	if run.AgentRunID != "run-b" || run.Database != "b" || len(run.Steps) != 2 {
+		t.Errorf("GET /api/v1/runs/run-b without a database: %+v, want its 2 steps from b", run)
+	}
+	if code, body := e.get("/runs/run-b"); code != http.StatusOK || !strings.Contains(body, "run-b") || !strings.Contains(body, "?database=b") {
+		t.Errorf("/runs/run-b without a database: %d, want b's run, its links naming b:\n%s", code, body)
+	}
+	storetest.Enqueue(t, f.pools["c"], "run-b", "note", 1)
+	if code, body := e.get("/api/v1/runs/run-b"); code != http.StatusConflict || !strings.Contains(body, `"databases":["b","c"]`) {
+		t.Errorf("GET /api/v1/runs/run-b, in b and c: %d %s, want 409 naming both", code, body)
+	}
+	if code, body := e.get("/api/v1/runs/run-nope"); code != http.StatusNotFound || !strings.Contains(body, "any of the 3 databases") {
+		t.Errorf("GET an unknown run: %d %s, want 404 naming every database searched", code, body)
+	}
+	storetest.Enqueue(t, f.pools["b"], "run-b2", "charge", 1)
+	f.setDown("a", true)
+	e.getJSON("/api/v1/runs/run-b2", http.StatusOK, &run)
+	if run.Database != "b" || len(run.Unread) != 1 || !strings.HasPrefix(run.Unread[0], "a: ") {
+		t.Errorf("GET /api/v1/runs/run-b2 with a down: %+v, want it from b, a named unread", run)
+	}
+	if code, body := e.get("/api/v1/runs/run-nope"); code != http.StatusServiceUnavailable || !strings.Contains(body, "a (") {
+		t.Errorf("GET an unknown run with a down: %d %s, want 503 naming a", code, body)
+	}
+}

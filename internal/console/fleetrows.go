@@ -5,12 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 
+	"github.com/drainer-io/drainer/ops"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 )
@@ -264,4 +266,51 @@ func (s *Server) fleetParked(ctx context.Context, p *pageData) error {
 		}
 	}
 	return nil
+}
+
+// fleetRun reads run id in the database holding it, with no database
+// named (a run's rows live in one database, its tenant's): each database
+// reads the run as one database's page does (bounded: ops.MaxRunRows rows
+// and the saga). A run in several is a 409 naming them; in none a 404
+// saying every database was searched, or a 503 naming those that could not
+// be read; found in one while another could not be read, it is answered
+// with Unread naming those.
+func (s *Server) fleetRun(ctx context.Context, id string) (*RunDetail, error) {
+	names := s.names()
+	runs := make([]*RunDetail, len(names))
+	errs := s.eachDatabase(ctx, names, func(ctx context.Context, i int, d *db) error {
+		run, err := s.run(ctx, d, id)
+		var nf *ops.NotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		runs[i] = run
+		return err
+	})
+	var in []string
+	var unread []unreadDB
+	var found *RunDetail
+	for i, name := range names {
+		switch {
+		case errs[i] != nil:
+			unread = append(unread, unreadDB{name, s.unreadWhy(name, errs[i])})
+		case runs[i] != nil:
+			in, found = append(in, name), runs[i]
+			found.Database = name
+		}
+	}
+	switch {
+	case len(in) > 1:
+		return nil, &apiError{Status: http.StatusConflict, Databases: in,
+			Msg: fmt.Sprintf("run %s is in %d databases, %s: name the one to read (database)", id, len(in), listNames(in))}
+	case len(in) == 0 && len(unread) > 0:
+		return nil, &apiError{Status: http.StatusServiceUnavailable,
+			Msg: "no run " + id + " in the databases read, but " + listNames(unreadWhy(unread, " (%s)")) +
+				" could not be read, and may hold it: name the database (database)"}
+	case len(in) == 0:
+		return nil, &apiError{Status: http.StatusNotFound,
+			Msg: fmt.Sprintf("no run with agent_run_id %s in any of the %d databases (%s)", id, len(names), listNames(names))}
+	}
+	found.Unread = unreadWhy(unread, ": %s")
+	return found, nil
 }

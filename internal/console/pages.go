@@ -410,7 +410,17 @@ func (s *Server) rowPage(r *http.Request, d *db, p *pageData) (string, error) {
 	return "row", err
 }
 
+// runPage shows a run of the database, or, with a fleet and no database
+// named, of the database holding it (fleetRun).
 func (s *Server) runPage(r *http.Request, d *db, p *pageData) (string, error) {
+	if d == nil {
+		run, err := s.fleetRun(r.Context(), r.PathValue("run"))
+		if err != nil {
+			return "", err
+		}
+		p.Title, p.Nav, p.Run, p.Database, p.Unread = "Run", "rows", run, run.Database, run.Unread
+		return "run", nil
+	}
 	run, err := s.run(r.Context(), d, r.PathValue("run"))
 	p.Title, p.Nav, p.Run = "Run", "rows", run
 	return "run", err
