@@ -693,6 +693,102 @@ class FlowTest(ReceiverTestCase):
         self.assertEqual(self.records(), 0)
 
 
+class HangUpTest(ReceiverTestCase):
+    """A client that hangs up after the key was claimed cancels nothing: the
+    app goes on (it is told, by http.disconnect, and not cancelled), its
+    effect and answer are committed once, and a retry gets the replay. The
+    server's send raises OSError once the client is gone, as the ASGI spec
+    lets a server do; the answer is stored and not sent."""
+
+    def _effects_table(self) -> str:
+        table = unique("py_effects")
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            c.execute(sql.SQL("CREATE TABLE {} (k text PRIMARY KEY)").format(sql.Identifier(table)))
+        self.addCleanup(lambda: psycopg.connect(support.DATABASE_URL, autocommit=True).execute(
+            sql.SQL("DROP TABLE {}").format(sql.Identifier(table))).connection.close())
+        return table
+
+    def test_client_hangs_up_mid_handler(self) -> None:
+        for in_transaction in (True, False):
+            with self.subTest(in_transaction=in_transaction):
+                self.schema = unique("py_recv")
+                self.addCleanup(self._drop)
+                table = self._effects_table()
+                r = rcv.Receiver(support.DATABASE_URL, schema=self.schema, in_transaction=in_transaction)
+                r.migrate()
+                self.receivers.append(r)
+                runs = 0
+
+                async def app(scope: Any, receive: Any, send: Any) -> None:
+                    nonlocal runs
+                    runs += 1
+                    while (await receive()).get("more_body"):
+                        pass
+                    if runs == 1:
+                        # A handler slower than its caller: it hears the client go, and goes on.
+                        self.assertEqual((await receive())["type"], "http.disconnect")
+                    insert = sql.SQL("INSERT INTO {} VALUES ('order-1')").format(sql.Identifier(table))
+                    conn = rcv.current_connection(scope)
+                    if in_transaction:
+                        assert conn is not None, "the app's connection is gone"
+                        await conn.execute(insert)
+                    else:
+                        async with await psycopg.AsyncConnection.connect(support.DATABASE_URL, autocommit=True) as c:
+                            await c.execute(insert)
+                    await send({"type": "http.response.start", "status": 201,
+                                "headers": [(b"content-type", b"application/json")]})
+                    await send({"type": "http.response.body", "body": b'{"order":1}'})
+
+                wrapped = r.wrap(app)
+
+                async def hang_up() -> None:
+                    pending = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+                    async def receive() -> Dict[str, Any]:
+                        if pending:
+                            return pending.pop(0)
+                        await asyncio.sleep(0.05)  # the caller's timeout
+                        return {"type": "http.disconnect"}
+
+                    async def send(msg: Dict[str, Any]) -> None:
+                        raise ConnectionResetError("the client is gone")
+
+                    scope = {"type": "http", "method": "POST", "path": "/v1/orders", "raw_path": b"/v1/orders",
+                             "query_string": b"", "headers": [(b"content-type", b"application/json"),
+                                                              (b"idempotency-key", b"k")]}
+                    await wrapped(scope, receive, send)
+
+                self.run_async(hang_up())
+                status, headers, body = self.run_async(post(wrapped, "k"))
+                self.assertEqual((status, headers.get("idempotency-replay"), body), (200, "true", b'{"order":1}'))
+                effects = self.count(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+                self.assertEqual((runs, effects, self.records("state = 'completed'")), (1, 1, 1))
+
+    def test_idle_in_transaction_timeout(self) -> None:
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            row = c.execute("SELECT current_setting('idle_in_transaction_session_timeout')").fetchone()
+            assert row is not None
+            server = row[0]
+        for opt, want in ((None, "1min"), (1.5, "1500ms"), (-1, server)):
+            with self.subTest(opt=opt):
+                kw = {} if opt is None else {"idle_in_transaction_timeout": opt}
+                app, orders, _ = self.make(in_transaction=True, **kw)
+                seen: List[str] = []
+
+                async def effect(scope: Any) -> None:
+                    conn = rcv.current_connection(scope)
+                    assert conn is not None
+                    cur = await conn.execute("SELECT current_setting('idle_in_transaction_session_timeout')")
+                    seen.append((await cur.fetchone())[0])
+
+                orders.effect = effect
+                self.assertEqual(self.run_async(post(app, unique("k")))[0], 201)
+                self.assertEqual(seen, [want])
+        for bad in (0, 0.0001, float("nan"), 2 ** 31 / 1000):
+            with self.assertRaises(ValueError, msg=repr(bad)) as cm:
+                rcv.Receiver("postgresql://x", idle_in_transaction_timeout=bad)
+            self.assertIn("idle_in_transaction_timeout", str(cm.exception))
+
 class MigrateUpgradeTest(ReceiverTestCase):
     def test_upgrades_a_store_of_an_earlier_version(self) -> None:
         # A store whose state check allowed only in_flight and completed is

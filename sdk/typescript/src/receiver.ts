@@ -33,8 +33,26 @@ export interface ReceiverOptions {
   keyHeader?: string;
   /** How long a key is honoured from its first request, in ms (default 24h). */
   ttlMs?: number;
-  /** How long a record stays in flight before a retry may take it over, in ms (default 60s). */
+  /**
+   * How long a record stays in flight before a retry may take it over, in ms
+   * (default 60s). Also how long a keyed request whose client hung up before
+   * the handler answered waits for the handler's end() (see middleware()).
+   */
   recoveryTimeoutMs?: number;
+  /**
+   * With inTransaction: the request's transaction sets Postgres's
+   * idle_in_transaction_session_timeout to this many ms (SET LOCAL), so when
+   * the service freezes, is cut off or vanishes mid-handler, the server ends
+   * its session after this long without a statement, rolling back the record
+   * and the effect, and the key is free again for a retry (without it
+   * Postgres holds them until it notices the dead connection, by default
+   * about two hours). A handler that stays this long without a statement in
+   * its transaction (waiting on another service, say) loses its session too:
+   * nothing of it commits and the client gets an error (the handler's own,
+   * or 503). Default 60000 (1 minute); raise it for such a handler.
+   * Negative: not set (the server's setting applies).
+   */
+  idleInTransactionTimeoutMs?: number;
   /** The key space of a request (account, user, tenant); default one global scope. */
   scope?: (req: IncomingMessage) => string;
   /** 'seed' (default): a replayed 201 answers 200, a mismatch 409; 'ietf': stored status, mismatch 422. */
@@ -114,6 +132,8 @@ export const DEFAULT_KEY_HEADER = 'Idempotency-Key';
 export const MAX_KEY_BYTES = 255;
 const DEFAULT_TTL_MS = 24 * 3600 * 1000;
 const DEFAULT_RECOVERY_MS = 60 * 1000;
+const DEFAULT_IDLE_IN_TRANSACTION_MS = 60 * 1000;
+const MAX_INT32 = 2 ** 31 - 1;
 const DEFAULT_MAX_BODY = 1 << 20;
 const MIGRATE_LOCK = 'drainer_receiver.migrate';
 const PRUNE_BATCH = 1000;
@@ -268,15 +288,28 @@ type Claim =
   | { outcome: 'in_flight' }
   | { outcome: 'outcome_unknown'; abandoned?: boolean };
 
-/** Buffers a handler's answer so it can be stored before it is sent. */
+/**
+ * Buffers a handler's answer so it can be stored before it is sent.
+ *
+ * A client that hangs up before the handler ended its answer cancels
+ * nothing: finished() still waits for the handler's end(), so its effect and
+ * answer are committed once and a retry gets the replay; only a handler
+ * that has not ended graceMs after the close (it stopped when its client
+ * left, say) is given up then, and its record released or its transaction
+ * rolled back as for a handler that sent no answer.
+ */
 class Capture {
   readonly chunks: Buffer[] = [];
   ended = false;
   private readonly done: Promise<void>;
   private resolveDone!: () => void;
+  private grace: ReturnType<typeof setTimeout> | undefined;
   private readonly orig: { writeHead: any; write: any; end: any; flushHeaders: any };
 
-  constructor(private readonly res: ServerResponse) {
+  constructor(
+    private readonly res: ServerResponse,
+    graceMs: number,
+  ) {
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
     const r = res as any;
     this.orig = { writeHead: r.writeHead, write: r.write, end: r.end, flushHeaders: r.flushHeaders };
@@ -312,13 +345,25 @@ class Capture {
       this.ended = true;
       const callback = typeof chunk === 'function' ? chunk : typeof enc === 'function' ? enc : cb;
       if (typeof callback === 'function') res.once('finish', callback as () => void);
-      this.resolveDone();
+      this.settle();
       return res;
     };
-    res.once('close', () => this.resolveDone());
+    res.once('close', () => {
+      // The client left before the handler answered: the handler goes on.
+      if (this.ended || this.grace !== undefined) return;
+      this.grace = setTimeout(() => this.settle(), graceMs);
+    });
   }
 
-  /** Resolves once the handler ended the answer (or the connection closed). */
+  private settle(): void {
+    if (this.grace !== undefined) clearTimeout(this.grace);
+    this.resolveDone();
+  }
+
+  /**
+   * Resolves once the handler ended the answer, or graceMs after the
+   * connection closed without it.
+   */
   finished(): Promise<void> {
     return this.done;
   }
@@ -340,15 +385,19 @@ class Capture {
     Object.assign(this.res as any, this.orig);
   }
 
-  /** Sends the buffered answer, marked as no replay. */
+  /** Sends the buffered answer, marked as no replay; a no-op once the client is gone (the answer is stored). */
   flush(): void {
     this.restore();
     const body = this.body();
     const res = this.res;
     if (res.headersSent || res.writableEnded || res.destroyed) return;
-    res.setHeader('Idempotency-Replay', 'false');
-    res.setHeader('Content-Length', String(body.length));
-    res.end(body);
+    try {
+      res.setHeader('Idempotency-Replay', 'false');
+      res.setHeader('Content-Length', String(body.length));
+      res.end(body);
+    } catch {
+      // The connection went away meanwhile: nothing to send to.
+    }
   }
 }
 
@@ -359,6 +408,8 @@ class ReceiverImpl implements Receiver {
   private readonly keyHeaderName: string;
   private readonly ttlUs: number;
   private readonly recoveryUs: number;
+  private readonly recoveryMs: number;
+  private readonly beginSQL: string;
   private readonly scopeOf: (req: IncomingMessage) => string;
   private readonly mode: Mode;
   private readonly requireKey: (req: IncomingMessage) => boolean;
@@ -385,8 +436,17 @@ class ReceiverImpl implements Receiver {
     const rec = o.recoveryTimeoutMs ?? DEFAULT_RECOVERY_MS;
     if (!(ttl >= 1)) problems.push(`ttlMs is ${ttl}, must be at least 1`);
     if (!(rec >= 1)) problems.push(`recoveryTimeoutMs is ${rec}, must be at least 1`);
+    const idle = o.idleInTransactionTimeoutMs ?? DEFAULT_IDLE_IN_TRANSACTION_MS;
+    if (!(idle < 0) && !(idle >= 1 && idle <= MAX_INT32)) {
+      problems.push(`idleInTransactionTimeoutMs is ${idle}, must be from 1 to ${MAX_INT32} (or negative: not set)`);
+    }
     this.ttlUs = Math.round(ttl * 1000);
     this.recoveryUs = Math.round(rec * 1000);
+    this.recoveryMs = rec;
+    // The transaction of an inTransaction request: the server ends the
+    // session of a service that stopped mid-handler after idle ms without a
+    // statement, which rolls the record back and frees the key.
+    this.beginSQL = idle < 0 ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${Math.round(idle)}`;
     this.mode = o.mode ?? 'seed';
     if (this.mode !== 'seed' && this.mode !== 'ietf') problems.push(`mode is ${JSON.stringify(this.mode)}, must be "seed" or "ietf"`);
     this.maxBody = o.maxBody ?? DEFAULT_MAX_BODY;
@@ -670,7 +730,7 @@ class ReceiverImpl implements Receiver {
     key: string,
     token: string,
   ): Promise<void> {
-    const cap = new Capture(res);
+    const cap = new Capture(res, this.recoveryMs);
     const alive = this.keepAlive(scope, key, token);
     try {
       await run(req, res);
@@ -719,11 +779,18 @@ class ReceiverImpl implements Receiver {
       return;
     }
     let broken: Error | undefined;
+    // A checked-out node-postgres client has no 'error' listener of the
+    // pool's: the server ending the session while no query runs (the idle
+    // timeout of beginSQL, a restart) would otherwise be an uncaught error.
+    // The client is then released as broken.
+    const onError = (err: Error) => (broken = err);
+    const events = c as unknown as { on?: (e: 'error', l: (err: Error) => void) => void; off?: (e: 'error', l: (err: Error) => void) => void };
+    events.on?.('error', onError);
     try {
       let claim: Claim;
       let open = true;
       try {
-        await c.query('BEGIN');
+        await c.query(this.beginSQL);
         claim = await this.claimIn(c, scope, key, fp);
       } catch (err) {
         await c.query('ROLLBACK').catch((e: Error) => (broken = e));
@@ -751,7 +818,7 @@ class ReceiverImpl implements Receiver {
         return;
       }
       if (claim.abandoned) this.reportAbandoned(scope, key, true);
-      const cap = new Capture(res);
+      const cap = new Capture(res, this.recoveryMs);
       clients.set(req, c);
       try {
         await run(req, res);
@@ -782,6 +849,7 @@ class ReceiverImpl implements Receiver {
       }
       cap.flush();
     } finally {
+      events.off?.('error', onError);
       c.release(broken);
     }
   }

@@ -884,6 +884,212 @@ test('a process killed mid-request in inTransaction: record and effect rolled ba
   assert.deepEqual(f.rc.abandonedTotal, { outcome_unknown: 0, rerun: 0 });
 });
 
+/**
+ * A server behind the receiver whose keyed route is handler: through
+ * middleware() (an Express-style chain: the route runs as next()), or
+ * through wrap(handler), its promise awaited ('wrap') or not ('wrap-callback',
+ * a callback-style handler that answers later).
+ */
+async function hangUpServer(
+  via: 'middleware' | 'wrap' | 'wrap-callback',
+  opts: ReceiverOptions,
+  handler: (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>,
+): Promise<{ base: string; schema: string; table: string }> {
+  const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+  schemas.push(schema);
+  const rc = createReceiver(pool, { schema, ...opts });
+  await rc.migrate();
+  const table = `"${schema}".effects`;
+  await pool.query(`CREATE TABLE ${table} (k text PRIMARY KEY)`);
+  let server: http.Server;
+  if (via === 'middleware') {
+    const mw = rc.middleware();
+    server = http.createServer((req, res) =>
+      mw(req, res, (err?: unknown) => {
+        if (err) {
+          res.statusCode = 500;
+          res.end('error');
+          return;
+        }
+        void handler(req, res); // an Express route: its promise is not awaited
+      }),
+    );
+  } else {
+    const h = rc.wrap(
+      via === 'wrap'
+        ? handler
+        : (req, res) => {
+            void handler(req, res);
+          },
+    );
+    server = http.createServer((req, res) => void h(req, res).catch(() => {}));
+  }
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  return { base: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`, schema, table };
+}
+
+/** Starts a keyed POST and hangs up once entered resolves; resolves when the client saw its connection go. */
+async function postAndHangUp(base: string, key: string, entered: Promise<void>): Promise<void> {
+  const req = http.request(base + '/v1/orders', {
+    method: 'POST',
+    agent: false,
+    headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key, 'Content-Length': '2' },
+  });
+  const gone = new Promise<void>((resolve) => {
+    req.on('error', () => resolve());
+    req.on('close', () => resolve());
+  });
+  req.on('response', () => assert.fail('the client got an answer before it hung up'));
+  req.end('{}');
+  await entered;
+  req.destroy(); // the caller's timeout
+  await gone;
+}
+
+/** Retries key until the answer is not 409 in-flight (the first request is still committing). */
+async function retryUntilSettled(base: string, key: string): Promise<Answer> {
+  for (let i = 0; ; i++) {
+    const a = await request(base, 'POST', '/v1/orders', { 'Content-Type': 'application/json', 'Idempotency-Key': key }, [Buffer.from('{}')]);
+    if (a.status !== 409 || a.headers['idempotency-conflict'] !== 'in-flight' || i >= 200) return a;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+for (const via of ['middleware', 'wrap', 'wrap-callback'] as const) {
+  for (const inTransaction of [true, false]) {
+    test(`${via}: a client that hangs up mid-handler cancels nothing; one effect, one record, the retry gets the replay (inTransaction ${inTransaction})`, { skip: skipDb }, async () => {
+      let runs = 0;
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => (entered = r));
+      let finish!: (err?: unknown) => void;
+      const handled = new Promise<unknown>((r) => (finish = r));
+      let table = '';
+      // A handler slower than its caller: it writes its effect and answers
+      // only after the client is gone (its response closed).
+      const { base, table: t } = await hangUpServer(via, { inTransaction }, async (req, res) => {
+        runs++;
+        const closed = new Promise<void>((r) => res.once('close', () => r()));
+        if (runs === 1) {
+          entered();
+          await closed;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        try {
+          const q = inTransaction ? currentClient(req) : pool;
+          assert.ok(q, "the handler's transaction client is gone");
+          await q.query(`INSERT INTO ${table} VALUES ('order-1')`);
+          res.statusCode = 201;
+          res.setHeader('Content-Type', 'application/json');
+          res.end('{"order":1}');
+          finish();
+        } catch (err) {
+          finish(err);
+          res.statusCode = 500;
+          res.end();
+        }
+      });
+      table = t;
+      await postAndHangUp(base, 'k', inside);
+      assert.equal(await handled, undefined, 'the handler failed after the hang-up');
+      const retry = await retryUntilSettled(base, 'k');
+      assert.equal(retry.status, 200, retry.body.toString());
+      assert.equal(retry.headers['idempotency-replay'], 'true');
+      assert.equal(retry.body.toString(), '{"order":1}');
+      const effects = Number((await pool.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n);
+      const records = Number((await pool.query(`SELECT count(*) AS n FROM ${table.replace('.effects', '.records')} WHERE state = 'completed'`)).rows[0].n);
+      assert.deepEqual({ runs, effects, records }, { runs: 1, effects: 1, records: 1 });
+    });
+  }
+}
+
+test('middleware: a handler that never answers after its client left holds its key at most recoveryTimeoutMs', { skip: skipDb }, async () => {
+  for (const inTransaction of [true, false]) {
+    let runs = 0;
+    let entered!: () => void;
+    const inside = new Promise<void>((r) => (entered = r));
+    const { base, table } = await hangUpServer('middleware', { inTransaction, recoveryTimeoutMs: 500 }, async (req, res) => {
+      runs++;
+      if (runs === 1) {
+        // Stops when its client leaves, without an answer.
+        entered();
+        return;
+      }
+      await (inTransaction ? currentClient(req)! : pool).query(`INSERT INTO ${table} VALUES ('order-1')`);
+      res.statusCode = 201;
+      res.end('{"order":2}');
+    });
+    const started = Date.now();
+    await postAndHangUp(base, 'k', inside);
+    const retry = await retryUntilSettled(base, 'k');
+    assert.equal(retry.status, 201, retry.body.toString());
+    assert.ok(Date.now() - started < 10_000, 'the key was held too long');
+    assert.equal(runs, 2);
+  }
+});
+
+test('inTransaction: idleInTransactionTimeoutMs reaches the server (default 1 minute; negative: the server setting)', { skip: skipDb }, async () => {
+  const server = (await pool.query(`SELECT current_setting('idle_in_transaction_session_timeout') AS v`)).rows[0].v;
+  for (const [opt, want] of [
+    [undefined, '1min'],
+    [1500, '1500ms'],
+    [-1, server],
+  ] as const) {
+    const f = await fixture({ inTransaction: true, ...(opt === undefined ? {} : { idleInTransactionTimeoutMs: opt }) });
+    let seen = '';
+    f.set(async (req, res) => {
+      req.resume();
+      seen = (await currentClient(req)!.query(`SELECT current_setting('idle_in_transaction_session_timeout') AS v`)).rows[0].v;
+      res.statusCode = 201;
+      res.end();
+    });
+    assert.equal((await f.post('k')).status, 201);
+    assert.equal(seen, want, String(opt));
+  }
+  const fake = { connect: async () => ({}) as never, query: async () => ({}) as never };
+  for (const bad of [0, 0.5, Number.NaN, 2 ** 31]) {
+    assert.throws(() => createReceiver(fake, { idleInTransactionTimeoutMs: bad }), /idleInTransactionTimeoutMs/, String(bad));
+  }
+});
+
+test('inTransaction: a handler idle in its transaction past idleInTransactionTimeoutMs commits nothing; the process goes on', { skip: skipDb }, async () => {
+  const f = await fixture({ inTransaction: true, idleInTransactionTimeoutMs: 200 });
+  const table = `"${f.schema}".effects`;
+  await pool.query(`CREATE TABLE ${table} (k text)`);
+  let slow = true;
+  f.set(async (req, res) => {
+    req.resume();
+    const c = currentClient(req)!;
+    if (slow) {
+      // Waiting on another service, no statement, until the server ended
+      // the session (however long a loaded machine takes to).
+      const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+      for (let i = 0; i < 600; i++) {
+        const n = Number((await pool.query('SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1', [pid])).rows[0].n);
+        if (n === 0) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    try {
+      await c.query(`INSERT INTO ${table} VALUES ('x')`);
+    } catch {
+      res.statusCode = 502;
+      res.end('lost its transaction');
+      return;
+    }
+    res.statusCode = 201;
+    res.end();
+  });
+  const a = await f.post('k');
+  assert.ok(a.status >= 500, `${a.status} ${a.body.toString()}`);
+  assert.equal(Number((await pool.query(`SELECT count(*) AS n FROM ${table}`)).rows[0].n), 0);
+  assert.equal(await f.records(), 0);
+  slow = false;
+  assert.equal((await f.post('k')).status, 201);
+  assert.equal((await f.post('k')).status, 200);
+  assert.equal(f.runs(), 2);
+});
+
 test('middleware(): an Express-style chain gets the body it read', { skip: skipDb }, async () => {
   const f = await fixture({}, true);
   const a = await f.post('k', '{"b":1, "a":[2]}');

@@ -16,7 +16,8 @@ services in all three languages can share one store::
 
 Options (keyword arguments of :class:`Receiver`): ``schema``
 (``"drainer_receiver"``), ``key_header`` (``"Idempotency-Key"``), ``ttl``
-(seconds, 86400), ``recovery_timeout`` (seconds, 60), ``scope`` (a function
+(seconds, 86400), ``recovery_timeout`` (seconds, 60),
+``idle_in_transaction_timeout`` (seconds, 60; negative: not set), ``scope`` (a function
 of the ASGI scope returning the key space, default one global scope),
 ``mode`` (``"seed"`` or ``"ietf"``), ``require_key`` (a function of the ASGI
 scope; default POST, PUT, PATCH and DELETE), ``max_body`` (bytes, 1 MiB),
@@ -35,6 +36,25 @@ again, and the record is reported (an ERROR log line naming scope and key,
 and the counter ``drainer_receiver_abandoned_total`` of :meth:`Receiver.metrics`)
 for a person, unless ``rerun_abandoned=True`` declares the app safe to run
 twice.
+
+With ``in_transaction=True`` the transaction also sets Postgres's
+``idle_in_transaction_session_timeout`` to ``idle_in_transaction_timeout``
+(``SET LOCAL``): when the service freezes, is cut off or vanishes
+mid-request, the server ends its session after that long without a
+statement, rolling back the record and the effect, so the key is free again
+(without it Postgres holds them until it notices the dead connection, by
+default about two hours). An app that goes that long without a statement in
+its transaction (waiting on another service) loses its session too: nothing
+of it commits. Raise it for such an app; a negative value leaves the
+server's setting.
+
+A client that hangs up after its key was claimed cancels nothing: the app
+gets ``http.disconnect`` when it asks for it, and is not cancelled; an answer
+it still sends is stored (and committed) and a retry gets it, while the
+answer itself is dropped if the server's ``send`` raises ``OSError`` for the
+closed connection. An ASGI server or framework that cancels the app when the
+client leaves cancels the request: its record is released, or its
+transaction rolled back.
 
 All time decisions use the database clock. The body is read in full (every
 ``http.request`` chunk) before anything is decided.
@@ -77,6 +97,8 @@ DEFAULT_SCHEMA = "drainer_receiver"
 DEFAULT_KEY_HEADER = "Idempotency-Key"
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_RECOVERY_TIMEOUT = 60.0
+DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT = 60.0
+_MAX_INT32 = 2 ** 31 - 1
 DEFAULT_MAX_BODY = 1 << 20
 #: The longest accepted idempotency key, in bytes of UTF-8.
 MAX_KEY_BYTES = 255
@@ -315,6 +337,7 @@ class Receiver:
         key_header: str = DEFAULT_KEY_HEADER,
         ttl: float = DEFAULT_TTL,
         recovery_timeout: float = DEFAULT_RECOVERY_TIMEOUT,
+        idle_in_transaction_timeout: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
         scope: Optional[Callable[[Scope], str]] = None,
         mode: str = SEED,
         require_key: Optional[Callable[[Scope], bool]] = None,
@@ -335,6 +358,13 @@ class Receiver:
             problems.append(f"ttl is {ttl!r}, must be at least 0.001 seconds")
         if not recovery_timeout or recovery_timeout < 0.001:
             problems.append(f"recovery_timeout is {recovery_timeout!r}, must be at least 0.001 seconds")
+        idle_ms: Optional[int] = None
+        if not idle_in_transaction_timeout < 0:
+            if not 0.001 <= idle_in_transaction_timeout <= _MAX_INT32 / 1000:
+                problems.append(f"idle_in_transaction_timeout is {idle_in_transaction_timeout!r}, must be from 0.001 to "
+                                f"{_MAX_INT32 / 1000} seconds (or negative: not set)")
+            else:
+                idle_ms = max(1, round(idle_in_transaction_timeout * 1000))
         if mode not in (SEED, IETF):
             problems.append(f"mode is {mode!r}, must be {SEED!r} or {IETF!r}")
         if max_body < 0:
@@ -356,6 +386,12 @@ class Receiver:
         self._key_header_name = key_header
         self.ttl_us = int(ttl * 1_000_000)
         self.recovery_us = int(recovery_timeout * 1_000_000)
+        # Run first in an in_transaction request's transaction: the server
+        # ends the session of a service that stopped mid-request after that
+        # long without a statement, which rolls the record back and frees
+        # the key. None: the server's setting applies.
+        self._idle_sql: Optional[sql.Composed] = None if idle_ms is None else sql.SQL(
+            "SET LOCAL idle_in_transaction_session_timeout = {}").format(sql.Literal(idle_ms))
         self.scope = scope or (lambda s: "")
         self.mode = mode
         self.require_key = require_key or (lambda s: s.get("method", "").upper() in _KEYED_METHODS)
@@ -739,6 +775,8 @@ class Receiver:
             async with self._pool.connection() as conn:
                 try:
                     async with conn.transaction() as tx:
+                        if self._idle_sql is not None:
+                            await conn.execute(self._idle_sql)
                         outcome, data, abandoned = await self._claim_in(conn, rscope, key, fp)
                         if outcome != "claimed":
                             if not abandoned:
@@ -901,11 +939,17 @@ class _Capture:
         return out
 
     async def flush(self, send: Send) -> None:
+        """Send the buffered answer, marked as no replay. A server whose
+        client is gone may raise OSError (ASGI): the answer is stored, and
+        there is no one to send it to."""
         body = self.body()
         headers = [(k, v) for k, v in self.headers if k not in (b"content-length", b"idempotency-replay")]
         headers += [(b"idempotency-replay", b"false"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        except OSError:
+            pass
 
 
 def _canonical_header(name: str) -> str:

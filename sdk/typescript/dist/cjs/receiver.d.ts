@@ -24,8 +24,26 @@ export interface ReceiverOptions {
     keyHeader?: string;
     /** How long a key is honoured from its first request, in ms (default 24h). */
     ttlMs?: number;
-    /** How long a record stays in flight before a retry may take it over, in ms (default 60s). */
+    /**
+     * How long a record stays in flight before a retry may take it over, in ms
+     * (default 60s). Also how long a keyed request whose client hung up before
+     * the handler answered waits for the handler's end() (see middleware()).
+     */
     recoveryTimeoutMs?: number;
+    /**
+     * With inTransaction: the request's transaction sets Postgres's
+     * idle_in_transaction_session_timeout to this many ms (SET LOCAL), so when
+     * the service freezes, is cut off or vanishes mid-handler, the server ends
+     * its session after this long without a statement, rolling back the record
+     * and the effect, and the key is free again for a retry (without it
+     * Postgres holds them until it notices the dead connection, by default
+     * about two hours). A handler that stays this long without a statement in
+     * its transaction (waiting on another service, say) loses its session too:
+     * nothing of it commits and the client gets an error (the handler's own,
+     * or 503). Default 60000 (1 minute); raise it for such a handler.
+     * Negative: not set (the server's setting applies).
+     */
+    idleInTransactionTimeoutMs?: number;
     /** The key space of a request (account, user, tenant); default one global scope. */
     scope?: (req: IncomingMessage) => string;
     /** 'seed' (default): a replayed 201 answers 200, a mismatch 409; 'ietf': stored status, mismatch 422. */

@@ -22,6 +22,8 @@ exports.DEFAULT_KEY_HEADER = 'Idempotency-Key';
 exports.MAX_KEY_BYTES = 255;
 const DEFAULT_TTL_MS = 24 * 3600 * 1000;
 const DEFAULT_RECOVERY_MS = 60 * 1000;
+const DEFAULT_IDLE_IN_TRANSACTION_MS = 60 * 1000;
+const MAX_INT32 = 2 ** 31 - 1;
 const DEFAULT_MAX_BODY = 1 << 20;
 const MIGRATE_LOCK = 'drainer_receiver.migrate';
 const PRUNE_BATCH = 1000;
@@ -161,15 +163,25 @@ function canonicalHeader(name) {
 function quoteIdent(s) {
     return '"' + s.replaceAll('"', '""') + '"';
 }
-/** Buffers a handler's answer so it can be stored before it is sent. */
+/**
+ * Buffers a handler's answer so it can be stored before it is sent.
+ *
+ * A client that hangs up before the handler ended its answer cancels
+ * nothing: finished() still waits for the handler's end(), so its effect and
+ * answer are committed once and a retry gets the replay; only a handler
+ * that has not ended graceMs after the close (it stopped when its client
+ * left, say) is given up then, and its record released or its transaction
+ * rolled back as for a handler that sent no answer.
+ */
 class Capture {
     res;
     chunks = [];
     ended = false;
     done;
     resolveDone;
+    grace;
     orig;
-    constructor(res) {
+    constructor(res, graceMs) {
         this.res = res;
         this.done = new Promise((resolve) => (this.resolveDone = resolve));
         const r = res;
@@ -216,12 +228,25 @@ class Capture {
             const callback = typeof chunk === 'function' ? chunk : typeof enc === 'function' ? enc : cb;
             if (typeof callback === 'function')
                 res.once('finish', callback);
-            this.resolveDone();
+            this.settle();
             return res;
         };
-        res.once('close', () => this.resolveDone());
+        res.once('close', () => {
+            // The client left before the handler answered: the handler goes on.
+            if (this.ended || this.grace !== undefined)
+                return;
+            this.grace = setTimeout(() => this.settle(), graceMs);
+        });
     }
-    /** Resolves once the handler ended the answer (or the connection closed). */
+    settle() {
+        if (this.grace !== undefined)
+            clearTimeout(this.grace);
+        this.resolveDone();
+    }
+    /**
+     * Resolves once the handler ended the answer, or graceMs after the
+     * connection closed without it.
+     */
     finished() {
         return this.done;
     }
@@ -240,16 +265,21 @@ class Capture {
     restore() {
         Object.assign(this.res, this.orig);
     }
-    /** Sends the buffered answer, marked as no replay. */
+    /** Sends the buffered answer, marked as no replay; a no-op once the client is gone (the answer is stored). */
     flush() {
         this.restore();
         const body = this.body();
         const res = this.res;
         if (res.headersSent || res.writableEnded || res.destroyed)
             return;
-        res.setHeader('Idempotency-Replay', 'false');
-        res.setHeader('Content-Length', String(body.length));
-        res.end(body);
+        try {
+            res.setHeader('Idempotency-Replay', 'false');
+            res.setHeader('Content-Length', String(body.length));
+            res.end(body);
+        }
+        catch {
+            // The connection went away meanwhile: nothing to send to.
+        }
     }
 }
 class ReceiverImpl {
@@ -260,6 +290,8 @@ class ReceiverImpl {
     keyHeaderName;
     ttlUs;
     recoveryUs;
+    recoveryMs;
+    beginSQL;
     scopeOf;
     mode;
     requireKey;
@@ -285,8 +317,17 @@ class ReceiverImpl {
             problems.push(`ttlMs is ${ttl}, must be at least 1`);
         if (!(rec >= 1))
             problems.push(`recoveryTimeoutMs is ${rec}, must be at least 1`);
+        const idle = o.idleInTransactionTimeoutMs ?? DEFAULT_IDLE_IN_TRANSACTION_MS;
+        if (!(idle < 0) && !(idle >= 1 && idle <= MAX_INT32)) {
+            problems.push(`idleInTransactionTimeoutMs is ${idle}, must be from 1 to ${MAX_INT32} (or negative: not set)`);
+        }
         this.ttlUs = Math.round(ttl * 1000);
         this.recoveryUs = Math.round(rec * 1000);
+        this.recoveryMs = rec;
+        // The transaction of an inTransaction request: the server ends the
+        // session of a service that stopped mid-handler after idle ms without a
+        // statement, which rolls the record back and frees the key.
+        this.beginSQL = idle < 0 ? 'BEGIN' : `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${Math.round(idle)}`;
         this.mode = o.mode ?? 'seed';
         if (this.mode !== 'seed' && this.mode !== 'ietf')
             problems.push(`mode is ${JSON.stringify(this.mode)}, must be "seed" or "ietf"`);
@@ -535,7 +576,7 @@ class ReceiverImpl {
         }
     }
     async run(req, res, run, scope, key, token) {
-        const cap = new Capture(res);
+        const cap = new Capture(res, this.recoveryMs);
         const alive = this.keepAlive(scope, key, token);
         try {
             await run(req, res);
@@ -578,11 +619,18 @@ class ReceiverImpl {
             return;
         }
         let broken;
+        // A checked-out node-postgres client has no 'error' listener of the
+        // pool's: the server ending the session while no query runs (the idle
+        // timeout of beginSQL, a restart) would otherwise be an uncaught error.
+        // The client is then released as broken.
+        const onError = (err) => (broken = err);
+        const events = c;
+        events.on?.('error', onError);
         try {
             let claim;
             let open = true;
             try {
-                await c.query('BEGIN');
+                await c.query(this.beginSQL);
                 claim = await this.claimIn(c, scope, key, fp);
             }
             catch (err) {
@@ -614,7 +662,7 @@ class ReceiverImpl {
             }
             if (claim.abandoned)
                 this.reportAbandoned(scope, key, true);
-            const cap = new Capture(res);
+            const cap = new Capture(res, this.recoveryMs);
             clients.set(req, c);
             try {
                 await run(req, res);
@@ -652,6 +700,7 @@ class ReceiverImpl {
             cap.flush();
         }
         finally {
+            events.off?.('error', onError);
             c.release(broken);
         }
     }
