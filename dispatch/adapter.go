@@ -99,6 +99,13 @@ type Result struct {
 	// refusal that waits for an operator's fix, such as a missing stream):
 	// set one or the other.
 	Refused bool
+	// Down, with Refused, says the refusal is the provider's own
+	// unavailability (overloaded, shutting down, no leader, out of
+	// connections), which counts toward the circuit breaker as a 503
+	// does. A refusal of this request alone (a serialization failure, a
+	// deadlock, a full stream) leaves the breaker alone: the provider
+	// answered, and its other rows can go through.
+	Down bool
 	// Status is the provider's status code (HTTP status, or 0).
 	Status int
 	// Response is the provider's answer for the agent to read: a JSON body,

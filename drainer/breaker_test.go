@@ -314,3 +314,33 @@ func TestBreakerRecoversWithinSeconds(t *testing.T) {
 		t.Fatalf("breaker state %v after recovery, want 0", got)
 	}
 }
+
+// TestBreakerVerdicts: what an attempt's result says of its provider. A
+// refusal of the request alone (a serialization failure, a full stream:
+// the provider answered) leaves the breaker alone, so one row's conflicts
+// never hold the adapter's other rows; a refusal that says the provider
+// is down counts as a 503 does.
+func TestBreakerVerdicts(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	cases := []struct {
+		name string
+		res  dispatch.Result
+		want verdict
+	}{
+		{"2xx", dispatch.Result{Outcome: dispatch.Success, Status: 200}, verdictSuccess},
+		{"503", dispatch.Result{Outcome: dispatch.Retry, Status: 503, Err: boom}, verdictFailure},
+		{"429", dispatch.Result{Outcome: dispatch.Retry, Status: 429, Err: boom}, verdictNeutral},
+		{"connection refused", dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonConnect, Err: boom}, verdictFailure},
+		{"timeout", dispatch.Result{Outcome: dispatch.Ambiguous, Reason: dispatch.ReasonTimeout, Err: boom}, verdictFailure},
+		{"serialization failure refused", dispatch.Result{Outcome: dispatch.Retry, Refused: true, Reason: "tx_conflict", Err: boom}, verdictNeutral},
+		{"server out of connections", dispatch.Result{Outcome: dispatch.Retry, Refused: true, Down: true, Reason: "db_unavailable", Err: boom}, verdictFailure},
+		{"cancelled", dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonCancelled, Err: boom}, verdictNeutral},
+		{"not ready", dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonNotReady, Err: boom}, verdictNeutral},
+	}
+	for _, c := range cases {
+		if got := breakerVerdict(c.res, false); got != c.want {
+			t.Errorf("%s: verdict %v, want %v", c.name, got, c.want)
+		}
+	}
+}

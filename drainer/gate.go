@@ -357,10 +357,10 @@ func breakerVerdict(res dispatch.Result, wholeHeld bool) verdict {
 		case 502, 503, 504, 529:
 			return verdictFailure
 		case 0:
-			if res.Reason == dispatch.ReasonCancelled {
-				return verdictNeutral
+			if res.Reason == dispatch.ReasonCancelled || res.Refused && !res.Down {
+				return verdictNeutral // not asked, or it answered: a refusal of this request alone
 			}
-			return verdictFailure // connection refused, reset, timeout
+			return verdictFailure // connection refused, reset, timeout; a provider that says it is down
 		}
 	}
 	return verdictNeutral

@@ -82,8 +82,10 @@ func classify(err error, topic string) dispatch.Result {
 		// Retriable or not, a code this adapter does not know is retried:
 		// never dropped on an answer nobody has looked at. The broker
 		// answered, so the attempt counts: a broker that refuses every
-		// time fails the row at its route's max_attempts.
-		return dispatch.Result{Outcome: dispatch.Retry, Refused: true, Reason: ReasonBroker, Err: brokerSaid}
+		// time fails the row at its route's max_attempts. Kafka's retriable
+		// codes are the cluster's own state (no leader, not enough
+		// replicas, a timeout): they count toward the breaker (Down).
+		return dispatch.Result{Outcome: dispatch.Retry, Refused: true, Down: true, Reason: ReasonBroker, Err: brokerSaid}
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

@@ -48,7 +48,7 @@ func classify(ctx context.Context, err error) dispatch.Result {
 		if r.Reason == ReasonStreamConfig || r.Reason == ReasonInFlight {
 			r.NotSent = true
 		} else {
-			r.Refused = true
+			r.Refused, r.Down = true, r.Reason == ReasonUnavailable
 		}
 		r.Err = fmt.Errorf("jetstream refused the message: %s (code %d, error %d)", apiErr.Description, apiErr.Code, apiErr.ErrorCode)
 		return r

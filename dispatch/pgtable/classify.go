@@ -81,7 +81,7 @@ func classifyError(ctx context.Context, op string, err error) dispatch.Result {
 		if pgErr.Code == "57014" && ctx.Err() != nil {
 			reason = ctxReason(ctx)
 		}
-		return dispatch.Result{Outcome: outcome, Refused: true, Reason: reason,
+		return dispatch.Result{Outcome: outcome, Refused: true, Down: reason == ReasonUnavailable, Reason: reason,
 			Err: &Error{Op: op, Code: pgErr.Code, Message: pgErr.Message}}
 	}
 	if pgconn.SafeToRetry(err) {

@@ -43,6 +43,7 @@ func classify(ctx context.Context, p phase, err error) dispatch.Result {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		r := classifySQLState(pgErr.Code)
 		r.Refused = true // the server answered: the attempt counts
+		r.Down = r.Reason == ReasonDBUnavailable || r.Reason == ReasonDBTransient
 		r.Err = &sqlError{op: p.String(), code: pgErr.Code, msg: safeMessage(pgErr)}
 		return r
 	}
