@@ -123,16 +123,30 @@ func start(ctx context.Context, c configured) error {
 		return err
 	}
 	e.Adapter = ad
-	if e.KeyTTL == 0 {
+	t, reports := ad.(dispatch.KeyTTLer)
+	switch {
+	case e.KeyTTL == 0 && reports:
+		ttl, err := t.KeyTTL(ctx)
+		if err != nil {
+			closeAdapter(ad)
+			return fmt.Errorf("read key_ttl from the provider: %w", err)
+		}
+		e.KeyTTL = ttl
+	case e.KeyTTL == 0:
 		e.KeyTTL = DefaultKeyTTL[e.Type]
-		if t, ok := ad.(dispatch.KeyTTLer); ok {
-			ttl, err := t.KeyTTL(ctx)
-			if err != nil {
-				closeAdapter(ad)
-				return fmt.Errorf("read key_ttl from the provider: %w", err)
-			}
+	case reports:
+		// A key_ttl longer than the window the provider keeps keys for
+		// would let a retry past that window repeat the effect: the
+		// provider's shorter window wins (when it can be read now).
+		if ttl, err := t.KeyTTL(ctx); err == nil && ttl > 0 && ttl < e.KeyTTL {
+			c.log.Warn("key_ttl is longer than the idempotency window the provider reports: the provider's window is used, so a retry past it fails by the key-TTL guard rather than repeat the effect (for nats: the stream's duplicate window, Duplicates)",
+				"key_ttl", e.KeyTTL, "provider_window", ttl)
 			e.KeyTTL = ttl
 		}
+	}
+	if e.KeyTTL > 0 && e.KeyTTL <= config.KeyTTLMargin {
+		c.log.Warn("the idempotency window is not longer than the key-TTL guard's margin: every key_idempotent row of this adapter fails before it is sent; lengthen the provider's window (for nats: the stream's duplicate window, Duplicates) beyond it",
+			"key_ttl", e.KeyTTL, "margin", config.KeyTTLMargin)
 	}
 	c.log.Debug("adapter built", "type", e.Type, "timeout", e.Timeout, "key_ttl", e.KeyTTL)
 	return nil
