@@ -77,6 +77,13 @@ func classifySQLState(code string) (dispatch.Outcome, string) {
 //     Ambiguous.
 func classifyError(ctx context.Context, op string, err error) dispatch.Result {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		if missingTable(pgErr.Code) {
+			// The table (or its schema) is gone: the start checked it, so
+			// someone dropped or renamed it since. Every row would fail
+			// alike; they wait, no attempt consumed, until it is back.
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonNotReady,
+				Err: fmt.Errorf("%w; the row waits until it is back (no attempt consumed)", &Error{Op: op, Code: pgErr.Code, Message: pgErr.Message})}
+		}
 		outcome, reason := classifySQLState(pgErr.Code)
 		if pgErr.Code == "57014" && ctx.Err() != nil {
 			reason = ctxReason(ctx)
@@ -116,3 +123,9 @@ func ctxReason(ctx context.Context) string {
 	}
 	return dispatch.ReasonTimeout
 }
+
+// missingTable reports whether SQLSTATE code says the statement's table or
+// its schema does not exist (42P01 undefined_table, 3F000
+// invalid_schema_name): a configuration problem of the whole adapter, not
+// of the row.
+func missingTable(code string) bool { return code == "42P01" || code == "3F000" }

@@ -119,11 +119,13 @@ func TestDispatchRefused(t *testing.T) {
 		})
 	}
 
-	// A table dropped after New: a schema error, not a retry.
+	// A table dropped after New: the whole adapter's configuration, not
+	// the row's fault; every row would fail alike (and abort its run): the
+	// row waits, no attempt consumed, and the breaker does not count it.
 	db.exec(t, "DROP TABLE effects")
 	r := a.Dispatch(t.Context(), dispatchtest.NewMessage("charge_card", `{}`))
-	if r.Outcome != dispatch.Terminal || r.Reason != ReasonSchema || !strings.Contains(r.Err.Error(), "SQLSTATE 42P01") {
-		t.Errorf("dropped table: %+v", r)
+	if r.Outcome != dispatch.Retry || !r.NotSent || r.Reason != dispatch.ReasonNotReady || !strings.Contains(r.Err.Error(), "SQLSTATE 42P01") {
+		t.Errorf("dropped table: %+v, want a retry, not sent, not ready, naming 42P01", r)
 	}
 }
 

@@ -41,6 +41,13 @@ const (
 // Ambiguous.
 func classify(ctx context.Context, p phase, err error) dispatch.Result {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		if pgErr.Code == "42P01" || pgErr.Code == "3F000" {
+			// River's tables (or schema) are gone: the start checked them,
+			// so someone dropped or renamed them since. Every row would
+			// fail alike; they wait, no attempt consumed, until they are back.
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonNotReady,
+				Err: fmt.Errorf("%w; the row waits until it is back (no attempt consumed)", &sqlError{op: p.String(), code: pgErr.Code, msg: safeMessage(pgErr)})}
+		}
 		r := classifySQLState(pgErr.Code)
 		r.Refused = true // the server answered: the attempt counts
 		r.Down = r.Reason == ReasonDBUnavailable || r.Reason == ReasonDBTransient

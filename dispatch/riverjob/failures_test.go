@@ -55,7 +55,11 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-func TestMissingTableIsTerminal(t *testing.T) {
+// TestMissingTableWaits: River's table dropped after the start (which
+// checked it) is the whole adapter's configuration, not the row's fault:
+// every row would fail alike and abort its run. The row waits, no attempt
+// consumed (not sent, not ready), until the table is back.
+func TestMissingTableWaits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, testSchema)
 	a := e.adapter(t, nil)
@@ -64,8 +68,8 @@ func TestMissingTableIsTerminal(t *testing.T) {
 	}
 	r := a.Dispatch(t.Context(), testMessage())
 	assertRedacted(t, r, e.secret)
-	if r.Outcome != dispatch.Terminal || !r.Refused || !strings.Contains(r.Err.Error(), "SQLSTATE 42P01") {
-		t.Errorf("missing river_job: %s (reason %q, err %v), want terminal with SQLSTATE 42P01", r.Outcome, r.Reason, r.Err)
+	if r.Outcome != dispatch.Retry || !r.NotSent || r.Reason != dispatch.ReasonNotReady || !strings.Contains(r.Err.Error(), "SQLSTATE 42P01") {
+		t.Errorf("missing river_job: %s (reason %q, not sent %v, err %v), want a retry, not sent, not ready, with SQLSTATE 42P01", r.Outcome, r.Reason, r.NotSent, r.Err)
 	}
 }
 
