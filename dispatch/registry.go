@@ -19,6 +19,23 @@ type Entry struct {
 	Timeout time.Duration
 	// KeyTTL is the provider's idempotency window; 0 means unlimited.
 	KeyTTL time.Duration
+	// ProviderWindow is the window the provider itself reported at start
+	// (KeyTTLer), 0 when none was read: no route's key_ttl may exceed it.
+	ProviderWindow time.Duration
+}
+
+// KeyTTLFor is the key_ttl that applies to a route of the adapter whose
+// own key_ttl is route (0: none): the route's, else the adapter's, never
+// longer than the window the provider reported.
+func (e *Entry) KeyTTLFor(route time.Duration) time.Duration {
+	ttl := route
+	if ttl == 0 {
+		ttl = e.KeyTTL
+	}
+	if e.ProviderWindow > 0 && (ttl == 0 || ttl > e.ProviderWindow) {
+		ttl = e.ProviderWindow
+	}
+	return ttl
 }
 
 // Registry maps configured adapter names to adapters. It is immutable once

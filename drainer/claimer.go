@@ -1,7 +1,6 @@
 package drainer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -243,7 +242,7 @@ func (e *Engine) startRows(rows []store.ClaimedRow, rt *Routing, cause claimCaus
 // first attempt, by the database's clock at its claim), elapsed after its
 // claim; guarded is false when no window applies.
 func keyWindowLeft(row *claimedRow, route *Route, entry *dispatch.Entry, elapsed time.Duration) (left time.Duration, guarded bool) {
-	ttl := cmp.Or(route.KeyTTL, entry.KeyTTL)
+	ttl := entry.KeyTTLFor(route.KeyTTL)
 	if route.Class != outbox.ClassKeyIdempotent || ttl <= 0 {
 		return 0, false
 	}
@@ -258,8 +257,8 @@ func keyWindowPassed(row *claimedRow, route *Route, entry *dispatch.Entry, elaps
 		return completion{}, false
 	}
 	c := failNow(row, fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
-		(row.DBNow.Sub(row.FirstAttemptAt)+elapsed).Round(time.Second), cmp.Or(route.KeyTTL, entry.KeyTTL)), noteKeyTTL)
-	c.route = route
+		(row.DBNow.Sub(row.FirstAttemptAt)+elapsed).Round(time.Second), entry.KeyTTLFor(route.KeyTTL)), noteKeyTTL)
+	c.route, c.adapter = route, entry.Name
 	return c, true
 }
 

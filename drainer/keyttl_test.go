@@ -53,6 +53,44 @@ func TestRouteKeyTTLOverridesAdapter(t *testing.T) {
 	}
 }
 
+// TestProviderWindowBoundsRouteKeyTTL: a route's own key_ttl longer than
+// the window its adapter's provider reported (a nats stream's duplicate
+// window) does not outlive that window: a row first attempted 2h ago on a
+// route of key_ttl 3h whose provider keeps keys 90m fails without a call,
+// naming the window, where sending would repeat the effect.
+func TestProviderWindowBoundsRouteKeyTTL(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	var mu sync.Mutex
+	var sent int
+	a := dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		mu.Lock()
+		sent++
+		mu.Unlock()
+		return dispatch.Result{Outcome: dispatch.Success, Status: 200}
+	})
+	key := storetest.Insert(t, pool, storetest.Row{ToolName: "emit", Attempts: 1, DueIn: -time.Second})
+	if _, err := pool.Exec(t.Context(), "UPDATE drainer.outbox SET first_attempt_at = now() - interval '2 hours'"); err != nil {
+		t.Fatal(err)
+	}
+	rt := testRouting(t, map[string]dispatch.Adapter{"bus": a}, &Route{Tool: "emit", Adapter: "bus", KeyTTL: 3 * time.Hour})
+	entry, _ := rt.Registry.Get("bus")
+	entry.KeyTTL, entry.ProviderWindow = 90*time.Minute, 90*time.Minute
+	startEngine(t, pool, rt, Config{Workers: 2})
+	testkit.WaitFor(t, 10*time.Second, "the row failed", func() (bool, string) {
+		return getRow(t, pool, key).Status == outbox.StatusFailed, string(getRow(t, pool, key).Status)
+	})
+	r := getRow(t, pool, key)
+	if r.LastError == nil || !strings.Contains(*r.LastError, "key TTL guard") || !strings.Contains(*r.LastError, "1h30m") {
+		t.Fatalf("last_error = %v; want the key TTL guard naming the provider's window", r.LastError)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent != 0 {
+		t.Fatalf("sent %d requests past the provider's window, want none", sent)
+	}
+}
+
 // TestKeyWindowHoldsAtTheSend: the key TTL guard holds when the row is
 // sent, not only when it is claimed. A row whose key window ends 2 s
 // after it is recorded (attempted once, just now) is claimed within it

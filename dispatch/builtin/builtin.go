@@ -131,14 +131,19 @@ func start(ctx context.Context, c configured) error {
 			closeAdapter(ad)
 			return fmt.Errorf("read key_ttl from the provider: %w", err)
 		}
-		e.KeyTTL = ttl
+		e.KeyTTL, e.ProviderWindow = ttl, ttl
 	case e.KeyTTL == 0:
 		e.KeyTTL = DefaultKeyTTL[e.Type]
 	case reports:
 		// A key_ttl longer than the window the provider keeps keys for
 		// would let a retry past that window repeat the effect: the
-		// provider's shorter window wins (when it can be read now).
-		if ttl, err := t.KeyTTL(ctx); err == nil && ttl > 0 && ttl < e.KeyTTL {
+		// provider's shorter window wins (when it can be read now), for
+		// the routes' own key_ttl too (Entry.KeyTTLFor).
+		ttl, err := t.KeyTTL(ctx)
+		if err == nil && ttl > 0 {
+			e.ProviderWindow = ttl
+		}
+		if err == nil && ttl > 0 && ttl < e.KeyTTL {
 			c.log.Warn("key_ttl is longer than the idempotency window the provider reports: the provider's window is used, so a retry past it fails by the key-TTL guard rather than repeat the effect (for nats: the stream's duplicate window, Duplicates)",
 				"key_ttl", e.KeyTTL, "provider_window", ttl)
 			e.KeyTTL = ttl
