@@ -403,6 +403,12 @@ func TestMCPEverythingRestartMidDrain(t *testing.T) {
 	target, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(ev.port))
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1
+	// The front door's own connections to the server it restarts are
+	// dropped with each restart: a kept-alive one to the killed process,
+	// reused before its close was noticed (a loaded machine), would answer
+	// the next call 502 from the front door itself.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	proxy.Transport = transport
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -413,6 +419,7 @@ func TestMCPEverythingRestartMidDrain(t *testing.T) {
 		if method == "tools/call" {
 			gate.before(func() {
 				ev.stop()
+				transport.CloseIdleConnections()
 				if err := ev.start(entry); err != nil {
 					t.Errorf("restart: %v", err)
 				}
@@ -503,6 +510,12 @@ func TestMCPUnreachableDoesNotHoldHTTP(t *testing.T) {
 	target, _ := url.Parse(ts.srv.URL)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1
+	// The front door's own connections to the server it restarts are
+	// dropped with each restart: a kept-alive one to the killed process,
+	// reused before its close was noticed (a loaded machine), would answer
+	// the next call 502 from the front door itself.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	proxy.Transport = transport
 	var down atomic.Bool
 	var hangups atomic.Int64
 	down.Store(true)
