@@ -10,6 +10,10 @@ export PATH := $(GOBIN_DIR):$(PATH)
 
 STRIPE_MOCK_VERSION := v0.203.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# APT_GET: one Debian install at a time. Installs of this project's other makes
+# (a second clone, make demo beside make test) wait on a lock file, and apt's own
+# locks (an install of something else) are waited for, up to ten minutes.
+APT_GET := flock $${TMPDIR:-/tmp}/drainer-apt.lock $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 
 .PHONY: all build demo demo-gateway test lint tools stripe-mock promtool python-deps node-deps mcp-everything gateway-ts console-browser console-screenshots chaos fuzz bench clean
 
@@ -66,8 +70,8 @@ tools: stripe-mock promtool python-deps node-deps mcp-everything console-browser
 # python-deps: what sdk/python needs, from Debian (no PyPI on the build machines);
 # SQLAlchemy with its psycopg2 and asyncpg drivers (and greenlet) for its tests.
 python-deps:
-	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip, ensurepip, sqlalchemy, psycopg2, asyncpg, greenlet' 2>/dev/null || { $(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+	@/usr/bin/python3 -c 'import psycopg, setuptools, wheel, pip, ensurepip, sqlalchemy, psycopg2, asyncpg, greenlet' 2>/dev/null || { $(APT_GET) update -qq && \
+		$(APT_GET) install -y -qq --no-install-recommends \
 		python3-psycopg python3-pip python3-setuptools python3-wheel python3-venv \
 		python3-sqlalchemy python3-psycopg2 python3-asyncpg python3-greenlet >/dev/null; }
 
@@ -90,8 +94,8 @@ gateway-ts:
 # console-browser: Debian's chromium and the locked npm playwright-core that drive the
 # operator console in integration/console_browser_test.go.
 console-browser:
-	@command -v /usr/bin/chromium >/dev/null || { $(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	@command -v /usr/bin/chromium >/dev/null || { $(APT_GET) update -qq && \
+		$(APT_GET) install -y -qq chromium >/dev/null; }
 	cd integration/testdata/console-browser && npm ci --no-audit --no-fund --loglevel=error
 
 # console-screenshots: the console's screenshots in docs/console/, from the browser test.
@@ -104,8 +108,8 @@ stripe-mock:
 
 # promtool: Prometheus rule checks and unit tests (Debian's prometheus package).
 promtool:
-	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v promtool >/dev/null || { $(APT_GET) update -qq && \
+		$(APT_GET) install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 ## chaos: the full chaos suite (real processes, faults, invariant checks); make test runs its short version
 chaos: tools
