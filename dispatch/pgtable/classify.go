@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/internal/pgreach"
 )
 
 // Reasons set by the adapter besides the dispatch.Reason* ones it shares
@@ -77,7 +78,7 @@ func classifySQLState(code string) (dispatch.Outcome, string) {
 //     Ambiguous.
 func classifyError(ctx context.Context, op string, err error) dispatch.Result {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		if missingTable(pgErr.Code) {
+		if pgreach.Missing(pgErr.Code) {
 			// The table (or its schema) is gone: the start checked it, so
 			// someone dropped or renamed it since. Every row would fail
 			// alike; they wait, no attempt consumed, until it is back.
@@ -123,9 +124,3 @@ func ctxReason(ctx context.Context) string {
 	}
 	return dispatch.ReasonTimeout
 }
-
-// missingTable reports whether SQLSTATE code says the statement's table or
-// its schema does not exist (42P01 undefined_table, 3F000
-// invalid_schema_name): a configuration problem of the whole adapter, not
-// of the row.
-func missingTable(code string) bool { return code == "42P01" || code == "3F000" }

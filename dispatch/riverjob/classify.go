@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/internal/pgreach"
 )
 
 // Reasons of this adapter's results, besides dispatch.ReasonConnect,
@@ -41,7 +42,7 @@ const (
 // Ambiguous.
 func classify(ctx context.Context, p phase, err error) dispatch.Result {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		if pgErr.Code == "42P01" || pgErr.Code == "3F000" {
+		if pgreach.Missing(pgErr.Code) {
 			// River's tables (or schema) are gone: the start checked them,
 			// so someone dropped or renamed them since. Every row would
 			// fail alike; they wait, no attempt consumed, until they are back.

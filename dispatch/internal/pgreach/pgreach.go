@@ -29,3 +29,10 @@ func Unreachable(err error) bool {
 	return netErr || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
 }
+
+// Missing reports whether SQLSTATE code says a statement's table or its
+// schema does not exist (42P01 undefined_table, 3F000 invalid_schema_name).
+// The adapters checked their tables at start, so after it this is someone
+// having dropped or renamed them: a problem of the whole adapter, not of
+// the row, which waits (no attempt consumed) until they are back.
+func Missing(code string) bool { return code == "42P01" || code == "3F000" }
