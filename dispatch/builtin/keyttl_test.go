@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/drainer-io/drainer/dispatch/natsjs/natsjstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -23,17 +23,8 @@ import (
 // fails every key_idempotent row unsent, is said at start.
 func TestProviderWindowBoundsKeyTTL(t *testing.T) {
 	t.Parallel()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(30 * time.Second) {
-		t.Fatal("the in-process nats server was not ready within 30s")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
+	url := natsjstest.Server(t)
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +45,7 @@ func TestProviderWindowBoundsKeyTTL(t *testing.T) {
   bus: {type: nats, servers: [%q], subject: "%s.{tool_name}", stream: %s%s}
 routes:
   emit: {adapter: bus}
-`, srv.ClientURL(), strings.ToLower(stream), stream, keyTTL)), config.LoadOptions{})
+`, url, strings.ToLower(stream), stream, keyTTL)), config.LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

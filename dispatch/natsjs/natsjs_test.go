@@ -9,6 +9,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
+	"github.com/drainer-io/drainer/dispatch/natsjs/natsjstest"
 	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
@@ -283,7 +284,7 @@ func TestNewErrorsAreRedacted(t *testing.T) {
 // process, whichever server the other tests use.
 func TestInProcessServer(t *testing.T) {
 	t.Parallel()
-	url, desc, stop, err := startServer()
+	url, desc, stop, err := natsjstest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/drainer-io/drainer/dispatch/natsjs/natsjstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -73,12 +73,12 @@ func sharedServer(t testing.TB) string {
 func chooseServer() (url, desc string, stop func(), err error) {
 	switch env := os.Getenv(envNATSURL); env {
 	case inProcess:
-		return startServer()
+		return natsjstest.Start()
 	case "":
 		if probe(localNATSURL) == nil {
 			return localNATSURL, "the JetStream server on " + localNATSURL, nil, nil
 		}
-		url, desc, stop, err = startServer()
+		url, desc, stop, err = natsjstest.Start()
 		return url, desc + " (nothing answered on " + localNATSURL + ")", stop, err
 	default:
 		if err := probe(env); err != nil {
@@ -103,35 +103,6 @@ func probe(url string) error {
 	defer cancel()
 	_, err = js.AccountInfo(ctx)
 	return err
-}
-
-// startServer starts a JetStream server in this process on a free port,
-// storing in a temporary directory.
-func startServer() (url, desc string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "natsjs-test-")
-	if err != nil {
-		return "", "", nil, err
-	}
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir,
-		NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", "", nil, fmt.Errorf("start an in-process nats server: %w", err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		os.RemoveAll(dir)
-		return "", "", nil, fmt.Errorf("the in-process nats server was not ready within 10s")
-	}
-	stop = func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		os.RemoveAll(dir)
-	}
-	return srv.ClientURL(), "an in-process nats-server " + server.VERSION + " on " + srv.ClientURL(), stop, nil
 }
 
 // natsEnv gives a test its own subjects and streams on a server, removed
