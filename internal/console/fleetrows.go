@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -35,15 +34,8 @@ const (
 // it is answered with Unread naming those (the key may be there too).
 func (s *Server) fleetRow(ctx context.Context, key string) (*RowDetail, error) {
 	names, in, unread := s.keyHolders(ctx, key, true)
-	switch {
-	case len(in) > 1:
-		return nil, keyInSeveral(key, in, "read")
-	case len(in) == 0 && len(unread) > 0:
-		return nil, &apiError{Status: http.StatusServiceUnavailable,
-			Msg: "no row with key " + key + " in the databases read, but " + listNames(unreadWhy(unread, " (%s)")) +
-				" could not be read, and may hold it: name the database (database)"}
-	case len(in) == 0:
-		return nil, keyInNone(key, names)
+	if err := oneHolder("key "+key, "row with key "+key, names, in, unread); err != nil {
+		return nil, err
 	}
 	d, err := s.databaseNamed(in[0])
 	if err != nil {
@@ -299,18 +291,29 @@ func (s *Server) fleetRun(ctx context.Context, id string) (*RunDetail, error) {
 			found.Database = name
 		}
 	}
-	switch {
-	case len(in) > 1:
-		return nil, &apiError{Status: http.StatusConflict, Databases: in,
-			Msg: fmt.Sprintf("run %s is in %d databases, %s: name the one to read (database)", id, len(in), listNames(in))}
-	case len(in) == 0 && len(unread) > 0:
-		return nil, &apiError{Status: http.StatusServiceUnavailable,
-			Msg: "no run " + id + " in the databases read, but " + listNames(unreadWhy(unread, " (%s)")) +
-				" could not be read, and may hold it: name the database (database)"}
-	case len(in) == 0:
-		return nil, &apiError{Status: http.StatusNotFound,
-			Msg: fmt.Sprintf("no run with agent_run_id %s in any of the %d databases (%s)", id, len(names), listNames(names))}
+	if err := oneHolder("run "+id, "run with agent_run_id "+id, names, in, unread); err != nil {
+		return nil, err
 	}
 	found.Unread = unreadWhy(unread, ": %s")
 	return found, nil
+}
+
+// oneHolder is the verdict of a fleet-wide read, no database named, of
+// what (a key's row, a run; missing names it when absent) found in the
+// databases in, searched in names, unread those that could not be read:
+// nil when one holds it (answered there, naming the unread); in several a
+// 409 naming them; in none a 503 naming the unread (they may hold it), or
+// a 404 saying every database was searched.
+func oneHolder(what, missing string, names, in []string, unread []unreadDB) error {
+	switch {
+	case len(in) > 1:
+		return inSeveral(what, in, "read")
+	case len(in) == 0 && len(unread) > 0:
+		return &apiError{Status: http.StatusServiceUnavailable,
+			Msg: "no " + missing + " in the databases read, but " + listNames(unreadWhy(unread, " (%s)")) +
+				" could not be read, and may hold it: name the database (database)"}
+	case len(in) == 0:
+		return inNone(missing, names)
+	}
+	return nil
 }

@@ -214,7 +214,7 @@ func (s *Server) keyDatabase(ctx context.Context, key string) (*db, error) {
 	names, in, unread := s.keyHolders(ctx, key, false)
 	switch {
 	case len(in) > 1:
-		return nil, keyInSeveral(key, in, "act on")
+		return nil, inSeveral("key "+key, in, "act on")
 	case len(unread) > 0:
 		where := "in none of the others"
 		if len(in) == 1 {
@@ -224,7 +224,7 @@ func (s *Server) keyDatabase(ctx context.Context, key string) (*db, error) {
 			Msg: fmt.Sprintf("key %s: found %s, but %s could not be read, and may hold it too: name the database to act on (database)",
 				key, where, listNames(unreadWhy(unread, " (%s)")))}
 	case len(in) == 0:
-		return nil, keyInNone(key, names)
+		return nil, inNone("row with key "+key, names)
 	}
 	return s.databaseNamed(in[0])
 }
@@ -256,17 +256,17 @@ func (s *Server) keyHolders(ctx context.Context, key string, pruned bool) (names
 	return names, in, unread
 }
 
-// keyInSeveral refuses to pick one of the databases in holding key: a 409
-// naming them (in its databases too), to name the one to what.
-func keyInSeveral(key string, in []string, what string) error {
+// inSeveral refuses to pick one of the databases in holding what (a key, a
+// run): a 409 naming them (in its databases too), to name the one to verb.
+func inSeveral(what string, in []string, verb string) error {
 	return &apiError{Status: http.StatusConflict, Databases: in,
-		Msg: fmt.Sprintf("key %s is in %d databases, %s: name the one to %s (database)", key, len(in), listNames(in), what)}
+		Msg: fmt.Sprintf("%s is in %d databases, %s: name the one to %s (database)", what, len(in), listNames(in), verb)}
 }
 
-// keyInNone is a 404: every database of names was searched for key.
-func keyInNone(key string, names []string) error {
+// inNone is a 404: every database of names was searched for what.
+func inNone(what string, names []string) error {
 	return &apiError{Status: http.StatusNotFound,
-		Msg: fmt.Sprintf("no row with key %s in any of the %d databases (%s)", key, len(names), listNames(names))}
+		Msg: fmt.Sprintf("no %s in any of the %d databases (%s)", what, len(names), listNames(names))}
 }
 
 // unreadDB is a database that could not be read, and why.
