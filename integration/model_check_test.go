@@ -33,6 +33,9 @@ type seqModel struct {
 	tally   map[string]int // what the sequence did, for its summary line
 	faulted bool           // a replica was killed or stopped, or Postgres restarted
 	prunes  int            // pruning passes so far (every second one, the first included, truncates the audit)
+	// truncated holds each key's last status change as read before the
+	// model's audit rotations (retention zero) truncated it.
+	truncated map[string]auditChange
 	// handOvers follow the rows each SIGKILLed replica left in flight
 	// (model_liveness_test.go).
 	handOvers []*handOver
@@ -83,7 +86,8 @@ type mTx struct {
 }
 
 func newSeqModel(e *modelEnv, rt *rapid.T, n int) *seqModel {
-	return &seqModel{e: e, rt: rt, prefix: fmt.Sprintf("m%d-", n), paused: map[string]bool{}, tally: map[string]int{}}
+	return &seqModel{e: e, rt: rt, prefix: fmt.Sprintf("m%d-", n), paused: map[string]bool{}, tally: map[string]int{},
+		truncated: map[string]auditChange{}}
 }
 
 var isoLevels = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
@@ -324,10 +328,19 @@ func (m *seqModel) actPrune(rt *rapid.T) bool {
 // truncated as soon as no transaction could still see it (the daemons keep
 // theirs at an hour). Chains must verify all the same.
 func (m *seqModel) rotateAudit(st *store.Store) {
+	var keys []string
+	for _, in := range m.intents {
+		keys = append(keys, in.key)
+	}
 	var steps []string
 	for range 50 {
 		var step string
 		err := withRetry(func(ctx context.Context) error {
+			// What the step may truncate, read first: once sealed, a
+			// generation takes no more changes.
+			if err := m.readChanges(ctx, keys, m.truncated); err != nil {
+				return err
+			}
 			var err error
 			step, err = st.RotateAudit(ctx, m.e.pool, 0, 0)
 			return err
@@ -344,6 +357,27 @@ func (m *seqModel) rotateAudit(st *store.Store) {
 		steps = append(steps, step)
 	}
 	m.rt.Logf("rotate audit: %v", steps)
+	m.checkAnchored(keys)
+}
+
+// checkAnchored: what the model's audit truncations took, drainer still
+// proves. Each key of the sequence whose last status change is gone from
+// the audit holds that status in its anchor (keys tampered with aside: the
+// tamperer may have edited or deleted the change the model read).
+func (m *seqModel) checkAnchored(keys []string) {
+	for k, c := range m.lastRecorded(keys) {
+		if !c.fromTruncated {
+			continue
+		}
+		if _, tampered := m.e.tampered[k]; tampered {
+			continue
+		}
+		m.tally["truncated changes anchored"]++
+		if c.anchored != c.status {
+			m.rt.Fatalf("key %s: its last status change (%s, %v ago) was truncated from the audit, and its anchor holds status %q",
+				k, c.status, c.ago.Round(time.Millisecond), c.anchored)
+		}
+	}
 }
 
 // rotate turns the queue's generations as far as they go now, with sizes

@@ -141,42 +141,97 @@ func (m *seqModel) dump() string {
 }
 
 // lastChange is a key's last status change in the audit, and how long ago
-// (on the database's clock) it was made.
+// (on the database's clock) it was made. anchored is the status the
+// audit's anchors hold for the key, read when the change itself was
+// truncated (fromTruncated): what drainer still proves of it.
 type lastChange struct {
+	status        string
+	ago           time.Duration
+	fromTruncated bool
+	anchored      string
+}
+
+// auditChange is one status change read from the audit before the model
+// truncated it (rotateAudit).
+type auditChange struct {
+	id     int64
 	status string
-	ago    time.Duration
+	at     time.Time
 }
 
 // prunable are the statuses retention prunes (leaving a tombstone).
 var prunable = map[string]bool{"succeeded": true, "failed": true, "cancelled": true, "compensated": true}
 
-// lastRecorded reads the audit's last status change of each key.
+// lastRecorded reads the audit's last status change of each key. A key
+// whose changes the model's own rotations truncated (with a retention of
+// zero, below what a config accepts) takes the change read just before
+// its generation was emptied, and the status its anchor holds.
 func (m *seqModel) lastRecorded(keys []string) map[string]lastChange {
 	out := map[string]lastChange{}
 	if len(keys) == 0 {
 		return out
 	}
+	var now time.Time
+	live := map[string]auditChange{}
+	anchors := map[string]string{}
 	err := withRetry(func(ctx context.Context) error {
-		rows, err := m.e.pool.Query(ctx, `SELECT DISTINCT ON (key) key, to_status, extract(epoch FROM now() - at)
-			FROM drainer.audit WHERE key = ANY($1) AND to_status IS NOT NULL ORDER BY key, id DESC`, keys)
+		clear(live)
+		clear(anchors)
+		if err := m.e.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		if err := m.readChanges(ctx, keys, live); err != nil {
+			return err
+		}
+		rows, err := m.e.pool.Query(ctx, `SELECT key, coalesce(status, '') FROM drainer.audit_anchors WHERE key = ANY($1)`, keys)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var k, st string
-			var ago float64
-			if err := rows.Scan(&k, &st, &ago); err != nil {
+			if err := rows.Scan(&k, &st); err != nil {
 				return err
 			}
-			out[k] = lastChange{st, time.Duration(ago * float64(time.Second))}
+			anchors[k] = st
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		m.rt.Fatalf("read the audit: %v", err)
 	}
+	for _, k := range keys {
+		c, ok := live[k]
+		kept, truncated := m.truncated[k]
+		if truncated && (!ok || kept.id > c.id) {
+			out[k] = lastChange{kept.status, now.Sub(kept.at), true, anchors[k]}
+		} else if ok {
+			out[k] = lastChange{status: c.status, ago: now.Sub(c.at)}
+		}
+	}
 	return out
+}
+
+// readChanges reads the last status change of each key the audit holds now
+// into into (the newest by id wins over what into held).
+func (m *seqModel) readChanges(ctx context.Context, keys []string, into map[string]auditChange) error {
+	rows, err := m.e.pool.Query(ctx, `SELECT DISTINCT ON (key) key, id, to_status, at
+		FROM drainer.audit WHERE key = ANY($1) AND to_status IS NOT NULL ORDER BY key, id DESC`, keys)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var c auditChange
+		if err := rows.Scan(&k, &c.id, &c.status, &c.at); err != nil {
+			return err
+		}
+		if old, ok := into[k]; !ok || c.id > old.id {
+			into[k] = c
+		}
+	}
+	return rows.Err()
 }
 
 // runState is a run's record at the end of a sequence.
@@ -240,7 +295,14 @@ func (m *seqModel) verify() {
 					name, modelTombstones, last)
 				continue
 			}
-			m.rt.Logf("%s: forgotten by retention (%s %v ago)", name, last.status, last.ago.Round(time.Millisecond))
+			if _, tampered := e.tampered[in.key]; last.fromTruncated && !tampered && last.anchored != last.status {
+				fail("%s: forgotten, its audit truncated after it settled %s, and its anchor holds status %q: what drainer keeps no longer proves how it ended",
+					name, last.status, last.anchored)
+			}
+			if last.fromTruncated {
+				m.tally["forgotten after audit truncation"]++
+			}
+			m.rt.Logf("%s: forgotten by retention (%s %v ago, audit truncated %v)", name, last.status, last.ago.Round(time.Millisecond), last.fromTruncated)
 			st = last.status
 		}
 		if pv.effects > 1 {
