@@ -153,7 +153,7 @@ func (e *Engine) claimWhileFree(cause claimCause) (idle bool, err error) {
 		// Stop past its bound.
 		ctx, cancel := context.WithTimeout(e.writes, claimTimeout)
 		claim := store.Claim{Limit: n, Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
-			Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Only: e.deferrer.onlyTools(), Durable: rt.durableClaims,
+			Ordered: rt.orderedTools, Routed: rt.routedTools, Excluded: e.deferrer.excludedTools(), Only: e.deferrer.onlyTools(), Durable: rt.durableClaims,
 			MaxBytes: left}
 		note := e.floor.take()
 		claim.After = e.mark.start(claim, note)
@@ -297,6 +297,14 @@ func (e *Engine) preflight(row *claimedRow, rt *Routing) (*Route, *dispatch.Entr
 		}
 		c := release(row, rt.UnroutedRecheck, false, &msg, outbox.OutcomeUnrouted, noteUnrouted)
 		c.waitsFor = outbox.RefusedUnrouted
+		return nil, nil, &c
+	}
+	if !row.Counted {
+		// Claimed as a tool without a route, and routed now (a reload came
+		// between): its attempt was not counted, so it is not sent under
+		// this claim. It is due again at once, claimed and counted.
+		msg := fmt.Sprintf("route for tool_name %q loaded after the claim; claimed again", row.ToolName)
+		c := release(row, 0, true, &msg, "", noteRouteLoaded)
 		return nil, nil, &c
 	}
 	entry, ok := rt.Registry.Get(route.Adapter)

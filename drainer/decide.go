@@ -43,7 +43,8 @@ type completion struct {
 
 // newCompletion starts the completion of row.
 func newCompletion(row *claimedRow, status outbox.Status) completion {
-	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Attempts: row.Attempts, Status: status, Gen: row.Gen}, row: row}
+	return completion{Completion: store.Completion{Seq: row.Seq, Token: row.LeaseToken, Attempts: row.Attempts, Status: status, Gen: row.Gen,
+		Uncounted: !row.Counted}, row: row}
 }
 
 // decision inputs that do not come from the row or result.
@@ -172,16 +173,17 @@ var errCutOff = errors.New("call cut off by shutdown")
 // Audit notes of completions without a request (store.Completion.Note):
 // the reason on the entry, which records no answer.
 const (
-	noteNotSent    = "not sent: the request did not leave (no answer)"
-	noteShutdown   = "released at shutdown before it was sent; no request sent"
-	noteUnrouted   = "deferred: no route for its tool_name; no request sent"
-	noteNoAdapter  = "deferred: its route's adapter is not loaded; no request sent"
-	notePaused     = "deferred: paused by an operator; no request sent"
-	noteExhausted  = "failed before dispatch: attempts exhausted; no request sent"
-	noteKeyTTL     = "failed before dispatch: key TTL guard; no request sent"
-	noteUnsendable = "failed before dispatch: the payload cannot build the route's request; no request sent"
-	noteRunAborted = "cancelled before dispatch: its run was aborted; no request sent"
-	noteRefusedFmt = "%s; no request sent"
+	noteNotSent     = "not sent: the request did not leave (no answer)"
+	noteShutdown    = "released at shutdown before it was sent; no request sent"
+	noteUnrouted    = "deferred: no route for its tool_name; no request sent"
+	noteRouteLoaded = "handed back: its route was loaded after the claim; no request sent"
+	noteNoAdapter   = "deferred: its route's adapter is not loaded; no request sent"
+	notePaused      = "deferred: paused by an operator; no request sent"
+	noteExhausted   = "failed before dispatch: attempts exhausted; no request sent"
+	noteKeyTTL      = "failed before dispatch: key TTL guard; no request sent"
+	noteUnsendable  = "failed before dispatch: the payload cannot build the route's request; no request sent"
+	noteRunAborted  = "cancelled before dispatch: its run was aborted; no request sent"
+	noteRefusedFmt  = "%s; no request sent"
 )
 
 // refusalNote names, per gate refusal, what happened to the row.

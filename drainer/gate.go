@@ -383,6 +383,7 @@ func jitterAround(r *rand.Rand, d time.Duration) time.Duration {
 func (e *Engine) attachGates(rt *Routing) {
 	rt.durableClaims = len(rt.NonIdempotentTools()) > 0
 	rt.orderedTools = rt.OrderedTools()
+	rt.routedTools = append([]string{}, rt.RoutedTools()...) // never nil: nil would count every row
 	e.gatesMu.Lock()
 	defer e.gatesMu.Unlock()
 	names := rt.Registry.Names()

@@ -48,7 +48,7 @@ func (e *Engine) Lease(ctx context.Context, lease func(ctx context.Context, c st
 	lctx, cancel := context.WithTimeout(ctx, claimTimeout) // as the claim loop's (claimer.go)
 	stop := context.AfterFunc(e.writes, cancel)
 	row, err := lease(lctx, store.Claim{Lease: e.cfg.Lease, Replica: e.cfg.ReplicaID,
-		Ordered: rt.orderedTools, Excluded: e.deferrer.excludedTools(), Only: e.deferrer.onlyTools(), Durable: rt.durableClaims})
+		Ordered: rt.orderedTools, Routed: rt.routedTools, Excluded: e.deferrer.excludedTools(), Only: e.deferrer.onlyTools(), Durable: rt.durableClaims})
 	stop()
 	cancel()
 	if err != nil || row == nil {

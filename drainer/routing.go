@@ -69,6 +69,9 @@ type Routing struct {
 	// durableClaims: some route is non_idempotent, so claims wait for disk.
 	durableClaims bool
 	orderedTools  []string
+	// routedTools: the claim counts the attempts of these tools' rows only
+	// (store.Claim.Routed).
+	routedTools []string
 
 	// users counts the claims and attempts using this routing; once it is
 	// retired (a reload swapped in another) and unused, onIdle runs (it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/drainer-io/drainer/outbox"
@@ -36,6 +37,12 @@ type ClaimedRow struct {
 	// run is aborted (its enqueue committed after the abort, from a
 	// snapshot that could not see it). It must be cancelled, not sent.
 	RunAborted bool
+	// Counted: the claim counted this attempt (Attempts includes it, and
+	// FirstAttemptAt is set). It is false for a row whose tool was not in
+	// Claim.Routed: the claimer has no route for it, so it is never sent
+	// under this claim and consumes nothing, even when its replica dies
+	// before handing it back (a reclaim keeps the attempts as they are).
+	Counted bool
 }
 
 // Claim is what one claim asks for.
@@ -53,6 +60,10 @@ type Claim struct {
 	// Only, when not nil, lists the only tools whose rows are claimed (the
 	// routed ones, while the rows without a route are being deferred).
 	Only []string
+	// Routed, when not nil, lists the tools the claimer has a route for:
+	// the attempt of a row of any other tool is not counted (see
+	// ClaimedRow.Counted). Nil counts every row's.
+	Routed []string
 	// Durable makes the claim wait for its commit to reach disk.
 	Durable bool
 	// After, when set, starts the scan past this position instead of at
@@ -97,7 +108,9 @@ func (p Position) Later(q Position) bool {
 // never rewritten. The locking subquery is MATERIALIZED so it runs once,
 // whatever plan the UPDATE gets. The attempt
 // is counted here, before dispatch, so a worker that dies mid-call has
-// consumed it; outcomes that consume none give it back.
+// consumed it; outcomes that consume none give it back. A row of a tool
+// the claimer has no route for is leased without counting one
+// (Claim.Routed, {counted}): it will only be handed back.
 const claimSQL = `
 WITH due AS MATERIALIZED (
     SELECT seq, gen FROM {s}.queue o
@@ -153,21 +166,21 @@ const (
 	leaseSQL0 = `, leased AS (
     UPDATE {s}.queue o
        SET status = {StatusInFlight},
-           attempts = o.attempts + 1,
+           attempts = o.attempts + CASE WHEN {counted} THEN 1 ELSE 0 END,
            lease_token = gen_random_uuid(),
            lease_expires_at = now() + $2 * interval '1 millisecond',
            leased_by = $3,
-           first_attempt_at = coalesce(o.first_attempt_at, now()),
+           first_attempt_at = CASE WHEN {counted} THEN coalesce(o.first_attempt_at, now()) ELSE o.first_attempt_at END,
            updated_at = now()
       FROM due
      WHERE o.seq = due.seq AND o.gen = due.gen
-    RETURNING o.seq, o.attempts, o.lease_token, o.first_attempt_at, o.next_attempt_at, o.gen
+    RETURNING o.seq, o.attempts, o.lease_token, o.first_attempt_at, o.next_attempt_at, o.gen, {counted} AS counted
 )
 SELECT l.seq, i.key, i.agent_run_id, i.step_id, i.tool_name, i.business_scope, i.kind,
-       i.payload, l.attempts, l.lease_token, l.first_attempt_at, now(), i.traceparent, i.forward_key, l.next_attempt_at,
-       i.kind = {KindForward} AND l.attempts = 1
+       i.payload, l.attempts, l.lease_token, coalesce(l.first_attempt_at, now()), now(), i.traceparent, i.forward_key, l.next_attempt_at,
+       i.kind = {KindForward} AND l.attempts = CASE WHEN l.counted THEN 1 ELSE 0 END
            AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id),
-       l.gen, `
+       l.counted, l.gen, `
 	leaseSQL1 = `
   FROM leased l
   JOIN {s}.intents i ON i.seq = l.seq
@@ -238,7 +251,7 @@ func (s *Store) Claim(ctx context.Context, db DB, c Claim) ([]ClaimedRow, error)
 // c.MaxBytes.
 func (s *Store) ClaimBatch(ctx context.Context, db DB, c Claim) (Claimed, error) {
 	args := []any{c.Limit, c.Lease.Milliseconds(), c.Replica}
-	extra, args := c.clauses(args)
+	extra, counted, args := c.clauses(args)
 	if c.After != nil {
 		args = append(args, c.After.Due, c.After.Seq)
 		extra += fmt.Sprintf(afterClause, len(args)-1, len(args))
@@ -248,7 +261,7 @@ func (s *Store) ClaimBatch(ctx context.Context, db DB, c Claim) (Claimed, error)
 		args = append(args, c.MaxBytes)
 		sql = fmt.Sprintf(claimBoundedSQL, extra, len(args))
 	}
-	return s.leaseBatch(ctx, db, "claim", claimPlanSettings, c.Durable, s.sql(sql), args)
+	return s.leaseBatch(ctx, db, "claim", claimPlanSettings, c.Durable, s.sql(counted.Replace(sql)), args)
 }
 
 // ClaimKey leases the row of key, when it is due and c would claim it
@@ -259,17 +272,23 @@ func (s *Store) ClaimBatch(ctx context.Context, db DB, c Claim) (Claimed, error)
 // leased already (another replica claimed it first), or is held by its
 // scope's order.
 func (s *Store) ClaimKey(ctx context.Context, db DB, key string, c Claim) (*ClaimedRow, error) {
-	extra, args := c.clauses([]any{key, c.Lease.Milliseconds(), c.Replica})
-	rows, err := s.lease(ctx, db, "claim by key", claimKeySettings, c.Durable, s.sql(fmt.Sprintf(claimKeySQL, extra)), args)
+	extra, counted, args := c.clauses([]any{key, c.Lease.Milliseconds(), c.Replica})
+	rows, err := s.lease(ctx, db, "claim by key", claimKeySettings, c.Durable, s.sql(counted.Replace(fmt.Sprintf(claimKeySQL, extra))), args)
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
 	return &rows[0], nil
 }
 
-// clauses appends the parameters of c's ordered and excluded clauses to
-// args and returns the clauses.
-func (c Claim) clauses(args []any) (string, []any) {
+// clauses appends the parameters of c's ordered, excluded and only
+// clauses, and of its routed tools, to args, and returns the clauses and
+// what puts the test of a counted attempt ({counted}) into the statement.
+func (c Claim) clauses(args []any) (string, *strings.Replacer, []any) {
+	counted := "true"
+	if c.Routed != nil {
+		args = append(args, c.Routed)
+		counted = fmt.Sprintf("o.tool_name = ANY($%d::text[])", len(args))
+	}
 	var extra string
 	if len(c.Ordered) > 0 {
 		args = append(args, c.Ordered)
@@ -283,7 +302,7 @@ func (c Claim) clauses(args []any) (string, []any) {
 		args = append(args, c.Only)
 		extra += fmt.Sprintf(onlyClause, len(args))
 	}
-	return extra, args
+	return extra, strings.NewReplacer("{counted}", counted), args
 }
 
 // claimKeySettings: a claim by key looks one row up by its unique key and
@@ -348,7 +367,7 @@ func readLeased(br pgx.BatchResults) (Claimed, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedRow, error) {
 		var c ClaimedRow
 		err := r.Scan(&c.Seq, &c.Key, &c.AgentRunID, &c.StepID, &c.ToolName, &c.BusinessScope, &c.Kind,
-			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due, &c.RunAborted, &c.Gen,
+			&c.Payload, &c.Attempts, &c.LeaseToken, &c.FirstAttemptAt, &c.DBNow, &c.Traceparent, &c.ForwardKey, &c.Due, &c.RunAborted, &c.Counted, &c.Gen,
 			&withheld)
 		return c, err
 	})

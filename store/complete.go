@@ -30,6 +30,9 @@ type Completion struct {
 	// GiveBack returns the attempt counted at claim: the request never
 	// reached the provider.
 	GiveBack bool
+	// Uncounted: the claim counted no attempt (ClaimedRow.Counted false),
+	// so GiveBack has nothing to give back.
+	Uncounted bool
 	// Delay schedules next_attempt_at = now() + Delay (database clock);
 	// KeepNext leaves next_attempt_at as it was.
 	Delay    time.Duration
@@ -223,7 +226,7 @@ func (s *Store) queueComplete(b *pgx.Batch, cs []Completion, answered bool) {
 	for i, c := range cs {
 		seqs[i], tokens[i], statuses[i], errs[i], attempts[i], gens[i] = c.Seq, c.Token, string(c.Status), c.LastError, int32(c.Attempts), c.Gen
 		floors[i] = c.Floor && !c.KeepNext
-		if c.GiveBack {
+		if c.GiveBack && !c.Uncounted {
 			giveBack[i] = 1
 		}
 		delays[i] = -1

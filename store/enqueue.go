@@ -81,10 +81,10 @@ func (s *Store) EnqueueLeasedBatch(ctx context.Context, db DB, reqs []LeaseReque
 	for _, r := range reqs {
 		in := r.In
 		key := idemkey.Tuple{AgentRunID: in.AgentRunID, StepID: in.StepID, ToolName: in.ToolName, BusinessScope: in.BusinessScope}.Key()
-		extra, args := r.Claim.clauses([]any{key, r.Claim.Lease.Milliseconds(), r.Claim.Replica})
+		extra, counted, args := r.Claim.clauses([]any{key, r.Claim.Lease.Milliseconds(), r.Claim.Replica})
 		b.Queue(s.sql("SELECT key, created FROM {s}.enqueue($1, $2, $3, $4, $5::jsonb, $6)"),
 			in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), in.Traceparent)
-		b.Queue(s.sql(fmt.Sprintf(claimKeySQL, extra)), args...)
+		b.Queue(s.sql(counted.Replace(fmt.Sprintf(claimKeySQL, extra))), args...)
 	}
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)

@@ -14,7 +14,8 @@ import (
 // reclaimSQL returns rows whose lease expired (their worker died or hung,
 // or its replica lost the database) to pending, or to outcome_unknown on
 // non_idempotent routes. The attempt counted at claim stays consumed: the
-// request may have reached the provider.
+// request may have reached the provider. A row claimed without a route had
+// none counted (ClaimedRow.Counted): it consumes nothing.
 //
 // A reclaimed row is due again at once: crash recovery takes the lease and
 // no fixed hold (docs/reference.md, "Reclaim"). It is held further only by
@@ -83,7 +84,7 @@ RETURNING coalesce(h.leased_by, '')`
 // leases are read in the order of each generation's lease index, merged,
 // so a pass stops at ReclaimBatch rows instead of reading and sorting every
 // expired lease first (TestReclaimReadsOneBatch).
-const reclaimSettings = `SELECT set_config('drainer.note', 'reclaimed: the lease expired during the attempt (its replica was lost, stopped or cut off from the database); the attempt counts', true),
+const reclaimSettings = `SELECT set_config('drainer.note', 'reclaimed: the lease expired during the attempt (its replica was lost, stopped or cut off from the database); the attempt counts, if its claim counted one', true),
        set_config('plan_cache_mode', 'force_custom_plan', true), set_config('enable_sort', 'off', true)`
 
 // ReclaimBatch bounds the rows one reclaim statement takes back.
