@@ -92,10 +92,40 @@ func (c *Client) List(ctx context.Context, f Filter, limit int) (Page, error) {
 	if err != nil {
 		return Page{}, fmt.Errorf("list: %w", err)
 	}
-	p := Page{Rows: out}
-	if len(out) > limit {
-		p.Rows = out[:limit]
-		p.NextAfterSeq = out[limit-1].Seq
+	rows, next := pageOf(out, limit, func(r Row) int64 { return r.Seq })
+	return Page{Rows: rows, NextAfterSeq: next}, nil
+}
+
+// SummaryPage is one page of ListSummaries.
+type SummaryPage struct {
+	Rows []store.RowSummary
+	// NextAfterSeq is the --after-seq of the next page, 0 when this is the last.
+	NextAfterSeq int64
+}
+
+// ListSummaries is List without the rows' payloads and responses: what a
+// table of rows shows, read in a few hundred bytes a row however large
+// the rows are.
+func (c *Client) ListSummaries(ctx context.Context, f Filter, limit int) (SummaryPage, error) {
+	if err := f.Validate(); err != nil {
+		return SummaryPage{}, err
 	}
-	return p, nil
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	out, err := c.st.ListRowSummaries(ctx, c.db, f.match(), f.AfterSeq, limit+1)
+	if err != nil {
+		return SummaryPage{}, fmt.Errorf("list: %w", err)
+	}
+	rows, next := pageOf(out, limit, func(r store.RowSummary) int64 { return r.Seq })
+	return SummaryPage{Rows: rows, NextAfterSeq: next}, nil
+}
+
+// pageOf cuts rows, read limit+1 at most, to a page: its rows, and the
+// position after its last when more follow.
+func pageOf[T any](rows []T, limit int, seq func(T) int64) ([]T, int64) {
+	if len(rows) <= limit {
+		return rows, 0
+	}
+	return rows[:limit], seq(rows[limit-1])
 }

@@ -48,20 +48,46 @@ type AuditEntry = store.AuditEntry
 // pruned key answers its final status from the tombstones; an unknown key
 // is a *NotFoundError.
 func (c *Client) Inspect(ctx context.Context, key string) (*Inspection, error) {
+	in, _, err := c.InspectPreview(ctx, key, 0)
+	return in, err
+}
+
+// InspectPreview is Inspect reading the row's payload and response only up
+// to limit bytes each (store.ReadRowPreview; 0: whole): a larger one is nil
+// in the row, its size and first characters in the preview.
+func (c *Client) InspectPreview(ctx context.Context, key string, limit int) (*Inspection, store.RowPreview, error) {
 	var in *Inspection
+	var p store.RowPreview
 	err := c.readOnly(ctx, func(tx pgx.Tx) error {
 		var err error
-		in, err = c.inspect(ctx, tx, key)
+		in, p, err = c.inspect(ctx, tx, key, limit)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, p, err
 	}
-	return in, nil
+	return in, p, nil
 }
 
-func (c *Client) inspect(ctx context.Context, tx pgx.Tx, key string) (*Inspection, error) {
-	row, err := c.row(ctx, tx, key)
+func (c *Client) inspect(ctx context.Context, tx pgx.Tx, key string, limit int) (*Inspection, store.RowPreview, error) {
+	var p store.RowPreview
+	var row *Row
+	var err error
+	if limit > 0 {
+		row, p, err = c.st.ReadRowPreview(ctx, tx, key, limit)
+		if err == nil && row == nil {
+			err = &NotFoundError{What: "row with key " + key}
+		} else if err != nil {
+			err = fmt.Errorf("read %s: %w", key, err)
+		}
+	} else {
+		row, err = c.row(ctx, tx, key)
+	}
+	in, err := c.inspectRow(ctx, tx, key, row, err)
+	return in, p, err
+}
+
+func (c *Client) inspectRow(ctx context.Context, tx pgx.Tx, key string, row *Row, err error) (*Inspection, error) {
 	var nf *NotFoundError
 	switch {
 	case errors.As(err, &nf):

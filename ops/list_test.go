@@ -124,3 +124,41 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("unknown key: err = %v", err)
 	}
 }
+
+// TestListSummariesPagesAsList: the table's list (no payload or response
+// read) finds the rows List finds, page for page, filter for filter.
+func TestListSummariesPagesAsList(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.enqueue("r1", "charge", 3)
+	e.enqueue("r2", "email", 2)
+	e.set(a[1], "succeeded", 1)
+	for _, tc := range []struct {
+		f     Filter
+		limit int
+	}{
+		{Filter{}, 2}, {Filter{AfterSeq: 2}, 10}, {Filter{Status: "succeeded"}, 0}, {Filter{Run: "r2"}, 1}, {Filter{Tool: "charge", Status: "pending"}, 0},
+	} {
+		full, err := e.c.List(t.Context(), tc.f, tc.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := e.c.ListSummaries(t.Context(), tc.f, tc.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want, got []string
+		for _, r := range full.Rows {
+			want = append(want, r.Key+"/"+string(r.Status))
+		}
+		for _, r := range sum.Rows {
+			got = append(got, r.Key+"/"+string(r.Status))
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") || sum.NextAfterSeq != full.NextAfterSeq {
+			t.Errorf("ListSummaries(%+v, %d) = %v next %d; List gives %v next %d", tc.f, tc.limit, got, sum.NextAfterSeq, want, full.NextAfterSeq)
+		}
+	}
+	if _, err := e.c.ListSummaries(t.Context(), Filter{Status: "done"}, 0); err == nil {
+		t.Error("ListSummaries of an unknown status: no error")
+	}
+}

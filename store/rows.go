@@ -153,6 +153,40 @@ func (s *Store) ReadRow(ctx context.Context, db DB, key string) (*Row, error) {
 	return first(collect[Row](ctx, db, s.sql(`SELECT `+rowColumns+` FROM {s}.outbox o WHERE o.key = $1`), key))
 }
 
+// RowPreview is what ReadRowPreview read of a row's payload and response:
+// the size of each as text, and, for one larger than the bound, its first
+// characters (the row holds it as nil).
+type RowPreview struct {
+	PayloadBytes, ResponseBytes int
+	Payload, Response           *string
+}
+
+// boundedRowColumns are rowColumns with payload and response read only when
+// not larger than $2 bytes as text.
+var boundedRowColumns = strings.NewReplacer(
+	"o.payload,", "CASE WHEN octet_length(o.payload::text) <= $2 THEN o.payload END AS payload,",
+	"o.response,", "CASE WHEN octet_length(o.response::text) <= $2 THEN o.response END AS response,").Replace(rowColumns)
+
+// ReadRowPreview is ReadRow for a page that shows payload and response up
+// to limit bytes: a larger one is not read whole, only its first limit
+// characters (RowPreview), so concurrent reads of large rows cost the
+// bound each, not the rows' size.
+func (s *Store) ReadRowPreview(ctx context.Context, db DB, key string, limit int) (*Row, RowPreview, error) {
+	var p RowPreview
+	row, err := first(collect[Row](ctx, db, s.sql(`SELECT `+boundedRowColumns+` FROM {s}.outbox o WHERE o.key = $1`), key, limit))
+	if err != nil || row == nil {
+		return row, p, err
+	}
+	err = db.QueryRow(ctx, s.sql(`SELECT octet_length(t.p), CASE WHEN octet_length(t.p) > $2 THEN left(t.p, $2) END,
+	        coalesce(octet_length(t.r), 0), CASE WHEN octet_length(t.r) > $2 THEN left(t.r, $2) END
+	   FROM {s}.outbox o CROSS JOIN LATERAL (SELECT o.payload::text AS p, o.response::text AS r) t
+	  WHERE o.key = $1`), key, limit).Scan(&p.PayloadBytes, &p.Payload, &p.ResponseBytes, &p.Response)
+	if err != nil {
+		return nil, p, fmt.Errorf("read %s: preview: %w", key, err)
+	}
+	return row, p, nil
+}
+
 // RowStatus returns the status of the row of key, "" when there is none
 // (pruned, or never enqueued).
 func (s *Store) RowStatus(ctx context.Context, db DB, key string) (outbox.Status, error) {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/drainer-io/drainer/ops"
+	"github.com/drainer-io/drainer/store"
 	"github.com/spf13/cobra"
 )
 
@@ -48,28 +49,35 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 				return err
 			}
 			defer done()
-			page, err := c.List(cmd.Context(), f, limit)
-			if err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
-			hint := ""
-			if page.NextAfterSeq > 0 {
-				hint = "more rows: add --after-seq " + strconv.FormatInt(page.NextAfterSeq, 10)
+			hint := func(next int64) string {
+				if next == 0 {
+					return ""
+				}
+				return "more rows: add --after-seq " + strconv.FormatInt(next, 10)
 			}
 			if o.json() {
-				if hint != "" {
-					fmt.Fprintln(cmd.ErrOrStderr(), hint)
+				page, err := c.List(cmd.Context(), f, limit)
+				if err != nil {
+					return err
+				}
+				if h := hint(page.NextAfterSeq); h != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), h)
 				}
 				return writeJSON(out, page.Rows)
+			}
+			// The table shows no payload or response: none is read.
+			page, err := c.ListSummaries(cmd.Context(), f, limit)
+			if err != nil {
+				return err
 			}
 			if len(page.Rows) == 0 {
 				fmt.Fprintln(out, "no rows match")
 				return nil
 			}
 			printRows(out, page.Rows)
-			if hint != "" {
-				fmt.Fprintln(out, hint)
+			if h := hint(page.NextAfterSeq); h != "" {
+				fmt.Fprintln(out, h)
 			}
 			return nil
 		},
@@ -86,7 +94,7 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 }
 
 // printRows prints rows as a table, long fields truncated.
-func printRows(w interface{ Write([]byte) (int, error) }, rows []ops.Row) {
+func printRows(w interface{ Write([]byte) (int, error) }, rows []store.RowSummary) {
 	t := newTable(w, "SEQ", "KEY", "RUN", "STEP", "TOOL", "KIND", "STATUS", "ATTEMPTS", "NEXT_ATTEMPT_AT", "UPDATED_AT", "LAST_ERROR")
 	for _, r := range rows {
 		t.row(strconv.FormatInt(r.Seq, 10), r.Key, trunc(r.AgentRunID, 24), trunc(r.StepID, 20), trunc(r.ToolName, 24),

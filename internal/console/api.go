@@ -230,22 +230,21 @@ type RowDetail struct {
 
 // row reads one row with its attempts, floor and verified audit chain.
 func (s *Server) row(ctx context.Context, d *db, key string) (*RowDetail, error) {
-	in, err := d.ops.Inspect(ctx, key)
+	// Payload and response are read to the view's bound only: a page of a
+	// large row, asked for by many at once, costs the daemon the bound
+	// each, not the row's size.
+	in, pv, err := d.ops.InspectPreview(ctx, key, maxPayloadView)
 	if err != nil {
 		return nil, err
 	}
 	out := &RowDetail{Inspection: in, AttemptLog: []ops.AuditEntry{}}
-	if in.Row != nil {
-		r := *in.Row // a copy: the preview replaces the payload
-		in.Row = &r
-		out.PayloadBytes = len(r.Payload)
-		if len(r.Payload) > maxPayloadView {
-			out.PayloadTruncated, out.PayloadPreview = true, validUTF8Prefix(string(r.Payload), maxPayloadView)
-			r.Payload = nil
+	if r := in.Row; r != nil {
+		out.PayloadBytes = pv.PayloadBytes
+		if pv.Payload != nil {
+			out.PayloadTruncated, out.PayloadPreview = true, validUTF8Prefix(*pv.Payload, maxPayloadView)
 		}
-		if len(r.Response) > maxPayloadView {
-			out.ResponseTruncated, out.ResponsePreview = true, validUTF8Prefix(string(r.Response), maxPayloadView)
-			r.Response = nil
+		if pv.Response != nil {
+			out.ResponseTruncated, out.ResponsePreview = true, validUTF8Prefix(*pv.Response, maxPayloadView)
 		}
 		r.LastError = truncStr(r.LastError, maxPayloadView)
 		if out.NotBefore, err = d.Store.RowFloor(ctx, d.DB, key); err != nil {
