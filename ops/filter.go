@@ -82,18 +82,8 @@ const DefaultListLimit = 50
 // List returns up to limit rows matching f in seq order, starting after
 // f.AfterSeq.
 func (c *Client) List(ctx context.Context, f Filter, limit int) (Page, error) {
-	if err := f.Validate(); err != nil {
-		return Page{}, err
-	}
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	out, err := c.st.ListRows(ctx, c.db, f.match(), f.AfterSeq, limit+1)
-	if err != nil {
-		return Page{}, fmt.Errorf("list: %w", err)
-	}
-	rows, next := pageOf(out, limit, func(r Row) int64 { return r.Seq })
-	return Page{Rows: rows, NextAfterSeq: next}, nil
+	rows, next, err := listPage(ctx, c, f, limit, c.st.ListRows, func(r Row) int64 { return r.Seq })
+	return Page{Rows: rows, NextAfterSeq: next}, err
 }
 
 // SummaryPage is one page of ListSummaries.
@@ -107,25 +97,27 @@ type SummaryPage struct {
 // table of rows shows, read in a few hundred bytes a row however large
 // the rows are.
 func (c *Client) ListSummaries(ctx context.Context, f Filter, limit int) (SummaryPage, error) {
+	rows, next, err := listPage(ctx, c, f, limit, c.st.ListRowSummaries, func(r store.RowSummary) int64 { return r.Seq })
+	return SummaryPage{Rows: rows, NextAfterSeq: next}, err
+}
+
+// listPage reads one page of the rows matching f with read (limit+1 of
+// them, to know whether more follow): its rows, and the --after-seq of
+// the next page (0 when this is the last).
+func listPage[T any](ctx context.Context, c *Client, f Filter, limit int,
+	read func(context.Context, store.DB, store.Filter, int64, int) ([]T, error), seq func(T) int64) ([]T, int64, error) {
 	if err := f.Validate(); err != nil {
-		return SummaryPage{}, err
+		return nil, 0, err
 	}
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
-	out, err := c.st.ListRowSummaries(ctx, c.db, f.match(), f.AfterSeq, limit+1)
+	rows, err := read(ctx, c.db, f.match(), f.AfterSeq, limit+1)
 	if err != nil {
-		return SummaryPage{}, fmt.Errorf("list: %w", err)
+		return nil, 0, fmt.Errorf("list: %w", err)
 	}
-	rows, next := pageOf(out, limit, func(r store.RowSummary) int64 { return r.Seq })
-	return SummaryPage{Rows: rows, NextAfterSeq: next}, nil
-}
-
-// pageOf cuts rows, read limit+1 at most, to a page: its rows, and the
-// position after its last when more follow.
-func pageOf[T any](rows []T, limit int, seq func(T) int64) ([]T, int64) {
 	if len(rows) <= limit {
-		return rows, 0
+		return rows, 0, nil
 	}
-	return rows[:limit], seq(rows[limit-1])
+	return rows[:limit], seq(rows[limit-1]), nil
 }
