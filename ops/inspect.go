@@ -75,14 +75,10 @@ func (c *Client) inspect(ctx context.Context, tx pgx.Tx, key string, limit int) 
 	var err error
 	if limit > 0 {
 		row, p, err = c.st.ReadRowPreview(ctx, tx, key, limit)
-		if err == nil && row == nil {
-			err = &NotFoundError{What: "row with key " + key}
-		} else if err != nil {
-			err = fmt.Errorf("read %s: %w", key, err)
-		}
 	} else {
-		row, err = c.row(ctx, tx, key)
+		row, err = c.st.ReadRow(ctx, tx, key)
 	}
+	row, err = found(key)(row, err)
 	in, err := c.inspectRow(ctx, tx, key, row, err)
 	return in, p, err
 }
@@ -155,12 +151,19 @@ func (c *Client) auditOf(ctx context.Context, db store.DB, key string) ([]AuditE
 
 // row reads the row of key, or returns a *NotFoundError.
 func (c *Client) row(ctx context.Context, db store.DB, key string) (*Row, error) {
-	row, err := c.st.ReadRow(ctx, db, key)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", key, err)
+	return found(key)(c.st.ReadRow(ctx, db, key))
+}
+
+// found turns a read of key's row into the row, or a *NotFoundError when
+// there is none.
+func found(key string) func(*Row, error) (*Row, error) {
+	return func(row *Row, err error) (*Row, error) {
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", key, err)
+		}
+		if row == nil {
+			return nil, &NotFoundError{What: "row with key " + key}
+		}
+		return row, nil
 	}
-	if row == nil {
-		return nil, &NotFoundError{What: "row with key " + key}
-	}
-	return row, nil
 }
