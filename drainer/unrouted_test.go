@@ -122,8 +122,9 @@ func TestUnroutedLogNamesFewToolsAMinute(t *testing.T) {
 // sent under its claim, so when its replica dies before handing it back
 // (the lease expires, the reclaim takes it back) the row is pending with
 // no attempt consumed and no first attempt: a route loaded much later must
-// not find its attempts spent or its key's window started. A routed row
-// claimed beside it still has its attempt counted.
+// not find its attempts spent or its key's window started. Its payload,
+// which only a dispatch would use, is not read. A routed row claimed
+// beside it still has its attempt counted and its payload read.
 func TestUnroutedClaimConsumesNothing(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
@@ -145,8 +146,9 @@ func TestUnroutedClaimConsumesNothing(t *testing.T) {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}
 	for _, r := range rows {
-		if want := r.ToolName == "t"; r.Counted != want || r.Attempts != map[bool]int{true: 1, false: 0}[want] {
-			t.Errorf("claimed %s: counted %v, attempts %d; want counted %v", r.ToolName, r.Counted, r.Attempts, want)
+		if want := r.ToolName == "t"; r.Counted != want || r.Attempts != map[bool]int{true: 1, false: 0}[want] || (r.Payload != nil) != want {
+			t.Errorf("claimed %s: counted %v, attempts %d, payload of %d bytes; want counted %v, and its payload read only then",
+				r.ToolName, r.Counted, r.Attempts, len(r.Payload), want)
 		}
 	}
 	// The replica dies: nothing hands the rows back; the lease expires.

@@ -41,7 +41,8 @@ type ClaimedRow struct {
 	// FirstAttemptAt is set). It is false for a row whose tool was not in
 	// Claim.Routed: the claimer has no route for it, so it is never sent
 	// under this claim and consumes nothing, even when its replica dies
-	// before handing it back (a reclaim keeps the attempts as they are).
+	// before handing it back (a reclaim keeps the attempts as they are);
+	// its Payload is not read (nil).
 	Counted bool
 }
 
@@ -177,7 +178,7 @@ const (
     RETURNING o.seq, o.attempts, o.lease_token, o.first_attempt_at, o.next_attempt_at, o.gen, {counted} AS counted
 )
 SELECT l.seq, i.key, i.agent_run_id, i.step_id, i.tool_name, i.business_scope, i.kind,
-       i.payload, l.attempts, l.lease_token, coalesce(l.first_attempt_at, now()), now(), i.traceparent, i.forward_key, l.next_attempt_at,
+       CASE WHEN l.counted THEN i.payload END, l.attempts, l.lease_token, coalesce(l.first_attempt_at, now()), now(), i.traceparent, i.forward_key, l.next_attempt_at,
        i.kind = {KindForward} AND l.attempts = CASE WHEN l.counted THEN 1 ELSE 0 END
            AND EXISTS (SELECT 1 FROM {s}.runs r WHERE r.agent_run_id = i.agent_run_id),
        l.counted, l.gen, `
