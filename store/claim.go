@@ -262,7 +262,7 @@ func (s *Store) ClaimBatch(ctx context.Context, db DB, c Claim) (Claimed, error)
 		args = append(args, c.MaxBytes)
 		sql = fmt.Sprintf(claimBoundedSQL, extra, len(args))
 	}
-	return s.leaseBatch(ctx, db, "claim", claimPlanSettings, c.Durable, s.sql(counted.Replace(sql)), args)
+	return s.leaseBatch(ctx, db, "claim", claimPlanSettings, c.Durable, s.sql(strings.ReplaceAll(sql, "{counted}", counted)), args)
 }
 
 // ClaimKey leases the row of key, when it is due and c would claim it
@@ -274,7 +274,7 @@ func (s *Store) ClaimBatch(ctx context.Context, db DB, c Claim) (Claimed, error)
 // scope's order.
 func (s *Store) ClaimKey(ctx context.Context, db DB, key string, c Claim) (*ClaimedRow, error) {
 	extra, counted, args := c.clauses([]any{key, c.Lease.Milliseconds(), c.Replica})
-	rows, err := s.lease(ctx, db, "claim by key", claimKeySettings, c.Durable, s.sql(counted.Replace(fmt.Sprintf(claimKeySQL, extra))), args)
+	rows, err := s.lease(ctx, db, "claim by key", claimKeySettings, c.Durable, s.sql(strings.ReplaceAll(fmt.Sprintf(claimKeySQL, extra), "{counted}", counted)), args)
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -283,8 +283,8 @@ func (s *Store) ClaimKey(ctx context.Context, db DB, key string, c Claim) (*Clai
 
 // clauses appends the parameters of c's ordered, excluded and only
 // clauses, and of its routed tools, to args, and returns the clauses and
-// what puts the test of a counted attempt ({counted}) into the statement.
-func (c Claim) clauses(args []any) (string, *strings.Replacer, []any) {
+// the test of a counted attempt, for {counted} in the statement.
+func (c Claim) clauses(args []any) (string, string, []any) {
 	counted := "true"
 	if c.Routed != nil {
 		args = append(args, c.Routed)
@@ -303,7 +303,7 @@ func (c Claim) clauses(args []any) (string, *strings.Replacer, []any) {
 		args = append(args, c.Only)
 		extra += fmt.Sprintf(onlyClause, len(args))
 	}
-	return extra, strings.NewReplacer("{counted}", counted), args
+	return extra, counted, args
 }
 
 // claimKeySettings: a claim by key looks one row up by its unique key and

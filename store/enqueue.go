@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/drainer-io/drainer/idemkey"
 	"github.com/jackc/pgx/v5"
@@ -84,7 +85,7 @@ func (s *Store) EnqueueLeasedBatch(ctx context.Context, db DB, reqs []LeaseReque
 		extra, counted, args := r.Claim.clauses([]any{key, r.Claim.Lease.Milliseconds(), r.Claim.Replica})
 		b.Queue(s.sql("SELECT key, created FROM {s}.enqueue($1, $2, $3, $4, $5::jsonb, $6)"),
 			in.AgentRunID, in.StepID, in.ToolName, in.BusinessScope, string(in.Payload), in.Traceparent)
-		b.Queue(s.sql(counted.Replace(fmt.Sprintf(claimKeySQL, extra))), args...)
+		b.Queue(s.sql(strings.ReplaceAll(fmt.Sprintf(claimKeySQL, extra), "{counted}", counted)), args...)
 	}
 	b.Queue("COMMIT")
 	br := db.SendBatch(ctx, b)
