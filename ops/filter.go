@@ -80,10 +80,22 @@ type Page struct {
 const DefaultListLimit = 50
 
 // List returns up to limit rows matching f in seq order, starting after
-// f.AfterSeq.
+// f.AfterSeq. EachListed reads the same page without holding it.
 func (c *Client) List(ctx context.Context, f Filter, limit int) (Page, error) {
-	rows, next, err := listPage(ctx, c, f, limit, c.st.ListRows, func(r Row) int64 { return r.Seq })
+	rows := []Row{}
+	next, err := c.EachListed(ctx, f, limit, func(r *Row) error {
+		rows = append(rows, *r)
+		return nil
+	})
 	return Page{Rows: rows, NextAfterSeq: next}, err
+}
+
+// EachListed calls fn with each row of the page List returns, payload and
+// response included, as it is read, and returns the page's NextAfterSeq:
+// the caller holds one row at a time, however large the page's rows are.
+// An error of fn stops the page and is returned.
+func (c *Client) EachListed(ctx context.Context, f Filter, limit int, fn func(*Row) error) (int64, error) {
+	return eachPage(ctx, c, f, limit, c.st.EachRow, func(r *Row) int64 { return r.Seq }, fn)
 }
 
 // SummaryPage is one page of ListSummaries.
@@ -97,27 +109,47 @@ type SummaryPage struct {
 // table of rows shows, read in a few hundred bytes a row however large
 // the rows are.
 func (c *Client) ListSummaries(ctx context.Context, f Filter, limit int) (SummaryPage, error) {
-	rows, next, err := listPage(ctx, c, f, limit, c.st.ListRowSummaries, func(r store.RowSummary) int64 { return r.Seq })
+	rows := []store.RowSummary{}
+	read := func(ctx context.Context, db store.DB, f store.Filter, after int64, limit int, fn func(*store.RowSummary) error) error {
+		got, err := c.st.ListRowSummaries(ctx, db, f, after, limit)
+		for i := range got {
+			if err == nil {
+				err = fn(&got[i])
+			}
+		}
+		return err
+	}
+	next, err := eachPage(ctx, c, f, limit, read, func(r *store.RowSummary) int64 { return r.Seq }, func(r *store.RowSummary) error {
+		rows = append(rows, *r)
+		return nil
+	})
 	return SummaryPage{Rows: rows, NextAfterSeq: next}, err
 }
 
-// listPage reads one page of the rows matching f with read (limit+1 of
-// them, to know whether more follow): its rows, and the --after-seq of
-// the next page (0 when this is the last).
-func listPage[T any](ctx context.Context, c *Client, f Filter, limit int,
-	read func(context.Context, store.DB, store.Filter, int64, int) ([]T, error), seq func(T) int64) ([]T, int64, error) {
+// eachPage reads one page of the rows matching f with read (limit+1 of
+// them, to know whether more follow), hands each of the first limit to fn,
+// and returns the --after-seq of the next page (0 when this is the last).
+func eachPage[T any](ctx context.Context, c *Client, f Filter, limit int,
+	read func(context.Context, store.DB, store.Filter, int64, int, func(*T) error) error,
+	seq func(*T) int64, fn func(*T) error) (int64, error) {
 	if err := f.Validate(); err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
-	rows, err := read(ctx, c.db, f.match(), f.AfterSeq, limit+1)
+	var n int
+	var last, next int64
+	err := read(ctx, c.db, f.match(), f.AfterSeq, limit+1, func(r *T) error {
+		if n++; n > limit {
+			next = last
+			return nil
+		}
+		last = seq(r)
+		return fn(r)
+	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("list: %w", err)
+		return 0, fmt.Errorf("list: %w", err)
 	}
-	if len(rows) <= limit {
-		return rows, 0, nil
-	}
-	return rows[:limit], seq(rows[limit-1]), nil
+	return next, nil
 }

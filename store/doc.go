@@ -35,7 +35,7 @@
 //	locks.go        the daemons' advisory lock keys
 //	witness.go      LastSucceeded: a row a detect probe proves itself on
 //	rows.go         Row, Filter (status, run, tool, age, scope, payload containment),
-//	                RowSummary, RunRow, Tombstone: ListRows, ListRowSummaries (the
+//	                RowSummary, RunRow, Tombstone: EachRow, ListRowSummaries (the
 //	                console's lists: no payload, no response), ReadRow, RowStatus,
 //	                RunRows, ReadTombstone (list, inspect, and the reads of every action)
 //	candidates.go   Candidate: CandidateOf, Candidates, FailedCandidates (requeue, cancel)

@@ -103,12 +103,16 @@ func (f Filter) where(args *[]any) string {
 const listRowsSQL = `SELECT %s FROM {s}.outbox o
      WHERE o.seq > $1 AND %s ORDER BY o.seq LIMIT $2`
 
-// ListRows returns up to limit rows matching f with seq > after, in seq
-// order, whole: payload and response included (`drainer list` prints
-// them). A list that shows neither reads ListRowSummaries.
-func (s *Store) ListRows(ctx context.Context, db DB, f Filter, after int64, limit int) ([]Row, error) {
+// EachRow calls fn with each of up to limit rows matching f with seq >
+// after, in seq order, whole: payload and response included (`drainer list
+// --output json` prints them). Each row is handed over as it arrives, so a
+// caller that keeps none holds one row, not the page: a page of rows as
+// large as drainer.max_payload_bytes would otherwise be held whole. An
+// error of fn stops the read and is returned. A list that shows neither
+// payload nor response reads ListRowSummaries.
+func (s *Store) EachRow(ctx context.Context, db DB, f Filter, after int64, limit int, fn func(*Row) error) error {
 	args := []any{after, limit}
-	return collect[Row](ctx, db, s.sql(fmt.Sprintf(listRowsSQL, rowColumns, f.where(&args))), args...)
+	return each(ctx, db, s.sql(fmt.Sprintf(listRowsSQL, rowColumns, f.where(&args))), args, fn)
 }
 
 // RowSummary is a row as a list shows it: the columns of Row but payload
@@ -250,6 +254,25 @@ func collect[T any](ctx context.Context, db DB, sql string, args ...any) ([]T, e
 		out = []T{}
 	}
 	return out, nil
+}
+
+// each calls fn with each row of a statement as it is read.
+func each[T any](ctx context.Context, db DB, sql string, args []any, fn func(*T) error) error {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := pgx.RowToStructByName[T](rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(&r); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // first returns the first of a statement's rows, nil when it returned none.

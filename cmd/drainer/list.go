@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/drainer-io/drainer/ops"
@@ -57,14 +60,16 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 				return "more rows: add --after-seq " + strconv.FormatInt(next, 10)
 			}
 			if o.json() {
-				page, err := c.List(cmd.Context(), f, limit)
+				next, err := writeJSONRows(out, func(fn func(*ops.Row) error) (int64, error) {
+					return c.EachListed(cmd.Context(), f, limit, fn)
+				})
 				if err != nil {
 					return err
 				}
-				if h := hint(page.NextAfterSeq); h != "" {
+				if h := hint(next); h != "" {
 					fmt.Fprintln(cmd.ErrOrStderr(), h)
 				}
-				return writeJSON(out, page.Rows)
+				return nil
 			}
 			// The table shows no payload or response: none is read.
 			page, err := c.ListSummaries(cmd.Context(), f, limit)
@@ -91,6 +96,40 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 	fl.Int64Var(&f.AfterSeq, "after-seq", 0, "start after this seq (the hint of the previous page)")
 	addOpFlags(cmd, &o)
 	return cmd
+}
+
+// writeJSONRows writes the rows list hands over as one JSON array, laid
+// out as writeJSON lays out a slice, one row at a time: it holds one row's
+// encoding, never the page's (a page of rows as large as
+// drainer.max_payload_bytes would otherwise be held whole, and again as
+// its encoding). An error after the first row leaves the array unclosed:
+// the command fails, and its output does not parse.
+func writeJSONRows(w io.Writer, list func(fn func(*ops.Row) error) (int64, error)) (int64, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("  ", "  ")
+	enc.SetEscapeHTML(false)
+	sep := "[\n  "
+	next, err := list(func(r *ops.Row) error {
+		buf.Reset()
+		buf.WriteString(sep)
+		sep = ",\n  "
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+		_, err := w.Write(buf.Bytes())
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	end := "\n]\n"
+	if sep == "[\n  " {
+		end = "[]\n"
+	}
+	_, err = io.WriteString(w, end)
+	return next, err
 }
 
 // printRows prints rows as a table, long fields truncated.
