@@ -12,7 +12,8 @@
 //	            redactDSNError
 //	vacuum.go   warnNoVacuum: a warning at start when autovacuum is off on the
 //	            server or on a table of the schema (retention's deletes would
-//	            never be vacuumed)
+//	            never be vacuumed); in a fleet, the first time each
+//	            database's engine starts (warnNoVacuumOnce, fleet.go)
 //	reload.go   reload: SIGHUP loads the config again; a bad one is refused
 //	gateway.go  the MCP gateway (package gateway) on --gateway-addr or
 //	            gateway.addr: its tools listed from the mcp adapters with routes

@@ -153,8 +153,21 @@ func newFleet(st settings, opts Options, src *swappableCatalog, coord *pgxpool.P
 		Routing:       func() *drainer.Routing { return NewRouting(st.cfg, registry) },
 		CloseAdapters: closeAdapters(registry, log),
 		Registerer:    reg, Version: opts.Version, Logger: log,
-		Known: staticNames(st.cfg.Databases),
+		Known:   staticNames(st.cfg.Databases),
+		Checked: warnNoVacuumOnce(st.schema, log),
 	})
+}
+
+// warnNoVacuumOnce runs warnNoVacuum for each database of a fleet the
+// first time its engine starts in this process (an engine starts again on
+// every move between replicas), its lines naming the database.
+func warnNoVacuumOnce(schema string, log *slog.Logger) func(context.Context, string, *pgxpool.Pool) {
+	var checked sync.Map
+	return func(ctx context.Context, name string, pool *pgxpool.Pool) {
+		if _, done := checked.LoadOrStore(name, true); !done {
+			warnNoVacuum(ctx, pool, schema, log.With("database", name))
+		}
+	}
 }
 
 // watchReloads reloads the fleet's config on each of opts.Reload until the

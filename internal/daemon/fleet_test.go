@@ -42,6 +42,17 @@ func TestRunFleet(t *testing.T) {
 	for _, db := range dbs {
 		createMigrated(t, c, db)
 	}
+	// tenant-b's intents are never vacuumed: its engine's start says so,
+	// naming the database; tenant-a's says nothing.
+	if conn, err := pgx.Connect(ctx, c.URL("tenant-b")); err != nil {
+		t.Fatal(err)
+	} else {
+		_, err = conn.Exec(ctx, `ALTER TABLE drainer.intents SET (autovacuum_enabled = false)`)
+		_ = conn.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -124,6 +135,16 @@ databases:
 		}
 	}
 	mu.Unlock()
+	var vacuumWarnings []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "autovacuum is off for tables") {
+			vacuumWarnings = append(vacuumWarnings, line)
+		}
+	}
+	if len(vacuumWarnings) != 1 || !strings.Contains(vacuumWarnings[0], `"database":"tenant-b"`) ||
+		!strings.Contains(vacuumWarnings[0], `"tables":"intents"`) {
+		t.Errorf("want one autovacuum warning, naming tenant-b and intents; got %q", vacuumWarnings)
+	}
 
 	// The console shows both databases' counts, published by the fleet.
 	m := regexp.MustCompile(`"console_addr":"([^"]+)"`).FindStringSubmatch(logs.String())

@@ -170,6 +170,9 @@ func (f *Fleet) open(ctx context.Context, db Database) (r *running, err error) {
 	if _, err := migrations.Check(cctx, pool, f.cfg.Schema); err != nil {
 		return nil, err
 	}
+	if f.cfg.Checked != nil {
+		f.cfg.Checked(cctx, db.Name, pool)
+	}
 	m, err := newEngineMetrics(r.reg)
 	if err != nil {
 		return nil, err

@@ -90,6 +90,11 @@ type Config struct {
 	// in flight per database (required). Schema, ReplicaID, Logger,
 	// Metrics, PollOnly and SharedAdapters are set by the fleet.
 	Engine drainer.Config
+	// Checked, when set, is called each time a database's schema has been
+	// checked, before its engine starts, with the database's pool (the
+	// daemon's warnings about the database's settings). ctx is the start's:
+	// it ends with StartTimeout.
+	Checked func(ctx context.Context, name string, pool *pgxpool.Pool)
 	// Routing returns a routing for one more engine, over adapters shared
 	// by every database (required). Reload replaces it.
 	Routing func() *drainer.Routing
