@@ -789,6 +789,123 @@ class HangUpTest(ReceiverTestCase):
                 rcv.Receiver("postgresql://x", idle_in_transaction_timeout=bad)
             self.assertIn("idle_in_transaction_timeout", str(cm.exception))
 
+class FailureTest(ReceiverTestCase):
+    """The answers that name their cause, as the Go receiver's
+    (receiver/failures_test.go): an exhausted pool, a serialization
+    failure, a key of an unknown version."""
+
+    def test_unsupported_key_version(self) -> None:
+        # A key of a version this receiver does not know (only v1 exists),
+        # sent with a tuple header, is answered 400 naming the version, not
+        # as a key that differs from its tuple.
+        app, orders, _ = self.make()
+        t = ("run-1", "s1", "charge", "")
+        key = "idem_v2_" + dc.idempotency_key(*t)[len("idem_v1_"):]
+        enc = base64.urlsafe_b64encode(dc.canonical_tuple(*t).encode()).rstrip(b"=").decode()
+
+        async def go() -> None:
+            a = await post(app, key, extra=[("x-agent-idempotency-tuple", enc)])
+            self.assertProblem(a, 400, "unsupported-key-version")
+            detail = json.loads(a[2])["detail"]
+            self.assertTrue("v2" in detail and "idem_v1_" in detail, detail)
+            self.assertEqual(self.records(), 0)
+            # Without a tuple header the key is an opaque key like any other.
+            self.assertEqual((await post(app, key))[0], 201)
+
+        self.run_async(go())
+        self.assertEqual(orders.runs, 1)
+
+    def test_pool_exhausted(self) -> None:
+        # With in_transaction each keyed request holds a connection for its
+        # whole app: when none comes free within the pool's timeout, the 503
+        # says the pool was exhausted, not that the store could not be
+        # reached. The pool has one connection, held by a running app; its
+        # timeout (30 s) is made to lapse sooner.
+        app, orders, r = self.make(in_transaction=True, pool_size=1)
+        r._pool.timeout = 0.5
+
+        async def go() -> Answer:
+            orders.gate, orders.entered = asyncio.Event(), asyncio.Event()
+            first = asyncio.create_task(post(app, "k1"))
+            await orders.entered.wait()
+            try:
+                a = await asyncio.wait_for(post(app, "k2"), 30)
+            finally:
+                orders.gate.set()
+            self.assertEqual((await first)[0], 201)
+            # Once the connection is free again the retry goes through.
+            self.assertEqual((await post(app, "k2"))[0], 201)
+            return a
+
+        a = self.run_async(go())
+        self.assertProblem(a, 503, "pool-exhausted")
+        self.assertEqual(a[1]["retry-after"], "1")
+        detail = json.loads(a[2])["detail"]
+        self.assertTrue("all 1 were in use" in detail and "pool_size" in detail, detail)
+        self.assertEqual((orders.runs, self.records()), (2, 2))
+
+    def test_serialization_failure(self) -> None:
+        # Under SERIALIZABLE, a request's transaction that the database
+        # aborts with a serialization failure (40001) is answered 503 naming
+        # it, with Retry-After, not blaming the store. The app reads skew_b
+        # and writes skew_a; meanwhile another transaction reads skew_a,
+        # writes skew_b and commits first (write skew), so the request's
+        # transaction cannot commit.
+        conninfo = psycopg.conninfo.make_conninfo(support.DATABASE_URL,
+                                                  options="-c default_transaction_isolation=serializable")
+        r = rcv.Receiver(conninfo, schema=self.schema, in_transaction=True)
+        r.migrate()
+        self.receivers.append(r)
+        skew_a, skew_b = (sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(t))
+                          for t in ("skew_a", "skew_b"))
+        with psycopg.connect(support.DATABASE_URL, autocommit=True) as c:
+            c.execute(sql.SQL("CREATE TABLE {} (x int); CREATE TABLE {} (x int)").format(skew_a, skew_b))
+        runs = 0
+        ev: Dict[str, asyncio.Event] = {}  # "inside" and "gate", made in the loop
+
+        async def orders(scope: Any, receive: Any, send: Any) -> None:
+            nonlocal runs
+            runs += 1
+            conn = rcv.current_connection(scope)
+            assert conn is not None
+            await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(skew_b))
+            await conn.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(skew_a))
+            ev["inside"].set()
+            await ev["gate"].wait()
+            await send({"type": "http.response.start", "status": 201, "headers": []})
+            await send({"type": "http.response.body", "body": b"made"})
+
+        app = r.wrap(orders)
+
+        async def go() -> Answer:
+            ev["inside"], ev["gate"] = asyncio.Event(), asyncio.Event()
+            answer = asyncio.create_task(post(app, "k"))
+            waiting = asyncio.create_task(ev["inside"].wait())
+            await asyncio.wait([answer, waiting], return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            if answer.done():
+                self.fail(f"the app did not get to wait: {answer.result()}")
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo) as other:
+                    await other.execute(sql.SQL("SELECT count(*) FROM {}").format(skew_a))
+                    await other.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(skew_b))
+                    await other.commit()
+            finally:
+                ev["gate"].set()
+            a = await answer
+            # Retried with the same key, it runs again and commits.
+            self.assertEqual((await post(app, "k"))[0], 201)
+            return a
+
+        a = self.run_async(go())
+        self.assertProblem(a, 503, "serialization-failure")
+        self.assertEqual(a[1]["retry-after"], "1")
+        detail = json.loads(a[2])["detail"]
+        self.assertTrue("40001" in detail and "nothing was committed" in detail, detail)
+        self.assertEqual(runs, 2)
+        self.assertEqual((self.records(), self.count(sql.SQL("SELECT count(*) FROM {}").format(skew_a))), (1, 1))
+
+
 class MigrateUpgradeTest(ReceiverTestCase):
     def test_upgrades_a_store_of_an_earlier_version(self) -> None:
         # A store whose state check allowed only in_flight and completed is

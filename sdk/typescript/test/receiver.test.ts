@@ -127,10 +127,11 @@ function heldPost(f: Fixture, body: string): { first: Promise<Answer>; inside: P
   return { first: f.post('k'), inside, release };
 }
 
-async function fixture(opts: ReceiverOptions = {}, viaMiddleware = false): Promise<Fixture> {
+/** A receiver in a schema of its own, on on (default the tests' pool), behind a real HTTP server. */
+async function fixture(opts: ReceiverOptions = {}, viaMiddleware = false, on: pg.Pool = pool): Promise<Fixture> {
   const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
   schemas.push(schema);
-  const rc = createReceiver(pool, { schema, storeHeaders: ['X-Custom'], ...opts });
+  const rc = createReceiver(on, { schema, storeHeaders: ['X-Custom'], ...opts });
   await rc.migrate();
   let runs = 0;
   let current: Handler = (req, res) =>
@@ -284,6 +285,20 @@ test('the tuple header is checked against the key', { skip: skipDb }, async () =
   assertProblem(await f.post('other-key', '{}', { 'X-Agent-Idempotency-Tuple': enc }), 400, 'tuple-mismatch');
   assert.equal(f.runs(), 1);
   assert.equal(await f.records(), 1);
+});
+
+test('a key of an unknown version with a tuple header: 400 unsupported-key-version naming it; without one an opaque key', { skip: skipDb }, async () => {
+  const f = await fixture();
+  const t = { agentRunId: 'run-1', stepId: 's1', toolName: 'charge', businessScope: '' };
+  const key = 'idem_v2_' + idempotencyKey(t).slice('idem_v1_'.length);
+  const a = await f.post(key, '{}', { 'X-Agent-Idempotency-Tuple': encodedTuple(t) });
+  assertProblem(a, 400, 'unsupported-key-version');
+  const detail = JSON.parse(a.body.toString()).detail as string;
+  assert.ok(detail.includes('v2') && detail.includes('idem_v1_'), detail);
+  assert.equal(await f.records(), 0);
+  // Without a tuple header the key is an opaque key like any other.
+  assert.equal((await f.post(key)).status, 201);
+  assert.equal(f.runs(), 1);
 });
 
 /** Sends raw bytes (header values Node's client refuses to send) and reads the status. */
@@ -1092,6 +1107,107 @@ test('inTransaction: a handler idle in its transaction past idleInTransactionTim
   assert.equal((await f.post('k')).status, 201);
   assert.equal((await f.post('k')).status, 200);
   assert.equal(f.runs(), 2);
+});
+
+// With inTransaction each keyed request holds a client of the pool for its
+// whole handler: when none comes free within the pool's
+// connectionTimeoutMillis, the 503 says the pool was exhausted, not that the
+// store could not be reached. The pool has one client, held by a running
+// handler.
+test('inTransaction: no pool client free within connectionTimeoutMillis: 503 pool-exhausted naming the pool size', { skip: skipDb }, async () => {
+  const one = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 1000 });
+  try {
+    const f = await fixture({ inTransaction: true }, false, one);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const inside = new Promise<void>((r) => (entered = r));
+    f.set(async (req, res) => {
+      req.resume();
+      if (req.headers['idempotency-key'] === 'k1') {
+        entered();
+        await gate;
+      }
+      res.statusCode = 201;
+      res.end();
+    });
+    const first = f.post('k1');
+    await inside;
+    let a: Answer;
+    try {
+      a = await f.post('k2');
+    } finally {
+      release();
+    }
+    assertProblem(a, 503, 'pool-exhausted');
+    assert.equal(a.headers['retry-after'], '1');
+    const detail = JSON.parse(a.body.toString()).detail as string;
+    assert.ok(detail.includes('all 1 were in use') && detail.includes("raise the pool's max"), detail);
+    assert.equal((await first).status, 201);
+    assert.equal(f.runs(), 1);
+    assert.equal(await f.records(), 1);
+    // Once the client is free again the retry goes through.
+    assert.equal((await f.post('k2')).status, 201);
+  } finally {
+    await one.end();
+  }
+});
+
+// Under SERIALIZABLE, a request's transaction the database aborts with a
+// serialization failure (40001) is answered 503 naming it, with
+// Retry-After, not blaming the store. The handler reads skew_b and writes
+// skew_a; meanwhile another transaction reads skew_a, writes skew_b and
+// commits first (write skew), so the request's transaction cannot commit.
+test('inTransaction: a serialization failure is answered 503 serialization-failure; nothing committed, the retry runs', { skip: skipDb }, async () => {
+  const ser = new pg.Pool({ connectionString: url, max: 4, options: '-c default_transaction_isolation=serializable' });
+  try {
+    const f = await fixture({ inTransaction: true }, false, ser);
+    const a_ = `"${f.schema}".skew_a`;
+    const b_ = `"${f.schema}".skew_b`;
+    await ser.query(`CREATE TABLE ${a_} (x int); CREATE TABLE ${b_} (x int)`);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const inside = new Promise<void>((r) => (entered = r));
+    f.set(async (req, res) => {
+      req.resume();
+      const c = currentClient(req)!;
+      await c.query(`SELECT count(*) FROM ${b_}`);
+      await c.query(`INSERT INTO ${a_} VALUES (1)`);
+      entered();
+      await gate;
+      res.statusCode = 201;
+      res.end('made');
+    });
+    const answer = f.post('k');
+    let a: Answer;
+    try {
+      await Promise.race([inside, answer.then((x) => assert.fail(`the handler did not get to wait: ${x.status} ${x.body}`))]);
+      const other = await ser.connect();
+      try {
+        await other.query('BEGIN');
+        await other.query(`SELECT count(*) FROM ${a_}`);
+        await other.query(`INSERT INTO ${b_} VALUES (1)`);
+        await other.query('COMMIT');
+      } finally {
+        other.release();
+      }
+    } finally {
+      release();
+      a = await answer;
+    }
+    assertProblem(a, 503, 'serialization-failure');
+    assert.equal(a.headers['retry-after'], '1');
+    const detail = JSON.parse(a.body.toString()).detail as string;
+    assert.ok(detail.includes('40001') && detail.includes('nothing was committed'), detail);
+    assert.equal(await f.records(), 0);
+    assert.equal(Number((await pool.query(`SELECT count(*) AS n FROM ${a_}`)).rows[0].n), 0);
+    // Retried with the same key, it runs again and commits.
+    assert.equal((await f.post('k')).status, 201);
+    assert.equal(f.runs(), 2);
+  } finally {
+    await ser.end();
+  }
 });
 
 test('middleware(): an Express-style chain gets the body it read', { skip: skipDb }, async () => {

@@ -25,7 +25,8 @@ scope; default POST, PUT, PATCH and DELETE), ``max_body`` (bytes, 1 MiB),
 besides Content-Type and Location), ``in_transaction`` (False: see
 :func:`current_connection`; the recommended setting), ``rerun_abandoned``
 (False), ``logger`` (default ``logging.getLogger("drainer_client.receiver")``),
-``pool_size`` (connections kept when given a conninfo string, 10).
+``pool_size`` (connections kept when given a conninfo string, 10; a
+request waits at most 30 s for one of them).
 
 With ``in_transaction=True`` the record is written in the transaction the
 app writes its effect through, so a process that dies mid-request rolls
@@ -69,6 +70,7 @@ import hashlib
 import json
 import logging
 import re
+import sys
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Sequence, Tuple
 
 import psycopg
@@ -76,7 +78,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from ._jcs import canonical_json
-from ._key import TUPLE_FIELDS, idempotency_key
+from ._key import KEY_PREFIX, TUPLE_FIELDS, idempotency_key
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -109,6 +111,16 @@ _PRUNE_BATCH = 1000
 _PROBLEM_BASE = "https://drainer.dev/problems/"
 _KEYED_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _BASE64URL = re.compile(r"^[A-Za-z0-9_-]*$")
+#: A key of drainer's scheme ("idem_v<digits>_…", docs/reference.md §1); group 1 its version.
+_KEY_VERSION = re.compile(r"idem_(v[0-9]+)_")
+#: SQLSTATEs of a transaction the database aborted to keep concurrent
+#: transactions apart (under REPEATABLE READ or SERIALIZABLE, or a
+#: deadlock): nothing of it committed, and running it again is safe.
+_SERIALIZATION_FAILURE, _DEADLOCK_DETECTED = "40001", "40P01"
+#: How long a request waits for a connection of the receiver's own pool (a
+#: conninfo) before it gives up (as psycopg_pool's default timeout, and the
+#: Go receiver's bound on the claim).
+_POOL_TIMEOUT = 30.0
 #: The ASGI scope entry holding the in_transaction connection.
 CONNECTION_SCOPE_KEY = "drainer_receiver.connection"
 _CLAIM_ROUNDS = 3
@@ -260,11 +272,36 @@ def _unavailable(detail: str) -> _Problem:
     return _Problem(503, "unavailable", "Idempotency store unavailable", detail, [("Retry-After", "1")])
 
 
+def _serialization_failure(err: BaseException) -> Optional[_Problem]:
+    """503 serialization-failure when err is a serialization failure
+    (40001) or a deadlock (40P01), else None."""
+    code = getattr(err, "sqlstate", None)
+    if code not in (_SERIALIZATION_FAILURE, _DEADLOCK_DETECTED):
+        return None
+    what = "a deadlock" if code == _DEADLOCK_DETECTED else "a serialization failure"
+    return _Problem(503, "serialization-failure", "Transaction conflict",
+                    f"the database aborted the request's transaction with {what} (SQLSTATE {code}): it conflicted "
+                    "with a concurrent transaction; nothing was committed, and it is safe to retry with the same key",
+                    [("Retry-After", "1")])
+
+
+class _PoolTimeout(psycopg.OperationalError):
+    """No connection of the receiver's own pool came free within its
+    timeout (as psycopg_pool's PoolTimeout). exhausted: every one of its
+    size connections was in use when it gave up."""
+
+    def __init__(self, size: int, timeout: float, exhausted: bool):
+        super().__init__(f"no connection of the receiver's pool came free within {timeout:g} s")
+        self.size, self.timeout, self.exhausted = size, timeout, exhausted
+
+
 class _Pool:
     """A few autocommit AsyncConnections kept open, for a conninfo string."""
 
     def __init__(self, conninfo: str, size: int):
         self.conninfo, self.size = conninfo, size
+        #: How long a lease waits for a connection before _PoolTimeout.
+        self.timeout = _POOL_TIMEOUT
         self.idle: List["psycopg.AsyncConnection[Any]"] = []
         self.sem: Optional[asyncio.Semaphore] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -293,7 +330,10 @@ class _Lease:
     async def __aenter__(self) -> "psycopg.AsyncConnection[Any]":
         p = self.pool
         assert p.sem is not None
-        await p.sem.acquire()
+        try:
+            await asyncio.wait_for(p.sem.acquire(), p.timeout)
+        except asyncio.TimeoutError:
+            raise _PoolTimeout(p.size, p.timeout, p.sem.locked()) from None
         try:
             while p.idle:
                 c = p.idle.pop()
@@ -648,6 +688,13 @@ class Receiver:
             raise _Problem(400, "invalid-key", "Invalid idempotency key", f"header {name}: {why}")
         tuple_vals = self._header_values(scope, b"x-agent-idempotency-tuple")
         if tuple_vals:
+            m = _KEY_VERSION.match(key)
+            if m and not key.startswith(KEY_PREFIX):
+                v, known = m.group(1), KEY_PREFIX[len("idem_"):-1]
+                raise _Problem(400, "unsupported-key-version", "Unsupported idempotency key version",
+                               f"header {name}: the key is of version {v} (idem_{v}_), which this receiver does not "
+                               f"know: it checks X-Agent-Idempotency-Tuple against keys of version {known} "
+                               f"({KEY_PREFIX}) only")
             why = _check_tuple(tuple_vals, key)
             if why:
                 raise _Problem(400, "tuple-mismatch", "Idempotency tuple does not match the key",
@@ -698,9 +745,9 @@ class Receiver:
             if not self.in_transaction:
                 try:
                     outcome, data, abandoned = await self._claim(rscope, key, fp)
-                except (psycopg.Error, OSError):
-                    raise _unavailable("the idempotency store could not be reached; the request was not processed, "
-                                       "retry it with the same key") from None
+                except (psycopg.Error, OSError) as e:
+                    raise self._store_failure(e, False, "the idempotency store could not be reached; the request was "
+                                              "not processed, retry it with the same key") from None
                 if abandoned:
                     self._report_abandoned(rscope, key, outcome == "claimed")
                 if outcome != "claimed":
@@ -713,6 +760,43 @@ class Receiver:
             await self._serve_in_transaction(app, scope, receive, send, body, rscope, key, fp)
         else:
             await self._run(app, scope, receive, send, body, rscope, key, data)
+
+    def _store_failure(self, err: BaseException, pool_wait: bool, detail: str) -> _Problem:
+        """The 503 of a store step that failed with err, so drainer retries
+        with the same key, naming the cause where it is known: a
+        serialization failure or deadlock; or, when pool_wait (an
+        in_transaction request, whose connection is held for its whole app)
+        and the pool gave up waiting for a connection while every one was in
+        use, an exhausted pool. Otherwise unavailable with detail."""
+        p = _serialization_failure(err)
+        if p is None and pool_wait:
+            p = self._pool_exhausted(err)
+        return p if p is not None else _unavailable(detail)
+
+    def _pool_exhausted(self, err: BaseException) -> Optional[_Problem]:
+        """503 pool-exhausted when err is the timeout of a wait for a
+        connection of the pool (the receiver's own, or a psycopg_pool pool's
+        PoolTimeout) while every connection of it was in use, else None."""
+        if isinstance(err, _PoolTimeout):
+            if not err.exhausted:
+                return None
+            size, waited, knob = err.size, err.timeout, "the receiver's pool_size"
+        else:
+            pp = sys.modules.get("psycopg_pool")  # imported by whoever made a psycopg_pool pool
+            if pp is None or not isinstance(err, getattr(pp, "PoolTimeout", ())):
+                return None
+            try:
+                stats = self._pool.get_stats()
+                size, waited = int(stats["pool_max"]), float(self._pool.timeout)
+                if stats["pool_size"] < size or stats["pool_available"] > 0:
+                    return None
+            except Exception:  # noqa: BLE001 - not a pool whose use can be told
+                return None
+            knob = "the pool's max_size"
+        return _Problem(503, "pool-exhausted", "No database connection free",
+                        f"timed out after {waited:g} s waiting for a connection of the receiver's pool: all {size} were "
+                        f"in use (with in_transaction each keyed request holds one for its whole app; raise {knob}); "
+                        "the request was not processed, retry it with the same key", [("Retry-After", "1")])
 
     async def _refuse(self, send: Send, key: str, outcome: str, data: Any) -> None:
         """Answer a request whose claim did not give it the record."""
@@ -799,10 +883,10 @@ class Receiver:
                             stored = True
                 except pg_errors.LockNotAvailable:
                     outcome, data, abandoned = "in_flight", None, False
-        except (psycopg.Error, OSError):
+        except (psycopg.Error, OSError) as e:
             if app_error is None:
-                await _unavailable("the idempotency store failed while processing; nothing was committed, "
-                                   "retry with the same key").send(send)
+                await self._store_failure(e, True, "the idempotency store failed while processing; nothing was "
+                                          "committed, retry with the same key").send(send)
                 return
         if app_error is not None:
             raise app_error

@@ -15,6 +15,17 @@ export interface ReceiverPool {
         rows: any[];
         rowCount: number | null;
     }>;
+    /**
+     * node-postgres's counts of the pool's clients and its options: with
+     * inTransaction, a connect() that gave up waiting (connectionTimeoutMillis)
+     * while all `max` clients were checked out is answered 503 pool-exhausted.
+     */
+    readonly totalCount?: number;
+    readonly idleCount?: number;
+    readonly options?: {
+        max?: number;
+        connectionTimeoutMillis?: number;
+    };
 }
 export type Mode = 'seed' | 'ietf';
 export interface ReceiverOptions {

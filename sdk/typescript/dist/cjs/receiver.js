@@ -30,6 +30,14 @@ const PRUNE_BATCH = 1000;
 const PROBLEM_BASE = 'https://drainer.dev/problems/';
 const KEYED = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 const LOCK_NOT_AVAILABLE = '55P03';
+// SQLSTATEs of a transaction the database aborted to keep concurrent
+// transactions apart (under REPEATABLE READ or SERIALIZABLE, or a
+// deadlock): nothing of it committed, and running it again is safe.
+const SERIALIZATION_FAILURE = '40001';
+const DEADLOCK_DETECTED = '40P01';
+// What node-postgres's Pool.connect() rejects with when a caller queued for
+// a client (every one checked out) waited connectionTimeoutMillis in vain.
+const POOL_WAIT_TIMEOUT = 'timeout exceeded when trying to connect';
 const CLAIM_ROUNDS = 3;
 const clients = new WeakMap();
 /** The client whose open transaction a keyed request's handler runs in (inTransaction), else undefined. */
@@ -152,6 +160,19 @@ class Problem {
 }
 function unavailable(detail) {
     return new Problem(503, 'unavailable', 'Idempotency store unavailable', detail, { 'Retry-After': '1' });
+}
+/** 503 serialization-failure when err is a serialization failure (40001) or a deadlock (40P01), else undefined. */
+function serializationFailure(err) {
+    const code = err?.code;
+    if (code !== SERIALIZATION_FAILURE && code !== DEADLOCK_DETECTED)
+        return undefined;
+    const what = code === DEADLOCK_DETECTED ? 'a deadlock' : 'a serialization failure';
+    return new Problem(503, 'serialization-failure', 'Transaction conflict', `the database aborted the request's transaction with ${what} (SQLSTATE ${code}): it conflicted with a ` +
+        'concurrent transaction; nothing was committed, and it is safe to retry with the same key', { 'Retry-After': '1' });
+}
+/** The version of a key of drainer's scheme ("idem_v<digits>_…", docs/reference.md §1), e.g. "v1", or undefined. */
+function keyVersion(key) {
+    return /^idem_(v[0-9]+)_/.exec(key)?.[1];
 }
 /** Header names stored as Go's http.CanonicalHeaderKey writes them. */
 function canonicalHeader(name) {
@@ -509,6 +530,12 @@ class ReceiverImpl {
             throw new Problem(400, 'invalid-key', 'Invalid idempotency key', `header ${name}: ${why}`);
         const tuple = headerValues(req, 'x-agent-idempotency-tuple');
         if (tuple.length) {
+            const v = keyVersion(key);
+            if (v !== undefined && !key.startsWith(key_js_1.KEY_PREFIX)) {
+                const known = key_js_1.KEY_PREFIX.slice('idem_'.length, -1);
+                throw new Problem(400, 'unsupported-key-version', 'Unsupported idempotency key version', `header ${name}: the key is of version ${v} (idem_${v}_), which this receiver does not know: it checks ` +
+                    `X-Agent-Idempotency-Tuple against keys of version ${known} (${key_js_1.KEY_PREFIX}) only`);
+            }
             const w = checkTuple(tuple, key);
             if (w) {
                 throw new Problem(400, 'tuple-mismatch', 'Idempotency tuple does not match the key', `header X-Agent-Idempotency-Tuple: ${w}`);
@@ -534,8 +561,8 @@ class ReceiverImpl {
                 try {
                     claim = await this.claim(scope, key, fp);
                 }
-                catch {
-                    throw unavailable('the idempotency store could not be reached; the request was not processed, retry it with the same key');
+                catch (err) {
+                    throw this.storeFailure(err, false, 'the idempotency store could not be reached; the request was not processed, retry it with the same key');
                 }
                 if ('abandoned' in claim && claim.abandoned)
                     this.reportAbandoned(scope, key, claim.outcome === 'claimed');
@@ -609,13 +636,13 @@ class ReceiverImpl {
      * back the record with the handler's effect.
      */
     async serveInTransaction(req, res, run, scope, key, fp) {
-        const fail = () => unavailable('the idempotency store failed while processing; nothing was committed, retry with the same key').send(res);
+        const fail = (err, poolWait = false) => this.storeFailure(err, poolWait, 'the idempotency store failed while processing; nothing was committed, retry with the same key').send(res);
         let c;
         try {
             c = await this.pool.connect();
         }
-        catch {
-            fail();
+        catch (err) {
+            fail(err, true);
             return;
         }
         let broken;
@@ -637,7 +664,7 @@ class ReceiverImpl {
                 await c.query('ROLLBACK').catch((e) => (broken = e));
                 if (err.code !== LOCK_NOT_AVAILABLE) {
                     broken = err;
-                    fail();
+                    fail(err);
                     return;
                 }
                 claim = { outcome: 'in_flight' };
@@ -651,7 +678,7 @@ class ReceiverImpl {
                     }
                     catch (err) {
                         broken = err;
-                        fail();
+                        fail(err);
                         return;
                     }
                 }
@@ -694,7 +721,7 @@ class ReceiverImpl {
                 broken = err;
                 await c.query('ROLLBACK').catch(() => { });
                 cap.restore();
-                fail();
+                fail(err);
                 return;
             }
             cap.flush();
@@ -703,6 +730,29 @@ class ReceiverImpl {
             events.off?.('error', onError);
             c.release(broken);
         }
+    }
+    /**
+     * The 503 of a store step that failed with err, so drainer retries with
+     * the same key, naming the cause where it is known: a serialization
+     * failure or deadlock; or, when poolWait (the step was waiting for a
+     * client of the pool) and node-postgres gave up waiting
+     * (connectionTimeoutMillis) while every client of the pool was checked
+     * out, an exhausted pool. Otherwise unavailable with detail.
+     */
+    storeFailure(err, poolWait, detail) {
+        return serializationFailure(err) ?? (poolWait ? this.poolExhausted(err) : undefined) ?? unavailable(detail);
+    }
+    /** 503 pool-exhausted when err is node-postgres's timeout of a connect() queued behind a pool whose clients are all checked out. */
+    poolExhausted(err) {
+        if (!(err instanceof Error) || err.message !== POOL_WAIT_TIMEOUT)
+            return undefined;
+        const { totalCount: total, idleCount: idle, options } = this.pool;
+        const max = options?.max;
+        if (typeof total !== 'number' || typeof idle !== 'number' || typeof max !== 'number' || total - idle < max)
+            return undefined;
+        return new Problem(503, 'pool-exhausted', 'No database connection free', `timed out after ${options?.connectionTimeoutMillis ?? '?'} ms (connectionTimeoutMillis) waiting for a connection ` +
+            `of the receiver's pool: all ${max} were in use (with inTransaction each keyed request holds one for its whole ` +
+            "handler; raise the pool's max); the request was not processed, retry it with the same key", { 'Retry-After': '1' });
     }
     /**
      * Moves a claimed record's recovery deadline forward every third of the
