@@ -154,8 +154,11 @@ type Problem struct {
 
 // KeyTTLer is implemented by adapters whose provider's idempotency window is
 // read from the provider itself (a NATS stream's duplicate window, River's
-// completed-job retention). It is consulted when the config leaves key_ttl
-// unset.
+// completed-job retention). It is read at start: the default key_ttl when
+// the config leaves it unset, and a bound on every key_ttl of the adapter.
+// A window read at start is read again every minute while the daemon runs
+// (dispatch/builtin), so a changed window reaches the key-TTL guard
+// (Entry.KeyTTLFor) within that interval.
 type KeyTTLer interface {
 	KeyTTL(ctx context.Context) (time.Duration, error)
 }

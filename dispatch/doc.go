@@ -14,6 +14,8 @@
 // wait, answered NotReady. What
 // adapters share (secrets, field errors, header rules, trace context,
 // one-line text) is in dispatch/wire. The Registry maps configured adapter
-// names to built adapters; dispatch/builtin is the one place that turns
-// configuration into adapters.
+// names to built adapters (registry.go) and owns the goroutines that keep
+// a provider's idempotency window current (Entry.SetProviderWindow,
+// Registry.Go: stopped by Close); dispatch/builtin is the one place that
+// turns configuration into adapters.
 package dispatch

@@ -15,7 +15,7 @@ import (
 	// The adapter types: each registers its kind (its settings, their
 	// rules, how it is built) in package dispatch, the one table `drainer
 	// check` and `drainer run` read.
-	_ "github.com/drainer-io/drainer/dispatch/execplugin"
+	"github.com/drainer-io/drainer/dispatch/execplugin"
 	_ "github.com/drainer-io/drainer/dispatch/kafka"
 	_ "github.com/drainer-io/drainer/dispatch/mcp"
 	_ "github.com/drainer-io/drainer/dispatch/natsjs"
@@ -30,6 +30,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Version goes into User-Agent headers.
 	Version string
+	// WindowRefresh is how often the idempotency window of a provider
+	// that reported one at start is read again (0: DefaultWindowRefresh).
+	WindowRefresh time.Duration
 }
 
 // DefaultKeyTTL is the provider idempotency window assumed per adapter type
@@ -50,6 +53,10 @@ type configured struct {
 	entry *dispatch.Entry
 	start dispatch.Start
 	log   *slog.Logger
+	// unread: the adapter has a key_ttl of its own and its provider
+	// reports a window, which could not be read at start (the provider
+	// unreachable then): it is read later (watchWindows).
+	unread bool
 }
 
 // Build builds every configured adapter. Errors are joined, each naming the
@@ -61,7 +68,8 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*dispatch.Reg
 	}
 	var entries []*dispatch.Entry
 	var errs []error
-	for _, c := range ready {
+	for i := range ready {
+		c := &ready[i]
 		if err := start(ctx, c); err != nil {
 			errs = append(errs, located(cfg, c.entry.Name, err)...)
 			continue
@@ -74,7 +82,12 @@ func Build(ctx context.Context, cfg *config.Config, opts Options) (*dispatch.Reg
 		}
 		return nil, errors.Join(errs...)
 	}
-	return dispatch.NewRegistry(entries...)
+	reg, err := dispatch.NewRegistry(entries...)
+	if err != nil {
+		return nil, err
+	}
+	watchWindows(reg, ready, opts.WindowRefresh)
+	return reg, nil
 }
 
 // configure runs every adapter type's Configure: each adapter's runtime
@@ -116,7 +129,8 @@ func configure(cfg *config.Config, opts Options) ([]configured, error) {
 
 // start connects one configured adapter and settles its key_ttl: the
 // config's, else the one the provider reports, else the type's default.
-func start(ctx context.Context, c configured) error {
+// The provider's window bounds every key_ttl of the adapter (KeyTTLFor).
+func start(ctx context.Context, c *configured) error {
 	e := c.entry
 	ad, err := c.start(ctx)
 	if err != nil {
@@ -132,29 +146,37 @@ func start(ctx context.Context, c configured) error {
 			return fmt.Errorf("read key_ttl from the provider: %w", err)
 		}
 		e.KeyTTL, e.ProviderWindow = ttl, ttl
+		e.KeyTTLFromProvider = ttl > 0
 	case e.KeyTTL == 0:
 		e.KeyTTL = DefaultKeyTTL[e.Type]
 	case reports:
 		// A key_ttl longer than the window the provider keeps keys for
 		// would let a retry past that window repeat the effect: the
 		// provider's shorter window wins (when it can be read now), for
-		// the routes' own key_ttl too (Entry.KeyTTLFor).
+		// the routes' own key_ttl too (Entry.KeyTTLFor). The config's
+		// key_ttl is kept: it applies again if the window grows past it.
 		ttl, err := t.KeyTTL(ctx)
 		if err == nil && ttl > 0 {
 			e.ProviderWindow = ttl
 		}
+		c.unread = err != nil && !errors.Is(err, execplugin.ErrKeyTTLNotReported)
 		if err == nil && ttl > 0 && ttl < e.KeyTTL {
 			c.log.Warn("key_ttl is longer than the idempotency window the provider reports: the provider's window is used, so a retry past it fails by the key-TTL guard rather than repeat the effect (for nats: the stream's duplicate window, Duplicates)",
 				"key_ttl", e.KeyTTL, "provider_window", ttl)
-			e.KeyTTL = ttl
 		}
 	}
-	if e.KeyTTL > 0 && e.KeyTTL <= config.KeyTTLMargin {
-		c.log.Warn("the idempotency window is not longer than the key-TTL guard's margin: every key_idempotent row of this adapter fails before it is sent; lengthen the provider's window (for nats: the stream's duplicate window, Duplicates) beyond it",
-			"key_ttl", e.KeyTTL, "margin", config.KeyTTLMargin)
-	}
-	c.log.Debug("adapter built", "type", e.Type, "timeout", e.Timeout, "key_ttl", e.KeyTTL)
+	warnWithinMargin(c.log, e.KeyTTLFor(0))
+	c.log.Debug("adapter built", "type", e.Type, "timeout", e.Timeout, "key_ttl", e.KeyTTLFor(0))
 	return nil
+}
+
+// warnWithinMargin warns when the key_ttl an adapter applies, ttl, is not
+// longer than the key-TTL guard's margin.
+func warnWithinMargin(log *slog.Logger, ttl time.Duration) {
+	if ttl > 0 && ttl <= config.KeyTTLMargin {
+		log.Warn("the idempotency window is not longer than the key-TTL guard's margin: every key_idempotent row of this adapter fails before it is sent; lengthen the provider's window (for nats: the stream's duplicate window, Duplicates) beyond it",
+			"key_ttl", ttl, "margin", config.KeyTTLMargin)
+	}
 }
 
 // located splits an adapter's error into one line per problem, each

@@ -56,7 +56,7 @@ routes:
 		}
 		defer reg.Close(context.Background())
 		e, _ := reg.Get("bus")
-		return e.KeyTTL, logs.String()
+		return e.KeyTTLFor(0), logs.String()
 	}
 	if ttl, logs := build("LONG", ", key_ttl: 24h"); ttl != 90*time.Second || !strings.Contains(logs, "key_ttl is longer than the idempotency window") {
 		t.Errorf("key_ttl 24h on a stream whose duplicate window is 90s: key_ttl %v, want 1m30s and a warning; logs:\n%s", ttl, logs)

@@ -6,7 +6,9 @@
 // base64url canonical tuple, docs/reference.md §5). JetStream drops a message whose
 // Nats-Msg-Id it has stored within the stream's duplicate window and answers
 // with "duplicate": such an attempt is a Replay. The window is the adapter's
-// key TTL: KeyTTL reads it from the server.
+// key TTL: KeyTTL reads it from the server, at start and then every minute
+// (dispatch/builtin), so a window an operator shortens while the daemon runs
+// bounds the key-TTL guard within a minute.
 //
 // The subject may contain {tool_name} as one whole token
 // ("agents.{tool_name}.intents"); a row whose tool name is not a valid
