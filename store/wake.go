@@ -14,27 +14,75 @@ import (
 )
 
 // SessionDefaults sets what every connection of drainer's runs with unless
-// the database URL says otherwise: application_name drainer; jit off
-// (short statements over a few hundred rows: compiling them, once an
-// estimate crosses jit_above_cost, costs more than running them); and an
-// idle_in_transaction_session_timeout (IdleInTransaction), so that a
-// session whose replica was cut off in the middle of a transaction (a
-// partition, a hung pooler: the server's side of the connection stays
-// open) does not hold its locks, its snapshot or the backlog snapshot's
-// turn for good.
+// the database URL says otherwise (as a parameter of its own, or as
+// `options=-c name=value`):
+//
+//   - application_name drainer;
+//   - jit off: short statements over a few hundred rows; compiling them,
+//     once an estimate crosses jit_above_cost, costs more than running them;
+//   - idle_in_transaction_session_timeout (IdleInTransaction), so that a
+//     session whose replica was cut off in the middle of a transaction (a
+//     partition, a hung pooler: the server's side of the connection stays
+//     open) does not hold its locks, its snapshot or the backlog snapshot's
+//     turn for good;
+//   - default_transaction_isolation read committed: drainer's transactions
+//     are written for it (a statement that waited on a lock sees what the
+//     lock's holder committed: an ordered scope's next row is made due the
+//     moment the one before settles); a database whose default is
+//     repeatable read or serializable would turn those statements into
+//     serialization failures retried for up to a scope hold (a minute);
+//   - statement_timeout, lock_timeout and idle_session_timeout 0: each of
+//     drainer's statements is bounded by its own deadline, and its
+//     listening and pooled sessions sit idle between uses; a database's
+//     default meant for its applications' sessions (50 ms, say) would time
+//     out its claims and completions of a few hundred rows, and close the
+//     session a wake-up listens on.
 func SessionDefaults(cc *pgx.ConnConfig) {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
 	}
-	if cc.RuntimeParams["application_name"] == "" {
-		cc.RuntimeParams["application_name"] = "drainer"
+	set := optionsSet(cc.RuntimeParams["options"])
+	for _, d := range sessionDefaults {
+		if cc.RuntimeParams[d.name] == "" && !set[d.name] {
+			cc.RuntimeParams[d.name] = d.value
+		}
 	}
-	if cc.RuntimeParams["jit"] == "" {
-		cc.RuntimeParams["jit"] = "off"
+}
+
+// sessionDefaults are SessionDefaults' settings.
+var sessionDefaults = []struct{ name, value string }{
+	{"application_name", "drainer"},
+	{"jit", "off"},
+	{"idle_in_transaction_session_timeout", strconv.Itoa(int(IdleInTransaction.Milliseconds()))},
+	{"default_transaction_isolation", "read committed"},
+	{"statement_timeout", "0"},
+	{"lock_timeout", "0"},
+	{"idle_session_timeout", "0"},
+}
+
+// optionsSet returns the settings a connection's options parameter sets
+// (`-c name=value`, `-cname=value` or `--name=value`, dashes in a name
+// read as underscores, as the server reads them).
+func optionsSet(options string) map[string]bool {
+	set := map[string]bool{}
+	fields := strings.Fields(options)
+	for i := 0; i < len(fields); i++ {
+		f := fields[i]
+		switch {
+		case f == "-c" && i+1 < len(fields):
+			i++
+			f = fields[i]
+		case strings.HasPrefix(f, "--"):
+			f = f[2:]
+		case strings.HasPrefix(f, "-c"):
+			f = f[2:]
+		default:
+			continue
+		}
+		name, _, _ := strings.Cut(f, "=")
+		set[strings.ToLower(strings.ReplaceAll(name, "-", "_"))] = true
 	}
-	if cc.RuntimeParams["idle_in_transaction_session_timeout"] == "" {
-		cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.Itoa(int(IdleInTransaction.Milliseconds()))
-	}
+	return set
 }
 
 // IdleInTransaction is how long the server lets a session of drainer's
