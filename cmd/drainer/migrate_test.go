@@ -58,3 +58,27 @@ func TestMigrateNewerSchema(t *testing.T) {
 		t.Errorf("migrate on a schema needing a newer daemon printed %q", out)
 	}
 }
+
+// TestCommandsReadPoolSettings: the url `drainer run` takes, with its
+// pool's settings (pool_max_conns, as docs/reference.md suggests), serves
+// migrate and the operator commands too: the settings are the pool's, not
+// parameters sent to the server (which refused the connection, naming
+// pool_max_conns).
+func TestCommandsReadPoolSettings(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewDatabase(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	url += sep + "pool_max_conns=8&pool_max_conn_idle_time=1m"
+	code, _, errb := runCLI("migrate", "--database-url", url)
+	want(t, code, errb, 0)
+	code, out, errb := runCLI("list", "--database-url", url)
+	want(t, code, errb, 0)
+	if strings.TrimSpace(out) != "no rows match" {
+		t.Errorf("list: %q", out)
+	}
+	code, _, errb = runCLI("stats", "--database-url", url)
+	want(t, code, errb, 0)
+}
