@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // dbQuietFor is how often, at most, one subsystem logs its own failure
@@ -38,6 +39,9 @@ type dbHealth struct {
 	since  time.Time            // when the outage began
 	backAt time.Time            // when the last outage ended
 	logged map[string]time.Time // subsystem → its last line during the outage
+	// readOnly: the outage is a database that answers but refuses every
+	// write (readOnly), not one that cannot be reached.
+	readOnly bool
 }
 
 func newDBHealth(log *slog.Logger) *dbHealth {
@@ -48,8 +52,14 @@ func newDBHealth(log *slog.Logger) *dbHealth {
 // whether the subsystem should log err itself. A failure of work begun
 // before the last outage ended belongs to that outage: it opens no other,
 // and its subsystem logs it only if it has not logged within dbQuietFor.
+//
+// A database that refuses every write (readOnly: the daemon's role or
+// database has default_transaction_read_only on, or the server is a
+// standby) is an outage of the same kind: nothing can be claimed or
+// settled until it accepts writes, and it says so once.
 func (h *dbHealth) failed(subsystem string, sent time.Time, err error) bool {
-	if !unreachable(err) {
+	refusesWrites := readOnly(err)
+	if !refusesWrites && !unreachable(err) {
 		return true
 	}
 	now := time.Now()
@@ -57,9 +67,14 @@ func (h *dbHealth) failed(subsystem string, sent time.Time, err error) bool {
 	defer h.mu.Unlock()
 	if !h.down.Load() && !sent.Before(h.backAt) {
 		h.down.Store(true)
-		h.since = now
+		h.since, h.readOnly = now, refusesWrites
 		clear(h.logged)
 		h.logged[subsystem] = now
+		if refusesWrites {
+			h.log.Error("the database refuses writes (a read-only transaction): default_transaction_read_only is on for drainer's role or its database, or the server is a standby; nothing is claimed or settled until it accepts writes; every subsystem retries, each logging at most once a minute",
+				"subsystem", subsystem, "err", err)
+			return false
+		}
 		h.log.Error("database unreachable: statements fail; every subsystem retries, each logging at most once a minute until it is back",
 			"subsystem", subsystem, "err", err)
 		return false
@@ -71,23 +86,41 @@ func (h *dbHealth) failed(subsystem string, sent time.Time, err error) bool {
 	return true
 }
 
-// ok records that statements sent at sent or later succeeded: after an
-// outage, one line says the database is back and how long it was not. A
-// statement sent before the outage began proves nothing about now: it may
-// have been answered just before the connection was lost, after another
-// subsystem had already seen the loss, and ending the outage for it would
-// log the outage twice.
-func (h *dbHealth) ok(sent time.Time) {
+// ok records that statements sent at sent or later succeeded, one of them
+// a write: after an outage, one line says the database is back and how
+// long it was not. A statement sent before the outage began proves nothing
+// about now: it may have been answered just before the connection was
+// lost, after another subsystem had already seen the loss, and ending the
+// outage for it would log the outage twice.
+func (h *dbHealth) ok(sent time.Time) { h.answered(sent, true) }
+
+// okMaybeRead is ok for work that may not have written (a snapshot whose
+// turn another replica had): it ends an outage of a database that could
+// not be reached, not one of a database that refuses writes.
+func (h *dbHealth) okMaybeRead(sent time.Time) { h.answered(sent, false) }
+
+func (h *dbHealth) answered(sent time.Time, wrote bool) {
 	if !h.down.Load() {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.down.Load() && !sent.Before(h.since) {
+	if h.down.Load() && !sent.Before(h.since) && (wrote || !h.readOnly) {
 		h.down.Store(false)
 		h.backAt = time.Now()
+		if h.readOnly {
+			h.log.Info("the database accepts writes again", "refused_for", h.backAt.Sub(h.since).Round(time.Millisecond))
+			return
+		}
 		h.log.Info("database back", "down_for", h.backAt.Sub(h.since).Round(time.Millisecond))
 	}
+}
+
+// readOnly reports whether err is the database refusing a write in a
+// read-only transaction (SQLSTATE 25006).
+func readOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006"
 }
 
 // unreachable reports whether err says the database could not be reached

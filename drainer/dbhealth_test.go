@@ -304,3 +304,44 @@ func TestClaimFailureDatedFromItsStatement(t *testing.T) {
 		t.Fatal("the database is not down after a claim sent after the last outage failed")
 	}
 }
+
+// TestReadOnlyDatabaseIsTwoLines: a database that answers but refuses
+// every write (SQLSTATE 25006: default_transaction_read_only on for the
+// role, or a standby) is said once, naming the setting, and once when it
+// accepts writes again; meanwhile each subsystem logs its own failure at
+// most once. A read that succeeds (a snapshot another replica computed)
+// does not end it; a claim, a write, does.
+func TestReadOnlyDatabaseIsTwoLines(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	h := newDBHealth(slog.New(slog.NewJSONHandler(&logs, nil)))
+	refused := fmt.Errorf("claim: %w", &pgconn.PgError{Code: "25006", Message: "cannot execute SELECT FOR UPDATE in a read-only transaction"})
+	start := time.Now()
+	own := map[string]int{}
+	for range 5 {
+		for _, sub := range []string{"claim", "reclaimer", "rotation"} {
+			if h.failed(sub, start, refused) {
+				own[sub]++
+			}
+		}
+	}
+	if own["claim"] != 0 || own["reclaimer"] != 1 || own["rotation"] != 1 {
+		t.Errorf("subsystems' own lines %v, want none for the claim that opened it and one for each other", own)
+	}
+	h.okMaybeRead(time.Now())
+	h.ok(time.Now())
+	out := logs.String()
+	if n := strings.Count(out, "the database refuses writes"); n != 1 ||
+		!strings.Contains(out, "default_transaction_read_only") || !strings.Contains(out, `"level":"ERROR"`) {
+		t.Errorf("%d lines opening the refusal, want one ERROR naming default_transaction_read_only:\n%s", n, out)
+	}
+	if n := strings.Count(out, "the database accepts writes again"); n != 1 {
+		t.Errorf("%d lines ending it, want 1 (the read does not end it, the write does):\n%s", n, out)
+	}
+	if strings.Contains(out, "database unreachable") || strings.Contains(out, "database back") {
+		t.Errorf("a refusal logged as an outage of an unreachable database:\n%s", out)
+	}
+	if h.failed("claim", time.Now(), errors.New("syntax error")) != true {
+		t.Error("an error that is neither is not the subsystem's own to log")
+	}
+}

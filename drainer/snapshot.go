@@ -64,7 +64,7 @@ func (e *Engine) snapshotter() *maintenance.Loop {
 		_, err := e.st.RefreshSnapshot(ctx, e.pool, e.cfg.SnapshotInterval/2, e.routing.Load().RoutedTools())
 		switch {
 		case err == nil:
-			e.db.ok(sent)
+			e.db.okMaybeRead(sent)
 		case !isShutdown(ctx, err) && e.db.failed("snapshotter", sent, err):
 			e.log.Warn("backlog snapshot failed", "err", err)
 		}
