@@ -29,14 +29,23 @@ type AbortedRun struct {
 	Failed []string `db:"failed"`
 }
 
+// abortedRunsSQL reads each run's rows once, through its intents (x: one
+// look-up of the run's index a run): whether its saga started, and its
+// failed rows. Tested apart, as an EXISTS beside the run, the saga's start
+// was planned as one hashed pass over every row of the outbox for a batch
+// of runs, so a bulk requeue cost the table, not its runs
+// (TestAbortedRunsReadTheirRunsOnly).
 const abortedRunsSQL = `SELECT r.agent_run_id, r.aborted_by, r.abort_reason, r.aborted_at, r.saga_state,
-        (r.saga_state = {SagaDone} AND r.rows_pruned_at IS NOT NULL
-         OR EXISTS (SELECT 1 FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
-                      AND (o.kind = {KindCompensation} OR o.status = {StatusCompensated}))) AS saga_started,
+        (r.saga_state = {SagaDone} AND r.rows_pruned_at IS NOT NULL OR x.compensating) AS saga_started,
         r.abort_requests > 0 AS abort_requested,
-        ARRAY(SELECT o.key FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id
-                 AND o.kind = {KindForward} AND o.status = {StatusFailed} ORDER BY o.seq) AS failed
-   FROM {s}.runs r WHERE r.agent_run_id = ANY($1)`
+        x.failed
+   FROM {s}.runs r
+  CROSS JOIN LATERAL (
+        SELECT coalesce(bool_or(o.kind = {KindCompensation} OR o.status = {StatusCompensated}), false) AS compensating,
+               coalesce(array_agg(o.key ORDER BY o.seq) FILTER (WHERE o.kind = {KindForward} AND o.status = {StatusFailed}),
+                        '{}') AS failed
+          FROM {s}.outbox o WHERE o.agent_run_id = r.agent_run_id) x
+  WHERE r.agent_run_id = ANY($1)`
 
 // AbortedRuns returns the aborted runs among runs.
 func (s *Store) AbortedRuns(ctx context.Context, db DB, runs []string) ([]AbortedRun, error) {

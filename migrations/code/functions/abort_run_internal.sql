@@ -23,14 +23,16 @@ BEGIN
         PERFORM {{.schema}}.audit_append('run:' || p_run, 'agent:abort', p_reason);
     END IF;
 
+    -- The run's rows, found through its intents first (an array, looked
+    -- up once by the run's index), then each by its key: joined, the plan
+    -- could walk every pending row instead, whenever the statistics were
+    -- taken before the queue filled (a new generation not analyzed yet).
     UPDATE {{.schema}}.queue o
        SET status = 'cancelled',
            cancel_cause = 'run_aborted',
            last_error = 'run aborted: ' || p_reason,
            updated_at = now()
-      FROM {{.schema}}.intents i
-     WHERE i.agent_run_id = p_run
-       AND o.seq = i.seq
+     WHERE o.seq = ANY (ARRAY(SELECT i.seq FROM {{.schema}}.intents i WHERE i.agent_run_id = p_run))
        AND o.kind = 'forward'
        AND o.status = 'pending'
        AND o.attempts = 0;
