@@ -65,17 +65,25 @@ func bucketOf(key string, buckets int32) int32 {
 }
 
 // vectorBuilder digests a ledger record's items, in the order the
-// database does (id order within each bucket), and remembers the keys of
-// each bucket, to name them when the vector differs from another.
+// database does (id order within each bucket). It remembers the keys of
+// the buckets named in keep only (to name them when the vector differs
+// from another): a record holds up to a generation's entries or a
+// truncation's anchors, and keeping every key would make a verify's memory
+// grow with the record, not with what it finds.
 type vectorBuilder struct {
 	buckets int32
 	items   int64
 	h       map[int32]hash.Hash
+	keep    map[int32]bool
 	keys    map[int32]map[string]bool
 }
 
-func newVectorBuilder(buckets int32) *vectorBuilder {
-	return &vectorBuilder{buckets: max(buckets, 1), h: map[int32]hash.Hash{}, keys: map[int32]map[string]bool{}}
+func newVectorBuilder(buckets int32, keep ...int32) *vectorBuilder {
+	v := &vectorBuilder{buckets: max(buckets, 1), h: map[int32]hash.Hash{}, keep: map[int32]bool{}, keys: map[int32]map[string]bool{}}
+	for _, b := range keep {
+		v.keep[b], v.keys[b] = true, map[string]bool{}
+	}
+	return v
 }
 
 // add digests an item (an entry's id and hash, an anchor's vid and row
@@ -85,13 +93,15 @@ func (v *vectorBuilder) add(key string, id int64, itemHash []byte) {
 	h, ok := v.h[b]
 	if !ok {
 		h = sha256.New()
-		v.h[b], v.keys[b] = h, map[string]bool{}
+		v.h[b] = h
 	}
 	var idb [8]byte
 	binary.BigEndian.PutUint64(idb[:], uint64(id))
 	h.Write(idb[:])
 	h.Write(itemHash)
-	v.keys[b][key] = true
+	if v.keep[b] {
+		v.keys[b][key] = true
+	}
 	v.items++
 }
 

@@ -213,7 +213,11 @@ func (a *auditView) rewritten(ctx context.Context, tx pgx.Tx, head int64, signed
 	if err != nil || now == nil {
 		return out
 	}
-	for _, b := range differingBuckets(was, now.vector()) {
+	differ := differingBuckets(was, now.vector())
+	if now, _, err = a.digest(ctx, tx, r, s.Buckets, differ...); err != nil || now == nil {
+		return out
+	}
+	for _, b := range differ {
 		keys := slices.Sorted(maps.Keys(now.keys[b]))
 		if len(keys) == 0 {
 			out = append(out, CheckpointProblem{Record: first, Key: "ledger", Problem: fmt.Sprintf(
@@ -255,7 +259,11 @@ func (a *auditView) check(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord)
 	if recorded == nil || !bytes.Equal(sha256Sum(recorded), r.Digest) {
 		return append(out, bad("ledger", "what it covers no longer digests as recorded"))
 	}
-	for _, b := range differingBuckets(recorded, vec) {
+	differ := differingBuckets(recorded, vec)
+	if now, _, err = a.digest(ctx, tx, r, r.Buckets, differ...); err != nil || now == nil {
+		return append(out, bad("ledger", "what it covers no longer digests as recorded"))
+	}
+	for _, b := range differ {
 		if len(now.keys[b]) == 0 {
 			out = append(out, bad("ledger", "what it recorded in bucket %d is gone", b))
 		}
@@ -274,16 +282,17 @@ type editedItem struct {
 // digest digests again what record r covers, into buckets buckets: the
 // entries of its generation's ids (each entry's hash recomputed from its
 // content first: those that do not match are returned) or the anchor
-// versions it holds. nil: nothing to digest (a truncation, or a
-// generation no longer there).
-func (a *auditView) digest(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord, buckets int32) (*vectorBuilder, []editedItem, error) {
+// versions it holds, remembering the keys of the buckets keep names (read
+// again for them, once a first pass found them differing). nil: nothing
+// to digest (a truncation, or a generation no longer there).
+func (a *auditView) digest(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord, buckets int32, keep ...int32) (*vectorBuilder, []editedItem, error) {
 	var edited []editedItem
 	switch r.Kind {
 	case "entries":
 		if r.Part == nil || r.FromID == nil || r.UptoID == nil || a.settled(r) || !a.live(r) {
 			return nil, nil, nil
 		}
-		v := newVectorBuilder(buckets)
+		v := newVectorBuilder(buckets, keep...)
 		err := a.c.st.EachAuditEntry(ctx, tx, *r.Part, *r.FromID, *r.UptoID, func(e *store.RawAuditEntry) error {
 			if !bytes.Equal(EntryHash(e), e.Hash) {
 				edited = append(edited, editedItem{"entry", e.Key, e.ID})
@@ -293,7 +302,7 @@ func (a *auditView) digest(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord
 		})
 		return v, edited, err
 	case "anchors":
-		v := newVectorBuilder(buckets)
+		v := newVectorBuilder(buckets, keep...)
 		err := a.c.st.EachAnchorVersion(ctx, tx, r.N, func(x *store.AnchorVersion) error {
 			if !bytes.Equal(AnchorHash(x), x.RowHash) {
 				edited = append(edited, editedItem{"anchor", x.Key, x.Vid})
