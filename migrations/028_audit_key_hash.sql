@@ -20,7 +20,10 @@
 -- two-core build machine), not the whole audit's. The other generations
 -- are written only by a transaction that read the current generation
 -- before a flip. Each is attached to the new partitioned index as it is
--- built, and then the old one is dropped (both instant).
+-- built. The old index is dropped by migration 031, in a step of its own:
+-- here, its ACCESS EXCLUSIVE lock, asked for while this step holds its
+-- SHARE lock, deadlocked with a producer that had read the audit and
+-- waited to append to it.
 CREATE INDEX audit_key_hash_idx ON ONLY {{.schema}}.audit USING hash (key);
 DO $$
 DECLARE
@@ -36,4 +39,3 @@ BEGIN
     END LOOP;
 END
 $$;
-DROP INDEX {{.schema}}.audit_key_idx;

@@ -91,9 +91,12 @@
 //	027_rotation_cursor.sql   queue_generations.moved_upto: where the rotation's next move of
 //	                          a closed generation starts, so that no move reads the moved rows
 //	028_audit_key_hash.sql    the audit's per-key index a hash index on key (was a btree on
-//	                          key and id): half the pages, less WAL per entry
+//	                          key and id): half the pages, less WAL per entry; the btree
+//	                          is dropped by 031
 //	029_queue_fillfactor.sql  the hot generations' fill factor 50 (was 80), so the claim's and
 //	                          the completion's new versions stay on their row's page
 //	030_audit_anchor_record.sql the anchor versions found by their ledger record (an index), so
 //	                          audit verify reads each record's anchors, not all of them per record
+//	031_audit_key_btree_dropped.sql the btree 028 replaced, dropped in a step of its own (in
+//	                          028 its lock deadlocked with producers appending to the audit)
 package migrations
