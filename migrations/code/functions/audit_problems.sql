@@ -6,7 +6,8 @@
 -- - every queue row must stand where its chain ends: its audit_head the
 --   chain's last hash, its status and attempts those of the last entry
 --   that records a status (an in_flight row's last entry is the pending it
---   was claimed from, one attempt fewer), or, once those entries are
+--   was claimed from, one attempt fewer, or as many when the claim counted
+--   none: its tool had no route at the claimer), or, once those entries are
 --   truncated, those its anchor kept; a pruned key's tombstone its
 --   chain's last hash and status, and a chain (entries, or an anchor). So deleting
 --   a chain's last entry, or its anchor, or a change made with the audit
@@ -55,9 +56,12 @@ AS $function$
        AND ((q.audit_head IS NOT NULL AND q.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash))
             OR (s.status IS NOT NULL AND q.status IS DISTINCT FROM s.status
                 AND NOT (q.status = 'in_flight' AND s.status = 'pending'))
+            -- an in_flight row has one attempt more than the pending it
+            -- was claimed from, or as many when its claimer had no route
+            -- for it and counted none (store.Claim.Routed)
             OR (s.status IS NOT NULL AND s.attempts IS NOT NULL
-                AND q.attempts IS DISTINCT FROM s.attempts + CASE WHEN q.status = 'in_flight' AND s.status = 'pending'
-                                                                 THEN 1 ELSE 0 END))
+                AND q.attempts IS DISTINCT FROM s.attempts
+                AND NOT (q.status = 'in_flight' AND s.status = 'pending' AND q.attempts = s.attempts + 1)))
     UNION ALL
     -- a pruned row's tombstone keeps the status it was pruned in and its
     -- chain's head (a tombstone without a head, of a row that had none, is
