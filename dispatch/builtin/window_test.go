@@ -96,21 +96,13 @@ func setDuplicates(t *testing.T, js jetstream.JetStream, stream string, window t
 func TestProviderWindowRefreshed(t *testing.T) {
 	noGoroutineLeft(t)
 	url, js := streams(t, 10*time.Minute, "FOLLOW", "CAPPED")
-	cfg, err := config.Parse("c.yaml", []byte(fmt.Sprintf(`adapters:
+	reg, logs := buildRefreshing(t, fmt.Sprintf(`adapters:
   follow: {type: nats, servers: [%[1]q], subject: "follow.{tool_name}", stream: FOLLOW}
   capped: {type: nats, servers: [%[1]q], subject: "capped.{tool_name}", stream: CAPPED, key_ttl: 5m}
 routes:
   a: {adapter: follow}
   b: {adapter: capped}
-`, url)), config.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs testkit.Buffer
-	reg, err := Build(context.Background(), cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), WindowRefresh: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("Build: %v", err)
-	}
+`, url))
 	defer reg.Close(context.Background())
 	follow, _ := reg.Get("follow")
 	capped, _ := reg.Get("capped")
@@ -171,19 +163,11 @@ routes:
 func TestWindowUnreadAtStartRead(t *testing.T) {
 	noGoroutineLeft(t)
 	url, js := streams(t, 10*time.Minute)
-	cfg, err := config.Parse("c.yaml", []byte(fmt.Sprintf(`adapters:
+	reg, logs := buildRefreshing(t, fmt.Sprintf(`adapters:
   late: {type: nats, servers: [%q], subject: "late.{tool_name}", key_ttl: 1h}
 routes:
   a: {adapter: late}
-`, url)), config.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs testkit.Buffer
-	reg, err := Build(context.Background(), cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), WindowRefresh: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("Build: %v", err)
-	}
+`, url))
 	defer reg.Close(context.Background())
 	late, _ := reg.Get("late")
 	if got := late.KeyTTLFor(0); got != time.Hour {
@@ -210,6 +194,22 @@ routes:
 	if err := reg.Close(context.Background()); err != nil {
 		t.Fatalf("close: %v", err)
 	}
+}
+
+// buildRefreshing builds the adapters of the config yaml, their windows
+// read again every 50 ms, logging into the buffer it returns.
+func buildRefreshing(t *testing.T, yaml string) (*dispatch.Registry, *testkit.Buffer) {
+	t.Helper()
+	cfg, err := config.Parse("c.yaml", []byte(yaml), config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testkit.Buffer{}
+	reg, err := Build(context.Background(), cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), WindowRefresh: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return reg, logs
 }
 
 // linesWith returns the lines of logs that contain s.
