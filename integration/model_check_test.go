@@ -53,6 +53,11 @@ type mRun struct {
 	// abortedAt is when an agent's abort_run or an operator's abort of
 	// the run returned (zero if neither happened).
 	abortedAt time.Time
+	// forgottenAt is when the model saw that drainer's retention had
+	// forgotten the run's abort (its record goes a tombstone age after its
+	// last row did: store.pruneRunsSQL): from then on the id names a new
+	// run, which nobody aborted, and whose saga is judged on its own.
+	forgottenAt time.Time
 }
 
 type mIntent struct {
@@ -74,6 +79,7 @@ type mIntent struct {
 	opCancelled                bool // an operator cancelled it (its effect may exist)
 	humanUndone                bool // its compensation_failed row was resolved by an operator
 	recreated                  bool // created again after its tombstone expired
+	recreatedAt                time.Time
 }
 
 type mTx struct {
@@ -689,7 +695,12 @@ func (m *seqModel) enqueueIn(x *mTx, targets []*mIntent, variants []bool, batch 
 					m.rt.Fatalf("%s: tuple %s/%s (key %s) committed %v ago answered created=true: a second row for a key whose row or tombstone must still answer it",
 						what, in.run.id, in.step, in.key, now.Sub(in.committedAt).Round(time.Millisecond))
 				}
-				in.recreated = true
+				// A new row for a forgotten key: drainer sends it as a new
+				// intent (the provider may apply it again), and it takes
+				// its place in its run's seq order anew.
+				in.recreated, in.recreatedAt = true, now
+				m.order++
+				in.order = m.order
 			}
 		case in.inTx == x:
 			if a.created {
@@ -711,16 +722,27 @@ func (m *seqModel) enqueueIn(x *mTx, targets []*mIntent, variants []bool, batch 
 }
 
 // abortedRuns reports which runs of targets are aborted now, as a new
-// READ COMMITTED transaction sees them (or as the model knows them).
+// READ COMMITTED transaction sees them (or as the model knows them, while
+// drainer must still remember the abort). A run the model aborted that
+// drainer no longer holds, more than a tombstone age later, was forgotten
+// by retention: the model forgets its abort too (mRun.forgottenAt).
 func (m *seqModel) abortedRuns(targets []*mIntent) map[string]bool {
 	out := map[string]bool{}
 	var ids []string
 	for _, in := range targets {
 		ids = append(ids, in.run.id)
-		if !in.run.abortedAt.IsZero() {
+		if !in.run.abortedAt.IsZero() && time.Since(in.run.abortedAt) < modelTombstones {
 			out[in.run.id] = true
 		}
 	}
+	defer func() {
+		for _, in := range targets {
+			if r := in.run; !r.abortedAt.IsZero() && !out[r.id] {
+				m.rt.Logf("run %s: its abort (%s) forgotten by retention; the id names a new run", r.id, r.abortedAt.Format("15:04:05.000"))
+				r.abortedAt, r.forgottenAt = time.Time{}, time.Now()
+			}
+		}
+	}()
 	err := withRetry(func(ctx context.Context) error {
 		rows, err := m.e.pool.Query(ctx, "SELECT agent_run_id FROM drainer.runs WHERE agent_run_id = ANY($1)", ids)
 		if err != nil {

@@ -305,7 +305,9 @@ func (m *seqModel) verify() {
 			m.rt.Logf("%s: forgotten by retention (%s %v ago, audit truncated %v)", name, last.status, last.ago.Round(time.Millisecond), last.fromTruncated)
 			st = last.status
 		}
-		if pv.effects > 1 {
+		// A key forgotten by retention and enqueued again is a new intent:
+		// the provider may apply it once more.
+		if pv.effects > 1 && !in.recreated {
 			fail("%s: %d effects at the provider (status %s)", name, pv.effects, st)
 		}
 		if e.tampered[in.key] == tamperStatus {
@@ -315,11 +317,11 @@ func (m *seqModel) verify() {
 		case "pending", "in_flight":
 			fail("%s: still %s after the settle", name, st)
 		case "succeeded", "compensated":
-			if pv.effects != 1 {
+			if pv.effects != 1 && !(in.recreated && pv.effects > 1) {
 				fail("%s: %s with %d effects at the provider", name, st, pv.effects)
 			}
 		case "cancelled":
-			if pv.effects > 0 && !in.opCancelled {
+			if pv.effects > 0 && !in.opCancelled && !in.recreated {
 				fail("%s: cancelled although the provider applied its effect (%d requests)", name, len(pv.requests))
 			}
 		case "failed":
@@ -343,9 +345,18 @@ func (m *seqModel) verify() {
 			if in.abortBeforeStmt {
 				how = "the abort committed before the enqueue statement ran"
 			}
-			if st != "cancelled" || len(pv.requests) > 0 {
+			sent := len(pv.requests)
+			if in.recreated { // the requests of its earlier row do not count
+				sent = 0
+				for _, at := range pv.requests {
+					if at.After(in.recreatedAt) {
+						sent++
+					}
+				}
+			}
+			if st != "cancelled" || sent > 0 {
 				fail("%s: enqueued into an aborted run (%s) but ended %s after %d requests (want cancelled, never sent)",
-					name, how, st, len(pv.requests))
+					name, how, st, sent)
 			}
 		}
 		if in.tool != toolSMS && !in.recreated && len(pv.requests) > 0 {
@@ -366,6 +377,11 @@ func (m *seqModel) verify() {
 			fail("run %s: aborted by the agent or an operator at %s, but no longer aborted (revived)", r.id, r.abortedAt.Format("15:04:05.000"))
 		}
 		comps := e.provider.compensations(r.id)
+		if !r.forgottenAt.IsZero() {
+			// The run id names a new run since its abort was forgotten: the
+			// earlier run's compensations were judged with it.
+			comps = slices.DeleteFunc(comps, func(c compEffect) bool { return c.at.Before(r.forgottenAt) })
+		}
 		var fwd []*mIntent
 		for _, in := range committed {
 			if in.run == r {
@@ -408,7 +424,7 @@ func (m *seqModel) verify() {
 			}
 		}
 		for k, n := range seen {
-			if n > 1 {
+			if in := m.intentByKey(k); n > 1 && (in == nil || !in.recreated) {
 				fail("run %s: compensation of %s applied %d times", r.id, k, n)
 			}
 		}
