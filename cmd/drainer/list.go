@@ -53,12 +53,6 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 			}
 			defer done()
 			out := cmd.OutOrStdout()
-			hint := func(next int64) string {
-				if next == 0 {
-					return ""
-				}
-				return "more rows: add --after-seq " + strconv.FormatInt(next, 10)
-			}
 			if o.json() {
 				next, err := writeJSONRows(out, func(fn func(*ops.Row) error) (int64, error) {
 					return c.EachListed(cmd.Context(), f, limit, fn)
@@ -66,7 +60,7 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 				if err != nil {
 					return err
 				}
-				if h := hint(next); h != "" {
+				if h := nextPageHint(next); h != "" {
 					fmt.Fprintln(cmd.ErrOrStderr(), h)
 				}
 				return nil
@@ -81,7 +75,7 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 				return nil
 			}
 			printRows(out, page.Rows)
-			if h := hint(page.NextAfterSeq); h != "" {
+			if h := nextPageHint(page.NextAfterSeq); h != "" {
 				fmt.Fprintln(out, h)
 			}
 			return nil
@@ -96,6 +90,15 @@ D is a Go duration (90m, 36h) or whole days (7d).`,
 	fl.Int64Var(&f.AfterSeq, "after-seq", 0, "start after this seq (the hint of the previous page)")
 	addOpFlags(cmd, &o)
 	return cmd
+}
+
+// nextPageHint names the --after-seq of the next page, "" when there is
+// none.
+func nextPageHint(next int64) string {
+	if next == 0 {
+		return ""
+	}
+	return "more rows: add --after-seq " + strconv.FormatInt(next, 10)
 }
 
 // writeJSONRows writes the rows list hands over as one JSON array, laid
