@@ -11,7 +11,6 @@ import (
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch/natsjs/natsjstest"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -23,16 +22,7 @@ import (
 // fails every key_idempotent row unsent, is said at start.
 func TestProviderWindowBoundsKeyTTL(t *testing.T) {
 	t.Parallel()
-	url := natsjstest.Server(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, js := natsjstest.JetStream(t)
 	for name, window := range map[string]time.Duration{"LONG": 90 * time.Second, "SHORT": 30 * time.Second} {
 		if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name) + ".>"},
 			Duplicates: window}); err != nil {

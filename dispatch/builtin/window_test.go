@@ -9,58 +9,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/dispatch/dispatchtest"
 	"github.com/drainer-io/drainer/dispatch/natsjs/natsjstest"
 	"github.com/drainer-io/drainer/tooling/testkit"
 )
-
-// leakGrace is how long the goroutines of a closed registry and of a
-// stopped nats server may take to exit: a goroutine that never exits
-// fails all the same, one that does costs nothing more.
-const leakGrace = 20 * time.Second
-
-// noGoroutineLeft fails t, once everything its later cleanups stop is
-// stopped, if a goroutine started since this call is still running. The
-// test calling it must not be parallel: it would count the goroutines of
-// the tests running beside it.
-func noGoroutineLeft(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { // registered first, so it runs last
-		deadline := time.Now().Add(leakGrace)
-		for {
-			err := goleak.Find(ignore)
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("goroutines left running after the registry was closed: %v", err)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
-}
 
 // streams starts a nats server for t and creates on it the streams names,
 // each capturing its lower-cased name's subjects, with the duplicate
 // window window.
 func streams(t *testing.T, window time.Duration, names ...string) (string, jetstream.JetStream) {
 	t.Helper()
-	url := natsjstest.Server(t)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, js := natsjstest.JetStream(t)
 	for _, name := range names {
 		if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name) + ".>"},
 			Duplicates: window}); err != nil {
@@ -94,7 +57,7 @@ func setDuplicates(t *testing.T, js jetstream.JetStream, stream string, window t
 // brought within the guard's margin is warned about as at start. Once
 // the registry is closed, no goroutine is left.
 func TestProviderWindowRefreshed(t *testing.T) {
-	noGoroutineLeft(t)
+	dispatchtest.NoGoroutineLeft(t)
 	url, js := streams(t, 10*time.Minute, "FOLLOW", "CAPPED")
 	reg, logs := buildRefreshing(t, fmt.Sprintf(`adapters:
   follow: {type: nats, servers: [%[1]q], subject: "follow.{tool_name}", stream: FOLLOW}
@@ -161,7 +124,7 @@ routes:
 // can be read, within the refresh interval, and said once; failures
 // before that are not warned about.
 func TestWindowUnreadAtStartRead(t *testing.T) {
-	noGoroutineLeft(t)
+	dispatchtest.NoGoroutineLeft(t)
 	url, js := streams(t, 10*time.Minute)
 	reg, logs := buildRefreshing(t, fmt.Sprintf(`adapters:
   late: {type: nats, servers: [%q], subject: "late.{tool_name}", key_ttl: 1h}

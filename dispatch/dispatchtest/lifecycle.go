@@ -29,8 +29,23 @@ func setup(t *testing.T, f Factory) (dispatch.Adapter, Upstream, string) {
 	t.Helper()
 	// Cleanups run last-in first-out: registered before the factory's, the
 	// leak check runs after the upstream is gone.
+	NoGoroutineLeft(t)
+	a, up, secret := f(t)
+	if a == nil || up == nil {
+		t.Fatal("factory returned a nil adapter or upstream")
+	}
+	t.Cleanup(func() { closeAdapter(t, a) })
+	return a, up, secret
+}
+
+// NoGoroutineLeft fails t, once every cleanup registered after this call
+// has run (the adapter closed, the upstream released), if a goroutine
+// started since this call is still running leakGrace later. A test calling
+// it must not run in parallel with others: it would count theirs.
+func NoGoroutineLeft(t *testing.T) {
+	t.Helper()
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() {
+	t.Cleanup(func() { // registered first, so it runs last
 		deadline := time.Now().Add(leakGrace)
 		for {
 			err := goleak.Find(ignore) // itself retries for a few hundred ms
@@ -44,12 +59,6 @@ func setup(t *testing.T, f Factory) (dispatch.Adapter, Upstream, string) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
-	a, up, secret := f(t)
-	if a == nil || up == nil {
-		t.Fatal("factory returned a nil adapter or upstream")
-	}
-	t.Cleanup(func() { closeAdapter(t, a) })
-	return a, up, secret
 }
 
 // closeAdapter closes a if it has a Close method of a known shape.

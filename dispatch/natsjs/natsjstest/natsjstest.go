@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Start starts a JetStream server in this process on a free loopback port,
@@ -52,4 +54,21 @@ func Server(t testing.TB) string {
 	}
 	t.Cleanup(stop)
 	return url
+}
+
+// JetStream starts one for test t (Server) and returns its URL and a
+// JetStream context on a connection of its own, both closed when t ends.
+func JetStream(t testing.TB) (string, jetstream.JetStream) {
+	t.Helper()
+	url := Server(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, js
 }
