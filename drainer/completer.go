@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -385,25 +386,41 @@ func (c *completer) nextInScope(d store.Completed, batch []completion) {
 	}
 }
 
-// announce tells Config.Settled the keys of the announcing rows the batch
-// settled (written, not lost to their fence), in this process, once their
-// completion committed: the gateway's waiting calls read their record at
-// once, without the round trip of the settle notification, which other
-// processes still get.
+// announce tells Config.Settled the announcing rows the batch settled
+// (written, not lost to their fence), in this process, once their
+// completion committed, without the round trip of the settle
+// notification, which other processes still get. A success with a tool
+// result comes with the state the completion wrote: the gateway's call
+// waiting for it answers without reading its row back.
 func (c *completer) announce(d store.Completed, batch []completion) {
 	settled := c.e.cfg.Settled
 	if settled == nil {
 		return
 	}
-	var keys []string
+	var rows []store.Settle
 	for i := range batch {
 		if x := &batch[i]; x.Announce && x.row != nil && !slices.Contains(d.Lost, x.Seq) {
-			keys = append(keys, x.row.Key)
+			rows = append(rows, settledRow(x))
 		}
 	}
-	if len(keys) > 0 {
-		settled(keys)
+	if len(rows) > 0 {
+		settled(rows)
 	}
+}
+
+// settledRow is the news of x's row, settled by x: with the state x wrote
+// when it succeeded with a record the database keeps (valid JSON, kept as
+// it is: call_records.result is json). For any other end, the row holds
+// what x does not know (a last_error or response kept from before), and
+// the news is its key alone.
+func settledRow(x *completion) store.Settle {
+	s := store.Settle{Key: x.row.Key}
+	if x.Status == outbox.StatusSucceeded && len(x.Record) > 0 && json.Valid(x.Record) {
+		s.Known = true
+		s.Call = store.Call{Key: x.row.Key, Status: x.Status, Response: x.Response, Record: x.Record,
+			Traceparent: deref(x.row.Traceparent)}
+	}
+	return s
 }
 
 // rewake wakes the rows of the batch that were handed back to wait for a

@@ -104,10 +104,12 @@ type Config struct {
 	// database cannot take yet are kept and tried again with this engine's
 	// own.
 	Inherited []store.Completion
-	// Settled, when set, is told the keys of the rows of announcing routes
+	// Settled, when set, is told the rows of announcing routes
 	// (Route.Announce: the MCP gateway's) that a completion of this engine
-	// settled, right after it committed. It must not block.
-	Settled func(keys []string)
+	// settled, right after it committed: each row's key and, when it
+	// succeeded with a tool result, the state the completion wrote
+	// (store.Settle). It must not block.
+	Settled func([]store.Settle)
 }
 
 // DefaultMaxInFlightBytes is Config.MaxInFlightBytes's default (the

@@ -90,9 +90,11 @@ func TestLeaseDispatchesTheRowAtOnce(t *testing.T) {
 	var mu sync.Mutex
 	var settled []string
 	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": h}, &Route{Tool: "t", Announce: true}),
-		Config{Workers: 2, PollOnly: true, PollInterval: time.Hour, Settled: func(keys []string) {
+		Config{Workers: 2, PollOnly: true, PollInterval: time.Hour, Settled: func(rows []store.Settle) {
 			mu.Lock()
-			settled = append(settled, keys...)
+			for _, r := range rows {
+				settled = append(settled, r.Key)
+			}
 			mu.Unlock()
 		}})
 	// The claim loop's first claim (from the first due row, nothing due)

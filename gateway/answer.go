@@ -57,6 +57,21 @@ func answer(c store.Call, replay, typed bool) *sdk.CallToolResult {
 	}
 }
 
+// answersWhole reports whether c, a row's state as its completion wrote it
+// (store.Settle), is all its answer needs: a success whose record is the
+// tool's result, not the note of one too large to keep. The answer is then
+// the record's alone, the one a replay gives from the same bytes.
+func answersWhole(c store.Call) bool {
+	if c.Status != outbox.StatusSucceeded || len(c.Record) == 0 {
+		return false
+	}
+	if _, tooLarge := recordTooLarge(c.Record); tooLarge {
+		return false
+	}
+	_, err := fromRecord(c.Record)
+	return err == nil
+}
+
 // tooLargeAnswer is the answer about a call whose result was too large to
 // record (n bytes): a text saying so, with the result's structuredContent
 // when the row's response holds it (the mcp adapter stores a result's

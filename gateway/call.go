@@ -234,8 +234,10 @@ func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.Cal
 // committed (its state as last known, should a read fail), and the
 // interest in it was registered before, so its settling is not missed.
 // readFirst: it was not leased by this call, and may have been created
-// settled (cancelled: its run is aborted), which nothing announces.
-func (g *Gateway) await(ctx context.Context, key string, settled, gone <-chan struct{}, created, readFirst bool, deadline time.Time) (store.Call, bool, error) {
+// settled (cancelled: its run is aborted), which nothing announces. An
+// announcement that carries the state the row settled in, when that state
+// is the whole answer (answersWhole), ends the wait without a read.
+func (g *Gateway) await(ctx context.Context, key string, settled <-chan *store.Call, gone <-chan struct{}, created, readFirst bool, deadline time.Time) (store.Call, bool, error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	tick := time.NewTicker(recheck)
@@ -260,8 +262,12 @@ func (g *Gateway) await(ctx context.Context, key string, settled, gone <-chan st
 		}
 		read = true
 		select {
-		case <-settled:
+		case s := <-settled:
 			cause = "notify"
+			if s != nil && answersWhole(*s) {
+				g.metrics.settled.WithLabelValues(cause).Inc()
+				return *s, true, nil
+			}
 		case <-tick.C:
 			cause = "recheck"
 		case <-timer.C:

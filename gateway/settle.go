@@ -26,7 +26,7 @@ type settleWatch struct {
 	log     *slog.Logger
 
 	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
+	waiters map[string]map[chan *store.Call]struct{}
 	// listening is closed once the first LISTEN took effect; listens
 	// counts the LISTENs that did (each after the waiters were woken).
 	listening chan struct{}
@@ -39,17 +39,19 @@ const recheck = 2 * time.Second
 
 func newSettleWatch(connect func(context.Context) (*pgx.Conn, error), channel string, log *slog.Logger) *settleWatch {
 	return &settleWatch{connect: connect, channel: channel, log: log,
-		waiters: map[string]map[chan struct{}]struct{}{}, listening: make(chan struct{})}
+		waiters: map[string]map[chan *store.Call]struct{}{}, listening: make(chan struct{})}
 }
 
 // watch registers interest in key: ch receives a value (without blocking
-// the watch) whenever key may have settled. cancel removes it.
-func (w *settleWatch) watch(key string) (ch chan struct{}, cancel func()) {
-	ch = make(chan struct{}, 1)
+// the watch) whenever key may have settled: the row's state when the
+// news carries it (a success with its record, settled in this process),
+// nil otherwise (read the row). cancel removes it.
+func (w *settleWatch) watch(key string) (ch chan *store.Call, cancel func()) {
+	ch = make(chan *store.Call, 1)
 	w.mu.Lock()
 	set := w.waiters[key]
 	if set == nil {
-		set = map[chan struct{}]struct{}{}
+		set = map[chan *store.Call]struct{}{}
 		w.waiters[key] = set
 	}
 	set[ch] = struct{}{}
@@ -64,34 +66,44 @@ func (w *settleWatch) watch(key string) (ch chan struct{}, cancel func()) {
 	}
 }
 
-// wake tells the waiters of key (every waiter when key is "").
-func (w *settleWatch) wake(key string) {
+// wake tells the waiters of key (every waiter when key is "") that its
+// row may have settled; c, when not nil, is the state it settled in.
+func (w *settleWatch) wake(key string, c *store.Call) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if key != "" {
-		notify(w.waiters[key])
+		notify(w.waiters[key], c)
 		return
 	}
 	for _, set := range w.waiters {
-		notify(set)
+		notify(set, nil)
 	}
 }
 
-func notify(set map[chan struct{}]struct{}) {
+// notify tells each waiter of set, without blocking: a waiter already
+// told, and not yet woken, reads its row when it wakes (a state offered
+// meanwhile is not kept).
+func notify(set map[chan *store.Call]struct{}, c *store.Call) {
 	for ch := range set {
 		select {
-		case ch <- struct{}{}:
+		case ch <- c:
 		default:
 		}
 	}
 }
 
-// Settled tells the calls waiting for keys that their rows settled: the
+// Settled tells the calls waiting for these rows that they settled: the
 // engine of this process calls it once their completion committed
-// (drainer.Config.Settled), sooner than the notification arrives.
-func (g *Gateway) Settled(keys []string) {
-	for _, k := range keys {
-		g.watch.wake(k)
+// (drainer.Config.Settled), sooner than the notification arrives. A row
+// whose news carries the state it settled in (a success with its tool
+// result) is answered from it, without a read.
+func (g *Gateway) Settled(rows []store.Settle) {
+	for i := range rows {
+		var c *store.Call
+		if rows[i].Known {
+			c = &rows[i].Call
+		}
+		g.watch.wake(rows[i].Key, c)
 	}
 }
 
@@ -106,7 +118,7 @@ func (w *settleWatch) run(ctx context.Context) {
 		}
 		w.log.Warn("gateway: the settle listener lost its database connection; reconnecting (waiting calls read their rows meanwhile)",
 			"err", err, "retry_in", backoff)
-		w.wake("")
+		w.wake("", nil)
 		select {
 		case <-ctx.Done():
 			return
@@ -139,7 +151,7 @@ func (w *settleWatch) listen(ctx context.Context, connected func()) error {
 	}
 	cancelSetup()
 	connected()
-	w.wake("")
+	w.wake("", nil)
 	w.mu.Lock()
 	w.listens++
 	if w.listens == 1 {
@@ -151,7 +163,7 @@ func (w *settleWatch) listen(ctx context.Context, connected func()) error {
 		if err != nil {
 			return err
 		}
-		w.wake(n.Payload)
+		w.wake(n.Payload, nil)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/jackc/pgx/v5"
 )
@@ -52,7 +53,7 @@ func TestSettleListenerSurvivesKilledConnection(t *testing.T) {
 	}
 	// received waits for a wake-up on c; a listener that is deaf never
 	// gives one, so the bound only ends the test.
-	received := func(c chan struct{}) bool {
+	received := func(c chan *store.Call) bool {
 		select {
 		case <-c:
 			return true
@@ -89,7 +90,7 @@ func TestSettleListenerSurvivesKilledConnection(t *testing.T) {
 	}
 	// Whatever woke them until now is read; from here on only an
 	// announcement does.
-	for _, c := range []chan struct{}{ch, other} {
+	for _, c := range []chan *store.Call{ch, other} {
 		select {
 		case <-c:
 		default:

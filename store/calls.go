@@ -88,6 +88,18 @@ type Call struct {
 	Traceparent string
 }
 
+// Settle is the news of a call's row settled by a completion of this
+// process (drainer.Config.Settled): its key, and, when Known, the state
+// the completion wrote. Known only for a success with a tool result: the
+// Record is then the one kept in call_records, byte for byte; Response is
+// as the completion wrote it (the row keeps it as jsonb, so a read may
+// give it other spacing and key order).
+type Settle struct {
+	Key   string
+	Known bool
+	Call  Call
+}
+
 // Settled reports whether the call's row is terminal or parked.
 func (c Call) Settled() bool { return c.Status.Terminal() || c.Status.Parked() }
 

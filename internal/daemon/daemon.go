@@ -21,6 +21,7 @@ import (
 	"github.com/drainer-io/drainer/gateway"
 	"github.com/drainer-io/drainer/migrations"
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -276,9 +277,9 @@ func (d *daemonRun) newEngine(ctx context.Context, p *pgxpool.Pool, registry *di
 	}
 	// The gateway, once it serves, hears of its calls' rows settled by this
 	// engine at once (the settle notification is for other processes).
-	engCfg.Settled = func(keys []string) {
+	engCfg.Settled = func(rows []store.Settle) {
 		if g := gw.Load(); g != nil {
-			g.Settled(keys)
+			g.Settled(rows)
 		}
 	}
 	eng, err := drainer.New(p, NewRouting(st.cfg, registry), engCfg)
