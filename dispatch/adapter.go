@@ -106,6 +106,13 @@ type Result struct {
 	// deadlock, a full stream) leaves the breaker alone: the provider
 	// answered, and its other rows can go through.
 	Down bool
+	// Unread, with Ambiguous, says the provider answered but the adapter
+	// could not read the answer whole (it is larger than the adapter reads
+	// of one): the request reached the provider, which may have acted, and
+	// what it said is unknown. Sending again would get the same answer or
+	// act twice, so the row parks as outcome_unknown at once, whatever its
+	// route's class, for a human to check with the provider and resolve.
+	Unread bool
 	// Status is the provider's status code (HTTP status, or 0).
 	Status int
 	// Response is the provider's answer for the agent to read: a JSON body,

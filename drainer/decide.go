@@ -110,9 +110,10 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 	return c
 }
 
-// decideRetry decides a retryable or ambiguous attempt: parked on a
-// non_idempotent route once it may have been sent (not when the provider
-// refused it: Result.Refused), given back when it was not sent, failed
+// decideRetry decides a retryable or ambiguous attempt: parked once it
+// may have been sent when its answer could not be read (Result.Unread) or
+// on a non_idempotent route (not when the provider refused it:
+// Result.Refused), given back when it was not sent, failed
 // when out of attempts (parked instead when the provider's last answer
 // said the key was still in flight there), else rescheduled with Full
 // Jitter floored by the provider's Retry-After.
@@ -122,6 +123,10 @@ func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, re
 		c.outcome = outbox.OutcomeAmbiguous
 	}
 	switch {
+	case res.Unread && maybeSent:
+		c.outcome = outbox.OutcomeAmbiguous
+		c.Status, c.KeepNext = outbox.StatusOutcomeUnknown, true
+		c.LastError = errText(res, "outcome unknown: the provider answered, but its answer was too large to read; it may have acted, and sending again would get the same answer or act twice; check with the provider, then `drainer resolve`")
 	case maybeSent && route.NonIdempotent():
 		c.Status, c.KeepNext = outbox.StatusOutcomeUnknown, true
 		c.LastError = errText(res, "outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")

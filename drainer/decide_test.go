@@ -56,6 +56,8 @@ func TestDecideAttemptsTable(t *testing.T) {
 		{"in flight upstream retries", keyRoute, "forward", 2, dispatch.Result{Outcome: dispatch.Retry, Status: 409, Reason: dispatch.ReasonInFlightUpstream, Err: boom}, outbox.StatusPending, false, "retry", 0},
 		{"in flight upstream on last attempt parks", keyRoute, "forward", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 409, Reason: dispatch.ReasonInFlightUpstream, Err: boom}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
 		{"in flight upstream compensation on last attempt halts", keyRoute, "compensation", 3, dispatch.Result{Outcome: dispatch.Retry, Status: 425, Reason: dispatch.ReasonInFlightUpstream, Err: boom}, outbox.StatusCompensationFailed, false, "retry", 0},
+		{"answer too large to read parks at once", keyRoute, "forward", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Unread: true, Status: 200, Err: boom}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
+		{"compensation answer too large to read parks", keyRoute, "compensation", 1, dispatch.Result{Outcome: dispatch.Ambiguous, Unread: true, Status: 200, Err: boom}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
 		{"zero outcome is ambiguous", keyRoute, "forward", 1, dispatch.Result{}, outbox.StatusPending, false, "ambiguous", 0},
 		{"zero outcome parks non_idempotent", nonRoute, "forward", 1, dispatch.Result{}, outbox.StatusOutcomeUnknown, false, "ambiguous", 0},
 	}

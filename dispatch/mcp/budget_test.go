@@ -123,3 +123,35 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestAnswerOverTheLimitParks: a tool whose answer is larger than the
+// adapter reads of one (its message limit), as a JSON body or as an SSE
+// event, ran once, and what it answered is unknown: the attempt is
+// Ambiguous and Unread, so its row parks (the engine's decide), never a
+// Terminal failure that would say nothing happened.
+func TestAnswerOverTheLimitParks(t *testing.T) {
+	big := strings.Repeat("x", 2<<20)
+	for _, jsonBody := range []bool{true, false} {
+		var calls int
+		server := sdk.NewServer(&sdk.Implementation{Name: "big", Version: "1"}, nil)
+		server.AddTool(&sdk.Tool{Name: "big", InputSchema: json.RawMessage(`{"type":"object"}`)},
+			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+				calls++
+				return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: big}}}, nil
+			})
+		srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server },
+			&sdk.StreamableHTTPOptions{Stateless: true, JSONResponse: jsonBody}))
+		a, err := New(Config{URL: srv.URL, Timeout: time.Minute, MessageLimit: 1 << 20, AnswerBudget: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tuple := idemkey.Tuple{AgentRunID: "run", StepID: "s", ToolName: "big"}
+		r := a.Dispatch(context.Background(), &dispatch.Message{Key: tuple.Key(), Tuple: tuple, Payload: []byte(`{}`), Attempt: 1})
+		a.Close(context.Background())
+		srv.Close()
+		if r.Outcome != dispatch.Ambiguous || !r.Unread || r.NotSent || r.Reason != ReasonTooLarge || calls != 1 {
+			t.Fatalf("JSON body %v: outcome %v, unread %v, not sent %v, reason %q, %d calls (%v); want ambiguous, unread, sent, %q, once",
+				jsonBody, r.Outcome, r.Unread, r.NotSent, r.Reason, calls, r.Err, ReasonTooLarge)
+		}
+	}
+}

@@ -61,6 +61,9 @@ const (
 	ReasonBadPayload = "payload_not_object"
 )
 
+// methodToolsCall is the JSON-RPC method of a tool call.
+const methodToolsCall = "tools/call"
+
 // conn is what one negotiation established.
 type conn struct {
 	session   string // Mcp-Session-Id, "" without a session
@@ -157,7 +160,7 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	params := map[string]any{"name": m.Tuple.ToolName, "arguments": json.RawMessage(args)}
 	hold := &answerHold{a: a}
 	defer hold.release() // once the answer and its copies are dropped or kept within their limits
-	msg, status, h, r, ok := a.request(ctx, "tools/call", params, meta, m.Key, m.Tuple.ToolName, hold)
+	msg, status, h, r, ok := a.request(ctx, methodToolsCall, params, meta, m.Key, m.Tuple.ToolName, hold)
 	if !ok {
 		return r
 	}
