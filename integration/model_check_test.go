@@ -448,6 +448,7 @@ func (m *seqModel) actFault(rt *rapid.T) bool {
 		i := rapid.IntRange(0, len(e.replicas)-1).Draw(rt, "replica")
 		signalReplica(e.replicas[i].d, syscall.SIGSTOP)
 		e.replicas[i].stopped = time.Now()
+		e.noteAbility()
 		m.rt.Logf("SIGSTOP replica %d", i)
 	case "sigcont":
 		for i, r := range e.replicas {
@@ -495,6 +496,7 @@ func (m *seqModel) cont(r *modelReplica) {
 	// zombie no lease check can stop (its completion is fenced).
 	m.e.zombies = append(m.e.zombies, lossWindow{from: now, to: now.Add(3 * time.Second)})
 	r.stopped = time.Time{}
+	m.e.noteAbility()
 }
 
 func (m *seqModel) actWait(rt *rapid.T) bool {

@@ -130,6 +130,54 @@ func (m *seqModel) disturb(why string) {
 	}
 }
 
+// ableChange is a change in whether any replica can reclaim a row: one
+// that is neither SIGSTOPped nor cut off Postgres.
+type ableChange struct {
+	at  time.Time
+	any bool
+}
+
+// noteAbility records, after a replica was SIGSTOPped or resumed, cut off
+// Postgres or healed, whether any replica can now reclaim rows.
+func (e *modelEnv) noteAbility() {
+	able := false
+	for _, r := range e.replicas {
+		able = able || (r.stopped.IsZero() && !r.proxy.partitioned())
+	}
+	if n := len(e.ability); n == 0 || e.ability[n-1].any != able {
+		e.ability = append(e.ability, ableChange{at: time.Now(), any: able})
+	}
+}
+
+// ableDuring is how much of [from, to] some replica could reclaim rows
+// in: the hand-over bound runs only then (a restarted replica's start
+// included: a few seconds of the bound).
+func (e *modelEnv) ableDuring(from, to time.Time) time.Duration {
+	var d time.Duration
+	span := func(a, b time.Time) {
+		if a.Before(from) {
+			a = from
+		}
+		if b.After(to) {
+			b = to
+		}
+		if b.After(a) {
+			d += b.Sub(a)
+		}
+	}
+	able, since := true, from // every replica able until the first change
+	for _, c := range e.ability {
+		if able {
+			span(since, c.at)
+		}
+		able, since = c.any, c.at
+	}
+	if able {
+		span(since, to)
+	}
+	return d
+}
+
 // checkNoBackWhileDown: a replica says "database back" only after a
 // statement the database answered, so never while the server was down
 // (from down to up). A claim pass that ran no statement (no free worker
@@ -179,9 +227,13 @@ func (m *seqModel) checkHandOvers(fail func(string, ...any)) {
 			switch {
 			case !ok:
 				fail("hand-over: row %s never left the lease of SIGKILLed pid %d (expired %s)", key, h.pid, exp.Format(time.TimeOnly))
+			case m.e.ableDuring(exp, left) > modelHandOverBound:
+				fail("hand-over: row %s left the lease of SIGKILLed pid %d %s after it expired, %s of it with a replica able to reclaim it; bound %s",
+					key, h.pid, left.Sub(exp).Round(time.Millisecond), m.e.ableDuring(exp, left).Round(time.Millisecond), modelHandOverBound)
 			case left.Sub(exp) > modelHandOverBound:
-				fail("hand-over: row %s left the lease of SIGKILLed pid %d %s after it expired; bound %s",
-					key, h.pid, left.Sub(exp).Round(time.Millisecond), modelHandOverBound)
+				// Every replica was SIGSTOPped or cut off Postgres for
+				// long enough: nobody could reclaim it.
+				m.tally["hand-overs waiting for an able replica"]++
 			}
 			if f := h.floor[key]; !f.IsZero() && f.Sub(exp) > modelKnownHold+modelHandOverFloorSlack && f.Sub(left) > modelKnownHold+modelHandOverFloorSlack {
 				fail("hand-over: row %s reclaimed from SIGKILLed pid %d is held until %s, %s past its lease expiry; what drainer knows allows %s",
@@ -244,6 +296,8 @@ func (m *seqModel) checkWakeUp(fail func(string, ...any)) {
 		for j, o := range m.e.replicas {
 			if j != i {
 				signalReplica(o.d, syscall.SIGSTOP)
+				o.stopped = time.Now()
+				m.e.noteAbility()
 			}
 		}
 		m.wakeProbe(fail, i, r.d)

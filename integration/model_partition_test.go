@@ -178,6 +178,7 @@ func (m *seqModel) actPartition(rt *rapid.T) bool {
 		if r.proxy.partitioned() {
 			r.proxy.heal()
 			m.e.healedAt = time.Now()
+			m.e.noteAbility()
 			m.rt.Logf("partition: healed replica %d", i)
 			return true
 		}
@@ -190,6 +191,7 @@ func (m *seqModel) actPartition(rt *rapid.T) bool {
 	hole := rapid.Bool().Draw(rt, "black_hole")
 	m.faulted = true
 	r.proxy.partition(hole)
+	m.e.noteAbility()
 	m.tally["partitions"]++
 	kind := "stall"
 	if hole {
@@ -206,6 +208,7 @@ func (m *seqModel) healPartitions() {
 		if r.proxy.partitioned() {
 			r.proxy.heal()
 			m.e.healedAt = time.Now()
+			m.e.noteAbility()
 			m.rt.Logf("settle: healed replica %d", i)
 		}
 	}

@@ -241,6 +241,9 @@ type modelEnv struct {
 	unrouted []*mUnrouted
 	// healedAt is when the last partition was healed (actPartition).
 	healedAt time.Time
+	// ability records when some replica could reclaim rows and when none
+	// could (every one SIGSTOPped or cut off Postgres): noteAbility.
+	ability []ableChange
 }
 
 type modelReplica struct {
