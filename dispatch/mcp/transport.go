@@ -147,22 +147,13 @@ func (a *Adapter) call(ctx context.Context, c conn, method string, params any, k
 	ambiguous := func(reason string, err error) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Ambiguous, Status: status, Reason: reason, Err: err}
 	}
-	// An answer over MessageLimit is not read. To a tools/call, the tool
-	// may have acted and what it answered is unknown: the row parks
-	// (Result.Unread). Any other request is refused.
-	tooLarge := func(err error) dispatch.Result {
-		if method == methodToolsCall {
-			return dispatch.Result{Outcome: dispatch.Ambiguous, Unread: true, Status: status, Reason: ReasonTooLarge, Err: err}
-		}
-		return dispatch.Result{Outcome: dispatch.Terminal, Status: status, Reason: ReasonTooLarge, Err: err}
-	}
 	ct := strings.ToLower(h.Get("Content-Type"))
 	switch {
 	case strings.HasPrefix(ct, "text/event-stream"):
 		m, err := a.readSSE(hold.reader(ctx, resp.Body), id)
 		if err != nil {
 			if errors.Is(err, errTooLarge) {
-				return nil, status, h, tooLarge(err), false
+				return nil, status, h, tooLarge(method, status, err), false
 			}
 			if ctx.Err() != nil || !errors.Is(err, errProtocol) {
 				r := dispatch.ClassifyTransportError(ctx, err, true)
@@ -177,7 +168,7 @@ func (a *Adapter) call(ctx context.Context, c conn, method string, params any, k
 			return nil, status, h, dispatch.ClassifyTransportError(ctx, err, true), false
 		}
 		if truncated {
-			return nil, status, h, tooLarge(fmt.Errorf("mcp: %s answer exceeds %d bytes: %w", method, a.cfg.MessageLimit, errTooLarge)), false
+			return nil, status, h, tooLarge(method, status, fmt.Errorf("mcp: %s answer exceeds %d bytes: %w", method, a.cfg.MessageLimit, errTooLarge)), false
 		}
 		var m rpcMessage
 		if err := json.Unmarshal(b, &m); err != nil || (m.Result == nil && m.Error == nil) {
@@ -190,6 +181,16 @@ func (a *Adapter) call(ctx context.Context, c conn, method string, params any, k
 			method, status, wire.OneLine(ct, 40), excerpt(b))
 		return nil, status, h, ambiguous(ReasonProtocol, err), false
 	}
+}
+
+// tooLarge is the result of an answer to method over MessageLimit, not
+// read. To a tools/call, the tool may have acted and what it answered is
+// unknown: the row parks (Result.Unread). Any other request is refused.
+func tooLarge(method string, status int, err error) dispatch.Result {
+	if method == methodToolsCall {
+		return dispatch.Result{Outcome: dispatch.Ambiguous, Unread: true, Status: status, Reason: ReasonTooLarge, Err: err}
+	}
+	return dispatch.Result{Outcome: dispatch.Terminal, Status: status, Reason: ReasonTooLarge, Err: err}
 }
 
 var (
