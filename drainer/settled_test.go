@@ -61,7 +61,7 @@ func TestSettledTellsTheStateItWrote(t *testing.T) {
 	})
 
 	ok := told[keys["ok"]]
-	read, err := st.Call(t.Context(), pool, keys["ok"])
+	read, err := st.Call(t.Context(), pool, keys["ok"], store.AllRecords)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestSettledTellsTheStateItWrote(t *testing.T) {
 			t.Errorf("the news of %s carries a state (%+v); want its key alone: its row holds what its completion did not know", tool, s)
 		}
 	}
-	if r, _ := st.Call(t.Context(), pool, keys["refused"]); r.Status != outbox.StatusFailed {
+	if r, _ := st.Call(t.Context(), pool, keys["refused"], store.AllRecords); r.Status != outbox.StatusFailed {
 		t.Fatalf("the refused row is %s, want failed", r.Status)
 	}
 }

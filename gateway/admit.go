@@ -98,7 +98,11 @@ func (g *Gateway) admit(next http.Handler) http.Handler {
 			return
 		}
 		defer func() { <-g.slots }()
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, r.Context())))
+		// What the answer takes of the answers' budget is given back once
+		// the SDK has written it (budget.go).
+		ctx, answered := withAnswerHold(context.WithValue(r.Context(), requestKey{}, r.Context()))
+		defer answered()
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

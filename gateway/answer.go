@@ -121,6 +121,18 @@ func timedOut(c store.Call, wait time.Duration, replay bool) *sdk.CallToolResult
 		"Call again with the same arguments to get its outcome; it will not be sent twice.", c.Key, wait, c.Status))
 }
 
+// answersBusy answers a call whose row settled with a large result that
+// found no room among the large results being answered (budget.go)
+// before its wait ended.
+func answersBusy(c store.Call, replay bool) *sdk.CallToolResult {
+	meta := sdk.Meta{MetaKey: c.Key, MetaStatus: string(c.Status)}
+	if replay {
+		meta[MetaReplay] = true
+	}
+	return errorResult(meta, fmt.Sprintf("The call has finished (key %s, status %s) and its result is large: this gateway was answering "+
+		"as many large results as it holds at once until this call's wait ended. Call again with the same arguments to get it; it will not be sent again.", c.Key, c.Status))
+}
+
 // interrupted answers a call whose wait the gateway's shutdown ended
 // before its row settled.
 func interrupted(c store.Call, replay bool) *sdk.CallToolResult {

@@ -80,6 +80,12 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 		g.log.Debug("gateway: the agent hung up; its call goes on", "tool", t.Name, "key", key)
 		return timedOut(c, g.cfg.Wait, !enq.Created), nil
 	}
+	if err == nil && c.Settled() {
+		if c, err = g.budgeted(ctx, c, deadline); errors.Is(err, errAnswersBusy) {
+			outcome = OutcomeTimeout
+			return answersBusy(c, !enq.Created), nil
+		}
+	}
 	res, outcome, err = g.respond(t, key, c, enq.Created, joined, err)
 	return res, err
 }
@@ -247,7 +253,7 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan *store.C
 	c := store.Call{Key: key, Status: outbox.StatusPending} // as committed, until read
 	for {
 		if read {
-			now, err := g.read(ctx, key)
+			now, err := g.read(ctx, key, largeAnswer)
 			if err != nil && ctx.Err() != nil {
 				// The call's time ran out, or the gateway stops, in the read.
 				return g.lastLook(ctx, c, known)
@@ -284,11 +290,12 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan *store.C
 	}
 }
 
-// read reads the row of key, again on a live connection when its
+// read reads the row of key, with its record when it is within limit bytes
+// (budgeted reads a larger one), again on a live connection when its
 // connection was lost.
-func (g *Gateway) read(ctx context.Context, key string) (c store.Call, err error) {
+func (g *Gateway) read(ctx context.Context, key string, limit int) (c store.Call, err error) {
 	_, err = g.onLive(ctx, func(db store.DB) (err error) {
-		c, err = g.cfg.Store.Call(ctx, db, key)
+		c, err = g.cfg.Store.Call(ctx, db, key, limit)
 		return err
 	})
 	return c, err
@@ -301,7 +308,7 @@ func (g *Gateway) read(ctx context.Context, key string) (c store.Call, err error
 func (g *Gateway) lastLook(ctx context.Context, c store.Call, known bool) (store.Call, bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastLookTimeout)
 	defer cancel()
-	now, err := g.read(rctx, c.Key)
+	now, err := g.read(rctx, c.Key, largeAnswer)
 	if err != nil && known && !errors.Is(err, store.ErrNoCall) {
 		g.log.Info("gateway: could not read a call's row for its answer; answering with its state as last read", "key", c.Key, "err", err)
 		return c, true, nil

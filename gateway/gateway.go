@@ -22,6 +22,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
+	"golang.org/x/sync/semaphore"
 )
 
 // DefaultWait bounds how long a call waits for its row to settle.
@@ -136,6 +137,8 @@ type Gateway struct {
 	// rec writes the records of calls arriving together in one
 	// transaction (record.go).
 	rec *recorder
+	// answers bounds the large results being answered at once (budget.go).
+	answers *semaphore.Weighted
 }
 
 // New checks cfg, takes its address and builds the server; Serve starts it.
@@ -174,7 +177,8 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	ln = netutil.LimitListener(ln, maxConns(cfg.MaxRequests))
 	g := &Gateway{cfg: cfg, log: log, ln: ln, tools: map[string]*Tool{}, closing: make(chan struct{}),
-		slots: make(chan struct{}, cfg.MaxCalls), requests: make(chan struct{}, cfg.MaxRequests)}
+		slots: make(chan struct{}, cfg.MaxCalls), requests: make(chan struct{}, cfg.MaxRequests),
+		answers: semaphore.NewWeighted(answerBudget)}
 	g.base, g.cancelBase = context.WithCancel(context.Background())
 	if cfg.Token != "" {
 		g.token = sha256.Sum256([]byte(cfg.Token))

@@ -10,6 +10,7 @@ import (
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	"golang.org/x/sync/semaphore"
 )
 
 // TestAwaitAnswersFromTheStateItWasTold: a call whose row this process
@@ -26,7 +27,7 @@ func TestAwaitAnswersFromTheStateItWasTold(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := &Gateway{cfg: Config{DB: pool, Store: st}, log: slog.New(slog.DiscardHandler),
-		metrics: NewMetrics(nil, nil), closing: make(chan struct{})}
+		metrics: NewMetrics(nil, nil), closing: make(chan struct{}), answers: semaphore.NewWeighted(answerBudget)}
 	const key = "v1:no-such-row"
 	record := json.RawMessage(`{"content":[{"type":"text","text":"charged"}],"structuredContent":{"id":7}}`)
 	await := func(told *store.Call) (store.Call, error) {

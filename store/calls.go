@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/jackc/pgx/v5"
@@ -82,8 +83,11 @@ type Call struct {
 	Response  json.RawMessage // the row's response (docs/reference.md §2)
 	LastError string
 	// Record is the tool result kept when the row settled (nil: none,
-	// e.g. the call failed without an answer).
+	// e.g. the call failed without an answer, or left unread: RecordBytes).
 	Record json.RawMessage
+	// RecordBytes is the size of a record Call left unread, over the
+	// limit it was given (0: none left unread).
+	RecordBytes int64
 	// Traceparent is the row's trace context ("" when it has none).
 	Traceparent string
 }
@@ -106,18 +110,28 @@ func (c Call) Settled() bool { return c.Status.Terminal() || c.Status.Parked() }
 // ErrNoCall: the key has no row (never enqueued, or pruned since).
 var ErrNoCall = errors.New("no row for the key")
 
-const callSQL = `SELECT o.status, o.response, coalesce(o.last_error, ''), r.result, coalesce(o.traceparent, '')
+// callSQL reads a call's row with its record when the record is within
+// $2 bytes, and the record's size (its length is read without the record:
+// a json value is text).
+const callSQL = `SELECT o.status, o.response, coalesce(o.last_error, ''),
+       CASE WHEN octet_length(r.result::text) <= $2 THEN r.result END,
+       CASE WHEN octet_length(r.result::text) > $2 THEN octet_length(r.result::text) ELSE 0 END,
+       coalesce(o.traceparent, '')
   FROM {s}.outbox o
   LEFT JOIN {s}.call_records r ON r.key = o.key
  WHERE o.key = $1`
 
-// Call reads the state of the row of key, with its record; ErrNoCall when
-// there is no row.
-func (s *Store) Call(ctx context.Context, db DB, key string) (Call, error) {
+// AllRecords is Call's limit that reads every record.
+const AllRecords = math.MaxInt32
+
+// Call reads the state of the row of key, with its record when the record
+// is within limit bytes (AllRecords: whatever its size), its size
+// otherwise (Call.RecordBytes); ErrNoCall when there is no row.
+func (s *Store) Call(ctx context.Context, db DB, key string, limit int) (Call, error) {
 	c := Call{Key: key}
 	var status string
 	var resp, rec []byte
-	err := db.QueryRow(ctx, s.sql(callSQL), key).Scan(&status, &resp, &c.LastError, &rec, &c.Traceparent)
+	err := db.QueryRow(ctx, s.sql(callSQL), key, limit).Scan(&status, &resp, &c.LastError, &rec, &c.RecordBytes, &c.Traceparent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, ErrNoCall
 	}

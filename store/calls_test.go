@@ -71,7 +71,7 @@ func TestCallRecordIsTheStandingSettlement(t *testing.T) {
 	}
 	record := func(want outbox.Status) string {
 		t.Helper()
-		c, err := st.Call(ctx, pool, key)
+		c, err := st.Call(ctx, pool, key, store.AllRecords)
 		if err != nil || c.Status != want {
 			t.Fatalf("call: status %s, %v; want %s", c.Status, err, want)
 		}
@@ -101,6 +101,14 @@ func TestCallRecordIsTheStandingSettlement(t *testing.T) {
 	}
 	if n := announced(); n != 1 {
 		t.Fatalf("second settlement announced %d times; want 1", n)
+	}
+	// A record over the limit the read is given is left unread, and its
+	// size said; one within it is read.
+	if c, err := st.Call(ctx, pool, key, len(okRec)-1); err != nil || c.Record != nil || c.RecordBytes != int64(len(okRec)) || c.Status != outbox.StatusSucceeded {
+		t.Fatalf("read with a limit under the record: %+v, %v; want the row without its record, and the record's size %d", c, err, len(okRec))
+	}
+	if c, err := st.Call(ctx, pool, key, len(okRec)); err != nil || string(c.Record) != okRec || c.RecordBytes != 0 {
+		t.Fatalf("read with a limit of the record's size: %+v, %v; want the record", c, err)
 	}
 
 	requeue(outbox.StatusSucceeded)
