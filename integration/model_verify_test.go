@@ -359,8 +359,7 @@ func (m *seqModel) verify() {
 					name, how, st, sent)
 			}
 		}
-		if in.tool != toolSMS && !in.recreated && len(pv.requests) > 0 {
-			first := pv.requests[0]
+		if first, ok := windowStart(pv.requests, in.script); in.tool != toolSMS && !in.recreated && ok {
 			for _, at := range pv.requests {
 				if at.Sub(first) > modelSendWindow+1500*time.Millisecond && !e.zombie(at) {
 					fail("%s: request %v after the first, past key_ttl - 1m (%v)", name, at.Sub(first).Round(time.Millisecond), modelSendWindow)
@@ -580,4 +579,19 @@ func (e *modelEnv) zombie(t time.Time) bool {
 		}
 	}
 	return false
+}
+
+// windowStart is when a key's window opened at the provider: its first
+// request not refused with 401. A 401 refuses the credentials before
+// anything is done; drainer gives that attempt back and, when it opened
+// the key's window (no request before it), closes the window with it.
+// Dedupe answers (a stored or in-flight key) come only after a request
+// that was not a 401. ok is false when every request was a 401.
+func windowStart(requests []time.Time, script []string) (time.Time, bool) {
+	for i, at := range requests {
+		if i >= len(script) || script[i] != ans401 {
+			return at, true
+		}
+	}
+	return time.Time{}, false
 }

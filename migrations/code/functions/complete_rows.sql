@@ -20,6 +20,14 @@
 -- or records the success. Every completion clears reclaimed_lease, so a
 -- row claimed again is never written by the old lease.
 --
+-- The key window: an attempt given back (nothing sent) clears the row's
+-- first_attempt_at only when the claim of this lease set it (the claim
+-- writes it and updated_at with the same now()): the row then never had a
+-- request out. A row requeued by an operator starts again at attempts 0
+-- but keeps the first attempt it had, so the key-TTL guard measures from
+-- it through any later give-back; clearing it there would open a fresh
+-- window for a key the provider may have forgotten.
+--
 -- The audit: each row whose status or attempts change gets the next entry
 -- of its hash chain, appended by the same statement (ins), after the head
 -- the row carries (audit_head; looked up for a row that carries none yet),
@@ -52,7 +60,8 @@ BEGIN
     UPDATE {{.schema}}.queue o
        SET status = u.status,
            attempts = n.attempts,
-           first_attempt_at = CASE WHEN n.attempts = 0 THEN NULL ELSE o.first_attempt_at END,
+           first_attempt_at = CASE WHEN n.attempts = 0 AND o.first_attempt_at = o.updated_at THEN NULL
+                                   ELSE o.first_attempt_at END,
            next_attempt_at = CASE WHEN u.delay_ms < 0 THEN o.next_attempt_at
                                   ELSE now() + u.delay_ms * interval '1 millisecond' END,
            not_before = CASE WHEN u.floor THEN now() + u.delay_ms * interval '1 millisecond'
