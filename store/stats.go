@@ -31,14 +31,68 @@ type ToolAge struct {
 	AgeSeconds float64 `json:"oldest_pending_age_seconds" db:"age"`
 }
 
+// oldestPendingSQL finds each tool's oldest due pending row: its first
+// in the due index's order (next_attempt_at, seq). It walks the tools
+// with open rows (tools: one descent of every generation's scope index
+// per tool, as unroutedSQL does), then the due index from its start, each
+// step to the next due row of a tool not met yet (walk), and stops once
+// every such tool was met. A tool with open rows but none due (paused,
+// deferred, in flight) has the walk read every due row, and no more.
+// Before, every row of the queue was read (a pass over the table, which
+// statistics taken while a generation's rows were pending and due make
+// the cheapest): 0.26 s at 10^6 rows for 100 due ones.
+const oldestPendingSQL = `
+WITH RECURSIVE tools(tool_name) AS (
+    (SELECT tool_name FROM {s}.queue
+      WHERE status IN ({StatusPending}, {StatusInFlight})
+      ORDER BY tool_name LIMIT 1)
+  UNION ALL
+    SELECT (SELECT q.tool_name FROM {s}.queue q
+             WHERE q.status IN ({StatusPending}, {StatusInFlight}) AND q.tool_name > t.tool_name
+             ORDER BY q.tool_name LIMIT 1)
+      FROM tools t WHERE t.tool_name IS NOT NULL
+), open AS (
+    SELECT coalesce(array_agg(tool_name), '{}') AS tools FROM tools WHERE tool_name IS NOT NULL
+), walk(tool_name, due, seq, met) AS (
+    (SELECT q.tool_name, q.next_attempt_at, q.seq, ARRAY[q.tool_name] FROM {s}.queue q
+      WHERE q.status = {StatusPending} AND q.next_attempt_at <= now()
+      ORDER BY q.next_attempt_at, q.seq LIMIT 1)
+  UNION ALL
+    SELECT n.tool_name, n.next_attempt_at, n.seq, w.met || n.tool_name
+      FROM walk w
+     CROSS JOIN LATERAL (
+            SELECT q.tool_name, q.next_attempt_at, q.seq FROM {s}.queue q
+             WHERE q.status = {StatusPending} AND q.next_attempt_at <= now()
+               AND (q.next_attempt_at, q.seq) > (w.due, w.seq) AND q.tool_name <> ALL (w.met)
+             ORDER BY q.next_attempt_at, q.seq LIMIT 1) n
+     WHERE NOT ((SELECT tools FROM open) <@ w.met)
+)
+SELECT tool_name, extract(epoch FROM now() - due)::float8 AS age FROM walk ORDER BY tool_name`
+
+// oldestPendingSettings pin oldestPendingSQL's plan, whatever the
+// statistics say: with no pass over a table, no bitmap, no sort and no
+// hash or merge join, its steps read the scope index in tool order and
+// the due index in its order, as they ask. A plan of disabled costs is
+// not compiled (jit).
+const oldestPendingSettings = `SELECT set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_sort', 'off', true),
+       set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true),
+       set_config('jit', 'off', true)`
+
 // OldestPendingByTool returns, for each tool with due pending rows,
 // now() - min(next_attempt_at) over them (the definition of
-// drainer_outbox_oldest_pending_age_seconds, per tool), through the due
-// index; tools in name order.
+// drainer_outbox_oldest_pending_age_seconds, per tool), through the
+// scope and due indexes (oldestPendingSQL); tools in name order.
 func (s *Store) OldestPendingByTool(ctx context.Context, db DB) ([]ToolAge, error) {
-	return collect[ToolAge](ctx, db, s.sql(`SELECT tool_name, extract(epoch FROM now() - min(next_attempt_at))::float8 AS age
-	      FROM {s}.queue WHERE status = {StatusPending} AND next_attempt_at <= now()
-	     GROUP BY tool_name ORDER BY tool_name`))
+	var ages []ToolAge
+	err := withSettings(ctx, db, oldestPendingSettings, func(db DB) error {
+		var err error
+		ages, err = collect[ToolAge](ctx, db, s.sql(oldestPendingSQL))
+		return err
+	})
+	return ages, err
 }
 
 // SettledStatuses are the statuses a row leaves the drain in: the terminal
