@@ -80,14 +80,25 @@ func (w *settleWatch) wake(key string, c *store.Call) {
 	}
 }
 
-// notify tells each waiter of set, without blocking: a waiter already
-// told, and not yet woken, reads its row when it wakes (a state offered
-// meanwhile is not kept).
+// notify tells each waiter of set, without blocking. A waiter already
+// told and not yet woken gets the state c instead of a bare wake-up it
+// holds (the settle notification often comes just before the news of
+// this process's engine): it answers without reading its row.
 func notify(set map[chan *store.Call]struct{}, c *store.Call) {
 	for ch := range set {
 		select {
 		case ch <- c:
 		default:
+			if c != nil {
+				select { // the held wake-up, unless the waiter took it meanwhile
+				case <-ch:
+				default:
+				}
+				select {
+				case ch <- c:
+				default:
+				}
+			}
 		}
 	}
 }

@@ -63,3 +63,25 @@ func TestAwaitAnswersFromTheStateItWasTold(t *testing.T) {
 		}
 	}
 }
+
+// TestNewsReplacesABareWakeUp: a waiter woken by the settle notification
+// and not yet running gets the state the engine of this process tells
+// just after, in place of the bare wake-up; a bare wake-up never replaces
+// a state.
+func TestNewsReplacesABareWakeUp(t *testing.T) {
+	w := newSettleWatch(nil, "c", slog.New(slog.DiscardHandler))
+	ch, cancel := w.watch("k")
+	defer cancel()
+	state := &store.Call{Key: "k", Status: outbox.StatusSucceeded}
+	w.wake("k", nil)
+	w.wake("k", state)
+	w.wake("k", nil)
+	if got := <-ch; got != state {
+		t.Fatalf("the waiter got %v; want the state told after the bare wake-up", got)
+	}
+	select {
+	case got := <-ch:
+		t.Fatalf("a second wake-up was held (%v); want one", got)
+	default:
+	}
+}
