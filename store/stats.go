@@ -41,17 +41,8 @@ type ToolAge struct {
 // Before, every row of the queue was read (a pass over the table, which
 // statistics taken while a generation's rows were pending and due make
 // the cheapest): 0.26 s at 10^6 rows for 100 due ones.
-const oldestPendingSQL = `
-WITH RECURSIVE tools(tool_name) AS (
-    (SELECT tool_name FROM {s}.queue
-      WHERE status IN ({StatusPending}, {StatusInFlight})
-      ORDER BY tool_name LIMIT 1)
-  UNION ALL
-    SELECT (SELECT q.tool_name FROM {s}.queue q
-             WHERE q.status IN ({StatusPending}, {StatusInFlight}) AND q.tool_name > t.tool_name
-             ORDER BY q.tool_name LIMIT 1)
-      FROM tools t WHERE t.tool_name IS NOT NULL
-), open AS (
+const oldestPendingSQL = openToolsSQL + `
+, open AS (
     SELECT coalesce(array_agg(tool_name), '{}') AS tools FROM tools WHERE tool_name IS NOT NULL
 ), walk(tool_name, due, seq, met) AS (
     (SELECT q.tool_name, q.next_attempt_at, q.seq, ARRAY[q.tool_name] FROM {s}.queue q
@@ -69,12 +60,29 @@ WITH RECURSIVE tools(tool_name) AS (
 )
 SELECT tool_name, extract(epoch FROM now() - due)::float8 AS age FROM walk ORDER BY tool_name`
 
-// oldestPendingSettings pin oldestPendingSQL's plan, whatever the
-// statistics say: with no pass over a table, no bitmap, no sort and no
-// hash or merge join, its steps read the scope index in tool order and
-// the due index in its order, as they ask. A plan of disabled costs is
-// not compiled (jit).
-const oldestPendingSettings = `SELECT set_config('enable_seqscan', 'off', true),
+// openToolsSQL starts a statement with the CTE tools(tool_name): the
+// tools with open rows (pending or in flight), in name order, then a NULL.
+// It walks the tools, not the rows: each step is one descent of every
+// generation's scope index (tool_name first, over open rows) to the first
+// tool past the last.
+const openToolsSQL = `
+WITH RECURSIVE tools(tool_name) AS (
+    (SELECT tool_name FROM {s}.queue
+      WHERE status IN ({StatusPending}, {StatusInFlight})
+      ORDER BY tool_name LIMIT 1)
+  UNION ALL
+    SELECT (SELECT q.tool_name FROM {s}.queue q
+             WHERE q.status IN ({StatusPending}, {StatusInFlight}) AND q.tool_name > t.tool_name
+             ORDER BY q.tool_name LIMIT 1)
+      FROM tools t WHERE t.tool_name IS NOT NULL)`
+
+// indexPlanSettings pin the plan of openToolsSQL's statements, whatever
+// the statistics say (taken while a generation filled, they make a pass
+// over every row look cheapest): with no pass over a table, no bitmap, no
+// sort and no hash or merge join, each step reads the index its ORDER BY
+// names, in that order, and joins by seq. A plan of disabled costs is not
+// compiled (jit).
+const indexPlanSettings = `SELECT set_config('enable_seqscan', 'off', true),
        set_config('enable_bitmapscan', 'off', true),
        set_config('enable_sort', 'off', true),
        set_config('enable_hashjoin', 'off', true),
@@ -87,7 +95,7 @@ const oldestPendingSettings = `SELECT set_config('enable_seqscan', 'off', true),
 // scope and due indexes (oldestPendingSQL); tools in name order.
 func (s *Store) OldestPendingByTool(ctx context.Context, db DB) ([]ToolAge, error) {
 	var ages []ToolAge
-	err := withSettings(ctx, db, oldestPendingSettings, func(db DB) error {
+	err := withSettings(ctx, db, indexPlanSettings, func(db DB) error {
 		var err error
 		ages, err = collect[ToolAge](ctx, db, s.sql(oldestPendingSQL))
 		return err
