@@ -113,11 +113,7 @@ func structuredResponse(resp json.RawMessage) (json.RawMessage, bool) {
 
 // timedOut answers a call whose row had not settled within the wait.
 func timedOut(c store.Call, wait time.Duration, replay bool) *sdk.CallToolResult {
-	meta := sdk.Meta{MetaKey: c.Key, MetaStatus: string(c.Status)}
-	if replay {
-		meta[MetaReplay] = true
-	}
-	return errorResult(meta, fmt.Sprintf("The call is recorded (key %s) and has not finished within %s (status %s). "+
+	return errorResult(statusMeta(c, replay), fmt.Sprintf("The call is recorded (key %s) and has not finished within %s (status %s). "+
 		"Call again with the same arguments to get its outcome; it will not be sent twice.", c.Key, wait, c.Status))
 }
 
@@ -125,23 +121,25 @@ func timedOut(c store.Call, wait time.Duration, replay bool) *sdk.CallToolResult
 // found no room among the large results being answered (budget.go)
 // before its wait ended.
 func answersBusy(c store.Call, replay bool) *sdk.CallToolResult {
-	meta := sdk.Meta{MetaKey: c.Key, MetaStatus: string(c.Status)}
-	if replay {
-		meta[MetaReplay] = true
-	}
-	return errorResult(meta, fmt.Sprintf("The call has finished (key %s, status %s) and its result is large: this gateway was answering "+
+	return errorResult(statusMeta(c, replay), fmt.Sprintf("The call has finished (key %s, status %s) and its result is large: this gateway was answering "+
 		"as many large results as it holds at once until this call's wait ended. Call again with the same arguments to get it; it will not be sent again.", c.Key, c.Status))
 }
 
 // interrupted answers a call whose wait the gateway's shutdown ended
 // before its row settled.
 func interrupted(c store.Call, replay bool) *sdk.CallToolResult {
+	return errorResult(statusMeta(c, replay), fmt.Sprintf("The call is recorded (key %s) and had not finished (status %s) when this drainer began shutting down. "+
+		"Call again with the same arguments, here once it is back or through another replica, to get its outcome; it will not be sent twice.", c.Key, c.Status))
+}
+
+// statusMeta is the _meta of an answer about c's row without its result:
+// its key and status, and the replay mark unless the call created it.
+func statusMeta(c store.Call, replay bool) sdk.Meta {
 	meta := sdk.Meta{MetaKey: c.Key, MetaStatus: string(c.Status)}
 	if replay {
 		meta[MetaReplay] = true
 	}
-	return errorResult(meta, fmt.Sprintf("The call is recorded (key %s) and had not finished (status %s) when this drainer began shutting down. "+
-		"Call again with the same arguments, here once it is back or through another replica, to get its outcome; it will not be sent twice.", c.Key, c.Status))
+	return meta
 }
 
 // pruned answers a call made before whose row has been pruned since.
