@@ -30,6 +30,11 @@ type Inspection struct {
 	RunRows []RunRow `json:"run_rows"`
 	// Audit is the key's audit trail, oldest first.
 	Audit []AuditEntry `json:"audit"`
+	// AuditProblems is what `drainer audit verify` finds wrong with the
+	// key's trail (store.VerifyAuditKey: an entry edited, removed or
+	// inserted, a change made with the audit bypassed, what a rotation
+	// found and kept in its anchor), first first; empty when it holds.
+	AuditProblems []BrokenLink `json:"audit_problems"`
 }
 
 // MaxRunRows bounds Inspection.RunRows.
@@ -60,8 +65,17 @@ func (c *Client) InspectPreview(ctx context.Context, key string, limit int) (*In
 	var p store.RowPreview
 	err := c.readOnly(ctx, func(tx pgx.Tx) error {
 		var err error
-		in, p, err = c.inspect(ctx, tx, key, limit)
-		return err
+		if in, p, err = c.inspect(ctx, tx, key, limit); err != nil {
+			return err
+		}
+		// In the same snapshot as the trail shown.
+		if in.AuditProblems, err = c.st.VerifyAuditKey(ctx, tx, in.Key); err != nil {
+			return fmt.Errorf("inspect %s: verify its audit trail: %w", key, err)
+		}
+		if in.AuditProblems == nil {
+			in.AuditProblems = []BrokenLink{}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, p, err

@@ -20,7 +20,9 @@ func newInspectCmd() *cobra.Command {
 		Long: `Show the row of KEY with all its columns (payload, response, last_error and
 last_problem included; long values are truncated in the table view, complete
 with --output json), the saga of its run if the run is aborted, the rows of
-its run in seq order, and the key's audit trail.
+its run in seq order, and the key's audit trail, verified as
+` + "`drainer audit verify`" + ` verifies it: every problem is named by entry
+(audit_problems in JSON).
 
 A pruned key answers its final status from the tombstones. KEY may also
 name an operator chain: route:TOOL or adapter:NAME (its pauses and
@@ -91,6 +93,20 @@ func printInspection(w io.Writer, in *ops.Inspection) {
 			fmtIntP(a.ResponseStatus), trunc(a.Actor, 24), trunc(ops.Str(a.Reason), 60))
 	}
 	_ = t.flush()
+	printAuditProblems(w, in.AuditProblems)
+}
+
+// printAuditProblems says whether the key's audit trail holds, and what is
+// wrong with it when it does not.
+func printAuditProblems(w io.Writer, problems []ops.BrokenLink) {
+	if len(problems) == 0 {
+		fmt.Fprintln(w, "audit trail verified: no entry edited, removed or inserted, no change made without it")
+		return
+	}
+	fmt.Fprintf(w, "\nAUDIT TRAIL BROKEN: %d problem(s) (`drainer audit verify` reports them too)\n", len(problems))
+	for _, p := range problems {
+		fmt.Fprintf(w, "  entry %d: %s\n", p.ID, p.Problem)
+	}
 }
 
 func printRowFields(t *table, r *ops.Row) {
