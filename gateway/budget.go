@@ -24,10 +24,14 @@ const (
 )
 
 // answerHold holds what a call's answer took of the budget until the
-// answer is written.
+// answer is written. Once done, what is added is given back at once: an
+// agent that hangs up ends the request (the SDK returns then) while its
+// call's handler may still take room; kept, that room would never come
+// back.
 type answerHold struct {
 	mu      sync.Mutex
 	release []func()
+	closed  bool
 }
 
 type answerHoldKey struct{}
@@ -46,14 +50,19 @@ func answerHoldOf(ctx context.Context) *answerHold {
 
 func (h *answerHold) add(f func()) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	if h.closed {
+		h.mu.Unlock()
+		f()
+		return
+	}
 	h.release = append(h.release, f)
+	h.mu.Unlock()
 }
 
 func (h *answerHold) done() {
 	h.mu.Lock()
 	fs := h.release
-	h.release = nil
+	h.release, h.closed = nil, true
 	h.mu.Unlock()
 	for _, f := range fs {
 		f()

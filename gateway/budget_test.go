@@ -88,4 +88,16 @@ func TestLargeResultsAreReadWithinTheBudget(t *testing.T) {
 	if !g.answers.TryAcquire(answerBudget) {
 		t.Fatal("the budget was not whole again once the answer was written")
 	}
+	g.answers.Release(answerBudget)
+
+	// The agent hung up and its request ended before its call took room:
+	// the room is given back at once, not held for an answer never written.
+	gone, ended := withAnswerHold(ctx)
+	ended()
+	if r, err := g.budgeted(gone, c, time.Now().Add(time.Minute)); err != nil || string(r.Record) != bigRec {
+		t.Fatalf("a large result after its request ended: %d bytes, %v; want it read", len(r.Record), err)
+	}
+	if !g.answers.TryAcquire(answerBudget) {
+		t.Fatal("room taken after the request ended was kept; want it given back at once")
+	}
 }
