@@ -2,7 +2,6 @@ package drainer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -409,13 +408,12 @@ func (c *completer) announce(d store.Completed, batch []completion) {
 }
 
 // settledRow is the news of x's row, settled by x: with the state x wrote
-// when it succeeded with a record the database keeps (valid JSON, kept as
-// it is: call_records.result is json). For any other end, the row holds
+// when it succeeded with a record the database keeps (store.RecordKept). For any other end, the row holds
 // what x does not know (a last_error or response kept from before), and
 // the news is its key alone.
 func settledRow(x *completion) store.Settle {
 	s := store.Settle{Key: x.row.Key}
-	if x.Status == outbox.StatusSucceeded && len(x.Record) > 0 && json.Valid(x.Record) {
+	if x.Status == outbox.StatusSucceeded && store.RecordKept(x.Record) {
 		s.Known = true
 		s.Call = store.Call{Key: x.row.Key, Status: x.Status, Response: x.Response, Record: x.Record,
 			Traceparent: deref(x.row.Traceparent)}

@@ -3,6 +3,7 @@ package drainer
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestSettledTellsTheStateItWrote(t *testing.T) {
 	}
 	var told1, read1 any
 	if json.Unmarshal(ok.Call.Response, &told1) != nil || json.Unmarshal(read.Response, &read1) != nil ||
-		!jsonEqual(told1, read1) {
+		!reflect.DeepEqual(told1, read1) {
 		t.Fatalf("the news's response %s; the row's %s: want them equal as JSON", ok.Call.Response, read.Response)
 	}
 	for _, tool := range []string{"bare", "refused"} {
@@ -82,10 +83,4 @@ func TestSettledTellsTheStateItWrote(t *testing.T) {
 	if r, _ := st.Call(t.Context(), pool, keys["refused"], store.AllRecords); r.Status != outbox.StatusFailed {
 		t.Fatalf("the refused row is %s, want failed", r.Status)
 	}
-}
-
-func jsonEqual(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(x) == string(y)
 }

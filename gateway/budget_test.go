@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
-	"golang.org/x/sync/semaphore"
 )
 
 // TestLargeResultsAreReadWithinTheBudget: a row's large result is left
@@ -21,10 +19,8 @@ import (
 // the gateway is busy; a small result needs no room.
 func TestLargeResultsAreReadWithinTheBudget(t *testing.T) {
 	t.Parallel()
-	pool := storetest.NewPool(t)
-	st := store.MustNew(storetest.Schema)
-	g := &Gateway{cfg: Config{DB: pool, Store: st}, log: slog.New(slog.DiscardHandler),
-		metrics: NewMetrics(nil, nil), closing: make(chan struct{}), answers: semaphore.NewWeighted(answerBudget)}
+	g := bareGateway(t)
+	pool, st := g.cfg.DB, g.cfg.Store
 	ctx := t.Context()
 	settled := func(run, rec string) string {
 		t.Helper()

@@ -13,6 +13,14 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
+// bareGateway is a gateway on a fresh database with none of its server:
+// its calls' reads, waits and answers, for the tests of this package.
+func bareGateway(t *testing.T) *Gateway {
+	t.Helper()
+	return &Gateway{cfg: Config{DB: storetest.NewPool(t), Store: store.MustNew(storetest.Schema)}, log: slog.New(slog.DiscardHandler),
+		metrics: NewMetrics(nil, nil), closing: make(chan struct{}), answers: semaphore.NewWeighted(answerBudget)}
+}
+
 // TestAwaitAnswersFromTheStateItWasTold: a call whose row this process
 // settled with a tool result is answered from the state the completion
 // wrote, without reading the row back; told anything less (a failure,
@@ -21,13 +29,7 @@ import (
 // row: a read answers ErrNoCall, so each answer shows whether it read.
 func TestAwaitAnswersFromTheStateItWasTold(t *testing.T) {
 	t.Parallel()
-	pool := storetest.NewPool(t)
-	st, err := store.New(storetest.Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &Gateway{cfg: Config{DB: pool, Store: st}, log: slog.New(slog.DiscardHandler),
-		metrics: NewMetrics(nil, nil), closing: make(chan struct{}), answers: semaphore.NewWeighted(answerBudget)}
+	g := bareGateway(t)
 	const key = "v1:no-such-row"
 	record := json.RawMessage(`{"content":[{"type":"text","text":"charged"}],"structuredContent":{"id":7}}`)
 	await := func(told *store.Call) (store.Call, error) {

@@ -52,6 +52,11 @@ const announceSQL = `WITH settled AS (` + settledHere + `
 )
 SELECT count(pg_notify($3, key)) FROM settled`
 
+// RecordKept reports whether call_records keeps rec as a settled call's
+// record: a non-empty, valid JSON document (kept as it is: the column is
+// json). The news of a settled call (Settle) carries the same one.
+func RecordKept(rec json.RawMessage) bool { return len(rec) > 0 && json.Valid(rec) }
+
 // queueAnnounce queues announceSQL for the completions of cs that
 // announce; it reports whether it queued it.
 func (s *Store) queueAnnounce(b *pgx.Batch, cs []Completion) bool {
@@ -63,7 +68,7 @@ func (s *Store) queueAnnounce(b *pgx.Batch, cs []Completion) bool {
 		}
 		seqs = append(seqs, c.Seq)
 		var rec *string
-		if len(c.Record) > 0 && json.Valid(c.Record) {
+		if RecordKept(c.Record) {
 			r := string(c.Record)
 			rec = &r
 		}
