@@ -33,6 +33,10 @@ type completer struct {
 	// unwritten). With unwritten, they are the answers this replica holds:
 	// held.
 	flushing map[int64]int
+	// flushed is closed once the batch being written (flushing) is
+	// written, or kept for later, and its settled rows announced
+	// (Config.Settled): writing.
+	flushed chan struct{}
 	// abandon is closed when Stop gives up on writing (the pool is gone).
 	closed atomic.Bool
 }
@@ -195,6 +199,24 @@ func (c *completer) holding(batch []completion, d int) {
 			delete(c.flushing, x.Seq)
 		}
 	}
+	if d > 0 {
+		c.flushed = make(chan struct{})
+	} else if c.flushed != nil {
+		close(c.flushed)
+		c.flushed = nil
+	}
+}
+
+// writing returns, while the completion of the row seq is being written,
+// a channel closed once that write ended and what it settled was announced
+// (Engine.Writing); nil otherwise.
+func (c *completer) writing(seq int64) <-chan struct{} {
+	c.unwrittenMu.Lock()
+	defer c.unwrittenMu.Unlock()
+	if c.flushing[seq] > 0 {
+		return c.flushed
+	}
+	return nil
 }
 
 // held returns the rows whose answer this replica holds and has not

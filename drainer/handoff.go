@@ -66,6 +66,18 @@ func (e *Engine) Lease(ctx context.Context, lease func(ctx context.Context, c st
 	return true, nil
 }
 
+// Writing returns, while this engine writes the completion of the row
+// seq, a channel closed once the write ended and the rows it settled were
+// told to Config.Settled; nil when it writes none of that row now. The
+// gateway, woken by the settle notification of a row it leased here, waits
+// for it instead of reading the row back: the notification is then most
+// likely of this very write, whose news follows (a row the write did not
+// settle, lost to its fence, gets no news, and is read once the channel
+// closes).
+func (e *Engine) Writing(seq int64) <-chan struct{} {
+	return e.completer.writing(seq)
+}
+
 // reserveSlots takes up to want worker slots, as many as are free, and
 // returns how many it took: the claim loop takes them before its claim and
 // Lease before its lease, so that together they never lease more rows than

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,7 +75,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	// aborted), and is read at once. An agent that hangs up ends the
 	// wait at once, freeing its slot: its row stays recorded and goes
 	// on, and its retry joins it.
-	c, joined, err := g.await(ctx, key, settled, hungUp(ctx), enq.Created, enq.Created && !leased, deadline)
+	c, joined, err := g.await(ctx, key, leased, settled, hungUp(ctx), enq.Created, deadline)
 	if errors.Is(err, errHungUp) {
 		outcome = OutcomeTimeout
 		g.log.Debug("gateway: the agent hung up; its call goes on", "tool", t.Name, "key", key)
@@ -133,8 +134,9 @@ func (g *Gateway) respond(t *Tool, key string, c store.Call, created, joined boo
 // or when that engine takes no row now, announced as any producer's. A row
 // recorded unannounced and not leased wakes every listening daemon. A
 // refusal is a conflict: the tuple was recorded with other arguments
-// (refusal true). Any other error is the answer to give.
-func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent, deadline time.Time) (enq store.Enqueued, leased, refusal bool, err error) {
+// (refusal true). Any other error is the answer to give. leased is the seq
+// of the row when this call leased it to that engine, 0 otherwise.
+func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in store.Intent, deadline time.Time) (enq store.Enqueued, leased int64, refusal bool, err error) {
 	key := tuple.Key()
 	callCtx := ctx
 	// The record is not cut off by the agent hanging up (a row leased by a
@@ -158,7 +160,9 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 			} else {
 				enq, row, retried, err = res.leased.Enqueued, res.leased.Row, res.retried, res.err
 			}
-			leased = row != nil
+			if row != nil {
+				leased = row.Seq
+			}
 			return row, err
 		})
 	}
@@ -169,7 +173,7 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 		})
 	}
 	if err == nil {
-		if ran && !leased && (enq.Created || retried) {
+		if ran && leased == 0 && (enq.Created || retried) {
 			// Recorded unannounced (perhaps by a first try whose answer was
 			// lost) and not leased here: held by its scope's order or its
 			// tool's deferral, or claimed by another replica.
@@ -180,17 +184,17 @@ func (g *Gateway) record(ctx context.Context, t *Tool, tuple idemkey.Tuple, in s
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		g.log.Info("gateway: conflicting call refused", "tool", t.Name, "key", key, "agent_run_id", tuple.AgentRunID, "step_id", tuple.StepID)
-		return enq, false, true, invalidParams(fmt.Sprintf("key %s was recorded with other arguments for this agent_run_id, step_id, tool and business_scope; nothing was sent. "+
+		return enq, 0, true, invalidParams(fmt.Sprintf("key %s was recorded with other arguments for this agent_run_id, step_id, tool and business_scope; nothing was sent. "+
 			"A deliberate second call in one run names its own _meta[%q]", key, MetaStepID))
 	}
 	if errors.As(err, &pgErr) && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23" || pgErr.Code == "54000") {
 		// Refused for what the call is (its arguments too large, 54000,
 		// among them): the same call is refused again, so the answer is
 		// not an invitation to retry it.
-		return enq, false, false, invalidParams(fmt.Sprintf("the call cannot be recorded: %s; nothing was sent, and the same call would be refused again", pgErr.Message))
+		return enq, 0, false, invalidParams(fmt.Sprintf("the call cannot be recorded: %s; nothing was sent, and the same call would be refused again", pgErr.Message))
 	}
 	g.log.Warn("gateway: could not record a call; nothing was sent", "tool", t.Name, "key", key, "err", err)
-	return enq, false, false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+	return enq, 0, false, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
 		Message: fmt.Sprintf("drainer could not record the call (key %s): %v; nothing was sent: call again with the same arguments", key, err)}
 }
 
@@ -236,20 +240,25 @@ func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.Cal
 // deadline) or ctx ended, or until gone is closed (the agent hung up:
 // errHungUp, at once); joined says it was not settled at first. A row
 // this call just created is not read before its first announcement (or
-// recheck), unless readFirst: it was pending or leased when it was
-// committed (its state as last known, should a read fail), and the
-// interest in it was registered before, so its settling is not missed.
-// readFirst: it was not leased by this call, and may have been created
-// settled (cancelled: its run is aborted), which nothing announces. An
+// recheck), unless it was not leased by this call (leased, its seq, is 0):
+// it may have been created settled then (cancelled: its run is aborted),
+// which nothing announces. A created row was pending or leased when it
+// was committed (its state as last known, should a read fail), and the
+// interest in it was registered before, so its settling is not missed. An
 // announcement that carries the state the row settled in, when that state
-// is the whole answer (answersWhole), ends the wait without a read.
-func (g *Gateway) await(ctx context.Context, key string, settled <-chan *store.Call, gone <-chan struct{}, created, readFirst bool, deadline time.Time) (store.Call, bool, error) {
+// is the whole answer (answersWhole), ends the wait without a read. A bare
+// notification of a row this call leased to the engine of this process,
+// arriving while that engine writes its completion (Config.Writing), is
+// that write's own: its news follows once the write ended, and is waited
+// for rather than the row read.
+func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <-chan *store.Call, gone <-chan struct{}, created bool, deadline time.Time) (store.Call, bool, error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	tick := time.NewTicker(recheck)
+	tick := time.NewTicker(cmp.Or(g.recheck, recheck))
 	defer tick.Stop()
 	cause := ""
-	read, known := !created || readFirst, created
+	read, known := !created || leased == 0, created
+	var written <-chan struct{}                             // the engine's write of the row, waited for
 	c := store.Call{Key: key, Status: outbox.StatusPending} // as committed, until read
 	for {
 		if read {
@@ -274,6 +283,13 @@ func (g *Gateway) await(ctx context.Context, key string, settled <-chan *store.C
 				g.metrics.settled.WithLabelValues(cause).Inc()
 				return *s, true, nil
 			}
+			if s == nil && leased != 0 && g.cfg.Writing != nil {
+				if written = g.cfg.Writing(leased); written != nil {
+					read = false
+				}
+			}
+		case <-written:
+			written = nil // written without news that answers: read
 		case <-tick.C:
 			cause = "recheck"
 		case <-timer.C:

@@ -88,6 +88,11 @@ type Config struct {
 	// notification and a claim. ran false: lease did not run (the call is
 	// then recorded as any producer's intent); err is lease's.
 	Lease func(ctx context.Context, lease func(ctx context.Context, c store.Claim) (*store.ClaimedRow, error)) (ran bool, err error)
+	// Writing, when set, tells whether the engine of this process is
+	// writing the completion of a row it leased (drainer.Engine.Writing):
+	// a channel closed once the write ended and its news was told
+	// (Gateway.Settled), nil when it is not writing it.
+	Writing func(seq int64) <-chan struct{}
 	// Admit, when set, lets a call passed straight through (a read-only
 	// naturally idempotent tool) go out only as a row of its route would:
 	// not while the route or its adapter is paused, and through the
@@ -139,6 +144,9 @@ type Gateway struct {
 	rec *recorder
 	// answers bounds the large results being answered at once (budget.go).
 	answers *semaphore.Weighted
+	// recheck, when set (tests), replaces the period of a waiting call's
+	// read (recheck).
+	recheck time.Duration
 }
 
 // New checks cfg, takes its address and builds the server; Serve starts it.

@@ -36,7 +36,7 @@ func TestAwaitAnswersFromTheStateItWasTold(t *testing.T) {
 		t.Helper()
 		settled := make(chan *store.Call, 1)
 		settled <- told
-		c, joined, err := g.await(t.Context(), key, settled, nil, true, false, time.Now().Add(time.Minute))
+		c, joined, err := g.await(t.Context(), key, 1, settled, nil, true, time.Now().Add(time.Minute))
 		if err == nil && !joined {
 			t.Errorf("told %+v: answered as not joined; the call waited for its row", told)
 		}
@@ -85,5 +85,65 @@ func TestNewsReplacesABareWakeUp(t *testing.T) {
 	case got := <-ch:
 		t.Fatalf("a second wake-up was held (%v); want one", got)
 	default:
+	}
+}
+
+// TestAwaitWaitsForTheWriteItWasWokenBy: a bare notification of a row this
+// call leased to the engine of this process, arriving while that engine
+// writes the row's completion (Config.Writing), is taken for that write's
+// own: the call waits for the write's news instead of reading the row,
+// and reads it once the write ended without news that answers. Woken while
+// no write of its row is under way, it reads at once. The key has no row
+// (a read answers ErrNoCall), and the periodic read is an hour away, so
+// each answer shows what the call did.
+func TestAwaitWaitsForTheWriteItWasWokenBy(t *testing.T) {
+	t.Parallel()
+	const key, seq = "v1:no-such-row", int64(42)
+	record := json.RawMessage(`{"content":[{"type":"text","text":"charged"}]}`)
+	news := &store.Call{Key: key, Status: outbox.StatusSucceeded, Response: json.RawMessage(`{}`), Record: record}
+	type waited struct {
+		c   store.Call
+		err error
+	}
+	start := func(writing func(int64) <-chan struct{}) (chan *store.Call, chan waited) {
+		g := bareGateway(t)
+		g.recheck = time.Hour
+		g.cfg.Writing = writing
+		settled := make(chan *store.Call, 1)
+		settled <- nil // the notification
+		done := make(chan waited, 1)
+		go func() {
+			c, _, err := g.await(t.Context(), key, seq, settled, nil, true, time.Now().Add(time.Hour))
+			done <- waited{c, err}
+		}()
+		return settled, done
+	}
+
+	write := make(chan struct{})
+	var asked []int64
+	settled, done := start(func(s int64) <-chan struct{} { asked = append(asked, s); return write })
+	settled <- news // taken once the notification was
+	if got := <-done; got.err != nil || string(got.c.Record) != string(record) {
+		t.Fatalf("woken during the write, then told its news: %+v, %v; want the news, the row not read", got.c, got.err)
+	}
+	if len(asked) != 1 || asked[0] != seq {
+		t.Fatalf("asked the engine about rows %v; want the leased row %d once", asked, seq)
+	}
+
+	write = make(chan struct{})
+	_, done = start(func(int64) <-chan struct{} { return write })
+	select {
+	case got := <-done:
+		t.Fatalf("woken during the write: answered %+v, %v before the write ended; want the wait", got.c, got.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(write) // ended without news (the row lost to its fence)
+	if got := <-done; !errors.Is(got.err, store.ErrNoCall) {
+		t.Fatalf("the write ended without news: %+v, %v; want the row read (ErrNoCall)", got.c, got.err)
+	}
+
+	_, done = start(func(int64) <-chan struct{} { return nil })
+	if got := <-done; !errors.Is(got.err, store.ErrNoCall) {
+		t.Fatalf("woken with no write of the row under way: %+v, %v; want the row read (ErrNoCall)", got.c, got.err)
 	}
 }
