@@ -31,7 +31,10 @@ import (
 //   - the tool had its effect at most once per call, and exactly once for
 //     a call whose row succeeded;
 //   - every answer about a call that claims the tool's result (not
-//     isError) is the same, byte for byte, and a final re-send through
+//     isError) is the same, byte for byte; a result more than a record
+//     keeps is answered whole only to a call that waited for it, and
+//     every other answer about it says so, naming its size and carrying
+//     its structured result (checkTooLarge); a final re-send through
 //     each live replica gets it again, marked as a replay, with no new
 //     request to the tool (once retention pruned the row: an answer saying
 //     so, and no request; once its tombstone expired too: a new row, sent
@@ -61,6 +64,10 @@ func newGWServer(t *testing.T) *gwServer {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes}},
 		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			key, _ := req.Params.Meta[mcpMetaKey].(string)
+			var args struct {
+				Pad int `json:"pad"`
+			}
+			_ = json.Unmarshal(req.Params.Arguments, &args)
 			time.Sleep(20 * time.Millisecond) // long enough for a kill to land mid-call now and then
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -68,7 +75,7 @@ func newGWServer(t *testing.T) *gwServer {
 			text, seen := s.answers[key]
 			if !seen {
 				s.effects[key]++
-				text = fmt.Sprintf("charged %s as effect #%d", key, len(s.answers)+1)
+				text = fmt.Sprintf("charged %s as effect #%d", key, len(s.answers)+1) + strings.Repeat(".", args.Pad)
 				s.answers[key] = text
 			}
 			res := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}},
@@ -92,14 +99,34 @@ func (s *gwServer) counts(key string) (effects, requests int) {
 	return s.effects[key], s.requests[key]
 }
 
+// gwPads are the sizes a call's result is padded by, drawn for each new
+// call: most results are small; one of 96 KiB is answered within the
+// budget of large answers; one of 1.1 MiB is more than a record keeps
+// (answered whole only to the call that waited for it in the replica that
+// sent it, its record keeping its size).
+var gwPads = []int{0, 0, 0, 0, 96 << 10, 1100 << 10}
+
+// gwRecordLimit is what a record keeps of a result (the mcp adapter's
+// default record limit, docs/reference.md §13).
+const gwRecordLimit = 1 << 20
+
 // gwCall is one agent call the sequence made (and may make again).
 type gwCall struct {
 	run  string
 	args map[string]any
 	key  string // from the first answer that names it
-	// answers: the bodies of the answers that gave the tool's result.
+	// answers: the bodies of the answers that gave the tool's result whole.
 	answers []string
-	other   []string // other answers (timeouts, errors), for failure messages
+	// tooLarge: the answers that said the result was too large to keep
+	// (_meta["io.drainer/too_large"]): the size each named, and its body.
+	tooLarge []gwTooLarge
+	other    []string // other answers (timeouts, errors), for failure messages
+}
+
+// gwTooLarge is an answer about a result too large to record.
+type gwTooLarge struct {
+	size float64
+	body string
 }
 
 // gwCallOnce calls gwTool through the gateway at url as the agent of run,
@@ -160,6 +187,10 @@ func (m *seqModel) actGateway(rt *rapid.T) bool {
 	} else {
 		n := len(m.gwCalls)
 		c = &gwCall{run: "g" + m.prefix + strconv.Itoa(n%3), args: map[string]any{"amount": n, "card": "c" + strconv.Itoa(n)}}
+		if pad := rapid.SampledFrom(gwPads).Draw(rt, "pad"); pad > 0 {
+			c.args["pad"] = pad
+			m.tally["gateway calls with large results"]++
+		}
 		m.gwCalls = append(m.gwCalls, c)
 	}
 	body, meta, isError, err := gwCallOnce(url, c.run, c.args, 8*time.Second)
@@ -175,6 +206,10 @@ func (m *seqModel) noteGW(c *gwCall, body string, meta sdk.Meta, isError bool, e
 		c.other = append(c.other, "no answer: "+err.Error())
 	case isError:
 		c.other = append(c.other, fmt.Sprintf("isError %v: %.200s", meta["io.drainer/status"], body))
+	case meta["io.drainer/too_large"] != nil && len(body) <= gwRecordLimit:
+		// (the answer that gives such a result whole carries its size too)
+		size, _ := meta["io.drainer/too_large"].(float64)
+		c.tooLarge = append(c.tooLarge, gwTooLarge{size: size, body: body})
 	default:
 		c.answers = append(c.answers, body)
 	}
@@ -225,23 +260,53 @@ func (m *seqModel) checkGateway(fail func(string, ...any)) {
 		}
 		for _, a := range c.answers {
 			if a != c.answers[0] {
-				fail("%s: answers differ:\n    %s\n    %s", name, c.answers[0], a)
+				fail("%s: answers differ (%d and %d bytes):\n    %.300s\n    %.300s", name, len(c.answers[0]), len(a), c.answers[0], a)
 				break
 			}
 		}
 		if c.key == "" {
 			continue
 		}
+		m.checkTooLarge(c, name, fail)
 		effects, requests := e.gwServer.counts(c.key)
 		status, _ := m.gwRow(c.key)
 		if effects > 1 || (status == "succeeded" && effects != 1) {
 			fail("%s: %d effects at the tool (%d requests) for key %s, row %q", name, effects, requests, c.key, status)
 		}
 		if len(c.answers) > 0 && !strings.Contains(c.answers[0], c.key) {
-			fail("%s: answered with another call's result: %s", name, c.answers[0])
+			fail("%s: answered with another call's result: %.300s", name, c.answers[0])
 		}
 	}
 	m.checkGatewayWakeUp(fail)
+}
+
+// checkTooLarge: a result is answered as too large to keep exactly when
+// it is more than a record keeps, and such an answer names a size past the
+// limit and carries the call's own structured result (its key); a result
+// within the limit, however large, is answered whole.
+func (m *seqModel) checkTooLarge(c *gwCall, name string, fail func(string, ...any)) {
+	pad, _ := c.args["pad"].(int)
+	large := pad > gwRecordLimit
+	for _, a := range c.answers {
+		if large && len(a) < pad {
+			fail("%s: a result of more than %d bytes answered whole in %d bytes: %.300s", name, pad, len(a), a)
+			return
+		}
+	}
+	for _, t := range c.tooLarge {
+		switch {
+		case !large:
+			fail("%s: a result of %d bytes' padding (within a record's %d) answered as too large to keep (%v bytes): %.300s",
+				name, pad, gwRecordLimit, t.size, t.body)
+		case t.size <= gwRecordLimit:
+			fail("%s: answered as too large to keep, naming %v bytes, within a record's %d: %.300s", name, t.size, gwRecordLimit, t.body)
+		case !strings.Contains(t.body, `"structuredContent":{"key":"`+c.key+`"`):
+			fail("%s: an answer about a result too large to keep without the call's structured result: %.300s", name, t.body)
+		default:
+			continue
+		}
+		return
+	}
 }
 
 // finalResend sends c once more through r's gateway. While its row exists
