@@ -77,6 +77,27 @@ func take(e *Engine, key string) bool {
 	return ran && err == nil && got
 }
 
+// settledKeys keeps the keys an engine told to Config.Settled (tell).
+type settledKeys struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *settledKeys) tell(rows []store.Settle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rows {
+		s.keys = append(s.keys, r.Key)
+	}
+}
+
+// list returns the keys told so far, in order.
+func (s *settledKeys) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.keys)
+}
+
 // TestLeaseDispatchesTheRowAtOnce: with the claim loop asleep (no
 // notifications, an hour's poll), Lease leases a just-enqueued row and
 // dispatches it; it takes none when every worker slot is busy (the row
@@ -87,16 +108,9 @@ func TestLeaseDispatchesTheRowAtOnce(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	h := newHoldingAdapter()
-	var mu sync.Mutex
-	var settled []string
+	var told settledKeys
 	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": h}, &Route{Tool: "t", Announce: true}),
-		Config{Workers: 2, PollOnly: true, PollInterval: time.Hour, Settled: func(rows []store.Settle) {
-			mu.Lock()
-			for _, r := range rows {
-				settled = append(settled, r.Key)
-			}
-			mu.Unlock()
-		}})
+		Config{Workers: 2, PollOnly: true, PollInterval: time.Hour, Settled: told.tell})
 	// The claim loop's first claim (from the first due row, nothing due)
 	// ran; with nothing to wake it, it sleeps for the poll.
 	testkit.WaitFor(t, 30*time.Second, "the claim loop's first claim", func() (bool, string) { return claims(t, e) >= 1, "" })
@@ -141,8 +155,7 @@ func TestLeaseDispatchesTheRowAtOnce(t *testing.T) {
 		t.Fatalf("claimed rows by cause %v, want the 3 taken under notify", got)
 	}
 	testkit.WaitFor(t, 30*time.Second, "the three settled keys told", func() (bool, string) {
-		mu.Lock()
-		defer mu.Unlock()
+		settled := told.list()
 		return len(settled) == 3 && slices.Contains(settled, a) && slices.Contains(settled, b) && slices.Contains(settled, c),
 			"told " + fmt.Sprint(settled)
 	})

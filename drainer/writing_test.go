@@ -3,12 +3,10 @@ package drainer
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/drainer-io/drainer/dispatch"
-	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
 	"github.com/drainer-io/drainer/tooling/testkit"
 )
@@ -23,16 +21,9 @@ func TestWritingLastsUntilItsNews(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
 	h := newHoldingAdapter()
-	var mu sync.Mutex
-	var told []string
+	var told settledKeys
 	e := startEngine(t, pool, testRouting(t, map[string]dispatch.Adapter{"t": h}, &Route{Tool: "t", Announce: true}),
-		Config{Workers: 1, PollOnly: true, PollInterval: time.Hour, Settled: func(rows []store.Settle) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, r := range rows {
-				told = append(told, r.Key)
-			}
-		}})
+		Config{Workers: 1, PollOnly: true, PollInterval: time.Hour, Settled: told.tell})
 	// The claim loop's first claim ran; with nothing to wake it, it sleeps
 	// for the poll, and the row is Lease's.
 	testkit.WaitFor(t, 30*time.Second, "the claim loop's first claim", func() (bool, string) { return claims(t, e) >= 1, "" })
@@ -69,10 +60,7 @@ func TestWritingLastsUntilItsNews(t *testing.T) {
 		t.Fatal("the write's channel closed while the row's lock held the write back")
 	default:
 	}
-	mu.Lock()
-	early := slices.Clone(told)
-	mu.Unlock()
-	if len(early) != 0 {
+	if early := told.list(); len(early) != 0 {
 		t.Fatalf("told %v while the write was held back; want nothing yet", early)
 	}
 
@@ -84,10 +72,8 @@ func TestWritingLastsUntilItsNews(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the write's channel still open 30s after the lock was released")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(told, []string{key}) {
-		t.Fatalf("told %v when the write's channel closed; want the row's news first (%s)", told, key)
+	if got := told.list(); !slices.Equal(got, []string{key}) {
+		t.Fatalf("told %v when the write's channel closed; want the row's news first (%s)", got, key)
 	}
 	if e.Writing(seq) != nil {
 		t.Fatal("Writing after the write ended: a channel; want nil")
