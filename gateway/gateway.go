@@ -203,6 +203,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.metrics = NewMetrics(cfg.Registerer, names)
 	}
 	g.watch = newSettleWatch(cfg.Connect, cfg.Store.SettleChannel(), log)
+	g.watch.heard = g.metrics.heard.Inc
 	g.rec = &recorder{write: func(ctx context.Context, reqs []store.LeaseRequest) (got []store.Leased, retried bool, err error) {
 		retried, err = g.onLive(ctx, func(db store.DB) (err error) {
 			got, err = g.cfg.Store.EnqueueLeasedBatch(ctx, db, reqs)

@@ -40,6 +40,10 @@ type Metrics struct {
 	// by what made them read it: the settle notification (notify), the
 	// periodic read (recheck: an operator's action, or a deaf listener).
 	settled *prometheus.CounterVec
+	// heard counts the settle notifications the listener received: it
+	// stays flat while rows settle when the listener is deaf, whatever
+	// this process's own engine tells its calls (Gateway.Settled).
+	heard prometheus.Counter
 }
 
 // NewMetrics registers the gateway's series on reg (nil: not registered),
@@ -59,9 +63,13 @@ func NewMetrics(reg prometheus.Registerer, tools []string) *Metrics {
 			Name: "drainer_gateway_settled_reads_total",
 			Help: "Gateway calls that saw their row settle while waiting, by what made them read it: notify (the settle notification) or recheck (the periodic read; a healthy listener leaves only rows settled by an operator or an abort).",
 		}, []string{"cause"}),
+		heard: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drainer_gateway_settle_notifications_total",
+			Help: "Settle notifications the MCP gateway's listener received: one per row of an mcp route settled by any replica. Flat while gateway calls settle: the listener is deaf, and calls joined to a row another replica sends wait for the periodic read.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.seconds, m.settled)
+		reg.MustRegister(m.calls, m.seconds, m.settled, m.heard)
 	}
 	m.settled.WithLabelValues("notify")
 	m.settled.WithLabelValues("recheck")

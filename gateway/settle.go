@@ -24,6 +24,8 @@ type settleWatch struct {
 	connect func(ctx context.Context) (*pgx.Conn, error)
 	channel string
 	log     *slog.Logger
+	// heard, when set, is called for each notification received.
+	heard func()
 
 	mu      sync.Mutex
 	waiters map[string]map[chan *store.Call]struct{}
@@ -173,6 +175,9 @@ func (w *settleWatch) listen(ctx context.Context, connected func()) error {
 		n, err := store.NextNotification(ctx, conn, pingEvery, pingWait)
 		if err != nil {
 			return err
+		}
+		if w.heard != nil {
+			w.heard()
 		}
 		w.wake(n.Payload, nil)
 	}

@@ -35,6 +35,8 @@ func TestSettleListenerSurvivesKilledConnection(t *testing.T) {
 	}
 	const channel = "settle_test.settled"
 	w := newSettleWatch(connect, channel, slog.New(slog.DiscardHandler))
+	var heard atomic.Int32
+	w.heard = func() { heard.Add(1) }
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); w.run(wctx) }()
@@ -64,6 +66,9 @@ func TestSettleListenerSurvivesKilledConnection(t *testing.T) {
 	notify("k1")
 	if !received(ch) {
 		t.Fatal("the announcement of k1 did not reach its waiting call")
+	}
+	if n := heard.Load(); n != 1 {
+		t.Fatalf("the listener counted %d notifications heard; want 1", n)
 	}
 
 	var killed int
@@ -99,6 +104,9 @@ func TestSettleListenerSurvivesKilledConnection(t *testing.T) {
 	notify("k1")
 	if !received(ch) {
 		t.Fatal("after its connection was killed, the listener did not deliver announcements: the gateway is deaf")
+	}
+	if n := heard.Load(); n != 2 {
+		t.Fatalf("the listener counted %d notifications heard; want 2 (one before its connection was killed, one after)", n)
 	}
 	select {
 	case <-other:

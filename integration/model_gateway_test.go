@@ -43,6 +43,11 @@ import (
 //     its row's settle notification reached the gateway, not by its
 //     periodic read (drainer_gateway_settled_reads_total{cause}).
 
+// gwHeardWithin bounds the time from a probe call's answer to its row's
+// settle notification at the replica's listener (the notification is sent
+// at the completion's commit, before the answer).
+const gwHeardWithin = 10 * time.Second
+
 // gwTool is the tool the gateway serves in the model.
 const gwTool = "gw_charge"
 
@@ -372,10 +377,15 @@ func (m *seqModel) gwRow(key string) (string, bool) {
 }
 
 // checkGatewayWakeUp: once the sequence settled, a call through each live
-// replica's gateway learns that its row settled from the notification, not
-// from its periodic read, whatever the sequence did to the connections. A
-// read can race a healthy notification now and then, so up to three probes
-// are made per replica: a deaf listener loses every one.
+// replica's gateway learns that its row settled from the notification (or
+// its own engine's news), not from its periodic read, whatever the sequence
+// did to the connections; and the replica's settle listener hears the
+// notification of that call's row within gwHeardWithin
+// (drainer_gateway_settle_notifications_total): a call answered from its
+// own engine's news needs no listener, but a call joined to a row another
+// replica sends has nothing else. A read can race a healthy notification
+// now and then, so up to three probes are made per replica: a deaf
+// listener loses every one.
 func (m *seqModel) checkGatewayWakeUp(fail func(string, ...any)) {
 	e := m.e
 	for _, r := range e.replicas {
@@ -387,6 +397,7 @@ func (m *seqModel) checkGatewayWakeUp(fail func(string, ...any)) {
 		for try := range 3 {
 			notify := m.metric(r.d, "drainer_gateway_settled_reads_total", `cause="notify"`)
 			recheck := m.metric(r.d, "drainer_gateway_settled_reads_total", `cause="recheck"`)
+			heard := m.metric(r.d, "drainer_gateway_settle_notifications_total")
 			run := fmt.Sprintf("gwake-%d-%s-%d", e.seq, r.d.name, try)
 			_, _, isError, err := gwCallOnce(e.gateways[r.d.name], run, map[string]any{"probe": try}, time.Minute)
 			if err != nil || isError {
@@ -395,11 +406,16 @@ func (m *seqModel) checkGatewayWakeUp(fail func(string, ...any)) {
 			}
 			dn := m.metric(r.d, "drainer_gateway_settled_reads_total", `cause="notify"`) - notify
 			dr := m.metric(r.d, "drainer_gateway_settled_reads_total", `cause="recheck"`) - recheck
-			if dn >= 1 && dr == 0 {
+			dh := 0.0
+			for deadline := time.Now().Add(gwHeardWithin); dh == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				dh = m.metric(r.d, "drainer_gateway_settle_notifications_total") - heard
+			}
+			if dn >= 1 && dr == 0 && dh >= 1 {
 				ok = true
 				break
 			}
-			seen = append(seen, fmt.Sprintf("probe %d: %v reads on a notification, %v by the periodic read", try+1, dn, dr))
+			seen = append(seen, fmt.Sprintf("probe %d: %v reads on a notification, %v by the periodic read, %v notifications heard within %s",
+				try+1, dn, dr, dh, gwHeardWithin))
 		}
 		if !ok {
 			fail("gateway of %s deaf after the sequence: %s", r.d.name, strings.Join(seen, "; "))
