@@ -19,11 +19,38 @@ import (
 
 // severable is a pool on the test database whose connections can be cut:
 // sever closes every connection it made and refuses new ones, as a
-// credential rotation that ends the old role's sessions does.
+// credential rotation that ends the old role's sessions does. The cut is
+// at one instant for every connection (severed): from then on no read or
+// write of any of them goes through, so no statement sent after the first
+// failure anyone saw is answered, however slowly sever closes them one by
+// one on a loaded machine.
 type severable struct {
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
+	mu      sync.Mutex
+	conns   []net.Conn
+	cut     bool
+	severed atomic.Bool
+}
+
+// severableConn is a connection of a severable pool.
+type severableConn struct {
+	net.Conn
+	severed *atomic.Bool
+}
+
+var errSevered = errors.New("severed")
+
+func (c severableConn) Read(b []byte) (int, error) {
+	if c.severed.Load() {
+		return 0, errSevered
+	}
+	return c.Conn.Read(b)
+}
+
+func (c severableConn) Write(b []byte) (int, error) {
+	if c.severed.Load() {
+		return 0, errSevered
+	}
+	return c.Conn.Write(b)
 }
 
 func (s *severable) pool(t *testing.T, of *pgxpool.Pool) *pgxpool.Pool {
@@ -34,13 +61,14 @@ func (s *severable) pool(t *testing.T, of *pgxpool.Pool) *pgxpool.Pool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.cut {
-			return nil, errors.New("severed")
+			return nil, errSevered
 		}
 		c, err := dial(ctx, network, addr)
-		if err == nil {
-			s.conns = append(s.conns, c)
+		if err != nil {
+			return nil, err
 		}
-		return c, err
+		s.conns = append(s.conns, c)
+		return severableConn{Conn: c, severed: &s.severed}, nil
 	}
 	p, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
@@ -56,12 +84,14 @@ func (s *severable) restore() {
 	defer s.mu.Unlock()
 	s.cut = false
 	s.conns = nil
+	s.severed.Store(false)
 }
 
 func (s *severable) sever() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cut = true
+	s.severed.Store(true)
 	for _, c := range s.conns {
 		_ = c.Close()
 	}
