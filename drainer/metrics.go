@@ -239,7 +239,7 @@ func (m *Metrics) registerBacklog(f promauto.Factory) {
 	}, []string{"tool"})
 	m.PrunedRows = f.NewCounterVec(prometheus.CounterOpts{
 		Name: "drainer_pruned_rows_total",
-		Help: "Rows pruned by retention, by final status (audit for audit entries, tombstone for expired tombstones).",
+		Help: "Rows pruned by retention, by final status (audit for audit entries, tombstone for expired tombstones, anchor for the anchors of forgotten audit chains).",
 	}, []string{"status"})
 	m.EnqueueDuplicates = f.NewCounterFunc(prometheus.CounterOpts{
 		Name: "drainer_enqueue_duplicates_total",

@@ -338,6 +338,7 @@ func (m *seqModel) rotateAudit(st *store.Store) {
 	for _, in := range m.intents {
 		keys = append(keys, in.key)
 	}
+	forgotten := m.forgottenWithAnchors(keys)
 	var steps []string
 	for range 50 {
 		var step string
@@ -364,16 +365,77 @@ func (m *seqModel) rotateAudit(st *store.Store) {
 	}
 	m.rt.Logf("rotate audit: %v", steps)
 	m.checkAnchored(keys)
+	m.checkRetired(forgotten, steps)
+}
+
+// forgottenWithAnchors lists the keys whose chain is forgotten (no row,
+// no tombstone, no entry left: audit_chain_forgotten) and still has an
+// anchor version.
+func (m *seqModel) forgottenWithAnchors(keys []string) []string {
+	var out []string
+	err := withRetry(func(ctx context.Context) error {
+		var err error
+		out, err = m.forgottenWithAnchorsIn(ctx, keys)
+		return err
+	})
+	if err != nil {
+		m.rt.Fatalf("read the forgotten chains: %v", err)
+	}
+	return out
+}
+
+// checkRetired: the anchors are bounded by the chains that can still be
+// extended or checked. A chain forgotten before a truncation has no anchor
+// version left once the sweep that the truncation started is over, unless
+// it is the evidence of tampering (a sequence that tampered is not held to
+// it: an anchors record that no longer digests as recorded keeps every
+// version it holds).
+func (m *seqModel) checkRetired(forgotten, steps []string) {
+	truncated := slices.ContainsFunc(steps, func(s string) bool { return strings.HasPrefix(s, "truncated ") })
+	if len(forgotten) == 0 || !truncated || len(m.e.tampered) > 0 {
+		return
+	}
+	var swept bool
+	var left []string
+	err := withRetry(func(ctx context.Context) error {
+		if err := m.e.pool.QueryRow(ctx, `SELECT after_record IS NULL FROM drainer.audit_sweep`).Scan(&swept); err != nil {
+			return err
+		}
+		var err error
+		left, err = m.forgottenWithAnchorsIn(ctx, forgotten)
+		return err
+	})
+	if err != nil {
+		m.rt.Fatalf("read the anchors after the sweep: %v", err)
+	}
+	if !swept {
+		return // the rotation stopped mid-sweep (busy, or its step bound)
+	}
+	m.tally["forgotten chains retired"] += len(forgotten) - len(left)
+	if len(left) > 0 {
+		m.rt.Fatalf("keys %v: their chains were forgotten before the audit's truncation, and the sweep after it (%v) left their anchors", left, steps)
+	}
+}
+
+func (m *seqModel) forgottenWithAnchorsIn(ctx context.Context, keys []string) ([]string, error) {
+	rows, err := m.e.pool.Query(ctx, `SELECT DISTINCT v.key
+	    FROM (SELECT key FROM drainer.audit_anchors UNION ALL SELECT key FROM drainer.audit_anchor_history) v
+	   WHERE v.key = ANY($1) AND drainer.audit_chain_forgotten(v.key) ORDER BY 1`, keys)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // checkAnchored: what the model's audit truncations took, drainer still
 // proves. Each key of the sequence whose last status change is gone from
 // the audit holds that status in its anchor (keys tampered with aside: the
-// tamperer may have edited or deleted the change the model read).
+// tamperer may have edited or deleted the change the model read), until
+// its chain is forgotten (no row, no tombstone, no entry).
 func (m *seqModel) checkAnchored(keys []string) {
 	for k, c := range m.lastRecorded(keys) {
-		if !c.fromTruncated {
-			continue
+		if !c.fromTruncated || c.forgotten {
+			continue // (a forgotten chain's anchor goes with the sweep: checkRetired)
 		}
 		if _, tampered := m.e.tampered[k]; tampered {
 			continue

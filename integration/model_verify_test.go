@@ -149,6 +149,7 @@ type lastChange struct {
 	ago           time.Duration
 	fromTruncated bool
 	anchored      string
+	forgotten     bool // no row, no tombstone, no entry: audit_chain_forgotten
 }
 
 // auditChange is one status change read from the audit before the model
@@ -174,26 +175,33 @@ func (m *seqModel) lastRecorded(keys []string) map[string]lastChange {
 	var now time.Time
 	live := map[string]auditChange{}
 	anchors := map[string]string{}
+	forgotten := map[string]bool{}
 	err := withRetry(func(ctx context.Context) error {
 		clear(live)
 		clear(anchors)
+		clear(forgotten)
 		if err := m.e.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 			return err
 		}
 		if err := m.readChanges(ctx, keys, live); err != nil {
 			return err
 		}
-		rows, err := m.e.pool.Query(ctx, `SELECT key, coalesce(status, '') FROM drainer.audit_anchors WHERE key = ANY($1)`, keys)
+		rows, err := m.e.pool.Query(ctx, `SELECT k.key, coalesce(x.status, ''), drainer.audit_chain_forgotten(k.key)
+		    FROM unnest($1::text[]) AS k(key) LEFT JOIN drainer.audit_anchors x ON x.key = k.key`, keys)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var k, st string
-			if err := rows.Scan(&k, &st); err != nil {
+			var gone bool
+			if err := rows.Scan(&k, &st, &gone); err != nil {
 				return err
 			}
 			anchors[k] = st
+			if gone {
+				forgotten[k] = true
+			}
 		}
 		return rows.Err()
 	})
@@ -204,7 +212,7 @@ func (m *seqModel) lastRecorded(keys []string) map[string]lastChange {
 		c, ok := live[k]
 		kept, truncated := m.truncated[k]
 		if truncated && (!ok || kept.id > c.id) {
-			out[k] = lastChange{kept.status, now.Sub(kept.at), true, anchors[k]}
+			out[k] = lastChange{kept.status, now.Sub(kept.at), true, anchors[k], forgotten[k]}
 		} else if ok {
 			out[k] = lastChange{status: c.status, ago: now.Sub(c.at)}
 		}

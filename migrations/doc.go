@@ -99,4 +99,6 @@
 //	                          audit verify reads each record's anchors, not all of them per record
 //	031_audit_key_btree_dropped.sql the btree 028 replaced, dropped in a step of its own (in
 //	                          028 its lock deadlocked with producers appending to the audit)
+//	032_audit_anchors_retired.sql the ledger's 'retired' records; audit_sweep, where the sweep
+//	                          of forgotten chains' anchors is (one starts here)
 package migrations

@@ -142,8 +142,16 @@ CREATE TABLE drainer.audit_ledger (
     at      timestamp with time zone NOT NULL,
     prev    bytea,
     hash    bytea NOT NULL,
-    CONSTRAINT audit_ledger_kind_check CHECK (kind = ANY (ARRAY['entries'::text, 'anchors'::text, 'truncated'::text])),
+    CONSTRAINT audit_ledger_kind_check CHECK (kind = ANY (ARRAY['entries'::text, 'anchors'::text, 'truncated'::text, 'retired'::text])),
     CONSTRAINT audit_ledger_pkey PRIMARY KEY (n)
+);
+
+-- drainer.audit_sweep: table
+CREATE TABLE drainer.audit_sweep (
+    id           boolean DEFAULT true NOT NULL,
+    after_record bigint,
+    CONSTRAINT audit_sweep_id_check CHECK (id),
+    CONSTRAINT audit_sweep_pkey PRIMARY KEY (id)
 );
 
 -- drainer.backlog_snapshot: table
@@ -439,10 +447,11 @@ CREATE SEQUENCE drainer.enqueue_mismatches AS bigint;
 
 -- abort_run abort_run_internal advance_saga alert_tool any_running
 -- audit_actor audit_anchor_generation audit_anchor_hash audit_anchors_vector
--- audit_append audit_bucket audit_buckets audit_chain_problems audit_change
--- audit_entries_vector audit_event audit_generation audit_hash audit_head
--- audit_horizon audit_ledger_append audit_ledger_entries audit_ledger_extend
--- audit_ledger_hash audit_ledger_next audit_ledger_problems audit_problems
+-- audit_append audit_bucket audit_buckets audit_chain_forgotten
+-- audit_chain_problems audit_change audit_entries_vector audit_event
+-- audit_generation audit_hash audit_head audit_horizon audit_ledger_append
+-- audit_ledger_entries audit_ledger_extend audit_ledger_hash
+-- audit_ledger_next audit_ledger_problems audit_problems audit_retire_anchors
 -- audit_rows audit_vector_buckets audit_verify canonical_payload
 -- canonical_text canonical_tuple check_tuple complete_rows
 -- count_enqueue_duplicate count_enqueue_mismatch enqueue enqueue_batch

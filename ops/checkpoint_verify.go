@@ -237,6 +237,14 @@ func (a *auditView) check(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord)
 	bad := func(key, format string, args ...any) CheckpointProblem {
 		return CheckpointProblem{Record: r.N, Key: key, Problem: fmt.Sprintf("record %d (%s): ", r.N, describe(r)) + fmt.Sprintf(format, args...)}
 	}
+	if r.Kind == "retired" {
+		if of := deref64(r.FromID); of <= 0 || of >= r.N || a.records[of-1].Kind != "anchors" {
+			return []CheckpointProblem{bad("ledger", "it names record %d, which is no anchors record before it", of)}
+		}
+	}
+	if _, latest := a.anchorsOf(r); !latest && (r.Kind == "anchors" || r.Kind == "retired") {
+		return nil // a later retirement tells what is left of the record's anchors
+	}
 	now, edited, err := a.digest(ctx, tx, r, r.Buckets)
 	if err != nil {
 		return []CheckpointProblem{bad("ledger", "%v", err)}
@@ -301,9 +309,10 @@ func (a *auditView) digest(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord
 			return nil
 		})
 		return v, edited, err
-	case "anchors":
+	case "anchors", "retired":
+		of, _ := a.anchorsOf(r)
 		v := newVectorBuilder(buckets, keep...)
-		err := a.c.st.EachAnchorVersion(ctx, tx, r.N, func(x *store.AnchorVersion) error {
+		err := a.c.st.EachAnchorVersion(ctx, tx, of, func(x *store.AnchorVersion) error {
 			if !bytes.Equal(AnchorHash(x), x.RowHash) {
 				edited = append(edited, editedItem{"anchor", x.Key, x.Vid})
 			}
@@ -313,6 +322,28 @@ func (a *auditView) digest(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord
 		return v, edited, err
 	}
 	return nil, nil, nil
+}
+
+// anchorsOf says which anchors record's versions r digests (an anchors
+// record its own, a retired record those left of the one it names), and
+// whether r is the latest record of them: once versions of forgotten
+// chains left an anchors record (audit_retire_anchors), what is left is
+// digested against the latest retirement only.
+func (a *auditView) anchorsOf(r *store.LedgerRecord) (int64, bool) {
+	of := r.N
+	if r.Kind == "retired" {
+		if r.FromID == nil {
+			return 0, false
+		}
+		of = *r.FromID
+	}
+	for i := range a.records {
+		t := &a.records[i]
+		if t.N > r.N && t.Kind == "retired" && t.FromID != nil && *t.FromID == of {
+			return of, false
+		}
+	}
+	return of, true
 }
 
 // live says whether r's generation is still there (not truncated).
@@ -367,6 +398,8 @@ func describe(r *store.LedgerRecord) string {
 			return "the anchors written before the ledger"
 		}
 		return fmt.Sprintf("the anchors of generation %s", i64(r.Epoch))
+	case "retired":
+		return fmt.Sprintf("the anchors of record %d left once forgotten chains' went", deref64(r.FromID))
 	}
 	return fmt.Sprintf("the truncation of generation %s", i64(r.Epoch))
 }

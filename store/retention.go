@@ -117,7 +117,7 @@ func (s *Store) Prune(ctx context.Context, db DB, r Retention, budget time.Durat
 
 // rotateAudit turns the audit's generations until there is nothing more
 // to do now or the deadline passes; the entries truncated count as
-// "audit".
+// "audit", the anchor versions of forgotten chains retired as "anchor".
 func (s *Store) rotateAudit(ctx context.Context, db DB, retention time.Duration, deadline time.Time, out map[string]int) error {
 	for time.Now().Before(deadline) {
 		step, err := s.RotateAudit(ctx, db, retention, retention/3)
@@ -129,6 +129,9 @@ func (s *Store) rotateAudit(ctx context.Context, db DB, retention time.Duration,
 		case "truncated":
 			n, _ := strconv.Atoi(count)
 			out["audit"] += n
+		case "retired":
+			n, _ := strconv.Atoi(count)
+			out["anchor"] += n
 		case "sealed", "anchored", "emptied", "flipped":
 		default: // idle, waiting, busy
 			return nil
@@ -139,8 +142,8 @@ func (s *Store) rotateAudit(ctx context.Context, db DB, retention time.Duration,
 
 // RotateAudit runs one step of the audit's generations
 // (migrations/code/functions/rotate_audit.sql) and returns it ("sealed",
-// "anchored N", "emptied", "truncated N", "flipped", "waiting", "idle" or
-// "busy"). A generation is truncated once every entry in it is older than
+// "anchored N", "emptied", "truncated N", "retired N", "flipped",
+// "waiting", "idle" or "busy"). A generation is truncated once every entry in it is older than
 // retention; one is opened every span. The retention pass gives retention
 // ÷ 3 as span, so an entry is kept between retention and 4/3 of it.
 func (s *Store) RotateAudit(ctx context.Context, db DB, retention, span time.Duration) (string, error) {

@@ -19,6 +19,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/audit_bucket.sql" . }}
 {{ template "functions/audit_buckets.sql" . }}
 {{ template "functions/audit_chain_problems.sql" . }}
+{{ template "functions/audit_chain_forgotten.sql" . }}
 {{ template "functions/audit_change.sql" . }}
 {{ template "functions/audit_entries_vector.sql" . }}
 {{ template "functions/audit_event.sql" . }}
@@ -33,6 +34,7 @@ SET LOCAL check_function_bodies = off;
 {{ template "functions/audit_ledger_problems.sql" . }}
 {{ template "functions/audit_problems.sql" . }}
 {{ template "functions/audit_head.sql" . }}
+{{ template "functions/audit_retire_anchors.sql" . }}
 {{ template "functions/audit_rows.sql" . }}
 {{ template "functions/audit_vector_buckets.sql" . }}
 {{ template "functions/audit_verify.sql" . }}

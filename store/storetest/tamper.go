@@ -158,8 +158,9 @@ BEGIN
         IF r.kind = 'entries' AND r.vector IS NOT NULL THEN
             SELECT v.items, v.vector INTO v_items, v_vec
               FROM ` + Schema + `.audit_entries_vector(r.part, r.from_id, r.upto_id, r.buckets) v;
-        ELSIF r.kind = 'anchors' THEN
-            SELECT v.items, v.vector INTO v_items, v_vec FROM ` + Schema + `.audit_anchors_vector(r.n, r.buckets) v;
+        ELSIF r.kind IN ('anchors', 'retired') THEN
+            SELECT v.items, v.vector INTO v_items, v_vec
+              FROM ` + Schema + `.audit_anchors_vector(CASE WHEN r.kind = 'anchors' THEN r.n ELSE r.from_id END, r.buckets) v;
         END IF;
         v_dig := coalesce(sha256(v_vec), r.digest);
         UPDATE ` + Schema + `.audit_ledger l

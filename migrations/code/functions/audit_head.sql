@@ -1,6 +1,13 @@
 -- audit_head is the hash a key's next entry links to: its latest entry, or
 -- the anchor left when retention pruned the chain's older entries.
 --
+-- The anchor is read FOR KEY SHARE (so the function is VOLATILE): the
+-- sweep of forgotten chains (audit_retire_anchors) keeps an anchor that a
+-- new entry links to, and an entry appended after the sweep removed it
+-- finds none, and starts the chain again (under REPEATABLE READ, whose
+-- snapshot may still see it, the lock fails to serialize instead).
+-- enqueue_batch reads it so inline.
+--
 -- PL/pgSQL, not SQL: a SQL function whose body holds a subquery is never
 -- inlined, so each statement that calls it parses and plans its body
 -- again, and a single enqueue (one call per transaction) paid that on
@@ -22,10 +29,9 @@
 CREATE OR REPLACE FUNCTION {{.schema}}.audit_head(p_key text)
  RETURNS bytea
  LANGUAGE plpgsql
- STABLE
 AS $function$
 BEGIN
     RETURN coalesce((SELECT a.hash FROM {{.schema}}.audit a WHERE a.key = p_key ORDER BY a.id + 0 DESC LIMIT 1),
-                    (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = p_key));
+                    (SELECT x.hash FROM {{.schema}}.audit_anchors x WHERE x.key = p_key FOR KEY SHARE));
 END
 $function$;

@@ -10,7 +10,9 @@
 --   is gone must have been truncated (a 'truncated' record), or be
 --   anchored and empty (its truncation underway);
 -- - an 'anchors' record: the anchor versions it holds, digested again,
---   match it; every version that names a record is held by one.
+--   match it, or, once versions of forgotten chains left it, its latest
+--   'retired' record (audit_retire_anchors); every version that names a
+--   record is held by one.
 --
 -- A rewrite that recomputed every hash, the ledger's included, passes
 -- here: a signed checkpoint catches it (`drainer audit verify
@@ -28,6 +30,7 @@ DECLARE
     v_items bigint;
     v_vec   bytea;
     v_live  boolean;
+    v_of    bigint;
 BEGIN
     FOR r IN SELECT l.* FROM {{.schema}}.audit_ledger l ORDER BY l.n LOOP
         IF r.n <> v_last + 1 THEN
@@ -78,8 +81,17 @@ BEGIN
                 RETURN QUERY SELECT r.n, 'ledger'::text,
                     format('ledger record %s: generation %s holds its entries no more, and was not truncated by the rotation', r.n, r.epoch);
             END IF;
-        ELSIF r.kind = 'anchors' THEN
-            SELECT v.items, v.vector INTO v_items, v_vec FROM {{.schema}}.audit_anchors_vector(r.n, r.buckets) v;
+        ELSIF r.kind = 'retired' AND NOT EXISTS (SELECT 1 FROM {{.schema}}.audit_ledger t
+                                                  WHERE t.n = r.from_id AND t.n < r.n AND t.kind = 'anchors') THEN
+            RETURN QUERY SELECT r.n, 'ledger'::text,
+                format('ledger record %s retires anchors of record %s, which is no anchors record before it', r.n, r.from_id);
+        ELSIF r.kind IN ('anchors', 'retired') THEN
+            -- what the versions of an anchors record digest to is told by
+            -- the latest record of them (a retirement's, once there is one)
+            v_of := CASE WHEN r.kind = 'anchors' THEN r.n ELSE r.from_id END;
+            CONTINUE WHEN EXISTS (SELECT 1 FROM {{.schema}}.audit_ledger t
+                                   WHERE t.kind = 'retired' AND t.n > r.n AND t.from_id = v_of);
+            SELECT v.items, v.vector INTO v_items, v_vec FROM {{.schema}}.audit_anchors_vector(v_of, r.buckets) v;
             IF v_vec IS DISTINCT FROM r.vector OR v_items <> r.items THEN
                 RETURN QUERY
                 SELECT r.n, coalesce(k.key, 'ledger'),
@@ -88,9 +100,9 @@ BEGIN
                   FROM {{.schema}}.audit_vector_buckets(r.vector, v_vec) AS b(b)
                   LEFT JOIN LATERAL (
                       SELECT DISTINCT v.key
-                        FROM (SELECT x.key FROM {{.schema}}.audit_anchors x WHERE x.record = r.n
+                        FROM (SELECT x.key FROM {{.schema}}.audit_anchors x WHERE x.record = v_of
                               UNION ALL
-                              SELECT h.key FROM {{.schema}}.audit_anchor_history h WHERE h.record = r.n) v
+                              SELECT h.key FROM {{.schema}}.audit_anchor_history h WHERE h.record = v_of) v
                        WHERE {{.schema}}.audit_bucket(v.key, r.buckets) = b.b) k ON true;
             END IF;
         ELSIF EXISTS (SELECT 1 FROM {{.schema}}.audit_generations g

@@ -144,11 +144,12 @@ BEGIN
               LEFT JOIN {{.schema}}.runs r ON r.agent_run_id = ins.agent_run_id
              CROSS JOIN LATERAL (SELECT CASE WHEN r.agent_run_id IS NOT NULL THEN 'cancelled' ELSE 'pending' END AS status) s
              CROSS JOIN LATERAL (SELECT clock_timestamp() AS at, {{.schema}}.audit_event(NULL, s.status) AS event,
-                                        -- audit_head(ins.key), inline: planned once for every row
+                                        -- audit_head(ins.key), inline: planned once for every row;
+                                        -- its anchor read FOR KEY SHARE, as audit_head reads it
                                         coalesce((SELECT a.hash FROM {{.schema}}.audit a
                                                    WHERE a.key = ins.key ORDER BY a.id + 0 DESC LIMIT 1),
                                                  (SELECT x.hash FROM {{.schema}}.audit_anchors x
-                                                   WHERE x.key = ins.key)) AS prev) e
+                                                   WHERE x.key = ins.key FOR KEY SHARE)) AS prev) e
         ), queued AS (
             INSERT INTO {{.schema}}.queue (seq, tool_name, business_scope, kind, status, cancel_cause, last_error, audit_head, gen,
                                            payload_bytes)

@@ -29,6 +29,11 @@
 --                  again). An entry found there that the anchors do not
 --                  cover (written by hand into that generation) is
 --                  anchored first, then waited for again.
+--   retired N      the sweep that each truncation starts (audit_sweep):
+--                  the next anchors record of the ledger loses the N
+--                  versions of chains forgotten since (no row, no
+--                  tombstone, no entry left: audit_retire_anchors), and
+--                  a 'retired' record says what is left of it.
 --   flipped        the current generation is older than p_span and the
 --                  next one is ready: entries go there from now on.
 --   waiting, idle  nothing to do now (waiting: for transactions to end).
@@ -61,6 +66,7 @@ DECLARE
     v_b      integer;
     v_items  bigint;
     v_vec    bytea;
+    v_after  bigint;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.rotate_audit', 0)) THEN
         RETURN 'busy';
@@ -171,8 +177,19 @@ BEGIN
            SET ready = true, opened_at = NULL, closed_at = NULL, anchored_to = NULL, wait_for = NULL,
                epoch = NULL, anchor_record = NULL, changed_at = now()
          WHERE part = g.part;
+        -- the chains whose last entries went here may now be forgotten
+        UPDATE audit_sweep SET after_record = 0;
         RETURN 'truncated ' || v_n;
     END LOOP;
+
+    -- The sweep of forgotten chains' anchors, one anchors record a step.
+    SELECT s.after_record INTO v_after FROM audit_sweep s;
+    IF v_after IS NOT NULL THEN
+        IF NOT pg_try_advisory_xact_lock(hashtextextended('{{.schema}}.audit_ledger', 0)) THEN
+            RETURN 'busy';
+        END IF;
+        RETURN {{.schema}}.audit_retire_anchors(v_after);
+    END IF;
 
     -- The flip.
     IF v_opened < now() - p_span THEN
