@@ -276,6 +276,12 @@ func TestCheckpointOutlivesRotation(t *testing.T) {
 	e.enqueue("r2", "charge", 2)
 	second := s.checkpoint(t, e)
 	rotateAway(t, e)
+	// The second turn's sweep retired anchors of forgotten chains from an
+	// anchors record the second checkpoint signed whole: it verifies all
+	// the same, against the retirement.
+	if n := e.count(`SELECT count(*) FROM drainer.audit_ledger WHERE kind = 'retired' AND from_id <= $1`, second.Record); n == 0 {
+		t.Fatal("no anchors record the second checkpoint signed was retired from")
+	}
 	if v := s.verify(t, e); !v.OK || v.Verified != 2 {
 		t.Fatalf("two checkpoints, two turns: %+v", v)
 	}
