@@ -11,7 +11,9 @@ import (
 // LedgerRecord is one record of the audit's ledger (audit_ledger in
 // migrations/schema.sql): one hash chain over the audit's entries (Kind
 // "entries": a generation's ids in (FromID, UptoID]), the anchors one
-// anchoring wrote ("anchors") and truncations ("truncated"). Vector holds
+// anchoring wrote ("anchors"), truncations ("truncated") and what is left
+// of an anchors record (FromID) once forgotten chains' versions left it
+// ("retired", audit_retire_anchors). Vector holds
 // each non-empty bucket of items (4-byte number, 32-byte digest), Digest
 // its SHA-256; Hash covers Prev and every field but Vector.
 type LedgerRecord struct {
