@@ -32,6 +32,39 @@ func (o *oldSchema) exec(sql string, args ...any) {
 	}
 }
 
+// count runs sql, which answers one number.
+func (o *oldSchema) count(sql string, args ...any) int {
+	o.t.Helper()
+	var n int
+	if err := o.conn.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		o.t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// problems is what audit_verify reports now, by key (a key's problems
+// joined, each followed by "; ").
+func (o *oldSchema) problems(when string) map[string]string {
+	o.t.Helper()
+	rows, err := o.conn.Query(context.Background(), `SELECT key, problem FROM drainer.audit_verify(1000)`)
+	if err != nil {
+		o.t.Fatalf("audit_verify %s: %v", when, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var key, problem string
+		if err := rows.Scan(&key, &problem); err != nil {
+			o.t.Fatal(err)
+		}
+		out[key] += problem + "; "
+	}
+	if err := rows.Err(); err != nil {
+		o.t.Fatalf("audit_verify %s: %v", when, err)
+	}
+	return out
+}
+
 // keyOf is the key of a tuple with an empty business scope.
 func (o *oldSchema) keyOf(run, step, tool string) string {
 	o.t.Helper()

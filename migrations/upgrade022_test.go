@@ -33,14 +33,7 @@ func TestUpgradeTo022KeepsAnchors(t *testing.T) {
 	exec("BEGIN;\n" + release21Code + "\nCOMMIT;")
 	exec(`INSERT INTO drainer.schema_meta (name, value) VALUES ('code_revision', '13')
 	      ON CONFLICT (name) DO UPDATE SET value = excluded.value`)
-	count := func(sql string, args ...any) int {
-		t.Helper()
-		var n int
-		if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return n
-	}
+	count := o.count
 	verify := func(when string) {
 		t.Helper()
 		rows, err := conn.Query(ctx, `SELECT id, key, problem FROM drainer.audit_verify(1000)`)

@@ -29,34 +29,7 @@ func TestUpgradeTo032RetiresForgottenAnchors(t *testing.T) {
 	exec("BEGIN;\n" + release31Code + "\nCOMMIT;")
 	exec(`INSERT INTO drainer.schema_meta (name, value) VALUES ('code_revision', '33')
 	      ON CONFLICT (name) DO UPDATE SET value = excluded.value`)
-	count := func(sql string, args ...any) int {
-		t.Helper()
-		var n int
-		if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return n
-	}
-	problems := func(when string) map[string]string {
-		t.Helper()
-		rows, err := conn.Query(ctx, `SELECT key, problem FROM drainer.audit_verify(1000)`)
-		if err != nil {
-			t.Fatalf("audit_verify %s: %v", when, err)
-		}
-		defer rows.Close()
-		out := map[string]string{}
-		for rows.Next() {
-			var key, problem string
-			if err := rows.Scan(&key, &problem); err != nil {
-				t.Fatal(err)
-			}
-			out[key] += problem + "; "
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("audit_verify %s: %v", when, err)
-		}
-		return out
-	}
+	count, problems := o.count, o.problems
 	rotate := func(when string, done string) []string {
 		t.Helper()
 		var steps []string
