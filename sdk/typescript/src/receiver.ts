@@ -337,6 +337,8 @@ type Claim =
 class Capture {
   readonly chunks: Buffer[] = [];
   ended = false;
+  /** The answer went back to the response (restore): nothing is captured or waited for any more. */
+  private released = false;
   private readonly done: Promise<void>;
   private resolveDone!: () => void;
   private grace: ReturnType<typeof setTimeout> | undefined;
@@ -386,7 +388,9 @@ class Capture {
     };
     res.once('close', () => {
       // The client left before the handler answered: the handler goes on.
-      if (this.ended || this.grace !== undefined) return;
+      // (Not after restore: the receiver answers itself then, and a timer
+      // left armed would hold the process for graceMs.)
+      if (this.ended || this.released || this.grace !== undefined) return;
       this.grace = setTimeout(() => this.settle(), graceMs);
     });
   }
@@ -419,6 +423,8 @@ class Capture {
 
   restore(): void {
     Object.assign(this.res as any, this.orig);
+    this.released = true;
+    this.settle();
   }
 
   /** Sends the buffered answer, marked as no replay; a no-op once the client is gone (the answer is stored). */

@@ -30,6 +30,7 @@ const url = process.env['DRAINER_TEST_DATABASE_URL'] ?? '';
 const skipDb = url === '' ? 'DRAINER_TEST_DATABASE_URL is not set' : false;
 const vectorsURL = new URL('../../../../receiver/testdata/fingerprint-vectors.json', import.meta.url);
 const crashChild = new URL('../../test/receiver-crash-child.mjs', import.meta.url);
+const exitChild = new URL('../../test/receiver-exit-child.mjs', import.meta.url);
 
 interface Vector {
   name: string;
@@ -411,6 +412,35 @@ test('a handler that throws: the record is released and the error passed on', { 
   fail = false;
   assert.equal((await f.post('k')).status, 201);
   assert.equal(f.runs(), 2);
+});
+
+test('a process whose handler threw ends once its server and pool are closed: nothing of the receiver holds it', { skip: skipDb }, async () => {
+  // The recovery timeout is an hour: a timer of the receiver's left armed
+  // by the throw would hold the process that long.
+  for (const inTx of ['0', '1']) {
+    const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+    schemas.push(schema);
+    const child = spawn(process.execPath, [exitChild.pathname, url, schema, inTx], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let errors = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (errors += d.toString()));
+    const code = await new Promise<number | null>((resolve, reject) => {
+      // A bound for a process that never ends, not a judgement of its speed.
+      const timer = setTimeout(() => {
+        child.kill('SIGKILL');
+        reject(new Error(`inTransaction ${inTx}: the process had not ended 60 s after its handler threw (output: ${out}${errors})`));
+      }, 60_000);
+      child.once('exit', (c) => {
+        clearTimeout(timer);
+        resolve(c);
+      });
+    });
+    assert.equal(code, 0, `inTransaction ${inTx}: ${out}${errors}`);
+    assert.match(out, /answered 500/, out);
+    const held = /resources: (.*)/.exec(out)?.[1] ?? '';
+    assert.ok(!held.split(',').includes('Timeout'), `inTransaction ${inTx}: a timer holds the process after everything closed: ${held}`);
+  }
 });
 
 test('a database down: 503 with Retry-After, the handler not run', async () => {

@@ -198,6 +198,8 @@ class Capture {
     res;
     chunks = [];
     ended = false;
+    /** The answer went back to the response (restore): nothing is captured or waited for any more. */
+    released = false;
     done;
     resolveDone;
     grace;
@@ -254,7 +256,9 @@ class Capture {
         };
         res.once('close', () => {
             // The client left before the handler answered: the handler goes on.
-            if (this.ended || this.grace !== undefined)
+            // (Not after restore: the receiver answers itself then, and a timer
+            // left armed would hold the process for graceMs.)
+            if (this.ended || this.released || this.grace !== undefined)
                 return;
             this.grace = setTimeout(() => this.settle(), graceMs);
         });
@@ -285,6 +289,8 @@ class Capture {
     }
     restore() {
         Object.assign(this.res, this.orig);
+        this.released = true;
+        this.settle();
     }
     /** Sends the buffered answer, marked as no replay; a no-op once the client is gone (the answer is stored). */
     flush() {
