@@ -296,18 +296,26 @@ func (m *seqModel) verify() {
 			// Forgotten is allowed only as retention forgets: the audit
 			// (kept an hour) shows the row settled in a status retention
 			// prunes, longer ago than the tombstones are kept. Its status
-			// is then the audit's last.
+			// is then the audit's last, or, once the model's rotations
+			// truncated that, its anchor's, until its chain is forgotten
+			// too (no row, no tombstone, no entry: both retentions past,
+			// the model's audit one being zero), when the anchor may go
+			// (the sweep after a truncation; checkRetired bounds when).
 			last, ok := forgotten[in.key]
 			if !ok || !prunable[last.status] || last.ago < modelTombstones {
 				fail("%s: drainer.result knows nothing of it (the row and its tombstone are gone), and the audit does not show it settled more than the tombstones' %v ago (last recorded: %+v)",
 					name, modelTombstones, last)
 				continue
 			}
-			if _, tampered := e.tampered[in.key]; last.fromTruncated && !tampered && last.anchored != last.status {
+			retired := last.anchored == "" && last.forgotten
+			if _, tampered := e.tampered[in.key]; last.fromTruncated && !tampered && !retired && last.anchored != last.status {
 				fail("%s: forgotten, its audit truncated after it settled %s, and its anchor holds status %q: what drainer keeps no longer proves how it ended",
 					name, last.status, last.anchored)
 			}
-			if last.fromTruncated {
+			switch {
+			case last.fromTruncated && retired:
+				m.tally["forgotten, anchor retired"]++
+			case last.fromTruncated:
 				m.tally["forgotten after audit truncation"]++
 			}
 			m.rt.Logf("%s: forgotten by retention (%s %v ago, audit truncated %v)", name, last.status, last.ago.Round(time.Millisecond), last.fromTruncated)
