@@ -431,10 +431,11 @@ func (m *seqModel) forgottenWithAnchorsIn(ctx context.Context, keys []string) ([
 // proves. Each key of the sequence whose last status change is gone from
 // the audit holds that status in its anchor (keys tampered with aside: the
 // tamperer may have edited or deleted the change the model read), until
-// its chain is forgotten (no row, no tombstone, no entry).
+// its chain is forgotten (no row, no tombstone, no entry) and its anchor
+// gone with a sweep.
 func (m *seqModel) checkAnchored(keys []string) {
 	for k, c := range m.lastRecorded(keys) {
-		if !c.fromTruncated || c.forgotten {
+		if !c.fromTruncated || (c.forgotten && c.anchored == "") {
 			continue // (a forgotten chain's anchor goes with the sweep: checkRetired)
 		}
 		if _, tampered := m.e.tampered[k]; tampered {
