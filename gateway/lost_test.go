@@ -21,20 +21,35 @@ func TestCallsAreRecordedAfterTheConnectionsWereEnded(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, 2*time.Minute)
 	s := g.client(t, agentHeaders("run-lost"))
-	// Calls side by side, so that the pool holds several connections;
+	// Calls side by side until the daemon holds several connections
+	// (how many a batch of calls opens depends on the machine's load);
 	// then every connection of the daemon ended.
 	const warm = 8
 	calls := 0
+	daemonConns := func() int {
+		t.Helper()
+		var n int
+		if err := g.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'drainer'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	warmAndEnd := func(round string) {
 		t.Helper()
-		var wg sync.WaitGroup
-		for i := range warm {
-			wg.Go(func() {
-				settledCall(t, s, "charge", map[string]any{"amount": i}, sdk.Meta{gateway.MetaStepID: fmt.Sprintf("%s-warm-%d", round, i)})
-			})
+		for batch := 0; batch == 0 || daemonConns() < 2; batch++ {
+			if batch == 20 {
+				t.Fatalf("%s: the daemon holds %d connection(s) after %d batches of %d calls side by side, want several", round, daemonConns(), batch, warm)
+			}
+			var wg sync.WaitGroup
+			for i := range warm {
+				wg.Go(func() {
+					settledCall(t, s, "charge", map[string]any{"amount": i}, sdk.Meta{gateway.MetaStepID: fmt.Sprintf("%s-warm-%d-%d", round, batch, i)})
+				})
+			}
+			wg.Wait()
+			calls += warm
 		}
-		wg.Wait()
-		calls += warm
 		var killed int
 		if err := g.pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'drainer'`).Scan(&killed); err != nil {
