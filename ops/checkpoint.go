@@ -75,6 +75,19 @@ type CheckpointRecord struct {
 	// are still there to be digested again.
 	Vector string `json:"vector,omitempty"`
 	Hash   string `json:"hash"`
+	// Evidence lists an anchors record's versions that record a problem.
+	// The sweep of forgotten chains
+	// never removes one; verify checks that each is still there as
+	// signed, whatever a later retired record says of the record.
+	Evidence []CheckpointEvidence `json:"evidence,omitempty"`
+}
+
+// CheckpointEvidence is an anchor version that records a problem: its
+// vid, its chain and its row hash (hex).
+type CheckpointEvidence struct {
+	Vid     int64  `json:"vid"`
+	Key     string `json:"key"`
+	RowHash string `json:"row_hash"`
 }
 
 // keyID names a public key in checkpoints.
@@ -273,29 +286,11 @@ func (c *Client) Checkpoint(ctx context.Context, o CheckpointOptions) (*Checkpoi
 	}
 
 	doc := Checkpoint{Format: CheckpointFormat, Schema: c.Schema(), TakenAt: time.Now().UTC().Format(time.RFC3339Nano)}
-	problems := []string{}
+	var problems []string
 	err = c.readOnly(ctx, func(tx pgx.Tx) error {
-		a, err := c.readAudit(ctx, tx, since+1)
-		if err != nil {
-			return err
-		}
-		if b := a.chainBreak(); b > 0 {
-			problems = append(problems, fmt.Sprintf("ledger record %d: %s", b, a.breakWhy))
-		}
-		for i := range a.records {
-			r := &a.records[i]
-			if r.N <= since {
-				continue
-			}
-			for _, p := range a.check(ctx, tx, r) {
-				problems = append(problems, p.String())
-			}
-			doc.Records = append(doc.Records, recordOf(r))
-		}
-		if n := len(a.records); n > 0 {
-			doc.Head = CheckpointHead{Record: a.records[n-1].N, Hash: hex.EncodeToString(a.records[n-1].Hash)}
-		}
-		return nil
+		var err error
+		problems, err = c.readSince(ctx, tx, since, &doc)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
@@ -308,6 +303,51 @@ func (c *Client) Checkpoint(ctx context.Context, o CheckpointOptions) (*Checkpoi
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	return &CheckpointResult{Path: path, Record: doc.Head.Record, Hash: doc.Head.Hash, Records: len(doc.Records), Problems: problems}, nil
+}
+
+// readSince reads the ledger's records after since into doc, with its
+// head, and returns what they no longer hold (each record checked).
+func (c *Client) readSince(ctx context.Context, tx pgx.Tx, since int64, doc *Checkpoint) ([]string, error) {
+	problems := []string{}
+	a, err := c.readAudit(ctx, tx, since+1)
+	if err != nil {
+		return nil, err
+	}
+	if b := a.chainBreak(); b > 0 {
+		problems = append(problems, fmt.Sprintf("ledger record %d: %s", b, a.breakWhy))
+	}
+	for i := range a.records {
+		r := &a.records[i]
+		if r.N <= since {
+			continue
+		}
+		for _, p := range a.check(ctx, tx, r) {
+			problems = append(problems, p.String())
+		}
+		rec := recordOf(r)
+		if r.Kind == "anchors" {
+			if rec.Evidence, err = c.evidence(ctx, tx, r.N); err != nil {
+				return nil, err
+			}
+		}
+		doc.Records = append(doc.Records, rec)
+	}
+	if n := len(a.records); n > 0 {
+		doc.Head = CheckpointHead{Record: a.records[n-1].N, Hash: hex.EncodeToString(a.records[n-1].Hash)}
+	}
+	return problems, nil
+}
+
+// evidence lists the versions of anchors record n that record a problem.
+func (c *Client) evidence(ctx context.Context, tx pgx.Tx, n int64) ([]CheckpointEvidence, error) {
+	var out []CheckpointEvidence
+	err := c.st.EachAnchorVersion(ctx, tx, n, func(x *store.AnchorVersion) error {
+		if x.Problem != nil {
+			out = append(out, CheckpointEvidence{Vid: x.Vid, Key: x.Key, RowHash: hex.EncodeToString(x.RowHash)})
+		}
+		return nil
+	})
+	return out, err
 }
 
 func recordOf(r *store.LedgerRecord) CheckpointRecord {

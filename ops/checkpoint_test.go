@@ -423,3 +423,61 @@ func TestCheckpointSignsAndReportsABrokenAudit(t *testing.T) {
 		t.Fatalf("verify: %+v", v)
 	}
 }
+
+// TestCheckpointKeepsTheEvidenceARetirementCannotHide: an anchor version
+// that records a problem (an entry edited before its generation was
+// anchored) is listed in the checkpoint that signs its record. Removing
+// it and appending a retired record that covers the removal, hashes and
+// the ledger's chain right, passes every digest; the checkpoint still
+// tells, naming the chain.
+func TestCheckpointKeepsTheEvidenceARetirementCannotHide(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := mixedHistory(t, e)
+	storetest.TamperEdit(t, e.pool, k[0])
+	rotateAway(t, e)
+	s := newSigner(t)
+	r := s.checkpoint(t, e)
+	doc, err := ReadCheckpoint(r.Path, s.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evidence int
+	for _, rec := range doc.Records {
+		evidence += len(rec.Evidence)
+	}
+	if evidence == 0 {
+		t.Fatal("the checkpoint lists no anchor version that records a problem")
+	}
+	if v := s.verify(t, e); !v.OK {
+		t.Fatalf("before the removal: %+v", v)
+	}
+	e.exec(`DO $$
+	DECLARE
+	    v_rec   bigint;
+	    v_b     integer;
+	    v_items bigint;
+	    v_vec   bytea;
+	    l       record;
+	BEGIN
+	    SELECT v.record INTO v_rec
+	      FROM (SELECT record, problem, key FROM drainer.audit_anchors
+	            UNION ALL SELECT record, problem, key FROM drainer.audit_anchor_history) v
+	     WHERE v.key = '` + k[0] + `' AND v.problem IS NOT NULL;
+	    DELETE FROM drainer.audit_anchors WHERE key = '` + k[0] + `' AND problem IS NOT NULL;
+	    DELETE FROM drainer.audit_anchor_history WHERE key = '` + k[0] + `' AND problem IS NOT NULL;
+	    SELECT * INTO l FROM drainer.audit_ledger WHERE n = v_rec;
+	    v_b := drainer.audit_buckets(l.items - 1);
+	    SELECT v.items, v.vector INTO v_items, v_vec FROM drainer.audit_anchors_vector(v_rec, v_b) v;
+	    PERFORM drainer.audit_ledger_append(drainer.audit_ledger_next(), 'retired', l.epoch, l.part, v_rec, l.upto_id,
+	                                        v_items, v_b, v_vec);
+	END $$`)
+	v := s.verify(t, e)
+	named := false
+	for _, p := range v.Problems {
+		named = named || (p.Key == k[0] && strings.Contains(p.Problem, "recorded a problem"))
+	}
+	if v.OK || !named {
+		t.Fatalf("after the evidence of %s was removed under a forged retired record: %+v", k[0], v)
+	}
+}

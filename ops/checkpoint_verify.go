@@ -119,14 +119,11 @@ func (c *Client) VerifyCheckpoints(ctx context.Context, dir string, pub ed25519.
 			case hex.EncodeToString(a.records[head-1].Hash) != d.doc.Head.Hash || (a.chainBreak() > 0 && a.chainBreak() <= head):
 				blame(a.rewritten(ctx, tx, head, signedRec))
 			default:
-				for n := int64(1); n <= head; n++ {
-					ps, ok := checked[n]
-					if !ok {
-						ps = a.check(ctx, tx, &a.records[n-1])
-						checked[n] = ps
-					}
-					blame(ps)
+				ps, err := a.checkUpTo(ctx, tx, head, checked, d.doc.Records)
+				if err != nil {
+					return err
 				}
+				blame(ps)
 			}
 			if len(out.Problems) == before {
 				out.Verified++
@@ -138,6 +135,43 @@ func (c *Client) VerifyCheckpoints(ctx context.Context, dir string, pub ed25519.
 		return nil, fmt.Errorf("verify checkpoints: %w", err)
 	}
 	out.OK = len(out.Problems) == 0
+	return out, nil
+}
+
+// checkUpTo checks every record up to head (each once across the
+// checkpoints: checked), and the evidence a checkpoint's records list.
+func (a *auditView) checkUpTo(ctx context.Context, tx pgx.Tx, head int64, checked map[int64][]CheckpointProblem, records []CheckpointRecord) ([]CheckpointProblem, error) {
+	var out []CheckpointProblem
+	for n := int64(1); n <= head; n++ {
+		ps, ok := checked[n]
+		if !ok {
+			ps = a.check(ctx, tx, &a.records[n-1])
+			checked[n] = ps
+		}
+		out = append(out, ps...)
+	}
+	gone, err := a.c.evidenceGone(ctx, tx, records)
+	return append(out, gone...), err
+}
+
+// evidenceGone reports each anchor version that records a problem, signed
+// in records, that is no longer there as signed: the sweep of forgotten
+// chains never removes one, so a retired record that covers its removal
+// was written by someone else.
+func (c *Client) evidenceGone(ctx context.Context, tx pgx.Tx, records []CheckpointRecord) ([]CheckpointProblem, error) {
+	var out []CheckpointProblem
+	for _, r := range records {
+		for _, ev := range r.Evidence {
+			key, rowHash, err := c.st.AnchorVersionByVid(ctx, tx, ev.Vid)
+			if err != nil {
+				return nil, err
+			}
+			if key != ev.Key || hex.EncodeToString(rowHash) != ev.RowHash {
+				out = append(out, CheckpointProblem{Record: r.N, Key: ev.Key, Problem: fmt.Sprintf(
+					"record %d: anchor version %d, which recorded a problem when this was signed, is gone or changed", r.N, ev.Vid)})
+			}
+		}
+	}
 	return out, nil
 }
 

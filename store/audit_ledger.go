@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -154,6 +155,23 @@ type AnchorVersion struct {
 	Problem  *string
 	Record   *int64
 	RowHash  []byte
+}
+
+// AnchorVersionByVid returns anchor version vid's key and row hash
+// (current or older; empty when there is none).
+func (s *Store) AnchorVersionByVid(ctx context.Context, db DB, vid int64) (string, []byte, error) {
+	var key string
+	var rowHash []byte
+	err := db.QueryRow(ctx, s.sql(`SELECT key, row_hash FROM {s}.audit_anchors WHERE vid = $1
+	  UNION ALL
+	 SELECT key, row_hash FROM {s}.audit_anchor_history WHERE vid = $1`), vid).Scan(&key, &rowHash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("read audit anchor %d: %w", vid, err)
+	}
+	return key, rowHash, nil
 }
 
 // EachAnchorVersion calls fn with each anchor version that ledger record
