@@ -37,7 +37,11 @@ type severableConn struct {
 	severed *atomic.Bool
 }
 
-var errSevered = errors.New("severed")
+// errSevered is what a cut connection reports: like a real net.Conn's, a
+// *net.OpError. A bare error, which no net.Conn returns, once made a claim
+// read in flight at the cut look like a statement the database refused,
+// and the claim logged the outage twice.
+var errSevered error = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("severed")}
 
 func (c severableConn) Read(b []byte) (int, error) {
 	if c.severed.Load() {
