@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,22 +43,18 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
-// TestBenchInterruptDropsEverything runs the built binary against a test
-// database, interrupts it (SIGINT) once it has created its schemas and is
-// measuring, and checks that it exits non-zero and leaves none of its
-// schemas (drainer's, the ceiling's and insert's tables with it, River's)
-// behind.
+// TestBenchInterruptDropsEverything runs the command in a process of its
+// own against a test database, interrupts it (SIGINT) once it has created
+// its schemas and is measuring (draining; just past River's run, with
+// River's schema still there), and checks that it exits non-zero and leaves
+// none of its schemas (drainer's, the ceiling's and insert's tables with
+// it, River's) behind.
 func TestBenchInterruptDropsEverything(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "drainer")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	url := dbtest.NewDatabase(t)
-	for _, phase := range []string{"drain 1/2", "river ("} {
-		t.Run(phase, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), bin, "bench", "--quick", "--schema", "bx", "--workers", "8")
-			cmd.Env = append(os.Environ(), "DRAINER_DATABASE_URL="+url)
+	for _, c := range []struct{ at, phases string }{{"drain 1/2", "drain"}, {"river (", "river,backlog"}} {
+		t.Run(c.at, func(t *testing.T) {
+			cmd := drainerCommand(t.Context(), "bench", "--quick", "--schema", "bx", "--workers", "8", "--phases", c.phases)
+			cmd.Env = append(cmd.Env, "DRAINER_DATABASE_URL="+url)
 			stderr, err := cmd.StderrPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -72,7 +67,7 @@ func TestBenchInterruptDropsEverything(t *testing.T) {
 			reached := false
 			for sc.Scan() {
 				progress.WriteString(sc.Text() + "\n")
-				if strings.Contains(sc.Text(), phase) {
+				if strings.Contains(sc.Text(), c.at) {
 					reached = true
 					if err := cmd.Process.Signal(os.Interrupt); err != nil {
 						t.Fatal(err)
@@ -83,7 +78,7 @@ func TestBenchInterruptDropsEverything(t *testing.T) {
 			_, _ = io.Copy(&progress, stderr)
 			err = cmd.Wait()
 			if !reached {
-				t.Fatalf("bench never reached %q: %v\n%s", phase, err, progress.String())
+				t.Fatalf("bench never reached %q: %v\n%s", c.at, err, progress.String())
 			}
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != exitRuntime {
