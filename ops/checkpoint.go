@@ -76,9 +76,9 @@ type CheckpointRecord struct {
 	Vector string `json:"vector,omitempty"`
 	Hash   string `json:"hash"`
 	// Evidence lists an anchors record's versions that record a problem.
-	// The sweep of forgotten chains
-	// never removes one; verify checks that each is still there as
-	// signed, whatever a later retired record says of the record.
+	// The sweep of forgotten chains never removes one; verify checks that
+	// each is still there as signed, whatever a later retired record says
+	// of the record.
 	Evidence []CheckpointEvidence `json:"evidence,omitempty"`
 }
 
@@ -306,7 +306,10 @@ func (c *Client) Checkpoint(ctx context.Context, o CheckpointOptions) (*Checkpoi
 }
 
 // readSince reads the ledger's records after since into doc, with its
-// head, and returns what they no longer hold (each record checked).
+// head, and returns what they no longer hold (each record checked). An
+// anchors record's evidence comes from the check that digested its
+// versions (its own, or its latest retired record's, also after since),
+// read again only when no check did.
 func (c *Client) readSince(ctx context.Context, tx pgx.Tx, since int64, doc *Checkpoint) ([]string, error) {
 	problems := []string{}
 	a, err := c.readAudit(ctx, tx, since+1)
@@ -324,13 +327,20 @@ func (c *Client) readSince(ctx context.Context, tx pgx.Tx, since int64, doc *Che
 		for _, p := range a.check(ctx, tx, r) {
 			problems = append(problems, p.String())
 		}
-		rec := recordOf(r)
-		if r.Kind == "anchors" {
-			if rec.Evidence, err = c.evidence(ctx, tx, r.N); err != nil {
+		doc.Records = append(doc.Records, recordOf(r))
+	}
+	for i := range doc.Records {
+		rec := &doc.Records[i]
+		if rec.Kind != "anchors" {
+			continue
+		}
+		ev, read := a.evidence[rec.N]
+		if !read {
+			if ev, err = c.evidence(ctx, tx, rec.N); err != nil {
 				return nil, err
 			}
 		}
-		doc.Records = append(doc.Records, rec)
+		rec.Evidence = ev
 	}
 	if n := len(a.records); n > 0 {
 		doc.Head = CheckpointHead{Record: a.records[n-1].N, Hash: hex.EncodeToString(a.records[n-1].Hash)}

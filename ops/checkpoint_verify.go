@@ -159,14 +159,23 @@ func (a *auditView) checkUpTo(ctx context.Context, tx pgx.Tx, head int64, checke
 // chains never removes one, so a retired record that covers its removal
 // was written by someone else.
 func (c *Client) evidenceGone(ctx context.Context, tx pgx.Tx, records []CheckpointRecord) ([]CheckpointProblem, error) {
+	var vids []int64
+	for _, r := range records {
+		for _, ev := range r.Evidence {
+			vids = append(vids, ev.Vid)
+		}
+	}
+	if len(vids) == 0 {
+		return nil, nil
+	}
+	there, err := c.st.AnchorVersionsByVid(ctx, tx, vids)
+	if err != nil {
+		return nil, err
+	}
 	var out []CheckpointProblem
 	for _, r := range records {
 		for _, ev := range r.Evidence {
-			key, rowHash, err := c.st.AnchorVersionByVid(ctx, tx, ev.Vid)
-			if err != nil {
-				return nil, err
-			}
-			if key != ev.Key || hex.EncodeToString(rowHash) != ev.RowHash {
+			if x, ok := there[ev.Vid]; !ok || x.Key != ev.Key || hex.EncodeToString(x.RowHash) != ev.RowHash {
 				out = append(out, CheckpointProblem{Record: r.N, Key: ev.Key, Problem: fmt.Sprintf(
 					"record %d: anchor version %d, which recorded a problem when this was signed, is gone or changed", r.N, ev.Vid)})
 			}
@@ -182,6 +191,9 @@ type auditView struct {
 	gens     []store.AuditGeneration
 	brk      int64 // the first record that breaks the chain (0: none)
 	breakWhy string
+	// evidence holds, by anchors record, its versions that record a
+	// problem, as the last digest of the record's versions read them.
+	evidence map[int64][]CheckpointEvidence
 }
 
 func (c *Client) readAudit(ctx context.Context, tx pgx.Tx, vectorsFrom int64) (*auditView, error) {
@@ -193,7 +205,7 @@ func (c *Client) readAudit(ctx context.Context, tx pgx.Tx, vectorsFrom int64) (*
 	if err != nil {
 		return nil, err
 	}
-	a := &auditView{c: c, records: recs, gens: gens}
+	a := &auditView{c: c, records: recs, gens: gens, evidence: map[int64][]CheckpointEvidence{}}
 	var prev []byte
 	for i := range recs {
 		r := &recs[i]
@@ -346,13 +358,20 @@ func (a *auditView) digest(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord
 	case "anchors", "retired":
 		of, _ := a.anchorsOf(r)
 		v := newVectorBuilder(buckets, keep...)
+		var evidence []CheckpointEvidence
 		err := a.c.st.EachAnchorVersion(ctx, tx, of, func(x *store.AnchorVersion) error {
 			if !bytes.Equal(AnchorHash(x), x.RowHash) {
 				edited = append(edited, editedItem{"anchor", x.Key, x.Vid})
 			}
+			if x.Problem != nil {
+				evidence = append(evidence, CheckpointEvidence{Vid: x.Vid, Key: x.Key, RowHash: hex.EncodeToString(x.RowHash)})
+			}
 			v.add(x.Key, x.Vid, x.RowHash)
 			return nil
 		})
+		if err == nil {
+			a.evidence[of] = evidence
+		}
 		return v, edited, err
 	}
 	return nil, nil, nil

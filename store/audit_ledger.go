@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -157,21 +156,26 @@ type AnchorVersion struct {
 	RowHash  []byte
 }
 
-// AnchorVersionByVid returns anchor version vid's key and row hash
-// (current or older; empty when there is none).
-func (s *Store) AnchorVersionByVid(ctx context.Context, db DB, vid int64) (string, []byte, error) {
-	var key string
-	var rowHash []byte
-	err := db.QueryRow(ctx, s.sql(`SELECT key, row_hash FROM {s}.audit_anchors WHERE vid = $1
+// AnchorVersionsByVid returns the key and row hash of each anchor
+// version of vids still there (current or older), by vid, in one
+// statement.
+func (s *Store) AnchorVersionsByVid(ctx context.Context, db DB, vids []int64) (map[int64]AnchorVersion, error) {
+	rows, err := db.Query(ctx, s.sql(`SELECT vid, key, row_hash FROM {s}.audit_anchors WHERE vid = ANY ($1)
 	  UNION ALL
-	 SELECT key, row_hash FROM {s}.audit_anchor_history WHERE vid = $1`), vid).Scan(&key, &rowHash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil, nil
-	}
+	 SELECT vid, key, row_hash FROM {s}.audit_anchor_history WHERE vid = ANY ($1)`), vids)
 	if err != nil {
-		return "", nil, fmt.Errorf("read audit anchor %d: %w", vid, err)
+		return nil, fmt.Errorf("read audit anchors by vid: %w", err)
 	}
-	return key, rowHash, nil
+	out := make(map[int64]AnchorVersion, len(vids))
+	var x AnchorVersion
+	_, err = pgx.ForEachRow(rows, []any{&x.Vid, &x.Key, &x.RowHash}, func() error {
+		out[x.Vid] = AnchorVersion{Vid: x.Vid, Key: x.Key, RowHash: x.RowHash}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read audit anchors by vid: %w", err)
+	}
+	return out, nil
 }
 
 // EachAnchorVersion calls fn with each anchor version that ledger record
