@@ -29,12 +29,17 @@ func (e *Engine) pruner() *maintenance.Loop {
 	})
 }
 
+// pruneOnce runs one retention pass, on one replica at a time. Its budget
+// is a minute of statements; each pruning batch is bounded by
+// p.BatchTimeout, and an audit rotation step, whose work grows with its
+// generation, runs to its end (store.RotateAudit): only a shutdown ends
+// it. A bound on the whole pass once ended every anchoring of a
+// generation past a few million entries at the same point, and the audit
+// stopped rotating.
 func (e *Engine) pruneOnce(ctx context.Context, p RetentionPolicy) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
 	sent := time.Now()
 	var pruned map[string]int
-	_, err := e.st.WithRetentionLock(ctx, e.pool, func(db store.DB) error {
+	_, err := e.st.WithRetentionLock(ctx, e.pool, func(db store.BeginDB) error {
 		var err error
 		pruned, err = e.st.Prune(ctx, db, p.Retention, time.Minute)
 		return err

@@ -3,6 +3,8 @@ package drainer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -280,4 +283,58 @@ func TestSnapshotUnroutedAndScrapeNeverBlocks(t *testing.T) {
 		done.Store(strings.Contains(scrape(), `drainer_unrouted_rows{tool="mystery_tool"} `))
 	}()
 	testkit.WaitFor(t, 2*time.Second, "scrape answered while the table is locked", func() (bool, string) { return done.Load(), "" })
+}
+
+// TestAuditRotatesWhateverAStepTakes: a rotation step of the audit does
+// work that grows with its generation (the anchoring and the truncation
+// digest every entry of it, the sweep every version of an anchors record),
+// so it runs to its end: neither the retention pass's bound on its
+// batches nor a statement_timeout set for drainer's sessions ends it. Each
+// would end every anchoring of a large enough generation at the same
+// point, pass after pass, and the audit would never rotate again (a bound
+// of two minutes on the whole pass did so past a few million entries).
+// Here both bounds are 100 ms, and anchoring 30,000 entries takes longer.
+func TestAuditRotatesWhateverAStepTakes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	base := newPool(t)
+	const n = 30_000
+	enqueueN(t, base, "run-rotates", "t", n)
+	// The daemon's sessions, with a statement_timeout its operator set.
+	cfg := base.Config()
+	cfg.ConnConfig.RuntimeParams = map[string]string{"options": "-c statement_timeout=100ms"}
+	store.SessionDefaults(cfg.ConnConfig)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var timeout string
+	if err := pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&timeout); err != nil || timeout != "100ms" {
+		t.Fatalf("statement_timeout of the daemon's sessions: %q, %v; want 100ms", timeout, err)
+	}
+	var logs testkit.Buffer
+	e, err := New(pool, testRouting(t, map[string]dispatch.Adapter{}), Config{Workers: 1, BatchSize: 1,
+		Metrics: NewMetrics(prometheus.NewRegistry(), "test"), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := 1000 * time.Hour
+	p := RetentionPolicy{Enabled: true, Retention: store.Retention{BatchSize: 50, BatchTimeout: 100 * time.Millisecond,
+		Tombstones: keep, Audit: time.Second, ByStatus: map[outbox.Status]time.Duration{outbox.StatusSucceeded: keep,
+			outbox.StatusFailed: keep, outbox.StatusCompensated: keep, outbox.StatusCancelled: keep}}}
+	passes := 0
+	testkit.WaitFor(t, 5*time.Minute, "the generation of the 30,000 entries truncated", func() (bool, string) {
+		e.pruneOnce(ctx, p)
+		passes++
+		var left int
+		if err := base.QueryRow(ctx, "SELECT count(*) FROM drainer.audit").Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return left == 0, fmt.Sprintf("%d entries left after %d passes; logs:\n%s", left, passes, logs.String())
+	})
+	var anchors int
+	if err := base.QueryRow(ctx, "SELECT count(*) FROM drainer.audit_anchors").Scan(&anchors); err != nil || anchors != n {
+		t.Fatalf("%d anchors (%v), want one for each of the %d chains", anchors, err, n)
+	}
 }

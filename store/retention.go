@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -27,7 +29,16 @@ type Retention struct {
 	Compensable map[string]time.Duration
 	// BatchSize bounds each statement (a short transaction of its own).
 	BatchSize int
+	// BatchTimeout bounds how long each pruning batch's statement may
+	// take (0: DefaultBatchTimeout). The audit's rotation steps are not
+	// bounded by it (RotateAudit).
+	BatchTimeout time.Duration
 }
+
+// DefaultBatchTimeout is Retention.BatchTimeout's default: a batch reads
+// and deletes at most BatchSize rows, so a statement that runs this long
+// is stuck (a connection that no longer answers), not slow.
+const DefaultBatchTimeout = 2 * time.Minute
 
 // pruneRunsSQL deletes runs whose saga is done and whose rows are all gone:
 // the abort needs no record once even the tombstones of its rows expired
@@ -77,14 +88,23 @@ const pruneTombstonesSQL = `WITH gone AS (
 // Prune runs one pass within budget and returns the rows pruned by kind
 // (a terminal status, "tombstone", "audit", "run"). Each batch is a short
 // transaction of its own (SKIP LOCKED), so pruning never holds locks for
-// long nor blocks the drain.
-func (s *Store) Prune(ctx context.Context, db DB, r Retention, budget time.Duration) (map[string]int, error) {
+// long nor blocks the drain; each runs within r.BatchTimeout. The budget
+// is checked between statements: a rotation step of the audit, whose work
+// grows with its generation, runs to its end (RotateAudit).
+func (s *Store) Prune(ctx context.Context, db BeginDB, r Retention, budget time.Duration) (map[string]int, error) {
 	deadline := time.Now().Add(budget)
 	out := map[string]int{}
+	batchTimeout := cmp.Or(r.BatchTimeout, DefaultBatchTimeout)
+	batch := func(sql string, args ...any) (n int, err error) {
+		bctx, cancel := context.WithTimeout(ctx, batchTimeout)
+		defer cancel()
+		err = db.QueryRow(bctx, s.sql(sql), args...).Scan(&n)
+		return n, err
+	}
 	loop := func(kind, sql string, args ...any) error {
 		for time.Now().Before(deadline) {
-			var n int
-			if err := db.QueryRow(ctx, s.sql(sql), args...).Scan(&n); err != nil {
+			n, err := batch(sql, args...)
+			if err != nil {
 				return fmt.Errorf("prune %s: %w", kind, err)
 			}
 			out[kind] += n
@@ -118,7 +138,7 @@ func (s *Store) Prune(ctx context.Context, db DB, r Retention, budget time.Durat
 // rotateAudit turns the audit's generations until there is nothing more
 // to do now or the deadline passes; the entries truncated count as
 // "audit", the anchor versions of forgotten chains retired as "anchor".
-func (s *Store) rotateAudit(ctx context.Context, db DB, retention time.Duration, deadline time.Time, out map[string]int) error {
+func (s *Store) rotateAudit(ctx context.Context, db BeginDB, retention time.Duration, deadline time.Time, out map[string]int) error {
 	for time.Now().Before(deadline) {
 		step, err := s.RotateAudit(ctx, db, retention, retention/3)
 		if err != nil {
@@ -143,13 +163,29 @@ func (s *Store) rotateAudit(ctx context.Context, db DB, retention time.Duration,
 // RotateAudit runs one step of the audit's generations
 // (migrations/code/functions/rotate_audit.sql) and returns it ("sealed",
 // "anchored N", "emptied", "truncated N", "retired N", "flipped",
-// "waiting", "idle" or "busy"). A generation is truncated once every entry in it is older than
-// retention; one is opened every span. The retention pass gives retention
-// ÷ 3 as span, so an entry is kept between retention and 4/3 of it.
-func (s *Store) RotateAudit(ctx context.Context, db DB, retention, span time.Duration) (string, error) {
+// "waiting", "idle" or "busy"). A generation is truncated once every entry
+// in it is older than retention; one is opened every span. The retention
+// pass gives retention ÷ 3 as span, so an entry is kept between retention
+// and 4/3 of it.
+//
+// A step's work grows with its generation: the anchoring and the
+// truncation digest every entry of it, and the sweep every version of an
+// anchors record (about 30 µs an entry, docs/reliability.md, "The audit
+// rotates whatever a generation holds"). So a step runs to its end: with
+// statement_timeout off for its transaction (a timeout set on drainer's
+// role or database would end it at the same point every time, and the
+// generation would never go), and under ctx alone, which only a shutdown
+// ends. Its locks are taken with a lock_timeout of their own (busy).
+func (s *Store) RotateAudit(ctx context.Context, db BeginDB, retention, span time.Duration) (string, error) {
 	var step string
-	if err := db.QueryRow(ctx, s.sql("SELECT {s}.rotate_audit($1 * interval '1 microsecond', $2 * interval '1 microsecond')"),
-		retention.Microseconds(), span.Microseconds()).Scan(&step); err != nil {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, s.sql("SELECT {s}.rotate_audit($1 * interval '1 microsecond', $2 * interval '1 microsecond')"),
+			retention.Microseconds(), span.Microseconds()).Scan(&step)
+	})
+	if err != nil {
 		return "", fmt.Errorf("rotate audit: %w", err)
 	}
 	return step, nil
@@ -161,7 +197,7 @@ func (s *Store) RotateAudit(ctx context.Context, db DB, retention, span time.Dur
 // not go back to the pool still held, so if its release cannot be
 // confirmed the connection is closed instead, which ends the session and
 // its lock.
-func (s *Store) WithRetentionLock(ctx context.Context, pool *pgxpool.Pool, fn func(DB) error) (bool, error) {
+func (s *Store) WithRetentionLock(ctx context.Context, pool *pgxpool.Pool, fn func(BeginDB) error) (bool, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("retention lock: %w", err)

@@ -23,6 +23,13 @@ type DB interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
+// BeginDB is a DB that can begin a transaction (a pool or a connection),
+// or a savepoint (a transaction).
+type BeginDB interface {
+	DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // TxDB is a DB that can also begin a transaction (a pool or a connection).
 type TxDB interface {
 	DB
