@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -19,10 +20,17 @@ import (
 // client then rejects a result that is not isError and has no
 // structuredContent, so an answer without the tool's structuredContent is
 // isError (its text and _meta saying what happened).
-func answer(c store.Call, replay, typed bool) *sdk.CallToolResult {
+//
+// whole, when not nil, is c's record already decoded (answersWhole): it is
+// the answer, with its _meta.
+func answer(c store.Call, whole *sdk.CallToolResult, replay, typed bool) *sdk.CallToolResult {
 	meta := sdk.Meta{MetaKey: c.Key}
 	if replay {
 		meta[MetaReplay] = true
+	}
+	if whole != nil {
+		whole.Meta = meta
+		return whole
 	}
 	if len(c.Record) > 0 && (c.Status == outbox.StatusSucceeded || c.Status == outbox.StatusFailed) {
 		if n, tooLarge := recordTooLarge(c.Record); tooLarge {
@@ -57,19 +65,20 @@ func answer(c store.Call, replay, typed bool) *sdk.CallToolResult {
 	}
 }
 
-// answersWhole reports whether c, a row's state as its completion wrote it
-// (store.Settle), is all its answer needs: a success whose record is the
-// tool's result, not the note of one too large to keep. The answer is then
-// the record's alone, the one a replay gives from the same bytes.
-func answersWhole(c store.Call) bool {
-	if c.Status != outbox.StatusSucceeded || len(c.Record) == 0 {
-		return false
+// answersWhole returns c's record decoded when c, a row's state (nil: none) as its
+// completion wrote it (store.Settle), is all its answer needs: a success
+// whose record is the tool's result, not the note of one too large to
+// keep. The answer is then the record's alone, the one a replay gives from
+// the same bytes; it is decoded once, here, for both.
+func answersWhole(c *store.Call) (*sdk.CallToolResult, bool) {
+	if c == nil || c.Status != outbox.StatusSucceeded || len(c.Record) == 0 {
+		return nil, false
 	}
 	if _, tooLarge := recordTooLarge(c.Record); tooLarge {
-		return false
+		return nil, false
 	}
-	_, err := fromRecord(c.Record)
-	return err == nil
+	res, err := fromRecord(c.Record)
+	return res, err == nil
 }
 
 // tooLargeAnswer is the answer about a call whose result was too large to
@@ -172,8 +181,13 @@ func fromRecord(rec json.RawMessage) (*sdk.CallToolResult, error) {
 	return &res, nil
 }
 
-// recordTooLarge reports a record that says the result was not kept.
+// recordTooLarge reports a record that says the result was not kept. A
+// record that does not name the note's field (a tool's result, the rest)
+// is not decoded.
 func recordTooLarge(rec json.RawMessage) (int64, bool) {
+	if !bytes.Contains(rec, tooLargeField) {
+		return 0, false
+	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(rec, &m) != nil || len(m) != 1 {
 		return 0, false
@@ -184,6 +198,10 @@ func recordTooLarge(rec json.RawMessage) (int64, bool) {
 	}
 	return 0, false
 }
+
+// tooLargeField is the field of a record that says the result was not
+// kept, as JSON writes its name (mcp.Record; a jsonb column too).
+var tooLargeField = []byte(`"` + mcp.MetaTooLarge + `"`)
 
 func textResult(meta sdk.Meta, text string) *sdk.CallToolResult {
 	return &sdk.CallToolResult{Meta: meta, Content: []sdk.Content{&sdk.TextContent{Text: text}}}

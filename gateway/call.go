@@ -75,7 +75,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	// aborted), and is read at once. An agent that hangs up ends the
 	// wait at once, freeing its slot: its row stays recorded and goes
 	// on, and its retry joins it.
-	c, joined, err := g.await(ctx, key, leased, settled, hungUp(ctx), enq.Created, deadline)
+	c, whole, joined, err := g.await(ctx, key, leased, settled, hungUp(ctx), enq.Created, deadline)
 	if errors.Is(err, errHungUp) {
 		outcome = OutcomeTimeout
 		g.log.Debug("gateway: the agent hung up; its call goes on", "tool", t.Name, "key", key)
@@ -87,7 +87,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 			return answersBusy(c, !enq.Created), nil
 		}
 	}
-	res, outcome, err = g.respond(t, key, c, enq.Created, joined, err)
+	res, outcome, err = g.respond(t, key, c, whole, enq.Created, joined, err)
 	return res, err
 }
 
@@ -95,9 +95,10 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 var errHungUp = errors.New("the agent hung up")
 
 // respond is the answer to a recorded call of key from its row c as await
-// left it (err its error), and the call's outcome: created says this call
-// recorded the row, joined that it found the row in flight.
-func (g *Gateway) respond(t *Tool, key string, c store.Call, created, joined bool, err error) (*sdk.CallToolResult, Outcome, error) {
+// left it (whole its record decoded, when the announcement answered it;
+// err its error), and the call's outcome: created says this call recorded
+// the row, joined that it found the row in flight.
+func (g *Gateway) respond(t *Tool, key string, c store.Call, whole *sdk.CallToolResult, created, joined bool, err error) (*sdk.CallToolResult, Outcome, error) {
 	var outcome Outcome
 	switch {
 	case errors.Is(err, store.ErrNoCall):
@@ -118,8 +119,8 @@ func (g *Gateway) respond(t *Tool, key string, c store.Call, created, joined boo
 	default:
 		outcome = OutcomeReplayed
 	}
-	res := answer(c, !created, t.typed)
-	if created || joined {
+	res := answer(c, whole, !created, t.typed)
+	if whole == nil && (created || joined) {
 		// The call that waited for the row gets a result too large to
 		// record whole, when this process sent it.
 		res = g.whole(t, c, res)
@@ -246,12 +247,13 @@ func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.Cal
 // was committed (its state as last known, should a read fail), and the
 // interest in it was registered before, so its settling is not missed. An
 // announcement that carries the state the row settled in, when that state
-// is the whole answer (answersWhole), ends the wait without a read. A bare
+// is the whole answer (answersWhole), ends the wait without a read, and
+// comes with its result decoded. A bare
 // notification of a row this call leased to the engine of this process,
 // arriving while that engine writes its completion (Config.Writing), is
 // that write's own: its news follows once the write ended, and is waited
 // for rather than the row read.
-func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <-chan *store.Call, gone <-chan struct{}, created bool, deadline time.Time) (store.Call, bool, error) {
+func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <-chan *store.Call, gone <-chan struct{}, created bool, deadline time.Time) (store.Call, *sdk.CallToolResult, bool, error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	tick := time.NewTicker(cmp.Or(g.recheck, recheck))
@@ -265,13 +267,13 @@ func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <
 			now, err := g.read(ctx, key, largeAnswer)
 			if err != nil && ctx.Err() != nil {
 				// The call's time ran out, or the gateway stops, in the read.
-				return g.lastLook(ctx, c, known)
+				return lastLooked(g.lastLook(ctx, c, known))
 			}
 			if err != nil || now.Settled() {
 				if cause != "" && err == nil {
 					g.metrics.settled.WithLabelValues(cause).Inc()
 				}
-				return now, cause != "", err
+				return now, nil, cause != "", err
 			}
 			c, known = now, true
 		}
@@ -279,9 +281,9 @@ func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <
 		select {
 		case s := <-settled:
 			cause = "notify"
-			if s != nil && answersWhole(*s) {
+			if res, ok := answersWhole(s); ok {
 				g.metrics.settled.WithLabelValues(cause).Inc()
-				return *s, true, nil
+				return *s, res, true, nil
 			}
 			if s == nil && leased != 0 && g.cfg.Writing != nil {
 				if written = g.cfg.Writing(leased); written != nil {
@@ -294,16 +296,21 @@ func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <
 			cause = "recheck"
 		case <-timer.C:
 			// One last look: it may have settled this instant.
-			return g.lastLook(ctx, c, known)
+			return lastLooked(g.lastLook(ctx, c, known))
 		case <-ctx.Done():
-			return g.lastLook(ctx, c, known)
+			return lastLooked(g.lastLook(ctx, c, known))
 		case <-gone:
-			return c, false, errHungUp
+			return c, nil, false, errHungUp
 		case <-g.closing:
 			// the row's state now, for the answer (the daemon is stopping)
-			return g.lastLook(ctx, c, known)
+			return lastLooked(g.lastLook(ctx, c, known))
 		}
 	}
+}
+
+// lastLooked is lastLook's answer as await returns it: no result decoded.
+func lastLooked(c store.Call, joined bool, err error) (store.Call, *sdk.CallToolResult, bool, error) {
+	return c, nil, joined, err
 }
 
 // read reads the row of key, with its record when it is within limit bytes

@@ -10,6 +10,7 @@ import (
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
 	"github.com/drainer-io/drainer/store/storetest"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -32,24 +33,36 @@ func TestAwaitAnswersFromTheStateItWasTold(t *testing.T) {
 	g := bareGateway(t)
 	const key = "v1:no-such-row"
 	record := json.RawMessage(`{"content":[{"type":"text","text":"charged"}],"structuredContent":{"id":7}}`)
-	await := func(told *store.Call) (store.Call, error) {
+	await := func(told *store.Call) (store.Call, *sdk.CallToolResult, error) {
 		t.Helper()
 		settled := make(chan *store.Call, 1)
 		settled <- told
-		c, joined, err := g.await(t.Context(), key, 1, settled, nil, true, time.Now().Add(time.Minute))
+		c, res, joined, err := g.await(t.Context(), key, 1, settled, nil, true, time.Now().Add(time.Minute))
 		if err == nil && !joined {
 			t.Errorf("told %+v: answered as not joined; the call waited for its row", told)
 		}
-		return c, err
+		return c, res, err
 	}
 
 	ok := &store.Call{Key: key, Status: outbox.StatusSucceeded, Response: json.RawMessage(`{"id": 7}`), Record: record}
-	c, err := await(ok)
+	c, res, err := await(ok)
 	if err != nil || c.Status != outbox.StatusSucceeded || string(c.Record) != string(record) {
 		t.Fatalf("told a success with its record: %+v, %v; want that state, not read", c, err)
 	}
-	if got := answer(c, false, true); got.IsError || got.StructuredContent == nil {
+	if res == nil {
+		t.Fatal("told a success with its record: no result decoded from it; the answer would decode the record again")
+	}
+	got := answer(c, res, false, true)
+	if got.IsError || got.StructuredContent == nil {
 		t.Fatalf("the answer from the state told: %+v; want the tool's result", got)
+	}
+	// the same answer as one decoded from the record (a replay's)
+	again, err := json.Marshal(answer(c, nil, false, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := json.Marshal(got); err != nil || string(first) != string(again) {
+		t.Fatalf("the answer from the result decoded once: %s (%v); from the record: %s", first, err, again)
 	}
 
 	for name, told := range map[string]*store.Call{
@@ -60,7 +73,7 @@ func TestAwaitAnswersFromTheStateItWasTold(t *testing.T) {
 		"a record that is no result": {Key: key, Status: outbox.StatusSucceeded, Record: json.RawMessage(`{"content": 3}`)},
 		"a wake-up alone":            nil,
 	} {
-		if c, err := await(told); !errors.Is(err, store.ErrNoCall) {
+		if c, _, err := await(told); !errors.Is(err, store.ErrNoCall) {
 			t.Errorf("told %s: %+v, %v; want the row read (ErrNoCall: it has none)", name, c, err)
 		}
 	}
@@ -113,7 +126,7 @@ func TestAwaitWaitsForTheWriteItWasWokenBy(t *testing.T) {
 		settled <- nil // the notification
 		done := make(chan waited, 1)
 		go func() {
-			c, _, err := g.await(t.Context(), key, seq, settled, nil, true, time.Now().Add(time.Hour))
+			c, _, _, err := g.await(t.Context(), key, seq, settled, nil, true, time.Now().Add(time.Hour))
 			done <- waited{c, err}
 		}()
 		return settled, done
