@@ -65,11 +65,11 @@ func answer(c store.Call, whole *sdk.CallToolResult, replay, typed bool) *sdk.Ca
 	}
 }
 
-// answersWhole returns c's record decoded when c, a row's state (nil: none) as its
-// completion wrote it (store.Settle), is all its answer needs: a success
-// whose record is the tool's result, not the note of one too large to
-// keep. The answer is then the record's alone, the one a replay gives from
-// the same bytes; it is decoded once, here, for both.
+// answersWhole returns c's record decoded when c, a row's state as its
+// completion wrote it (store.Settle; nil: none), is all its answer needs:
+// a success whose record is the tool's result, not the note of one too
+// large to keep. The answer is then the record's alone, the one a replay
+// gives from the same bytes; it is decoded once, here, for both.
 func answersWhole(c *store.Call) (*sdk.CallToolResult, bool) {
 	if c == nil || c.Status != outbox.StatusSucceeded || len(c.Record) == 0 {
 		return nil, false

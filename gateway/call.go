@@ -248,11 +248,10 @@ func (g *Gateway) whole(t *Tool, c store.Call, res *sdk.CallToolResult) *sdk.Cal
 // interest in it was registered before, so its settling is not missed. An
 // announcement that carries the state the row settled in, when that state
 // is the whole answer (answersWhole), ends the wait without a read, and
-// comes with its result decoded. A bare
-// notification of a row this call leased to the engine of this process,
-// arriving while that engine writes its completion (Config.Writing), is
-// that write's own: its news follows once the write ended, and is waited
-// for rather than the row read.
+// comes with its result decoded. A bare notification of a row this call
+// leased to the engine of this process, arriving while that engine writes
+// its completion (Config.Writing), is that write's own: its news follows
+// once the write ended, and is waited for rather than the row read.
 func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <-chan *store.Call, gone <-chan struct{}, created bool, deadline time.Time) (store.Call, *sdk.CallToolResult, bool, error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()

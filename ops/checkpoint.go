@@ -352,12 +352,18 @@ func (c *Client) readSince(ctx context.Context, tx pgx.Tx, since int64, doc *Che
 func (c *Client) evidence(ctx context.Context, tx pgx.Tx, n int64) ([]CheckpointEvidence, error) {
 	var out []CheckpointEvidence
 	err := c.st.EachAnchorVersion(ctx, tx, n, func(x *store.AnchorVersion) error {
-		if x.Problem != nil {
-			out = append(out, CheckpointEvidence{Vid: x.Vid, Key: x.Key, RowHash: hex.EncodeToString(x.RowHash)})
-		}
+		out = appendEvidence(out, x)
 		return nil
 	})
 	return out, err
+}
+
+// appendEvidence appends x to evidence when x records a problem.
+func appendEvidence(evidence []CheckpointEvidence, x *store.AnchorVersion) []CheckpointEvidence {
+	if x.Problem == nil {
+		return evidence
+	}
+	return append(evidence, CheckpointEvidence{Vid: x.Vid, Key: x.Key, RowHash: hex.EncodeToString(x.RowHash)})
 }
 
 func recordOf(r *store.LedgerRecord) CheckpointRecord {

@@ -363,9 +363,7 @@ func (a *auditView) digest(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord
 			if !bytes.Equal(AnchorHash(x), x.RowHash) {
 				edited = append(edited, editedItem{"anchor", x.Key, x.Vid})
 			}
-			if x.Problem != nil {
-				evidence = append(evidence, CheckpointEvidence{Vid: x.Vid, Key: x.Key, RowHash: hex.EncodeToString(x.RowHash)})
-			}
+			evidence = appendEvidence(evidence, x)
 			v.add(x.Key, x.Vid, x.RowHash)
 			return nil
 		})

@@ -172,10 +172,11 @@ func (s *Store) rotateAudit(ctx context.Context, db BeginDB, retention time.Dura
 // truncation digest every entry of it, and the sweep every version of an
 // anchors record (about 30 µs an entry, docs/reliability.md, "The audit
 // rotates whatever a generation holds"). So a step runs to its end: with
-// statement_timeout off for its transaction (a timeout set on drainer's
-// role or database would end it at the same point every time, and the
-// generation would never go), and under ctx alone, which only a shutdown
-// ends. Its locks are taken with a lock_timeout of their own (busy).
+// statement_timeout off for its transaction (one set for drainer's
+// sessions, in its URL's options, say, would end it at the same point
+// every time, and the generation would never go), and under ctx alone,
+// which only a shutdown ends. Its locks are taken with a lock_timeout of
+// their own (busy).
 func (s *Store) RotateAudit(ctx context.Context, db BeginDB, retention, span time.Duration) (string, error) {
 	var step string
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
