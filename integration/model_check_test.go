@@ -80,6 +80,28 @@ type mIntent struct {
 	humanUndone                bool // its compensation_failed row was resolved by an operator
 	recreated                  bool // created again after its tombstone expired
 	recreatedAt                time.Time
+	// earlier holds the creation orders of its rows before the current
+	// one (recreated), each with when the row after it was created: a
+	// compensation applied before then is its earlier row's (orderAt).
+	earlier []mOrder
+}
+
+// mOrder is the creation order of an earlier row of a key, and when the
+// row after it was created.
+type mOrder struct {
+	order int
+	until time.Time
+}
+
+// orderAt is the creation order of in's row at t: the current row's, or,
+// before it was created, the earlier row's that was there then.
+func (in *mIntent) orderAt(t time.Time) int {
+	for _, o := range in.earlier {
+		if t.Before(o.until) {
+			return o.order
+		}
+	}
+	return in.order
 }
 
 type mTx struct {
@@ -764,6 +786,7 @@ func (m *seqModel) enqueueIn(x *mTx, targets []*mIntent, variants []bool, batch 
 				// intent (the provider may apply it again), and it takes
 				// its place in its run's seq order anew.
 				in.recreated, in.recreatedAt = true, now
+				in.earlier = append(in.earlier, mOrder{order: in.order, until: now})
 				m.order++
 				in.order = m.order
 			}

@@ -522,3 +522,28 @@ func signalReplica(d *daemon, sig syscall.Signal) {
 		_ = d.cmd.Process.Signal(sig)
 	}
 }
+
+// TestModelOrdersAKeysRowsByWhenTheyLived: a key created again after its
+// tombstone expired takes a new place in its run's seq order, and a
+// compensation applied while its earlier row lived is judged by the
+// earlier row's place (seed 5235 judged one by the later row's, and
+// reported a compensation in reverse seq order as out of order).
+func TestModelOrdersAKeysRowsByWhenTheyLived(t *testing.T) {
+	t0 := time.Now()
+	in := &mIntent{order: 1}
+	if got := in.orderAt(t0); got != 1 {
+		t.Fatalf("a key created once: order %d at any time, want 1", got)
+	}
+	in.earlier = append(in.earlier, mOrder{order: in.order, until: t0.Add(time.Minute)})
+	in.order = 81
+	in.earlier = append(in.earlier, mOrder{order: in.order, until: t0.Add(2 * time.Minute)})
+	in.order = 90
+	for _, c := range []struct {
+		at   time.Duration
+		want int
+	}{{0, 1}, {time.Minute - time.Millisecond, 1}, {time.Minute, 81}, {90 * time.Second, 81}, {2 * time.Minute, 90}, {time.Hour, 90}} {
+		if got := in.orderAt(t0.Add(c.at)); got != c.want {
+			t.Errorf("order of the row that lived %v after the first was created: %d, want %d", c.at, got, c.want)
+		}
+	}
+}

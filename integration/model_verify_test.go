@@ -431,11 +431,13 @@ func (m *seqModel) verify() {
 				fail("run %s: compensation applied for %s, which is no compensable step of the run", r.id, c.forwardKey)
 			case e.provider.key(in.key).effects == 0:
 				fail("run %s: compensation applied for %s, whose effect never happened", r.id, c.forwardKey)
-			case last >= 0 && in.order > last:
-				fail("run %s: compensation of %s (created #%d) applied after one of a row created earlier (#%d): not reverse seq order", r.id, in.step, in.order, last)
+			case last >= 0 && in.orderAt(c.at) > last:
+				// (the order of the key's row when the compensation was
+				// applied: a key created again has a later one since)
+				fail("run %s: compensation of %s (created #%d) applied after one of a row created earlier (#%d): not reverse seq order", r.id, in.step, in.orderAt(c.at), last)
 			}
 			if in != nil {
-				last = in.order
+				last = in.orderAt(c.at)
 			}
 		}
 		for k, n := range seen {
