@@ -336,6 +336,33 @@ func (c *Config) RouteFor(tool string) (*Route, bool) {
 	return r, ok
 }
 
+// LongestKeyTTL is the longest key_ttl the config gives any route, and
+// where it comes from: an adapter's or a route's key_ttl, or, for an
+// adapter that sets none, its type's default (dispatch.Kind.DefaultKeyTTL:
+// 7d for kafka). Windows read from a provider at start are not known here;
+// the engine keeps tombstones as long as those too
+// (drainer.Routing.Tombstones).
+func (c *Config) LongestKeyTTL() (time.Duration, string) {
+	var longest time.Duration
+	var where string
+	for _, name := range c.AdapterNames() {
+		a := c.Adapters[name]
+		ttl, from := a.KeyTTL, "adapters."+name+".key_ttl"
+		if k, ok := dispatch.KindOf(a.Type); ok && ttl == 0 {
+			ttl, from = k.DefaultKeyTTL, "the "+a.Type+" default of adapters."+name
+		}
+		if ttl > longest {
+			longest, where = ttl, from
+		}
+	}
+	for _, tool := range slices.Sorted(maps.Keys(c.Routes)) {
+		if ttl := c.Routes[tool].KeyTTL; ttl > longest {
+			longest, where = ttl, "routes."+tool+".key_ttl"
+		}
+	}
+	return longest, where
+}
+
 // AdapterNames returns the configured adapter names, sorted.
 func (c *Config) AdapterNames() []string {
 	return slices.Sorted(maps.Keys(c.Adapters))
@@ -394,13 +421,7 @@ func (c *Config) applyDefaults(src map[string]*source) {
 	if r.Tombstones == 0 {
 		// Longer than any provider's idempotency window, so a late
 		// re-enqueue of a pruned row is never sent twice.
-		longest := time.Duration(0)
-		for _, a := range c.Adapters {
-			longest = max(longest, a.KeyTTL)
-		}
-		for _, r := range c.Routes {
-			longest = max(longest, r.KeyTTL)
-		}
+		longest, _ := c.LongestKeyTTL()
 		r.Tombstones = max(longest+24*time.Hour, DefaultTombstoneMinimum)
 	}
 	for _, a := range c.Adapters {

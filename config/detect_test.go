@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDetectValidation(t *testing.T) {
@@ -47,9 +48,39 @@ func TestRetentionConfig(t *testing.T) {
 		t.Fatalf("defaults not applied: %+v", r)
 	}
 	_, err = Parse("c.yaml", []byte(base+"retention:\n  succeeded: -1h\n  tombstones: 24h\n  batch_size: 0\n"), LoadOptions{})
-	for _, want := range []string{"c.yaml:6:14: retention.succeeded", "c.yaml:7:15: retention.tombstones: tombstones (24h) must be kept at least as long as the longest key_ttl (72h)", "c.yaml:8:15: retention.batch_size"} {
+	for _, want := range []string{"c.yaml:6:14: retention.succeeded", "c.yaml:7:15: retention.tombstones: tombstones (24h) must be kept at least as long as the longest key_ttl (72h, adapters.p.key_ttl)", "c.yaml:8:15: retention.batch_size"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("got %v, want %q", err, want)
 		}
+	}
+}
+
+// TestTombstonesOutliveDefaultKeyTTLs: an adapter without a key_ttl of its
+// own has its type's default, and tombstones must outlive that too, in
+// `drainer check` and `drainer run` alike; by default they do (a kafka
+// adapter's default is 7d).
+func TestTombstonesOutliveDefaultKeyTTLs(t *testing.T) {
+	http := "adapters:\n  p: {type: http, url: \"http://p/{tool_name}\"}\nroutes:\n  t: {adapter: p}\n"
+	for _, check := range []bool{true, false} {
+		_, err := Parse("c.yaml", []byte(http+"retention:\n  tombstones: 3s\n"), LoadOptions{Check: check})
+		want := "c.yaml:6:15: retention.tombstones: tombstones (3s) must be kept at least as long as the longest key_ttl (24h, the http default of adapters.p)"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("check %v: got %v, want %q", check, err, want)
+		}
+	}
+	routed := http + "  u: {adapter: p, key_ttl: 36h}\nretention:\n  tombstones: 30h\n"
+	if _, err := Parse("c.yaml", []byte(routed), LoadOptions{}); err == nil || !strings.Contains(err.Error(), "(36h, routes.u.key_ttl)") {
+		t.Errorf("a route's key_ttl: got %v", err)
+	}
+	kafka := "adapters:\n  k: {type: kafka, brokers: [\"k:9092\"], topic: orders}\nroutes:\n  t: {adapter: k}\n"
+	cfg, err := Parse("c.yaml", []byte(kafka), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 8 * 24 * time.Hour; cfg.Retention.Tombstones != want {
+		t.Errorf("default tombstones beside a kafka adapter: %s, want %s (its 7d default key_ttl + 24h)", cfg.Retention.Tombstones, want)
+	}
+	if _, err := Parse("c.yaml", []byte(kafka+"retention:\n  tombstones: 48h\n"), LoadOptions{}); err == nil || !strings.Contains(err.Error(), "(168h, the kafka default of adapters.k)") {
+		t.Errorf("tombstones shorter than kafka's default key_ttl: got %v", err)
 	}
 }

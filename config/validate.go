@@ -90,16 +90,10 @@ func (v *validator) retention() {
 	if f := "retention.batch_size"; v.usable(f) && (r.BatchSize < 1 || r.BatchSize > 100000) {
 		v.errorf(f, "must be between 1 and 100000, got %s", v.quoted(f))
 	}
-	longest := time.Duration(0)
-	for _, a := range v.cfg.Adapters {
-		longest = max(longest, a.KeyTTL)
-	}
-	for _, r := range v.cfg.Routes {
-		longest = max(longest, r.KeyTTL)
-	}
-	if f := "retention.tombstones"; v.usable(f) && longest > 0 && r.Tombstones < longest {
-		v.errorf(f, "tombstones (%s) must be kept at least as long as the longest key_ttl (%s), or a late re-enqueue could be sent twice",
-			formatDuration(r.Tombstones), formatDuration(longest))
+	longest, where := v.cfg.LongestKeyTTL()
+	if f := "retention.tombstones"; v.usable(f) && r.Tombstones != 0 && longest > 0 && r.Tombstones < longest {
+		v.errorf(f, "tombstones (%s) must be kept at least as long as the longest key_ttl (%s, %s), or a late re-enqueue could be sent twice",
+			formatDuration(r.Tombstones), formatDuration(longest), where)
 	}
 }
 

@@ -3,6 +3,8 @@ package drainer
 import (
 	"cmp"
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/drainer-io/drainer/internal/maintenance"
@@ -22,11 +24,55 @@ type RetentionPolicy struct {
 // the work (an advisory lock), the others skip that round.
 func (e *Engine) pruner() *maintenance.Loop {
 	interval := func() time.Duration { return cmp.Or(e.routing.Load().Retention.Interval, time.Minute) }
+	var told time.Duration
 	return maintenance.Periodic("pruner", interval, nil, func(ctx context.Context) {
-		if p := e.routing.Load().Retention; p.Enabled {
+		if p, ok := e.retention(e.routing.Load(), &told); ok {
 			e.pruneOnce(ctx, p)
 		}
 	})
+}
+
+// retention is the pass rt's policy asks for, if any: with tombstones kept
+// at least as long as the longest key_ttl of rt's routes
+// (keptTombstones). The first pass that keeps them longer than the policy
+// says, and each change of how long, is logged (told: the last logged).
+func (e *Engine) retention(rt *Routing, told *time.Duration) (RetentionPolicy, bool) {
+	p := rt.Retention
+	if !p.Enabled {
+		return p, false
+	}
+	if kept, tool := rt.keptTombstones(); kept > p.Tombstones {
+		if kept != *told {
+			e.log.Warn("tombstones kept longer than retention.tombstones: a route's key_ttl is longer (a window its provider reported)",
+				"retention_tombstones", p.Tombstones.String(), "kept", kept.String(), "tool_name", tool)
+			*told = kept
+		}
+		p.Tombstones = kept
+	}
+	return p, true
+}
+
+// keptTombstones is the longest key_ttl that applies to a route of rt
+// (dispatch.Entry.KeyTTLFor: the route's, its adapter's, or the window its
+// provider reported) and that route's tool. A tombstone must outlive its
+// key at the provider (docs/reference.md §2), and a window read from a
+// provider is known only at run time, so the pruner keeps tombstones at
+// least that long whatever retention.tombstones says; the config's own
+// key_ttls and its types' defaults are checked against it at load.
+func (rt *Routing) keptTombstones() (time.Duration, string) {
+	var longest time.Duration
+	var where string
+	for _, tool := range slices.Sorted(maps.Keys(rt.Routes)) {
+		r := rt.Routes[tool]
+		entry, ok := rt.Registry.Get(r.Adapter)
+		if !ok {
+			continue
+		}
+		if ttl := entry.KeyTTLFor(r.KeyTTL); ttl > longest {
+			longest, where = ttl, tool
+		}
+	}
+	return longest, where
 }
 
 // pruneOnce runs one retention pass, on one replica at a time. Its budget

@@ -338,3 +338,69 @@ func TestAuditRotatesWhateverAStepTakes(t *testing.T) {
 		t.Fatalf("%d anchors (%v), want one for each of the %d chains", anchors, err, n)
 	}
 }
+
+// TestTombstonesOutliveEveryKeyTTL: a tombstone outlives its key at the
+// provider (docs/reference.md §2). The config's key_ttls and their types'
+// defaults are checked at load; a window the provider reports at start is
+// known only at run time, so the pruner keeps tombstones that long,
+// whatever retention.tombstones says, says so once, and follows the window
+// when it changes.
+func TestTombstonesOutliveEveryKeyTTL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t)
+	var key string
+	if err := pool.QueryRow(ctx, `SELECT key FROM drainer.enqueue('r', 's', 't', 'b', '{"a": 1}')`).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE drainer.outbox SET status = 'succeeded', updated_at = now() - interval '1 day'"); err != nil {
+		t.Fatal(err)
+	}
+	rt := testRouting(t, map[string]dispatch.Adapter{"t": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
+		return dispatch.Result{Outcome: dispatch.Success}
+	})}, &Route{Tool: "t"})
+	entry, _ := rt.Registry.Get("t")
+	entry.KeyTTL, entry.KeyTTLFromProvider, entry.ProviderWindow = time.Hour, true, time.Hour
+	rt.Retention = pruneNow()
+	rt.Retention.Tombstones = time.Second
+	var logs testkit.Buffer
+	e, err := New(pool, rt, Config{Workers: 1, Metrics: NewMetrics(prometheus.NewRegistry(), "test"),
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told time.Duration
+	pass := func() time.Duration {
+		p, ok := e.retention(rt, &told)
+		if !ok {
+			t.Fatal("retention enabled, yet no pass")
+		}
+		e.pruneOnce(ctx, p)
+		return p.Tombstones
+	}
+	tombstones := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM drainer.tombstones WHERE key = $1", key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if kept := pass(); kept != time.Hour || tombstones() != 1 {
+		t.Fatalf("first pass: tombstones kept %s (want the provider's window, 1h), %d tombstone(s) of the pruned row", kept, tombstones())
+	}
+	if _, err := pool.Exec(ctx, "UPDATE drainer.keys SET pruned_at = now() - interval '1 minute' WHERE key = $1", key); err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	var created bool
+	if err := pool.QueryRow(ctx, `SELECT created FROM drainer.enqueue('r', 's', 't', 'b', '{"a": 1}')`).Scan(&created); err != nil || created {
+		t.Fatalf("a re-enqueue a minute after the prune, within the key's 1h window: created %v (%v), want the tombstone's answer", created, err)
+	}
+	if n := strings.Count(logs.String(), "tombstones kept longer than retention.tombstones"); n != 1 {
+		t.Errorf("%d warnings over two passes, want 1:\n%s", n, logs.String())
+	}
+	entry.SetProviderWindow(30 * time.Second)
+	if kept := pass(); kept != 30*time.Second || tombstones() != 0 {
+		t.Fatalf("the window down to 30s: tombstones kept %s, %d tombstone(s) a minute old left, want 30s and none", kept, tombstones())
+	}
+}

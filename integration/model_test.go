@@ -386,6 +386,7 @@ adapters:
     type: mcp
     url: %s
     timeout: 1s
+    key_ttl: %[5]s
 %[7]sroutes:
   charge: {adapter: provider, class: key_idempotent, compensation: refund, max_attempts: 8, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
   refund: {adapter: provider, class: key_idempotent, max_attempts: 6, backoff: {base: 100ms, cap: 1s}, reclaim_hold: 2s}
