@@ -29,7 +29,7 @@ var code embed.FS
 // installs its definitions over an older revision only, so an old binary
 // running `drainer migrate` during a rolling upgrade never puts back the
 // definitions a newer one installed.
-const CodeRevision = 34
+const CodeRevision = 35
 
 // Code returns the code package rendered for schema, and its SHA-256.
 func Code(schema string) (sql, sum string, err error) {

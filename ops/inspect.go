@@ -138,21 +138,31 @@ func (c *Client) inspectPruned(ctx context.Context, tx pgx.Tx, key string, notFo
 // adapter, aborts and revivals of a run.
 var OperatorChains = []string{"route:", "adapter:", "run:"}
 
-// inspectChain answers the audit of an operator chain (route:X, adapter:A,
-// run:R): no row, no status, its entries oldest first. Any other key, or
-// a chain nobody wrote, is notFound.
+// inspectChain answers the audit of a key without a row or a tombstone:
+// no row, no status, its entries oldest first. That is an operator chain
+// (route:X, adapter:A, run:R), or the chain of a row deleted outside
+// retention, which audit verify reports (its entries, or once they are
+// rotated away, the problem alone). Any other key is notFound; an operator
+// chain nobody wrote says so.
 func (c *Client) inspectChain(ctx context.Context, tx pgx.Tx, key string, notFound error) (*Inspection, error) {
-	if !slices.ContainsFunc(OperatorChains, func(p string) bool { return strings.HasPrefix(key, p) }) {
-		return nil, notFound
-	}
 	audit, err := c.auditOf(ctx, tx, key)
 	if err != nil {
 		return nil, err
 	}
-	if len(audit) == 0 {
+	if len(audit) > 0 {
+		return &Inspection{Key: key, RunRows: []RunRow{}, Audit: audit}, nil
+	}
+	if slices.ContainsFunc(OperatorChains, func(p string) bool { return strings.HasPrefix(key, p) }) {
+		return nil, &NotFoundError{What: "audit entry of " + key + " (nothing was paused, resumed, aborted or revived there)"}
+	}
+	problems, err := c.st.VerifyAuditKey(ctx, tx, key)
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: verify its audit trail: %w", key, err)
+	}
+	if len(problems) == 0 {
 		return nil, notFound
 	}
-	return &Inspection{Key: key, RunRows: []RunRow{}, Audit: audit}, nil
+	return &Inspection{Key: key, RunRows: []RunRow{}, Audit: []AuditEntry{}}, nil
 }
 
 func (c *Client) auditOf(ctx context.Context, db store.DB, key string) ([]AuditEntry, error) {

@@ -204,6 +204,26 @@ func TestAuditTamperingOutlivesRotation(t *testing.T) {
 			return key
 		}, "inserted or removed after it was pruned"},
 	}
+	// Rows deleted outside retention: no trigger records a delete, and no
+	// entry is touched; the key space, or the half of the row left, tells.
+	deleted := []struct {
+		name   string
+		tamper func(t *testing.T, b *auditBundle) string
+		want   string
+	}{
+		{"settled row deleted through drainer.outbox", func(t *testing.T, b *auditBundle) string {
+			deleteRows(t, b, `DELETE FROM drainer.outbox WHERE key = $1`, b.keys[0])
+			return b.keys[0]
+		}, "deleted outside retention, its intent lost"},
+		{"pending row's queue row deleted, its intent kept", func(t *testing.T, b *auditBundle) string {
+			deleteRows(t, b, `DELETE FROM drainer.queue q USING drainer.intents i WHERE i.seq = q.seq AND i.key = $1`, b.keys[2])
+			return b.keys[2]
+		}, "has no queue row"},
+		{"pending row's intent deleted, its queue row kept", func(t *testing.T, b *auditBundle) string {
+			deleteRows(t, b, `DELETE FROM drainer.intents WHERE key = $1`, b.keys[3])
+			return b.keys[3]
+		}, "deleted outside retention, its intent lost"},
+	}
 	// The same, done after the generation was anchored and before it is
 	// truncated: the anchors were written from the entries as they were.
 	for _, c := range cases[:3] {
@@ -220,6 +240,7 @@ func TestAuditTamperingOutlivesRotation(t *testing.T) {
 			return c.tamper(t, b)
 		}, c.want})
 	}
+	cases = append(cases, deleted...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -243,6 +264,16 @@ func TestAuditTamperingOutlivesRotation(t *testing.T) {
 			b.forgetTombstones(t, key)
 			b.reported(t, "after the tombstones' age", key, c.want)
 		})
+	}
+}
+
+// deleteRows runs a delete of key's row (or half of it) that must delete
+// one row.
+func deleteRows(t *testing.T, b *auditBundle, sql, key string) {
+	t.Helper()
+	tag, err := b.pool.Exec(context.Background(), sql, key)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("%s (%s): %v, %d rows", sql, key, err, tag.RowsAffected())
 	}
 }
 

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/drainer-io/drainer/ops"
 	"github.com/spf13/cobra"
@@ -27,7 +29,8 @@ its run in seq order, and the key's audit trail, verified as
 A pruned key answers its final status from the tombstones. KEY may also
 name an operator chain: route:TOOL or adapter:NAME (its pauses and
 resumes), run:RUN (its aborts and revivals), answered with its audit
-entries. An unknown key is an error (exit 1).`,
+entries. A key whose row was deleted outside retention answers its audit
+trail and that problem. An unknown key is an error (exit 1).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, done, err := o.client(cmd.Context())
@@ -53,6 +56,11 @@ entries. An unknown key is an error (exit 1).`,
 func printInspection(w io.Writer, in *ops.Inspection) {
 	kv := newTable(w, "FIELD", "VALUE")
 	switch {
+	case in.Row == nil && in.PrunedAt == nil && !operatorChain(in.Key):
+		kv.row("key", in.Key)
+		kv.row("row", "none, and no tombstone (see the audit trail's problems below)")
+		kv.row("entries", strconv.Itoa(len(in.Audit)))
+		_ = kv.flush()
 	case in.Row == nil && in.PrunedAt == nil:
 		kv.row("chain", in.Key)
 		kv.row("entries", strconv.Itoa(len(in.Audit)))
@@ -143,3 +151,9 @@ func transition(from, to *string) string {
 }
 
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// operatorChain reports whether key names an operator chain (route:,
+// adapter:, run:), not a row's.
+func operatorChain(key string) bool {
+	return slices.ContainsFunc(ops.OperatorChains, func(p string) bool { return strings.HasPrefix(key, p) })
+}

@@ -28,6 +28,17 @@ func TestInspectCommand(t *testing.T) {
 
 	code, _, errb = d.run("inspect", "idem_v1_00000000000000000000000000000000")
 	want(t, code, errb, 1, "drainer: no row with key idem_v1_00000000000000000000000000000000")
+
+	// A row deleted outside retention: its trail and the problem, not
+	// "no row".
+	d.exec(`DELETE FROM drainer.outbox WHERE key = $1`, k[1])
+	code, out, errb = d.run("inspect", k[1])
+	want(t, code, errb, 0)
+	for _, s := range []string{"none, and no tombstone", "enqueued", "AUDIT TRAIL BROKEN", "deleted outside retention, its intent lost"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("inspect of a deleted row lacks %q:\n%s", s, out)
+		}
+	}
 }
 
 // TestInspectOperatorChain: the pauses and resumes of a route and an
@@ -76,5 +87,5 @@ func TestInspectOperatorChain(t *testing.T) {
 		}
 	}
 	code, _, errb := d.run("inspect", "route:never_paused")
-	want(t, code, errb, 1, "route:never_paused")
+	want(t, code, errb, 1, "drainer: no audit entry of route:never_paused (nothing was paused, resumed, aborted or revived there)")
 }

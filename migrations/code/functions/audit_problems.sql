@@ -12,6 +12,14 @@
 --   chain's last hash and status, and a chain (entries, or an anchor). So deleting
 --   a chain's last entry, or its anchor, or a change made with the audit
 --   bypassed, is caught, before and after rotation;
+-- - every key of the key space has its row until retention prunes it (the
+--   same transaction writes its tombstone), and a row is an intent with
+--   its queue row (written, moved and pruned together): a key neither
+--   pruned nor with a row, an intent without its queue row or a queue row
+--   without its intent, had its row deleted outside retention (through
+--   drainer.outbox, or its tables), which no trigger records. The key, or
+--   the half left, stays until a tombstone replaces it, so this is
+--   reported for as long, rotation or not;
 -- - what the rotation found wrong in the entries it anchored (an anchor
 --   keeps it: rotate_audit), and an anchor version whose content no longer
 --   matches its hash.
@@ -87,6 +95,29 @@ AS $function$
        AND ((h.id IS NULL AND x.key IS NULL)
             OR (k.audit_head IS NOT NULL AND k.audit_head IS DISTINCT FROM coalesce(h.hash, x.hash))
             OR (s.status IS NOT NULL AND k.final_status IS DISTINCT FROM s.status))
+    UNION ALL
+    -- a key whose row is gone, without a tombstone: deleted outside
+    -- retention (an enqueue writes the key and the row in one
+    -- transaction, and retention marks the key pruned in the one that
+    -- deletes the row)
+    SELECT coalesce((SELECT max(a.id) FROM {{.schema}}.audit a WHERE a.key = k.key), x.last_id, 0), k.key,
+           'the key''s row is gone and it has no tombstone: deleted outside retention, its intent lost'
+      FROM {{.schema}}.keys k
+      LEFT JOIN {{.schema}}.audit_anchors x ON x.key = k.key
+     WHERE k.pruned_at IS NULL AND (p_key IS NULL OR k.key = p_key)
+       AND NOT EXISTS (SELECT 1 FROM {{.schema}}.intents i WHERE i.key = k.key)
+    UNION ALL
+    SELECT coalesce((SELECT max(a.id) FROM {{.schema}}.audit a WHERE a.key = i.key), 0), i.key,
+           format('the intent (seq %s) has no queue row: its row was deleted outside retention', i.seq)
+      FROM {{.schema}}.intents i
+     WHERE (p_key IS NULL OR i.key = p_key)
+       AND NOT EXISTS (SELECT 1 FROM {{.schema}}.queue q WHERE q.seq = i.seq)
+    UNION ALL
+    SELECT 0, 'seq:' || q.seq,
+           format('the queue row (seq %s, %s, tool %s) has no intent: its intent was deleted', q.seq, q.status, q.tool_name)
+      FROM {{.schema}}.queue q
+     WHERE p_key IS NULL
+       AND NOT EXISTS (SELECT 1 FROM {{.schema}}.intents i WHERE i.seq = q.seq)
     UNION ALL
     -- the anchors: what they were found to stand for, and their content
     SELECT coalesce(v.last_id, 0), v.key,
