@@ -1,10 +1,14 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DefaultDatabasesRefresh is how often the catalog query of databases: is
@@ -172,10 +176,10 @@ func (v *validator) databases() {
 				seen[e.Name] = f
 			}
 		}
-		v.databaseURL(p + ".url")
+		v.databaseURL(p+".url", e.URL)
 	}
 	if q := "databases.query"; v.set(q) && dbs.Query != nil {
-		v.databaseURL(q + ".url")
+		v.databaseURL(q+".url", dbs.Query.URL)
 		if f := q + ".sql"; v.require(f) && strings.TrimSpace(dbs.Query.SQL) == "" {
 			v.errorf(f, "must not be empty: a query returning rows of (name text, url text)")
 		}
@@ -185,7 +189,7 @@ func (v *validator) databases() {
 
 // databaseURL checks a url of databases: it is required, and its password
 // must come from a reference.
-func (v *validator) databaseURL(path string) {
+func (v *validator) databaseURL(path string, url Secret) {
 	if !v.set(path) {
 		v.keyErrorf(path, "required field is missing")
 		return
@@ -196,10 +200,61 @@ func (v *validator) databaseURL(path string) {
 	}
 	if v.usable(path) && strings.TrimSpace(v.src[path].raw) == "" {
 		v.errorf(path, "must not be empty")
+		return
+	}
+	v.parsesAsDatabaseURL(path, url)
+}
+
+// parsesAsDatabaseURL refuses a connection string the driver cannot read
+// (ParseDatabaseURL), as `drainer run` and the commands would. A value
+// left unexpanded (check mode, its reference unset) is not checked.
+func (v *validator) parsesAsDatabaseURL(path string, url Secret) {
+	if !v.usable(path) || url == "" {
+		return
+	}
+	if _, err := ParseDatabaseURL(url.Reveal()); err != nil {
+		if v.src[path].refs > 0 {
+			err = fmt.Errorf("%w (the value of %s)", err, v.src[path].reference())
+		}
+		v.errorf(path, "%v", err)
 	}
 }
 
 var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// ParseDatabaseURL reads a connection string as `drainer run`, the fleet
+// and every command do (pgxpool.ParseConfig: its pool_ parameters are the
+// pool's), after CheckDatabaseURL, so that `drainer check` refuses what
+// they would. Its error says why, never holding the string itself: the
+// driver's own message quotes it, with a password it could not always
+// find left in.
+func ParseDatabaseURL(s string) (*pgxpool.Config, error) {
+	if err := CheckDatabaseURL(s); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(s)
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse the database URL: %s", parseReason(err))
+	}
+	return pc, nil
+}
+
+// parseReason is what a parse error of a connection string says, without
+// the string: the driver's message is "cannot parse `STRING`: REASON".
+func parseReason(err error) string {
+	msg := err.Error()
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		if i := strings.LastIndex(msg, "`: "); i >= 0 {
+			return msg[i+len("`: "):]
+		}
+		return "not a connection string the driver reads"
+	}
+	if strings.Contains(msg, "password") {
+		return "not a connection string the driver reads"
+	}
+	return msg
+}
 
 // CheckDatabaseURL refuses a connection string that is a URL of another
 // scheme than postgres:// or postgresql:// (a typo such as postgress://

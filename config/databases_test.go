@@ -320,3 +320,31 @@ func TestCheckDatabaseURL(t *testing.T) {
 		}
 	}
 }
+
+// TestDatabaseURLsParseAsRunReadsThem: `drainer check` refuses a
+// connection string that `drainer run` (and the fleet, and every command)
+// could not read, in the same words, naming the key and its reference,
+// never the value.
+func TestDatabaseURLsParseAsRunReadsThem(t *testing.T) {
+	env := map[string]string{"PURL": "postgres://u:pw%zz-secret@127.0.0.1/db", "PORTLESS": "postgres://u:pw-secret@h:99999/x"}
+	opts := func(check bool) LoadOptions {
+		return LoadOptions{Check: check, LookupEnv: func(n string) (string, bool) { v, ok := env[n]; return v, ok }}
+	}
+	single := "database_url: ${env:PURL}\nadapters:\n  p: {type: http, url: \"http://p/{tool_name}\"}\nroutes:\n  t: {adapter: p}\n"
+	fleet := "databases:\n  static:\n    - {name: a, url: \"${env:PORTLESS}\"}\nadapters:\n  p: {type: http, url: \"http://p/{tool_name}\"}\nroutes:\n  t: {adapter: p}\n"
+	for _, check := range []bool{true, false} {
+		for yaml, want := range map[string]string{
+			single: "c.yaml:1:15: database_url: cannot parse the database URL: failed to parse as URL (invalid percent-encoded token in password) (the value of ${env:PURL})",
+			fleet:  "c.yaml:3:22: databases.static[0].url: cannot parse the database URL: invalid port (the value of ${env:PORTLESS})",
+		} {
+			_, err := Parse("c.yaml", []byte(yaml), opts(check))
+			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret") {
+				t.Errorf("check %v: got %v, want %q (and no value)", check, err, want)
+			}
+		}
+	}
+	// Unset in check mode: a warning, not checked.
+	if _, err := Parse("c.yaml", []byte(strings.Replace(single, "PURL", "UNSET", 1)), opts(true)); err != nil {
+		t.Errorf("an unset reference in check mode: %v", err)
+	}
+}

@@ -25,6 +25,7 @@ func (v *validator) validate() {
 	if p := "max_in_flight_bytes"; v.usable(p) && c.MaxInFlightBytes < MinInFlightBytes {
 		v.errorf(p, "must be at least %s (a row larger than it still goes out, one at a time), got %s", MinInFlightBytes, v.quoted(p))
 	}
+	v.parsesAsDatabaseURL("database_url", c.DatabaseURL)
 	v.positive("lease", c.Lease)
 	v.positive("unrouted_recheck", c.UnroutedRecheck)
 	v.secrets("", reflect.ValueOf(c).Elem(), false)

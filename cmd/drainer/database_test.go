@@ -201,7 +201,7 @@ func TestRequireDB(t *testing.T) {
 		t.Fatalf("a: %v", err)
 	}
 	// Resolved once: the file changing afterwards does not matter.
-	writeTemp(t, dir, "a.url", "changed")
+	writeTemp(t, dir, "a.url", "postgres://u:pw@h/changed")
 	if err := g.requireDB(ctx); err != nil || g.databaseURL != "postgres://u:pw@h/a" {
 		t.Fatalf("a again: %v", err)
 	}

@@ -95,7 +95,7 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int, opts migrations.Op
 	case parallel < 1 || parallel > 64:
 		return usagef("%s: must be between 1 and 64, got %d", flagRef(cmd, "parallel"), parallel)
 	}
-	if err := validateSchemaFlag(g.schema); err != nil {
+	if err := g.validateSchema(); err != nil {
 		return err
 	}
 	dbs, err := loadDatabases(g.configPath)

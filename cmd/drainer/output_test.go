@@ -194,6 +194,26 @@ func TestTruncAndCell(t *testing.T) {
 	}
 }
 
+// TestDatabaseSettingsFromTheEnvironmentNameIt: a database URL or schema
+// that cannot be used is a usage error naming the variable it came from,
+// never echoing the URL.
+func TestDatabaseSettingsFromTheEnvironmentNameIt(t *testing.T) {
+	t.Setenv("DRAINER_DATABASE_URL", "postgres://u:pw-secret@h:99999/x")
+	for _, args := range [][]string{{"list"}, {"migrate"}, {"run", "--config", "testdata/none.yaml"}} {
+		var out, errb bytes.Buffer
+		code := execute(args, &out, &errb)
+		if code != exitUsage || !strings.Contains(errb.String(), "DRAINER_DATABASE_URL: cannot parse the database URL: invalid port") || strings.Contains(errb.String(), "pw-secret") {
+			t.Errorf("%v: exit %d, stderr %q; want 2, naming DRAINER_DATABASE_URL, without the URL", args, code, errb.String())
+		}
+	}
+	t.Setenv("DRAINER_DATABASE_URL", "postgres://x")
+	t.Setenv("DRAINER_SCHEMA", "Bad-Name")
+	var out, errb bytes.Buffer
+	if code := execute([]string{"list"}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), `DRAINER_SCHEMA: invalid schema name "Bad-Name"`) {
+		t.Errorf("list with DRAINER_SCHEMA: exit %d, stderr %q", code, errb.String())
+	}
+}
+
 func TestOperatorUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -205,7 +225,9 @@ func TestOperatorUsageErrors(t *testing.T) {
 		{[]string{"list", "--database-url", "postgres://x", "--limit", "0"}, "--limit"},
 		{[]string{"list", "--database-url", "postgres://x", "--older-than", "soon"}, "--older-than"},
 		{[]string{"list"}, "no database URL"},
-		{[]string{"list", "--database-url", "postgres://x", "--schema", "Bad-Name"}, "invalid schema name"},
+		{[]string{"list", "--database-url", "postgres://x", "--schema", "Bad-Name"}, `--schema: invalid schema name "Bad-Name"`},
+		{[]string{"list", "--database-url", "postgres://u:pw@h:99999/x"}, "--database-url: cannot parse the database URL: invalid port"},
+		{[]string{"migrate", "--database-url", "postgres://u:pw%zz@h/x"}, "--database-url: cannot parse the database URL: failed to parse as URL (invalid percent-encoded token in password)"},
 		{[]string{"inspect", "--database-url", "postgres://x"}, "accepts 1 arg"},
 		{[]string{"requeue", "--database-url", "postgres://x"}, "give a KEY, or --status"},
 		{[]string{"requeue", "k", "--database-url", "postgres://x", "--status", "failed"}, "either KEY or filter flags"},

@@ -40,6 +40,9 @@ type globals struct {
 	configPath string
 	// resolved is set once database has been looked up.
 	resolved bool
+	// cmd is the command the flags belong to: errors name a flag by where
+	// its value came from (flagRef).
+	cmd *cobra.Command
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
@@ -107,6 +110,7 @@ Exit codes: 0 success, 1 runtime error, 2 usage or config error.`,
 // addDBFlags adds --database-url and --schema to a command, and --database
 // with --config unless the command has its own --config (run).
 func addDBFlags(cmd *cobra.Command, g *globals) {
+	g.cmd = cmd
 	cmd.Flags().StringVar(&g.databaseURL, "database-url", "", "Postgres URL (env DRAINER_DATABASE_URL)")
 	cmd.Flags().StringVar(&g.schema, "schema", migrations.DefaultSchema, "schema holding the outbox")
 	if cmd.Flags().Lookup("config") == nil {
@@ -124,10 +128,14 @@ func (g *globals) requireDB(ctx context.Context) error {
 	if g.databaseURL == "" {
 		return usagef("no database URL: set --database-url or DRAINER_DATABASE_URL, or --database NAME with --config FILE")
 	}
-	if err := config.CheckDatabaseURL(g.databaseURL); err != nil {
-		return usagef("--database-url: %v", err)
+	if _, err := config.ParseDatabaseURL(g.databaseURL); err != nil {
+		from := flagRef(g.cmd, "database-url")
+		if g.resolved {
+			from = "--database " + g.database
+		}
+		return usagef("%s: %v", from, err)
 	}
-	return validateSchemaFlag(g.schema)
+	return g.validateSchema()
 }
 
 // applyEnv sets every flag not given on the command line from DRAINER_<FLAG>.

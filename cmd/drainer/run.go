@@ -36,8 +36,13 @@ running one kept.`,
 			if opts.ConfigPath == "" {
 				return usagef("--config is required")
 			}
-			if err := validateSchemaFlag(g.schema); err != nil {
+			if err := g.validateSchema(); err != nil {
 				return err
+			}
+			if g.databaseURL != "" {
+				if _, err := config.ParseDatabaseURL(g.databaseURL); err != nil {
+					return usagef("%s: %v", flagRef(cmd, "database-url"), err)
+				}
 			}
 			if err := checkRunFlags(cmd, opts); err != nil {
 				return err
@@ -143,9 +148,11 @@ func unwrapAddrError(err error) error {
 	return err
 }
 
-func validateSchemaFlag(schema string) error {
-	if err := migrations.ValidateSchema(schema); err != nil {
-		return usageError{err}
+// validateSchema checks --schema (or DRAINER_SCHEMA), naming where its
+// value came from.
+func (g *globals) validateSchema() error {
+	if err := migrations.ValidateSchema(g.schema); err != nil {
+		return usagef("%s: %v", flagRef(g.cmd, "schema"), err)
 	}
 	return nil
 }

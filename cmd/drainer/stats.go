@@ -113,7 +113,7 @@ func statsAll(cmd *cobra.Command, o *opFlags) error {
 	if err := o.checkOutput(); err != nil {
 		return err
 	}
-	if err := validateSchemaFlag(o.g.schema); err != nil {
+	if err := o.g.validateSchema(); err != nil {
 		return err
 	}
 	dbs, err := loadDatabases(o.g.configPath)

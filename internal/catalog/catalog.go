@@ -14,7 +14,6 @@ import (
 	"github.com/drainer-io/drainer/config"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // QueryTimeout bounds one run of the catalog query, connecting included.
@@ -252,16 +251,17 @@ func (c *Catalog) Close() {
 }
 
 // Connect opens a connection to url. Its errors never hold the url, the
-// user or the password: an unparsable url is "invalid connection string",
-// a failed attempt names the server's address and the cause. A non-empty
+// user or the password: an unparsable url says why
+// (config.ParseDatabaseURL), a failed attempt names the server's address
+// and the cause. A non-empty
 // appName sets application_name unless the url sets one. The url is read
 // as `drainer run` reads it: its pool settings (pool_max_conns and the
 // other pool_ parameters) are the pool's, not the server's, so one url
 // serves run, migrate and every command.
 func Connect(ctx context.Context, url config.Secret, appName string) (*pgx.Conn, error) {
-	pc, err := pgxpool.ParseConfig(url.Reveal())
+	pc, err := config.ParseDatabaseURL(url.Reveal())
 	if err != nil {
-		return nil, errors.New("invalid connection string")
+		return nil, err
 	}
 	cc := pc.ConnConfig
 	if _, set := cc.RuntimeParams["application_name"]; !set && appName != "" {

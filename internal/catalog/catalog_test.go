@@ -279,7 +279,7 @@ func TestConnectKeepsURLOutOfErrors(t *testing.T) {
 		t.Errorf("unreachable: %v", err)
 	}
 	_, err = Connect(ctx, "postgres://who:pw-secret@h:notaport/db", "")
-	if err == nil || err.Error() != "invalid connection string" {
+	if err == nil || err.Error() != "cannot parse the database URL: invalid port" {
 		t.Errorf("unparsable: %v", err)
 	}
 	url := dbtest.NewDatabase(t)

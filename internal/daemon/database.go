@@ -34,12 +34,9 @@ const poolCloseWait = 2 * time.Second
 // takes its user and password: rotated credentials reach the pool, the
 // listeners and the gateway without a restart.
 func connect(ctx context.Context, url string, workers int, log *slog.Logger, reread func() (config.Secret, error), unreachable func()) (*pgxpool.Pool, error) {
-	if err := config.CheckDatabaseURL(url); err != nil {
-		return nil, &ConfigError{err}
-	}
-	pc, err := pgxpool.ParseConfig(url)
+	pc, err := config.ParseDatabaseURL(url)
 	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("database URL: %s", redactDSNError(err))}
+		return nil, &ConfigError{err}
 	}
 	pc.MaxConns = poolMaxConns(url, pc.MaxConns, workers)
 	store.SessionDefaults(pc.ConnConfig)

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -57,12 +56,9 @@ func coordinationConfig(url string) (*pgxpool.Config, error) {
 
 // poolConfig parses url into a pool of at most conns connections.
 func poolConfig(url string, conns int32) (*pgxpool.Config, error) {
-	if err := config.CheckDatabaseURL(url); err != nil {
-		return nil, err
-	}
-	pc, err := pgxpool.ParseConfig(url)
+	pc, err := config.ParseDatabaseURL(url)
 	if err != nil {
-		return nil, errors.New("database URL: " + redact(err))
+		return nil, fmt.Errorf("database URL: %w", err)
 	}
 	pc.MaxConns, pc.MinConns = conns, 0
 	store.SessionDefaults(pc.ConnConfig)
