@@ -2,6 +2,7 @@ package config
 
 import (
 	"github.com/drainer-io/drainer/dispatch/webhook"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,5 +131,25 @@ routes:
 	}
 	if cfg.Retention.Tombstones < 48*time.Hour {
 		t.Errorf("tombstones %s", cfg.Retention.Tombstones)
+	}
+}
+
+// TestRouteKeyTTLOutsideKeyIdempotent: a key_ttl on a route of another
+// class bounds nothing; it is named as such, not refused for a key_idempotent
+// row's margin.
+func TestRouteKeyTTLOutsideKeyIdempotent(t *testing.T) {
+	cfg := mustParse(t, `
+adapters:
+  h: {type: http, url: "http://h/{tool_name}"}
+routes:
+  a: {adapter: h, class: non_idempotent, key_ttl: 30s}
+  b: {adapter: h, class: naturally_idempotent, key_ttl: 2h}
+`, false)
+	want := []string{
+		`c.yaml:4:42: routes.a.key_ttl: has no effect on a non_idempotent route: only a key_idempotent row's sending is bounded by its key's window`,
+		`c.yaml:5:48: routes.b.key_ttl: has no effect on a naturally_idempotent route: only a key_idempotent row's sending is bounded by its key's window`,
+	}
+	if strings.Join(cfg.Warnings, "\n") != strings.Join(want, "\n") {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(cfg.Warnings, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -232,7 +232,11 @@ func (v *validator) route(name string, r *Route) {
 	v.reclaimWithinKeyTTL(p, r)
 	v.fallback(p, r, adapters)
 	v.detect(p, r)
-	if f := p + ".key_ttl"; v.usable(f) && r.KeyTTL <= KeyTTLMargin {
+	switch f := p + ".key_ttl"; {
+	case !v.usable(f):
+	case r.Class != "" && r.Class != outbox.ClassKeyIdempotent:
+		v.warnf(f, "has no effect on a %s route: only a key_idempotent row's sending is bounded by its key's window", r.Class)
+	case r.KeyTTL <= KeyTTLMargin:
 		v.errorf(f, "must exceed %s (a key_idempotent row stops being sent %s before its key expires), got %s",
 			formatDuration(KeyTTLMargin), formatDuration(KeyTTLMargin), v.quoted(f))
 	}

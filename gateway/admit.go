@@ -61,12 +61,15 @@ func (g *Gateway) admit(next http.Handler) http.Handler {
 			writeRPCError(w, http.StatusBadRequest, nil, jsonrpc.CodeInvalidRequest, batchRefusal)
 			return
 		}
-		method, problem := envelope(body)
+		method, id, problem := envelope(body)
 		if problem != nil {
 			g.metrics.calls.WithLabelValues("", string(OutcomeRefused)).Inc()
 			writeRPCError(w, http.StatusBadRequest, nil, problem.code, problem.msg)
 			return
 		}
+		rw := &rpcRefusals{ResponseWriter: w, id: id}
+		defer rw.finish()
+		w = rw
 		if method != "tools/call" {
 			next.ServeHTTP(w, r)
 			return
@@ -140,25 +143,26 @@ type envelopeProblem struct {
 // (the SDK's decoder allocates a large buffer per message, and every
 // body is decoded by the SDK after this), made for every POST; toolsCall
 // decodes a call as the SDK does only when the call is refused.
-func envelope(body []byte) (method string, problem *envelopeProblem) {
+func envelope(body []byte) (method string, id json.RawMessage, problem *envelopeProblem) {
 	var m struct {
 		Method *string         `json:"method"`
+		ID     json.RawMessage `json:"id"`
 		Result json.RawMessage `json:"result"`
 		Error  json.RawMessage `json:"error"`
 	}
 	if !json.Valid(body) {
-		return "", &envelopeProblem{jsonrpc.CodeParseError, "drainer gateway: the request body is not JSON; nothing was recorded or sent"}
+		return "", nil, &envelopeProblem{jsonrpc.CodeParseError, "drainer gateway: the request body is not JSON; nothing was recorded or sent"}
 	}
 	if err := json.Unmarshal(body, &m); err != nil || bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
-		return "", &envelopeProblem{jsonrpc.CodeInvalidRequest, "drainer gateway: the request body is not a JSON-RPC message (a JSON object); nothing was recorded or sent"}
+		return "", nil, &envelopeProblem{jsonrpc.CodeInvalidRequest, "drainer gateway: the request body is not a JSON-RPC message (a JSON object); nothing was recorded or sent"}
 	}
 	if m.Method == nil && m.Result == nil && m.Error == nil {
-		return "", &envelopeProblem{jsonrpc.CodeInvalidRequest, "drainer gateway: the message has no method (a request or notification) and no result or error (a response); nothing was recorded or sent"}
+		return "", nil, &envelopeProblem{jsonrpc.CodeInvalidRequest, "drainer gateway: the message has no method (a request or notification) and no result or error (a response); nothing was recorded or sent"}
 	}
 	if m.Method == nil {
-		return "", nil
+		return "", m.ID, nil
 	}
-	return *m.Method, nil
+	return *m.Method, m.ID, nil
 }
 
 // toolsCall decodes body as the SDK does (one JSON-RPC message) and

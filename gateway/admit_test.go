@@ -222,27 +222,46 @@ func TestBatchIsRefusedBeforeAnythingIsRecordedOrSent(t *testing.T) {
 // JSON object, or an object that is neither a request nor a response is
 // answered 400 with a JSON-RPC error (parse error, invalid request), and
 // nothing is recorded or sent; the SDK answered the first two in plain
-// text and accepted the third silently (202).
+// text and accepted the third silently (202). So is a message the SDK
+// refuses (a jsonrpc other than 2.0, an id that is an object, a method it
+// does not serve, a tools/call without params), which it answered in
+// plain text: the error carries the request's id, when it has one.
 func TestMalformedMessagesGetJSONRPCErrors(t *testing.T) {
 	t.Parallel()
 	p := newPeek()
 	close(p.release)
 	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second}, p.tool())
 	for body, code := range map[string]int{
-		`{not json`:                   -32700,
-		`null`:                        -32600,
-		`42`:                          -32600,
-		`"tools/call"`:                -32600,
-		`{"jsonrpc":"2.0","id":1}`:    -32600,
-		`{"jsonrpc":"2.0","id":null}`: -32600,
+		`{not json`:                      -32700,
+		`null`:                           -32600,
+		`42`:                             -32600,
+		`"tools/call"`:                   -32600,
+		`{"jsonrpc":"2.0","id":1}`:       -32600,
+		`{"jsonrpc":"2.0","id":null}`:    -32600,
+		`{"id":7,"method":"tools/list"}`: -32600,
+		`{"jsonrpc":"1.0","id":7,"method":"tools/list"}`:       -32600,
+		`{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}`: -32600,
+		`{"jsonrpc":"2.0","id":7,"method":"nope/such"}`:        -32601,
+		`{"jsonrpc":"2.0","id":"seven","method":"tools/call"}`: -32600,
+		`{"jsonrpc":"2.0","method":"nope/note"}`:               -32601,
 	} {
 		status, h, got := post(t, d.gw.URL(), "run-malformed", body)
 		if status != http.StatusBadRequest || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
 			t.Errorf("body %s: %d %s %s; want 400 with a JSON-RPC error", body, status, h.Get("Content-Type"), got)
 			continue
 		}
-		if e := decodeRPCError(t, got); e.Error.Code != code || !strings.Contains(e.Error.Message, "nothing was recorded or sent") {
+		e := decodeRPCError(t, got)
+		if e.Error.Code != code || !strings.Contains(e.Error.Message, "nothing was recorded or sent") {
 			t.Errorf("body %s: %s; want code %d saying nothing was recorded or sent", body, got, code)
+		}
+		wantID := "null"
+		if strings.Contains(body, `"id":7`) {
+			wantID = "7"
+		} else if strings.Contains(body, `"id":"seven"`) {
+			wantID = `"seven"`
+		}
+		if string(e.ID) != wantID {
+			t.Errorf("body %s: id %s, want %s", body, e.ID, wantID)
 		}
 	}
 	if n, sent := rows(t, d.pool, "charge"), p.calls.Load(); n != 0 || sent != 0 {

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,6 +234,21 @@ type CheckpointResult struct {
 	Problems []string `json:"problems"`
 }
 
+// CheckpointDir checks that dir is a directory checkpoints can be
+// written to and read from, saying what it is otherwise.
+func CheckpointDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s does not exist: create the directory first", dir)
+	case err != nil:
+		return fmt.Errorf("%s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s is a file, not a directory", dir)
+	}
+	return nil
+}
+
 // Checkpoint signs the audit's current head into a new file in o.Dir:
 // every entry written so far goes into the ledger (once the transactions
 // that could still write one with an earlier id have ended), the records
@@ -246,8 +262,8 @@ func (c *Client) Checkpoint(ctx context.Context, o CheckpointOptions) (*Checkpoi
 	if o.Key == nil {
 		return nil, errors.New("checkpoint: no signing key")
 	}
-	if fi, err := os.Stat(o.Dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("checkpoint: --out %s is not a directory", o.Dir)
+	if err := CheckpointDir(o.Dir); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	wait := o.Wait
 	if wait <= 0 {

@@ -155,6 +155,9 @@ sidecar, and copy DIR where the database's writers cannot.`,
 			if err != nil {
 				return usagef("--key-file: %v", err)
 			}
+			if err := ops.CheckpointDir(dir); err != nil {
+				return usagef("--out: %v", err)
+			}
 			c, done, err := o.client(cmd.Context())
 			if err != nil {
 				return err

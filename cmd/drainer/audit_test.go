@@ -96,6 +96,13 @@ func TestAuditCheckpointCommand(t *testing.T) {
 	want(t, code, errb, 2, "--key-file: key file "+keyFile+" is readable by group or others (mode 0644): chmod 600 "+keyFile)
 	code, _, errb = d.run("audit", "checkpoint", "--key-file", keyFile)
 	want(t, code, errb, 2, "checkpoint needs --key-file F and --out DIR")
+	if err := os.Chmod(keyFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errb = d.run("audit", "checkpoint", "--key-file", keyFile, "--out", out+"/missing")
+	want(t, code, errb, 2, "--out: "+out+"/missing does not exist: create the directory first")
+	code, _, errb = d.run("audit", "checkpoint", "--key-file", keyFile, "--out", pubFile)
+	want(t, code, errb, 2, "--out: "+pubFile+" is a file, not a directory")
 	code, _, errb = d.run("audit", "verify", "--checkpoints", out)
 	want(t, code, errb, 2, "--checkpoints and --public-key go together")
 	code, _, errb = d.run("audit", "verify", "--checkpoints", out, "--public-key", keyFile)

@@ -32,6 +32,9 @@ claim, attempt or operator action) is more than D ago by the database clock;
 D is a Go duration (90m, 36h) or whole days (7d).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := nonEmptyFilters(cmd); err != nil {
+				return err
+			}
 			if f.Status != "" {
 				if err := ops.ValidateStatus(f.Status); err != nil {
 					return usagef("%s: %w", flagRef(cmd, "status"), err)

@@ -51,6 +51,21 @@ func addActorFlag(cmd *cobra.Command, o *opFlags) {
 	cmd.Flags().StringVar(&o.actor, "actor", "", `who performs the action, recorded in the audit trail (default $USER, else the name of the process's OS user, else the host name)`)
 }
 
+// filterFlags are the flags that narrow the rows a command lists or acts
+// on.
+var filterFlags = []string{"status", "run", "tool", "older-than"}
+
+// nonEmptyFilters refuses a filter flag given an empty value (--run ''): it
+// would be read as no filter, and match every row.
+func nonEmptyFilters(cmd *cobra.Command) error {
+	for _, name := range filterFlags {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed && strings.TrimSpace(f.Value.String()) == "" {
+			return usagef("%s: must not be empty (leave it out to match every row)", flagRef(cmd, name))
+		}
+	}
+	return nil
+}
+
 // validate checks the shared flags (looking up --database NAME).
 func (o *opFlags) validate(ctx context.Context) error {
 	if err := o.checkOutput(); err != nil {

@@ -44,6 +44,9 @@ func (b *bulkFlags) validate(cmd *cobra.Command, withKey bool) error {
 		}
 		return nil
 	}
+	if err := nonEmptyFilters(cmd); err != nil {
+		return err
+	}
 	if b.opts.Limit < 0 {
 		return usagef("%s: must not be negative, got %d", flagRef(cmd, "limit"), b.opts.Limit)
 	}
@@ -191,12 +194,12 @@ func printSingle(w io.Writer, res *ops.Result) {
 }
 
 func printRevived(w io.Writer, res *ops.Result) {
-	verb := "revived"
+	verb, are := "revived", "are"
 	if res.DryRun {
-		verb = "would revive"
+		verb, are = "would revive", "would be"
 	}
 	for _, rv := range res.Revived {
-		fmt.Fprintf(w, "%s run %s (aborted: %s): %d row(s) its abort cancelled pending again", verb, rv.AgentRunID, rv.AbortReason, len(rv.Restored))
+		fmt.Fprintf(w, "%s run %s (aborted: %s): the %d row(s) its abort cancelled %s pending again", verb, rv.AgentRunID, rv.AbortReason, len(rv.Restored), are)
 		for i, k := range rv.Restored {
 			if i == 0 {
 				fmt.Fprint(w, ":")
@@ -236,11 +239,11 @@ func printBulk(w io.Writer, res *ops.Result) {
 		for _, rv := range res.Revived {
 			restored += len(rv.Restored)
 		}
-		verb := "revived"
+		verb, are := "revived", "are"
 		if res.DryRun {
-			verb = "would revive"
+			verb, are = "would revive", "would be"
 		}
-		fmt.Fprintf(w, "%s %d aborted run(s); %d row(s) their aborts cancelled pending again\n", verb, len(res.Revived), restored)
+		fmt.Fprintf(w, "%s %d aborted run(s): the %d row(s) their aborts cancelled %s pending again\n", verb, len(res.Revived), restored, are)
 	}
 	if res.RefusedCount > 0 {
 		fmt.Fprintf(w, "refused %d row(s):\n", res.RefusedCount)

@@ -28,7 +28,8 @@ func TestRequeueCommand(t *testing.T) {
 
 	code, out, errb = d.run("requeue", "--status", "failed", "--dry-run", "--actor", "alice")
 	want(t, code, errb, 0)
-	if !strings.Contains(out, "dry run: would requeue 1 row(s)") {
+	if !strings.Contains(out, "dry run: would requeue 1 row(s)") ||
+		!strings.Contains(out, "would revive 1 aborted run(s): the 1 row(s) their aborts cancelled would be pending again") {
 		t.Fatalf("dry run:\n%s", out)
 	}
 	checkAligned(t, strings.Join(strings.Split(out, "\n")[1:3], "\n"))
@@ -36,7 +37,7 @@ func TestRequeueCommand(t *testing.T) {
 	code, out, errb = d.run("requeue", k[1], "--actor", "alice", "--reason", "outage over")
 	want(t, code, errb, 0)
 	if !strings.Contains(out, "requeued "+k[1]+": failed → pending (attempts 12 → 0, due now)") ||
-		!strings.Contains(out, "revived run run-1") || !strings.Contains(out, k[2]) {
+		!strings.Contains(out, "revived run run-1") || !strings.Contains(out, "the 1 row(s) its abort cancelled are pending again: "+k[2]) {
 		t.Fatalf("requeue output:\n%s", out)
 	}
 	if d.status(k[1]) != "pending" || d.status(k[2]) != "pending" {

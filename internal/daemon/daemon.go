@@ -455,7 +455,8 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *readiness, ping fun
 	mux.Handle("/readyz", readyz(ready, ping, adapters))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)
+		// a setting to change, as a taken gateway or console address is
+		return nil, &ConfigError{fmt.Errorf("--metrics-addr: listen on %s: %w", addr, err)}
 	}
 	// Its requests are GETs without a body; a scraper's kept-alive
 	// connection is let go after IdleTimeout (past a one-minute scrape interval).

@@ -42,7 +42,11 @@ func (d *daemonRun) listenGateway() (net.Listener, error) {
 		return nil, nil
 	}
 	if err := config.RequireGatewayToken(addr, g.Token.Reveal() != ""); err != nil {
-		return nil, &ConfigError{fmt.Errorf("gateway.addr: %w", err)}
+		from := "gateway.addr"
+		if d.opts.GatewayAddr != "" {
+			from = "--gateway-addr" // or DRAINER_GATEWAY_ADDR
+		}
+		return nil, &ConfigError{fmt.Errorf("%s: %w", from, err)}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
