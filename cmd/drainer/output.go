@@ -55,7 +55,7 @@ func addActorFlag(cmd *cobra.Command, o *opFlags) {
 // on.
 var filterFlags = []string{"status", "run", "tool", "older-than"}
 
-// nonEmptyFilters refuses a filter flag given an empty value (--run ''): it
+// nonEmptyFilters refuses a filter flag given an empty value (--run ""): it
 // would be read as no filter, and match every row.
 func nonEmptyFilters(cmd *cobra.Command) error {
 	for _, name := range filterFlags {

@@ -455,8 +455,7 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *readiness, ping fun
 	mux.Handle("/readyz", readyz(ready, ping, adapters))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		// a setting to change, as a taken gateway or console address is
-		return nil, &ConfigError{fmt.Errorf("--metrics-addr: listen on %s: %w", addr, err)}
+		return nil, &ConfigError{fmt.Errorf("--metrics-addr: listen on %s: %w", addr, err)} // a setting, as the gateway's
 	}
 	// Its requests are GETs without a body; a scraper's kept-alive
 	// connection is let go after IdleTimeout (past a one-minute scrape interval).
