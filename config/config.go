@@ -340,8 +340,8 @@ func (c *Config) RouteFor(tool string) (*Route, bool) {
 // where it comes from: an adapter's or a route's key_ttl, or, for an
 // adapter that sets none, its type's default (dispatch.Kind.DefaultKeyTTL:
 // 7d for kafka). Windows read from a provider at start are not known here;
-// the engine keeps tombstones as long as those too
-// (drainer.Routing.Tombstones).
+// the engine's pruner keeps tombstones as long as those too
+// (drainer/retention.go, keptTombstones).
 func (c *Config) LongestKeyTTL() (time.Duration, string) {
 	var longest time.Duration
 	var where string
