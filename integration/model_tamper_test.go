@@ -32,19 +32,22 @@ const (
 	tamperInsert = "insert" // a forged entry linked into a chain
 	tamperStatus = "status" // a row's status changed with the audit trigger off
 	tamperAnchor = "anchor" // a chain's anchor deleted
+	tamperRow    = "row"    // a row deleted outside retention (no trigger records it)
 )
 
 // actTamper tampers with the audit of one settled row of the sequence.
-// Status changes are made on note rows only (no compensation, so no saga
-// reads them), from succeeded to cancelled or from failed or cancelled to
-// succeeded; the row's own invariants are then not checked (its status is
-// the tamperer's), the audit's are.
+// Status changes and row deletions are made on note rows only (no
+// compensation, so no saga reads them); a status goes from succeeded to
+// cancelled or from failed or cancelled to succeeded. The row's own
+// invariants are then not checked (its status, or its absence, is the
+// tamperer's), the audit's are.
 func (m *seqModel) actTamper(rt *rapid.T) bool {
 	e := m.e
-	kind := rapid.SampledFrom([]string{tamperEdit, tamperDelete, tamperInsert, tamperStatus, tamperAnchor}).Draw(rt, "tamper")
+	kind := rapid.SampledFrom([]string{tamperEdit, tamperDelete, tamperInsert, tamperStatus, tamperAnchor, tamperRow}).Draw(rt, "tamper")
 	var keys []string
 	for _, in := range m.intents {
-		if _, done := e.tampered[in.key]; in.committed && !done && (kind != tamperStatus || in.tool == toolNote) {
+		onRow := kind == tamperStatus || kind == tamperRow
+		if _, done := e.tampered[in.key]; in.committed && !done && (!onRow || in.tool == toolNote) {
 			keys = append(keys, in.key)
 		}
 	}
@@ -81,7 +84,7 @@ func (m *seqModel) actTamper(rt *rapid.T) bool {
 		if anchors < 1 {
 			return false
 		}
-	case tamperStatus:
+	case tamperStatus, tamperRow:
 		if rows < 1 {
 			return false
 		}
@@ -96,6 +99,8 @@ func (m *seqModel) actTamper(rt *rapid.T) bool {
 			storetest.TamperInsert(t, e.pool, key)
 		case tamperAnchor:
 			storetest.TamperAnchor(t, e.pool, key)
+		case tamperRow:
+			storetest.TamperRow(t, e.pool, key)
 		case tamperStatus:
 			to := outbox.StatusSucceeded
 			if st[key] == "succeeded" {

@@ -76,6 +76,16 @@ func TamperStatus(t testing.TB, pool *pgxpool.Pool, key string, status outbox.St
 	}
 }
 
+// TamperRow deletes key's row through the outbox view, outside retention:
+// no trigger records it, and no tombstone is written.
+func TamperRow(t testing.TB, pool *pgxpool.Pool, key string) {
+	t.Helper()
+	tag, err := pool.Exec(context.Background(), `DELETE FROM `+Schema+`.outbox WHERE key = $1`, key)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("tamper: delete the row of %s: %v (%d rows)", key, err, tag.RowsAffected())
+	}
+}
+
 // TamperAnchor deletes the current anchor of key's chain (as if the
 // chain had never been truncated).
 func TamperAnchor(t testing.TB, pool *pgxpool.Pool, key string) int64 {
