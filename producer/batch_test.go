@@ -49,21 +49,31 @@ func TestEnqueueBatchMatchesSingleEnqueues(t *testing.T) {
 		return idemkey.Tuple{AgentRunID: "run-" + strconv.Itoa(rng.IntN(6)), StepID: "step-" + strconv.Itoa(rng.IntN(12)),
 			ToolName: "tool", BusinessScope: []string{"", "acct-1"}[rng.IntN(2)]}
 	}
-	// Two runs aborted and three keys pruned before anything is enqueued.
-	for _, s := range []string{"batched", "single"} {
-		for _, run := range []string{"run-4", "run-5"} {
-			if _, err := pool.Exec(ctx, fmt.Sprintf(`SELECT %s.abort_run($1, 'test')`, s), run); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	// Three keys pruned, then two runs aborted, before anything else is
+	// enqueued (a pruned key's run may be one of them).
 	for range 3 {
 		tp := tuple()
 		hash := rng.IntN(2)
 		for _, s := range []string{"batched", "single"} {
-			if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s.tombstones (key, payload_hash, final_status)
-			    VALUES ($1, %[1]s.payload_hash($2::jsonb), 'succeeded') ON CONFLICT DO NOTHING`, s),
-				tp.Key(), fmt.Sprintf(`{"v":%d}`, hash)); err != nil {
+			// enqueued, succeeded and pruned, as retention prunes: a
+			// tombstone with its chain
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`SELECT %[1]s.enqueue($1, $2, $3, $4, $5::jsonb)`, s),
+				tp.AgentRunID, tp.StepID, tp.ToolName, tp.BusinessScope, fmt.Sprintf(`{"v":%d}`, hash)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s.outbox SET status = 'succeeded', updated_at = now() - interval '1 day' WHERE key = $1`, s), tp.Key()); err != nil {
+				t.Fatal(err)
+			}
+			var pruned int
+			if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT %[1]s.prune_rows('succeeded', now(), 10)`, s)).Scan(&pruned); err != nil || pruned != 1 {
+				t.Fatalf("prune the row of %s in %s: %d pruned, %v", tp.Key(), s, pruned, err)
+			}
+		}
+	}
+
+	for _, s := range []string{"batched", "single"} {
+		for _, run := range []string{"run-4", "run-5"} {
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`SELECT %s.abort_run($1, 'test')`, s), run); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -49,7 +49,7 @@ func TestValidateRefusesWhatJSONBCannotStore(t *testing.T) {
 			_, err := EnqueueBatchTx(ctx, tx, []Intent{payloadIntent("ok", []byte(`{}`)), in})
 			return err
 		})
-		if want := "intent 1: " + c.want; err == nil || !strings.Contains(err.Error(), want) {
+		if want := "intent 2: " + c.want; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("EnqueueBatchTx(…, %q) = %v, want an error containing %q", c.payload, err, want)
 		}
 	}

@@ -146,7 +146,7 @@ func (p Producer) EnqueueBatchTx(ctx context.Context, tx pgx.Tx, ins []Intent) (
 	rows := make([]store.Intent, len(ins))
 	for i, in := range ins {
 		if err := in.Validate(); err != nil {
-			return nil, fmt.Errorf("enqueue: intent %d: %w", i, err)
+			return nil, fmt.Errorf("enqueue: intent %d: %w", i+1, err) // from 1, as the database numbers them
 		}
 		rows[i] = in.row()
 	}
