@@ -61,7 +61,14 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 			state = stateStarting
 		}
 		f.setState(e, state)
-		log.Error("cannot drain database; retrying", "reason", reason, "err", redact(err), "retry_in", delay)
+		if reason == reasonSchemaMismatch {
+			// The schema's own advice names no database; in a fleet the
+			// command names it by its name in the config.
+			log.Error("cannot drain database; retrying", "reason", reason, "err", redact(err), "retry_in", delay,
+				"fix", "drainer migrate --database "+e.db.Name+" --config FILE (or drainer migrate --all --config FILE)")
+		} else {
+			log.Error("cannot drain database; retrying", "reason", reason, "err", redact(err), "retry_in", delay)
+		}
 		if !sleep(ctx, delay) {
 			break
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,7 +147,10 @@ func TestFleetFaults(t *testing.T) {
 		return out, nil
 	}
 	c := newCounter()
-	r := startReplica(t, cl.url("good1"), src, routing(t, c), "solo", nil)
+	var logs testkit.Buffer
+	r := startReplica(t, cl.url("good1"), src, routing(t, c), "solo", func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	var keys []string
 	for _, db := range good {
 		keys = append(keys, cl.enqueue(t, db, "1", 30)...)
@@ -158,6 +163,11 @@ func TestFleetFaults(t *testing.T) {
 		return testutil.ToFloat64(r.m.dbErrors.WithLabelValues("unreachable", reasonUnreachable)) > 0 &&
 			testutil.ToFloat64(r.m.dbErrors.WithLabelValues("bare", reasonSchemaMismatch)) > 0 &&
 			testutil.ToFloat64(r.m.dbErrors.WithLabelValues("newer", reasonSchemaMismatch)) > 0, ""
+	})
+	// A schema that is not migrated is told with the command that
+	// migrates it in a fleet: by its database's name.
+	testkit.WaitFor(t, 30*time.Second, "the fix of bare's schema logged", func() (bool, string) {
+		return strings.Contains(logs.String(), `fix="drainer migrate --database bare --config FILE (or drainer migrate --all --config FILE)"`), logs.String()
 	})
 	if got := testutil.ToFloat64(r.m.databases.WithLabelValues(stateSchemaMismatch)); got != 2 {
 		t.Errorf("schema_mismatch gauge %v, want 2", got)
