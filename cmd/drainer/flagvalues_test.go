@@ -98,7 +98,8 @@ func TestRunFlagValuesWithAWorkingSetup(t *testing.T) {
 }
 
 // TestRunMetricsAddrInUse: a well-formed --metrics-addr that another
-// process holds stays a runtime error (exit 1) naming the address.
+// process holds is a setting to change (exit 2) naming the flag and the
+// address, as a taken console or gateway address is.
 func TestRunMetricsAddrInUse(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -108,7 +109,7 @@ func TestRunMetricsAddrInUse(t *testing.T) {
 	defer ln.Close()
 	cfg := writeTemp(t, t.TempDir(), "drainer.yaml", runConfig)
 	code, _, errb := runCLI("run", "--config", cfg, "--database-url", unreachableURL, "--metrics-addr", ln.Addr().String())
-	want(t, code, errb, exitRuntime, ln.Addr().String())
+	want(t, code, errb, exitUsage, "--metrics-addr: listen on "+ln.Addr().String())
 }
 
 // TestConformanceConcurrencyZero: --concurrency 0 (or DRAINER_CONCURRENCY=0)
