@@ -182,16 +182,29 @@ func (c *Config) RoutesServedBy(name string) []dispatch.RouteSpec {
 		if r == nil || name == "" || r.Adapter != name && r.Fallback != name {
 			continue
 		}
-		out = append(out, routeSpec(tool, r, r.Adapter != name))
+		out = append(out, c.routeSpec(tool, r, r.Adapter != name))
 	}
 	return out
 }
 
-func routeSpec(tool string, r *Route, fallback bool) dispatch.RouteSpec {
+func (c *Config) routeSpec(tool string, r *Route, fallback bool) dispatch.RouteSpec {
 	return dispatch.RouteSpec{
 		Tool: tool, Class: cmp.Or(r.Class, outbox.ClassKeyIdempotent), Fallback: fallback,
 		Method: r.Method, Path: r.Path, Query: r.Query, Body: r.Body, IdempotencyKey: r.IdempotencyKey,
+		Undoes: c.undone(tool),
 	}
+}
+
+// undone lists the tools whose routes name tool as their compensation,
+// sorted.
+func (c *Config) undone(tool string) []string {
+	var out []string
+	for _, t := range slices.Sorted(maps.Keys(c.Routes)) {
+		if r := c.Routes[t]; r != nil && r.Compensation == tool {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // routeAdapterKeys checks the keys of route r that belong to its adapter's
@@ -219,7 +232,7 @@ func (v *validator) routeAdapterKeys(p, tool string, r *Route) {
 		if kind, _ := dispatch.KindOf(a.Type); kind.CheckRoute != nil {
 			c := wire.NewChecker(fieldSource{v, p})
 			c.CheckMode = v.check
-			kind.CheckRoute(c, serve.name, a.Settings, routeSpec(tool, r, serve.fallback))
+			kind.CheckRoute(c, serve.name, a.Settings, v.cfg.routeSpec(tool, r, serve.fallback))
 			v.report(p, c.Errs)
 		}
 	}

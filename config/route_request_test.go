@@ -124,3 +124,39 @@ routes:
 		`c.yaml:9:22: routes.nats.body: body is valid only on routes whose adapter is http; adapter q is nats`,
 	})
 }
+
+// TestCompensationPathReadsCompensationFields: a route that undoes others
+// gets a compensation's payload (forward_key, forward_payload,
+// forward_response), so its path may read {forward_key}, {tool_name} and
+// fields of the other two ({forward_response.id}); another field is
+// refused at check, not found when a run is aborted and its saga halts on a
+// compensation that can never be sent.
+func TestCompensationPathReadsCompensationFields(t *testing.T) {
+	_, err := parse(t, `
+adapters:
+  pay: {type: http, url: "https://pay.example.com"}
+routes:
+  send_transfer: {adapter: pay, class: non_idempotent, path: "/transfers/{account}", compensation: reverse_transfer}
+  reverse_transfer: {adapter: pay, class: naturally_idempotent, path: "/transfers/{id}/reversal"}
+`, true)
+	if err == nil {
+		t.Fatal("Parse succeeded, want the compensation's path refused")
+	}
+	assertLines(t, errorLines(t, err), []string{
+		`c.yaml:5:71: routes.reverse_transfer.path: {id} cannot be filled: this route undoes send_transfer (their compensation), and a compensation's payload holds forward_key, forward_payload and forward_response, so a path reads {forward_key}, {tool_name} or a field of the other two ({forward_response.id}, {forward_payload.id}); every compensation would fail unsent`,
+	})
+	mustParse(t, `
+adapters:
+  pay: {type: http, url: "https://pay.example.com"}
+routes:
+  send_transfer: {adapter: pay, class: non_idempotent, path: "/transfers/{account}", compensation: reverse_transfer}
+  reverse_transfer: {adapter: pay, class: naturally_idempotent, path: "/reversals/{forward_key}/{tool_name}"}
+`, true)
+	mustParse(t, `
+adapters:
+  pay: {type: http, url: "https://pay.example.com"}
+routes:
+  send_transfer: {adapter: pay, class: non_idempotent, path: "/transfers/{account}", compensation: reverse_transfer}
+  reverse_transfer: {adapter: pay, class: naturally_idempotent, path: "/transfers/{forward_response.id}/reversal"}
+`, true)
+}

@@ -38,6 +38,11 @@ type RouteSpec struct {
 	Query          map[string]string
 	Body           string
 	IdempotencyKey *wire.KeyPlacement
+	// Undoes lists the tools whose routes name this one as their
+	// compensation: rows of this tool then carry a compensation's payload
+	// (forward_key, forward_payload, forward_response; docs/sagas.md), and
+	// a request built from other fields could never be sent.
+	Undoes []string
 }
 
 // Start connects a configured adapter (to its database, brokers, server

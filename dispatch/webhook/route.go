@@ -128,8 +128,8 @@ func ParsePath(tmpl string) (*PathTemplate, error) {
 			return nil, errors.New("nested braces: a variable is written {name}, one level")
 		case name == "":
 			return nil, errors.New("empty variable {}: name a top-level payload field")
-		case !pathVarName.MatchString(name):
-			return nil, fmt.Errorf("variable {%s}: a name is letters, digits, _ and -, not starting with a digit or -", name)
+		case !validVarName(name):
+			return nil, fmt.Errorf("variable {%s}: a name is letters, digits, _ and -, not starting with a digit or -; a field of an object field is written {object.field}", name)
 		}
 		t.parts = append(t.parts, pathPart{field: name})
 		rest = rest[open+end+1:]
@@ -209,10 +209,25 @@ func (t *PathTemplate) Expand(tool string, payload []byte) (string, error) {
 	return b.String(), nil
 }
 
-// segmentValue reads field of obj as a path segment value.
+// validVarName reports a variable name: a field name, or a dotted path of
+// field names through object fields ({forward_response.id}).
+func validVarName(name string) bool {
+	for part := range strings.SplitSeq(name, ".") {
+		if !pathVarName.MatchString(part) {
+			return false
+		}
+	}
+	return true
+}
+
+// segmentValue reads field of obj as a path segment value: a top-level
+// field, or with dots a field of an object field.
 func segmentValue(obj map[string]json.RawMessage, field string) (string, error) {
-	raw, ok := obj[field]
-	if !ok {
+	raw, ok := fieldValue(obj, field)
+	switch {
+	case !ok && strings.Contains(field, "."):
+		return "", &FieldError{Field: field, Reason: "the payload has no such field (each step before the last an object field)"}
+	case !ok:
 		return "", &FieldError{Field: field, Reason: "the payload has no such top-level field"}
 	}
 	raw = bytes.TrimSpace(raw)
@@ -238,6 +253,20 @@ func segmentValue(obj map[string]json.RawMessage, field string) (string, error) 
 		return "", &FieldError{Field: field, Reason: "the value is not valid UTF-8"}
 	}
 	return s, nil
+}
+
+// fieldValue looks field up in obj, following a dotted path through object
+// fields; ok is false when a step is missing or not an object.
+func fieldValue(obj map[string]json.RawMessage, field string) (raw json.RawMessage, ok bool) {
+	top, rest, nested := strings.Cut(field, ".")
+	if raw, ok = obj[top]; !ok || !nested {
+		return raw, ok
+	}
+	var inner map[string]json.RawMessage
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &inner) != nil {
+		return nil, false
+	}
+	return fieldValue(inner, rest)
 }
 
 // integerLiteral is a JSON number without fraction or exponent.
@@ -322,7 +351,8 @@ func compile(r Route) compiledRoute {
 	if r.Path != "" {
 		c.path, _ = ParsePath(r.Path) // validated by Config.Validate
 		if r.Body == BodyWithoutPathFields {
-			c.omit = c.path.Fields()
+			// top-level fields only: {a.b} leaves object a in the body
+			c.omit = slices.DeleteFunc(c.path.Fields(), func(f string) bool { return strings.Contains(f, ".") })
 		}
 	}
 	if len(r.Query) > 0 {

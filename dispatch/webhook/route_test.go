@@ -161,7 +161,8 @@ func TestRouteValidate(t *testing.T) {
 		"close brace":   {Route{Path: "/v1/id}"}, KeyPlacement{}, `unbalanced "}"`},
 		"empty var":     {Route{Path: "/v1/{}"}, KeyPlacement{}, "empty variable"},
 		"nested":        {Route{Path: "/v1/{{id}}"}, KeyPlacement{}, "nested braces"},
-		"bad name":      {Route{Path: "/v1/{a.b}"}, KeyPlacement{}, "variable {a.b}"},
+		"bad name":      {Route{Path: "/v1/{a..b}"}, KeyPlacement{}, "variable {a..b}"},
+		"bad nested":    {Route{Path: "/v1/{a.9b}"}, KeyPlacement{}, "variable {a.9b}"},
 		"query in path": {Route{Path: "/v1/x?a=1"}, KeyPlacement{}, "fixed query parameters go in query"},
 		"space":         {Route{Path: "/v1/a b"}, KeyPlacement{}, "space"},
 		"dotdot":        {Route{Path: "/v1/../admin"}, KeyPlacement{}, `segment ".."`},
@@ -224,4 +225,41 @@ func FuzzPathExpand(f *testing.F) {
 			t.Fatalf("segment %q unescapes to %q, want %q; escaped path %q", segs[4], got, v, u.EscapedPath())
 		}
 	})
+}
+
+// TestRoutePathNestedFields: {a.b} reads field b of object field a (a
+// compensation's {forward_response.id}), escaped as any segment; a step
+// missing or not an object leaves the row unsent, naming the variable; and
+// without_path_fields leaves the object in the body.
+func TestRoutePathNestedFields(t *testing.T) {
+	p := newProvider(t, func(*http.Request) answer { return answer{status: 200, body: `{}`} })
+	a := routeAdapter(t, p, Route{Method: http.MethodPost, Path: "/v1/transfers/{forward_response.id}/reversal", Body: BodyWithoutPathFields}, nil)
+	payload := `{"forward_key":"k","forward_response":{"id":"tr_1/x","amount":5}}`
+	if res := a.Dispatch(t.Context(), testMessage(payload)); res.Outcome != dispatch.Success {
+		t.Fatalf("outcome %v: %v", res.Outcome, res.Err)
+	}
+	got := p.seen()[0]
+	if want := "/api/v1/transfers/tr_1%2Fx/reversal?v=2"; got.uri != want {
+		t.Errorf("uri %s, want %s", got.uri, want)
+	}
+	if !strings.Contains(string(got.body), `"forward_response"`) || !strings.Contains(string(got.body), `"tr_1/x"`) {
+		t.Errorf("body %s: the object a nested variable reads stays in it", got.body)
+	}
+	for name, tc := range map[string]struct{ payload, want string }{
+		"missing step":  {`{"forward_key":"k"}`, "no such field"},
+		"missing leaf":  {`{"forward_response":{"other":1}}`, "no such field"},
+		"not an object": {`{"forward_response":"tr_1"}`, "no such field"},
+		"leaf object":   {`{"forward_response":{"id":{"a":1}}}`, "an object"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := len(p.seen())
+			res := a.Dispatch(t.Context(), testMessage(tc.payload))
+			if res.Outcome != dispatch.Terminal || !res.NotSent || !strings.Contains(res.Err.Error(), "{forward_response.id}") || !strings.Contains(res.Err.Error(), tc.want) {
+				t.Fatalf("result %+v (%v), want terminal, not sent, naming {forward_response.id} and %q", res, res.Err, tc.want)
+			}
+			if len(p.seen()) != before {
+				t.Error("a request was sent")
+			}
+		})
+	}
 }

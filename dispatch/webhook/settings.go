@@ -100,6 +100,7 @@ func checkConfiguredRoute(c *wire.Checker, adapter string, ds dispatch.Settings,
 		place = *r.IdempotencyKey
 	}
 	checkRoute(c, "", Route{Method: r.Method, Path: r.Path, Query: r.Query, Body: r.Body}, place.WithDefaults())
+	checkCompensationPath(c, r)
 	if r.Path != "" && strings.Contains(s.URL, toolNameVar) {
 		// The mistake of a config written for POST url/{tool_name} that
 		// then gains imported paths.
@@ -147,4 +148,32 @@ func init() {
 		CheckRoute:    checkConfiguredRoute,
 		Configure:     configure,
 	})
+}
+
+// compensationField reports a field of a compensation row's payload a path
+// can read: forward_key, or a field of forward_payload or forward_response
+// ({forward_response.id}: the resource the forward call made).
+func compensationField(f string) bool {
+	return f == "forward_key" || strings.HasPrefix(f, "forward_payload.") || strings.HasPrefix(f, "forward_response.")
+}
+
+// checkCompensationPath refuses the path of a route that undoes others
+// (dispatch.RouteSpec.Undoes) when it reads a field a compensation's
+// payload does not have as a string: every compensation would fail unsent,
+// and a saga would halt when a run is aborted, long after the config was
+// accepted.
+func checkCompensationPath(c *wire.Checker, r dispatch.RouteSpec) {
+	if len(r.Undoes) == 0 || r.Path == "" || !c.Known("path") {
+		return
+	}
+	t, err := ParsePath(r.Path)
+	if err != nil {
+		return // reported by checkRoute
+	}
+	for _, f := range t.Fields() {
+		if !compensationField(f) {
+			c.Errorf("path", "{%s} cannot be filled: this route undoes %s (their compensation), and a compensation's payload holds forward_key, forward_payload and forward_response, so a path reads {forward_key}, {tool_name} or a field of the other two ({forward_response.%s}, {forward_payload.%s}); every compensation would fail unsent",
+				f, strings.Join(r.Undoes, ", "), f, f)
+		}
+	}
 }

@@ -50,6 +50,11 @@ type Route struct {
 	Detection, Detect, DetectNote string
 	// Unsafe marks an agent_safe: false operation routed on request.
 	Unsafe bool
+	// Undoes lists the routes whose compensation this one is; its path's
+	// parameters (FromForward) are then read from the forward call's
+	// answer, {forward_response.NAME}: a compensation's payload is
+	// forward_key, forward_payload and forward_response.
+	Undoes, FromForward []string
 }
 
 // Options tune Import.
@@ -200,6 +205,14 @@ func collect(file string, doc *openapi3.T, opts Options) (*Result, error) {
 			res.Routes = append(res.Routes, r)
 		}
 	}
+	answers := map[string][]string{}
+	for _, o := range ops {
+		answers[o.id] = answerProps(o.op)
+	}
+	readFromForward(res.Routes, answers)
+	if len(problems) == 0 {
+		problems = checkAsConfig(file, res)
+	}
 	if len(problems) > 0 {
 		slices.SortStableFunc(problems, func(a, b error) int {
 			return strings.Compare(a.(*Problem).Pointer, b.(*Problem).Pointer)
@@ -265,4 +278,83 @@ func syntaxError(file string, data []byte) error {
 		return fmt.Errorf("%s: invalid YAML or JSON: %s", file, ye.GetMessage())
 	}
 	return fmt.Errorf("%s: invalid YAML or JSON: %v", file, err)
+}
+
+// readFromForward rewrites the path of each route that undoes others: a
+// compensation row's payload holds forward_key, forward_payload and
+// forward_response, so a path parameter of the compensating operation is
+// read from the forward call's answer (the resource it made): the field of
+// the same name when the forward operation's answer declares one, else its
+// id ({comment_id} of DELETE /comments/{comment_id} undoing POST /comments,
+// which answers {id, …}: {forward_response.id}), else the same name. Its
+// body is that payload (without_path_fields is dropped: the parameters are
+// not top-level fields of it). answers maps each operation to the
+// properties of its JSON answer.
+func readFromForward(routes []Route, answers map[string][]string) {
+	undone := map[string][]string{}
+	for _, r := range routes {
+		if r.Compensation != "" {
+			undone[r.Compensation] = append(undone[r.Compensation], r.Tool)
+		}
+	}
+	for i := range routes {
+		r := &routes[i]
+		if r.Undoes = undone[r.Tool]; len(r.Undoes) == 0 {
+			continue
+		}
+		var props []string
+		for _, f := range r.Undoes {
+			props = append(props, answers[f]...)
+		}
+		for _, name := range pathParams(r.Path) {
+			if name == "tool_name" || name == "forward_key" {
+				continue
+			}
+			field := name
+			if !slices.Contains(props, name) && slices.Contains(props, "id") {
+				field = "id"
+			}
+			r.Path = strings.ReplaceAll(r.Path, "{"+name+"}", "{forward_response."+field+"}")
+			r.FromForward = append(r.FromForward, name+"="+field)
+		}
+		if len(r.FromForward) > 0 {
+			r.Body = ""
+		}
+	}
+}
+
+// answerProps returns the properties of the JSON schema of op's first 2xx
+// answer (nil: none declared).
+func answerProps(op *openapi3.Operation) []string {
+	if op == nil || op.Responses == nil {
+		return nil
+	}
+	for _, code := range []int{200, 201, 202} {
+		ref := op.Responses.Status(code)
+		if ref == nil || ref.Value == nil {
+			continue
+		}
+		mt := ref.Value.Content.Get("application/json")
+		if mt == nil || mt.Schema == nil || mt.Schema.Value == nil {
+			continue
+		}
+		var props []string
+		var walk func(s *openapi3.Schema, depth int)
+		walk = func(s *openapi3.Schema, depth int) {
+			if s == nil || depth > 8 {
+				return
+			}
+			for name := range s.Properties {
+				props = append(props, name)
+			}
+			for _, part := range s.AllOf {
+				if part != nil {
+					walk(part.Value, depth+1)
+				}
+			}
+		}
+		walk(mt.Schema.Value, 0)
+		return props
+	}
+	return nil
 }

@@ -102,7 +102,9 @@ func TestImportOrders31(t *testing.T) {
 		cfg.Routes["createOrder"].KeyTTL != 24*time.Hour || cfg.Routes["sendSms"].Class != "non_idempotent" {
 		t.Fatalf("routes: %s", cfg.Summary())
 	}
-	if r := cfg.Routes["cancelOrder"]; r.Method != "POST" || r.Path != "/v1/orders/{id}/cancel" {
+	// cancelOrder undoes sendReceipt: its {id} is read from the forward
+	// call's answer.
+	if r := cfg.Routes["cancelOrder"]; r.Method != "POST" || r.Path != "/v1/orders/{forward_response.id}/cancel" {
 		t.Errorf("cancelOrder: %s %s", r.Method, r.Path)
 	}
 	var out bytes.Buffer
@@ -212,7 +214,7 @@ func TestImportEveryRefusalAtOnce(t *testing.T) {
 		p + "#/paths/~1flags~1{enabled}/put: path parameter {enabled}: of type boolean; a path variable is filled from a string or an integer field",
 		p + "#/paths/~1orders~1{order_id}/patch: path parameter {order_id}: not in the request body schema's required list (a row without it would fail unsent)",
 		p + "#/paths/~1orders~1{order_id}/get: method GET cannot be routed: an http route sends POST, PUT, PATCH, DELETE",
-		p + "#/paths/~1items~1{item.id}/delete: path /items/{item.id}: variable {item.id}: a name is letters, digits, _ and -, not starting with a digit or -",
+		p + "#/paths/~1items~1{item.id}/delete: path /items/{item.id}: parameter {item.id}: a drainer path reads {a.b} as field b of object field a, so a parameter named with a dot cannot be filled; rename it",
 		p + "#/paths/~1sms/post: x-agent-idempotency.agent_safe: false: the document marks this operation unsafe for agents; refused (pass --allow-unsafe to route it anyway)",
 	}
 	for _, w := range want {
@@ -257,7 +259,8 @@ func TestImportRealWorldSpecs(t *testing.T) {
 		}, []string{"getVectorStore"}},
 		{"box-comments-tasks-3.0.json", "box", "https://api.box.com/2.0", map[string][2]string{
 			"post_comments":      {"POST", "/comments"},
-			"delete_comments_id": {"DELETE", "/comments/{comment_id}"},
+			// it undoes post_comments, which answers {id, …}
+			"delete_comments_id": {"DELETE", "/comments/{forward_response.id}"},
 			"post_tasks":         {"POST", "/tasks"},
 			"delete_tasks_id":    {"DELETE", "/tasks/{task_id}"},
 		}, []string{"get_comments_id"}},
@@ -421,5 +424,27 @@ paths:
 				t.Errorf("error:\n%v\nwant:\n%s", err, want)
 			}
 		})
+	}
+}
+
+// TestImportRefusesWhatCheckRefuses: a route the import would print that
+// `drainer check` refuses (a DELETE carrying its key in the body) is a
+// refusal of the import, at its operation, not a config found broken once
+// pasted.
+func TestImportRefusesWhatCheckRefuses(t *testing.T) {
+	doc := `openapi: 3.0.3
+info: {title: t, version: "1"}
+paths:
+  /f/{n}:
+    delete:
+      operationId: del_f
+      parameters: [{in: path, name: n, required: true, schema: {type: integer}}]
+      x-agent-idempotency: {class: key_idempotent, key_field: Idempotency-Key, key_location: body, ttl_seconds: 3600,
+                            scope: x, replay_status: 200, conflict_status: 409}
+`
+	_, err := Import("api.yaml", []byte(doc), Options{})
+	want := "api.yaml: #/paths/~1f~1{n}/delete: the route it becomes: routes.del_f.method: a DELETE sends no body, so its idempotency key cannot travel in the body; place it in a header or the query"
+	if err == nil || err.Error() != want {
+		t.Fatalf("import: %v\nwant: %s", err, want)
 	}
 }

@@ -35,6 +35,12 @@ func request(o op, r *Route) []string {
 	if !slices.Contains(webhook.Methods, o.method) {
 		errs = append(errs, fmt.Sprintf("method %s cannot be routed: an http route sends %s", o.method, strings.Join(webhook.Methods, ", ")))
 	}
+	for _, name := range pathParams(o.path) {
+		if strings.Contains(name, ".") {
+			errs = append(errs, fmt.Sprintf("path %s: parameter {%s}: a drainer path reads {a.b} as field b of object field a, so a parameter named with a dot cannot be filled; rename it", o.path, name))
+			return errs
+		}
+	}
 	if _, err := webhook.ParsePath(o.path); err != nil {
 		errs = append(errs, fmt.Sprintf("path %s: %v", o.path, err))
 		return errs

@@ -25,6 +25,11 @@ func WriteYAML(w io.Writer, file, adapter string, res *Result) error {
 		if r.Unsafe {
 			b.WriteString("    # agent_safe: false in the document: routed because --allow-unsafe was given\n")
 		}
+		for _, nf := range r.FromForward {
+			name, field, _ := strings.Cut(nf, "=")
+			fmt.Fprintf(&b, "    # undoes %s: the path's {%s} is read from the forward call's answer (forward_response.%s); check that the answer carries it, or write {forward_payload.%s} if the forward call sent it\n",
+				strings.Join(r.Undoes, ", "), name, field, name)
+		}
 		fmt.Fprintf(&b, "    adapter: %s\n", strconv.Quote(adapter))
 		fmt.Fprintf(&b, "    class: %s\n", r.Class)
 		if r.Method != "" {
