@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/drainer-io/drainer/drainer"
@@ -61,14 +62,7 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 			state = stateStarting
 		}
 		f.setState(e, state)
-		if reason == reasonSchemaMismatch {
-			// The schema's own advice names no database; in a fleet the
-			// command names it by its name in the config.
-			log.Error("cannot drain database; retrying", "reason", reason, "err", redact(err), "retry_in", delay,
-				"fix", "drainer migrate --database "+e.db.Name+" --config FILE (or drainer migrate --all --config FILE)")
-		} else {
-			log.Error("cannot drain database; retrying", "reason", reason, "err", redact(err), "retry_in", delay)
-		}
+		logStartFailure(log, e.db.Name, reason, err, delay)
 		if !sleep(ctx, delay) {
 			break
 		}
@@ -143,6 +137,17 @@ func startFailure(err error) string {
 		return reasonStartTimeout
 	}
 	return reasonUnreachable
+}
+
+// logStartFailure logs why the engine of database name did not start. A
+// schema that is not migrated is told with the fleet's command for it: the
+// schema's own advice names no database.
+func logStartFailure(log *slog.Logger, name, reason string, err error, delay time.Duration) {
+	args := []any{"reason", reason, "err", redact(err), "retry_in", delay}
+	if reason == reasonSchemaMismatch {
+		args = append(args, "fix", "drainer migrate --database "+name+" --config FILE (or drainer migrate --all --config FILE)")
+	}
+	log.Error("cannot drain database; retrying", args...)
 }
 
 // running is one database's engine with what it holds.

@@ -205,11 +205,7 @@ func collect(file string, doc *openapi3.T, opts Options) (*Result, error) {
 			res.Routes = append(res.Routes, r)
 		}
 	}
-	answers := map[string][]string{}
-	for _, o := range ops {
-		answers[o.id] = answerProps(o.op)
-	}
-	readFromForward(res.Routes, answers)
+	readFromForward(res.Routes, answersOf(ops))
 	if len(problems) == 0 {
 		problems = checkAsConfig(file, res)
 	}
@@ -321,6 +317,15 @@ func readFromForward(routes []Route, answers map[string][]string) {
 			r.Body = ""
 		}
 	}
+}
+
+// answersOf maps each operation to the properties of its JSON answer.
+func answersOf(ops []op) map[string][]string {
+	answers := map[string][]string{}
+	for _, o := range ops {
+		answers[o.id] = answerProps(o.op)
+	}
+	return answers
 }
 
 // answerProps returns the properties of the JSON schema of op's first 2xx

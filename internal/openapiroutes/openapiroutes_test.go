@@ -258,7 +258,7 @@ func TestImportRealWorldSpecs(t *testing.T) {
 			"deleteFile":        {"DELETE", "/files/{file_id}"},
 		}, []string{"getVectorStore"}},
 		{"box-comments-tasks-3.0.json", "box", "https://api.box.com/2.0", map[string][2]string{
-			"post_comments":      {"POST", "/comments"},
+			"post_comments": {"POST", "/comments"},
 			// it undoes post_comments, which answers {id, …}
 			"delete_comments_id": {"DELETE", "/comments/{forward_response.id}"},
 			"post_tasks":         {"POST", "/tasks"},
