@@ -786,6 +786,12 @@ func (m *seqModel) enqueueIn(x *mTx, targets []*mIntent, variants []bool, batch 
 				// intent (the provider may apply it again), and it takes
 				// its place in its run's seq order anew.
 				in.recreated, in.recreatedAt = true, now
+				// Its run's abort as this statement found it: one
+				// forgotten by retention since the first row (a tombstone
+				// age after the run's last row went) names a new run,
+				// which nobody aborted, and the new row goes out.
+				in.abortBeforeStmt = abortedBefore[in.run.id]
+				in.abortSeen = in.abortBeforeStmt
 				in.earlier = append(in.earlier, mOrder{order: in.order, until: now})
 				m.order++
 				in.order = m.order
