@@ -47,10 +47,14 @@ or a \uD800-\uDFFF escape without its other half.`,
 			defer conn.Close(ctx)
 			var key string
 			var created bool
+			var status *string
 			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 				var err error
-				key, created, err = producer.Producer{Schema: g.schema}.EnqueueTx(ctx, tx, in)
-				return err
+				if key, created, err = (producer.Producer{Schema: g.schema}).EnqueueTx(ctx, tx, in); err != nil || !created {
+					return err
+				}
+				// In the same transaction: the row as its enqueue made it.
+				return tx.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{g.schema}.Sanitize()+".result($1)", key).Scan(&status)
 			})
 			if err != nil {
 				return err
@@ -60,6 +64,9 @@ or a \uD800-\uDFFF escape without its other half.`,
 				word = "created"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", key, word)
+			if status != nil && *status == "cancelled" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: run %s is aborted: the row was created cancelled and will not be sent (drainer inspect %s)\n", in.AgentRunID, key)
+			}
 			return nil
 		},
 	}

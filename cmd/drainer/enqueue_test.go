@@ -140,3 +140,28 @@ func TestEnqueuePayloadJSONBRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestEnqueueIntoAbortedRunSaysSo: an intent enqueued into an aborted run
+// is created cancelled (docs/reference.md §2): the command prints "KEY
+// created" as always, and says on stderr that the row will not be sent.
+func TestEnqueueIntoAbortedRunSaysSo(t *testing.T) {
+	t.Parallel()
+	d := newOpsDB(t)
+	d.enqueue("run-gone", "charge_card", 1)
+	code, _, errb := d.run("abort", "run-gone", "--reason", "agent gave up", "--actor", "alice")
+	want(t, code, errb, 0)
+	var out, errOut bytes.Buffer
+	code = execute([]string{"enqueue", "--database-url", d.url, "--run", "run-gone", "--step", "late",
+		"--tool", "charge_card", "--payload", `{"a":1}`}, &out, &errOut)
+	if code != 0 || !strings.HasSuffix(out.String(), " created\n") ||
+		!strings.Contains(errOut.String(), "note: run run-gone is aborted: the row was created cancelled and will not be sent") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code = execute([]string{"enqueue", "--database-url", d.url, "--run", "run-live", "--step", "1",
+		"--tool", "charge_card", "--payload", `{"a":1}`}, &out, &errOut)
+	if code != 0 || !strings.HasSuffix(out.String(), " created\n") || strings.Contains(errOut.String(), "aborted") {
+		t.Fatalf("a live run: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+}
