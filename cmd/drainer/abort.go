@@ -41,7 +41,7 @@ many rows were cancelled. A run with no row is an error (exit 1).`,
 					res.AgentRunID, fmtTime(res.AbortedAt), res.AbortedBy, res.AbortReason, res.Cancelled)
 				return nil
 			}
-			fmt.Fprintf(w, "aborted run %s: %d never-attempted row(s) cancelled; the daemon compensates its succeeded rows\n",
+			fmt.Fprintf(w, "aborted run %s: %d never-attempted row(s) cancelled; the daemon compensates its succeeded rows once none is in flight or parked (drainer inspect of any of its rows shows its saga)\n",
 				res.AgentRunID, res.Cancelled)
 			return nil
 		},
