@@ -177,6 +177,12 @@ func TestEngineUnroutedWaitsThenDrainsAfterReload(t *testing.T) {
 		}
 		return pending == 2 && attempts == 0, ""
 	})
+	if err := e.Routed("newtool"); err == nil || !strings.Contains(err.Error(), `tool "newtool" has no route in the loaded config`) {
+		t.Fatalf("Routed before the reload: %v", err)
+	}
+	if err := e.Routed("other"); err != nil {
+		t.Fatalf("Routed of a routed tool: %v", err)
+	}
 	var got atomic.Int64
 	e.Reload(testRouting(t, map[string]dispatch.Adapter{"newtool": dispatch.AdapterFunc(func(context.Context, *dispatch.Message) dispatch.Result {
 		got.Add(1)
@@ -185,6 +191,12 @@ func TestEngineUnroutedWaitsThenDrainsAfterReload(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "rows drained after reload", func() (bool, string) { return countByStatus(t, pool)["succeeded"] == 2, "" })
 	if got.Load() != 2 {
 		t.Fatalf("dispatched %d times", got.Load())
+	}
+	if err := e.Routed("newtool"); err != nil {
+		t.Fatalf("Routed after the reload that routes it: %v", err)
+	}
+	if err := e.Routed("other"); err == nil {
+		t.Fatal("Routed of a tool the reload removed: nil")
 	}
 }
 

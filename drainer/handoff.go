@@ -111,6 +111,17 @@ func (e *Engine) freeSlot() {
 	}
 }
 
+// Routed says why the loaded config does not route tool (nil: it does):
+// the MCP gateway records no call of a tool a reload removed.
+func (e *Engine) Routed(tool string) error {
+	rt := e.useRouting()
+	defer rt.done()
+	if _, ok := rt.Routes[tool]; !ok {
+		return fmt.Errorf("tool %q has no route in the loaded config", tool)
+	}
+	return nil
+}
+
 // Admit lets a call of tool that the MCP gateway passes straight through
 // (a read-only naturally idempotent tool: never recorded) through what a
 // row of the tool's route passes before it is sent: the pauses of `drainer

@@ -479,3 +479,32 @@ func TestCallOfAnAbortedRunIsAnsweredFromItsFirstRead(t *testing.T) {
 		t.Fatalf("the call was answered by %v periodic rechecks; want its first read", n)
 	}
 }
+
+// TestCallOfAnUnroutedToolIsNotRecorded: a tool the engine's loaded config
+// no longer routes (a reload removed its route) is answered isError at
+// once, and nothing is recorded: before, the call was recorded and its row
+// waited pending for a route that would not come back.
+func TestCallOfAnUnroutedToolIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	p := newPeek()
+	close(p.release)
+	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second,
+		Routed: func(tool string) error {
+			if tool == "charge" {
+				return fmt.Errorf("tool %q has no route in the loaded config", tool)
+			}
+			return nil
+		}}, p.tool())
+	status, _, got := post(t, d.gw.URL(), "run-unrouted", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1}}}`)
+	if status != http.StatusOK || !strings.Contains(got, `"isError":true`) || !strings.Contains(got, "charge was not recorded or sent") ||
+		!strings.Contains(got, "has no route in the loaded config") {
+		t.Fatalf("a call of an unrouted tool: %d %s", status, got)
+	}
+	if n := rows(t, d.pool, "charge"); n != 0 {
+		t.Fatalf("%d rows recorded for a tool with no route", n)
+	}
+	status, _, got = post(t, d.gw.URL(), "run-unrouted", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"peek","arguments":{}}}`)
+	if status != http.StatusOK || !strings.Contains(got, "peeked") {
+		t.Fatalf("a routed tool beside it: %d %s", status, got)
+	}
+}

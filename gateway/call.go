@@ -46,6 +46,12 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if tp != "" && !wire.ValidTraceparent(tp) {
 		tp = ""
 	}
+	if g.cfg.Routed != nil {
+		if err := g.cfg.Routed(t.Name); err != nil {
+			g.log.Info("gateway: a call not recorded", "tool", t.Name, "reason", err.Error())
+			return errorResult(sdk.Meta{MetaKey: key}, fmt.Sprintf("%s was not recorded or sent: %v (the config was reloaded without it); call a tool the gateway lists", t.Name, err)), nil
+		}
+	}
 	if t.Passthrough {
 		res, sent := g.passthrough(ctx, t, key, tuple, payload, tp)
 		if sent {

@@ -100,6 +100,11 @@ type Config struct {
 	// (drainer.Engine.Admit). Admitted, done is called with the call's
 	// result; refused, the call is answered with the error and not sent.
 	Admit func(ctx context.Context, tool string) (done func(dispatch.Result), err error)
+	// Routed, when set, says why a tool is not routed by the engine's
+	// loaded config (nil: it is; drainer.Engine.Routed): a call of a tool
+	// whose route a reload removed is refused before it is recorded, never
+	// left pending for a route that will not come back.
+	Routed func(tool string) error
 	// Metrics are the series the gateway counts in (nil: its own,
 	// registered on Registerer when that is set).
 	Metrics    *Metrics

@@ -80,7 +80,7 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 	gw, err := gateway.New(gateway.Config{
 		Listener: ln, Token: g.Token.Reveal(), Wait: g.Wait, AbortTool: g.AbortTool, MaxCalls: gatewayMaxCalls(d.st.workers),
 		DB: pool, Store: st, Tools: tools, Metrics: d.gatewayMetrics, Logger: d.log, Version: d.opts.Version,
-		Lease: eng.Lease, Writing: eng.Writing, Admit: eng.Admit,
+		Lease: eng.Lease, Writing: eng.Writing, Admit: eng.Admit, Routed: eng.Routed,
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			c := cc.Copy()
 			c.RuntimeParams["application_name"] = "drainer gateway"
