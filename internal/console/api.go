@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/ops"
 	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/store"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Limits of the API.
@@ -63,6 +65,12 @@ func classify(err error) *apiError {
 		return &apiError{Status: http.StatusConflict, Msg: pe.Error()}
 	case errors.Is(err, ops.ErrOutcomeRequired), errors.Is(err, ops.ErrOutcomeNotAllowed), errors.Is(err, ops.ErrNoActor):
 		return &apiError{Status: http.StatusBadRequest, Msg: err.Error()}
+	}
+	// A value of the request the database cannot take (SQLSTATE class 22:
+	// a payload filter jsonb refuses, say): the request's fault, not the
+	// console's.
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && strings.HasPrefix(pgErr.Code, "22") {
+		return &apiError{Status: http.StatusBadRequest, Msg: "the database refused a value of the request: " + pgErr.Message}
 	}
 	return &apiError{Status: http.StatusInternalServerError, Msg: "internal error; see the daemon's log"}
 }

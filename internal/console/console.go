@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 	"sync"
 	"time"
 
@@ -248,8 +249,38 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/v1/actions/{verb}", s.action)
 	mux.HandleFunc("GET /api/v1/results/{id}", s.apiResults)
 	mux.HandleFunc("/", s.notFound)
-	return secure(mux)
+	return secure(s.storableText(mux))
 }
+
+// storableText answers 400 to a request whose path or query holds text no
+// key, run or filter can be: a NUL byte, or bytes that are not UTF-8.
+// The database refuses such text (SQLSTATE 22021), which reached the
+// handlers as a 500 and an error in the log, for anyone who could reach
+// the console.
+func (s *Server) storableText(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bad := !storable(r.URL.Path)
+		for k, vs := range r.URL.Query() {
+			bad = bad || !storable(k)
+			for _, v := range vs {
+				bad = bad || !storable(v)
+			}
+		}
+		if !bad {
+			h.ServeHTTP(w, r)
+			return
+		}
+		const msg = "the address holds a NUL byte or bytes that are not UTF-8: no key, run or filter is such text"
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": msg})
+			return
+		}
+		http.Error(w, msg, http.StatusBadRequest)
+	})
+}
+
+// storable reports text the database stores: valid UTF-8 without NUL.
+func storable(v string) bool { return utf8.ValidString(v) && !strings.ContainsRune(v, 0) }
 
 // secure sets the security headers of every answer.
 func secure(h http.Handler) http.Handler {

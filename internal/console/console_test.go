@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/outbox"
+	"github.com/drainer-io/drainer/tooling/testkit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -498,5 +500,34 @@ func TestDatabaseSelectorOnlyWithMany(t *testing.T) {
 	var p RowsPage
 	if err := json.Unmarshal([]byte(w.body.String()), &p); err != nil || p.Database != "eu" || len(p.Rows) != 2 {
 		t.Errorf("rows of eu: %s", w.body.String())
+	}
+}
+
+// TestTextNoKeyCanBeIsRefused: a path or query holding a NUL byte or bytes
+// that are not UTF-8, or a payload filter the database cannot store, is the
+// request's fault: 400, and nothing logged as the console's error. Before,
+// each was a 500 and an ERROR line in the log, for anyone who could reach
+// the console.
+func TestTextNoKeyCanBeIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	e.enqueue("run-t", "charge_card", "", 1)
+	var logs testkit.Buffer
+	e.srv.log = slog.New(slog.NewTextHandler(&logs, nil))
+	for _, p := range []string{"/api/v1/rows/%00", "/api/v1/runs/%ff%fe", "/api/v1/rows?search=%00", "/api/v1/rows?run=%ff",
+		"/api/v1/rows?scope=a%00b", "/rows/%00", "/runs/%ff", "/api/v1/rows?payload=" + url.QueryEscape(`{"a":"\u0000"}`)} {
+		code, body := e.get(p)
+		if code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", p, code, body)
+		}
+		if strings.HasPrefix(p, "/api/") && !strings.Contains(body, `"error"`) {
+			t.Errorf("%s: %s, want a JSON error", p, body)
+		}
+	}
+	if strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("bad input logged as the console's error:\n%s", logs.String())
+	}
+	if code, _ := e.get("/api/v1/rows?run=run-t"); code != http.StatusOK {
+		t.Errorf("a good filter: %d", code)
 	}
 }
