@@ -84,3 +84,24 @@ func TestTombstonesOutliveDefaultKeyTTLs(t *testing.T) {
 		t.Errorf("tombstones shorter than kafka's default key_ttl: got %v", err)
 	}
 }
+
+// TestConsoleOffLoopbackIsWarnedOf: the console's reads need no token, so
+// an address off loopback is warned of (payloads, responses and audit
+// trails are readable by whoever reaches it); loopback is not.
+func TestConsoleOffLoopbackIsWarnedOf(t *testing.T) {
+	base := "adapters:\n  p: {type: http, url: \"http://p/{tool_name}\"}\nroutes:\n  t: {adapter: p}\n"
+	cfg, err := Parse("c.yaml", []byte(base+"console:\n  addr: 0.0.0.0:9754\n"), LoadOptions{Check: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `c.yaml:6:3: console.addr: "0.0.0.0:9754" is not a loopback address: whoever reaches it reads every row's payload, response and audit trail (reads need no token; only actions do): keep the console on loopback, or behind a proxy that authenticates`
+	if len(cfg.Warnings) != 1 || cfg.Warnings[0] != want {
+		t.Errorf("warnings %q, want %q", cfg.Warnings, want)
+	}
+	for _, addr := range []string{"127.0.0.1:9754", "localhost:9754", "[::1]:9754"} {
+		cfg, err := Parse("c.yaml", []byte(base+"console:\n  addr: \""+addr+"\"\n"), LoadOptions{Check: true})
+		if err != nil || len(cfg.Warnings) != 0 {
+			t.Errorf("%s: %v, warnings %q", addr, err, cfg.Warnings)
+		}
+	}
+}

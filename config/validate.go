@@ -57,6 +57,26 @@ func (v *validator) console() {
 	if p := "console.actions"; v.usable(p) && c.Actions && !v.set("console.token") {
 		v.errorf(p, "actions need console.token (from ${env:NAME} or ${file:/path})")
 	}
+	if p := "console.addr"; v.usable(p) && c.Addr != "" {
+		if w := ConsoleExposure(c.Addr); w != "" {
+			v.warnf(p, "%s", w)
+		}
+	}
+}
+
+// ConsoleExposure says what an address off loopback exposes (""
+// on loopback): the console's pages and API read rows (payloads, responses,
+// audit trails) with no token; only actions need one. `check`, `run` and
+// --console-addr apply this one rule.
+func ConsoleExposure(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "localhost" {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	return fmt.Sprintf("%q is not a loopback address: whoever reaches it reads every row's payload, response and audit trail (reads need no token; only actions do): keep the console on loopback, or behind a proxy that authenticates", addr)
 }
 
 // gateway checks the MCP gateway: its token comes from a reference, and an

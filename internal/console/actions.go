@@ -127,8 +127,13 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, v url.Values,
 		return "", false
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
+		if !s.auth.bearerGuessesLeft(r) {
+			refuse(http.StatusTooManyRequests, "too many refused tokens from this address: wait a little and try again")
+			return "", false
+		}
 		tok, found := wire.BearerToken(h)
 		if !found || !s.auth.tokenOK(tok) {
+			s.auth.refusedBearer(r)
 			refuse(http.StatusUnauthorized, "bearer token refused")
 			return "", false
 		}

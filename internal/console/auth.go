@@ -57,7 +57,19 @@ func (a *auth) tokenOK(presented string) bool {
 }
 
 // allowLogin applies the per-address login rate limit.
-func (a *auth) allowLogin(r *http.Request) bool {
+func (a *auth) allowLogin(r *http.Request) bool { return a.limiter(r).Allow() }
+
+// bearerGuessesLeft says whether the address of r may present a bearer
+// token now: every refused one spends the same per-address budget as a
+// login (refusedBearer), so the token cannot be guessed through the API
+// faster than through the login form; an accepted one spends nothing.
+func (a *auth) bearerGuessesLeft(r *http.Request) bool { return a.limiter(r).Tokens() >= 1 }
+
+// refusedBearer spends one of the address's attempts.
+func (a *auth) refusedBearer(r *http.Request) { a.limiter(r).Allow() }
+
+// limiter is the attempts' rate limiter of r's client address.
+func (a *auth) limiter(r *http.Request) *rate.Limiter {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -72,7 +84,7 @@ func (a *auth) allowLogin(r *http.Request) bool {
 		l = rate.NewLimiter(rate.Every(loginEvery), loginBurst)
 		a.limits[host] = l
 	}
-	return l.Allow()
+	return l
 }
 
 // open starts a session and returns its id.

@@ -13,9 +13,9 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/fleet"

@@ -531,3 +531,33 @@ func TestTextNoKeyCanBeIsRefused(t *testing.T) {
 		t.Errorf("a good filter: %d", code)
 	}
 }
+
+// TestBearerGuessesAreRateLimited: refused bearer tokens spend the same
+// per-address budget as wrong logins, so the token cannot be guessed
+// through the API faster than through the login form: past it, a token
+// waits (429) and nothing is changed; accepted tokens spend nothing.
+func TestBearerGuessesAreRateLimited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	key := e.enqueue("run-g", "t", "", 1)[0]
+	for range 10 { // accepted tokens spend nothing
+		if code, out := e.post("/api/v1/actions/pause", map[string]any{"target": "route", "name": "t", "reason": "r"}, bearer); code != http.StatusOK && code != http.StatusConflict {
+			t.Fatalf("pause with the token: %d %v", code, out)
+		}
+	}
+	limited := 0
+	for i := range loginBurst + 3 {
+		code, _ := e.post("/api/v1/actions/cancel", map[string]any{"key": key}, map[string]string{"Authorization": "Bearer guess" + strconv.Itoa(i)})
+		if code == http.StatusTooManyRequests {
+			limited++
+		} else if code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401 or 429", i, code)
+		}
+	}
+	if limited == 0 {
+		t.Fatalf("%d refused bearer tokens were never rate-limited", loginBurst+3)
+	}
+	if s := e.status(key); s != outbox.StatusPending {
+		t.Fatalf("row %s after refused requests", s)
+	}
+}

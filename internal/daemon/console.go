@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/drainer"
 	"github.com/drainer-io/drainer/internal/console"
 	"github.com/drainer-io/drainer/store"
@@ -28,6 +29,9 @@ func (d *daemonRun) listenConsole() (net.Listener, error) {
 	ln, err := console.Listen(addr)
 	if err != nil {
 		return nil, &ConfigError{err}
+	}
+	if w := config.ConsoleExposure(addr); w != "" && d.opts.ConsoleAddr != "" {
+		d.log.Warn("--console-addr " + w) // the config's own address is warned of at load
 	}
 	d.onCleanup(func() { _ = ln.Close() })
 	return ln, nil
