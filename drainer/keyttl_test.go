@@ -152,3 +152,34 @@ func TestKeyWindowHoldsAtTheSend(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowWithinTheMarginIsNamed: a provider window not longer than the
+// guard's 1m margin (a nats stream's 30s duplicate window) fails a row at
+// its first claim, unsent, as the contract's rule has it; its last_error
+// says that the window is the cause and names the adapter, not that a
+// first attempt was "0s ago, beyond" it.
+func TestWindowWithinTheMarginIsNamed(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	var sent sync.Map
+	a := dispatch.AdapterFunc(func(_ context.Context, m *dispatch.Message) dispatch.Result {
+		sent.Store(m.Key, true)
+		return dispatch.Result{Outcome: dispatch.Success, Status: 200}
+	})
+	key := enqueueN(t, pool, "run-w", "ev", 1)[0]
+	rt := testRouting(t, map[string]dispatch.Adapter{"nats": a}, &Route{Tool: "ev", Adapter: "nats"})
+	entry, _ := rt.Registry.Get("nats")
+	entry.KeyTTL, entry.KeyTTLFromProvider, entry.ProviderWindow = 30*time.Second, true, 30*time.Second
+	startEngine(t, pool, rt, Config{Workers: 1})
+	testkit.WaitFor(t, 10*time.Second, "the row failed", func() (bool, string) {
+		return getRow(t, pool, key).Status == outbox.StatusFailed, ""
+	})
+	r := getRow(t, pool, key)
+	if r.LastError == nil || !strings.Contains(*r.LastError, "key_ttl 30s, adapter nats) is not longer than the guard's 1m margin") ||
+		strings.Contains(*r.LastError, "ago") {
+		t.Fatalf("last_error = %v; want the window named as the cause", r.LastError)
+	}
+	if _, ok := sent.Load(key); ok {
+		t.Fatal("the row was sent")
+	}
+}

@@ -199,7 +199,9 @@ func (a *Adapter) Close() error {
 func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
 	subj, err := a.subject.expand(m.Tuple.ToolName)
 	if err != nil {
-		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: ReasonInvalidSubject, Err: err}
+		// The tool name is the row's for good: it can never be sent as it
+		// stands, and the attempt counted at its claim is given back.
+		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable, Err: err}
 	}
 	if a.bg.Waiting() {
 		return dispatch.NotReady(errors.New("nats: " + a.bg.Why("the server")))

@@ -148,7 +148,7 @@ func TestTemplatedSubject(t *testing.T) {
 	}
 	for _, tool := range []string{"charge.card", "*", ">", "with space", "tab\t"} {
 		r := a.Dispatch(t.Context(), testMessage(tool))
-		wantResult(t, "tool "+tool, r, dispatch.Terminal, true, ReasonInvalidSubject)
+		wantResult(t, "tool "+tool, r, dispatch.Terminal, true, dispatch.ReasonUnsendable)
 	}
 	ttl, err := a.KeyTTL(t.Context())
 	if err != nil || ttl != 3*time.Minute {

@@ -93,5 +93,20 @@ func init() {
 		Type:        "nats",
 		NewSettings: func() dispatch.Settings { return new(Settings) },
 		Configure:   configure,
+		CheckRoute:  checkRoute,
 	})
+}
+
+// checkRoute refuses a route whose tool name cannot be the {tool_name}
+// token of the adapter's subject (a dot, a wildcard, a space): its rows
+// could never be published, and it is known from the config alone.
+func checkRoute(c *wire.Checker, adapter string, ds dispatch.Settings, r dispatch.RouteSpec) {
+	s := ds.(*Settings)
+	subj, err := parseSubject(s.Subject)
+	if err != nil || !subj.templated() {
+		return
+	}
+	if err := checkToken(r.Tool); err != nil {
+		c.KeyErrorf("", "tool name %q cannot be the {tool_name} token of adapters.%s.subject %q: %v; its rows could never be published", r.Tool, adapter, s.Subject, err)
+	}
 }
