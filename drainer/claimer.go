@@ -258,7 +258,7 @@ func keyWindowPassed(row *claimedRow, route *Route, entry *dispatch.Entry, elaps
 	}
 	ttl := entry.KeyTTLFor(route.KeyTTL)
 	msg := fmt.Sprintf("key TTL guard: first attempt was %s ago, beyond the provider's idempotency window (key_ttl %s minus 1m); sending again could duplicate the effect",
-		(row.DBNow.Sub(row.FirstAttemptAt)+elapsed).Round(time.Second), ttl)
+		(row.DBNow.Sub(row.FirstAttemptAt) + elapsed).Round(time.Second), ttl)
 	if ttl <= time.Minute {
 		msg = fmt.Sprintf("key TTL guard: the provider's idempotency window (key_ttl %s, adapter %s) is not longer than the guard's 1m margin, so no key_idempotent row of it can be sent safely; lengthen the window (a nats stream's duplicate window) or set a longer key_ttl, then requeue",
 			ttl, entry.Name)
