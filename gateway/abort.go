@@ -18,10 +18,14 @@ import (
 // abort answers drainer_abort_run: the run of the call (its _meta or
 // X-Agent-Run-Id) is aborted with the given reason (docs/reference.md §6).
 func (g *Gateway) abort(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	ctx, cancel := g.callContext(ctx, time.Now().Add(g.cfg.Wait))
+	start := time.Now()
+	ctx, cancel := g.callContext(ctx, start.Add(g.cfg.Wait))
 	defer cancel()
 	outcome := OutcomeRefused
-	defer func() { g.metrics.calls.WithLabelValues(AbortToolName, string(outcome)).Inc() }()
+	defer func() {
+		g.metrics.calls.WithLabelValues(AbortToolName, string(outcome)).Inc()
+		g.metrics.seconds.WithLabelValues(AbortToolName).Observe(time.Since(start).Seconds())
+	}()
 	var header http.Header
 	if req.Extra != nil {
 		header = req.Extra.Header

@@ -508,3 +508,35 @@ func TestCallOfAnUnroutedToolIsNotRecorded(t *testing.T) {
 		t.Fatalf("a routed tool beside it: %d %s", status, got)
 	}
 }
+
+// TestAbortToolIsTimed: drainer_abort_run is counted in
+// drainer_gateway_call_seconds as every other tool is (it was counted in
+// calls_total alone).
+func TestAbortToolIsTimed(t *testing.T) {
+	t.Parallel()
+	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second, AbortTool: true})
+	status, _, got := post(t, d.gw.URL(), "run-abort", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"drainer_abort_run","arguments":{"reason":"wrong"}}}`)
+	if status != http.StatusOK || strings.Contains(got, `"error"`) {
+		t.Fatalf("abort: %d %s", status, got)
+	}
+	families, err := d.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count uint64
+	for _, f := range families {
+		if f.GetName() != "drainer_gateway_call_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "tool" && l.GetValue() == gateway.AbortToolName {
+					count += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	if count != 1 {
+		t.Fatalf("drainer_gateway_call_seconds{tool=%q} counted %d calls, want 1", gateway.AbortToolName, count)
+	}
+}

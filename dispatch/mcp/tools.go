@@ -133,12 +133,17 @@ func (a *Adapter) checkRoutes(ctx context.Context, name string, routes []Route, 
 }
 
 // Contradiction returns why class contradicts the annotations, or "" when it
-// does not (or when the tool gives none):
-//   - naturally_idempotent on a tool that is neither read-only nor idempotent;
+// does not:
+//   - naturally_idempotent on a tool that is neither read-only nor idempotent
+//     (a tool that gives no annotations has MCP's defaults: not read-only,
+//     not idempotent, destructive);
 //   - non_idempotent on a tool that says it is read-only or idempotent;
 //   - naturally_idempotent on a destructive, non-idempotent tool.
 func Contradiction(class string, an *Annotations) string {
 	if an == nil {
+		if class == "naturally_idempotent" {
+			return "no annotations (MCP's defaults: readOnlyHint false, idempotentHint false, destructiveHint true)"
+		}
 		return ""
 	}
 	readOnly := an.ReadOnlyHint != nil && *an.ReadOnlyHint
