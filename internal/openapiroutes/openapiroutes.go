@@ -343,22 +343,7 @@ func answerProps(op *openapi3.Operation) []string {
 		if mt == nil || mt.Schema == nil || mt.Schema.Value == nil {
 			continue
 		}
-		var props []string
-		var walk func(s *openapi3.Schema, depth int)
-		walk = func(s *openapi3.Schema, depth int) {
-			if s == nil || depth > 8 {
-				return
-			}
-			for name := range s.Properties {
-				props = append(props, name)
-			}
-			for _, part := range s.AllOf {
-				if part != nil {
-					walk(part.Value, depth+1)
-				}
-			}
-		}
-		walk(mt.Schema.Value, 0)
+		props, _, _ := schemaProps(mt.Schema.Value)
 		return props
 	}
 	return nil

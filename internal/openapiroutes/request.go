@@ -119,6 +119,14 @@ func bodySchema(op *openapi3.Operation) (props, required []string, closed, hasBo
 	if mt == nil || mt.Schema == nil || mt.Schema.Value == nil {
 		return nil, nil, false, false
 	}
+	props, required, closed = schemaProps(mt.Schema.Value)
+	return props, required, closed, true
+}
+
+// schemaProps returns the properties and required fields of an object
+// schema, its allOf parts merged, and whether it allows no other property
+// (additionalProperties: false).
+func schemaProps(schema *openapi3.Schema) (props, required []string, closed bool) {
 	var walk func(s *openapi3.Schema, depth int)
 	walk = func(s *openapi3.Schema, depth int) {
 		if s == nil || depth > 8 {
@@ -137,8 +145,8 @@ func bodySchema(op *openapi3.Operation) (props, required []string, closed, hasBo
 			}
 		}
 	}
-	walk(mt.Schema.Value, 0)
-	return props, required, closed, true
+	walk(schema, 0)
+	return props, required, closed
 }
 
 var pathParam = regexp.MustCompile(`\{([^{}]*)\}`)
