@@ -128,6 +128,16 @@ func (g *globals) requireDB(ctx context.Context) error {
 	if g.databaseURL == "" {
 		return usagef("no database URL: set --database-url or DRAINER_DATABASE_URL, or --database NAME with --config FILE")
 	}
+	if err := g.checkDatabaseURL(); err != nil {
+		return err
+	}
+	return g.validateSchema()
+}
+
+// checkDatabaseURL reads the database URL as every command and the daemon
+// read it (config.ParseDatabaseURL), naming where it came from: --database
+// NAME, --database-url or DRAINER_DATABASE_URL.
+func (g *globals) checkDatabaseURL() error {
 	if _, err := config.ParseDatabaseURL(g.databaseURL); err != nil {
 		from := flagRef(g.cmd, "database-url")
 		if g.resolved {
@@ -135,7 +145,7 @@ func (g *globals) requireDB(ctx context.Context) error {
 		}
 		return usagef("%s: %v", from, err)
 	}
-	return g.validateSchema()
+	return nil
 }
 
 // applyEnv sets every flag not given on the command line from DRAINER_<FLAG>.

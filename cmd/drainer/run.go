@@ -40,8 +40,8 @@ running one kept.`,
 				return err
 			}
 			if g.databaseURL != "" {
-				if _, err := config.ParseDatabaseURL(g.databaseURL); err != nil {
-					return usagef("%s: %v", flagRef(cmd, "database-url"), err)
+				if err := g.checkDatabaseURL(); err != nil {
+					return err
 				}
 			}
 			if err := checkRunFlags(cmd, opts); err != nil {
