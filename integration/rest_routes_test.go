@@ -119,7 +119,9 @@ func TestImportedRoutesReachMethodAndPath(t *testing.T) {
 		{"addPet", `{"name":"rex","tag":"dog"}`, &want{"POST", "/v2/pets", true, ""}, ""},
 		{"deletePet", `{"id":42}`, &want{"DELETE", "/v2/pets/42", false, ""}, ""},
 		{"post_comments", `{"message":"LGTM","item":{"id":"1","type":"file"}}`, &want{"POST", "/box/comments", true, ""}, ""},
-		{"delete_comments_id", `{"comment_id":"c/1"}`, &want{"DELETE", "/box/comments/c%2F1", false, ""}, ""},
+		// delete_comments_id undoes post_comments: it reads the comment's
+		// id from a compensation's payload, the forward call's answer
+		{"delete_comments_id", `{"forward_key":"k","forward_response":{"id":"c/1"}}`, &want{"DELETE", "/box/comments/c%2F1", false, ""}, ""},
 		{"post_tasks", `{"item":{"id":"1","type":"file"},"action":"review"}`, &want{"POST", "/box/tasks", true, ""}, ""},
 		{"delete_tasks_id", `{"task_id":12345}`, &want{"DELETE", "/box/tasks/12345", false, ""}, ""},
 		{"createOrder", `{"customer_id":"c-1","items":[{"sku":"a"}]}`, &want{"POST", "/shop/v1/orders", true, ""}, ""},
