@@ -6,6 +6,7 @@ import (
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/internal/catalog"
+	"github.com/drainer-io/drainer/outbox"
 	"github.com/drainer-io/drainer/producer"
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -47,7 +48,7 @@ or a \uD800-\uDFFF escape without its other half.`,
 			defer conn.Close(ctx)
 			var key string
 			var created bool
-			var status *string
+			var status *outbox.Status
 			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 				var err error
 				if key, created, err = (producer.Producer{Schema: g.schema}).EnqueueTx(ctx, tx, in); err != nil || !created {
@@ -64,7 +65,7 @@ or a \uD800-\uDFFF escape without its other half.`,
 				word = "created"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", key, word)
-			if status != nil && *status == "cancelled" {
+			if status != nil && *status == outbox.StatusCancelled {
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: run %s is aborted: the row was created cancelled and will not be sent (drainer inspect %s)\n", in.AgentRunID, key)
 			}
 			return nil
