@@ -116,10 +116,18 @@ func (e *Engine) freeSlot() {
 func (e *Engine) Routed(tool string) error {
 	rt := e.useRouting()
 	defer rt.done()
-	if _, ok := rt.Routes[tool]; !ok {
-		return fmt.Errorf("tool %q has no route in the loaded config", tool)
+	_, err := rt.routeOf(tool)
+	return err
+}
+
+// routeOf is tool's route under rt, or the error the gateway's agent is
+// shown when there is none.
+func (rt *Routing) routeOf(tool string) (*Route, error) {
+	route, ok := rt.Routes[tool]
+	if !ok {
+		return nil, fmt.Errorf("tool %q has no route in the loaded config", tool)
 	}
-	return nil
+	return route, nil
 }
 
 // Admit lets a call of tool that the MCP gateway passes straight through
@@ -135,9 +143,9 @@ func (e *Engine) Routed(tool string) error {
 func (e *Engine) Admit(ctx context.Context, tool string) (done func(dispatch.Result), err error) {
 	rt := e.useRouting()
 	defer rt.done()
-	route, ok := rt.Routes[tool]
-	if !ok {
-		return nil, fmt.Errorf("tool %q has no route in the loaded config", tool)
+	route, err := rt.routeOf(tool)
+	if err != nil {
+		return nil, err
 	}
 	entry, ok := rt.Registry.Get(route.Adapter)
 	if !ok {
