@@ -63,34 +63,39 @@ func installCode(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout
 	}
 	installed := false
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, lockTimeoutSQL(lockTimeout)); err != nil {
-			return err
-		}
-		var revText, have string
-		err := tx.QueryRow(ctx, `SELECT coalesce(max(value) FILTER (WHERE name = 'code_revision'), '0'),
-		        coalesce(max(value) FILTER (WHERE name = 'code_sha256'), '')
-		   FROM `+schema+`.schema_meta`).Scan(&revText, &have)
-		if err != nil {
-			return fmt.Errorf("read code revision: %w", err)
-		}
-		rev, _ := strconv.Atoi(revText)
-		if rev > CodeRevision || (rev == CodeRevision && have == sum) {
-			return nil
-		}
-		log.Info("installing functions, views and triggers", "schema", schema, "revision", CodeRevision, "was", rev)
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("install code revision %d: %w", CodeRevision, err)
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.schema_meta (name, value)
-		        VALUES ('code_revision', $1), ('code_sha256', $2)
-		        ON CONFLICT (name) DO UPDATE SET value = excluded.value`, strconv.Itoa(CodeRevision), sum)
-		installed = err == nil
+		installed, err = installCodeTx(ctx, tx, schema, sql, sum, lockTimeout, log)
 		return err
 	})
 	return installed, err
+}
+
+// installCodeTx is installCode's work inside tx (sql and sum from Code).
+func installCodeTx(ctx context.Context, tx pgx.Tx, schema, sql, sum string, lockTimeout time.Duration, log *slog.Logger) (bool, error) {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(schema)); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, lockTimeoutSQL(lockTimeout)); err != nil {
+		return false, err
+	}
+	var revText, have string
+	err := tx.QueryRow(ctx, `SELECT coalesce(max(value) FILTER (WHERE name = 'code_revision'), '0'),
+		        coalesce(max(value) FILTER (WHERE name = 'code_sha256'), '')
+		   FROM `+schema+`.schema_meta`).Scan(&revText, &have)
+	if err != nil {
+		return false, fmt.Errorf("read code revision: %w", err)
+	}
+	rev, _ := strconv.Atoi(revText)
+	if rev > CodeRevision || (rev == CodeRevision && have == sum) {
+		return false, nil
+	}
+	log.Info("installing functions, views and triggers", "schema", schema, "revision", CodeRevision, "was", rev)
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return false, fmt.Errorf("install code revision %d: %w", CodeRevision, err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.schema_meta (name, value)
+	        VALUES ('code_revision', $1), ('code_sha256', $2)
+	        ON CONFLICT (name) DO UPDATE SET value = excluded.value`, strconv.Itoa(CodeRevision), sum)
+	return err == nil, err
 }
 
 // Definition returns the current definition of one object of code/ (for

@@ -216,17 +216,86 @@ func migrateOnce(ctx context.Context, conn *pgx.Conn, schema string, lockTimeout
 		step = "migration " + name
 		log.Info("applying migration", "schema", schema, "version", seq, "name", name)
 	}
-	if err := m.Migrate(ctx); err != nil {
-		var pgErr migrate.MigrationPgError
-		if errors.As(err, &pgErr) {
-			return max(started-1, 0), int(before), step, fmt.Errorf("migration %s: %w", pgErr.MigrationName, pgErr.PgError)
+	codeStep := fmt.Sprintf("code revision %d (functions, views and triggers)", CodeRevision)
+	if before < unwritableFrom && len(m.Migrations) >= unwritableFrom {
+		// Every pending migration and the code package in one transaction.
+		if err := applyWithCode(ctx, conn, schema, m.Migrations, lockTimeout, log, m.OnStart, &step, codeStep); err != nil {
+			step = fmt.Sprintf("%s, one transaction with every migration up to %d and the code package,", step, len(m.Migrations))
+			if errors.As(err, new(migrate.MigrationPgError)) {
+				err = migrationError(err)
+			}
+			return 0, int(before), step, err
 		}
-		return max(started-1, 0), int(before), cmp.Or(step, "migrations"), fmt.Errorf("migrate: %w", err)
+		return started, len(m.Migrations), "", nil
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return max(started-1, 0), int(before), cmp.Or(step, "migrations"), migrationError(err)
 	}
 	if _, err := installCode(ctx, conn, schema, lockTimeout, log); err != nil {
-		return started, len(m.Migrations), fmt.Sprintf("code revision %d (functions, views and triggers)", CodeRevision), err
+		return started, len(m.Migrations), codeStep, err
 	}
 	return started, len(m.Migrations), "", nil
+}
+
+// migrationError words an error of a numbered migration.
+func migrationError(err error) error {
+	var pgErr migrate.MigrationPgError
+	if errors.As(err, &pgErr) {
+		return fmt.Errorf("migration %s: %w", pgErr.MigrationName, pgErr.PgError)
+	}
+	return fmt.Errorf("migrate: %w", err)
+}
+
+// unwritableFrom is the first migration that leaves the queue unwritable
+// until the code package is installed: 020 partitions the queue, and its
+// trigger queue_migrating refuses every write (SQLSTATE 55000) until the
+// code package drops it. A failure, a lock wait given up or a kill between
+// the two would leave every producer and replica refused until migrate ran
+// again. A schema older than it is therefore migrated in one transaction,
+// its pending migrations with the code package (applyWithCode): the
+// trigger is never seen committed.
+const unwritableFrom = 20
+
+// ternLock is the advisory lock tern's migrator takes (its unexported
+// lockNum): taken for the transaction of applyWithCode, so that no
+// migrator of this release or an older one reads the version before it
+// commits.
+const ternLock = int64(9628173550095224)
+
+// applyWithCode applies the migrations after the schema's version and the
+// code package in one transaction, under tern's lock. onStart and step
+// report progress as tern's OnStart does; codeStep names the code package.
+func applyWithCode(ctx context.Context, conn *pgx.Conn, schema string, migs []*migrate.Migration, lockTimeout time.Duration,
+	log *slog.Logger, onStart func(int32, string, string, string), step *string, codeStep string) error {
+	sql, sum, err := Code(schema)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", ternLock); err != nil {
+			return err
+		}
+		var version int32
+		if err := tx.QueryRow(ctx, "SELECT version FROM "+schema+".schema_version").Scan(&version); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		for _, mig := range migs[min(int(version), len(migs)):] {
+			onStart(mig.Sequence, mig.Name, "up", mig.UpSQL)
+			if _, err := tx.Exec(ctx, mig.UpSQL); err != nil {
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) {
+					return migrate.MigrationPgError{MigrationName: mig.Name, Sql: mig.UpSQL, PgError: pgErr}
+				}
+				return err
+			}
+			if _, err := tx.Exec(ctx, "UPDATE "+schema+".schema_version SET version = $1", mig.Sequence); err != nil {
+				return err
+			}
+		}
+		*step = codeStep
+		_, err := installCodeTx(ctx, tx, schema, sql, sum, lockTimeout, log)
+		return err
+	})
 }
 
 // lockTimeoutSQL sets lock_timeout for the rest of the transaction.
