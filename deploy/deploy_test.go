@@ -1125,6 +1125,9 @@ func TestPrometheusRule(t *testing.T) {
 }
 
 // checkRuleJobs checks the job matchers of m's rules name the scraped Service.
+// runbookRef finds the job or Deployment an alert's text names.
+var runbookRef = regexp.MustCompile(`(job=|deploy/)([a-z0-9-]+)`)
+
 func checkRuleJobs(t *testing.T, m *manifests) {
 	t.Helper()
 	n := 0
@@ -1139,6 +1142,14 @@ func checkRuleJobs(t *testing.T, m *manifests) {
 			for _, vs := range sels {
 				if job, ok := matcher(vs, "job"); ok && job != m.service.Name {
 					t.Errorf("rule %s: job=%q, but the scrape job is the Service name %q", r.Alert+r.Record, job, m.service.Name)
+				}
+			}
+			// The runbooks name the release's job and Deployment.
+			for k, text := range r.Annotations {
+				for _, ref := range runbookRef.FindAllStringSubmatch(text, -1) {
+					if ref[2] != m.service.Name && ref[2] != m.deployment.Name {
+						t.Errorf("rule %s: annotation %s names %s, but the release's job and Deployment are %s", r.Alert+r.Record, k, ref[0], m.service.Name)
+					}
 				}
 			}
 		}
