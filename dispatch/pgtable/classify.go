@@ -20,7 +20,7 @@ const (
 	ReasonTxConflict      = "tx_conflict"      // 40001, 40P01, 55P03: retry
 	ReasonUnavailable     = "db_unavailable"   // 08, 57P0x, 53, 58, 25006: retry
 	ReasonStatementCancel = "statement_cancel" // 57014 without our deadline (statement_timeout)
-	ReasonSchema          = "schema"           // 42: undefined table or column, privileges
+	ReasonSchema          = "schema"           // 42: an undefined column, a syntax error (42501, a missing privilege: dispatch.ReasonAuth)
 	ReasonConstraint      = "constraint"       // 23 (other than the key conflict): a check, a foreign key
 	ReasonData            = "data"             // 22: the payload is not jsonb-storable, a value too long
 	ReasonSQL             = "sql_error"        // any other SQLSTATE
@@ -54,6 +54,11 @@ func classifySQLState(code string) (dispatch.Outcome, string) {
 		return dispatch.Retry, ReasonUnavailable
 	case code == "57014":
 		return dispatch.Retry, ReasonStatementCancel
+	case strings.HasPrefix(code, "28"), code == "42501":
+		// Bad credentials, a privilege revoked: the adapter is broken, not
+		// the row (every row would be refused alike): held, no attempt
+		// consumed, as the river adapter does.
+		return dispatch.Auth, dispatch.ReasonAuth
 	case strings.HasPrefix(code, "42"):
 		return dispatch.Terminal, ReasonSchema
 	case strings.HasPrefix(code, "23"):
@@ -89,7 +94,7 @@ func classifyError(ctx context.Context, op string, err error) dispatch.Result {
 		if pgErr.Code == "57014" && ctx.Err() != nil {
 			reason = ctxReason(ctx)
 		}
-		return dispatch.Result{Outcome: outcome, Refused: true, Down: reason == ReasonUnavailable, Reason: reason,
+		return dispatch.Result{Outcome: outcome, Refused: outcome != dispatch.Auth, Down: reason == ReasonUnavailable, Reason: reason,
 			Err: &Error{Op: op, Code: pgErr.Code, Message: pgErr.Message}}
 	}
 	if pgconn.SafeToRetry(err) {

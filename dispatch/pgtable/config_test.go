@@ -69,7 +69,7 @@ func TestClassifySQLState(t *testing.T) {
 		"57P03": {dispatch.Retry, ReasonUnavailable}, "53300": {dispatch.Retry, ReasonUnavailable}, "53100": {dispatch.Retry, ReasonUnavailable},
 		"58030": {dispatch.Retry, ReasonUnavailable}, "25006": {dispatch.Retry, ReasonUnavailable},
 		"57014": {dispatch.Retry, ReasonStatementCancel},
-		"42P01": {dispatch.Terminal, ReasonSchema}, "42703": {dispatch.Terminal, ReasonSchema}, "42501": {dispatch.Terminal, ReasonSchema},
+		"42P01": {dispatch.Terminal, ReasonSchema}, "42703": {dispatch.Terminal, ReasonSchema}, "42501": {dispatch.Auth, dispatch.ReasonAuth}, "28P01": {dispatch.Auth, dispatch.ReasonAuth},
 		"23514": {dispatch.Terminal, ReasonConstraint}, "23505": {dispatch.Terminal, ReasonConstraint}, "23503": {dispatch.Terminal, ReasonConstraint},
 		"22P02": {dispatch.Terminal, ReasonData}, "22001": {dispatch.Terminal, ReasonData},
 		"P0001": {dispatch.Terminal, ReasonSQL}, "XX000": {dispatch.Terminal, ReasonSQL}, "0A000": {dispatch.Terminal, ReasonSQL},
