@@ -18,6 +18,10 @@ var echoBin string
 // if a test leaves a goroutine behind (go-plugin's log and RPC goroutines
 // included: Close must reap them).
 func TestMain(m *testing.M) {
+	if os.Getenv(parentEnv) != "" {
+		runParent()
+		return
+	}
 	dir, err := os.MkdirTemp("", "execplugin-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -40,4 +44,20 @@ func goTool() string {
 		return p
 	}
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// parentEnv makes the test binary a stand-in daemon (runParent).
+const parentEnv = "EXECPLUGIN_TEST_PARENT"
+
+// runParent starts a long-lived child as the runner starts a plugin,
+// prints its pid and waits to be killed.
+func runParent() {
+	cmd := exec.Command("sleep", "600")
+	isolate(cmd)
+	if err := cmd.Start(); err != nil {
+		fmt.Println("start:", err)
+		os.Exit(1)
+	}
+	fmt.Println(cmd.Process.Pid)
+	select {}
 }
