@@ -106,6 +106,16 @@ type Result struct {
 	// deadlock, a full stream) leaves the breaker alone: the provider
 	// answered, and its other rows can go through.
 	Down bool
+	// AwaitsFix, with Retry and NotSent, says the provider lacks the row's
+	// destination (a missing topic, stream, table or tool; a stream
+	// configured otherwise): nothing was sent, and nothing will be until an
+	// operator fixes it. The provider answered for this destination alone,
+	// so the circuit breaker does not count it and the adapter's other
+	// routes go on. A forward row waits without consuming an attempt; a
+	// compensation row counts it, so its route's max_attempts bounds it
+	// (docs/reference.md §6): a saga whose undo cannot be sent ends
+	// compensation_failed, which pages, instead of waiting unseen.
+	AwaitsFix bool
 	// Unread, with Ambiguous, says the provider answered but the adapter
 	// could not read the answer whole (it is larger than the adapter reads
 	// of one): the request reached the provider, which may have acted, and

@@ -337,6 +337,7 @@ func TestBreakerVerdicts(t *testing.T) {
 		{"server out of connections", dispatch.Result{Outcome: dispatch.Retry, Refused: true, Down: true, Reason: "db_unavailable", Err: boom}, verdictFailure},
 		{"cancelled", dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonCancelled, Err: boom}, verdictNeutral},
 		{"not ready", dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonNotReady, Err: boom}, verdictNeutral},
+		{"missing topic or stream", dispatch.Result{Outcome: dispatch.Retry, NotSent: true, AwaitsFix: true, Reason: "unknown_topic", Err: boom}, verdictNeutral},
 	}
 	for _, c := range cases {
 		if got := breakerVerdict(c.res, false); got != c.want {

@@ -130,7 +130,10 @@ func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, re
 	case maybeSent && route.NonIdempotent():
 		c.Status, c.KeepNext = outbox.StatusOutcomeUnknown, true
 		c.LastError = errText(res, "outcome unknown: the request may have reached the provider and the route is non_idempotent; resolve with `drainer resolve`")
-	case res.NotSent:
+	case res.NotSent && !(res.AwaitsFix && row.Kind == outbox.KindCompensation):
+		// Nothing left: the attempt is given back. A compensation whose
+		// destination is missing counts it instead (Result.AwaitsFix), and
+		// ends compensation_failed at its route's max_attempts.
 		c.Status, c.GiveBack, c.Floor = outbox.StatusPending, true, true
 		c.NoRequest, c.Note = true, noteNotSent
 		c.Delay = route.Backoff.Delay(env.rand, max(row.Attempts-1, 1), res.RetryAfter)

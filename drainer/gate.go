@@ -341,8 +341,8 @@ func breakerRetryDelay(r *rand.Rand, retryIn time.Duration) time.Duration {
 // once it holds the whole adapter); answers that show the provider is up
 // (success, replay, terminal 4xx) are successes; the rest is neutral.
 func breakerVerdict(res dispatch.Result, wholeHeld bool) verdict {
-	if res.Reason == dispatch.ReasonNotReady || res.Reason == dispatch.ReasonUnsendable {
-		return verdictNeutral // the adapter did not ask its provider
+	if res.Reason == dispatch.ReasonNotReady || res.Reason == dispatch.ReasonUnsendable || res.AwaitsFix {
+		return verdictNeutral // the adapter did not ask its provider, or it lacks this row's destination alone
 	}
 	switch res.Outcome {
 	case dispatch.Success, dispatch.Replay, dispatch.Terminal:

@@ -74,7 +74,7 @@ func classify(err error, topic string) dispatch.Result {
 		}
 		switch {
 		case ke == kerr.UnknownTopicOrPartition || ke == kerr.UnknownTopicID:
-			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: ReasonUnknownTopic,
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, AwaitsFix: true, Reason: ReasonUnknownTopic,
 				Err: fmt.Errorf("topic %s does not exist and the brokers do not create it: create it, or fix the adapter's topic (broker answered %s)", topic, ke.Message)}
 		case isOneOf(ke, appliedMaybe):
 			return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: ReasonBroker, Err: fmt.Errorf("%w; the record may be written", brokerSaid)}

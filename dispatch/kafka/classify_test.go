@@ -37,8 +37,8 @@ func TestUnknownTopic(t *testing.T) {
 	a := newAdapter(t, c, Config{Topic: "no-such-topic"})
 	r := dispatchOnce(t, a, newMessage("create_order", "s", `{}`))
 	wantOutcome(t, "unknown topic", r, dispatch.Retry, ReasonUnknownTopic)
-	if !r.NotSent {
-		t.Error("unknown topic: NotSent false")
+	if !r.NotSent || !r.AwaitsFix {
+		t.Errorf("unknown topic: NotSent %v, AwaitsFix %v; want both (it waits for the topic, and does not open the breaker)", r.NotSent, r.AwaitsFix)
 	}
 	wantErrText(t, r, "no-such-topic", "does not exist")
 }

@@ -55,7 +55,7 @@ func (a *Adapter) admit(tool string) (dispatch.Result, bool) {
 	}
 	if m := a.missing.Load(); m != nil {
 		if err, ok := (*m)[tool]; ok {
-			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: ReasonNotReady, RetryAfter: missingToolRetry,
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, AwaitsFix: true, Reason: ReasonNotReady, RetryAfter: missingToolRetry,
 				Err: fmt.Errorf("%w (not sent)", err)}, false
 		}
 	}

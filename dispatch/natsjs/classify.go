@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +21,7 @@ const (
 	ReasonTooLarge       = "too_large"       // above max_payload or the stream's max_msg_size
 	ReasonUnavailable    = "js_unavailable"  // JetStream answered 5xx: storage failure, no leader, ...
 	ReasonInFlight       = "in_flight"       // the same message id is being stored by another attempt
+	ReasonStreamFull     = "stream_full"     // the stream is at its limits and discards new messages
 	ReasonRejected       = "rejected"        // JetStream refused the message for good
 	ReasonInvalidSubject = "invalid_subject" // the tool name cannot be a subject token
 	ReasonInvalidAck     = "invalid_ack"     // an acknowledgement that could not be read
@@ -32,6 +34,7 @@ const (
 	errCodeStreamSealed       = 10109
 	errCodeHeaderTooLarge     = 10097
 	errCodeDuplicateInProcess = 10158
+	errCodeStoreFailed        = 10077 // storing failed: a stream's limits, or storage
 )
 
 // classify maps a publish error to a result. ctx is the attempt's context;
@@ -46,7 +49,7 @@ func classify(ctx context.Context, err error) dispatch.Result {
 		// other counts, so a stream that refuses every time (full, with
 		// discard new) fails the row at its route's max_attempts.
 		if r.Reason == ReasonStreamConfig || r.Reason == ReasonInFlight {
-			r.NotSent = true
+			r.NotSent, r.AwaitsFix = true, r.Reason == ReasonStreamConfig
 		} else {
 			r.Refused, r.Down = true, r.Reason == ReasonUnavailable
 		}
@@ -58,7 +61,9 @@ func classify(ctx context.Context, err error) dispatch.Result {
 	}
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
-		return notSent(dispatch.Retry, ReasonNoStream, "no stream captures the subject")
+		r := notSent(dispatch.Retry, ReasonNoStream, "no stream captures the subject")
+		r.AwaitsFix = true
+		return r
 	case errors.Is(err, nats.ErrMaxPayload):
 		return notSent(dispatch.Terminal, ReasonTooLarge, "message not sent")
 	case errors.Is(err, nats.ErrBadSubject):
@@ -68,7 +73,9 @@ func classify(ctx context.Context, err error) dispatch.Result {
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
 		return notSent(dispatch.Retry, dispatch.ReasonConnect, "not connected, message not sent")
 	case errors.Is(err, nats.ErrHeadersNotSupported):
-		return notSent(dispatch.Retry, ReasonStreamConfig, "message not sent")
+		r := notSent(dispatch.Retry, ReasonStreamConfig, "message not sent")
+		r.AwaitsFix = true
+		return r
 	}
 	r := dispatch.Result{Outcome: dispatch.Ambiguous}
 	switch {
@@ -98,6 +105,11 @@ func classifyAPIError(e *jetstream.APIError) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Retry, Reason: ReasonStreamConfig}
 	case e.ErrorCode == errCodeDuplicateInProcess:
 		return dispatch.Result{Outcome: dispatch.Retry, Reason: ReasonInFlight}
+	case e.ErrorCode == errCodeStoreFailed && strings.HasPrefix(e.Description, "maximum "):
+		// A stream at its limits with discard new ("maximum messages
+		// exceeded", bytes, per subject): this stream refuses, JetStream
+		// is up (its 503 says nothing of the server).
+		return dispatch.Result{Outcome: dispatch.Retry, Reason: ReasonStreamFull}
 	case e.Code >= 500:
 		return dispatch.Result{Outcome: dispatch.Retry, Reason: ReasonUnavailable}
 	default:

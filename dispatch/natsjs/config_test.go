@@ -98,6 +98,7 @@ func TestClassify(t *testing.T) {
 	apiErr := func(code int, errCode jetstream.ErrorCode) error {
 		return fmt.Errorf("nats: %w", &jetstream.APIError{Code: code, ErrorCode: errCode, Description: "described"})
 	}
+	full := fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10077, Description: "maximum messages exceeded"})
 	tests := []struct {
 		name    string
 		ctx     context.Context
@@ -123,16 +124,24 @@ func TestClassify(t *testing.T) {
 		{"js disabled", live, apiErr(503, 10076), dispatch.Retry, true, ReasonStreamConfig},
 		{"in process", live, apiErr(409, 10158), dispatch.Retry, true, ReasonInFlight},
 		{"store failed", live, apiErr(503, 10077), dispatch.Retry, false, ReasonUnavailable},
+		{"stream full", live, full, dispatch.Retry, false, ReasonStreamFull},
 		{"insufficient resources", live, apiErr(503, 10023), dispatch.Retry, false, ReasonUnavailable},
 		{"other 400", live, apiErr(400, 10003), dispatch.Terminal, false, ReasonRejected},
 	}
 	// An error acknowledgement is JetStream's refusal: it counts as an
 	// attempt (Refused) unless it waits for a fix or another attempt.
-	refused := map[string]bool{"too large": true, "header too large": true, "store failed": true, "insufficient resources": true, "other 400": true}
+	refused := map[string]bool{"too large": true, "header too large": true, "store failed": true, "insufficient resources": true, "other 400": true, "stream full": true}
+	// JetStream down counts toward the breaker; one stream's refusal does
+	// not, and a refusal that waits for a fix of the stream is neither.
+	down := map[string]bool{"store failed": true, "insufficient resources": true, "js disabled": false}
+	awaitsFix := map[string]bool{"no stream": true, "no responders": true, "stream mismatch": true, "sealed": true, "js disabled": true}
 	for _, tt := range tests {
 		r := classify(tt.ctx, tt.err)
 		if r.Refused != refused[tt.name] {
 			t.Errorf("%s: Refused=%v, want %v", tt.name, r.Refused, refused[tt.name])
+		}
+		if r.Down != down[tt.name] || r.AwaitsFix != awaitsFix[tt.name] {
+			t.Errorf("%s: Down=%v AwaitsFix=%v, want %v %v", tt.name, r.Down, r.AwaitsFix, down[tt.name], awaitsFix[tt.name])
 		}
 		if r.Outcome != tt.outcome || r.NotSent != tt.notSent || r.Reason != tt.reason || r.Err == nil {
 			t.Errorf("%s: %s NotSent=%v reason %q err %v; want %s NotSent=%v reason %q",

@@ -87,7 +87,7 @@ func classifyError(ctx context.Context, op string, err error) dispatch.Result {
 			// The table (or its schema) is gone: the start checked it, so
 			// someone dropped or renamed it since. Every row would fail
 			// alike; they wait, no attempt consumed, until it is back.
-			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonNotReady,
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, AwaitsFix: true, Reason: dispatch.ReasonNotReady,
 				Err: fmt.Errorf("%w; the row waits until it is back (no attempt consumed)", &Error{Op: op, Code: pgErr.Code, Message: pgErr.Message})}
 		}
 		outcome, reason := classifySQLState(pgErr.Code)

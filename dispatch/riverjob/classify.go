@@ -46,7 +46,7 @@ func classify(ctx context.Context, p phase, err error) dispatch.Result {
 			// River's tables (or schema) are gone: the start checked them,
 			// so someone dropped or renamed them since. Every row would
 			// fail alike; they wait, no attempt consumed, until they are back.
-			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonNotReady,
+			return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, AwaitsFix: true, Reason: dispatch.ReasonNotReady,
 				Err: fmt.Errorf("%w; the row waits until it is back (no attempt consumed)", &sqlError{op: p.String(), code: pgErr.Code, msg: safeMessage(pgErr)})}
 		}
 		r := classifySQLState(pgErr.Code)
