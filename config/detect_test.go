@@ -105,3 +105,26 @@ func TestConsoleOffLoopbackIsWarnedOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDetectThatCannotRunAfterATimeoutIsWarnedOf: the probe runs within the
+// lease after the attempt; a lease that leaves it no room after a timeout
+// is warned of, with what is left and what it needs.
+func TestDetectThatCannotRunAfterATimeoutIsWarnedOf(t *testing.T) {
+	parse := func(lease string) []string {
+		t.Helper()
+		yaml := "lease: " + lease + "\nadapters:\n  p: {type: http, url: \"http://p/{tool_name}\", timeout: 10s}\n" +
+			"routes:\n  wire: {adapter: p, class: non_idempotent, detect: {url: \"http://p/effects/{key}\", timeout: 10s, settle: 5s}}\n"
+		cfg, err := Parse("c.yaml", []byte(yaml), LoadOptions{Check: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Warnings
+	}
+	want := `c.yaml:5:45: routes.wire.detect: after an attempt that timed out, the lease (16s) leaves 0s for the probe, less than its settle and timeout (15s): such rows park as outcome_unknown unprobed; set a longer lease or a shorter timeout`
+	if w := parse("16s"); len(w) != 1 || w[0] != want {
+		t.Errorf("lease 16s: warnings %q, want %q", w, want)
+	}
+	if w := parse("31s"); len(w) != 0 {
+		t.Errorf("lease 31s leaves the probe 15s: warnings %q, want none", w)
+	}
+}

@@ -251,6 +251,31 @@ func (v *validator) detect(p string, r *Route) {
 	if name := f + ".headers"; v.set(name) {
 		v.secrets(f, reflect.ValueOf(&r.Detect).Elem(), false)
 	}
+	v.detectFitsLease(f, r)
+}
+
+// detectFitsLease warns of a probe that cannot run after an attempt that
+// timed out: the probe runs within the lease, less the daemon's margin
+// (LeaseMargin), after the attempt's timeout and its 1s grace; a settle
+// and one probe must fit in what is left.
+func (v *validator) detectFitsLease(f string, r *Route) {
+	a := v.cfg.Adapters[r.Adapter]
+	if a == nil || !v.usable(f+".timeout") || !v.usable(f+".settle") {
+		return
+	}
+	tp := "adapters." + r.Adapter + ".timeout"
+	lease, ok1 := v.effective("lease", v.cfg.Lease, DefaultLease)
+	timeout, ok2 := v.effective(tp, a.Timeout, DefaultAdapterTimeout)
+	probeTimeout, _ := v.effective(f+".timeout", r.Detect.Timeout, DefaultDetectTimeout)
+	settle, _ := v.effective(f+".settle", r.Detect.Settle, DefaultDetectSettle)
+	if !ok1 || !ok2 || lease <= 0 || timeout <= 0 {
+		return
+	}
+	left := lease - LeaseMargin - timeout - time.Second
+	if need := settle + probeTimeout; left < need {
+		v.warnf(f, "after an attempt that timed out, the lease (%s) leaves %s for the probe, less than its settle and timeout (%s): such rows park as outcome_unknown unprobed; set a longer lease or a shorter timeout",
+			formatDuration(lease), formatDuration(max(left, 0)), formatDuration(need))
+	}
 }
 
 // backoff checks a route's retry schedule.

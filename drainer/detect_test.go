@@ -27,16 +27,25 @@ type effectProvider struct {
 	applied map[string]time.Time
 	calls   map[string]int
 	probes  int
+	probed  map[string]int
 }
 
 func newEffectProvider(lag time.Duration) *effectProvider {
-	return &effectProvider{lag: lag, applied: map[string]time.Time{}, calls: map[string]int{}}
+	return &effectProvider{lag: lag, applied: map[string]time.Time{}, calls: map[string]int{}, probed: map[string]int{}}
 }
 
-func (p *effectProvider) Dispatch(_ context.Context, m *dispatch.Message) dispatch.Result {
+func (p *effectProvider) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Result {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.calls[m.Key]++
+	if p.calls[m.Key] == 1 && strings.HasPrefix(m.Tuple.StepID, "hang") {
+		// The effect applied, then no answer until the attempt's deadline:
+		// an adapter whose timeout fired.
+		p.applied[m.Key] = time.Now()
+		p.mu.Unlock()
+		<-ctx.Done()
+		return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: "timeout", Err: errors.New("timeout")}
+	}
+	defer p.mu.Unlock()
 	if p.calls[m.Key] == 1 && m.Tuple.StepID != "warm" {
 		if strings.HasPrefix(m.Tuple.StepID, "had") {
 			p.applied[m.Key] = time.Now()
@@ -52,6 +61,7 @@ func (p *effectProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	at, ok := p.applied[key]
 	p.probes++
+	p.probed[key]++
 	p.mu.Unlock()
 	if strings.HasPrefix(r.URL.Path, "/effects/") && ok && time.Since(at) >= p.lag {
 		w.Header().Set("Content-Type", "application/json")
@@ -119,6 +129,25 @@ func TestDetectProbe(t *testing.T) {
 	}
 	if n := p.callsOf(park); n != 1 {
 		t.Fatalf("row on a route without probe retried blindly: %d calls", n)
+	}
+}
+
+// TestDetectProbeAfterATimeout: an attempt that used its whole time (the
+// adapter's timeout fired) is probed within what is left of the lease, not
+// of the attempt: its effect found, the row succeeds without a second call.
+func TestDetectProbeAfterATimeout(t *testing.T) {
+	t.Parallel()
+	p := newEffectProvider(0)
+	settle := detectEnv(t, p, "/effects/{key}", 50*time.Millisecond)
+	had := settle("hang_had_effect", "wire")
+	if n := p.callsOf(had); n != 1 {
+		t.Fatalf("a timed-out row whose effect exists was called %d times, want 1", n)
+	}
+	p.mu.Lock()
+	probed := p.probed[had]
+	p.mu.Unlock()
+	if probed == 0 {
+		t.Fatal("no detect probe was sent after the timed-out attempt: the row was parked unprobed")
 	}
 }
 

@@ -110,7 +110,11 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	if e.workCtx.Err() != nil && !res.Succeeded() && res.Outcome != dispatch.Terminal && res.Outcome != dispatch.Auth && res.NotSent {
 		return releaseUnsent(row) // shutting down before it was sent
 	}
-	route, res = e.classify(ctx, route, msg, res)
+	// A detect probe runs within the lease, not within the attempt's
+	// deadline: an attempt that timed out has used that up.
+	leaseCtx, cancelLease := context.WithDeadline(e.workCtx, claimedAt.Add(e.cfg.Lease-e.cfg.LeaseMargin))
+	defer cancelLease()
+	route, res = e.classify(leaseCtx, route, msg, res)
 	env := decideEnv{now: row.DBNow}
 	if res.Outcome == dispatch.Auth {
 		// Credentials refused: the route (or, refused on several routes,
