@@ -103,6 +103,11 @@ func classify(err error, topic string) dispatch.Result {
 		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonConnect, Err: fmt.Errorf("not sent: %w", err)}
 	case errors.Is(err, kgo.ErrClientClosed):
 		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: ReasonClosed, Err: fmt.Errorf("not sent: %w", err)}
+	case err.Error() == errPurgedText:
+		// Buffered for a topic the adapter purged from the client (deleted
+		// and created again: every record to the old id was refused).
+		return dispatch.Result{Outcome: dispatch.Retry, NotSent: true, AwaitsFix: true, Reason: ReasonUnknownTopic,
+			Err: fmt.Errorf("not sent%s: the topic was deleted and created again, and is being learnt anew: %w", where, err)}
 	}
 	if tlsRefusal(err) {
 		return dispatch.Result{Outcome: dispatch.Auth, NotSent: true, Reason: dispatch.ReasonAuth,
@@ -115,6 +120,11 @@ func classify(err error, topic string) dispatch.Result {
 	return dispatch.Result{Outcome: dispatch.Ambiguous, Reason: dispatch.ReasonConnection,
 		Err: fmt.Errorf("produce failed%s, the record may be written: %w", where, err)}
 }
+
+// errPurgedText is the error the client fails a record with when its
+// topic is purged while the record is buffered (kgo's errPurged, not
+// exported).
+const errPurgedText = "topic purged while buffered"
 
 func isOneOf(e *kerr.Error, list []*kerr.Error) bool {
 	for _, l := range list {

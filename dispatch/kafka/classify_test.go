@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/drainer-io/drainer/dispatch"
@@ -307,5 +309,45 @@ func TestLostAcknowledgement(t *testing.T) {
 	copies := copiesByKey(readAll(t, c.ListenAddrs(), topicOrders))
 	if copies[m.Key] != 2 {
 		t.Errorf("%d records carry the key, want 2 (the lost acknowledgement's and the retry's)", copies[m.Key])
+	}
+}
+
+// TestTopicRecreated: a topic deleted and created again has a new topic
+// id, which the client does not adopt by itself (every produce to it would
+// be refused UNKNOWN_TOPIC_ID until the daemon restarted). The adapter
+// makes the client learn the topic anew: the rows go through without a
+// restart, and no attempt in between is taken for one that may be written.
+func TestTopicRecreated(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	a := newAdapter(t, c, Config{Topic: topicOrders})
+	wantOutcome(t, "before", dispatchOnce(t, a, newMessage("create_order", "s", `{}`)), dispatch.Success, "")
+
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	ctx := t.Context()
+	if _, err := adm.DeleteTopic(ctx, topicOrders); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topicOrders); err != nil {
+		t.Fatal(err)
+	}
+	// A generous bound for "not stuck until a restart", never a timing.
+	var last dispatch.Result
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		last = dispatchOnce(t, a, newMessage("create_order", "s", `{}`))
+		if last.Succeeded() {
+			break
+		}
+		if !last.NotSent {
+			t.Fatalf("an attempt to the recreated topic: %s (%v), not NotSent: nothing was written", last.Outcome, last.Err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the recreated topic still refuses a minute later: %s (%v)", last.Outcome, last.Err)
+		}
 	}
 }

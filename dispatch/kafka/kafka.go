@@ -224,6 +224,12 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 	select {
 	case err := <-promised:
 		if err != nil {
+			if errors.Is(err, kerr.UnknownTopicID) {
+				// The topic was deleted and created again: the client keeps
+				// the old id and never adopts the new one by itself. Purged,
+				// the topic is learnt anew by the next record to it.
+				a.cl.PurgeTopicsFromClient(topic)
+			}
 			r := classify(err, topic)
 			if _, answered := errors.AsType[*kerr.Error](err); !answered {
 				r.Err = a.describe(r.Err) // which broker could not be reached

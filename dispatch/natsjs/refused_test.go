@@ -11,7 +11,9 @@ import (
 // acknowledgement. The refusal is an answer of the provider, so it is
 // Refused (the attempt counts and a row refused every time ends at its
 // route's max_attempts), not NotSent (which gives the attempt back, and
-// kept such a row, or a saga's compensation, pending for ever).
+// kept such a row, or a saga's compensation, pending for ever). It is this
+// stream's refusal, not JetStream down: the breaker does not count it
+// (Down false), so the adapter's other subjects go on.
 func TestFullStreamRefusalCounts(t *testing.T) {
 	t.Parallel()
 	e := newNATSEnv(t, sharedServer(t))
@@ -21,8 +23,8 @@ func TestFullStreamRefusalCounts(t *testing.T) {
 	dispatchOK(t, a, testMessage("charge_card"), dispatch.Success)
 	r := a.Dispatch(t.Context(), testMessage("refund_card"))
 	assertRedacted(t, r)
-	if r.Outcome != dispatch.Retry || r.NotSent || !r.Refused || r.Reason != ReasonUnavailable || r.Err == nil {
-		t.Fatalf("full stream: %s NotSent=%v Refused=%v (reason %q, err %v), want retry, refused, reason %q",
-			r.Outcome, r.NotSent, r.Refused, r.Reason, r.Err, ReasonUnavailable)
+	if r.Outcome != dispatch.Retry || r.NotSent || !r.Refused || r.Down || r.Reason != ReasonStreamFull || r.Err == nil {
+		t.Fatalf("full stream: %s NotSent=%v Refused=%v Down=%v (reason %q, err %v), want retry, refused, not down, reason %q",
+			r.Outcome, r.NotSent, r.Refused, r.Down, r.Reason, r.Err, ReasonStreamFull)
 	}
 }
