@@ -83,7 +83,7 @@ func (e *Engine) takeWakeCause(fallback claimCause) claimCause {
 // engine's Metrics.
 func (e *Engine) ClaimCollector() prometheus.Collector {
 	return &claimCollector{e: e, desc: prometheus.NewDesc("drainer_claimed_rows_total",
-		"Rows claimed, by why the claim ran: notify (a producer's notification), poll (the poll timer, with no notification for them within 50 ms: the wake-up missed them), slots, rearm, signal, retry, start.",
+		"Rows claimed, by why the claim ran: notify (a producer's notification), poll (the poll timer, with no notification for them within 1 s: the wake-up missed them), slots, rearm, signal, retry, start.",
 		[]string{"cause"}, nil)}
 }
 

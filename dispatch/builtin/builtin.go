@@ -161,7 +161,7 @@ func start(ctx context.Context, c *configured) error {
 		}
 		c.unread = err != nil && !errors.Is(err, execplugin.ErrKeyTTLNotReported)
 		if err == nil && ttl > 0 && ttl < e.KeyTTL {
-			c.log.Warn("key_ttl is longer than the idempotency window the provider reports: the provider's window is used, so a retry past it fails by the key-TTL guard rather than repeat the effect (for nats: the stream's duplicate window, Duplicates)",
+			c.log.Warn("key_ttl is longer than the idempotency window the provider reports: the provider's window is used, so a retry past it fails by the key-TTL guard rather than repeat the effect"+windowOf(e.Type),
 				"key_ttl", e.KeyTTL, "provider_window", ttl)
 		}
 	}

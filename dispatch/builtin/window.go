@@ -96,13 +96,13 @@ func (w *windowWatch) refresh(ctx context.Context) {
 		if after != before {
 			level = slog.LevelWarn
 		}
-		w.log.Log(ctx, level, "the provider's idempotency window, unread at start, was read: the key-TTL guard applies it from now on (for nats: the stream's duplicate window, Duplicates)",
+		w.log.Log(ctx, level, "the provider's idempotency window, unread at start, was read: the key-TTL guard applies it from now on"+windowOf(w.entry.Type),
 			"window", window, "key_ttl", after, "key_ttl_before", before)
 		warnWithinMargin(w.log, after)
 		return
 	}
 	if window < old {
-		w.log.Warn("the provider's idempotency window was shortened: the key-TTL guard applies the new window from now on (for nats: the stream's duplicate window, Duplicates)",
+		w.log.Warn("the provider's idempotency window was shortened: the key-TTL guard applies the new window from now on"+windowOf(w.entry.Type),
 			"old_window", old, "new_window", window, "key_ttl", after)
 	} else {
 		w.log.Info("the provider's idempotency window was lengthened", "old_window", old, "new_window", window, "key_ttl", after)
@@ -130,4 +130,13 @@ func (w *windowWatch) timeout() time.Duration {
 		return w.entry.Timeout
 	}
 	return config.DefaultAdapterTimeout
+}
+
+// windowOf names what a provider's idempotency window is, for the types
+// whose window has a name of its own.
+func windowOf(typ string) string {
+	if typ == "nats" {
+		return " (the stream's duplicate window, Duplicates)"
+	}
+	return ""
 }
