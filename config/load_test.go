@@ -512,3 +512,32 @@ func sha256Hex(t *testing.T, path string) string {
 	}
 	return fmt.Sprintf("%x", sha256.Sum256(b))
 }
+
+// TestCheckModeKafkaTLSFiles: a TLS file drainer run cannot read (it
+// refuses to start the adapter) is a warning of check, which may run on
+// another machine; a readable CA file is not.
+func TestCheckModeKafkaTLSFiles(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := fmt.Sprintf(`
+adapters:
+  gone: {type: kafka, brokers: ["k:9092"], topic: t, tls: {ca_file: /nonexistent/ca.pem}}
+  junk: {type: kafka, brokers: ["k:9092"], topic: t, tls: {ca_file: %s}}
+  plain: {type: kafka, brokers: ["k:9092"], topic: t, tls: {}}
+routes:
+  a: {adapter: gone}
+  b: {adapter: junk}
+  c: {adapter: plain}
+`, ca)
+	cfg, err := Parse("c.yaml", []byte(strings.TrimPrefix(yaml, "\n")), LoadOptions{Check: true})
+	if err != nil {
+		t.Fatalf("check mode: %v", err)
+	}
+	if len(cfg.Warnings) != 2 || !strings.Contains(cfg.Warnings[0], "adapters.gone.tls: on this machine, tls.ca_file: open /nonexistent/ca.pem") ||
+		!strings.Contains(cfg.Warnings[1], "adapters.junk.tls: on this machine, tls.ca_file: no PEM certificate found in "+ca) ||
+		!strings.Contains(cfg.Warnings[1], "drainer run would refuse to start the adapter") {
+		t.Errorf("warnings %q, want one for each unreadable CA file", cfg.Warnings)
+	}
+}

@@ -45,6 +45,12 @@ func (s *Settings) Check(c *wire.Checker) {
 	}
 	if t := s.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
 		c.KeyErrorf("tls", "cert_file and key_file go together (a client certificate and its key)")
+	} else if t != nil && c.CheckMode {
+		// The files are read where the daemon runs: on this machine, one
+		// that cannot be read is a warning, as a plugin's executable is.
+		if _, err := t.Config(); err != nil {
+			c.Warnf("tls", "on this machine, %v: drainer run would refuse to start the adapter", err)
+		}
 	}
 	if a := s.SASL; a != nil {
 		if f := "sasl.mechanism"; c.Require(f, a.Mechanism == "") && !slices.Contains(Mechanisms(), a.Mechanism) {
