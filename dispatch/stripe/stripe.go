@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/drainer-io/drainer/dispatch"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 // Adapter creates Stripe objects, one POST per attempt. It is safe for
@@ -80,7 +81,16 @@ func (a *Adapter) Dispatch(ctx context.Context, m *dispatch.Message) dispatch.Re
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable,
 			Err: fmt.Errorf("stripe: tool %q has no Stripe endpoint; supported tools: %s", m.Tuple.ToolName, a.supported)}
 	}
-	form, err := FormEncode(m.Payload)
+	params := m.Payload
+	if m.Kind == outbox.KindCompensation && path == refundsPath {
+		p, err := refundOf(m.Payload)
+		if err != nil {
+			return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable,
+				Err: fmt.Errorf("stripe: %w", err)}
+		}
+		params = p
+	}
+	form, err := FormEncode(params)
 	if err != nil {
 		return dispatch.Result{Outcome: dispatch.Terminal, NotSent: true, Reason: dispatch.ReasonUnsendable,
 			Err: fmt.Errorf("stripe: %w", err)}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainer-io/drainer/dispatch"
 	"github.com/drainer-io/drainer/dispatch/dispatchtest"
+	"github.com/drainer-io/drainer/outbox"
 )
 
 const payloadSecret = "s3cr3t-payload-value"
@@ -285,5 +286,45 @@ func TestTransportErrors(t *testing.T) {
 	r = a.Dispatch(context.Background(), dispatchtest.NewMessage("create_customer", `{}`))
 	if r.Outcome != dispatch.Ambiguous || r.Reason != dispatch.ReasonTimeout || time.Since(start) > 5*time.Second {
 		t.Errorf("timeout: %+v after %v", r, time.Since(start))
+	}
+}
+
+// TestCompensationRefund: a compensation row to the refunds endpoint
+// carries the saga's object, not Stripe parameters: the refund is built
+// from the forward call's answer (its charge or payment intent, in full),
+// the forward key in its metadata. An answer that is neither cannot be
+// refunded: the row fails unsent, naming why.
+func TestCompensationRefund(t *testing.T) {
+	up := newFakeStripe(t)
+	a := newTestAdapter(t, up.srv.URL, nil)
+	for _, c := range []struct{ object, id, want string }{
+		{"charge", "ch_3Mx", "charge=ch_3Mx&metadata%5Bdrainer_forward_key%5D=idem_fwd"},
+		{"payment_intent", "pi_3My", "metadata%5Bdrainer_forward_key%5D=idem_fwd&payment_intent=pi_3My"},
+	} {
+		m := dispatchtest.NewMessage("create_refund",
+			`{"forward_key":"idem_fwd","forward_payload":{"amount":2000,"currency":"usd"},"forward_response":{"id":"`+c.id+`","object":"`+c.object+`","amount":2000}}`)
+		m.Kind = outbox.KindCompensation
+		if r := dispatchOK(t, a, m); !r.Succeeded() {
+			t.Fatalf("refund of a %s: %+v", c.object, r)
+		}
+		reqs := up.seen()
+		if got := reqs[len(reqs)-1]; got.path != "/v1/refunds" || got.body != c.want {
+			t.Errorf("refund of a %s: %s %s, want /v1/refunds %s", c.object, got.path, got.body, c.want)
+		}
+	}
+	m := dispatchtest.NewMessage("create_refund", `{"forward_key":"idem_fwd","forward_payload":{},"forward_response":{"id":"cus_1","object":"customer"}}`)
+	m.Kind = outbox.KindCompensation
+	sent := len(up.seen())
+	r := dispatchOK(t, a, m)
+	if r.Outcome != dispatch.Terminal || !r.NotSent || r.Reason != dispatch.ReasonUnsendable || !strings.Contains(r.Err.Error(), "a refund undoes a charge or a payment intent") {
+		t.Errorf("refund of a customer: %+v", r)
+	}
+	if n := len(up.seen()); n != sent {
+		t.Errorf("an unrefundable answer was sent: %d requests after, %d before", n, sent)
+	}
+	// A forward refund (an agent's own call) is sent as its payload says.
+	f := dispatchtest.NewMessage("create_refund", `{"charge":"ch_9"}`)
+	if r := dispatchOK(t, a, f); !r.Succeeded() || up.seen()[len(up.seen())-1].body != "charge=ch_9" {
+		t.Errorf("a forward refund: %+v, body %s", r, up.seen()[len(up.seen())-1].body)
 	}
 }
