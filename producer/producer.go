@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/drainer-io/drainer/idemkey"
@@ -50,7 +51,7 @@ func (in Intent) Validate() error {
 			"(the database refuses a payload above the setting drainer.max_payload_bytes, default %d, "+
 			"measured as jsonb renders it)", len(in.Payload), DefaultMaxPayloadBytes, DefaultMaxPayloadBytes))
 	case !json.Valid(in.Payload):
-		errs = append(errs, errors.New("payload is not valid JSON"))
+		errs = append(errs, invalidJSON(in.Payload))
 	case !utf8.Valid(in.Payload):
 		errs = append(errs, fmt.Errorf("payload is not valid UTF-8 (byte offset %d), which PostgreSQL's jsonb cannot store",
 			invalidUTF8(in.Payload)))
@@ -67,6 +68,21 @@ func (in Intent) Validate() error {
 
 // invalidUTF8 returns the offset of the first byte of b that is not valid
 // UTF-8, or -1.
+// invalidJSON says why a payload json.Valid refused is not taken: a syntax
+// error at its byte offset, or a nesting deeper than Go's JSON reader
+// follows (10,000 levels; drainer.enqueue itself takes what jsonb stores).
+func invalidJSON(b []byte) error {
+	var v any
+	err := json.Unmarshal(b, &v)
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		if strings.Contains(se.Error(), "exceeded max depth") {
+			return errors.New("payload is nested more than 10,000 levels deep, more than this library reads (drainer.enqueue takes what jsonb stores, about 14,000 at PostgreSQL's default max_stack_depth)")
+		}
+		return fmt.Errorf("payload is not valid JSON (byte offset %d): %v", se.Offset, se)
+	}
+	return fmt.Errorf("payload is not valid JSON: %v", err)
+}
+
 func invalidUTF8(b []byte) int {
 	for off := 0; off < len(b); {
 		r, n := utf8.DecodeRune(b[off:])
