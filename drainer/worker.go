@@ -110,11 +110,7 @@ func (e *Engine) process(row *claimedRow, rt *Routing, route *Route, entry *disp
 	if e.workCtx.Err() != nil && !res.Succeeded() && res.Outcome != dispatch.Terminal && res.Outcome != dispatch.Auth && res.NotSent {
 		return releaseUnsent(row) // shutting down before it was sent
 	}
-	// A detect probe runs within the lease, not within the attempt's
-	// deadline: an attempt that timed out has used that up.
-	leaseCtx, cancelLease := context.WithDeadline(e.workCtx, claimedAt.Add(e.cfg.Lease-e.cfg.LeaseMargin))
-	defer cancelLease()
-	route, res = e.classify(leaseCtx, route, msg, res)
+	route, res = e.classify(claimedAt, route, msg, res)
 	env := decideEnv{now: row.DBNow}
 	if res.Outcome == dispatch.Auth {
 		// Credentials refused: the route (or, refused on several routes,
@@ -177,12 +173,16 @@ func (e *Engine) attempt(ctx context.Context, row *claimedRow, entry *dispatch.E
 // ambiguous, and on a non_idempotent route with a detect probe an ambiguous
 // attempt is probed (the probe may turn the route's class for this
 // decision into key_idempotent: the effect is proven absent).
-func (e *Engine) classify(ctx context.Context, route *Route, msg *dispatch.Message, res dispatch.Result) (*Route, dispatch.Result) {
+func (e *Engine) classify(claimedAt time.Time, route *Route, msg *dispatch.Message, res dispatch.Result) (*Route, dispatch.Result) {
 	if e.workCtx.Err() != nil && !res.Succeeded() && res.Outcome != dispatch.Terminal && res.Outcome != dispatch.Auth {
 		res.Outcome = dispatch.Ambiguous
 		res.Err = fmt.Errorf("%w: %v", errCutOff, res.Err)
 	}
 	if route.NonIdempotent() && route.Detect != nil && mayHaveHappened(res) && e.workCtx.Err() == nil {
+		// Within the lease, not within the attempt's deadline: an attempt
+		// that timed out has used that up.
+		ctx, cancel := context.WithDeadline(e.workCtx, claimedAt.Add(e.cfg.Lease-e.cfg.LeaseMargin))
+		defer cancel()
 		return e.detect(ctx, route, msg, res)
 	}
 	return route, res
