@@ -915,6 +915,51 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 }
 
+// Migrate on an up-to-date store (a replica starting up beside running
+// ones) takes no lock on the records table: it returns while another
+// transaction holds the table's RowExclusiveLock (an in-transaction handler
+// that claimed its record), rather than queueing behind it and, with it,
+// every request that comes after.
+func TestMigrateDoesNotWaitForRunningRequests(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, receiver.Options{}, nil)
+	holder, err := f.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.WithoutCancel(t.Context()))
+	if _, err := holder.Exec(t.Context(), `INSERT INTO `+f.table+` (scope, key, fingerprint, state, locked_until, expires_at)
+		VALUES ('', 'running', '\x00', 'in_flight', now() + interval '1 minute', now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	// Generous: an up-to-date Migrate takes milliseconds; one that waits
+	// for the holder waits until this bound, since the holder commits only
+	// after Migrate has returned.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = f.rc.Migrate(ctx)
+	if err != nil {
+		t.Fatalf("Migrate while a request's transaction holds the records table (after %v): %v; want it to return at once, taking no table lock",
+			time.Since(start).Round(time.Millisecond), err)
+	}
+	if err := holder.Commit(t.Context()); err != nil {
+		t.Fatalf("the request's transaction, still open when Migrate returned: %v", err)
+	}
+	if n := f.records(); n != 1 {
+		t.Fatalf("%d records, want the request's 1", n)
+	}
+	// A store missing a part is still completed.
+	f.exec(`DROP INDEX drainer_receiver.records_expires_idx`)
+	if err := f.rc.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var idx bool
+	if err := f.pool.QueryRow(t.Context(), `SELECT to_regclass('drainer_receiver.records_expires_idx') IS NOT NULL`).Scan(&idx); err != nil || !idx {
+		t.Fatalf("the expiry index after Migrate on a store without it: %v, %v", idx, err)
+	}
+}
+
 // A store created by an earlier version (its state check allowed only
 // in_flight and completed) is upgraded in place by Migrate, its records
 // kept; Migrate again changes nothing.

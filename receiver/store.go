@@ -29,7 +29,8 @@ const migrateLockKey = "drainer_receiver.migrate"
 const pruneBatch = 1000
 
 // migrateSQL creates the store; %[1]s is the quoted schema. Every statement
-// is idempotent.
+// is idempotent, but some lock the records table even when it exists:
+// Migrate runs it only when currentSQL finds the store incomplete.
 const migrateSQL = `
 CREATE SCHEMA IF NOT EXISTS %[1]s;
 CREATE TABLE IF NOT EXISTS %[1]s.records (
@@ -50,6 +51,12 @@ CREATE TABLE IF NOT EXISTS %[1]s.records (
 CREATE INDEX IF NOT EXISTS records_expires_idx ON %[1]s.records (expires_at);
 `
 
+// currentSQL tells whether the store is as this version creates it: the
+// records table (its quoted name is $1) with its state check and its expiry
+// index ($2). It reads only the catalog and takes no lock on the table.
+const currentSQL = `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
+	AND EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass($1) AND conname = 'records_state')`
+
 // hasStatesSQL tells whether the records table (its quoted name is $1)
 // has the state check that allows outcome_unknown.
 const hasStatesSQL = `SELECT EXISTS (SELECT 1 FROM pg_constraint
@@ -63,10 +70,18 @@ const upgradeStatesSQL = `ALTER TABLE %[1]s.records DROP CONSTRAINT IF EXISTS re
 
 // Migrate creates the schema, the records table and its index if they do
 // not exist, and upgrades a table created by an earlier version in place.
-// It is safe to run from many processes at once.
+// It is safe to run from many processes at once. On a store that is
+// already up to date it runs no DDL and takes no lock on the records table
+// (only the catalog is read), so a replica starting up never waits for, or
+// holds up, the requests other replicas are serving: CREATE INDEX IF NOT
+// EXISTS, for one, locks the table before it finds the index there.
 func (rc *Receiver) Migrate(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, rc.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, migrateLockKey); err != nil {
+			return err
+		}
+		var current bool
+		if err := tx.QueryRow(ctx, currentSQL, rc.table, rc.schema+".records_expires_idx").Scan(&current); err != nil || current {
 			return err
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(migrateSQL, rc.schema)); err != nil {

@@ -692,6 +692,50 @@ class FlowTest(ReceiverTestCase):
         self.assertEqual(errors, [])
         self.assertEqual(self.records(), 0)
 
+    def test_migrate_does_not_wait_for_running_requests(self) -> None:
+        # migrate on an up-to-date store (a replica starting up beside running
+        # ones) takes no lock on the records table: it returns while a
+        # request's transaction (in_transaction, its record claimed) holds the
+        # table's RowExclusiveLock, rather than queueing behind it and, with
+        # it, every request that comes after.
+        _, _, r = self.make()
+        holder = self.connect()
+        holder.execute(sql.SQL("INSERT INTO {}.records (scope, key, fingerprint, state, locked_until, expires_at) "
+                               "VALUES ('', 'running', '\\x00', 'in_flight', now() + interval '1 minute', "
+                               "now() + interval '1 hour')").format(sql.Identifier(self.schema)))
+        outcome: List[Any] = []
+
+        def m() -> None:
+            try:
+                r.migrate()
+                outcome.append("returned")
+            except BaseException as e:  # noqa: BLE001
+                outcome.append(e)
+
+        t = threading.Thread(target=m)
+        t.start()
+        # Generous: an up-to-date migrate takes milliseconds; one that waits
+        # for the holder waits until the holder commits, after this bound.
+        t.join(30)
+        waited = t.is_alive()
+        try:
+            self.assertFalse(waited, "migrate() still waiting 30 s for a transaction holding the records table")
+            self.assertEqual(outcome, ["returned"])
+
+            async def amigrate() -> None:
+                await asyncio.wait_for(r.amigrate(), 30)
+
+            self.run_async(amigrate())
+        finally:
+            holder.commit()
+            t.join()
+        self.assertEqual(self.records(), 1)
+        # A store missing a part is still completed.
+        self.sql(f'DROP INDEX "{self.schema}".records_expires_idx')
+        r.migrate()
+        self.assertEqual(self.count("SELECT count(*) FROM pg_class WHERE oid = to_regclass(%s)",
+                                    f'"{self.schema}".records_expires_idx'), 1)
+
 
 class HangUpTest(ReceiverTestCase):
     """A client that hangs up after the key was claimed cancels nothing: the

@@ -110,7 +110,10 @@ export type Handler = (req: IncomingMessage, res: ServerResponse) => unknown;
 export type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
 
 export interface Receiver {
-  /** Creates the schema, table and index if missing (safe from many processes at once). */
+  /**
+   * Creates the schema, table and index if missing (safe from many processes at once). On an
+   * up-to-date store it runs no DDL and takes no lock on the records table.
+   */
   migrate(): Promise<void>;
   /** Returns handler behind the receiver. The returned promise rejects with the handler's error (after its record was released). */
   wrap(handler: Handler): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
@@ -537,6 +540,19 @@ class ReceiverImpl implements Receiver {
       await c.query('BEGIN');
       try {
         await c.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [MIGRATE_LOCK]);
+        // An up-to-date store gets no DDL, so no lock on the records table:
+        // CREATE INDEX IF NOT EXISTS, for one, locks the table before it
+        // finds the index, and would queue behind (and hold up) every
+        // request the running replicas are serving.
+        const current = await c.query(
+          `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
+             AND EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass($1) AND conname = 'records_state') AS current`,
+          [this.table, `${s}.records_expires_idx`],
+        );
+        if (current.rows[0].current) {
+          await c.query('COMMIT');
+          return;
+        }
         await c.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
         await c.query(`CREATE TABLE IF NOT EXISTS ${s}.records (
     scope         text        NOT NULL,

@@ -1262,6 +1262,43 @@ test('prune deletes expired records in batches, and only those', { skip: skipDb 
   assert.equal(await f.records(), 10);
 });
 
+test('migrate on an up-to-date store does not wait for a transaction holding the records table', { skip: skipDb }, async () => {
+  const f = await fixture(); // migrates
+  const holder = await pool.connect();
+  try {
+    // A request's transaction (inTransaction) that claimed its record: it
+    // holds the table's RowExclusiveLock until it ends.
+    await holder.query('BEGIN');
+    await holder.query(
+      `INSERT INTO "${f.schema}".records (scope, key, fingerprint, state, locked_until, expires_at)
+       VALUES ('', 'running', '\\x00', 'in_flight', now() + interval '1 minute', now() + interval '1 hour')`,
+    );
+    // Generous: an up-to-date migrate takes milliseconds; one that waits
+    // for the holder waits until this bound, as the holder commits only
+    // after migrate has settled.
+    let timer!: NodeJS.Timeout;
+    const outcome = await Promise.race([
+      f.rc.migrate().then(
+        () => 'returned',
+        (err: unknown) => `failed: ${String(err)}`,
+      ),
+      new Promise<string>((resolve) => (timer = setTimeout(() => resolve('still waiting after 30 s'), 30_000))),
+    ]);
+    clearTimeout(timer);
+    assert.equal(outcome, 'returned', 'migrate while a request holds the records table');
+    await holder.query('COMMIT');
+  } finally {
+    await holder.query('ROLLBACK').catch(() => {});
+    holder.release();
+  }
+  assert.equal(await f.records(), 1);
+  // A store missing a part is still completed.
+  await pool.query(`DROP INDEX "${f.schema}".records_expires_idx`);
+  await f.rc.migrate();
+  const idx = await pool.query('SELECT to_regclass($1) IS NOT NULL AS ok', [`"${f.schema}".records_expires_idx`]);
+  assert.equal(idx.rows[0].ok, true);
+});
+
 test('migrate is safe from many callers at once', { skip: skipDb }, async () => {
   const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
   schemas.push(schema);

@@ -147,6 +147,15 @@ CREATE TABLE IF NOT EXISTS {schema}.records (
 CREATE INDEX IF NOT EXISTS records_expires_idx ON {schema}.records (expires_at);
 """
 
+# Whether the store is as this version creates it (the records table, %(table)s,
+# with its state check and its expiry index, %(index)s): read from the catalog
+# only, taking no lock on the table. migrate() runs no DDL when it is:
+# CREATE INDEX IF NOT EXISTS, for one, locks the table before it finds the
+# index, and would queue behind (and hold up) every request being served.
+_CURRENT_SQL = ("SELECT to_regclass(%(table)s) IS NOT NULL AND to_regclass(%(index)s) IS NOT NULL "
+                "AND EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%(table)s) "
+                "AND conname = 'records_state')")
+
 # A store created before the outcome_unknown state had the unnamed check
 # records_state_check; every row passes the wider one.
 _HAS_STATES_SQL = ("SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = %s::regclass "
@@ -460,16 +469,24 @@ class Receiver:
         """The records table's quoted name, as ::regclass reads it."""
         return '"' + self.schema.replace('"', '""') + '".records'
 
+    def _current_params(self) -> Dict[str, str]:
+        quoted = '"' + self.schema.replace('"', '""') + '"'
+        return {"table": quoted + ".records", "index": quoted + ".records_expires_idx"}
+
     def migrate(self) -> None:
         """Create the schema, table and index if missing, and upgrade a table
         created by an earlier version in place (safe from many processes at
-        once). Synchronous: call it at startup. With a pool that has no
-        ``conninfo``, use :meth:`amigrate`."""
+        once). On an up-to-date store it runs no DDL and takes no lock on the
+        records table. Synchronous: call it at startup. With a pool that has
+        no ``conninfo``, use :meth:`amigrate`."""
         if not self._conninfo:
             raise TypeError("drainer_client.receiver: migrate() needs a conninfo; await amigrate() instead")
         with psycopg.connect(self._conninfo) as conn:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_MIGRATE_LOCK])
+                current = conn.execute(_CURRENT_SQL, self._current_params()).fetchone()
+                if current and current[0]:
+                    return
                 conn.execute(self._migrate_statements())
                 row = conn.execute(_HAS_STATES_SQL, [self._table_name()]).fetchone()
                 if not (row and row[0]):
@@ -480,6 +497,9 @@ class Receiver:
         async with self._pool.connection() as conn:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [_MIGRATE_LOCK])
+                current = await (await conn.execute(_CURRENT_SQL, self._current_params())).fetchone()
+                if current and current[0]:
+                    return
                 await conn.execute(self._migrate_statements())
                 row = await (await conn.execute(_HAS_STATES_SQL, [self._table_name()])).fetchone()
                 if not (row and row[0]):

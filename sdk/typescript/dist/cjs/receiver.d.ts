@@ -100,7 +100,10 @@ export type Handler = (req: IncomingMessage, res: ServerResponse) => unknown;
 /** An Express-style middleware. */
 export type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
 export interface Receiver {
-    /** Creates the schema, table and index if missing (safe from many processes at once). */
+    /**
+     * Creates the schema, table and index if missing (safe from many processes at once). On an
+     * up-to-date store it runs no DDL and takes no lock on the records table.
+     */
     migrate(): Promise<void>;
     /** Returns handler behind the receiver. The returned promise rejects with the handler's error (after its record was released). */
     wrap(handler: Handler): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
