@@ -71,6 +71,9 @@ const receiver = createReceiver(pool, {
   inTransaction: !args['outside-transaction'],
   rerunAbandoned: args['rerun-abandoned'],
   recoveryTimeoutMs: durationMs('recovery-timeout'),
+  // A handler that throws: its record is released and the request answered
+  // 500 handler-error; the error comes here.
+  onError: (err) => console.error('receiver-example: handler failed:', err instanceof Error ? err.message : err),
 });
 await receiver.migrate();
 await pool.query(`CREATE TABLE IF NOT EXISTS example_orders (
@@ -118,13 +121,7 @@ async function orders(req, res) {
   answer(res, 201, { id, order }, { Location: `/v1/orders/${id}` });
 }
 
-const handler = receiver.wrap(orders);
-const server = http.createServer((req, res) => {
-  handler(req, res).catch((err) => {
-    console.error('receiver-example: handler failed:', err.message);
-    if (!res.headersSent) answer(res, 500, { error: 'internal error' });
-  });
-});
+const server = http.createServer(receiver.wrap(orders));
 const i = args.addr.lastIndexOf(':');
 server.listen(Number(args.addr.slice(i + 1)), args.addr.slice(0, i) || '127.0.0.1', () => {
   const a = server.address();

@@ -95,6 +95,15 @@ export interface ReceiverOptions {
   rerunAbandoned?: boolean;
   /** Receives the reports of abandoned records, naming scope and key (default console). */
   logger?: ReceiverLogger;
+  /**
+   * Receives the error of a request that wrap()'s function could not serve:
+   * a handler that threw (its record was released first, so a retry runs
+   * it again) or a failure of the receiver itself. The request was
+   * answered 500 `handler-error` if nothing had been sent yet. Default:
+   * console.error. wrap()'s function never rejects, so a plain
+   * `http.createServer(receiver.wrap(handler))` has no unhandled rejection.
+   */
+  onError?: (err: unknown, req: IncomingMessage) => void;
 }
 
 /** Where the receiver reports abandoned records; console fits. */
@@ -115,7 +124,13 @@ export interface Receiver {
    * up-to-date store it runs no DDL and takes no lock on the records table.
    */
   migrate(): Promise<void>;
-  /** Returns handler behind the receiver. The returned promise rejects with the handler's error (after its record was released). */
+  /**
+   * Returns handler behind the receiver, a Node `(req, res)` listener. Its
+   * promise never rejects: when the handler throws, its record is released
+   * (a retry runs it again), the request is answered 500 `handler-error`
+   * (application/problem+json) unless something was sent already, and the
+   * error goes to the onError option (default console.error).
+   */
   wrap(handler: Handler): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
   /**
    * Express-style middleware. It reads the whole body before deciding, so it
@@ -464,6 +479,7 @@ class ReceiverImpl implements Receiver {
   private readonly inTransaction: boolean;
   private readonly rerunAbandoned: boolean;
   private readonly logger: ReceiverLogger;
+  private readonly onError: (err: unknown, req: IncomingMessage) => void;
   readonly abandonedTotal: Record<AbandonedOutcome, number> = { outcome_unknown: 0, rerun: 0 };
 
   constructor(
@@ -505,6 +521,7 @@ class ReceiverImpl implements Receiver {
     this.inTransaction = o.inTransaction ?? false;
     this.rerunAbandoned = o.rerunAbandoned ?? false;
     this.logger = o.logger ?? console;
+    this.onError = o.onError ?? ((err, req) => console.error(`@drainer/client/receiver: ${req.method} ${req.url}: the handler failed:`, err));
   }
 
   metrics(): string {
@@ -604,14 +621,47 @@ class ReceiverImpl implements Receiver {
 
   wrap(handler: Handler): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
     return async (req, res) => {
-      if (!this.requireKey(req)) {
-        await handler(req, res);
-        return;
+      try {
+        if (!this.requireKey(req)) {
+          await handler(req, res);
+          return;
+        }
+        const body = await this.readBody(req, res);
+        if (body === undefined) return;
+        await this.serve(req, res, body, handler, replayRequest(req, body));
+      } catch (err) {
+        // A plain node http server does nothing with a rejection but crash
+        // the process (every other request in flight with it): answer and
+        // report here. A keyed request's record was released already.
+        this.failed(err, req, res);
       }
-      const body = await this.readBody(req, res);
-      if (body === undefined) return;
-      await this.serve(req, res, body, handler, replayRequest(req, body));
     };
+  }
+
+  /**
+   * Answers 500 handler-error if nothing was sent yet (an answer cut off
+   * midway ends the connection instead), and reports err to onError.
+   */
+  private failed(err: unknown, req: IncomingMessage, res: ServerResponse): void {
+    if (!res.headersSent && !res.writableEnded && !res.destroyed) {
+      try {
+        new Problem(
+          500,
+          'handler-error',
+          'Handler failed',
+          "the request's handler failed before it answered; no answer was stored for its idempotency key",
+        ).send(res);
+      } catch {
+        // The connection went away meanwhile: nothing to send to.
+      }
+    } else if (!res.writableEnded && !res.destroyed) {
+      res.destroy();
+    }
+    try {
+      this.onError(err, req);
+    } catch (e) {
+      console.error('@drainer/client/receiver: onError threw:', e, 'reporting:', err);
+    }
   }
 
   middleware(): Middleware {

@@ -19,19 +19,22 @@ import { createReceiver, currentClient } from '../dist/receiver.js';
 
 const [url, schema, table, key, inTx, recoveryMs, applicationName] = process.argv.slice(2);
 const pool = new pg.Pool({ connectionString: url, application_name: applicationName });
-const receiver = createReceiver(pool, { schema, inTransaction: inTx === '1', recoveryTimeoutMs: Number(recoveryMs) });
+const receiver = createReceiver(pool, {
+  schema,
+  inTransaction: inTx === '1',
+  recoveryTimeoutMs: Number(recoveryMs),
+  onError: (err) => {
+    process.stderr.write(`handler failed: ${err.message}\n`);
+    process.exit(2);
+  },
+});
 const handler = receiver.wrap(async (req) => {
   req.resume();
   await (currentClient(req) ?? pool).query(`INSERT INTO ${table} (key) VALUES ($1)`, [key]);
   process.stdout.write('effect written\n');
   await new Promise(() => {}); // killed here
 });
-const server = http.createServer((req, res) => {
-  handler(req, res).catch((err) => {
-    process.stderr.write(`handler failed: ${err.message}\n`);
-    process.exit(2);
-  });
-});
+const server = http.createServer(handler);
 server.listen(0, '127.0.0.1', () => {
   const { port } = server.address();
   const req = http.request({

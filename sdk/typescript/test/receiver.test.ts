@@ -31,6 +31,7 @@ const skipDb = url === '' ? 'DRAINER_TEST_DATABASE_URL is not set' : false;
 const vectorsURL = new URL('../../../../receiver/testdata/fingerprint-vectors.json', import.meta.url);
 const crashChild = new URL('../../test/receiver-crash-child.mjs', import.meta.url);
 const exitChild = new URL('../../test/receiver-exit-child.mjs', import.meta.url);
+const throwChild = new URL('../../test/receiver-throw-child.mjs', import.meta.url);
 
 interface Vector {
   name: string;
@@ -174,18 +175,16 @@ async function fixture(opts: ReceiverOptions = {}, viaMiddleware = false, on: pg
       });
     });
   } else {
-    const h = rc.wrap(counted);
-    server = http.createServer((req, res) => {
-      h(req, res).catch(() => {
-        if (!res.headersSent) {
-          res.statusCode = 500;
-          res.end('handler failed');
-        }
-      });
-    });
+    server = http.createServer(rc.wrap(counted)); // its function never rejects
   }
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  after(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections(); // a request left unanswered does not hold the test's end
+      }),
+  );
   const base = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
   return {
     base,
@@ -396,8 +395,10 @@ test('5xx answers are not stored; 4xx are', { skip: skipDb }, async () => {
   assert.equal(g.runs(), 1);
 });
 
-test('a handler that throws: the record is released and the error passed on', { skip: skipDb }, async () => {
-  const f = await fixture();
+// A bound for a request never answered (a rejection nothing handles), not a judgement of speed.
+test('a handler that throws: the record is released, 500 handler-error, the error to onError; wrap never rejects', { skip: skipDb, timeout: 60_000 }, async () => {
+  const seen: string[] = [];
+  const f = await fixture({ onError: (err, req) => seen.push(`${req.url}: ${(err as Error).message}`) });
   let fail = true;
   f.set(async (req, res) => {
     req.resume();
@@ -406,12 +407,80 @@ test('a handler that throws: the record is released and the error passed on', { 
     res.end();
   });
   const a = await f.post('k');
-  assert.equal(a.status, 500);
-  assert.equal(a.body.toString(), 'handler failed'); // the server's own error path ran
+  assertProblem(a, 500, 'handler-error');
   assert.equal(await f.records(), 0);
   fail = false;
   assert.equal((await f.post('k')).status, 201);
   assert.equal(f.runs(), 2);
+  assert.deepEqual(seen, ['/v1/orders: handler bug']);
+
+  // The function wrap returns resolves, whatever the handler did.
+  const reports: string[] = [];
+  const rc = createReceiver(pool, { schema: f.schema, onError: (err, req) => reports.push(`${req.url}: ${(err as Error).message}`) });
+  const h = rc.wrap(() => {
+    throw new Error('sync bug');
+  });
+  const server = http.createServer((req, res) => {
+    h(req, res).then(
+      () => undefined,
+      (err: unknown) => reports.push(`rejected: ${String(err)}`),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const base = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+    const json = { 'Content-Type': 'application/json' };
+    assertProblem(await request(base, 'POST', '/keyed', { ...json, 'Idempotency-Key': 'sync' }, [Buffer.from('{}')]), 500, 'handler-error');
+    assertProblem(await request(base, 'GET', '/unkeyed', {}), 500, 'handler-error');
+  } finally {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+  assert.deepEqual(reports, ['/keyed: sync bug', '/unkeyed: sync bug']);
+  assert.equal(await f.records(), 1); // only the completed "k"
+});
+
+test('a handler that throws on a plain http.createServer(wrap(handler)): the process keeps serving', { skip: skipDb }, async () => {
+  // Run in a process of its own: a rejection of wrap's function there would
+  // be unhandled and end the process, and every request in flight with it.
+  for (const [inTx, withOnError] of [
+    ['0', '1'],
+    ['1', '0'],
+  ] as const) {
+    const schema = `ts_recv_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
+    schemas.push(schema);
+    const child = spawn(process.execPath, [throwChild.pathname, url, schema, inTx, withOnError], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let errors = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (errors += d.toString()));
+    const code = await new Promise<number | null>((resolve, reject) => {
+      // A bound for a process that never ends, not a judgement of its speed.
+      const timer = setTimeout(() => {
+        child.kill('SIGKILL');
+        reject(new Error(`inTransaction ${inTx}: the process had not ended after 60 s (output: ${out}${errors})`));
+      }, 60_000);
+      child.once('exit', (c) => {
+        clearTimeout(timer);
+        resolve(c);
+      });
+    });
+    const what = `inTransaction ${inTx}, onError ${withOnError}: exit ${code}\n${out}${errors}`;
+    assert.equal(code, 0, what);
+    const lines = Object.fromEntries(out.trim().split('\n').map((l) => [l.slice(0, l.indexOf(': ')), l.slice(l.indexOf(': ') + 2)]));
+    assert.match(lines['first'] ?? '', /^bug 500 application\/problem\+json \{"type":"https:\/\/drainer\.dev\/problems\/handler-error"/, what);
+    assert.equal(lines['held'], 'slow 201 text/plain slow done', what); // the request in flight meanwhile
+    assert.equal(lines['retry'], 'bug 201 text/plain bug done', what); // the record was released: the handler ran again
+    assert.equal(lines['runs'], '{"slow":1,"bug":2}', what);
+    if (withOnError === '1') {
+      assert.equal(lines['reports'], JSON.stringify(['POST /v1/charges bug: handler bug']), what);
+      assert.equal(errors, '', what);
+    } else {
+      assert.equal(lines['reports'], '[]', what);
+      assert.match(errors, /POST \/v1\/charges: the handler failed:.*handler bug/s, what); // console.error
+    }
+    const n = await pool.query(`SELECT count(*) AS n FROM "${schema}".records`);
+    assert.equal(Number(n.rows[0].n), 2, what); // slow and bug, completed
+  }
 });
 
 test('a process whose handler threw ends once its server and pool are closed: nothing of the receiver holds it', { skip: skipDb }, async () => {

@@ -89,6 +89,15 @@ export interface ReceiverOptions {
     rerunAbandoned?: boolean;
     /** Receives the reports of abandoned records, naming scope and key (default console). */
     logger?: ReceiverLogger;
+    /**
+     * Receives the error of a request that wrap()'s function could not serve:
+     * a handler that threw (its record was released first, so a retry runs
+     * it again) or a failure of the receiver itself. The request was
+     * answered 500 `handler-error` if nothing had been sent yet. Default:
+     * console.error. wrap()'s function never rejects, so a plain
+     * `http.createServer(receiver.wrap(handler))` has no unhandled rejection.
+     */
+    onError?: (err: unknown, req: IncomingMessage) => void;
 }
 /** Where the receiver reports abandoned records; console fits. */
 export interface ReceiverLogger {
@@ -105,7 +114,13 @@ export interface Receiver {
      * up-to-date store it runs no DDL and takes no lock on the records table.
      */
     migrate(): Promise<void>;
-    /** Returns handler behind the receiver. The returned promise rejects with the handler's error (after its record was released). */
+    /**
+     * Returns handler behind the receiver, a Node `(req, res)` listener. Its
+     * promise never rejects: when the handler throws, its record is released
+     * (a retry runs it again), the request is answered 500 `handler-error`
+     * (application/problem+json) unless something was sent already, and the
+     * error goes to the onError option (default console.error).
+     */
     wrap(handler: Handler): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
     /**
      * Express-style middleware. It reads the whole body before deciding, so it

@@ -328,6 +328,7 @@ class ReceiverImpl {
     inTransaction;
     rerunAbandoned;
     logger;
+    onError;
     abandonedTotal = { outcome_unknown: 0, rerun: 0 };
     constructor(pool, o) {
         this.pool = pool;
@@ -371,6 +372,7 @@ class ReceiverImpl {
         this.inTransaction = o.inTransaction ?? false;
         this.rerunAbandoned = o.rerunAbandoned ?? false;
         this.logger = o.logger ?? console;
+        this.onError = o.onError ?? ((err, req) => console.error(`@drainer/client/receiver: ${req.method} ${req.url}: the handler failed:`, err));
     }
     metrics() {
         return ('# HELP drainer_receiver_abandoned_total Keyed requests whose process stopped mid-request outside ' +
@@ -457,15 +459,46 @@ class ReceiverImpl {
     }
     wrap(handler) {
         return async (req, res) => {
-            if (!this.requireKey(req)) {
-                await handler(req, res);
-                return;
+            try {
+                if (!this.requireKey(req)) {
+                    await handler(req, res);
+                    return;
+                }
+                const body = await this.readBody(req, res);
+                if (body === undefined)
+                    return;
+                await this.serve(req, res, body, handler, replayRequest(req, body));
             }
-            const body = await this.readBody(req, res);
-            if (body === undefined)
-                return;
-            await this.serve(req, res, body, handler, replayRequest(req, body));
+            catch (err) {
+                // A plain node http server does nothing with a rejection but crash
+                // the process (every other request in flight with it): answer and
+                // report here. A keyed request's record was released already.
+                this.failed(err, req, res);
+            }
         };
+    }
+    /**
+     * Answers 500 handler-error if nothing was sent yet (an answer cut off
+     * midway ends the connection instead), and reports err to onError.
+     */
+    failed(err, req, res) {
+        if (!res.headersSent && !res.writableEnded && !res.destroyed) {
+            try {
+                new Problem(500, 'handler-error', 'Handler failed', "the request's handler failed before it answered; no answer was stored for its idempotency key").send(res);
+            }
+            catch {
+                // The connection went away meanwhile: nothing to send to.
+            }
+        }
+        else if (!res.writableEnded && !res.destroyed) {
+            res.destroy();
+        }
+        try {
+            this.onError(err, req);
+        }
+        catch (e) {
+            console.error('@drainer/client/receiver: onError threw:', e, 'reporting:', err);
+        }
     }
     middleware() {
         return (req, res, next) => {
