@@ -6,6 +6,7 @@ export {
   DEFAULT_SCHEMA,
   DrainerError,
   InvalidTupleError,
+  JSONString,
   KEY_PREFIX,
   MAX_FIELD_BYTES,
   PARKED_STATUSES,

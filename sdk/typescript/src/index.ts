@@ -11,7 +11,7 @@ export {
   validateTuple,
   type Tuple,
 } from './key.js';
-export { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from './payload.js';
+export { DEFAULT_MAX_PAYLOAD_BYTES, JSONString, serializePayload } from './payload.js';
 export {
   DEFAULT_SCHEMA,
   PARKED_STATUSES,

@@ -14,6 +14,42 @@ import { describeType, loneSurrogateIndex } from './key.js';
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20;
 
 /**
+ * A payload that is deliberately a JSON string value.
+ *
+ * enqueue refuses a string payload, because a string there is almost always
+ * JSON.stringify(obj) passed by mistake, which would be stored as one JSON
+ * string instead of the object. When the provider really expects a JSON
+ * string as the whole body, wrap it:
+ *
+ *     await enqueue(client, tuple, new JSONString('hello')); // body: "hello"
+ *
+ * `value` is the string itself, not JSON text (`new JSONString('{"a":1}')`
+ * is the string `{"a":1}`, stored as `"{\"a\":1}"`). Inside a payload it is
+ * the same as the plain string; JSON.stringify writes it as that string.
+ */
+export class JSONString {
+  readonly value: string;
+
+  constructor(value: string) {
+    if (typeof value !== 'string') {
+      throw new TypeError(`JSONString holds a string, not ${describeType(value)}`);
+    }
+    this.value = value;
+    Object.freeze(this);
+  }
+
+  /** The string itself, as JSON.stringify (and the payload's serialisation) writes it. */
+  toJSON(): string {
+    return this.value;
+  }
+}
+
+const STRING_PAYLOAD =
+  'is a string: pass the object itself (an object, an array, ...), not JSON.stringify(obj), which would be ' +
+  'stored as one JSON string instead of the object (JSON text you received: JSON.parse(text)); to send a JSON ' +
+  'string on purpose, wrap it: new JSONString(value)';
+
+/**
  * Serialises a payload to compact JSON, as JSON.stringify does (toJSON is
  * honoured, so a Date becomes its toISOString() text,
  * YYYY-MM-DDTHH:MM:SS.sssZ in UTC; object properties whose value is
@@ -24,12 +60,20 @@ export const DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20;
  * (values or keys) with a lone surrogate or a NUL character, which Postgres
  * jsonb cannot store.
  *
+ * The payload itself may not be a string: that is nearly always
+ * JSON.stringify(obj) passed by mistake, which would store one JSON string
+ * instead of the object. PayloadError says so; a deliberate JSON string
+ * payload is a JSONString.
+ *
  * Then checks the size: more than maxBytes bytes of UTF-8 is a
  * PayloadTooLargeError. The database measures the text of the stored jsonb,
  * which adds a space after every ':' and ',', so it may still refuse a
  * payload slightly under maxBytes with the same error.
  */
 export function serializePayload(payload: unknown, maxBytes: number = DEFAULT_MAX_PAYLOAD_BYTES): string {
+  if (typeof payload === 'string' || payload instanceof String) {
+    throw new PayloadError('payload', STRING_PAYLOAD);
+  }
   let text: string;
   try {
     text = write(payload, 'payload', '', new Set<object>());

@@ -9,6 +9,7 @@ import {
   ConnectionClosedError,
   DrainerError,
   InvalidTupleError,
+  JSONString,
   PayloadError,
   PayloadTooLargeError,
   UsageError,
@@ -153,7 +154,9 @@ test('JSON-compatible values serialise exactly as JSON.stringify', () => {
     -0,
     1e21,
     1e-7,
-    'x',
+    true,
+    false,
+    [1, 'x', null, false],
     { a: undefined, b: 1 },
     { nested: { deep: [{ x: 'é\u2028\u007f🚀', y: '\u0001"\\' }] } },
     { date: new Date(1700000000000), buf: Buffer.from('hi'), num: new Number(3), str: new String('s'), bool: new Boolean(false) },
@@ -163,6 +166,55 @@ test('JSON-compatible values serialise exactly as JSON.stringify', () => {
   for (const v of values) {
     assert.equal(serializePayload(v), JSON.stringify(v), `for ${JSON.stringify(v)}`);
   }
+});
+
+test('a string payload is refused, naming the mistake and JSONString; a JSONString is a deliberate JSON string', async () => {
+  const c = new FakeClient(() => assert.fail('queried'));
+  for (const payload of [JSON.stringify({ amount: 5 }), '', 'hello', new String('{"amount":5}')]) {
+    await assert.rejects(enqueue(c, tuple, payload), (err: unknown) => {
+      assert.ok(err instanceof PayloadError, `PayloadError, got ${String(err)}`);
+      assert.equal(err.path, 'payload');
+      assert.match(err.message, /^payload: is a string: pass the object itself/);
+      assert.match(err.message, /JSON\.stringify\(obj\)/);
+      assert.match(err.message, /JSON\.parse\(text\)/);
+      assert.match(err.message, /new JSONString\(value\)/);
+      assert.doesNotMatch(err.message, /amount/); // never the value
+      return true;
+    });
+    assert.throws(() => serializePayload(payload), PayloadError);
+  }
+  assert.equal(c.calls.length, 0);
+
+  // The deliberate string: its value is the string itself, not JSON text.
+  const sent = new FakeClient(enqueueAnswer);
+  const cases: Array<[unknown, string]> = [
+    [new JSONString('hello'), '"hello"'],
+    [new JSONString('{"amount":5}'), '"{\\"amount\\":5}"'],
+    [new JSONString(''), '""'],
+    // Inside a payload a JSONString is the plain string; strings there were always fine.
+    [{ note: new JSONString('hi'), plain: 'hi', list: ['x', new JSONString('y')] }, '{"note":"hi","plain":"hi","list":["x","y"]}'],
+    // Everything else as before.
+    [{ amount: 5 }, '{"amount":5}'],
+    [[1, 'two', null], '[1,"two",null]'],
+    [42, '42'],
+    [-1.5, '-1.5'],
+    [true, 'true'],
+    [false, 'false'],
+    [null, 'null'],
+    [{}, '{}'],
+    [[], '[]'],
+  ];
+  for (const [payload, json] of cases) {
+    await enqueue(sent, tuple, payload);
+    assert.equal(sent.calls.at(-1)!.values[4], json, `for ${String(json)}`);
+    assert.equal(serializePayload(payload), json);
+  }
+  assert.equal(JSON.stringify(new JSONString('hello')), '"hello"');
+  assert.equal(new JSONString('v').value, 'v');
+  assert.ok(Object.isFrozen(new JSONString('v')));
+  assert.throws(() => new JSONString(5 as unknown as string), /JSONString holds a string, not a number/);
+  // A JSONString's string is checked like any other.
+  assert.throws(() => serializePayload(new JSONString('a\u0000b')), (err: unknown) => err instanceof PayloadError && /NUL/.test(err.message));
 });
 
 test('a Date becomes its toISOString() text: UTC, milliseconds, YYYY-MM-DDTHH:MM:SS.sssZ', () => {

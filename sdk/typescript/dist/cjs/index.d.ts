@@ -1,5 +1,5 @@
 export { KEY_PREFIX, MAX_FIELD_BYTES, canonicalTuple, encodedTuple, idempotencyKey, validateTuple, type Tuple, } from './key.js';
-export { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from './payload.js';
+export { DEFAULT_MAX_PAYLOAD_BYTES, JSONString, serializePayload } from './payload.js';
 export { DEFAULT_SCHEMA, PARKED_STATUSES, TERMINAL_STATUSES, enqueue, isParked, isTerminal, result, waitFor, type EnqueueOptions, type EnqueueResult, type Queryable, type Result, type SchemaOptions, type Status, type WaitOptions, } from './client.js';
 export { currentAgentStep, outboxTool, withAgentStep, type AgentStep, type OutboxTool, type OutboxToolOptions, } from './tool.js';
 export { ConnectionClosedError, DrainerError, InvalidTupleError, PayloadError, PayloadTooLargeError, UsageError, WaitTimeoutError, type TupleField, type TupleProblem, } from './errors.js';

@@ -3,7 +3,7 @@
 // Agents record "call this tool" intents in their own Postgres transaction;
 // the drainer daemon dispatches them with a stable idempotency key.
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.WaitTimeoutError = exports.UsageError = exports.PayloadTooLargeError = exports.PayloadError = exports.InvalidTupleError = exports.DrainerError = exports.ConnectionClosedError = exports.withAgentStep = exports.outboxTool = exports.currentAgentStep = exports.waitFor = exports.result = exports.isTerminal = exports.isParked = exports.enqueue = exports.TERMINAL_STATUSES = exports.PARKED_STATUSES = exports.DEFAULT_SCHEMA = exports.serializePayload = exports.DEFAULT_MAX_PAYLOAD_BYTES = exports.validateTuple = exports.idempotencyKey = exports.encodedTuple = exports.canonicalTuple = exports.MAX_FIELD_BYTES = exports.KEY_PREFIX = void 0;
+exports.WaitTimeoutError = exports.UsageError = exports.PayloadTooLargeError = exports.PayloadError = exports.InvalidTupleError = exports.DrainerError = exports.ConnectionClosedError = exports.withAgentStep = exports.outboxTool = exports.currentAgentStep = exports.waitFor = exports.result = exports.isTerminal = exports.isParked = exports.enqueue = exports.TERMINAL_STATUSES = exports.PARKED_STATUSES = exports.DEFAULT_SCHEMA = exports.serializePayload = exports.JSONString = exports.DEFAULT_MAX_PAYLOAD_BYTES = exports.validateTuple = exports.idempotencyKey = exports.encodedTuple = exports.canonicalTuple = exports.MAX_FIELD_BYTES = exports.KEY_PREFIX = void 0;
 exports.isPayloadMismatch = isPayloadMismatch;
 var key_js_1 = require("./key.js");
 Object.defineProperty(exports, "KEY_PREFIX", { enumerable: true, get: function () { return key_js_1.KEY_PREFIX; } });
@@ -14,6 +14,7 @@ Object.defineProperty(exports, "idempotencyKey", { enumerable: true, get: functi
 Object.defineProperty(exports, "validateTuple", { enumerable: true, get: function () { return key_js_1.validateTuple; } });
 var payload_js_1 = require("./payload.js");
 Object.defineProperty(exports, "DEFAULT_MAX_PAYLOAD_BYTES", { enumerable: true, get: function () { return payload_js_1.DEFAULT_MAX_PAYLOAD_BYTES; } });
+Object.defineProperty(exports, "JSONString", { enumerable: true, get: function () { return payload_js_1.JSONString; } });
 Object.defineProperty(exports, "serializePayload", { enumerable: true, get: function () { return payload_js_1.serializePayload; } });
 var client_js_1 = require("./client.js");
 Object.defineProperty(exports, "DEFAULT_SCHEMA", { enumerable: true, get: function () { return client_js_1.DEFAULT_SCHEMA; } });

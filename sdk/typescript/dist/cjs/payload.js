@@ -2,7 +2,7 @@
 // Payload serialisation: the JSON text sent to drainer.enqueue, or a
 // PayloadError naming where the payload cannot be represented faithfully.
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.DEFAULT_MAX_PAYLOAD_BYTES = void 0;
+exports.JSONString = exports.DEFAULT_MAX_PAYLOAD_BYTES = void 0;
 exports.serializePayload = serializePayload;
 const node_buffer_1 = require("node:buffer");
 const node_util_1 = require("node:util");
@@ -14,6 +14,38 @@ const key_js_1 = require("./key.js");
  */
 exports.DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20;
 /**
+ * A payload that is deliberately a JSON string value.
+ *
+ * enqueue refuses a string payload, because a string there is almost always
+ * JSON.stringify(obj) passed by mistake, which would be stored as one JSON
+ * string instead of the object. When the provider really expects a JSON
+ * string as the whole body, wrap it:
+ *
+ *     await enqueue(client, tuple, new JSONString('hello')); // body: "hello"
+ *
+ * `value` is the string itself, not JSON text (`new JSONString('{"a":1}')`
+ * is the string `{"a":1}`, stored as `"{\"a\":1}"`). Inside a payload it is
+ * the same as the plain string; JSON.stringify writes it as that string.
+ */
+class JSONString {
+    value;
+    constructor(value) {
+        if (typeof value !== 'string') {
+            throw new TypeError(`JSONString holds a string, not ${(0, key_js_1.describeType)(value)}`);
+        }
+        this.value = value;
+        Object.freeze(this);
+    }
+    /** The string itself, as JSON.stringify (and the payload's serialisation) writes it. */
+    toJSON() {
+        return this.value;
+    }
+}
+exports.JSONString = JSONString;
+const STRING_PAYLOAD = 'is a string: pass the object itself (an object, an array, ...), not JSON.stringify(obj), which would be ' +
+    'stored as one JSON string instead of the object (JSON text you received: JSON.parse(text)); to send a JSON ' +
+    'string on purpose, wrap it: new JSONString(value)';
+/**
  * Serialises a payload to compact JSON, as JSON.stringify does (toJSON is
  * honoured, so a Date becomes its toISOString() text,
  * YYYY-MM-DDTHH:MM:SS.sssZ in UTC; object properties whose value is
@@ -24,12 +56,20 @@ exports.DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20;
  * (values or keys) with a lone surrogate or a NUL character, which Postgres
  * jsonb cannot store.
  *
+ * The payload itself may not be a string: that is nearly always
+ * JSON.stringify(obj) passed by mistake, which would store one JSON string
+ * instead of the object. PayloadError says so; a deliberate JSON string
+ * payload is a JSONString.
+ *
  * Then checks the size: more than maxBytes bytes of UTF-8 is a
  * PayloadTooLargeError. The database measures the text of the stored jsonb,
  * which adds a space after every ':' and ',', so it may still refuse a
  * payload slightly under maxBytes with the same error.
  */
 function serializePayload(payload, maxBytes = exports.DEFAULT_MAX_PAYLOAD_BYTES) {
+    if (typeof payload === 'string' || payload instanceof String) {
+        throw new errors_js_1.PayloadError('payload', STRING_PAYLOAD);
+    }
     let text;
     try {
         text = write(payload, 'payload', '', new Set());
