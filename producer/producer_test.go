@@ -115,13 +115,13 @@ func TestEnqueueBadInput(t *testing.T) {
 		in   Intent
 		want string
 	}{
-		"empty run":    {Intent{Tuple: idemkey.Tuple{StepID: "s", ToolName: "t"}, Payload: []byte(`{}`)}, "agent_run_id must not be empty"},
-		"nul byte":     {Intent{Tuple: idemkey.Tuple{AgentRunID: "r\x00", StepID: "s", ToolName: "t"}, Payload: []byte(`{}`)}, "NUL"},
-		"invalid json": {Intent{Tuple: idemkey.Tuple{AgentRunID: "r", StepID: "s", ToolName: "t"}, Payload: []byte(`{"a":`)}, "not valid JSON"},
+		"empty run":     {Intent{Tuple: idemkey.Tuple{StepID: "s", ToolName: "t"}, Payload: []byte(`{}`)}, "agent_run_id must not be empty"},
+		"nul byte":      {Intent{Tuple: idemkey.Tuple{AgentRunID: "r\x00", StepID: "s", ToolName: "t"}, Payload: []byte(`{}`)}, "NUL"},
+		"invalid json":  {Intent{Tuple: idemkey.Tuple{AgentRunID: "r", StepID: "s", ToolName: "t"}, Payload: []byte(`{"a":`)}, "not valid JSON"},
 		"json error at": {Intent{Tuple: idemkey.Tuple{AgentRunID: "r", StepID: "s", ToolName: "t"}, Payload: []byte(`{"a": 1} x`)}, "payload is not valid JSON (byte offset 10): invalid character 'x' after top-level value"},
 		"deep json":     {Intent{Tuple: idemkey.Tuple{AgentRunID: "r", StepID: "s", ToolName: "t"}, Payload: []byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001))}, "payload is nested more than 10,000 levels deep"},
-		"no payload":   {Intent{Tuple: idemkey.Tuple{AgentRunID: "r", StepID: "s", ToolName: "t"}}, "payload must not be empty"},
-		"read only":    {Intent{Tuple: idemkey.Tuple{AgentRunID: "r", StepID: "s", ToolName: "lookup"}, Payload: []byte(`{}`), ReadOnly: true}, "read_only"},
+		"no payload":    {Intent{Tuple: idemkey.Tuple{AgentRunID: "r", StepID: "s", ToolName: "t"}}, "payload must not be empty"},
+		"read only":     {Intent{Tuple: idemkey.Tuple{AgentRunID: "r", StepID: "s", ToolName: "lookup"}, Payload: []byte(`{}`), ReadOnly: true}, "read_only"},
 	}
 	for name, c := range cases {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
