@@ -162,6 +162,12 @@ func decideRetry(env decideEnv, c *completion, row *claimedRow, route *Route, re
 		c.Delay = route.Backoff.Delay(env.rand, row.Attempts, res.RetryAfter)
 		c.LastError = errText(res, fmt.Sprintf("attempt %d of %d", row.Attempts, route.MaxAttempts))
 	}
+	if res.NotSent && !c.GiveBack {
+		// Nothing reached the provider, yet the attempt counts (a
+		// compensation whose destination is missing): its audit entry
+		// records no answer.
+		c.NoRequest, c.Note = true, noteNotSentCounted
+	}
 }
 
 // errText is a last_error: prefix, then the answer's error or reason.
@@ -181,17 +187,20 @@ var errCutOff = errors.New("call cut off by shutdown")
 // Audit notes of completions without a request (store.Completion.Note):
 // the reason on the entry, which records no answer.
 const (
-	noteNotSent     = "not sent: the request did not leave (no answer)"
-	noteShutdown    = "released at shutdown before it was sent; no request sent"
-	noteUnrouted    = "deferred: no route for its tool_name; no request sent"
-	noteRouteLoaded = "handed back: its route was loaded after the claim; no request sent"
-	noteNoAdapter   = "deferred: its route's adapter is not loaded; no request sent"
-	notePaused      = "deferred: paused by an operator; no request sent"
-	noteExhausted   = "failed before dispatch: attempts exhausted; no request sent"
-	noteKeyTTL      = "failed before dispatch: key TTL guard; no request sent"
-	noteUnsendable  = "failed before dispatch: the payload cannot build the route's request; no request sent"
-	noteRunAborted  = "cancelled before dispatch: its run was aborted; no request sent"
-	noteRefusedFmt  = "%s; no request sent"
+	noteNotSent = "not sent: the request did not leave (no answer)"
+	// A compensation's attempt that counts though nothing was sent
+	// (dispatch.Result.AwaitsFix).
+	noteNotSentCounted = "not sent: its destination is missing; the attempt counts (a compensation is bounded by max_attempts)"
+	noteShutdown       = "released at shutdown before it was sent; no request sent"
+	noteUnrouted       = "deferred: no route for its tool_name; no request sent"
+	noteRouteLoaded    = "handed back: its route was loaded after the claim; no request sent"
+	noteNoAdapter      = "deferred: its route's adapter is not loaded; no request sent"
+	notePaused         = "deferred: paused by an operator; no request sent"
+	noteExhausted      = "failed before dispatch: attempts exhausted; no request sent"
+	noteKeyTTL         = "failed before dispatch: key TTL guard; no request sent"
+	noteUnsendable     = "failed before dispatch: the payload cannot build the route's request; no request sent"
+	noteRunAborted     = "cancelled before dispatch: its run was aborted; no request sent"
+	noteRefusedFmt     = "%s; no request sent"
 )
 
 // refusalNote names, per gate refusal, what happened to the row.

@@ -3,6 +3,7 @@ package drainer
 import (
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +142,26 @@ func TestClaimsDurableOnlyWithNonIdempotentRoutes(t *testing.T) {
 	e.attachGates(rt)
 	if !rt.durableClaims {
 		t.Fatal("a non_idempotent route makes claims durable")
+	}
+}
+
+// TestDecideCountedUnsentRecordsNoAnswer: a compensation's attempt to a
+// missing destination counts, but nothing reached the provider: its
+// completion records no answer (its audit entry a reason instead), while
+// its last_error names the destination.
+func TestDecideCountedUnsentRecordsNoAnswer(t *testing.T) {
+	t.Parallel()
+	route := &Route{Tool: "t", Class: "key_idempotent", MaxAttempts: 3, Backoff: Backoff{Base: time.Second, Cap: time.Minute}}
+	env := decideEnv{rand: rand.New(rand.NewPCG(1, 1))}
+	res := dispatch.Result{Outcome: dispatch.Retry, NotSent: true, AwaitsFix: true, Err: errors.New("topic undo does not exist")}
+	for _, attempt := range []int{1, 3} {
+		c := decide(env, &claimedRow{Seq: 1, Kind: outbox.KindCompensation, Attempts: attempt}, route, "a", res)
+		if c.GiveBack || !c.NoRequest || c.Note != noteNotSentCounted || c.LastError == nil || !strings.Contains(*c.LastError, "topic undo does not exist") {
+			t.Errorf("attempt %d: giveBack %v noRequest %v note %q last_error %v", attempt, c.GiveBack, c.NoRequest, c.Note, c.LastError)
+		}
+	}
+	// A forward row's is given back, with the usual note.
+	if c := decide(env, &claimedRow{Seq: 1, Kind: outbox.KindForward, Attempts: 1}, route, "a", res); !c.GiveBack || c.Note != noteNotSent {
+		t.Errorf("forward: giveBack %v note %q", c.GiveBack, c.Note)
 	}
 }

@@ -71,6 +71,12 @@ func (p *effectProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	http.NotFound(w, r)
 }
 
+func (p *effectProvider) probesOf(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.probed[key]
+}
+
 func (p *effectProvider) callsOf(key string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -143,10 +149,7 @@ func TestDetectProbeAfterATimeout(t *testing.T) {
 	if n := p.callsOf(had); n != 1 {
 		t.Fatalf("a timed-out row whose effect exists was called %d times, want 1", n)
 	}
-	p.mu.Lock()
-	probed := p.probed[had]
-	p.mu.Unlock()
-	if probed == 0 {
+	if p.probesOf(had) == 0 {
 		t.Fatal("no detect probe was sent after the timed-out attempt: the row was parked unprobed")
 	}
 }
