@@ -107,6 +107,12 @@ func decide(env decideEnv, row *claimedRow, route *Route, adapter string, res di
 	default:
 		decideRetry(env, &c, row, route, res)
 	}
+	if !c.NoRequest && c.Status != outbox.StatusSucceeded && res.Reason != "" {
+		// A request went out and did not succeed: its audit entry says why
+		// in the result's fixed vocabulary ("sent: timeout"), which stays
+		// when last_error is cleared or replaced.
+		c.Note = noteSentPrefix + res.Reason
+	}
 	return c
 }
 
@@ -201,6 +207,9 @@ const (
 	noteUnsendable     = "failed before dispatch: the payload cannot build the route's request; no request sent"
 	noteRunAborted     = "cancelled before dispatch: its run was aborted; no request sent"
 	noteRefusedFmt     = "%s; no request sent"
+	// The reason on the entry of an attempt sent that did not succeed,
+	// before its dispatch.Result.Reason.
+	noteSentPrefix = "sent: "
 )
 
 // refusalNote names, per gate refusal, what happened to the row.

@@ -165,3 +165,30 @@ func TestDecideCountedUnsentRecordsNoAnswer(t *testing.T) {
 		t.Errorf("forward: giveBack %v note %q", c.GiveBack, c.Note)
 	}
 }
+
+// TestDecideSentAttemptNotesWhy: an attempt sent that did not succeed
+// carries its result's reason to its audit entry; a success, and a request
+// that never left, keep theirs.
+func TestDecideSentAttemptNotesWhy(t *testing.T) {
+	t.Parallel()
+	route := &Route{Tool: "t", Class: "key_idempotent", MaxAttempts: 3, Backoff: Backoff{Base: time.Second, Cap: time.Minute}}
+	env := decideEnv{rand: rand.New(rand.NewPCG(1, 1))}
+	row := func() *claimedRow { return &claimedRow{Seq: 1, Kind: outbox.KindForward, Attempts: 1} }
+	for _, tc := range []struct {
+		res  dispatch.Result
+		note string
+	}{
+		{dispatch.Result{Outcome: dispatch.Ambiguous, Reason: dispatch.ReasonTimeout, Err: errors.New("context deadline exceeded")}, "sent: timeout"},
+		{dispatch.Result{Outcome: dispatch.Retry, Status: 503, Reason: dispatch.ReasonHTTP5xx}, "sent: http_5xx"},
+		{dispatch.Result{Outcome: dispatch.Terminal, Status: 422, Reason: dispatch.ReasonHTTP4xx}, "sent: http_4xx"},
+		{dispatch.Result{Outcome: dispatch.Auth, Status: 401, Reason: dispatch.ReasonAuth}, "sent: auth"},
+		{dispatch.Result{Outcome: dispatch.Success, Status: 200, Reason: dispatch.ReasonHTTP2xx}, ""},
+		{dispatch.Result{Outcome: dispatch.Retry, NotSent: true, Reason: dispatch.ReasonConnect}, noteNotSent},
+		{dispatch.Result{Outcome: dispatch.Retry, Status: 503}, ""},
+	} {
+		c := decide(env, row(), route, "a", tc.res)
+		if c.Note != tc.note || c.NoRequest != (tc.note == noteNotSent) {
+			t.Errorf("%v %q: note %q noRequest %v, want note %q", tc.res.Outcome, tc.res.Reason, c.Note, c.NoRequest, tc.note)
+		}
+	}
+}

@@ -54,7 +54,8 @@ type Completion struct {
 	// last answer, and its audit entry records none, with Note as its
 	// reason. Otherwise the completion records the answer to the request
 	// sent, null when none came (a timeout, a cut connection), on the row
-	// and on its audit entry.
+	// and on its audit entry, and Note, when set, is that entry's reason
+	// (why an attempt sent did not succeed: "sent: timeout").
 	NoRequest bool
 	Note      string
 	// Tool and RetryAfter: the provider's Retry-After on this answer (capped
@@ -93,9 +94,10 @@ const completeSQL = `SELECT seq, run FROM {s}.complete_rows($1, $2, $3, $4, $5, 
 // answerOn and noteFor set what the audit entries record (complete_rows,
 // and audit_change for rows written by others, in migrations/code):
 // the entries of the requests' completions record their answers; those of
-// completions without a request record none and give the note as reason.
+// completions without a request record none. Either gives the note, when
+// there is one, as its entries' reason.
 const (
-	answerOn = `SELECT set_config('drainer.answer', 'on', true), set_config('drainer.note', '', true)`
+	answerOn = `SELECT set_config('drainer.answer', 'on', true), set_config('drainer.note', $1, true)`
 	noteFor  = `SELECT set_config('drainer.answer', '', true), set_config('drainer.note', $1, true)`
 )
 
@@ -107,8 +109,8 @@ const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), 
 
 // Complete writes cs in one round trip and one transaction, sorted by seq
 // (a stable lock order keeps concurrent batches from deadlocking): one
-// statement for the completions of requests sent, one per note for those
-// without a request (see NoRequest).
+// statement per note for the completions of requests sent (most have none),
+// and one per note for those without a request (see NoRequest).
 //
 // The commit does not wait for the WAL flush: a completion lost in a
 // database crash leaves its row as the (durable) claim left it, in_flight,
@@ -118,33 +120,33 @@ const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), 
 func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed, error) {
 	var out Completed
 	slices.SortFunc(cs, func(a, b Completion) int { return int(a.Seq - b.Seq) })
-	var sent []Completion
-	unsent := map[string][]Completion{}
-	var notes []string
+	// The statements, in the order of their first completion: one per
+	// note, those of requests sent apart from those without a request.
+	type group struct {
+		sent bool
+		note string
+	}
+	byGroup := map[group][]Completion{}
+	var groups []group
 	for _, c := range cs {
-		if !c.NoRequest {
-			sent = append(sent, c)
-			continue
+		g := group{sent: !c.NoRequest, note: c.Note}
+		if _, ok := byGroup[g]; !ok {
+			groups = append(groups, g)
 		}
-		if _, ok := unsent[c.Note]; !ok {
-			notes = append(notes, c.Note)
-		}
-		unsent[c.Note] = append(unsent[c.Note], c)
+		byGroup[g] = append(byGroup[g], c)
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(completeSettings)
-	statements := 0
-	if len(sent) > 0 {
-		b.Queue(answerOn)
-		s.queueComplete(b, sent, true)
-		statements++
+	for _, g := range groups {
+		if g.sent {
+			b.Queue(answerOn, g.note)
+		} else {
+			b.Queue(noteFor, g.note)
+		}
+		s.queueComplete(b, byGroup[g], g.sent)
 	}
-	for _, note := range notes {
-		b.Queue(noteFor, note)
-		s.queueComplete(b, unsent[note], false)
-		statements++
-	}
+	statements := len(groups)
 	marked := s.queueRetryAfterMarks(b, cs)
 	announced := s.queueAnnounce(b, cs)
 	b.Queue("COMMIT")
