@@ -37,27 +37,40 @@ import (
 //     default meant for its applications' sessions (50 ms, say) would time
 //     out its claims and completions of a few hundred rows, and close the
 //     session a wake-up listens on.
+//
+// Each new connection then checks that its session holds them, and is
+// refused, naming the cause, when something between drainer and
+// PostgreSQL dropped them (see PoolerHint).
 func SessionDefaults(cc *pgx.ConnConfig) {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
 	}
 	set := optionsSet(cc.RuntimeParams["options"])
+	want := map[string]string{}
 	for _, d := range sessionDefaults {
 		if cc.RuntimeParams[d.name] == "" && !set[d.name] {
 			cc.RuntimeParams[d.name] = d.value
+			if d.setting != "" {
+				want[d.name] = d.setting
+			}
 		}
+	}
+	if len(want) > 0 {
+		cc.AfterConnect = checkSession(want, cc.AfterConnect)
 	}
 }
 
 // sessionDefaults are SessionDefaults' settings.
-var sessionDefaults = []struct{ name, value string }{
-	{"application_name", "drainer"},
-	{"jit", "off"},
-	{"idle_in_transaction_session_timeout", strconv.Itoa(int(IdleInTransaction.Milliseconds()))},
-	{"default_transaction_isolation", "read committed"},
-	{"statement_timeout", "0"},
-	{"lock_timeout", "0"},
-	{"idle_session_timeout", "0"},
+// setting is the value pg_settings.setting gives once it holds (none:
+// not checked; a pooler may set application_name itself).
+var sessionDefaults = []struct{ name, value, setting string }{
+	{"application_name", "drainer", ""},
+	{"jit", "off", "off"},
+	{"idle_in_transaction_session_timeout", strconv.Itoa(int(IdleInTransaction.Milliseconds())), strconv.Itoa(int(IdleInTransaction.Milliseconds()))},
+	{"default_transaction_isolation", "read committed", "read committed"},
+	{"statement_timeout", "0", "0"},
+	{"lock_timeout", "0", "0"},
+	{"idle_session_timeout", "0", "0"},
 }
 
 // optionsSet returns the settings a connection's options parameter sets

@@ -60,7 +60,7 @@ the steps committed before it staying applied.`,
 			if err := g.requireDB(cmd.Context()); err != nil {
 				return err
 			}
-			conn, err := catalog.Connect(cmd.Context(), config.Secret(g.databaseURL), "")
+			conn, err := catalog.ConnectSession(cmd.Context(), config.Secret(g.databaseURL), "")
 			if err != nil {
 				return err
 			}
@@ -216,7 +216,7 @@ func migrateTargets(ctx context.Context, dbs *config.Databases, log *slog.Logger
 // hold no url.
 func migrateOne(ctx context.Context, url config.Secret, schema string, opts migrations.Options) (from, to, applied int, newer string, err error) {
 	cctx, cancel := context.WithTimeout(ctx, migrateConnectTimeout)
-	conn, err := catalog.Connect(cctx, url, "drainer-migrate")
+	conn, err := catalog.ConnectSession(cctx, url, "drainer-migrate")
 	cancel()
 	if err != nil {
 		return 0, 0, 0, "", err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drainer-io/drainer/config"
+	"github.com/drainer-io/drainer/store"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -259,6 +260,17 @@ func (c *Catalog) Close() {
 // other pool_ parameters) are the pool's, not the server's, so one url
 // serves run, migrate and every command.
 func Connect(ctx context.Context, url config.Secret, appName string) (*pgx.Conn, error) {
+	return connect(ctx, url, appName, false)
+}
+
+// ConnectSession is Connect for a command that needs a session of its own
+// (migrate: its advisory locks), with drainer's session settings
+// (store.SessionDefaults): a pooler that refuses or drops them is named.
+func ConnectSession(ctx context.Context, url config.Secret, appName string) (*pgx.Conn, error) {
+	return connect(ctx, url, appName, true)
+}
+
+func connect(ctx context.Context, url config.Secret, appName string, session bool) (*pgx.Conn, error) {
 	pc, err := config.ParseDatabaseURL(url.Reveal())
 	if err != nil {
 		return nil, err
@@ -267,12 +279,15 @@ func Connect(ctx context.Context, url config.Secret, appName string) (*pgx.Conn,
 	if _, set := cc.RuntimeParams["application_name"]; !set && appName != "" {
 		cc.RuntimeParams["application_name"] = appName
 	}
+	if session {
+		store.SessionDefaults(cc)
+	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && errors.Unwrap(ce) != nil {
-			return nil, fmt.Errorf("connect: %w", errors.Unwrap(ce))
+			err = errors.Unwrap(ce)
 		}
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, fmt.Errorf("connect: %w", store.PoolerHint(err))
 	}
 	return conn, nil
 }

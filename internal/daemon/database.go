@@ -62,7 +62,7 @@ func connect(ctx context.Context, url string, workers int, log *slog.Logger, rer
 		}
 		unreachable()
 		log.Error("database unreachable; retrying", "host", pc.ConnConfig.Host, "port", pc.ConnConfig.Port,
-			"database", pc.ConnConfig.Database, "err", redactDSNError(err), "retry_in", delay)
+			"database", pc.ConnConfig.Database, "err", redactDSNError(store.PoolerHint(err)), "retry_in", delay)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():

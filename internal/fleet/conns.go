@@ -102,7 +102,7 @@ func redact(err error) string {
 	if err == nil {
 		return ""
 	}
-	msg := err.Error()
+	msg := store.PoolerHint(err).Error()
 	if i := strings.Index(msg, "password="); i >= 0 {
 		msg = msg[:i] + "password=<redacted>"
 	}
