@@ -28,6 +28,11 @@ type completer struct {
 	// which of them are still in_flight under this replica's lease.
 	unwrittenMu sync.Mutex
 	unwritten   []store.Completion
+	// retrying lets one retryUnwritten run at a time: the completer's
+	// loop, the reclaimer and Stop all call it. retryingAlone: the loop's
+	// is running (beside the loop).
+	retrying      sync.Mutex
+	retryingAlone atomic.Bool
 	// flushing counts, by seq, the completions of the batch being written
 	// (flush, which retries for up to a lease before it keeps them in
 	// unwritten). With unwritten, they are the answers this replica holds:
@@ -70,6 +75,13 @@ func (c *completer) noteUnwritten(batch []completion) {
 // up to a few batches' worth, and forgets those the database answered for
 // (written, or refused by their fence: the row was claimed again).
 func (c *completer) retryUnwritten(ctx context.Context, timeout time.Duration) error {
+	c.retrying.Lock()
+	defer c.retrying.Unlock()
+	return c.retryUnwrittenLocked(ctx, timeout)
+}
+
+// retryUnwrittenLocked is retryUnwritten, with retrying held.
+func (c *completer) retryUnwrittenLocked(ctx context.Context, timeout time.Duration) error {
 	c.unwrittenMu.Lock()
 	n := min(len(c.unwritten), 4*c.e.cfg.CompleteBatch)
 	try := append([]store.Completion(nil), c.unwritten[:n]...)
@@ -78,19 +90,68 @@ func (c *completer) retryUnwritten(ctx context.Context, timeout time.Duration) e
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	written := try
 	done, err := c.e.st.Complete(ctx, c.e.pool, try)
-	cancel()
-	if err != nil {
+	if store.IsLockWait(err) && n > 1 {
+		// One of them waits for a lock another transaction holds: each
+		// alone, so that the others are written.
+		done, written, err = c.eachAlone(ctx, try)
+	} else if err != nil {
+		written = nil
+	}
+	if len(written) == 0 {
 		c.e.log.Debug("completions still not written; trying again later", "rows", n, "err", err)
 		return err
 	}
-	c.unwrittenMu.Lock()
-	c.unwritten = c.unwritten[n:]
-	c.unwrittenMu.Unlock()
-	c.e.log.Info("completions held while the database was unreachable written late",
-		"written", n-len(done.Lost), "claimed_again_meanwhile", len(done.Lost))
+	c.forget(written)
+	c.e.log.Info("completions kept for a later write (the database unreachable, or a lock held elsewhere) written late",
+		"written", len(written)-len(done.Lost), "claimed_again_meanwhile", len(done.Lost), "still_waiting", n-len(written))
 	c.done(done, nil)
-	return nil
+	return err
+}
+
+// eachAlone writes cs one by one, and returns what the written ones did,
+// which they are, and the error of the last one not written, if any.
+func (c *completer) eachAlone(ctx context.Context, cs []store.Completion) (store.Completed, []store.Completion, error) {
+	var out store.Completed
+	var written []store.Completion
+	var last error
+	for _, x := range cs {
+		if ctx.Err() != nil {
+			return out, written, ctx.Err()
+		}
+		done, err := c.e.st.CompleteWithin(ctx, c.e.pool, []store.Completion{x}, aloneLockWait)
+		if err != nil {
+			last = err
+			continue
+		}
+		written = append(written, x)
+		out.Lost = append(out.Lost, done.Lost...)
+		for _, run := range done.Runs {
+			if !slices.Contains(out.Runs, run) {
+				out.Runs = append(out.Runs, run)
+			}
+		}
+	}
+	return out, written, last
+}
+
+// forget drops the completions of written from those kept for a later
+// write: by row and lease, wherever they are now (a batch kept meanwhile
+// may have dropped the oldest: noteUnwritten).
+func (c *completer) forget(written []store.Completion) {
+	type lease struct {
+		seq   int64
+		token pgtype.UUID
+	}
+	gone := make(map[lease]bool, len(written))
+	for _, x := range written {
+		gone[lease{x.Seq, x.Token}] = true
+	}
+	c.unwrittenMu.Lock()
+	defer c.unwrittenMu.Unlock()
+	c.unwritten = slices.DeleteFunc(c.unwritten, func(x store.Completion) bool { return gone[lease{x.Seq, x.Token}] })
 }
 
 // inherit writes the completions an earlier engine on this database could
@@ -102,7 +163,7 @@ func (c *completer) inherit(ctx context.Context, inherited []store.Completion) {
 	c.unwrittenMu.Lock()
 	c.unwritten = append(c.unwritten, inherited...)
 	c.unwrittenMu.Unlock()
-	c.writeUnwritten(ctx)
+	c.writeUnwritten(ctx, true)
 	c.unwrittenMu.Lock()
 	left := len(c.unwritten)
 	c.unwrittenMu.Unlock()
@@ -112,8 +173,15 @@ func (c *completer) inherit(ctx context.Context, inherited []store.Completion) {
 
 // writeUnwritten writes the completions not yet written, batch by batch,
 // while the database takes them, and returns the error of the batch it
-// could not write.
-func (c *completer) writeUnwritten(ctx context.Context) error {
+// could not write. Unless wait, it returns at once when another write of
+// them is under way.
+func (c *completer) writeUnwritten(ctx context.Context, wait bool) error {
+	if wait {
+		c.retrying.Lock()
+	} else if !c.retrying.TryLock() {
+		return nil
+	}
+	defer c.retrying.Unlock()
 	for range maxUnwritten/(4*c.e.cfg.CompleteBatch) + 1 {
 		c.unwrittenMu.Lock()
 		left := len(c.unwritten)
@@ -121,7 +189,7 @@ func (c *completer) writeUnwritten(ctx context.Context) error {
 		if left == 0 || ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := c.retryUnwritten(ctx, 5*time.Second); err != nil {
+		if err := c.retryUnwrittenLocked(ctx, 5*time.Second); err != nil {
 			return err
 		}
 	}
@@ -134,7 +202,7 @@ func (c *completer) writeUnwritten(ctx context.Context) error {
 // not: they left nothing behind. When the database cannot answer, every
 // unwritten row counts.
 func (c *completer) stillLeased(ctx context.Context) int {
-	c.writeUnwritten(ctx)
+	c.writeUnwritten(ctx, true)
 	c.unwrittenMu.Lock()
 	defer c.unwrittenMu.Unlock()
 	if len(c.unwritten) == 0 {
@@ -173,7 +241,14 @@ func (c *completer) run() {
 		select {
 		case first, ok = <-c.in:
 		case <-retry.C:
-			c.retryUnwritten(c.e.writes, 15*time.Second)
+			// Not in this loop: a completion that waits for another
+			// transaction's lock would hold every new one behind it.
+			if c.retryingAlone.CompareAndSwap(false, true) {
+				go func() {
+					defer c.retryingAlone.Store(false)
+					c.retryUnwritten(c.e.writes, 15*time.Second)
+				}()
+			}
 			continue
 		}
 		if !ok {
@@ -302,6 +377,10 @@ func (c *completer) flush(batch []completion) {
 			c.done(done, batch)
 			return
 		}
+		if store.IsLockWait(err) {
+			c.writeAround(batch, err)
+			return
+		}
 		if isDataError(err) {
 			if len(batch) == 1 {
 				c.flushOne(batch[0], err)
@@ -325,6 +404,40 @@ func (c *completer) flush(batch []completion) {
 		delay = min(delay*2, 2*time.Second)
 	}
 }
+
+// writeAround writes a batch that waited too long for a lock (cause) row
+// by row, each waiting at most aloneLockWait: the rows another
+// transaction holds back (a run's abort in a transaction left open: the
+// trigger of a row of that run ending failed waits for it) are kept for
+// retryUnwritten, and every other row is written now, so that one held
+// lock never stops this replica's completions, and with them its claims.
+func (c *completer) writeAround(batch []completion, cause error) {
+	e := c.e
+	var blocked []completion
+	for i := range batch {
+		ctx, cancel := context.WithTimeout(e.writes, 15*time.Second)
+		done, err := e.st.CompleteWithin(ctx, e.pool, rows(batch[i:i+1]), aloneLockWait)
+		cancel()
+		switch {
+		case err == nil:
+			c.done(done, batch[i:i+1])
+		case store.IsLockWait(err):
+			blocked = append(blocked, batch[i])
+		default:
+			c.flush(batch[i : i+1])
+		}
+	}
+	if len(blocked) > 0 {
+		c.noteUnwritten(blocked)
+		e.log.Warn("completions wait for a lock another transaction holds (a run's abort in a transaction left open, say); kept and tried again every few seconds, the others written",
+			"rows", len(blocked), "outbox_seqs", seqsOf(blocked), "written", len(batch)-len(blocked), "err", cause)
+	}
+}
+
+// aloneLockWait bounds the lock waits of a completion written alone after
+// its batch waited too long (writeAround, retryUnwritten): the rows held
+// back cost this much each.
+const aloneLockWait = 100 * time.Millisecond
 
 // flushOne writes one completion the database refused for its data, each
 // time with less of what it carries: first without the provider's answer

@@ -26,7 +26,7 @@ func (e *Engine) reclaimer() *maintenance.Loop {
 		// unreachable) are written first, and the rows of those it still
 		// holds are not reclaimed by it: its own rows, whose leases expired
 		// meanwhile, take its answers instead of being sent again.
-		_ = e.completer.writeUnwritten(ctx)
+		_ = e.completer.writeUnwritten(ctx, false)
 		policy := e.routing.Load().ReclaimPolicy()
 		policy.Held = e.completer.held()
 		sent := time.Now()

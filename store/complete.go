@@ -3,12 +3,15 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/drainer-io/drainer/outbox"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -102,10 +105,26 @@ const (
 )
 
 // completeSettings are the completion's transaction-local settings: no wait
-// for the WAL flush (see Complete), and no JIT: a statement of a few hundred
+// for the WAL flush (see Complete), no JIT (a statement of a few hundred
 // rows gains nothing from compiling, which costs tens of milliseconds once
-// the cost estimate of a large batch crosses jit_above_cost.
-const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true)`
+// the cost estimate of a large batch crosses jit_above_cost), and a bound
+// on each lock wait ($1): a completion waits on locks only briefly, unless
+// another transaction holds one for long (a run's abort in a transaction
+// left open: the trigger of a row of that run ending failed aborts the run
+// too, and waits for the first abort's transaction to end), and a batch
+// must not wait with it (see ErrLockWait).
+const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true), set_config('lock_timeout', $1, true)`
+
+// CompleteLockWait is how long Complete lets a batch wait for a lock.
+const CompleteLockWait = 2 * time.Second
+
+// IsLockWait reports whether err is a completion's lock wait given up
+// (SQLSTATE 55P03, lock_timeout): another transaction holds a lock one of
+// its rows needs. The batch was rolled back whole.
+func IsLockWait(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
+}
 
 // Complete writes cs in one round trip and one transaction, sorted by seq
 // (a stable lock order keeps concurrent batches from deadlocking): one
@@ -118,6 +137,12 @@ const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), 
 // a non_idempotent route. No effect is duplicated, and the drain does not
 // pay a disk flush per batch.
 func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed, error) {
+	return s.CompleteWithin(ctx, db, cs, CompleteLockWait)
+}
+
+// CompleteWithin is Complete with each lock wait bounded by lockWait
+// (IsLockWait).
+func (s *Store) CompleteWithin(ctx context.Context, db DB, cs []Completion, lockWait time.Duration) (Completed, error) {
 	var out Completed
 	slices.SortFunc(cs, func(a, b Completion) int { return int(a.Seq - b.Seq) })
 	// The statements, in the order of their first completion: one per
@@ -137,7 +162,7 @@ func (s *Store) Complete(ctx context.Context, db DB, cs []Completion) (Completed
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(completeSettings)
+	b.Queue(completeSettings, strconv.FormatInt(max(lockWait.Milliseconds(), 1), 10))
 	for _, g := range groups {
 		if g.sent {
 			b.Queue(answerOn, g.note)
