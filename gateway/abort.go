@@ -19,7 +19,7 @@ import (
 // X-Agent-Run-Id) is aborted with the given reason (docs/reference.md §6).
 func (g *Gateway) abort(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	start := time.Now()
-	ctx, cancel := g.callContext(ctx, start.Add(g.cfg.Wait))
+	ctx, cancel := g.callContext(ctx, start.Add(g.waitFor()))
 	defer cancel()
 	outcome := OutcomeRefused
 	defer func() {

@@ -509,34 +509,44 @@ func TestCallOfAnUnroutedToolIsNotRecorded(t *testing.T) {
 	}
 }
 
-// TestAbortToolIsTimed: drainer_abort_run is counted in
-// drainer_gateway_call_seconds as every other tool is (it was counted in
-// calls_total alone).
-func TestAbortToolIsTimed(t *testing.T) {
+// TestRecordedCallOfAToolUnroutedSinceIsAnsweredFromItsRecord: a call
+// recorded while its tool had a route, repeated after a reload removed
+// it, is answered from its record as any repeat, never told it was not
+// recorded; a new call of the tool is refused, recording nothing.
+func TestRecordedCallOfAToolUnroutedSinceIsAnsweredFromItsRecord(t *testing.T) {
 	t.Parallel()
-	d := newDirect(t, storetest.NewPool(t), gateway.Config{Wait: 2 * time.Second, AbortTool: true})
-	status, _, got := post(t, d.gw.URL(), "run-abort", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"drainer_abort_run","arguments":{"reason":"wrong"}}}`)
-	if status != http.StatusOK || strings.Contains(got, `"error"`) {
-		t.Fatalf("abort: %d %s", status, got)
-	}
-	families, err := d.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var count uint64
-	for _, f := range families {
-		if f.GetName() != "drainer_gateway_call_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "tool" && l.GetValue() == gateway.AbortToolName {
-					count += m.GetHistogram().GetSampleCount()
-				}
+	ts := newToolServer(t)
+	pool := storetest.NewPool(t)
+	startEngine(t, pool, ts)
+	var unrouted atomic.Bool
+	d := newDirect(t, pool, gateway.Config{Wait: liveness,
+		Routed: func(tool string) error {
+			if unrouted.Load() {
+				return fmt.Errorf("tool %q has no route in the loaded config", tool)
 			}
-		}
+			return nil
+		}})
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"charge","arguments":{"amount":1}}}`
+	status, _, first := post(t, d.gw.URL(), "run-reloaded", call)
+	if status != http.StatusOK || strings.Contains(first, `"isError":true`) || strings.Contains(first, `"error"`) {
+		t.Fatalf("first call: %d %s", status, first)
 	}
-	if count != 1 {
-		t.Fatalf("drainer_gateway_call_seconds{tool=%q} counted %d calls, want 1", gateway.AbortToolName, count)
+	unrouted.Store(true)
+	status, _, got := post(t, d.gw.URL(), "run-reloaded", call)
+	if status != http.StatusOK || strings.Contains(got, "not recorded") || strings.Contains(got, `"isError":true`) ||
+		!strings.Contains(got, `"io.drainer/replay":true`) {
+		t.Fatalf("the same call after its route was removed: %d %s (first: %s)", status, got, first)
+	}
+	status, _, got = post(t, d.gw.URL(), "run-reloaded", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"charge","arguments":{"amount":2}}}`)
+	if status != http.StatusOK || !strings.Contains(got, "charge was not recorded or sent") {
+		t.Fatalf("a new call after its route was removed: %d %s", status, got)
+	}
+	if n := rows(t, pool, "charge"); n != 1 {
+		t.Fatalf("%d rows of charge, want the first call's only", n)
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if n := ts.requests["charge"]; n != 1 {
+		t.Fatalf("the tool server had %d requests, want 1", n)
 	}
 }

@@ -123,7 +123,7 @@ func structuredResponse(resp json.RawMessage) (json.RawMessage, bool) {
 // timedOut answers a call whose row had not settled within the wait.
 func timedOut(c store.Call, wait time.Duration, replay bool) *sdk.CallToolResult {
 	return errorResult(statusMeta(c, replay), fmt.Sprintf("The call is recorded (key %s) and has not finished within %s (status %s). "+
-		"Call again with the same arguments to get its outcome; it will not be sent twice.", c.Key, wait, c.Status))
+		"Call again with the same arguments to get its outcome; if it is sent again, it goes with the same idempotency key.", c.Key, wait, c.Status))
 }
 
 // answersBusy answers a call whose row settled with a large result that
@@ -138,7 +138,7 @@ func answersBusy(c store.Call, replay bool) *sdk.CallToolResult {
 // before its row settled.
 func interrupted(c store.Call, replay bool) *sdk.CallToolResult {
 	return errorResult(statusMeta(c, replay), fmt.Sprintf("The call is recorded (key %s) and had not finished (status %s) when this drainer began shutting down. "+
-		"Call again with the same arguments, here once it is back or through another replica, to get its outcome; it will not be sent twice.", c.Key, c.Status))
+		"Call again with the same arguments, here once it is back or through another replica, to get its outcome; if it is sent again, it goes with the same idempotency key.", c.Key, c.Status))
 }
 
 // statusMeta is the _meta of an answer about c's row without its result:

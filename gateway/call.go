@@ -23,7 +23,8 @@ import (
 // engine and answered once its row settled.
 func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (res *sdk.CallToolResult, err error) {
 	start := time.Now()
-	deadline := start.Add(g.cfg.Wait)
+	wait := g.waitFor()
+	deadline := start.Add(wait)
 	ctx, cancel := g.callContext(ctx, deadline)
 	defer cancel()
 	outcome := OutcomeRefused
@@ -48,8 +49,20 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	}
 	if g.cfg.Routed != nil {
 		if err := g.cfg.Routed(t.Name); err != nil {
-			g.log.Info("gateway: a call not recorded", "tool", t.Name, "reason", err.Error())
-			return errorResult(sdk.Meta{MetaKey: key}, fmt.Sprintf("%s was not recorded or sent: %v (the config was reloaded without it); call a tool the gateway lists", t.Name, err)), nil
+			// A reload removed the tool's route: a new call is not recorded
+			// (its row would wait for a route), but one recorded before is
+			// answered from its record, as any repeat.
+			_, rerr := g.read(ctx, key, 0)
+			switch {
+			case errors.Is(rerr, store.ErrNoCall):
+				g.log.Info("gateway: a call not recorded", "tool", t.Name, "reason", err.Error())
+				return errorResult(sdk.Meta{MetaKey: key}, fmt.Sprintf("%s was not recorded or sent: %v (the config was reloaded without it); call a tool the gateway lists", t.Name, err)), nil
+			case rerr != nil:
+				g.log.Warn("gateway: could not read whether a call of a tool without a route was recorded before", "tool", t.Name, "key", key, "err", rerr)
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+					Message: fmt.Sprintf("%s has no route now (%v), and whether this call (key %s) was recorded before could not be read: %v; nothing new was recorded or sent: call again with the same arguments", t.Name, err, key, rerr)}
+			}
+			g.log.Info("gateway: a call recorded before its tool's route was removed; answered from its record", "tool", t.Name, "key", key)
 		}
 	}
 	if t.Passthrough {
@@ -85,7 +98,7 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if errors.Is(err, errHungUp) {
 		outcome = OutcomeTimeout
 		g.log.Debug("gateway: the agent hung up; its call goes on", "tool", t.Name, "key", key)
-		return timedOut(c, g.cfg.Wait, !enq.Created), nil
+		return timedOut(c, wait, !enq.Created), nil
 	}
 	if err == nil && c.Settled() {
 		if c, err = g.budgeted(ctx, c, deadline); errors.Is(err, errAnswersBusy) {
@@ -117,7 +130,7 @@ func (g *Gateway) respond(t *Tool, key string, c store.Call, whole *sdk.CallTool
 		if g.isClosing() {
 			return interrupted(c, !created), OutcomeTimeout, nil
 		}
-		return timedOut(c, g.cfg.Wait, !created), OutcomeTimeout, nil
+		return timedOut(c, g.waitFor(), !created), OutcomeTimeout, nil
 	case created:
 		outcome = OutcomeCreated
 	case joined:
@@ -267,6 +280,9 @@ func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <
 	read, known := !created || leased == 0, created
 	var written <-chan struct{}                             // the engine's write of the row, waited for
 	c := store.Call{Key: key, Status: outbox.StatusPending} // as committed, until read
+	if leased != 0 {
+		c.Status = outbox.StatusInFlight // created leased to this process's engine
+	}
 	for {
 		if read {
 			now, err := g.read(ctx, key, largeAnswer)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/drainer-io/drainer/config"
@@ -122,7 +123,11 @@ type Gateway struct {
 	mcp     *sdk.Server
 	watch   *settleWatch
 	metrics *Metrics
-	token   [sha256.Size]byte // sha256 of the token, compared in constant time
+	// token is the sha256 of the token required (nil: none), compared in
+	// constant time; wait is how long a call waits for its row. Both are
+	// the config's as loaded last (Reconfigure).
+	token atomic.Pointer[[sha256.Size]byte]
+	wait  atomic.Int64
 
 	mu    sync.RWMutex
 	tools map[string]*Tool
@@ -193,9 +198,8 @@ func New(cfg Config) (*Gateway, error) {
 		slots: make(chan struct{}, cfg.MaxCalls), requests: make(chan struct{}, cfg.MaxRequests),
 		answers: semaphore.NewWeighted(answerBudget)}
 	g.base, g.cancelBase = context.WithCancel(context.Background())
-	if cfg.Token != "" {
-		g.token = sha256.Sum256([]byte(cfg.Token))
-	}
+	g.setToken(cfg.Token)
+	g.wait.Store(int64(cfg.Wait))
 	names := make([]string, 0, len(cfg.Tools)+1)
 	for _, t := range cfg.Tools {
 		names = append(names, t.Name)
@@ -273,7 +277,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	case <-time.After(5 * time.Second):
 		g.log.Warn("gateway: the settle listener is not listening yet; calls read their rows every " + recheck.String() + " until it is")
 	}
-	g.log.Info("gateway serving", "gateway_addr", g.Addr(), "tools", len(g.cfg.Tools), "token", g.cfg.Token != "", "wait", g.cfg.Wait)
+	g.log.Info("gateway serving", "gateway_addr", g.Addr(), "tools", len(g.cfg.Tools), "token", g.token.Load() != nil, "wait", g.waitFor())
 	return nil
 }
 
@@ -312,10 +316,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // recorded or sent.
 func (g *Gateway) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if g.cfg.Token != "" {
+		if want := g.token.Load(); want != nil {
 			got, ok := wire.BearerToken(r.Header.Get("Authorization"))
 			sum := sha256.Sum256([]byte(got))
-			if !ok || subtle.ConstantTimeCompare(sum[:], g.token[:]) != 1 {
+			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 				g.metrics.calls.WithLabelValues("", string(OutcomeRefused)).Inc()
 				w.Header().Set("WWW-Authenticate", `Bearer realm="drainer gateway"`)
 				http.Error(w, "drainer gateway: a bearer token is required (Authorization: Bearer <gateway.token>)", http.StatusUnauthorized)
@@ -324,4 +328,35 @@ func (g *Gateway) authorize(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// setToken makes token the one required (none when empty).
+func (g *Gateway) setToken(token string) {
+	if token == "" {
+		g.token.Store(nil)
+		return
+	}
+	sum := sha256.Sum256([]byte(token))
+	g.token.Store(&sum)
+}
+
+// waitFor is how long a call waits for its row now.
+func (g *Gateway) waitFor() time.Duration { return time.Duration(g.wait.Load()) }
+
+// Reconfigure applies a reloaded config's token and wait (0: the
+// default) to the calls that arrive from now on: a token rotated or
+// revoked by a reload is the only one accepted once Reconfigure returns.
+// A token the gateway's address requires and the config no longer gives is
+// refused, and nothing changes.
+func (g *Gateway) Reconfigure(token string, wait time.Duration) error {
+	wait = cmp.Or(wait, DefaultWait)
+	if wait < 0 {
+		return fmt.Errorf("gateway.wait must be positive, got %s", wait)
+	}
+	if err := config.RequireGatewayToken(g.Addr(), token != ""); err != nil {
+		return err
+	}
+	g.setToken(token)
+	g.wait.Store(int64(wait))
+	return nil
 }

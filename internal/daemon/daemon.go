@@ -105,7 +105,7 @@ func Run(ctx context.Context, opts Options) error {
 		case <-ctx.Done():
 			done = true
 		case <-opts.Reload:
-			reload(ctx, eng, opts, log)
+			reload(ctx, eng, d.gateway, d.st.cfg.Gateway, opts, log)
 		}
 	}
 	d.ready.notReady("stopping")
@@ -177,6 +177,8 @@ type daemonRun struct {
 	closers []func()
 	// stopGateway stops the MCP gateway (nil: none); idempotent.
 	stopGateway func()
+	// gateway is the MCP gateway served (nil: none).
+	gateway *gateway.Gateway
 	// gatewayMetrics are registered at the start, gateway or not.
 	gatewayMetrics *gateway.Metrics
 }

@@ -98,6 +98,7 @@ func (d *daemonRun) startGateway(ctx context.Context, ln net.Listener, pool *pgx
 		gw.Await(awaited)
 	}
 	served.Store(gw)
+	d.gateway = gw
 	if err := gw.Serve(ctx); err != nil {
 		return err
 	}

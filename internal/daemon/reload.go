@@ -3,15 +3,19 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/dispatch/builtin"
 	"github.com/drainer-io/drainer/drainer"
+	"github.com/drainer-io/drainer/gateway"
 )
 
 // reload loads the config again; a bad one is refused and the old one kept.
-func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Logger) {
+// The gateway (gw, nil when none runs) takes the new token and wait at
+// once; its address and abort_tool take a restart.
+func reload(ctx context.Context, eng *drainer.Engine, gw *gateway.Gateway, running config.Gateway, opts Options, log *slog.Logger) {
 	if opts.ConfigPath == "" {
 		log.Warn("reload ignored: no config file")
 		return
@@ -33,6 +37,23 @@ func reload(ctx context.Context, eng *drainer.Engine, opts Options, log *slog.Lo
 		log.Error("config reload refused; keeping the running config", "err", err)
 		return
 	}
+	if gw != nil {
+		if err := gw.Reconfigure(cfg.Gateway.Token.Reveal(), cfg.Gateway.Wait); err != nil {
+			_ = registry.Close(context.Background())
+			log.Error("config reload refused; keeping the running config", "err", fmt.Errorf("gateway: %w", err))
+			return
+		}
+		if cfg.Gateway.Addr != running.Addr && opts.GatewayAddr == "" {
+			log.Warn("gateway.addr changes take effect on restart", "running", running.Addr, "file", cfg.Gateway.Addr)
+		}
+		if cfg.Gateway.AbortTool != running.AbortTool {
+			log.Warn("gateway.abort_tool changes take effect on restart", "running", running.AbortTool, "file", cfg.Gateway.AbortTool)
+		}
+	}
 	eng.Reload(NewRouting(cfg, registry))
-	log.Info("config reloaded", "adapters", adapterSummary(cfg), "routes", len(cfg.Routes))
+	attrs := []any{"adapters", adapterSummary(cfg), "routes", len(cfg.Routes)}
+	if gw != nil {
+		attrs = append(attrs, "gateway_token", cfg.Gateway.Token.Reveal() != "", "gateway_wait", cmp.Or(cfg.Gateway.Wait, gateway.DefaultWait))
+	}
+	log.Info("config reloaded", attrs...)
 }
