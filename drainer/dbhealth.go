@@ -44,6 +44,16 @@ type dbHealth struct {
 	readOnly bool
 }
 
+// DatabaseDown reports whether the engine's database is down now (its
+// subsystems saw it stop answering, or refuse every write, and nothing
+// has succeeded since), and since when.
+func (e *Engine) DatabaseDown() (bool, time.Time) {
+	h := e.db
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.down.Load(), h.since
+}
+
 func newDBHealth(log *slog.Logger) *dbHealth {
 	return &dbHealth{log: log, logged: map[string]time.Time{}}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/drainer-io/drainer/drainer"
@@ -35,16 +36,15 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 	log := f.log.With("database", e.db.Name)
 	var d *running
 	delay := 500 * time.Millisecond
-	for ctx.Err() == nil {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if !f.budget.acquire(ctx) {
 			break
 		}
 		var err error
-		select {
-		case f.starts <- struct{}{}:
+		if release, ok := f.startSlot(ctx, attempt > 0); ok {
 			d, err = f.open(ctx, e.db)
-			<-f.starts
-		case <-ctx.Done():
+			release()
+		} else {
 			err = ctx.Err()
 		}
 		if err == nil {
@@ -73,7 +73,7 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 		f.setState(e, stateRunning)
 		f.m.handoversTotal.WithLabelValues("acquired").Inc()
 		log.Info("draining database")
-		<-ctx.Done()
+		f.watchHealth(ctx, e, d.eng, log)
 		f.detach(d.eng)
 		sctx, cancel := context.WithTimeout(context.Background(), f.stopGrace())
 		if err := d.close(sctx); err != nil {
@@ -92,6 +92,7 @@ func (f *Fleet) drain(ctx context.Context, e *entry) {
 	f.mu.Lock()
 	if f.entries[e.db.Name] == e {
 		delete(f.entries, e.db.Name)
+		f.states[e.state.Load().(string)]--
 	}
 	if len(unwritten) > 0 {
 		f.unwritten[e.db.Name] = append(f.unwritten[e.db.Name], unwritten...)
@@ -122,6 +123,36 @@ func (f *Fleet) stopGrace() time.Duration {
 // startConcurrency is how many engines a replica starts at once.
 const startConcurrency = 4
 
+// startSlot waits for one of the start slots (and, for a retry, first for
+// one of half as many retry slots), and returns its release; false when
+// ctx ended first. Databases that keep failing to start (one that takes
+// connections and never answers holds its slot for a whole start_timeout)
+// so never hold every slot: the others are left to databases started for
+// the first time, which are drained within refresh however many fail.
+func (f *Fleet) startSlot(ctx context.Context, retry bool) (release func(), ok bool) {
+	if retry {
+		select {
+		case f.retries <- struct{}{}:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+	select {
+	case f.starts <- struct{}{}:
+	case <-ctx.Done():
+		if retry {
+			<-f.retries
+		}
+		return nil, false
+	}
+	return func() {
+		<-f.starts
+		if retry {
+			<-f.retries
+		}
+	}, true
+}
+
 // startFailure classifies why an engine did not start: its schema is not
 // this release's; the database could not be connected to (refused,
 // unknown, authentication, or no connection within the bound); or,
@@ -144,7 +175,11 @@ func startFailure(err error) string {
 // schema's own advice names no database.
 func logStartFailure(log *slog.Logger, name, reason string, err error, delay time.Duration) {
 	args := []any{"reason", reason, "err", redact(err), "retry_in", delay}
-	if reason == reasonSchemaMismatch {
+	switch {
+	case reason == reasonSchemaMismatch && strings.Contains(err.Error(), "upgrade drainer"):
+		// A schema newer than this release: migrate cannot help.
+		args = append(args, "fix", "upgrade drainer to a release that knows this schema")
+	case reason == reasonSchemaMismatch:
 		args = append(args, "fix", "drainer migrate --database "+name+" --config FILE (or drainer migrate --all --config FILE)")
 	}
 	log.Error("cannot drain database; retrying", args...)
@@ -252,3 +287,45 @@ func (r *running) close(ctx context.Context) error {
 	r.reg.unregisterAll()
 	return err
 }
+
+// watchHealth follows a draining database's health until ctx ends: once
+// its engine finds it down (unreachable, or refusing writes), the
+// database is counted unreachable in drainer_fleet_databases and in
+// drainer_fleet_database_errors_total (again every healthCount while it
+// stays down, as a start retried with backoff is), so that
+// DrainerFleetDatabaseUndrainable pages on it as on one that cannot be
+// started; once back, it is running again.
+func (f *Fleet) watchHealth(ctx context.Context, e *entry, eng interface{ DatabaseDown() (bool, time.Time) }, log *slog.Logger) {
+	tick := time.NewTicker(healthEvery)
+	defer tick.Stop()
+	var down bool
+	var counted time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now, since := eng.DatabaseDown()
+		switch {
+		case now && (!down || time.Since(counted) >= healthCount):
+			if !down {
+				log.Warn("database unreachable while draining; its engine retries, and it counts as unreachable until it answers", "since", since)
+				f.setState(e, stateUnreachable)
+			}
+			down, counted = true, time.Now()
+			f.m.dbErrors.WithLabelValues(e.db.Name, reasonUnreachable).Inc()
+		case !now && down:
+			down = false
+			f.setState(e, stateRunning)
+			log.Info("database answers again; draining")
+		}
+	}
+}
+
+// healthEvery is how often a draining database's health is looked at;
+// healthCount how often an outage is counted again while it lasts.
+const (
+	healthEvery = 2 * time.Second
+	healthCount = 30 * time.Second
+)

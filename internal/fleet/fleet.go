@@ -138,9 +138,14 @@ type Fleet struct {
 
 	budget *budget       // the pools this replica may hold
 	starts chan struct{} // a slot per engine starting at once
+	// retries holds a slot per start retried at once (startSlot)
+	retries chan struct{}
 
 	mu      sync.Mutex
 	entries map[string]*entry
+	// states counts entries by state (under mu), kept as each changes:
+	// counting them anew on every change cost the square of the list.
+	states  map[string]int
 	members []string
 	dbs     []Database
 	listed  bool // Source answered at least once
@@ -221,9 +226,9 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	drainer.RegisterBuildInfo(cfg.Registerer, cfg.Version) // once for the process, not per database
 	f := &Fleet{cfg: cfg, log: cfg.Logger, store: store.MustNew(cfg.Schema), m: newMetrics(cfg.Registerer),
-		kick: make(chan struct{}, 1), started: make(chan struct{}), relist: make(chan time.Duration, 1), entries: map[string]*entry{},
+		kick: make(chan struct{}, 1), started: make(chan struct{}), relist: make(chan time.Duration, 1), entries: map[string]*entry{}, states: map[string]int{},
 		gen: newGeneration(cfg.Routing, cfg.CloseAdapters), engines: map[*drainer.Engine]struct{}{},
-		pools: lazyPools{idle: cfg.PoolIdle}, budget: newBudget(), starts: make(chan struct{}, startConcurrency),
+		pools: lazyPools{idle: cfg.PoolIdle}, budget: newBudget(), starts: make(chan struct{}, startConcurrency), retries: make(chan struct{}, startConcurrency/2),
 		waiting: map[string]time.Time{}, released: map[string]bool{}, labelled: map[string]bool{},
 		unwritten: map[string][]store.Completion{}}
 	f.labelLocked(cfg.Known)

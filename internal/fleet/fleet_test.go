@@ -169,6 +169,16 @@ func TestFleetFaults(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "the fix of bare's schema logged", func() (bool, string) {
 		return strings.Contains(logs.String(), `fix="drainer migrate --database bare --config FILE (or drainer migrate --all --config FILE)"`), logs.String()
 	})
+	// A schema newer than this release is told to upgrade drainer, not
+	// to migrate (which changes nothing there).
+	testkit.WaitFor(t, 30*time.Second, "the fix of newer's schema logged", func() (bool, string) {
+		for line := range strings.SplitSeq(logs.String(), "\n") {
+			if strings.Contains(line, "database=newer") && strings.Contains(line, "cannot drain database") {
+				return strings.Contains(line, `fix="upgrade drainer to a release that knows this schema"`), line
+			}
+		}
+		return false, "no line"
+	})
 	if got := testutil.ToFloat64(r.m.databases.WithLabelValues(stateSchemaMismatch)); got != 2 {
 		t.Errorf("schema_mismatch gauge %v, want 2", got)
 	}
@@ -279,4 +289,60 @@ func gatherLabel(t testing.TB, r *replica, name, label string) []string {
 		}
 	}
 	return out
+}
+
+// TestFleetDatabaseDownWhileDraining: a database that stops answering
+// after its engine started is counted unreachable (the gauge, and the
+// errors counter the Undrainable alert reads, again while it stays down),
+// no longer reported draining, and running again once it answers; before,
+// it stayed "running", and nothing could page on it.
+func TestFleetDatabaseDownWhileDraining(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t, 200)
+	cl.createDBs(t, []string{"coord1", "down1"})
+	src := func(ctx context.Context) ([]Database, error) {
+		return []Database{{Name: "down1", URL: cl.url("down1")}}, nil
+	}
+	c := newCounter()
+	r := startReplica(t, cl.url("coord1"), src, routing(t, c), "solo", nil)
+	testkit.WaitFor(t, 90*time.Second, "down1 drained", func() (bool, string) {
+		return slices.Contains(r.Draining(), "down1"), fmt.Sprint(r.Draining())
+	})
+	cl.exec(t, "postgres", `ALTER DATABASE down1 ALLOW_CONNECTIONS false`)
+	cl.exec(t, "postgres", `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'down1'`)
+	testkit.WaitFor(t, 90*time.Second, "down1 counted unreachable", func() (bool, string) {
+		g := testutil.ToFloat64(r.m.databases.WithLabelValues(stateUnreachable))
+		n := testutil.ToFloat64(r.m.dbErrors.WithLabelValues("down1", reasonUnreachable))
+		return g == 1 && n > 0 && !slices.Contains(r.Draining(), "down1"), fmt.Sprint(g, n, r.Draining())
+	})
+	cl.exec(t, "postgres", `ALTER DATABASE down1 ALLOW_CONNECTIONS true`)
+	testkit.WaitFor(t, 90*time.Second, "down1 running again", func() (bool, string) {
+		g := testutil.ToFloat64(r.m.databases.WithLabelValues(stateUnreachable))
+		return g == 0 && slices.Contains(r.Draining(), "down1"), fmt.Sprint(g, r.Draining())
+	})
+}
+
+// TestFleetSameDatabaseUnderTwoNames: a database listed under two names
+// is drained once, under the first, and the second is named in a warning;
+// before, it was drained twice and counted twice.
+func TestFleetSameDatabaseUnderTwoNames(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t, 200)
+	cl.createDBs(t, []string{"coord2", "twice"})
+	src := func(ctx context.Context) ([]Database, error) {
+		return []Database{{Name: "twice", URL: cl.url("twice")}, {Name: "twice_again", URL: cl.url("twice")}}, nil
+	}
+	var logs testkit.Buffer
+	r := startReplica(t, cl.url("coord2"), src, routing(t, newCounter()), "solo", func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	testkit.WaitFor(t, 90*time.Second, "twice drained", func() (bool, string) {
+		return slices.Equal(r.Draining(), []string{"twice"}), fmt.Sprint(r.Draining())
+	})
+	if got := testutil.ToFloat64(r.m.databases.WithLabelValues(stateKnown)); got != 1 {
+		t.Errorf("known gauge %v, want 1", got)
+	}
+	if !strings.Contains(logs.String(), "database listed under two names") || !strings.Contains(logs.String(), "same_as=twice") {
+		t.Errorf("no warning naming the second name; logs:\n%s", logs.String())
+	}
 }

@@ -2,8 +2,12 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/drainer-io/drainer/config"
 )
 
 // shutdown leaves (unless abandoned), lets every database go and, once
@@ -147,11 +151,22 @@ func (f *Fleet) list(ctx context.Context) {
 		}
 	}
 	seen := map[string]bool{}
+	byTarget := map[string]string{} // the database a URL reaches → the first name listing it
 	kept := make([]Database, 0, len(dbs))
 	for _, db := range dbs {
 		if db.Name == "" || seen[db.Name] {
 			f.log.Warn("database listed twice or without a name; ignored", "database", db.Name)
 			continue
+		}
+		if target := targetOf(db.URL); target != "" {
+			if first, dup := byTarget[target]; dup {
+				// Drained under both names, it would hold twice the
+				// connections and be counted twice on every dashboard.
+				f.log.Warn("database listed under two names (their URLs reach the same database); the second is ignored",
+					"database", db.Name, "same_as", first)
+				continue
+			}
+			byTarget[target] = db.Name
 		}
 		seen[db.Name] = true
 		kept = append(kept, db)
@@ -234,6 +249,7 @@ func (f *Fleet) reconcile() {
 		e := &entry{db: db, cancel: cancel, done: make(chan struct{})}
 		e.state.Store(stateStarting)
 		f.entries[name] = e
+		f.states[stateStarting]++
 		f.wg.Add(1)
 		go f.drain(ctx, e)
 	}
@@ -264,25 +280,20 @@ func (f *Fleet) heldElsewhere(members []string) map[string]string {
 // countStatesLocked sets the unreachable, schema_mismatch and waiting
 // gauges.
 func (f *Fleet) countStatesLocked() {
-	var unreachable, mismatch int
-	for _, e := range f.entries {
-		switch e.state.Load() {
-		case stateUnreachable:
-			unreachable++
-		case stateSchemaMismatch:
-			mismatch++
-		}
-	}
-	f.m.databases.WithLabelValues(stateUnreachable).Set(float64(unreachable))
-	f.m.databases.WithLabelValues(stateSchemaMismatch).Set(float64(mismatch))
+	f.m.databases.WithLabelValues(stateUnreachable).Set(float64(f.states[stateUnreachable]))
+	f.m.databases.WithLabelValues(stateSchemaMismatch).Set(float64(f.states[stateSchemaMismatch]))
 	f.m.databases.WithLabelValues(stateWaiting).Set(float64(len(f.waiting)))
 }
 
 func (f *Fleet) setState(e *entry, s string) {
-	e.state.Store(s)
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := e.state.Swap(s).(string)
+	if f.entries[e.db.Name] == e {
+		f.states[old]--
+		f.states[s]++
+	}
 	f.countStatesLocked()
-	f.mu.Unlock()
 }
 
 // signal asks the main loop to reconcile soon.
@@ -291,4 +302,22 @@ func (f *Fleet) signal() {
 	case f.kick <- struct{}{}:
 	default:
 	}
+}
+
+// targetOf is the database url reaches (its hosts, ports and database
+// name), or "" when it cannot be parsed (its start then fails, naming why).
+func targetOf(url string) string {
+	if strings.TrimSpace(url) == "" {
+		return "" // refused at its start, naming why
+	}
+	pc, err := config.ParseDatabaseURL(url)
+	if err != nil {
+		return ""
+	}
+	cc := pc.ConnConfig
+	target := fmt.Sprintf("%s:%d", cc.Host, cc.Port)
+	for _, fb := range cc.Fallbacks {
+		target += fmt.Sprintf(",%s:%d", fb.Host, fb.Port)
+	}
+	return target + "/" + cc.Database
 }

@@ -114,7 +114,12 @@ func (f *Fleet) labelListedLocked() {
 	}
 	for name := range f.labelled {
 		if !listed[name] {
-			f.m.dbErrors.DeletePartialMatch(prometheus.Labels{"database": name})
+			// Each series by its labels: a partial match scans every
+			// series, so removing many databases at once cost the square
+			// of the list, under Fleet.mu, and stopped the heartbeats.
+			for _, r := range reasons {
+				f.m.dbErrors.DeleteLabelValues(name, r)
+			}
 			delete(f.labelled, name)
 		}
 	}
