@@ -121,7 +121,7 @@ databases:
 			want: []string{
 				`c.yaml:2:3: databases.statik: unknown field; did you mean "static"?`,
 				`c.yaml:3:41: databases.query.refesh: unknown field; valid fields: sql, url`,
-				`c.yaml:5:32: databases.static[0].nmae: unknown field; valid fields: name, url`,
+				`c.yaml:5:32: databases.static[0].nmae: unknown field; did you mean "name"?`,
 			},
 		},
 		{

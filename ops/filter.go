@@ -153,3 +153,29 @@ func eachPage[T any](ctx context.Context, c *Client, f Filter, limit int,
 	}
 	return next, nil
 }
+
+// Unmatched names the run and tool of f that no row has at all, whatever
+// its status (a misspelt name: the filter can match nothing), as notes
+// for an action that matched no row.
+func (c *Client) Unmatched(ctx context.Context, f Filter) ([]string, error) {
+	var notes []string
+	if f.Run != "" {
+		ok, err := c.st.RunExists(ctx, c.db, f.Run)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			notes = append(notes, fmt.Sprintf("no row has agent_run_id %q (of any status): check the name", f.Run))
+		}
+	}
+	if f.Tool != "" {
+		ok, err := c.st.ToolExists(ctx, c.db, f.Tool)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			notes = append(notes, fmt.Sprintf("no row has tool_name %q (of any status): check the name", f.Tool))
+		}
+	}
+	return notes, nil
+}

@@ -16,6 +16,13 @@ func (s *Store) RunExists(ctx context.Context, db DB, run string) (bool, error) 
 	return exists, err
 }
 
+// ToolExists reports whether tool has a row.
+func (s *Store) ToolExists(ctx context.Context, db DB, tool string) (bool, error) {
+	var exists bool
+	err := db.QueryRow(ctx, s.sql(`SELECT EXISTS (SELECT 1 FROM {s}.intents WHERE tool_name = $1)`), tool).Scan(&exists)
+	return exists, err
+}
+
 // RunAbort is the record of an aborted run (its runs row).
 type RunAbort struct {
 	At     time.Time

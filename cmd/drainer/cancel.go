@@ -11,6 +11,9 @@ func newCancelCmd() *cobra.Command {
 	var o opFlags
 	var b bulkFlags
 	cmd := &cobra.Command{
+		// An interrupt stops a bulk action between its batches, and the
+		// output says what was done (interrupted).
+		Annotations: map[string]string{ownsSignals: "yes"},
 		Use:   "cancel KEY | --run R [--status pending] [--tool T] [--dry-run] --reason TEXT",
 		Short: "Cancel pending rows so they are never sent",
 		Long: `Turn a pending forward row (KEY) or the pending rows of a run (--run R)
@@ -29,6 +32,8 @@ and make the exit code 1. --dry-run prints what would change and changes
 nothing.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := shutdownContext(cmd.Context(), nil)
+			defer stop()
 			if err := b.validate(cmd, len(args) == 1); err != nil {
 				return err
 			}
@@ -42,13 +47,13 @@ nothing.`,
 					}
 				}
 			}
-			if err := o.validate(cmd.Context()); err != nil {
+			if err := o.validate(ctx); err != nil {
 				return err
 			}
 			if strings.TrimSpace(b.reason) == "" {
 				return usagef("--reason is required: say why the rows are cancelled (it is recorded in last_error and the audit trail)")
 			}
-			c, done, err := o.client(cmd.Context())
+			c, done, err := o.client(ctx)
 			if err != nil {
 				return err
 			}
@@ -56,9 +61,13 @@ nothing.`,
 			who := o.who(b.reason)
 			var res *ops.Result
 			if len(args) == 1 {
-				res, err = c.Cancel(cmd.Context(), args[0], who, b.opts.DryRun)
+				res, err = c.Cancel(ctx, args[0], who, b.opts.DryRun)
 			} else {
-				res, err = c.CancelWhere(cmd.Context(), b.f, who, b.opts)
+				res, err = c.CancelWhere(ctx, b.f, who, b.opts)
+				err = interrupted(ctx, res, err)
+			}
+			if err == nil && len(args) == 0 && res != nil && res.Count == 0 && res.RefusedCount == 0 {
+				noteUnmatched(cmd, c, b.f)
 			}
 			return reportResult(cmd, &o, res, err, len(args) == 1)
 		},

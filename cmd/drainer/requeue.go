@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"github.com/drainer-io/drainer/outbox"
 	"io"
@@ -68,8 +69,11 @@ func newRequeueCmd() *cobra.Command {
 	var o opFlags
 	var b bulkFlags
 	cmd := &cobra.Command{
-		Use:   "requeue KEY | --status S [--run R] [--tool T] [--older-than D] [--dry-run] [--limit N]",
-		Short: "Make rows pending and due now (same key), e.g. failed rows after an outage",
+		// An interrupt stops a bulk action between its batches, and the
+		// output says what was done (interrupted).
+		Annotations: map[string]string{ownsSignals: "yes"},
+		Use:         "requeue KEY | --status S [--run R] [--tool T] [--older-than D] [--dry-run] [--limit N]",
+		Short:       "Make rows pending and due now (same key), e.g. failed rows after an outage",
 		Long: `Make a row (KEY) or every row matching the filter (--status required)
 pending and due now. The key never changes.
 
@@ -101,6 +105,8 @@ if there were any. --dry-run prints the count and the first --show rows
 that would change, and changes nothing.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := shutdownContext(cmd.Context(), nil)
+			defer stop()
 			if err := b.validate(cmd, len(args) == 1); err != nil {
 				return err
 			}
@@ -112,7 +118,7 @@ that would change, and changes nothing.`,
 					return usagef("%s: %w", flagRef(cmd, "status"), err)
 				}
 			}
-			c, done, err := o.client(cmd.Context())
+			c, done, err := o.client(ctx)
 			if err != nil {
 				return err
 			}
@@ -120,9 +126,13 @@ that would change, and changes nothing.`,
 			who := o.who(b.reason)
 			var res *ops.Result
 			if len(args) == 1 {
-				res, err = c.Requeue(cmd.Context(), args[0], who, b.opts)
+				res, err = c.Requeue(ctx, args[0], who, b.opts)
 			} else {
-				res, err = c.RequeueWhere(cmd.Context(), b.f, who, b.opts)
+				res, err = c.RequeueWhere(ctx, b.f, who, b.opts)
+				err = interrupted(ctx, res, err)
+			}
+			if err == nil && len(args) == 0 && res != nil && res.Count == 0 && res.RefusedCount == 0 {
+				noteUnmatched(cmd, c, b.f)
 			}
 			return reportResult(cmd, &o, res, err, len(args) == 1)
 		},
@@ -158,6 +168,35 @@ func reportResult(cmd *cobra.Command, o *opFlags, res *ops.Result, err error, si
 		return fmt.Errorf("%s: %d matching row(s) refused and left alone (listed above)", res.Action, res.RefusedCount)
 	}
 	return nil
+}
+
+// interrupted words the error of a bulk action that an interrupt
+// (SIGINT, SIGTERM: ctx) stopped: the batches written before it stand,
+// each its own transaction, the one under way was rolled back, and running
+// the command again finishes the work.
+func interrupted(ctx context.Context, res *ops.Result, err error) error {
+	if err == nil || ctx.Err() == nil || res == nil {
+		return err
+	}
+	verb := past(res.Action)
+	if res.DryRun {
+		return fmt.Errorf("interrupted: the dry run stopped before it had read every matching row; nothing was changed")
+	}
+	return fmt.Errorf("interrupted: %d row(s) %s in %d batch(es) before it (each batch its own transaction; the one under way was rolled back, the other matching rows left as they were): run the same command again to finish",
+		res.Count, verb, res.Batches)
+}
+
+// noteUnmatched says on stderr which of the filter's names no row has at
+// all, when an action by filter matched no row: a misspelt --tool or --run
+// is told, not taken for an empty result.
+func noteUnmatched(cmd *cobra.Command, c *ops.Client, f ops.Filter) {
+	notes, err := c.Unmatched(cmd.Context(), f)
+	if err != nil {
+		return // the action's own answer stands
+	}
+	for _, n := range notes {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note: "+n)
+	}
 }
 
 // past is the past tense of an action.

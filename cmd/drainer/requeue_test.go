@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/drainer-io/drainer/tooling/testkit"
 )
 
 func TestRequeueCommand(t *testing.T) {
@@ -62,5 +68,82 @@ func TestRequeueBulkRefusalsExitOne(t *testing.T) {
 	}
 	if d.status(a[0]) != "pending" || d.status(b[0]) != "failed" {
 		t.Fatal("wrong rows requeued")
+	}
+}
+
+// TestActionOnAMisspeltNameSaysSo: requeue and cancel by a --tool or --run
+// that no row has at all (a typo) change nothing, exit 0 as an empty
+// result does, and say on stderr which name matches no row; a name that
+// has rows, none of them matching now, gets no such note.
+func TestActionOnAMisspeltNameSaysSo(t *testing.T) {
+	t.Parallel()
+	d := newOpsDB(t)
+	k := d.enqueue("run-1", "charge_card", 2)
+	d.set(k[0], "failed", 2)
+
+	code, out, errb := d.run("requeue", "--status", "failed", "--tool", "chrage_card", "--actor", "alice")
+	if code != 0 || !strings.Contains(out, "requeued 0 row(s)") || !strings.Contains(errb, `note: no row has tool_name "chrage_card" (of any status)`) {
+		t.Fatalf("requeue of a misspelt tool: exit %d\n%s\n%s", code, out, errb)
+	}
+	code, out, errb = d.run("cancel", "--run", "run-l", "--reason", "x", "--actor", "alice")
+	if code != 0 || !strings.Contains(out, "cancelled 0 row(s)") || !strings.Contains(errb, `note: no row has agent_run_id "run-l" (of any status)`) {
+		t.Fatalf("cancel of a misspelt run: exit %d\n%s\n%s", code, out, errb)
+	}
+	// (the failed row aborted its run: the other row is cancelled)
+	code, out, errb = d.run("cancel", "--run", "run-1", "--tool", "charge_card", "--reason", "x", "--actor", "alice")
+	if code != 0 || !strings.Contains(out, "cancelled 0 row(s)") || strings.Contains(errb, "note:") {
+		t.Fatalf("cancel matching no row of a known tool: exit %d\n%s\n%s", code, out, errb)
+	}
+	if d.status(k[0]) != "failed" || d.status(k[1]) != "cancelled" {
+		t.Fatal("rows changed")
+	}
+}
+
+// TestBulkActionInterruptedSaysWhatItDid: an interrupt (SIGINT) in the
+// middle of a bulk cancel stops it between batches: the batches written
+// stand, the one under way is rolled back, and the command says how many
+// rows it changed and that running it again finishes the work (before, it
+// died silently, part of the rows changed).
+func TestBulkActionInterruptedSaysWhatItDid(t *testing.T) {
+	t.Parallel()
+	d := newOpsDB(t)
+	keys := d.enqueue("run-big", "charge_card", 30)
+	ctx := context.Background()
+	// The third batch (rows 21-30) waits for a lock held here.
+	hold, err := d.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM drainer.queue q JOIN drainer.intents i ON i.seq = q.seq WHERE i.key = $1 FOR UPDATE OF q`, keys[25]); err != nil {
+		t.Fatal(err)
+	}
+	cmd := drainerCommand(ctx, "cancel", "--run", "run-big", "--reason", "x", "--actor", "alice", "--batch-size", "10", "--database-url", d.url)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, time.Minute, "the cancel waiting for the held row", func() (bool, string) {
+		var n int
+		err := d.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+		return err == nil && n > 0, fmt.Sprint(n, err)
+	})
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if err == nil || !strings.Contains(errb.String(), "interrupted: 20 row(s) cancelled in 2 batch(es)") ||
+		!strings.Contains(errb.String(), "run the same command again to finish") || !strings.Contains(out.String(), "cancelled 20 row(s)") {
+		t.Fatalf("interrupted cancel: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	n := 0
+	for _, k := range keys {
+		if d.status(k) == "cancelled" {
+			n++
+		}
+	}
+	if n != 20 {
+		t.Fatalf("%d rows cancelled, want the 20 of the batches written", n)
 	}
 }
