@@ -162,3 +162,22 @@ func TestOverviewBoundsTheWorkByTool(t *testing.T) {
 		t.Errorf("the rows page's tool list holds %d tools, want %d", strings.Count(body, `<option value="tool-`), maxToolsShown-1)
 	}
 }
+
+// TestParkedPageSaysWhenMoreAreParked: the Parked page of one database
+// shows at most maxParkedShown rows of each parked status; past that it
+// says more are parked and links to the lists that page through them all,
+// and it says nothing of the kind when every parked row is shown.
+func TestParkedPageSaysWhenMoreAreParked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	e.enqueue("run-p", "charge", "", maxParkedShown+1)
+	e.exec(`UPDATE drainer.queue SET status = 'outcome_unknown'`)
+	_, body := e.get("/parked")
+	if !strings.Contains(body, "data-parked-more") || !strings.Contains(body, `href="/rows?status=outcome_unknown"`) {
+		t.Fatalf("parked page with %d rows parked shows no note that more are parked:\n%s", maxParkedShown+1, body)
+	}
+	e.exec(`UPDATE drainer.queue SET status = 'pending' WHERE seq = (SELECT max(seq) FROM drainer.queue)`)
+	if _, body := e.get("/parked"); strings.Contains(body, "data-parked-more") {
+		t.Fatalf("parked page with %d rows parked says more are parked", maxParkedShown)
+	}
+}

@@ -437,6 +437,9 @@ func (s *Server) parkedPage(r *http.Request, d *db, p *pageData) (string, error)
 			return "", err
 		}
 		p.Parked = append(p.Parked, page.Rows...)
+		if page.NextAfter != 0 {
+			p.ParkedMore = true
+		}
 	}
 	return "parked", nil
 }
