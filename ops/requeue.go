@@ -168,6 +168,9 @@ func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 	if len(p.changes) == 0 {
 		return nil
 	}
+	if err := q.abortedSincePlan(ctx, tx, p); err != nil {
+		return err
+	}
 	keys, from := make([]string, len(p.changes)), make([]outbox.Status, len(p.changes))
 	for i, ch := range p.changes {
 		keys[i], from[i] = ch.Key, ch.FromStatus
@@ -200,6 +203,41 @@ func (q requeuer) apply(ctx context.Context, tx pgx.Tx, p *plan) error {
 		}
 	}
 	return q.c.st.Notify(ctx, tx)
+}
+
+// abortedSincePlan moves to the refusals the planned changes of failed or
+// cancelled rows whose run was not aborted when the plan read it and is now,
+// its runs row locked: another operator revived the run meanwhile, and its
+// rows failed again, aborting it anew. Requeued without the revival this
+// plan did not make, they would be cancelled at their claim, never sent,
+// and counted requeued.
+func (q requeuer) abortedSincePlan(ctx context.Context, tx pgx.Tx, p *plan) error {
+	reviving := map[string]bool{}
+	for _, rv := range p.revive {
+		reviving[rv.AgentRunID] = true
+	}
+	var ids []string
+	for _, ch := range p.changes {
+		if ch.FromStatus != outbox.StatusPending && !reviving[ch.AgentRunID] && !slices.Contains(ids, ch.AgentRunID) {
+			ids = append(ids, ch.AgentRunID)
+		}
+	}
+	runs, err := q.c.abortedRuns(ctx, tx, ids, true)
+	if err != nil || len(runs) == 0 {
+		return err
+	}
+	kept := p.changes[:0]
+	for _, ch := range p.changes {
+		run, aborted := runs[ch.AgentRunID]
+		if !aborted || ch.FromStatus == outbox.StatusPending || reviving[ch.AgentRunID] {
+			kept = append(kept, ch)
+			continue
+		}
+		p.refused = append(p.refused, &TransitionError{Key: ch.Key, Status: ch.FromStatus, Action: "requeue",
+			Why: fmt.Sprintf("its run %s was aborted again while this requeue ran (%s by %s): run the requeue again, which revives it if it may be", run.ID, run.Reason, run.By)})
+	}
+	p.changes = kept
+	return nil
 }
 
 // settleRaces moves the planned changes whose conditional update matched no

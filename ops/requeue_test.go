@@ -403,3 +403,37 @@ func TestRequeueRefusedAfterTheAgentsOwnAbort(t *testing.T) {
 		t.Fatalf("the agent's abort is not on the run's chain: %+v", a)
 	}
 }
+
+// TestRequeueRefusedWhenItsRunWasAbortedAgain: a batch planned while its
+// failed row's run was not aborted (another operator had just revived it)
+// and applied once that row failed again and aborted the run anew refuses
+// the row, naming why, instead of requeueing it into an aborted run, where
+// its claim would cancel it unsent while the output counted it requeued.
+func TestRequeueRefusedWhenItsRunWasAbortedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := e.enqueue("r1", "charge", 1)
+	e.set(k[0], "failed", 3) // aborts r1
+	e.exec(`DELETE FROM drainer.runs`)
+	// The plan read r1 not aborted (revived by another operator).
+	r := candidate{Key: k[0], AgentRunID: "r1", Status: "failed", Kind: "forward", Attempts: 3}
+	p := &plan{changes: []Change{requeuer{c: e.c, who: alice}.change(r)}}
+	// The row went out again and failed again: r1 aborted anew.
+	e.set(k[0], "pending", 0)
+	e.set(k[0], "failed", 3)
+	if !e.aborted("r1") {
+		t.Fatal("setup: the second failure did not abort r1")
+	}
+	err := e.c.begin(t.Context(), "requeue", alice, func(tx pgx.Tx) error {
+		return requeuer{c: e.c, who: alice}.apply(t.Context(), tx, p)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.changes) != 0 || len(p.refused) != 1 || !strings.Contains(p.refused[0].Error(), "was aborted again while this requeue ran") {
+		t.Fatalf("plan after apply = %+v", p)
+	}
+	if e.status(k[0]) != "failed" || !e.aborted("r1") {
+		t.Fatalf("row %s, r1 aborted %v; want it left failed in its aborted run", e.status(k[0]), e.aborted("r1"))
+	}
+}
