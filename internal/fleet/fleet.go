@@ -140,6 +140,9 @@ type Fleet struct {
 	starts chan struct{} // a slot per engine starting at once
 	// retries holds a slot per start retried at once (startSlot)
 	retries chan struct{}
+	// targets maps each URL of the last list to the database it reaches
+	// (list's, so that a long list is not parsed anew every refresh)
+	targets map[string]string
 
 	mu      sync.Mutex
 	entries map[string]*entry

@@ -152,13 +152,19 @@ func (f *Fleet) list(ctx context.Context) {
 	}
 	seen := map[string]bool{}
 	byTarget := map[string]string{} // the database a URL reaches → the first name listing it
+	targets := make(map[string]string, len(dbs))
 	kept := make([]Database, 0, len(dbs))
 	for _, db := range dbs {
 		if db.Name == "" || seen[db.Name] {
 			f.log.Warn("database listed twice or without a name; ignored", "database", db.Name)
 			continue
 		}
-		if target := targetOf(db.URL); target != "" {
+		target, known := f.targets[db.URL]
+		if !known {
+			target = targetOf(db.URL)
+		}
+		targets[db.URL] = target
+		if target != "" {
 			if first, dup := byTarget[target]; dup {
 				// Drained under both names, it would hold twice the
 				// connections and be counted twice on every dashboard.
@@ -171,6 +177,7 @@ func (f *Fleet) list(ctx context.Context) {
 		seen[db.Name] = true
 		kept = append(kept, db)
 	}
+	f.targets = targets // (read and written by list only)
 	f.mu.Lock()
 	f.dbs, f.listed = kept, true
 	f.labelListedLocked()
