@@ -207,3 +207,32 @@ func TestShutdownEndsACallStuckInARead(t *testing.T) {
 		t.Fatalf("%d rows of the call; want its one, left to the engine", n)
 	}
 }
+
+// TestFailedReadsOfARecordedCallWaitOutTheWait: a call recorded whose
+// reads of its row then fail (here its records' table is gone: the
+// database answers, with an error) is answered at the end of its wait with
+// the timeout answer and the row's status as last known, counted timeout;
+// before, the first failed read answered a JSON-RPC error at once, counted
+// refused (nothing recorded or sent), though the call was recorded.
+func TestFailedReadsOfARecordedCallWaitOutTheWait(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	d := newDirect(t, pool, gateway.Config{Wait: 2 * time.Second})
+	s := d.client(t, "run-failed-reads")
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE drainer.call_records RENAME TO call_records_gone`); err != nil {
+		t.Fatal(err)
+	}
+	res := call(t, s, "charge", map[string]any{"amount": 1}, nil)
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE drainer.call_records_gone RENAME TO call_records`); err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || res.Meta[gateway.MetaStatus] != "pending" || !strings.Contains(body(t, res), "Call again with the same arguments") {
+		t.Fatalf("a recorded call whose reads fail: %s %v; want the timeout answer", body(t, res), res.Meta)
+	}
+	if n := d.counted(t, "charge", gateway.OutcomeTimeout); n != 1 {
+		t.Fatalf("counted timeout %v, want 1", n)
+	}
+	if n := rows(t, pool, "charge"); n != 1 {
+		t.Fatalf("%d rows of the call, want its one", n)
+	}
+}

@@ -123,8 +123,10 @@ func (g *Gateway) respond(t *Tool, key string, c store.Call, whole *sdk.CallTool
 	case errors.Is(err, store.ErrNoCall):
 		return pruned(key), OutcomeReplayed, nil
 	case err != nil:
+		// Recorded, perhaps sent: not a refusal (nothing recorded or
+		// sent), but a call that did not get its outcome in time.
 		g.log.Warn("gateway: could not read a call's row", "tool", t.Name, "key", key, "err", err)
-		return nil, OutcomeRefused, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+		return nil, OutcomeTimeout, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
 			Message: fmt.Sprintf("drainer recorded the call (key %s) but could not read its outcome: %v; call again with the same arguments for it", key, err)}
 	case !c.Settled():
 		if g.isClosing() {
@@ -290,13 +292,21 @@ func (g *Gateway) await(ctx context.Context, key string, leased int64, settled <
 				// The call's time ran out, or the gateway stops, in the read.
 				return lastLooked(g.lastLook(ctx, c, known))
 			}
-			if err != nil || now.Settled() {
+			switch {
+			case err != nil && !errors.Is(err, store.ErrNoCall):
+				// A read the database refused (no connection to be had:
+				// too many clients, say): the call is recorded, so it waits
+				// on as for a read that stalls, and reads again at the next
+				// news or recheck; its wait bounds it.
+				g.log.Debug("gateway: a read of a call's row failed; reading again", "key", key, "err", err)
+			case err != nil || now.Settled():
 				if cause != "" && err == nil {
 					g.metrics.settled.WithLabelValues(cause).Inc()
 				}
 				return now, nil, cause != "", err
+			default:
+				c, known = now, true
 			}
-			c, known = now, true
 		}
 		read = true
 		select {
