@@ -408,13 +408,19 @@ func (c *completer) flush(batch []completion) {
 // writeAround writes a batch that waited too long for a lock (cause) row
 // by row, each waiting at most aloneLockWait: the rows another
 // transaction holds back (a run's abort in a transaction left open: the
-// trigger of a row of that run ending failed waits for it) are kept for
-// retryUnwritten, and every other row is written now, so that one held
-// lock never stops this replica's completions, and with them its claims.
+// trigger of a row of that run ending failed waits for it), and the other
+// rows of their runs, untried, are kept for retryUnwritten, and every other
+// row is written now, so that one held lock never stops this replica's
+// completions, and with them its claims.
 func (c *completer) writeAround(batch []completion, cause error) {
 	e := c.e
 	var blocked []completion
+	heldRuns := map[string]bool{} // the runs of the rows held back: their siblings wait too
 	for i := range batch {
+		if run := runOf(batch[i]); run != "" && heldRuns[run] {
+			blocked = append(blocked, batch[i])
+			continue
+		}
 		ctx, cancel := context.WithTimeout(e.writes, 15*time.Second)
 		done, err := e.st.CompleteWithin(ctx, e.pool, rows(batch[i:i+1]), aloneLockWait)
 		cancel()
@@ -423,6 +429,9 @@ func (c *completer) writeAround(batch []completion, cause error) {
 			c.done(done, batch[i:i+1])
 		case store.IsLockWait(err):
 			blocked = append(blocked, batch[i])
+			if run := runOf(batch[i]); run != "" {
+				heldRuns[run] = true
+			}
 		default:
 			c.flush(batch[i : i+1])
 		}
@@ -432,6 +441,14 @@ func (c *completer) writeAround(batch []completion, cause error) {
 		e.log.Warn("completions wait for a lock another transaction holds (a run's abort in a transaction left open, say); kept and tried again every few seconds, the others written",
 			"rows", len(blocked), "outbox_seqs", seqsOf(blocked), "written", len(batch)-len(blocked), "err", cause)
 	}
+}
+
+// runOf is the run of x's row ("" when unknown).
+func runOf(x completion) string {
+	if x.row == nil {
+		return ""
+	}
+	return x.row.AgentRunID
 }
 
 // aloneLockWait bounds the lock waits of a completion written alone after
