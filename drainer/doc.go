@@ -25,11 +25,13 @@
 //     outcome, refusals included.
 //   - written: completer.go writes completions in batches, fenced by the
 //     lease token (store.Complete), isolating a row the database refuses;
-//     completions it could not write while the lease lasted are kept and
-//     written late over the reclaimed row (those left when the engine
-//     stops go to the next engine on the database: Engine.Unwritten,
-//     Config.Inherited), and rows handed back to wait for
-//     a route or a resume are woken again if that came meanwhile.
+//     unwritten.go keeps the completions it could not write while the
+//     lease lasted and writes them late over the reclaimed row (those left
+//     when the engine stops go to the next engine on the database:
+//     Engine.Unwritten, Config.Inherited), and those another transaction's
+//     lock holds back, writing the rest of their batch around them; rows
+//     handed back to wait for a route or a resume are woken again if that
+//     came meanwhile.
 //   - compensated: the completion hands the runs whose saga may move to
 //     compensations.Runner.
 //

@@ -47,23 +47,8 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	if tp != "" && !wire.ValidTraceparent(tp) {
 		tp = ""
 	}
-	if g.cfg.Routed != nil {
-		if err := g.cfg.Routed(t.Name); err != nil {
-			// A reload removed the tool's route: a new call is not recorded
-			// (its row would wait for a route), but one recorded before is
-			// answered from its record, as any repeat.
-			_, rerr := g.read(ctx, key, 0)
-			switch {
-			case errors.Is(rerr, store.ErrNoCall):
-				g.log.Info("gateway: a call not recorded", "tool", t.Name, "reason", err.Error())
-				return errorResult(sdk.Meta{MetaKey: key}, fmt.Sprintf("%s was not recorded or sent: %v (the config was reloaded without it); call a tool the gateway lists", t.Name, err)), nil
-			case rerr != nil:
-				g.log.Warn("gateway: could not read whether a call of a tool without a route was recorded before", "tool", t.Name, "key", key, "err", rerr)
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
-					Message: fmt.Sprintf("%s has no route now (%v), and whether this call (key %s) was recorded before could not be read: %v; nothing new was recorded or sent: call again with the same arguments", t.Name, err, key, rerr)}
-			}
-			g.log.Info("gateway: a call recorded before its tool's route was removed; answered from its record", "tool", t.Name, "key", key)
-		}
+	if res, refused, err := g.unrouted(ctx, t, key); refused {
+		return res, err
 	}
 	if t.Passthrough {
 		res, sent := g.passthrough(ctx, t, key, tuple, payload, tp)
@@ -108,6 +93,32 @@ func (g *Gateway) call(ctx context.Context, t *Tool, req *sdk.CallToolRequest) (
 	}
 	res, outcome, err = g.respond(t, key, c, whole, enq.Created, joined, err)
 	return res, err
+}
+
+// unrouted refuses a call of t (key) when a reload removed t's route
+// (Config.Routed) and the call was not recorded before: its row would wait
+// for a route. A call recorded before goes on, answered from its record as
+// any repeat.
+func (g *Gateway) unrouted(ctx context.Context, t *Tool, key string) (res *sdk.CallToolResult, refused bool, err error) {
+	if g.cfg.Routed == nil {
+		return nil, false, nil
+	}
+	why := g.cfg.Routed(t.Name)
+	if why == nil {
+		return nil, false, nil
+	}
+	_, rerr := g.read(ctx, key, 0)
+	switch {
+	case errors.Is(rerr, store.ErrNoCall):
+		g.log.Info("gateway: a call not recorded", "tool", t.Name, "reason", why.Error())
+		return errorResult(sdk.Meta{MetaKey: key}, fmt.Sprintf("%s was not recorded or sent: %v (the config was reloaded without it); call a tool the gateway lists", t.Name, why)), true, nil
+	case rerr != nil:
+		g.log.Warn("gateway: could not read whether a call of a tool without a route was recorded before", "tool", t.Name, "key", key, "err", rerr)
+		return nil, true, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+			Message: fmt.Sprintf("%s has no route now (%v), and whether this call (key %s) was recorded before could not be read: %v; nothing new was recorded or sent: call again with the same arguments", t.Name, why, key, rerr)}
+	}
+	g.log.Info("gateway: a call recorded before its tool's route was removed; answered from its record", "tool", t.Name, "key", key)
+	return nil, false, nil
 }
 
 // errHungUp ends the wait of a call whose agent hung up.

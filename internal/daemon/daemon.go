@@ -168,17 +168,15 @@ func resolve(opts Options, log *slog.Logger) (settings, error) {
 
 // daemonRun holds what one Run started, to be released in reverse order.
 type daemonRun struct {
-	opts    Options
-	st      settings
-	log     *slog.Logger
-	ready   readiness
-	pool    atomic.Pointer[pgxpool.Pool]
-	engine  atomic.Pointer[drainer.Engine] // for /readyz, once started
-	closers []func()
-	// stopGateway stops the MCP gateway (nil: none); idempotent.
-	stopGateway func()
-	// gateway is the MCP gateway served (nil: none).
-	gateway *gateway.Gateway
+	opts        Options
+	st          settings
+	log         *slog.Logger
+	ready       readiness
+	pool        atomic.Pointer[pgxpool.Pool]
+	engine      atomic.Pointer[drainer.Engine] // for /readyz, once started
+	closers     []func()
+	stopGateway func()           // stops the MCP gateway (nil: none); idempotent
+	gateway     *gateway.Gateway // the MCP gateway served (nil: none)
 	// gatewayMetrics are registered at the start, gateway or not.
 	gatewayMetrics *gateway.Metrics
 }
