@@ -168,13 +168,18 @@ func TestHeldAnswersWrittenBeforeOwnRowsAreReclaimed(t *testing.T) {
 	var s severable
 	h := newHeldCalls()
 	rt := testRouting(t, map[string]dispatch.Adapter{"t": h.adapter()}, &Route{Tool: "t"})
-	startEngine(t, s.pool(t, good), rt, Config{Workers: n, Lease: 2 * time.Second, LeaseMargin: 500 * time.Millisecond,
+	e := startEngine(t, s.pool(t, good), rt, Config{Workers: n, Lease: 2 * time.Second, LeaseMargin: 500 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond})
 	testkit.WaitFor(t, 30*time.Second, "every row in a call", func() (bool, string) {
 		return h.inCall.Load() == n, ""
 	})
 	s.sever()
 	close(h.release) // answered while the database is unreachable: held
+	// (once the answers reached the completer: a worker a loaded machine
+	// did not run until the leases expired holds nothing the engine knows)
+	testkit.WaitFor(t, 30*time.Second, "every answer held", func() (bool, string) {
+		return len(e.completer.held()) == n, fmt.Sprint(len(e.completer.held()))
+	})
 	testkit.WaitFor(t, 30*time.Second, "every lease expired", func() (bool, string) {
 		var live int
 		err := good.QueryRow(context.Background(), `SELECT count(*) FROM drainer.outbox WHERE status = 'in_flight' AND lease_expires_at >= now()`).Scan(&live)
