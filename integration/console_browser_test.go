@@ -236,7 +236,7 @@ func TestConsoleAddrInUse(t *testing.T) {
 	if code := d.exitCode(time.Minute); code != 2 {
 		t.Fatalf("exit %d, want 2\n%s", code, d.stderr.String())
 	}
-	if out := d.stderr.String(); !strings.Contains(out, "console address "+ln.Addr().String()) {
-		t.Errorf("the error does not name the console address %s:\n%s", ln.Addr(), out)
+	if out := d.stderr.String(); !strings.Contains(out, "--console-addr: console address "+ln.Addr().String()) {
+		t.Errorf("the error does not name the flag and the console address %s:\n%s", ln.Addr(), out)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/tooling/demo"
 	"github.com/spf13/cobra"
 )
@@ -24,6 +25,13 @@ The demo prints progress and a summary; the daemon's logs go to a file, named
 on the first line ("logs: /tmp/drainer-demo-…/drainer-demo.log").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Checked before anything starts.
+			if opts.Workers < 1 || opts.Workers > config.MaxWorkers {
+				return usagef("%s: must be between 1 and %d, got %d", flagRef(cmd, "workers"), config.MaxWorkers, opts.Workers)
+			}
+			if opts.Runs < 1 {
+				return usagef("%s: must be at least 1, got %d", flagRef(cmd, "runs"), opts.Runs)
+			}
 			// The demo prints progress and a summary; the daemon's logs go
 			// to a file it names on its first line.
 			opts.Out, opts.Err, opts.Version = cmd.OutOrStdout(), cmd.ErrOrStderr(), version

@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/drainer-io/drainer/migrations"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/drainer-io/drainer/config"
 	"github.com/drainer-io/drainer/internal/catalog"
@@ -57,6 +60,13 @@ or a \uD800-\uDFFF escape without its other half.`,
 				// In the same transaction: the row as its enqueue made it.
 				return tx.QueryRow(ctx, "SELECT status FROM "+pgx.Identifier{g.schema}.Sanitize()+".result($1)", key).Scan(&status)
 			})
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && (pe.Code == "3F000" || pe.Code == "42883" || pe.Code == "42P01") {
+				// No schema, or not this release's: say which, and how to fix it.
+				if _, cerr := migrations.Check(ctx, conn, g.schema); cerr != nil {
+					return fmt.Errorf("enqueue: %w", cerr)
+				}
+			}
 			if err != nil {
 				return err
 			}

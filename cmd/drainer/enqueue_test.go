@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/drainer-io/drainer/tooling/dbtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,5 +164,19 @@ func TestEnqueueIntoAbortedRunSaysSo(t *testing.T) {
 		"--tool", "charge_card", "--payload", `{"a":1}`}, &out, &errOut)
 	if code != 0 || !strings.HasSuffix(out.String(), " created\n") || strings.Contains(errOut.String(), "aborted") {
 		t.Fatalf("a live run: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
+	}
+}
+
+// TestEnqueueIntoAnUnmigratedDatabaseSaysHowToFixIt: an enqueue into a
+// database whose schema was never migrated says so and names the command
+// that migrates it, as the other commands do, not a bare SQL error.
+func TestEnqueueIntoAnUnmigratedDatabaseSaysHowToFixIt(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewDatabase(t)
+	var out, errOut bytes.Buffer
+	code := execute([]string{"enqueue", "--database-url", url, "--run", "r", "--step", "s",
+		"--tool", "charge_card", "--payload", `{"a":1}`}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), `schema "drainer" is not migrated: run `+"`drainer migrate --schema drainer`") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
 	}
 }

@@ -170,3 +170,24 @@ func TestFlagValueErrorsNameTheEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoFlagValuesAreUsageErrors: demo's --workers and --runs out of
+// range are usage errors (exit 2) naming the flag, said before anything
+// starts (before, a cluster was started and rows enqueued, then the demo's
+// own config file was blamed, exit 1).
+func TestDemoFlagValuesAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workers", "-5"}, "--workers: must be between 1 and 4096, got -5"},
+		{[]string{"--workers", "5000"}, "--workers: must be between 1 and 4096, got 5000"},
+		{[]string{"--runs", "0"}, "--runs: must be at least 1, got 0"},
+	} {
+		code, out, errb := runCLI(append([]string{"demo"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errb, tc.want) || out != "" {
+			t.Errorf("demo %v: exit %d, stdout %q, stderr %q; want exit 2 naming %q and nothing started", tc.args, code, out, errb, tc.want)
+		}
+	}
+}

@@ -90,11 +90,14 @@ func migrateAll(cmd *cobra.Command, g *globals, parallel int, opts migrations.Op
 	switch {
 	case g.configPath == "":
 		return usagef("--all needs --config FILE (the config whose databases: section lists the databases)")
-	case g.database != "" || g.databaseURL != "":
+	case givenHere(cmd, "database") || givenHere(cmd, "database-url"):
 		return usagef("--all migrates every database of --config: leave out --database and --database-url")
 	case parallel < 1 || parallel > 64:
 		return usagef("%s: must be between 1 and 64, got %d", flagRef(cmd, "parallel"), parallel)
 	}
+	// DRAINER_DATABASE_URL (or DRAINER_DATABASE), set for the other
+	// commands, says nothing of the databases of --all.
+	g.database, g.databaseURL = "", ""
 	if err := g.validateSchema(); err != nil {
 		return err
 	}

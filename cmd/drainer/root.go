@@ -195,6 +195,13 @@ func flagRef(cmd *cobra.Command, name string) string {
 	return "--" + name
 }
 
+// givenHere reports whether the flag name was given on the command line,
+// not set from its DRAINER_<FLAG>.
+func givenHere(cmd *cobra.Command, name string) bool {
+	f := cmd.Flags().Lookup(name)
+	return f != nil && f.Changed && len(f.Annotations[fromEnv]) == 0
+}
+
 // exclusiveFlags pairs flags that say the same thing two ways: one given on
 // the command line makes the environment variable of the other ignored.
 var exclusiveFlags = map[string]string{"database-url": "database", "database": "database-url"}

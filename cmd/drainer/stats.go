@@ -107,9 +107,12 @@ func statsAll(cmd *cobra.Command, o *opFlags) error {
 	switch {
 	case o.g.configPath == "":
 		return usagef("--all needs --config FILE (the config whose databases: section lists the databases)")
-	case o.g.database != "" || o.g.databaseURL != "":
+	case givenHere(cmd, "database") || givenHere(cmd, "database-url"):
 		return usagef("--all measures every database of --config: leave out --database and --database-url")
 	}
+	// DRAINER_DATABASE_URL (or DRAINER_DATABASE), set for the other
+	// commands, says nothing of the databases of --all.
+	o.g.database, o.g.databaseURL = "", ""
 	if err := o.checkOutput(); err != nil {
 		return err
 	}

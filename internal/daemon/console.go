@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"net"
 	"time"
 
@@ -28,7 +29,7 @@ func (d *daemonRun) listenConsole() (net.Listener, error) {
 	}
 	ln, err := console.Listen(addr)
 	if err != nil {
-		return nil, &ConfigError{err}
+		return nil, &ConfigError{fmt.Errorf("%s: %w", consoleAddrFrom(d.opts.ConsoleAddr), err)}
 	}
 	if w := config.ConsoleExposure(addr); w != "" && d.opts.ConsoleAddr != "" {
 		d.log.Warn("--console-addr " + w) // the config's own address is warned of at load
@@ -86,4 +87,13 @@ func (d *daemonRun) startConsole(ctx context.Context, ln net.Listener, pool *pgx
 	})
 	d.log.Info("console serving", "console_addr", srv.Addr(), "actions", c.Actions)
 	return nil
+}
+
+// consoleAddrFrom names where the console's address came from: the flag
+// (or DRAINER_CONSOLE_ADDR) when flag is set, else the config's key.
+func consoleAddrFrom(flag string) string {
+	if flag != "" {
+		return "--console-addr"
+	}
+	return "console.addr"
 }

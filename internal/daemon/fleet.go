@@ -52,7 +52,7 @@ func runFleet(ctx context.Context, st settings, opts Options, log *slog.Logger) 
 	var consoleLn net.Listener
 	if addr := cmp.Or(opts.ConsoleAddr, st.cfg.Console.Addr); addr != "" {
 		if consoleLn, err = console.Listen(addr); err != nil {
-			return &ConfigError{err}
+			return &ConfigError{fmt.Errorf("%s: %w", consoleAddrFrom(opts.ConsoleAddr), err)}
 		}
 		defer func() { _ = consoleLn.Close() }()
 	}
