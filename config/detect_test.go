@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +127,40 @@ func TestDetectThatCannotRunAfterATimeoutIsWarnedOf(t *testing.T) {
 	}
 	if w := parse("31s"); len(w) != 0 {
 		t.Errorf("lease 31s leaves the probe 15s: warnings %q, want none", w)
+	}
+}
+
+// TestSettingsThatDoNothingAreWarnedOf: a gateway with no route to an mcp
+// adapter serves no tool, and a route that is its own compensation undoes
+// itself by calling itself: both are told, neither refused; a gateway in
+// front of an mcp route and a route compensated by another say nothing.
+func TestSettingsThatDoNothingAreWarnedOf(t *testing.T) {
+	cfg, err := Parse("c.yaml", []byte(`adapters:
+  p: {type: http, url: "http://p/{tool_name}"}
+routes:
+  x: {adapter: p, compensation: x}
+gateway:
+  addr: 127.0.0.1:7000
+`), LoadOptions{Check: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`c.yaml:4:19: routes.x.compensation: is the route's own tool: its undo calls x again, with the forward call's key, payload and answer as its payload (forward_key, forward_payload, forward_response)`,
+		`c.yaml:6:3: gateway.addr: no route sends to an adapter of type mcp: the gateway would serve no tool (drainer_abort_run only, with abort_tool: true)`,
+	}
+	if !slices.Equal(cfg.Warnings, want) {
+		t.Errorf("warnings %q, want %q", cfg.Warnings, want)
+	}
+	cfg, err = Parse("c.yaml", []byte(`adapters:
+  m: {type: mcp, url: "http://m/mcp"}
+routes:
+  x: {adapter: m, compensation: y}
+  y: {adapter: m}
+gateway:
+  addr: 127.0.0.1:7000
+`), LoadOptions{Check: true})
+	if err != nil || len(cfg.Warnings) != 0 {
+		t.Errorf("a gateway in front of mcp routes: %v, warnings %q", err, cfg.Warnings)
 	}
 }

@@ -57,6 +57,20 @@ func (v *validator) gateway() {
 	if p := "gateway.addr"; v.usable(p) && g.Addr != "" && v.cfg.Databases != nil {
 		v.errorf(p, "the gateway records calls in one database: it cannot be used with databases:")
 	}
+	if p := "gateway.addr"; v.usable(p) && g.Addr != "" && !v.routesMCP() {
+		v.warnf(p, "no route sends to an adapter of type mcp: the gateway would serve no tool (drainer_abort_run only, with abort_tool: true)")
+	}
+}
+
+// routesMCP reports whether a route sends to an adapter of type mcp: the
+// tools the gateway serves.
+func (v *validator) routesMCP() bool {
+	for _, r := range v.cfg.Routes {
+		if a := v.cfg.Adapters[r.Adapter]; a != nil && a.Type == "mcp" {
+			return true
+		}
+	}
+	return false
 }
 
 // RequireGatewayToken refuses a gateway address off loopback without a

@@ -185,6 +185,9 @@ func (v *validator) route(name string, r *Route) {
 		v.errorf(f, "no route for tool %s%s",
 			v.quoted(f), v.hint(f, r.Compensation, slices.Sorted(maps.Keys(c.Routes)), "route"))
 	}
+	if f := p + ".compensation"; v.usable(f) && r.Compensation == name {
+		v.warnf(f, "is the route's own tool: its undo calls %s again, with the forward call's key, payload and answer as its payload (forward_key, forward_payload, forward_response)", name)
+	}
 	if f := p + ".compensation_window"; v.usable(f) && v.set(f) {
 		switch {
 		case r.Compensation == "":

@@ -457,7 +457,9 @@ func (s *Server) apiResults(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) writeActionError(w http.ResponseWriter, r *http.Request, form bool, err error) {
-	if !form {
+	// A page's form (its session) gets a page; the API (JSON, or a form
+	// with the bearer token) gets {"error": …}.
+	if !form || r.Header.Get("Authorization") != "" {
 		s.writeAPIError(w, r, err)
 		return
 	}

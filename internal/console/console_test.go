@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -179,6 +180,21 @@ func TestActionsNeedTheTokenAndTheSameSite(t *testing.T) {
 	key := ro.enqueue("run-ro", "t", "", 1)[0]
 	if code, out := ro.post("/api/v1/actions/cancel", map[string]any{"key": key}, bearer); code != http.StatusForbidden {
 		t.Errorf("read-only console: %d %v, want 403", code, out)
+	}
+	// The API's form body gets the API's JSON error too, not a page.
+	req, _ := http.NewRequest(http.MethodPost, ro.http.URL+"/api/v1/actions/cancel", strings.NewReader(url.Values{"key": {key}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range bearer {
+		req.Header.Set(k, v)
+	}
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || !strings.Contains(string(b), `"error"`) {
+			t.Errorf("read-only console, a form with the bearer token: %d %s %s; want 403 and a JSON error", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
 	}
 	e := newEnv(t, true)
 	key = e.enqueue("run-1", "t", "", 1)[0]
