@@ -14,8 +14,8 @@ func newCancelCmd() *cobra.Command {
 		// An interrupt stops a bulk action between its batches, and the
 		// output says what was done (interrupted).
 		Annotations: map[string]string{ownsSignals: "yes"},
-		Use:   "cancel KEY | --run R [--status pending] [--tool T] [--dry-run] --reason TEXT",
-		Short: "Cancel pending rows so they are never sent",
+		Use:         "cancel KEY | --run R [--status pending] [--tool T] [--dry-run] --reason TEXT",
+		Short:       "Cancel pending rows so they are never sent",
 		Long: `Turn a pending forward row (KEY) or the pending rows of a run (--run R)
 into cancelled. --reason is required: last_error records the actor and the
 reason, and so does the row's audit entry.
