@@ -504,3 +504,41 @@ func evidenceCannotBeHidden(t *testing.T, retiredFirst bool) {
 		t.Fatalf("after the evidence of %s was removed under a forged retired record: %+v", k[0], v)
 	}
 }
+
+// TestCheckpointNamesTheChainBehindAnEarlierRecomputedRecord: a rewrite
+// that recomputes the whole ledger from today's state changes an early
+// anchors record too, once anchors it recorded were retired (legitimately)
+// since: verify --checkpoints still names the chain rewritten, in the
+// later record that covered it; before, it looked at the first record that
+// differed only, and named that record's buckets, never the chain.
+func TestCheckpointNamesTheChainBehindAnEarlierRecomputedRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	mixedHistory(t, e)
+	s := newSigner(t)
+	rotateAway(t, e)
+	later := e.enqueue("r2", "charge", 2)
+	rotateAway(t, e)
+	if n := e.count(`SELECT count(*) FROM drainer.audit_ledger WHERE kind = 'retired'`); n == 0 {
+		t.Fatal("setup: no anchors were retired")
+	}
+	signed := s.checkpoint(t, e)
+	if v := s.verify(t, e); !v.OK {
+		t.Fatalf("untouched: %+v", v)
+	}
+	storetest.RewriteChain(t, e.pool, later[0])
+	v := s.verify(t, e)
+	if v.OK {
+		t.Fatalf("after the rewrite: %+v", v)
+	}
+	named := false
+	for _, p := range v.Problems {
+		if p.File != filepath.Base(signed.Path) {
+			t.Errorf("problem %+v: want the checkpoint's", p)
+		}
+		named = named || p.Key == later[0]
+	}
+	if !named {
+		t.Fatalf("the rewritten chain %s is not named: %+v", later[0], v.Problems)
+	}
+}

@@ -230,9 +230,14 @@ func (c *Client) readAudit(ctx context.Context, tx pgx.Tx, vectorsFrom int64) (*
 func (a *auditView) chainBreak() int64 { return a.brk }
 
 // rewritten explains why the ledger no longer extends a checkpoint whose
-// head is head: the first record whose hash differs from what a
-// checkpoint signed (or the chain's break), and, from the record's vector
-// as signed, the chains in the buckets that differ now.
+// head is head: the first record whose hash differs from what the
+// checkpoint signed (or the chain's break), and, for every record whose
+// content differs from what was signed (its digest, not merely its hash:
+// a rewrite recomputes the hash of every record after the one it
+// changed), the chains in the buckets that differ now, from the record's
+// vector as signed. A rewrite made to hide one chain recomputes the
+// records before it from today's state too: only looking at every one of
+// them names the chain it hid.
 func (a *auditView) rewritten(ctx context.Context, tx pgx.Tx, head int64, signedRec map[int64]CheckpointRecord) []CheckpointProblem {
 	first := head
 	for n := int64(1); n <= head; n++ {
@@ -244,34 +249,46 @@ func (a *auditView) rewritten(ctx context.Context, tx pgx.Tx, head int64, signed
 	if b := a.chainBreak(); b > 0 && b < first {
 		first = b
 	}
-	r := &a.records[first-1]
 	out := []CheckpointProblem{{Record: first, Key: "ledger", Problem: fmt.Sprintf(
-		"the ledger no longer extends it: record %d (%s) is not the one it signed (rewritten, hashes recomputed)", first, describe(r))}}
-	s, ok := signedRec[first]
-	if !ok || s.Vector == "" {
-		return out
+		"the ledger no longer extends it: record %d (%s) is not the one it signed (rewritten, hashes recomputed)", first, describe(&a.records[first-1]))}}
+	for n := first; n <= head; n++ {
+		s, ok := signedRec[n]
+		if !ok || s.Hash == hex.EncodeToString(a.records[n-1].Hash) || s.Digest == hex.EncodeToString(a.records[n-1].Digest) {
+			continue // as signed, or only linked anew
+		}
+		out = append(out, a.differingChains(ctx, tx, &a.records[n-1], s)...)
+	}
+	return out
+}
+
+// differingChains names, from record r's vector as the checkpoint signed
+// it (s), the chains in the buckets that read otherwise now.
+func (a *auditView) differingChains(ctx context.Context, tx pgx.Tx, r *store.LedgerRecord, s CheckpointRecord) []CheckpointProblem {
+	if s.Vector == "" {
+		return nil
 	}
 	was, err := base64.StdEncoding.DecodeString(s.Vector)
 	if err != nil {
-		return out
+		return nil
 	}
 	now, _, err := a.digest(ctx, tx, r, s.Buckets)
 	if err != nil || now == nil {
-		return out
+		return nil
 	}
 	differ := differingBuckets(was, now.vector())
 	if now, _, err = a.digest(ctx, tx, r, s.Buckets, differ...); err != nil || now == nil {
-		return out
+		return nil
 	}
+	var out []CheckpointProblem
 	for _, b := range differ {
 		keys := slices.Sorted(maps.Keys(now.keys[b]))
 		if len(keys) == 0 {
-			out = append(out, CheckpointProblem{Record: first, Key: "ledger", Problem: fmt.Sprintf(
-				"record %d: what it recorded in bucket %d is gone", first, b)})
+			out = append(out, CheckpointProblem{Record: r.N, Key: "ledger", Problem: fmt.Sprintf(
+				"record %d: what it recorded in bucket %d is gone", r.N, b)})
 		}
 		for _, k := range keys {
-			out = append(out, CheckpointProblem{Record: first, Key: k, Problem: fmt.Sprintf(
-				"record %d, bucket %d: this chain, or another in the bucket, no longer reads as signed", first, b)})
+			out = append(out, CheckpointProblem{Record: r.N, Key: k, Problem: fmt.Sprintf(
+				"record %d, bucket %d: this chain, or another in the bucket, no longer reads as signed", r.N, b)})
 		}
 	}
 	return out
