@@ -307,6 +307,10 @@ func lockTimeoutSQL(d time.Duration) string {
 // needs a newer daemon.
 var ErrSchemaNotReady = errors.New("schema not ready")
 
+// ErrDaemonTooOld is the ErrSchemaNotReady of a schema that needs a newer
+// release: no migrate helps, an upgrade does.
+var ErrDaemonTooOld = fmt.Errorf("%w: this release is too old for the schema", ErrSchemaNotReady)
+
 // Querier is the part of pgx shared by connections, pools and transactions.
 type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -338,7 +342,7 @@ func Check(ctx context.Context, q Querier, schema string) (version int, err erro
 	}
 	if minVersion, err := strconv.Atoi(minText); err == nil && minVersion > latest {
 		return version, fmt.Errorf("%w: schema %q (version %d) needs a daemon that knows schema version %d or later; this release knows %d: upgrade drainer",
-			ErrSchemaNotReady, schema, version, minVersion, latest)
+			ErrDaemonTooOld, schema, version, minVersion, latest)
 	}
 	// The numbered migrations and the code package commit apart: a schema
 	// whose tables are this release's but whose functions and triggers are

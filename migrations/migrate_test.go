@@ -84,7 +84,8 @@ func TestCheckUnmigratedAndTooNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = migrations.Check(ctx, conn, "other_schema")
-	if err == nil || !strings.Contains(err.Error(), "upgrade drainer") || !strings.Contains(err.Error(), "999") {
+	if err == nil || !strings.Contains(err.Error(), "upgrade drainer") || !strings.Contains(err.Error(), "999") ||
+		!errors.Is(err, migrations.ErrDaemonTooOld) || !errors.Is(err, migrations.ErrSchemaNotReady) {
 		t.Fatalf("schema needing a newer daemon: %v", err)
 	}
 	if _, err := conn.Exec(ctx, "UPDATE other_schema.schema_meta SET value = '1' WHERE name = 'min_daemon_schema_version'"); err != nil {

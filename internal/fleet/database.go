@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/drainer-io/drainer/drainer"
@@ -176,7 +175,7 @@ func startFailure(err error) string {
 func logStartFailure(log *slog.Logger, name, reason string, err error, delay time.Duration) {
 	args := []any{"reason", reason, "err", redact(err), "retry_in", delay}
 	switch {
-	case reason == reasonSchemaMismatch && strings.Contains(err.Error(), "upgrade drainer"):
+	case errors.Is(err, migrations.ErrDaemonTooOld):
 		// A schema newer than this release: migrate cannot help.
 		args = append(args, "fix", "upgrade drainer to a release that knows this schema")
 	case reason == reasonSchemaMismatch:
