@@ -112,7 +112,7 @@ const (
 // another transaction holds one for long (a run's abort in a transaction
 // left open: the trigger of a row of that run ending failed aborts the run
 // too, and waits for the first abort's transaction to end), and a batch
-// must not wait with it (see ErrLockWait).
+// must not wait with it (see IsLockWait).
 const completeSettings = `SELECT set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true), set_config('lock_timeout', $1, true)`
 
 // CompleteLockWait is how long Complete lets a batch wait for a lock.
